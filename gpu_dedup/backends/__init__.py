@@ -1,0 +1,1 @@
+"""Backend implementations; import through :func:`gpu_dedup.backend.get_backend`."""

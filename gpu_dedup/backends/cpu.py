@@ -1,0 +1,119 @@
+"""CPU backend: Numba kernels (``gpu_dedup.kernels.cpu``), NumPy arrays, SciPy graphs."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ..hashing import HashParams
+from ..strings import StringBuffers
+
+
+def balanced_tasks(lengths: np.ndarray, per_thread: int = 16) -> np.ndarray:
+    """Split documents with these byte lengths into contiguous chunks of similar
+    total bytes; returns chunk boundaries (int64, starts with 0, ends with n)."""
+    n = lengths.shape[0]
+    if n == 0:
+        return np.zeros(1, np.int64)
+    chunks = min(n, max(1, numba.get_num_threads() * per_thread))
+    cum = np.cumsum(lengths.astype(np.int64) + 32)  # +32: per-document overhead
+    cuts = np.searchsorted(cum, np.linspace(0, cum[-1], chunks + 1)[1:-1], side="right")
+    return np.unique(np.concatenate(([0], cuts, [n]))).astype(np.int64)
+
+
+class CPUBackend:
+    name = "cpu"
+
+    def __init__(self):
+        from gpu_dedup.kernels import cpu as kernels
+
+        self.k = kernels
+        self.xp = np
+
+    @property
+    def mode(self) -> str:
+        return f"cpu: numba kernels on {numba.get_num_threads()} threads, pyarrow/numpy frames"
+
+    @staticmethod
+    def _select(strings: StringBuffers, docs):
+        if docs is None:
+            docs = np.arange(len(strings), dtype=np.int64)
+        docs = np.ascontiguousarray(docs, dtype=np.int64)
+        lengths = strings.offsets[docs + 1] - strings.offsets[docs]
+        return docs, balanced_tasks(lengths)
+
+    @staticmethod
+    def _shingle_args(params: HashParams, shingle: str, ngram: int):
+        return (
+            shingle == "word",
+            np.int64(ngram),
+            np.uint64(params.shingle_base),
+            np.uint64(params.shingle_base_pow(ngram)),
+            np.uint64(params.word_base),
+        )
+
+    def minhash(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, num_perm=None, docs=None):
+        """Signatures (len(docs) x num_perm) and shingle counts of the selected documents."""
+        num_perm = params.num_perm if num_perm is None else num_perm
+        docs, tasks = self._select(strings, docs)
+        out = np.empty((docs.shape[0], num_perm), params.signature_dtype)
+        counts = np.empty(docs.shape[0], np.int64)
+        self.k.minhash(
+            strings.offsets, strings.data, docs, tasks, *self._shingle_args(params, shingle, ngram),
+            params.a[:num_perm], params.b[:num_perm], params.hash_bits == 64, out, counts,
+        )
+        return out, counts
+
+    def shingle_sets(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, docs=None):
+        """Sorted distinct shingle values of each selected document, as CSR (offsets, values)."""
+        docs, tasks = self._select(strings, docs)
+        args = self._shingle_args(params, shingle, ngram)
+        counts = np.empty(docs.shape[0], np.int64)
+        self.k.shingle_counts(strings.offsets, strings.data, docs, tasks, *args, counts)
+        raw_offsets = np.zeros(docs.shape[0] + 1, np.int64)
+        np.cumsum(counts, out=raw_offsets[1:])
+        raw = np.empty(int(raw_offsets[-1]), np.uint64)
+        unique = np.empty(docs.shape[0], np.int64)
+        self.k.shingle_sets(strings.offsets, strings.data, docs, tasks, *args, raw_offsets, raw, unique)
+        offsets = np.zeros(docs.shape[0] + 1, np.int64)
+        np.cumsum(unique, out=offsets[1:])
+        values = np.empty(int(offsets[-1]), np.uint64)
+        self.k.compact_segments(raw_offsets, raw, unique, offsets, values)
+        return offsets, values
+
+    def jaccard_pairs(self, set_offsets, set_values, left, right) -> np.ndarray:
+        out = np.empty(len(left), np.float64)
+        self.k.jaccard_pairs(set_offsets, set_values, np.asarray(left, np.int64), np.asarray(right, np.int64), out)
+        return out
+
+    def signature_similarity(self, sig, left, right) -> np.ndarray:
+        out = np.empty(len(left), np.float64)
+        self.k.signature_similarity(sig, np.asarray(left, np.int64), np.asarray(right, np.int64), out)
+        return out
+
+    def band_hashes(self, sig, bands: int, rows: int, band_base: int) -> np.ndarray:
+        out = np.empty((sig.shape[0], bands), np.uint64)
+        self.k.band_hashes(sig, np.int64(bands), np.int64(rows), np.uint64(band_base), out)
+        return out
+
+    def exact_hashes(self, strings: StringBuffers, base1: int, base2: int) -> np.ndarray:
+        out = np.empty((len(strings), 2), np.uint64)
+        self.k.exact_hashes(strings.offsets, strings.data, np.uint64(base1), np.uint64(base2), out)
+        return out
+
+    def components(self, src, dst, n: int) -> np.ndarray:
+        """Connected components; label = smallest node index in the component."""
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
+
+        if n == 0:
+            return np.zeros(0, np.int64)
+        graph = coo_matrix((np.ones(len(src), np.int8), (src, dst)), shape=(n, n)).tocsr()
+        _, labels = connected_components(graph, directed=False)
+        # scipy numbers components 0..k-1; the first index holding label c is its smallest node
+        _, first = np.unique(labels, return_index=True)
+        return first.astype(np.int64)[labels]
+
+
+def create() -> CPUBackend:
+    return CPUBackend()

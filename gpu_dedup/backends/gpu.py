@@ -1,0 +1,44 @@
+"""GPU backend: CUDA twins of the kernels (``gpu_dedup.kernels.cuda``).
+
+Imported only when the GPU backend is asked for.  ``create()`` checks, in
+order, that CuPy and numba-cuda import and that a CUDA device answers; the
+error names what is missing and the pip extra that installs it.
+"""
+
+from __future__ import annotations
+
+from ..errors import BackendError
+
+EXTRA_HINT = "install the GPU extra matching your driver: pip install 'gpu_dedup[cuda12]' or 'gpu_dedup[cuda13]'"
+
+
+def probe() -> dict:
+    """What the GPU backend would run on; raises BackendError naming what is missing."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a CUDA library that fails to load
+        raise BackendError(f"GPU backend needs CuPy, which is not importable ({exc}); {EXTRA_HINT}") from None
+    try:
+        from numba import cuda
+    except Exception as exc:
+        raise BackendError(f"GPU backend needs numba-cuda, which is not importable ({exc}); {EXTRA_HINT}") from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        raise BackendError(f"no CUDA device is usable ({exc}); run with backend: cpu") from None
+    if count == 0 or not cuda.is_available():
+        raise BackendError("no CUDA device found (CuPy and numba-cuda are installed); run with backend: cpu")
+    try:
+        import cudf  # noqa: F401
+
+        frames = "cudf"
+    except Exception:
+        frames = "pyarrow"
+    return {"devices": count, "frames": frames}
+
+
+def create():
+    info = probe()
+    from ._gpu_impl import GPUBackend
+
+    return GPUBackend(info)

@@ -1,0 +1,68 @@
+"""Compile the scalar math of :mod:`.scalar` for one target.
+
+``compile_twins(jit)`` clones every function listed in
+``scalar.DEVICE_FUNCTIONS`` into a fresh globals dict and wraps it with
+``jit``; inside the clones, calls to other device functions resolve to their
+compiled twins of the same target.  ``numba.njit`` and
+``numba.cuda.jit(device=True)`` therefore compile the identical source.
+"""
+
+import types
+
+from . import scalar
+
+
+def compile_twins(jit, module=scalar):
+    namespace = dict(vars(module))
+    compiled = {}
+    for name in module.DEVICE_FUNCTIONS:
+        fn = getattr(module, name)
+        clone = types.FunctionType(fn.__code__, namespace, name, fn.__defaults__, fn.__closure__)
+        clone.__qualname__ = fn.__qualname__
+        clone.__doc__ = fn.__doc__
+        compiled[name] = jit(clone)
+    namespace.update(compiled)
+    return types.SimpleNamespace(**compiled)
+
+
+def guard_cache(namespace: dict, module_file: str) -> None:
+    """Drop stale on-disk cache entries of the kernels defined in ``module_file``.
+
+    Numba invalidates a cached function only when its own source file changes,
+    but these kernels inline twins compiled from ``scalar.py``: an edit there
+    would leave stale machine code in the cache.  A stamp file named after a
+    digest of every kernel source sits in the cache directory; when it is
+    missing, this module's cache entries are deleted before anything loads
+    them, then the stamp is written.
+    """
+    import glob
+    import hashlib
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for src in sorted(glob.glob(os.path.join(here, "*.py"))):
+        with open(src, "rb") as f:
+            digest.update(os.path.basename(src).encode() + b"\0" + f.read())
+    stem = os.path.splitext(os.path.basename(module_file))[0]
+    tag = f"gpu_dedup-{stem}-{digest.hexdigest()[:16]}.stamp"
+    bases: dict[str, list[str]] = {}
+    for obj in namespace.values():
+        cache = getattr(obj, "_cache", None)
+        index_path = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+        if index_path:
+            bases.setdefault(os.path.dirname(index_path), []).append(os.path.basename(index_path)[: -len(".nbi")])
+    for path, names in bases.items():
+        stamp = os.path.join(path, tag)
+        if os.path.exists(stamp):
+            continue
+        try:
+            for entry in os.listdir(path):
+                if entry.startswith(f"gpu_dedup-{stem}-") or any(
+                    entry == f"{n}.nbi" or (entry.startswith(f"{n}-") and entry.endswith(".nbc")) for n in names
+                ):
+                    os.unlink(os.path.join(path, entry))
+            with open(stamp, "w") as f:
+                f.write("kernel sources digest; see gpu_dedup/kernels/twin.py:guard_cache\n")
+        except OSError:  # read-only or racing cache directory: numba falls back to compiling
+            pass
