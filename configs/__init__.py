@@ -1,0 +1,1 @@
+"""Configuration presets shipped with gpu_dedup (installed as gpu_dedup.configs)."""

@@ -1,0 +1,286 @@
+"""One frozen dataclass tree for the whole configuration.
+
+YAML keys equal field names; unknown keys are rejected with the list of valid
+ones; derived values (the LSH layout, the fingerprint) are properties.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ConfigError
+
+SHINGLE_KINDS = ("word", "char")
+UNICODE_FORMS = ("NFKC", "NFC", "NFKD", "NFD", "none")
+VERIFY_METHODS = ("exact", "signature", "none")
+KEEP_POLICIES = ("first", "longest", "lowest_id", "score")
+BACKENDS = ("auto", "cpu", "gpu")
+FORMATS = ("auto", "parquet", "jsonl")
+
+
+def _choice(section: str, name: str, value, choices) -> None:
+    if value not in choices:
+        raise ConfigError(f"{section}.{name} = {value!r} is not valid; choose one of {', '.join(map(str, choices))}")
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    text_column: str = "text"
+    id_column: str | None = None  # None: an int64 id (global row number) is generated
+    format: str = "auto"  # auto (by file extension) | parquet | jsonl
+
+    def __post_init__(self):
+        _choice("input", "format", self.format, FORMATS)
+        if not self.text_column:
+            raise ConfigError("input.text_column is empty; name the column that holds the document text")
+
+
+@dataclass(frozen=True)
+class NormalizeConfig:
+    unicode: str = "NFKC"  # NFKC | NFC | NFKD | NFD | none
+    lowercase: bool = True
+    punctuation: bool = True  # remove Unicode punctuation (category P)
+    whitespace: bool = True  # collapse whitespace runs to one space and trim
+
+    def __post_init__(self):
+        _choice("normalize", "unicode", self.unicode, UNICODE_FORMS)
+
+
+@dataclass(frozen=True)
+class MinHashConfig:
+    num_perm: int = 128
+    shingle: str = "word"  # word | char (code points, not bytes)
+    ngram: int = 5
+    hash_bits: int = 64  # 64: values mod 2**61-1; 32: values mod 2**31-1
+    seed: int = 42
+
+    def __post_init__(self):
+        if self.num_perm < 1:
+            raise ConfigError(f"minhash.num_perm = {self.num_perm} must be >= 1 (typical: 64..512)")
+        if self.ngram < 1:
+            raise ConfigError(f"minhash.ngram = {self.ngram} must be >= 1 (typical: word 5, char 5..24)")
+        _choice("minhash", "shingle", self.shingle, SHINGLE_KINDS)
+        _choice("minhash", "hash_bits", self.hash_bits, (32, 64))
+        if not 0 <= self.seed < 2**64:
+            raise ConfigError(f"minhash.seed = {self.seed} must be in [0, 2**64)")
+
+
+@dataclass(frozen=True)
+class LSHConfig:
+    threshold: float = 0.8  # Jaccard similarity that counts as a near-duplicate
+    bands: int | None = None  # None (with rows None): derived from threshold and num_perm
+    rows: int | None = None
+    fp_weight: float = 0.05  # weights of the false-positive / false-negative areas
+    fn_weight: float = 0.95  # under the S-curve when (bands, rows) are derived (recall first:
+    # exact verification removes false candidates, nothing recovers a missed one)
+
+    def __post_init__(self):
+        if not 0.0 < self.threshold <= 1.0:
+            raise ConfigError(f"lsh.threshold = {self.threshold} must be in (0, 1]; e.g. 0.8")
+        if (self.bands is None) != (self.rows is None):
+            raise ConfigError(
+                f"lsh.bands = {self.bands} and lsh.rows = {self.rows}: give both or neither "
+                "(neither: derived from the threshold)"
+            )
+        if self.bands is not None and (self.bands < 1 or self.rows < 1):
+            raise ConfigError(f"lsh.bands = {self.bands}, lsh.rows = {self.rows} must both be >= 1")
+        if self.fp_weight < 0 or self.fn_weight < 0 or self.fp_weight + self.fn_weight <= 0:
+            raise ConfigError(
+                f"lsh.fp_weight = {self.fp_weight}, lsh.fn_weight = {self.fn_weight}: "
+                "weights must be >= 0 and not both 0"
+            )
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    method: str = "exact"  # exact Jaccard of shingle sets | signature estimate | none
+    threshold: float | None = None  # None: lsh.threshold
+
+    def __post_init__(self):
+        _choice("verify", "method", self.method, VERIFY_METHODS)
+        if self.threshold is not None and not 0.0 < self.threshold <= 1.0:
+            raise ConfigError(f"verify.threshold = {self.threshold} must be in (0, 1] or null")
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    keep: str = "first"  # first (input order) | longest | lowest_id | score (highest wins)
+    score_column: str | None = None
+
+    def __post_init__(self):
+        _choice("select", "keep", self.keep, KEEP_POLICIES)
+        if self.keep == "score" and not self.score_column:
+            raise ConfigError("select.keep = 'score' needs select.score_column (the column to maximise)")
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    compression: str = "zstd"  # Parquet codec of the deduplicated shards and tables
+    duplicates_table: bool = True
+
+    def __post_init__(self):
+        _choice("output", "compression", self.compression, ("zstd", "snappy", "gzip", "lz4", "brotli", "none"))
+
+
+@dataclass(frozen=True)
+class Config:
+    backend: str = "auto"  # auto | cpu | gpu
+    exact_dedup: bool = True  # collapse identical normalized texts before MinHash
+    input: InputConfig = field(default_factory=InputConfig)
+    normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
+    minhash: MinHashConfig = field(default_factory=MinHashConfig)
+    lsh: LSHConfig = field(default_factory=LSHConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+    select: SelectConfig = field(default_factory=SelectConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def __post_init__(self):
+        _choice("", "backend", self.backend, BACKENDS)
+        if self.lsh.bands is not None and self.lsh.bands * self.lsh.rows > self.minhash.num_perm:
+            raise ConfigError(
+                f"lsh.bands * lsh.rows = {self.lsh.bands} * {self.lsh.rows} = {self.lsh.bands * self.lsh.rows} "
+                f"exceeds minhash.num_perm = {self.minhash.num_perm}; raise num_perm or lower bands/rows"
+            )
+
+    # ---- derived values -------------------------------------------------
+    @property
+    def layout(self) -> tuple[int, int]:
+        """(bands, rows): given, or derived from the threshold (see lsh.optimal_layout)."""
+        if self.lsh.bands is not None:
+            return self.lsh.bands, self.lsh.rows
+        from .lsh import optimal_layout
+
+        return optimal_layout(self.lsh.threshold, self.minhash.num_perm, self.lsh.fp_weight, self.lsh.fn_weight)
+
+    @property
+    def verify_threshold(self) -> float:
+        return self.verify.threshold if self.verify.threshold is not None else self.lsh.threshold
+
+    @property
+    def signature_perms(self) -> int:
+        """Permutations actually computed: all of them when signatures verify or
+        report similarity, else only the b*r the bands use."""
+        b, r = self.layout
+        return self.minhash.num_perm if self.verify.method == "signature" else b * r
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of everything that changes results (not the backend: CPU and GPU agree)."""
+        d = self.to_dict()
+        d.pop("backend")
+        blob = json.dumps(d, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    # ---- (de)serialisation ----------------------------------------------
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "Config":
+        return _build(cls, data or {}, "")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "Config":
+        import yaml
+
+        p = Path(path)
+        if not p.is_file():
+            preset = _presets_dir() / f"{path}.yaml"
+            if preset.is_file():
+                p = preset
+            else:
+                raise ConfigError(
+                    f"config file {str(path)!r} does not exist; give a YAML path or a preset name "
+                    f"({', '.join(preset_names())})"
+                )
+        try:
+            data = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
+        if data is not None and not isinstance(data, dict):
+            raise ConfigError(f"config file {str(p)!r} must hold a mapping of keys, not {type(data).__name__}")
+        return cls.from_dict(data)
+
+    def to_yaml(self) -> str:
+        import yaml
+
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def with_overrides(self, overrides: dict) -> "Config":
+        """Return a copy with dotted keys replaced, e.g. {"lsh.threshold": 0.7}."""
+        data = self.to_dict()
+        for dotted, value in overrides.items():
+            node = data
+            parts = dotted.split(".")
+            for part in parts[:-1]:
+                if not isinstance(node.get(part), dict):
+                    raise ConfigError(f"unknown config key {dotted!r}; sections: {', '.join(_sections())}")
+                node = node[part]
+            node[parts[-1]] = value
+        return Config.from_dict(data)
+
+
+def _presets_dir() -> Path:
+    """The presets shipped as gpu_dedup.configs (the repository's top-level configs/)."""
+    from importlib.resources import files
+
+    return Path(str(files("gpu_dedup.configs")))
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in _presets_dir().glob("*.yaml"))
+
+
+def _sections() -> list[str]:
+    return [f.name for f in dataclasses.fields(Config) if f.default_factory is not dataclasses.MISSING]
+
+
+def _check_type(where: str, value, hint):
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return value
+        hint = next(o for o in options if o is not type(None))
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    else:  # pragma: no cover - all fields are scalars or sections
+        return value
+    raise ConfigError(f"{where} = {value!r} has the wrong type; expected {hint.__name__}")
+
+
+def _build(cls, data, prefix: str):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'} must be a mapping of keys, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        where = f"section {prefix!r}" if prefix else "the top level"
+        names = ", ".join(repr(f"{prefix}.{k}" if prefix else k) for k in unknown)
+        raise ConfigError(f"unknown config key(s) {names} at {where}; valid keys: {', '.join(fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        where = f"{prefix}.{name}" if prefix else name
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = _build(hint, value if value is not None else {}, where)
+        else:
+            kwargs[name] = _check_type(where, value, hint)
+    return cls(**kwargs)

@@ -1,0 +1,411 @@
+"""Read shards into one corpus table; write deduplicated shards atomically.
+
+Shards are Parquet files or JSON Lines files (optionally .gz/.bz2/.zst
+compressed).  The corpus table has the internal columns ``row`` (dense int64),
+``shard`` (int32 index into the shard list), ``shard_row`` (int64), ``id``
+(the user's id column verbatim, or a generated int64 = ``row``), ``text``
+(large_string) and, for ``select.keep = score``, ``score``.
+
+Writing filters each input shard by a keep-mask and writes it under the same
+relative name: Parquet keeps its schema (and schema metadata); JSONL keeps
+the kept lines byte for byte.  Every file is written to a temporary name in
+the output directory and renamed into place.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from .config import InputConfig
+from .errors import InputError
+
+log = logging.getLogger("gpu_dedup")
+
+PARQUET_EXT = (".parquet", ".pq")
+JSONL_EXT = (".jsonl", ".json", ".ndjson")
+COMPRESSED_EXT = (".gz", ".bz2", ".zst")
+
+
+@dataclass(frozen=True)
+class Shard:
+    path: str  # absolute path of the input file
+    name: str  # relative output name
+    format: str  # parquet | jsonl
+    rows: int = -1  # filled by read()
+    size: int = 0  # bytes on disk
+
+    def with_rows(self, rows: int) -> "Shard":
+        return Shard(self.path, self.name, self.format, rows, self.size)
+
+
+def _format_of(path: str, fmt: str) -> str:
+    if fmt != "auto":
+        return fmt
+    name = path.lower()
+    for ext in COMPRESSED_EXT:
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    if name.endswith(PARQUET_EXT):
+        return "parquet"
+    if name.endswith(JSONL_EXT):
+        return "jsonl"
+    raise InputError(
+        f"cannot tell the format of {path!r} from its extension; use .parquet or .jsonl[.gz], "
+        "or set input.format to parquet or jsonl"
+    )
+
+
+def _is_shard_name(name: str) -> bool:
+    low = name.lower()
+    for ext in COMPRESSED_EXT:
+        if low.endswith(ext):
+            low = low[: -len(ext)]
+    return low.endswith(PARQUET_EXT + JSONL_EXT) and not os.path.basename(low).startswith((".", "_"))
+
+
+def discover(inputs, fmt: str = "auto") -> list[Shard]:
+    """Expand files, directories (recursively) and glob patterns into a sorted shard list."""
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    found: list[tuple[str, str]] = []  # (absolute path, relative name)
+    for item in inputs:
+        item = os.fspath(item)
+        if os.path.isdir(item):
+            root = os.path.abspath(item)
+            files = sorted(
+                os.path.join(dp, f) for dp, _, fs in os.walk(root) for f in fs if _is_shard_name(f)
+            )
+            if not files:
+                raise InputError(
+                    f"input directory {item!r} holds no .parquet or .jsonl[.gz] files; point at the shard directory"
+                )
+            found += [(f, os.path.relpath(f, root)) for f in files]
+        elif os.path.isfile(item):
+            found.append((os.path.abspath(item), os.path.basename(item)))
+        elif glob.has_magic(item):
+            files = sorted(f for f in glob.glob(item, recursive=True) if os.path.isfile(f))
+            if not files:
+                raise InputError(f"input pattern {item!r} matches no files")
+            static = item[: min(item.index(c) for c in "*?[" if c in item)]
+            base = os.path.abspath(os.path.dirname(static) if not static.endswith(os.sep) else static)
+            found += [(os.path.abspath(f), os.path.relpath(os.path.abspath(f), base)) for f in files]
+        else:
+            raise InputError(f"input path {item!r} does not exist; give a file, a directory or a glob pattern")
+    if not found:
+        raise InputError("no input shards given")
+    names: dict[str, str] = {}
+    shards = []
+    for path, name in found:
+        if name in names and names[name] != path:
+            raise InputError(
+                f"two inputs would be written under the same name {name!r}: {names[name]!r} and {path!r}; "
+                "pass their common parent directory instead"
+            )
+        if name in names:
+            continue  # the same file named twice
+        names[name] = path
+        shards.append(Shard(path, name, _format_of(path, fmt), size=os.path.getsize(path)))
+    return shards
+
+
+# --------------------------------------------------------------------------- JSONL
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        with pa.input_stream(path, compression="detect") as f:
+            return f.read()
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"cannot read shard {path!r}: {exc}") from None
+
+
+def _jsonl_lines(raw: bytes):
+    """(data, starts, ends) of the non-blank lines of a JSON Lines buffer."""
+    data = np.frombuffer(raw, np.uint8)
+    nl = np.flatnonzero(data == 10)
+    starts = np.concatenate(([0], nl + 1))
+    ends = np.concatenate((nl, [data.shape[0]]))
+    blank_byte = (data == 32) | (data == 9) | (data == 13)
+    nonblank = np.concatenate(([0], np.cumsum(~blank_byte, dtype=np.int64)))
+    keep = (nonblank[ends] - nonblank[starts]) > 0
+    return data, starts[keep], ends[keep]
+
+
+def _gather_lines(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, newline=True) -> bytes:
+    """Concatenate data[starts[i]:ends[i]] (+ b'\\n') without a Python loop."""
+    lengths = ends - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return b""
+    # index of every kept byte: a ramp per line, shifted to the line's start
+    line_of = np.repeat(np.arange(lengths.shape[0]), lengths)
+    first = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    idx = starts[line_of] + (np.arange(total) - first[line_of])
+    if not newline:
+        return data[idx].tobytes()
+    out = np.empty(total + lengths.shape[0], np.uint8)
+    pos = np.arange(total) + line_of  # each line shifted by the newlines before it
+    out[pos] = data[idx]
+    out[np.cumsum(lengths) + np.arange(lengths.shape[0])] = 10
+    return out.tobytes()
+
+
+def _read_jsonl(shard: Shard) -> pa.Table | None:
+    """Parse the non-blank lines of a JSONL shard (None when it has none)."""
+    raw = _read_bytes(shard.path)
+    data, starts, ends = _jsonl_lines(raw)
+    if starts.shape[0] == 0:
+        return None
+    body = _gather_lines(data, starts, ends)
+    try:
+        table = pajson.read_json(pa.BufferReader(body), read_options=pajson.ReadOptions(block_size=1 << 26))
+    except pa.ArrowException as exc:
+        raise InputError(f"shard {shard.path!r} is not valid JSON Lines: {exc}") from None
+    if table.num_rows != starts.shape[0]:
+        raise InputError(
+            f"shard {shard.path!r}: {starts.shape[0]} non-blank lines but {table.num_rows} JSON records; "
+            "each line must hold exactly one JSON object"
+        )
+    return table
+
+
+# --------------------------------------------------------------------------- Parquet
+
+
+def _parquet_schema(shard: Shard) -> pa.Schema:
+    try:
+        return pq.read_schema(shard.path)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"shard {shard.path!r} is not a readable Parquet file ({exc}); remove or replace it") from None
+
+
+def _read_parquet(shard: Shard, columns: list[str]) -> pa.Table:
+    try:
+        return pq.ParquetFile(shard.path).read(columns=columns)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or replace it") from None
+
+
+# --------------------------------------------------------------------------- corpus
+
+
+@dataclass
+class Corpus:
+    """The documents of all shards, in shard order, with internal row ids."""
+
+    table: pa.Table  # row, shard, shard_row, id, text[, score]
+    shards: list[Shard]
+    text_column: str
+    id_column: str | None  # None: ids were generated
+    score_column: str | None = None
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    @property
+    def text(self) -> pa.ChunkedArray:
+        return self.table.column("text")
+
+    @property
+    def ids(self) -> pa.ChunkedArray:
+        return self.table.column("id")
+
+    @property
+    def id_generated(self) -> bool:
+        return self.id_column is None
+
+
+def _missing(shard: Shard, what: str, name: str, names) -> InputError:
+    setting = {"text": "input.text_column (--text-column)", "id": "input.id_column (--id-column)",
+               "score": "select.score_column"}[what]
+    return InputError(
+        f"{what} column {name!r} is not in shard {shard.path!r}; its columns are: "
+        f"{', '.join(map(repr, names)) or '(none)'}. Set {setting} to one of them"
+    )
+
+
+def _text_type_ok(t: pa.DataType) -> bool:
+    return any(f(t) for f in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+                              pa.types.is_large_binary, pa.types.is_null))
+
+
+def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = None) -> Corpus:
+    """Read every shard's id, text (and score) columns into one corpus table."""
+    shards = inputs if inputs and isinstance(inputs, list) and isinstance(inputs[0], Shard) else discover(inputs, cfg.format)
+    wanted = {"text": cfg.text_column}
+    if cfg.id_column:
+        wanted["id"] = cfg.id_column
+    if score_column:
+        wanted["score"] = score_column
+    parts, out_shards = [], []
+    id_type = None
+    id_from = None
+    row0 = 0
+    for i, shard in enumerate(shards):
+        if shard.format == "parquet":
+            names = _parquet_schema(shard).names
+            for key, col in wanted.items():
+                if col not in names:
+                    raise _missing(shard, key, col, names)
+            table = _read_parquet(shard, list(dict.fromkeys(wanted.values())))
+        else:
+            table = _read_jsonl(shard)
+            if table is None:  # no records
+                out_shards.append(shard.with_rows(0))
+                continue
+            names = table.column_names
+            for key, col in wanted.items():
+                if col not in names:
+                    raise _missing(shard, key, col, names)
+        n = table.num_rows
+        text = table.column(cfg.text_column)
+        if not _text_type_ok(text.type):
+            raise InputError(
+                f"text column {cfg.text_column!r} of shard {shard.path!r} has type {text.type}; "
+                "it must be a string column"
+            )
+        cols = {
+            "row": pa.array(np.arange(row0, row0 + n, dtype=np.int64)),
+            "shard": pa.array(np.full(n, i, np.int32)),
+            "shard_row": pa.array(np.arange(n, dtype=np.int64)),
+        }
+        if cfg.id_column:
+            ids = table.column(cfg.id_column)
+            if id_type is None:
+                id_type, id_from = ids.type, shard.path
+            elif ids.type != id_type:
+                raise InputError(
+                    f"id column {cfg.id_column!r} has type {ids.type} in shard {shard.path!r} but {id_type} in "
+                    f"{id_from!r}; mixed schemas across shards: make the id column one type in every shard"
+                )
+            cols["id"] = ids
+        else:
+            cols["id"] = cols["row"]
+        cols["text"] = _as_large_text(text)
+        if score_column:
+            score = table.column(score_column)
+            if not (pa.types.is_integer(score.type) or pa.types.is_floating(score.type)):
+                raise InputError(
+                    f"score column {score_column!r} of shard {shard.path!r} has type {score.type}; it must be numeric"
+                )
+            cols["score"] = pc.cast(score, pa.float64())
+        parts.append(pa.table(cols))
+        out_shards.append(shard.with_rows(n))
+        row0 += n
+    if not parts:
+        table = _empty_table(score_column is not None)
+    else:
+        table = pa.concat_tables(parts)
+    log.info("read %d documents from %d shard(s)", table.num_rows, len(out_shards))
+    return Corpus(table, out_shards, cfg.text_column, cfg.id_column, score_column)
+
+
+def _as_large_text(text: pa.ChunkedArray) -> pa.ChunkedArray:
+    if pa.types.is_null(text.type):  # JSONL shard whose texts are all null
+        return pc.cast(text, pa.large_string())
+    if pa.types.is_string(text.type):
+        return pc.cast(text, pa.large_string())
+    if pa.types.is_binary(text.type):
+        return pc.cast(text, pa.large_binary())
+    return text
+
+
+def _empty_table(with_score: bool) -> pa.Table:
+    cols = {
+        "row": pa.array([], pa.int64()),
+        "shard": pa.array([], pa.int32()),
+        "shard_row": pa.array([], pa.int64()),
+        "id": pa.array([], pa.int64()),
+        "text": pa.array([], pa.large_string()),
+    }
+    if with_score:
+        cols["score"] = pa.array([], pa.float64())
+    return pa.table(cols)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def atomic_write_bytes(path: str | Path, payload: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd") -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, compression=None if compression == "none" else compression)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def _unlink(path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression: str = "zstd") -> int:
+    """Write the kept rows of one input shard under its name in ``out_dir``; return rows written."""
+    target = Path(out_dir) / shard.name
+    if shard.format == "parquet":
+        try:
+            table = pq.ParquetFile(shard.path).read()
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(f"shard {shard.path!r} became unreadable during the run ({exc})") from None
+        if table.num_rows != keep.shape[0]:
+            raise InputError(
+                f"shard {shard.path!r} had {keep.shape[0]} rows when read and {table.num_rows} now; "
+                "inputs must not change during a run"
+            )
+        kept = table.filter(pa.array(keep))
+        atomic_write_parquet(target, kept, compression)
+        return kept.num_rows
+    raw = _read_bytes(shard.path)
+    data, starts, ends = _jsonl_lines(raw)
+    if starts.shape[0] != keep.shape[0]:
+        raise InputError(
+            f"shard {shard.path!r} had {keep.shape[0]} records when read and {starts.shape[0]} now; "
+            "inputs must not change during a run"
+        )
+    body = _gather_lines(data, starts[keep], ends[keep])
+    atomic_write_bytes(target, _compress_like(shard.path, body))
+    return int(keep.sum())
+
+
+def _compress_like(path: str, body: bytes) -> bytes:
+    low = path.lower()
+    codec = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}.get(os.path.splitext(low)[1])
+    if codec is None:
+        return body
+    sink = pa.BufferOutputStream()
+    with pa.CompressedOutputStream(sink, codec) as out:
+        out.write(body)
+    return sink.getvalue().to_pybytes()

@@ -1,0 +1,62 @@
+"""Select stage: one survivor per cluster, by a stated policy.
+
+Policies rank every document (0 = best); ties always go to the earlier row
+(input order), so the choice is deterministic:
+
+- ``first``: input order (shards sorted by path, rows in file order);
+- ``longest``: most code points in the original text;
+- ``lowest_id``: smallest value of the id column;
+- ``score``: highest value of ``select.score_column`` (nulls rank last).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .config import SelectConfig
+
+
+def policy_ranks(table: pa.Table, cfg: SelectConfig = SelectConfig()) -> np.ndarray:
+    """Rank of every document under the policy (a permutation of 0..n-1)."""
+    n = table.num_rows
+    if cfg.keep == "first" or n == 0:
+        return np.arange(n, dtype=np.int64)
+    row = pa.array(np.arange(n, dtype=np.int64))
+    if cfg.keep == "longest":
+        length = pc.fill_null(pc.utf8_length(_as_text(table.column("text"))), -1)
+        keys = pa.table({"k": length, "row": row})
+        order = pc.sort_indices(keys, sort_keys=[("k", "descending"), ("row", "ascending")])
+    elif cfg.keep == "lowest_id":
+        keys = pa.table({"k": table.column("id"), "row": row})
+        order = pc.sort_indices(keys, sort_keys=[("k", "ascending"), ("row", "ascending")])  # nulls last (default)
+    else:  # score
+        keys = pa.table({"k": table.column("score"), "row": row})
+        order = pc.sort_indices(keys, sort_keys=[("k", "descending"), ("row", "ascending")])  # nulls last (default)
+    ranks = np.empty(n, np.int64)
+    ranks[np.asarray(order)] = np.arange(n, dtype=np.int64)
+    return ranks
+
+
+def _as_text(col):
+    if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+        from .normalize import repair_utf8
+
+        return repair_utf8(col)[0]
+    return col
+
+
+def survivors(labels: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """For each document, the index of the best-ranked document with the same label."""
+    n = labels.shape[0]
+    if n == 0:
+        return np.zeros(0, np.int64)
+    order = np.lexsort((ranks, labels))
+    sl = labels[order]
+    start = np.ones(n, bool)
+    start[1:] = sl[1:] != sl[:-1]
+    head = np.maximum.accumulate(np.where(start, np.arange(n), 0))
+    out = np.empty(n, np.int64)
+    out[order] = order[head]
+    return out
