@@ -1,0 +1,133 @@
+"""Command line: ``gpu-dedup run | demo | config``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import yaml
+
+from .config import Config, preset_names
+from .errors import GpuDedupError
+
+log = logging.getLogger("gpu_dedup")
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", help=f"YAML file or preset name ({', '.join(preset_names())})")
+    p.add_argument("--threshold", type=float, help="Jaccard threshold (lsh.threshold)")
+    p.add_argument("--num-perm", type=int, help="MinHash permutations (minhash.num_perm)")
+    p.add_argument("--ngram", type=int, help="shingle size (minhash.ngram)")
+    p.add_argument("--shingle", choices=["word", "char"], help="shingle kind (minhash.shingle)")
+    p.add_argument("--bands", type=int, help="LSH bands (lsh.bands; give --rows too)")
+    p.add_argument("--rows", type=int, help="rows per band (lsh.rows; give --bands too)")
+    p.add_argument("--verify", choices=["exact", "signature", "none"], help="verification (verify.method)")
+    p.add_argument("--backend", choices=["auto", "cpu", "gpu"], help="backend")
+    p.add_argument("--text-column", help="text column (input.text_column)")
+    p.add_argument("--id-column", help="id column (input.id_column); default: generated row numbers")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any config key, dotted: --set select.keep=longest (repeatable)")
+
+
+def _config_from_args(args) -> Config:
+    cfg = Config.from_yaml(args.config) if args.config else Config()
+    overrides = {}
+    for flag, key in [
+        ("threshold", "lsh.threshold"),
+        ("num_perm", "minhash.num_perm"),
+        ("ngram", "minhash.ngram"),
+        ("shingle", "minhash.shingle"),
+        ("bands", "lsh.bands"),
+        ("rows", "lsh.rows"),
+        ("verify", "verify.method"),
+        ("backend", "backend"),
+        ("text_column", "input.text_column"),
+        ("id_column", "input.id_column"),
+    ]:
+        value = getattr(args, flag, None)
+        if value is not None:
+            overrides[key] = value
+    for item in args.set:
+        if "=" not in item:
+            raise GpuDedupError(f"--set {item!r} must look like KEY=VALUE, e.g. --set lsh.threshold=0.7")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = yaml.safe_load(value)
+    return cfg.with_overrides(overrides) if overrides else cfg
+
+
+def _setup_logging(verbosity: int, quiet: bool) -> None:
+    level = logging.WARNING if quiet else (logging.DEBUG if verbosity > 0 else logging.INFO)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("numba").setLevel(logging.WARNING)
+
+
+def cmd_run(args) -> int:
+    from .pipeline import run
+    from .report import summary
+
+    cfg = _config_from_args(args)
+    result = run(args.inputs, args.output, cfg)
+    if not args.quiet:
+        print(summary(result.report))
+        print(f"outputs in {result.output_dir}/ (deduplicated shards, duplicates.parquet, report.json)")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    cfg = _config_from_args(args)
+    return run_demo(Path(args.output), cfg, docs=args.docs, quiet=args.quiet)
+
+
+def cmd_config(args) -> int:
+    cfg = _config_from_args(args)
+    bands, rows = cfg.layout
+    print(cfg.to_yaml(), end="")
+    print(f"# derived: bands={bands} rows={rows} permutations_computed={cfg.signature_perms} "
+          f"verify_threshold={cfg.verify_threshold} fingerprint={cfg.fingerprint}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpu-dedup", description="Near-duplicate removal with MinHash + LSH.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__import__('gpu_dedup').__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="deduplicate Parquet / JSONL shards")
+    p.add_argument("inputs", nargs="+", help="shard files, directories or glob patterns")
+    p.add_argument("-o", "--output", required=True, help="output directory")
+    _add_config_args(p)
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="run on the bundled planted-cluster sample and score recall")
+    p.add_argument("-o", "--output", default="gpu-dedup-demo", help="directory for the sample and results")
+    p.add_argument("--docs", type=int, default=3000, help="sample size (default 3000)")
+    _add_config_args(p)
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("config", help="print the resolved configuration (with derived values)")
+    _add_config_args(p)
+    p.set_defaults(func=cmd_config, quiet=True, verbose=0)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose, args.quiet)
+    try:
+        return args.func(args)
+    except GpuDedupError as exc:
+        print(f"gpu-dedup: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
