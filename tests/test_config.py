@@ -1,0 +1,76 @@
+import dataclasses
+
+import pytest
+
+from gpu_dedup.config import Config, LSHConfig, MinHashConfig, preset_names
+from gpu_dedup.errors import ConfigError
+
+
+def test_defaults_and_derived_layout():
+    cfg = Config()
+    assert cfg.layout == (16, 8)  # threshold 0.8, 128 permutations, recall-weighted
+    assert cfg.verify_threshold == 0.8
+    assert cfg.signature_perms == 128
+    assert dataclasses.is_dataclass(cfg) and cfg.__dataclass_params__.frozen
+
+
+def test_yaml_keys_equal_field_names_round_trip(tmp_path):
+    cfg = Config().with_overrides({"lsh.threshold": 0.7, "minhash.shingle": "char", "minhash.ngram": 9})
+    path = tmp_path / "c.yaml"
+    path.write_text(cfg.to_yaml())
+    assert Config.from_yaml(path) == cfg
+
+
+def test_unknown_key_lists_valid_ones():
+    with pytest.raises(ConfigError) as err:
+        Config.from_dict({"lsh": {"treshold": 0.5}})
+    msg = str(err.value)
+    assert "'lsh.treshold'" in msg and "threshold, bands, rows, fp_weight, fn_weight" in msg
+    with pytest.raises(ConfigError, match="valid keys: backend, exact_dedup, input"):
+        Config.from_dict({"bakend": "cpu"})
+
+
+def test_wrong_types_and_values_are_named():
+    with pytest.raises(ConfigError, match=r"minhash.num_perm = 'many' has the wrong type; expected int"):
+        Config.from_dict({"minhash": {"num_perm": "many"}})
+    with pytest.raises(ConfigError, match=r"lsh.threshold = 1.5 must be in \(0, 1\]"):
+        LSHConfig(threshold=1.5)
+    with pytest.raises(ConfigError, match="lsh.threshold = 0.0"):
+        LSHConfig(threshold=0.0)
+    with pytest.raises(ConfigError, match="minhash.ngram = 0 must be >= 1"):
+        MinHashConfig(ngram=0)
+    with pytest.raises(ConfigError, match="choose one of word, char"):
+        MinHashConfig(shingle="token")
+    with pytest.raises(ConfigError, match="exceeds minhash.num_perm = 64"):
+        Config.from_dict({"minhash": {"num_perm": 64}, "lsh": {"bands": 10, "rows": 8}})
+    with pytest.raises(ConfigError, match="give both or neither"):
+        LSHConfig(bands=4)
+    with pytest.raises(ConfigError, match="needs select.score_column"):
+        Config.from_dict({"select": {"keep": "score"}})
+
+
+def test_presets_mirror_published_recipes():
+    assert {"default", "fineweb", "nemo_curator"} <= set(preset_names())
+    fw = Config.from_yaml("fineweb")
+    assert (fw.minhash.shingle, fw.minhash.ngram, fw.layout, fw.minhash.num_perm) == ("word", 5, (14, 8), 112)
+    nc = Config.from_yaml("nemo_curator")
+    assert (nc.minhash.shingle, nc.minhash.ngram, nc.layout, nc.minhash.hash_bits) == ("char", 24, (20, 13), 32)
+    assert Config.from_yaml("default") == Config()
+
+
+def test_missing_config_file_names_presets():
+    with pytest.raises(ConfigError, match="does not exist; give a YAML path or a preset name"):
+        Config.from_yaml("no/such/file.yaml")
+
+
+def test_fingerprint_ignores_backend_but_not_parameters():
+    a = Config()
+    assert a.fingerprint == a.with_overrides({"backend": "cpu"}).fingerprint
+    assert a.fingerprint != a.with_overrides({"minhash.seed": 1}).fingerprint
+
+
+def test_exact_verification_avoids_unused_permutations():
+    cfg = Config.from_dict({"minhash": {"num_perm": 128}, "lsh": {"bands": 10, "rows": 10}})
+    assert cfg.signature_perms == 100
+    sig = cfg.with_overrides({"verify.method": "signature"})
+    assert sig.signature_perms == 128
