@@ -252,11 +252,12 @@ _clean_text = dev.clean_text
 
 
 @numba.njit(parallel=True, cache=True)
-def clean_texts(offsets, data, punct, remove_punct, collapse_ws, out, new_lengths):
-    """Punctuation removal / whitespace collapsing of every document, written at
-    the document's own offset in ``out`` (same size as ``data``); compact after."""
+def clean_texts(offsets, data, punct, remove_punct, collapse_ws, out, out_starts, new_lengths):
+    """Punctuation removal / whitespace collapsing of every document; document k
+    is written at ``out[out_starts[k]:]`` (room for its input length); compact after."""
     for k in prange(offsets.shape[0] - 1):
-        new_lengths[k] = _clean_text(data, offsets[k], offsets[k + 1], punct, remove_punct, collapse_ws, out, offsets[k])
+        new_lengths[k] = _clean_text(data, offsets[k], offsets[k + 1], punct, remove_punct, collapse_ws, out,
+                                     out_starts[k])
 
 
 guard_cache(globals(), __file__)

@@ -390,11 +390,19 @@ def clean_text(data, start, end, punct, remove_punct, collapse_ws, out, o):
     pending = False
     pos = start
     while pos < end:
-        cp, nxt = decode_utf8(data, pos, end)
-        if remove_punct and punct[cp] != 0:
+        b = data[pos]
+        if b < 0x80:  # ASCII fast path: one byte, one code point
+            nxt = pos + 1
+            drop = remove_punct and punct[b] != 0
+            space = collapse_ws and (b == 32 or (b >= 9 and b <= 13) or (b >= 28 and b <= 31))
+        else:
+            cp, nxt = decode_utf8(data, pos, end)
+            drop = remove_punct and punct[cp] != 0
+            space = collapse_ws and is_space(cp)
+        if drop:
             pos = nxt
             continue
-        if collapse_ws and is_space(cp):
+        if space:
             pending = o > o0
             pos = nxt
             continue
