@@ -68,7 +68,7 @@ def cmd_run(args) -> int:
     from .report import summary
 
     cfg = _config_from_args(args)
-    result = run(args.inputs, args.output, cfg)
+    result = run(args.inputs, args.output, cfg, restart=args.restart)
     if not args.quiet:
         print(summary(result.report))
         print(f"outputs in {result.output_dir}/ (deduplicated shards, duplicates.parquet, report.json)")
@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="deduplicate Parquet / JSONL shards")
     p.add_argument("inputs", nargs="+", help="shard files, directories or glob patterns")
     p.add_argument("-o", "--output", required=True, help="output directory")
+    p.add_argument("--restart", action="store_true",
+                   help="ignore checkpoints of an interrupted run in the output directory and start over")
     _add_config_args(p)
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("-v", "--verbose", action="count", default=0)

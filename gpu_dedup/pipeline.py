@@ -4,8 +4,12 @@ edges -> verify -> components -> select -> write -> report.
 Every stage is a plain function (see the modules named after them); ``run``
 chains them, times them and accounts for every input row: each row is either
 kept (written to its deduplicated shard) or removed (listed in
-``duplicates.parquet`` with ``kept = false``).  ``report.json`` is written
-last and is the run's completion marker: it is deleted when a run starts.
+``duplicates.parquet`` with ``kept = false``).
+
+Stages checkpoint their results into the output directory (see
+:mod:`gpu_dedup.checkpoint`); a killed run resumes where it stopped.
+``report.json`` and then ``_SUCCESS`` are written last; both are deleted when
+a run starts, so ``_SUCCESS`` marks a complete run.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import pyarrow as pa
 
 from . import io
 from .backend import get_backend
-from .buckets import Edges, buckets, edges
+from .buckets import Buckets, Edges, buckets, edges
+from .checkpoint import Checkpoints, maybe_crash, run_fingerprint
 from .components import components
 from .config import Config
 from .errors import InputError
@@ -67,6 +72,7 @@ class StageLog:
         info: dict = {}
         log.info("stage %s ...", name)
         yield info
+        maybe_crash(name)  # fault injection (tests): killed after the work, before its checkpoint
         seconds = time.perf_counter() - t0
         self.stages[name] = {"seconds": round(seconds, 4), "rss_mb": round(rss_mb(), 1), **info}
         details = " ".join(f"{k}={v}" for k, v in info.items())
@@ -84,6 +90,9 @@ class RunResult:
     shards: list = field(default_factory=list)
 
 
+SUCCESS_NAME = "_SUCCESS"
+
+
 def _prepare_output(out: Path, shards) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for shard in shards:
@@ -92,137 +101,254 @@ def _prepare_output(out: Path, shards) -> None:
             raise InputError(
                 f"output {str(target)!r} would overwrite input shard {shard.path!r}; choose another output directory"
             )
-    marker = out / REPORT_NAME
-    if marker.exists():  # the previous run's completion marker must not vouch for this one
-        marker.unlink()
+    for marker in (out / SUCCESS_NAME, out / REPORT_NAME):  # markers must not vouch for this run yet
+        if marker.exists():
+            marker.unlink()
+    for dirpath, _, files in os.walk(out):  # temporary files a killed run left behind
+        for f in files:
+            if f.startswith(".") and f.endswith(".tmp"):
+                os.unlink(os.path.join(dirpath, f))
 
 
-def run(inputs, output_dir, cfg: Config = Config()) -> RunResult:
-    """Deduplicate the shards ``inputs`` into ``output_dir``; see the module docstring."""
-    t_start = time.perf_counter()
-    out = Path(output_dir)
-    backend = get_backend(cfg.backend)
-    bands, rows = cfg.layout
-    params = hash_params(cfg.minhash.seed, cfg.minhash.num_perm, cfg.minhash.hash_bits)
-    threshold = cfg.verify_threshold
-    method = cfg.verify.method
-    st = StageLog()
-    counts: dict = {}
+def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False) -> RunResult:
+    """Deduplicate the shards ``inputs`` into ``output_dir``; see the module docstring.
 
-    with st.stage("read") as info:
-        shards = io.discover(inputs, cfg.input.format)
-        _prepare_output(out, shards)
-        corpus = io.read(shards, cfg.input, cfg.select.score_column if cfg.select.keep == "score" else None)
-        n = len(corpus)
-        null = np.asarray(corpus.text.is_null(), dtype=bool) if n else np.zeros(0, bool)
-        info.update(documents=n, shards=len(corpus.shards), null_text=int(null.sum()))
-    counts.update(documents_read=n, null_text=int(null.sum()))
+    A run killed at any point resumes from its last checkpoint when called
+    again with the same inputs and config; ``restart=True`` starts over.
+    """
+    return _Run(inputs, Path(output_dir), cfg, restart).execute()
 
-    with st.stage("normalize") as info:
-        repaired, invalid = repair_utf8(corpus.text)
-        norm = normalize(repaired, cfg.normalize)
-        strings = string_buffers(norm)
-        info.update(invalid_utf8=invalid, text_mb=round(strings.nbytes / 2**20, 1))
-    counts["invalid_utf8"] = invalid
 
-    with st.stage("exact") as info:
-        ranks = policy_ranks(corpus.table, cfg.select)
-        if cfg.exact_dedup:
-            rep = exact_groups(exact_keys(strings, cfg.minhash.seed, backend), ranks, eligible=~null)
-        else:
-            rep = np.arange(n, dtype=np.int64)
-        exact_copies = int(np.count_nonzero(rep != np.arange(n)))
-        info.update(exact_copies=exact_copies)
-    counts["exact_stage_collapsed"] = exact_copies
+class _Run:
+    """One pipeline run: stages in order, each checkpointed unit loaded or computed."""
 
-    cand = np.flatnonzero((rep == np.arange(n)) & ~null)
-    with st.stage("signatures") as info:
-        sig = signatures(strings, cfg.minhash, num_perm=cfg.signature_perms, docs=cand, backend=backend)
-        nonempty = sig.shingles > 0
-        info.update(documents=int(cand.shape[0]), permutations=cfg.signature_perms,
-                    shingles=int(sig.shingles.sum()), no_shingles=int((~nonempty).sum()))
-    counts.update(minhash_documents=int(cand.shape[0]), no_shingles=int((~nonempty).sum()))
-    cand = cand[nonempty]
-    sig_values = sig.values[nonempty]
-    del sig
+    def __init__(self, inputs, out: Path, cfg: Config, restart: bool):
+        self.t_start = time.perf_counter()
+        self.cfg = cfg
+        self.out = out
+        self.backend = get_backend(cfg.backend)
+        self.bands, self.rows = cfg.layout
+        self.params = hash_params(cfg.minhash.seed, cfg.minhash.num_perm, cfg.minhash.hash_bits)
+        self.threshold = cfg.verify_threshold
+        self.method = cfg.verify.method
+        self.st = StageLog()
+        self.counts: dict = {}
+        self.shards = io.discover(inputs, cfg.input.format)
+        _prepare_output(out, self.shards)
+        self.ckpt = Checkpoints(out, run_fingerprint(cfg, self.shards), restart)
+        self._strings = None
 
-    with st.stage("bands") as info:
-        bh = band_hashes(sig_values, bands, rows, params, backend)
-        info.update(bands=bands, rows=rows)
-        if method == "exact":
-            sig_values = None  # not needed any more: exact verification reads the texts
+    # ---- helpers ----------------------------------------------------------
+    def _unit(self, unit: str, stages: tuple, compute):
+        """Load checkpoint ``unit`` or run ``compute()`` (which times ``stages``) and save it."""
+        if self.ckpt.has(unit):
+            arrays, meta = self.ckpt.load(unit)
+            for name, entry in meta["stages"].items():
+                self.st.stages[name] = {**entry, "resumed": True}
+            self.counts.update(meta["counts"])
+            log.info("stage(s) %s: resumed from checkpoint", ", ".join(stages))
+            return arrays
+        arrays, counts = compute()
+        self.counts.update(counts)
+        self.ckpt.save(unit, arrays, {"stages": {n: self.st.stages[n] for n in stages}, "counts": counts})
+        return arrays
 
-    with st.stage("buckets") as info:
-        bk = buckets(bh)
-        del bh
-        info.update(buckets=len(bk), memberships=int(bk.members.shape[0]))
-    counts.update(candidate_buckets=len(bk), bucket_memberships=int(bk.members.shape[0]))
+    @property
+    def strings(self):
+        """Normalized texts as kernel buffers (computed on first use)."""
+        if self._strings is None:
+            with self.st.stage("normalize") as info:
+                repaired, invalid = repair_utf8(self.corpus.text)
+                self._strings = string_buffers(normalize(repaired, self.cfg.normalize))
+                info.update(invalid_utf8=invalid, text_mb=round(self._strings.nbytes / 2**20, 1))
+            self.counts["invalid_utf8"] = invalid
+        return self._strings
 
-    with st.stage("edges") as info:
-        cand_edges = edges(bk)
-        info.update(edges=len(cand_edges))
-    counts["candidate_edges"] = len(cand_edges)
+    # ---- stages -------------------------------------------------------------
+    def read(self):
+        cfg = self.cfg
+        with self.st.stage("read") as info:
+            self.corpus = io.read(self.shards, cfg.input, cfg.select.score_column if cfg.select.keep == "score" else None)
+            n = self.n = len(self.corpus)
+            self.null = np.asarray(self.corpus.text.is_null(), dtype=bool) if n else np.zeros(0, bool)
+            dup_ids = n - pa.compute.count_distinct(self.corpus.ids, mode="all").as_py() if n else 0
+            info.update(documents=n, shards=len(self.corpus.shards), null_text=int(self.null.sum()),
+                        duplicate_ids=dup_ids)
+        if dup_ids:
+            log.warning("%d rows repeat an id of another row in column %r; every row is still processed and "
+                        "reported (duplicates.parquet also names shard and shard_row)", dup_ids, cfg.input.id_column)
+        self.counts.update(documents_read=n, null_text=int(self.null.sum()), duplicate_ids=dup_ids)
 
-    with st.stage("verify") as info:
-        if method == "exact":
-            verified = verify(Edges(cand[cand_edges.src], cand[cand_edges.dst]), threshold, method,
-                              texts=strings, cfg=cfg.minhash, backend=backend)
-        else:
-            local = verify(cand_edges, threshold, method, signatures=sig_values, backend=backend)
-            verified = Edges(cand[local.src], cand[local.dst], local.similarity)
-        info.update(method=method, verified_edges=len(verified))
-    counts["verified_edges"] = len(verified)
+    def exact(self):
+        def compute():
+            with self.st.stage("exact") as info:
+                ranks = policy_ranks(self.corpus.table, self.cfg.select)
+                if self.cfg.exact_dedup:
+                    keys = exact_keys(self.strings, self.cfg.minhash.seed, self.backend)
+                    rep = exact_groups(keys, ranks, eligible=~self.null)
+                else:
+                    rep = np.arange(self.n, dtype=np.int64)
+                collapsed = int(np.count_nonzero(rep != np.arange(self.n)))
+                info.update(exact_copies=collapsed)
+            return {"rep": rep, "ranks": ranks}, {"exact_stage_collapsed": collapsed}
 
-    with st.stage("components") as info:
-        labels = components(verified, n, backend)[rep]  # exact copies join their representative
-        cluster_size = np.bincount(labels, minlength=n) if n else np.zeros(0, np.int64)
-        info.update(clusters=int(np.count_nonzero(cluster_size > 1)))
+        a = self._unit("exact", ("exact",), compute)
+        self.rep, self.ranks = a["rep"], a["ranks"]
 
-    with st.stage("select") as info:
-        survivor = survivors(labels, ranks)
-        kept = survivor == np.arange(n)
-        similarity = _similarity_to_survivor(rep, survivor, kept, method, strings, cfg, cand, sig_values, backend)
-        member = cluster_size[labels] > 1 if n else np.zeros(0, bool)
-        removed = ~kept
-        near = removed & (rep != survivor)
-        info.update(kept=int(kept.sum()), removed=int(removed.sum()))
-    counts.update(
-        clusters=int(np.count_nonzero(cluster_size > 1)),
-        exact_duplicates=int((removed & ~near).sum()),  # same normalized text as the survivor
-        near_duplicates=int(near.sum()),
-        removed=int(removed.sum()),
-        kept=int(kept.sum()),
-    )
+    def signatures_and_bands(self):
+        cfg = self.cfg
 
-    with st.stage("write") as info:
-        duplicates = _duplicates_table(corpus, member, kept, survivor, similarity, rep)
-        starts = np.cumsum([0] + [s.rows for s in corpus.shards])
-        written = 0
-        for i, shard in enumerate(corpus.shards):  # one step per shard file
-            written += io.write_shard(shard, kept[starts[i] : starts[i + 1]], out, cfg.output.compression)
-        if cfg.output.duplicates_table:
-            io.atomic_write_parquet(out / DUPLICATES_NAME, duplicates, cfg.output.compression)
-        info.update(rows_written=written, duplicates_rows=duplicates.num_rows)
-    if written != counts["kept"]:  # pragma: no cover - guarded by tests
-        raise RuntimeError(f"accounting error: {written} rows written but {counts['kept']} kept")
+        def compute():
+            cand = np.flatnonzero((self.rep == np.arange(self.n)) & ~self.null)
+            with self.st.stage("signatures") as info:
+                sig = signatures(self.strings, cfg.minhash, num_perm=cfg.signature_perms, docs=cand,
+                                 backend=self.backend)
+                nonempty = sig.shingles > 0
+                info.update(documents=int(cand.shape[0]), permutations=cfg.signature_perms,
+                            shingles=int(sig.shingles.sum()), no_shingles=int((~nonempty).sum()))
+            counts = {"minhash_documents": int(cand.shape[0]), "no_shingles": int((~nonempty).sum())}
+            cand = cand[nonempty]
+            values = sig.values[nonempty]
+            with self.st.stage("bands") as info:
+                bh = band_hashes(values, self.bands, self.rows, self.params, self.backend)
+                info.update(bands=self.bands, rows=self.rows)
+            arrays = {"cand": cand, "band_hashes": bh}
+            if self.method != "exact":  # signature estimates need the values later
+                arrays["signatures"] = values
+            return arrays, counts
 
-    report = build_report(
-        cfg=cfg,
-        backend=backend,
-        shards=corpus.shards,
-        counts=counts,
-        stages=st.stages,
-        bucket_sizes=bk.sizes,
-        cluster_sizes=cluster_size[cluster_size > 1],
-        removed_similarity=similarity[near],
-        threshold=threshold,
-        wall_seconds=time.perf_counter() - t_start,
-        peak_rss_mb=peak_rss_mb(),
-    )
-    write_report(out / REPORT_NAME, report)
-    log.info("done: read %d, kept %d, removed %d (%d exact, %d near) in %.1fs", n, counts["kept"],
-             counts["removed"], counts["exact_duplicates"], counts["near_duplicates"], report["wall_seconds"])
-    return RunResult(out, report, duplicates, kept, survivor, verified, corpus.shards)
+        a = self._unit("bands", ("signatures", "bands"), compute)
+        self.cand, self.band_hashes = a["cand"], a["band_hashes"]
+        self.sig_values = a.get("signatures")
+
+    def buckets_and_edges(self):
+        def compute_buckets():
+            with self.st.stage("buckets") as info:
+                bk = buckets(self.band_hashes)
+                info.update(buckets=len(bk), memberships=int(bk.members.shape[0]))
+            return ({"band": bk.band, "hash": bk.hash, "offsets": bk.offsets, "members": bk.members},
+                    {"candidate_buckets": len(bk), "bucket_memberships": int(bk.members.shape[0])})
+
+        a = self._unit("buckets", ("buckets",), compute_buckets)
+        self.bk = Buckets(a["band"], a["hash"], a["offsets"], a["members"])
+        self.band_hashes = None
+
+        def compute_edges():
+            with self.st.stage("edges") as info:
+                e = edges(self.bk)
+                info.update(edges=len(e))
+            return {"src": e.src, "dst": e.dst}, {"candidate_edges": len(e)}
+
+        a = self._unit("edges", ("edges",), compute_edges)
+        self.cand_edges = Edges(a["src"], a["dst"])
+
+    def verify(self):
+        def compute():
+            with self.st.stage("verify") as info:
+                cand, ce = self.cand, self.cand_edges
+                if self.method == "exact":
+                    v = verify(Edges(cand[ce.src], cand[ce.dst]), self.threshold, self.method,
+                               texts=self.strings, cfg=self.cfg.minhash, backend=self.backend)
+                else:
+                    local = verify(ce, self.threshold, self.method, signatures=self.sig_values, backend=self.backend)
+                    v = Edges(cand[local.src], cand[local.dst], local.similarity)
+                info.update(method=self.method, verified_edges=len(v))
+            return {"src": v.src, "dst": v.dst, "similarity": v.similarity}, {"verified_edges": len(v)}
+
+        a = self._unit("verify", ("verify",), compute)
+        self.verified = Edges(a["src"], a["dst"], a["similarity"])
+
+    def components(self):
+        def compute():
+            with self.st.stage("components") as info:
+                labels = components(self.verified, self.n, self.backend)[self.rep]  # copies join their rep
+                size = np.bincount(labels, minlength=self.n) if self.n else np.zeros(0, np.int64)
+                info.update(clusters=int(np.count_nonzero(size > 1)))
+            return {"labels": labels}, {"clusters": int(np.count_nonzero(size > 1))}
+
+        self.labels = self._unit("components", ("components",), compute)["labels"]
+        self.cluster_size = np.bincount(self.labels, minlength=self.n) if self.n else np.zeros(0, np.int64)
+
+    def select(self):
+        def compute():
+            with self.st.stage("select") as info:
+                survivor = survivors(self.labels, self.ranks)
+                kept = survivor == np.arange(self.n)
+                sim = _similarity_to_survivor(self.rep, survivor, kept, self.method, self.strings, self.cfg,
+                                              self.cand, self.sig_values, self.backend) if self.n else np.ones(0)
+                removed = ~kept
+                near = removed & (self.rep != survivor)
+                info.update(kept=int(kept.sum()), removed=int(removed.sum()))
+            counts = {
+                "exact_duplicates": int((removed & ~near).sum()),  # same normalized text as the survivor
+                "near_duplicates": int(near.sum()),
+                "removed": int(removed.sum()),
+                "kept": int(kept.sum()),
+            }
+            return {"survivor": survivor, "kept": kept, "similarity": sim}, counts
+
+        a = self._unit("select", ("select",), compute)
+        self.survivor, self.kept, self.similarity = a["survivor"], a["kept"], a["similarity"]
+
+    def write(self):
+        corpus, kept = self.corpus, self.kept
+        with self.st.stage("write") as info:
+            member = self.cluster_size[self.labels] > 1 if self.n else np.zeros(0, bool)
+            duplicates = _duplicates_table(corpus, member, kept, self.survivor, self.similarity, self.rep)
+            starts = np.cumsum([0] + [s.rows for s in corpus.shards])
+            written = 0
+            for i, shard in enumerate(corpus.shards):  # one step per shard file
+                keep = kept[starts[i] : starts[i + 1]]
+                if not self.ckpt.marked(f"shard-{i}"):
+                    io.write_shard(shard, keep, self.out, self.cfg.output.compression)
+                    self.ckpt.mark(f"shard-{i}")
+                    maybe_crash("write:first-shard")
+                written += int(keep.sum())
+            if self.cfg.output.duplicates_table:
+                io.atomic_write_parquet(self.out / DUPLICATES_NAME, duplicates, self.cfg.output.compression)
+            info.update(rows_written=written, duplicates_rows=duplicates.num_rows)
+        if written != self.counts["kept"]:  # pragma: no cover - guarded by tests
+            raise RuntimeError(f"accounting error: {written} rows written but {self.counts['kept']} kept")
+        self.duplicates = duplicates
+
+    def report(self) -> dict:
+        near = ~self.kept & (self.rep != self.survivor)
+        report = build_report(
+            cfg=self.cfg,
+            backend=self.backend,
+            shards=self.corpus.shards,
+            counts=self.counts,
+            stages=self.st.stages,
+            bucket_sizes=self.bk.sizes,
+            cluster_sizes=self.cluster_size[self.cluster_size > 1],
+            removed_similarity=self.similarity[near],
+            threshold=self.threshold,
+            wall_seconds=time.perf_counter() - self.t_start,
+            peak_rss_mb=peak_rss_mb(),
+        )
+        report["resumed_from_checkpoint"] = self.ckpt.resumed
+        report["run_fingerprint"] = self.ckpt.fingerprint
+        write_report(self.out / REPORT_NAME, report)
+        maybe_crash("report:before-success")
+        self.ckpt.remove()
+        io.atomic_write_bytes(self.out / SUCCESS_NAME, f"{self.ckpt.fingerprint}\n".encode())
+        return report
+
+    def execute(self) -> RunResult:
+        self.read()
+        self.exact()
+        self.signatures_and_bands()
+        self.buckets_and_edges()
+        self.verify()
+        self.components()
+        self.select()
+        self.write()
+        report = self.report()
+        c = self.counts
+        log.info("done: read %d, kept %d, removed %d (%d exact, %d near) in %.1fs", c["documents_read"], c["kept"],
+                 c["removed"], c["exact_duplicates"], c["near_duplicates"], report["wall_seconds"])
+        return RunResult(self.out, report, self.duplicates, self.kept, self.survivor, self.verified,
+                         self.corpus.shards)
 
 
 def _similarity_to_survivor(rep, survivor, kept, method, strings, cfg, cand, sig_values, backend):

@@ -25,6 +25,20 @@ def compile_twins(jit, module=scalar):
     return types.SimpleNamespace(**compiled)
 
 
+def kernel_digest() -> str:
+    """SHA-256 (hex) over the sources of every kernel module: changes whenever the math may."""
+    import glob
+    import hashlib
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for src in sorted(glob.glob(os.path.join(here, "*.py"))):
+        with open(src, "rb") as f:
+            digest.update(os.path.basename(src).encode() + b"\0" + f.read())
+    return digest.hexdigest()
+
+
 def guard_cache(namespace: dict, module_file: str) -> None:
     """Drop stale on-disk cache entries of the kernels defined in ``module_file``.
 
@@ -35,17 +49,10 @@ def guard_cache(namespace: dict, module_file: str) -> None:
     missing, this module's cache entries are deleted before anything loads
     them, then the stamp is written.
     """
-    import glob
-    import hashlib
     import os
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    digest = hashlib.sha256()
-    for src in sorted(glob.glob(os.path.join(here, "*.py"))):
-        with open(src, "rb") as f:
-            digest.update(os.path.basename(src).encode() + b"\0" + f.read())
     stem = os.path.splitext(os.path.basename(module_file))[0]
-    tag = f"gpu_dedup-{stem}-{digest.hexdigest()[:16]}.stamp"
+    tag = f"gpu_dedup-{stem}-{kernel_digest()[:16]}.stamp"
     bases: dict[str, list[str]] = {}
     for obj in namespace.values():
         cache = getattr(obj, "_cache", None)

@@ -86,8 +86,8 @@ def test_every_row_accounted_and_outputs_complete(planted, planted_run):
     inputs = [pq.read_table(p) for p in sorted((d / "in").glob("*.parquet"))]
     assert_accounted(result, inputs)
     out_names = sorted(p.name for p in (d / "out").iterdir())
-    assert out_names == ["duplicates.parquet", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet",
-                         "report.json"]
+    assert out_names == ["_SUCCESS", "duplicates.parquet", "part-00000.parquet", "part-00001.parquet",
+                         "part-00002.parquet", "report.json"]  # no checkpoint directory left behind
     for p in (d / "in").glob("*.parquet"):
         assert pq.read_schema(d / "out" / p.name).equals(pq.read_schema(p))
     rep = json.loads((d / "out" / "report.json").read_text())
