@@ -74,8 +74,8 @@ class MinHashConfig:
 @dataclass(frozen=True)
 class LSHConfig:
     threshold: float = 0.8  # Jaccard similarity that counts as a near-duplicate
-    bands: int | None = None  # None (with rows None): derived from threshold and num_perm
-    rows: int | None = None
+    bands: int | None = None  # both None: derived from threshold and num_perm;
+    rows: int | None = None  # one given: the other is num_perm divided by it
     fp_weight: float = 0.05  # weights of the false-positive / false-negative areas
     fn_weight: float = 0.95  # under the S-curve when (bands, rows) are derived (recall first:
     # exact verification removes false candidates, nothing recovers a missed one)
@@ -83,13 +83,10 @@ class LSHConfig:
     def __post_init__(self):
         if not 0.0 < self.threshold <= 1.0:
             raise ConfigError(f"lsh.threshold = {self.threshold} must be in (0, 1]; e.g. 0.8")
-        if (self.bands is None) != (self.rows is None):
-            raise ConfigError(
-                f"lsh.bands = {self.bands} and lsh.rows = {self.rows}: give both or neither "
-                "(neither: derived from the threshold)"
-            )
-        if self.bands is not None and (self.bands < 1 or self.rows < 1):
-            raise ConfigError(f"lsh.bands = {self.bands}, lsh.rows = {self.rows} must both be >= 1")
+        for name in ("bands", "rows"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"lsh.{name} = {value} must be >= 1")
         if self.fp_weight < 0 or self.fn_weight < 0 or self.fp_weight + self.fn_weight <= 0:
             raise ConfigError(
                 f"lsh.fp_weight = {self.fp_weight}, lsh.fn_weight = {self.fn_weight}: "
@@ -142,18 +139,32 @@ class Config:
 
     def __post_init__(self):
         _choice("", "backend", self.backend, BACKENDS)
-        if self.lsh.bands is not None and self.lsh.bands * self.lsh.rows > self.minhash.num_perm:
+        b, r, n = self.lsh.bands, self.lsh.rows, self.minhash.num_perm
+        if b is not None and r is not None and b * r > n:
             raise ConfigError(
-                f"lsh.bands * lsh.rows = {self.lsh.bands} * {self.lsh.rows} = {self.lsh.bands * self.lsh.rows} "
-                f"exceeds minhash.num_perm = {self.minhash.num_perm}; raise num_perm or lower bands/rows"
+                f"lsh.bands * lsh.rows = {b} * {r} = {b * r} exceeds minhash.num_perm = {n}; "
+                "raise num_perm or lower bands/rows"
+            )
+        one = ("rows", r) if b is None else ("bands", b) if r is None else None
+        if one is not None and one[1] is not None and n % one[1] != 0:
+            other = "bands" if one[0] == "rows" else "rows"
+            raise ConfigError(
+                f"minhash.num_perm = {n} is not a multiple of lsh.{one[0]} = {one[1]}, so lsh.{other} cannot be "
+                f"derived; use num_perm = {(n // one[1] + 1) * one[1]} or give lsh.{other} too"
             )
 
     # ---- derived values -------------------------------------------------
     @property
     def layout(self) -> tuple[int, int]:
-        """(bands, rows): given, or derived from the threshold (see lsh.optimal_layout)."""
-        if self.lsh.bands is not None:
-            return self.lsh.bands, self.lsh.rows
+        """(bands, rows): given, completed from num_perm, or derived from the threshold
+        (see lsh.optimal_layout)."""
+        b, r, n = self.lsh.bands, self.lsh.rows, self.minhash.num_perm
+        if b is not None and r is not None:
+            return b, r
+        if r is not None:
+            return n // r, r
+        if b is not None:
+            return b, n // b
         from .lsh import optimal_layout
 
         return optimal_layout(self.lsh.threshold, self.minhash.num_perm, self.lsh.fp_weight, self.lsh.fn_weight)

@@ -98,21 +98,25 @@ def _assemble(tokens, doc_of, n_docs, vocab, sep_period, upper_first):
 
 def planted_corpus(n_docs: int = 3000, n_clusters: int = 150, cluster_size=(2, 6), words=(60, 400),
                    edit_rate=(0.0, 0.1), vocab_size: int = 20000, seed: int = 0,
-                   boilerplate_fraction: float = 0.0) -> PlantedCorpus:
+                   boilerplate_fraction: float = 0.0, boilerplate_identical: bool = False,
+                   empty_fraction: float = 0.0) -> PlantedCorpus:
     """A corpus of ``n_docs`` documents with ``n_clusters`` planted near-duplicate clusters.
 
     Cluster sizes are uniform in ``cluster_size`` (inclusive); document lengths
     are log-uniform in ``words``; each variant's edit rate is uniform in
     ``edit_rate``.  ``boilerplate_fraction`` of the documents are one short
     boilerplate text with a distinct number appended (one giant near-duplicate
-    bucket, for skew tests).
+    bucket, for skew tests), or the very same text if ``boilerplate_identical``;
+    ``empty_fraction`` of the documents are empty strings.  Boilerplate and
+    empty documents have cluster ids ``n_clusters`` and ``n_clusters + 1``.
     """
     rng = np.random.default_rng(seed)
     vocab = vocabulary(vocab_size, seed)
     sizes = rng.integers(cluster_size[0], cluster_size[1] + 1, n_clusters) if n_clusters else np.zeros(0, int)
     n_boiler = int(round(boilerplate_fraction * n_docs))
+    n_empty = int(round(empty_fraction * n_docs))
     n_variants = int((sizes - 1).sum())
-    n_base = n_docs - n_variants - n_boiler
+    n_base = n_docs - n_variants - n_boiler - n_empty
     if n_base < n_clusters:
         raise ValueError(f"n_docs = {n_docs} is too small for {n_clusters} clusters of sizes {cluster_size}")
     # base documents
@@ -150,12 +154,20 @@ def planted_corpus(n_docs: int = 3000, n_clusters: int = 150, cluster_size=(2, 6
     rate_all = np.concatenate([np.zeros(n_base), rates])
     if n_boiler:
         boiler = "Subscribe to our newsletter for the latest updates. All rights reserved. Terms of use apply. Item "
-        nums = pc.cast(pa.array(rng.permutation(n_boiler) + 1000), pa.large_string())
+        if boilerplate_identical:
+            nums = pa.repeat(pa.scalar("1000", pa.large_string()), n_boiler)
+        else:
+            nums = pc.cast(pa.array(rng.permutation(n_boiler) + 1000), pa.large_string())
         btext = pc.binary_join_element_wise(pa.scalar(boiler, pa.large_string()), nums, pa.scalar("", pa.large_string()))
         text = pa.concat_arrays([pc.cast(text, pa.large_string()), btext])
         cluster = np.concatenate([cluster, np.full(n_boiler, n_clusters, np.int64)])
         variant_of = np.concatenate([variant_of, np.full(n_boiler, -2, np.int64)])
         rate_all = np.concatenate([rate_all, np.zeros(n_boiler)])
+    if n_empty:
+        text = pa.concat_arrays([pc.cast(text, pa.large_string()), pa.repeat(pa.scalar("", pa.large_string()), n_empty)])
+        cluster = np.concatenate([cluster, np.full(n_empty, n_clusters + 1, np.int64)])
+        variant_of = np.concatenate([variant_of, np.full(n_empty, -3, np.int64)])
+        rate_all = np.concatenate([rate_all, np.zeros(n_empty)])
     # shuffle so clusters are spread over the corpus and shards
     order = rng.permutation(n_docs)
     ids = pc.binary_join_element_wise(

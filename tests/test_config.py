@@ -43,8 +43,10 @@ def test_wrong_types_and_values_are_named():
         MinHashConfig(shingle="token")
     with pytest.raises(ConfigError, match="exceeds minhash.num_perm = 64"):
         Config.from_dict({"minhash": {"num_perm": 64}, "lsh": {"bands": 10, "rows": 8}})
-    with pytest.raises(ConfigError, match="give both or neither"):
-        LSHConfig(bands=4)
+    with pytest.raises(ConfigError, match="num_perm = 128 is not a multiple of lsh.rows = 10, so lsh.bands cannot be derived; use num_perm = 130"):
+        Config.from_dict({"lsh": {"rows": 10}})
+    with pytest.raises(ConfigError, match="lsh.bands = 0 must be >= 1"):
+        LSHConfig(bands=0)
     with pytest.raises(ConfigError, match="needs select.score_column"):
         Config.from_dict({"select": {"keep": "score"}})
 
@@ -67,6 +69,11 @@ def test_fingerprint_ignores_backend_but_not_parameters():
     a = Config()
     assert a.fingerprint == a.with_overrides({"backend": "cpu"}).fingerprint
     assert a.fingerprint != a.with_overrides({"minhash.seed": 1}).fingerprint
+
+
+def test_one_of_bands_rows_completes_the_other():
+    assert Config.from_dict({"lsh": {"rows": 8}}).layout == (16, 8)
+    assert Config.from_dict({"minhash": {"num_perm": 260}, "lsh": {"bands": 20}}).layout == (20, 13)
 
 
 def test_exact_verification_avoids_unused_permutations():

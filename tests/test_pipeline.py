@@ -213,3 +213,40 @@ def test_boilerplate_skew_costs_linear_edges(tmp_path):
     assert c["candidate_edges"] <= 16 * 20000  # at most one edge per membership, never pairs
     boiler = np.flatnonzero(sample.clusters == 100)
     assert len(set(result.cluster[boiler])) <= 5  # nearly all boilerplate copies in one cluster
+
+
+def test_outputs_do_not_depend_on_thread_count(planted, planted_run, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    d, _ = planted
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "gpu_dedup", "run", str(d / "in"), "-o", str(tmp_path / "one"),
+                           "--id-column", "id", "--backend", "cpu", "-q"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "on 1 threads" in (tmp_path / "one" / "report.json").read_text()
+    for name in ["duplicates.parquet", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]:
+        assert (d / "out" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
+
+
+@pytest.mark.parametrize("exact_dedup", [True, False])
+def test_skew_one_boilerplate_text_and_empty_documents(tmp_path, exact_dedup):
+    """10% one identical boilerplate text, 10% empty: linear edges, everything accounted for."""
+    n = 20000
+    sample = planted_corpus(n_docs=n, n_clusters=200, words=(30, 80), boilerplate_fraction=0.1,
+                            boilerplate_identical=True, empty_fraction=0.1, seed=8)
+    write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=2)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "exact_dedup": exact_dedup})
+    result = run(tmp_path / "in", tmp_path / "out", cfg)
+    c = result.report["counts"]
+    assert c["candidate_edges"] <= n  # star edges, deduplicated across bands: at most one per document here
+    boiler = np.flatnonzero(sample.clusters == 200)
+    empty = np.flatnonzero(sample.clusters == 201)
+    assert len(set(result.cluster[boiler])) == 1 and result.kept[boiler].sum() == 1
+    if exact_dedup:  # empty texts are exact copies of each other: one kept
+        assert result.kept[empty].sum() == 1
+    else:  # no shingles: never candidates
+        assert result.kept[empty].all() and c["no_shingles"] == 2000
+    inputs = [pq.read_table(p) for p in sorted((tmp_path / "in").glob("*.parquet"))]
+    assert_accounted(result, inputs)

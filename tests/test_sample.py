@@ -26,3 +26,11 @@ def test_boilerplate_fraction():
 def test_vocabulary_distinct():
     v = vocabulary(5000, 3)
     assert len(v) == len(set(v)) == 5000
+
+
+def test_identical_boilerplate_and_empty_documents():
+    s = planted_corpus(1000, 10, boilerplate_fraction=0.1, boilerplate_identical=True, empty_fraction=0.1, seed=2)
+    texts = s.table.column("text").to_pylist()
+    assert texts.count("") == 100
+    assert len({t for t in texts if t.startswith("Subscribe")}) == 1
+    assert (s.clusters == 10).sum() == 100 and (s.clusters == 11).sum() == 100
