@@ -82,6 +82,13 @@ def cmd_demo(args) -> int:
     return run_demo(Path(args.output), cfg, docs=args.docs, quiet=args.quiet)
 
 
+def cmd_bench_skew(args) -> int:
+    from .bench import skew
+
+    skew.run(args.sizes, args.results, args.workdir)
+    return 0
+
+
 def cmd_config(args) -> int:
     cfg = _config_from_args(args)
     bands, rows = cfg.layout
@@ -113,6 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("-v", "--verbose", action="count", default=0)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("bench", help="benchmarks (see gpu_dedup/bench)")
+    bench = p.add_subparsers(dest="bench", required=True)
+    b = bench.add_parser("skew", help="10%% one boilerplate text + 10%% empty documents, growth with size")
+    b.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    b.add_argument("--results", default="bench-results", help="directory for JSON + Markdown results")
+    b.add_argument("--workdir", help="where to put generated corpora (default: system temp)")
+    b.set_defaults(func=cmd_bench_skew, quiet=False, verbose=0)
 
     p = sub.add_parser("config", help="print the resolved configuration (with derived values)")
     _add_config_args(p)

@@ -57,6 +57,19 @@ def rss_mb() -> float:
 
 
 def peak_rss_mb() -> float:
+    """Peak resident memory of this process in MiB.
+
+    Reads VmHWM (the high-water mark of this address space): ``ru_maxrss``
+    survives fork + exec on Linux, so a child started by a large parent would
+    report the parent's peak.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:  # pragma: no cover - non-Linux
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -5,13 +5,15 @@ synthetic vocabulary, with sentence punctuation.  Some base documents get
 near-duplicate variants made by random word substitutions, deletions and
 insertions at a per-variant edit rate (rate 0 gives copies that are identical,
 or identical after normalization when case changes are applied).  Everything
-is vectorized over the token stream: no Python loop over documents.
+is vectorized over the token stream (text assembly is one compiled loop over
+tokens): no Python loop over documents.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -63,6 +65,25 @@ def _mutate(tokens, doc_of, rates, vocab_size, rng):
     return new_tokens, new_doc_of
 
 
+@numba.njit(cache=True)
+def _fill_text(tokens, tok_start, sep_len, upper, word_bytes, word_off, word_len, out):
+    """Write each token's word (capitalised if ``upper``) and separator at ``tok_start``."""
+    for i in range(tokens.shape[0]):
+        w = tokens[i]
+        o = tok_start[i]
+        src = word_off[w]
+        for j in range(word_len[w]):
+            out[o + j] = word_bytes[src + j]
+        if upper[i] and word_len[w] > 0 and out[o] >= 97 and out[o] <= 122:
+            out[o] -= 32
+        o += word_len[w]
+        if sep_len[i] == 2:
+            out[o] = 46  # "."
+            out[o + 1] = 32
+        elif sep_len[i] == 1:
+            out[o] = 32
+
+
 def _assemble(tokens, doc_of, n_docs, vocab, sep_period, upper_first):
     """Build an Arrow large_string array from word ids (flat) and their document index."""
     word_bytes = np.frombuffer(b"".join(vocab), np.uint8)
@@ -72,25 +93,11 @@ def _assemble(tokens, doc_of, n_docs, vocab, sep_period, upper_first):
     # nothing after a document's last token
     last = np.ones(tokens.shape[0], bool)
     last[:-1] = doc_of[1:] != doc_of[:-1]
-    sep_len = np.where(last, 0, np.where(sep_period, 2, 1))
+    sep_len = np.where(last, 0, np.where(sep_period, 2, 1)).astype(np.int8)
     tok_len = word_len[tokens] + sep_len
-    total = int(tok_len.sum())
     tok_start = np.concatenate(([0], np.cumsum(tok_len)[:-1]))
-    out = np.empty(total, np.uint8)
-    # word bytes: a ramp per token
-    wl = word_len[tokens]
-    owner = np.repeat(np.arange(tokens.shape[0]), wl)
-    within = np.arange(int(wl.sum())) - np.repeat(np.cumsum(wl) - wl, wl)
-    out[tok_start[owner] + within] = word_bytes[word_off[tokens[owner]] + within]
-    # capitalise sentence starts (ASCII letters)
-    cap = upper_first & (wl > 0)
-    out[tok_start[cap]] = out[tok_start[cap]] - 32 * ((out[tok_start[cap]] >= 97) & (out[tok_start[cap]] <= 122))
-    sp = tok_start + wl
-    period = sep_period & ~last
-    out[sp[period]] = ord(".")
-    out[sp[period] + 1] = ord(" ")
-    space = ~sep_period & ~last
-    out[sp[space]] = ord(" ")
+    out = np.empty(int(tok_len.sum()), np.uint8)
+    _fill_text(tokens, tok_start, sep_len, upper_first, word_bytes, word_off, word_len, out)
     doc_bytes = np.bincount(doc_of, weights=tok_len, minlength=n_docs).astype(np.int64)
     offsets = np.concatenate(([0], np.cumsum(doc_bytes)))
     return pa.LargeStringArray.from_buffers(n_docs, pa.py_buffer(offsets), pa.py_buffer(out))

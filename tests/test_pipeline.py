@@ -28,7 +28,10 @@ def assert_accounted(result, in_dir_tables, id_col="id"):
     out = result.output_dir
     kept_ids = []
     for shard in result.shards:
-        kept_ids += pq.read_table(out / shard.name).column(id_col).to_pylist()
+        if shard.format == "parquet":
+            kept_ids += pq.read_table(out / shard.name).column(id_col).to_pylist()
+        else:
+            kept_ids += [json.loads(line)[id_col] for line in (out / shard.name).read_text().splitlines()]
     dup = result.duplicates
     removed = dup.filter(pa.compute.invert(dup.column("kept"))).column(id_col).to_pylist()
     all_ids = [i for t in in_dir_tables for i in t.column(id_col).to_pylist()]
@@ -146,6 +149,7 @@ def test_keep_longest_policy(tmp_path):
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "select": {"keep": "longest"},
                             "minhash": {"ngram": 2}, "lsh": {"threshold": 0.7}})
     result = run(tmp_path / "x.parquet", tmp_path / "out", cfg)
+    assert_accounted(result, [pq.read_table(tmp_path / "x.parquet")])
     assert pq.read_table(tmp_path / "out" / "x.parquet").column("id").to_pylist() == ["l"]
     frame = result.duplicates.to_pandas().set_index("id")
     assert frame.loc["p", "match"] == "near"  # 'p' equals 's' after normalization, but 'l' survives
@@ -166,8 +170,10 @@ def test_null_empty_and_short_documents(tmp_path):
 
 
 def test_zero_documents(tmp_path):
-    pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / "empty.parquet")
-    result = run(tmp_path / "empty.parquet", tmp_path / "out", Config(backend="cpu"))
+    table = pa.table({"id": pa.array([], pa.int64()), "text": pa.array([], pa.string())})
+    pq.write_table(table, tmp_path / "empty.parquet")
+    result = run(tmp_path / "empty.parquet", tmp_path / "out", Config.from_dict({"input": {"id_column": "id"}}))
+    assert_accounted(result, [table])
     assert result.report["counts"]["documents_read"] == 0
     assert pq.read_table(tmp_path / "out" / "empty.parquet").num_rows == 0
     assert (tmp_path / "out" / "report.json").exists()
@@ -201,6 +207,8 @@ def test_jsonl_end_to_end_keeps_lines_verbatim(tmp_path):
         assert set(out) <= set(src) and len(out) < len(src)
         assert out == [line for line in src if line in set(out)]  # order and bytes preserved
     assert result.report["counts"]["removed"] > 0
+    sample_ids = sample.table.select(["id"])
+    assert_accounted(result, [sample_ids])
 
 
 def test_boilerplate_skew_costs_linear_edges(tmp_path):
@@ -210,6 +218,7 @@ def test_boilerplate_skew_costs_linear_edges(tmp_path):
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "exact_dedup": False})
     result = run(tmp_path / "in", tmp_path / "out", cfg)
     c = result.report["counts"]
+    assert_accounted(result, [sample.table.select(["id"])])
     assert c["candidate_edges"] <= 16 * 20000  # at most one edge per membership, never pairs
     boiler = np.flatnonzero(sample.clusters == 100)
     assert len(set(result.cluster[boiler])) <= 5  # nearly all boilerplate copies in one cluster

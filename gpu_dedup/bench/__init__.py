@@ -1,0 +1,56 @@
+"""Benchmarks, run with ``gpu-dedup bench <name>``.
+
+Each benchmark prints a table and writes JSON + Markdown to a results
+directory.  Timings come from runs on the same machine in one invocation, so
+ratios between them are meaningful even where absolute times are noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def machine() -> dict:
+    import os
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        cores = os.cpu_count()
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cpu": cpu, "cores": cores, "memory_gib": round(mem, 1), "python": platform.python_version()}
+
+
+def growth_exponent(sizes, values) -> float:
+    """Least-squares slope of log(value) against log(size): 1.0 is linear."""
+    x, y = np.log(np.asarray(sizes, float)), np.log(np.asarray(values, float))
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def run_cli_job(inputs, output, extra=(), env=None) -> dict:
+    """``gpu-dedup run`` in a child process (its own peak memory); returns its report."""
+    cmd = [sys.executable, "-m", "gpu_dedup", "run", str(inputs), "-o", str(output), "-q", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark job failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+    return json.loads((Path(output) / "report.json").read_text())
+
+
+def write_results(directory, name: str, payload: dict, markdown: str) -> Path:
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
+    (d / f"{name}.md").write_text(markdown)
+    return d
