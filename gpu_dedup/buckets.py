@@ -59,35 +59,49 @@ class Edges:
         return pd.DataFrame(cols)
 
 
+def group_buckets(band: np.ndarray, hashes: np.ndarray, doc: np.ndarray) -> Buckets:
+    """Group a long frame (band, band hash, doc) into multi-member buckets.
+
+    The one grouping implementation: the single-process stage calls it per
+    band, the Dask path per shuffle partition.  Members ascend inside a bucket
+    and buckets are ordered by (band, hash), whatever the input order.
+    """
+    n = doc.shape[0]
+    if n == 0:
+        return Buckets(np.zeros(0, np.int32), np.zeros(0, np.uint64), np.zeros(1, np.int64), np.zeros(0, np.int64))
+    order = np.lexsort((doc, hashes, band))
+    b, h, d = band[order], hashes[order], doc[order]
+    start = np.ones(n, bool)
+    start[1:] = (h[1:] != h[:-1]) | (b[1:] != b[:-1])
+    starts = np.flatnonzero(start)
+    run = np.diff(np.append(starts, n))
+    multi = run > 1
+    sizes = run[multi]
+    offsets = np.zeros(sizes.shape[0] + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return Buckets(b[starts[multi]].astype(np.int32), h[starts[multi]].astype(np.uint64), offsets,
+                   d[np.repeat(multi, run)].astype(np.int64))
+
+
+def concat_buckets(parts: list) -> Buckets:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return group_buckets(np.zeros(0, np.int32), np.zeros(0, np.uint64), np.zeros(0, np.int64))
+    sizes = np.concatenate([p.sizes for p in parts])
+    offsets = np.zeros(sizes.shape[0] + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return Buckets(np.concatenate([p.band for p in parts]), np.concatenate([p.hash for p in parts]), offsets,
+                   np.concatenate([p.members for p in parts]))
+
+
 def buckets(band_hashes: np.ndarray) -> Buckets:
     """Group rows of an (n, bands) band-hash matrix by (band, hash); drop singletons."""
     n, num_bands = band_hashes.shape
-    bands, hashes, sizes, members = [], [], [], []
-    for band in range(num_bands):  # one sort per band: O(bands) Python steps, not O(documents)
-        col = band_hashes[:, band]
-        order = np.argsort(col, kind="stable")  # stable: members ascend inside a bucket
-        sorted_h = col[order]
-        if n == 0:
-            continue
-        start = np.ones(n, bool)
-        start[1:] = sorted_h[1:] != sorted_h[:-1]
-        starts = np.flatnonzero(start)
-        run = np.diff(np.append(starts, n))
-        multi = run > 1
-        if not multi.any():
-            continue
-        keep = np.repeat(multi, run)
-        bands.append(np.full(int(multi.sum()), band, np.int32))
-        hashes.append(sorted_h[starts[multi]])
-        sizes.append(run[multi])
-        members.append(order[keep])
-    if not bands:
-        empty = np.zeros(0, np.int64)
-        return Buckets(np.zeros(0, np.int32), np.zeros(0, np.uint64), np.zeros(1, np.int64), empty)
-    sizes = np.concatenate(sizes)
-    offsets = np.zeros(sizes.shape[0] + 1, np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    return Buckets(np.concatenate(bands), np.concatenate(hashes), offsets, np.concatenate(members).astype(np.int64))
+    doc = np.arange(n, dtype=np.int64)
+    parts = [  # one sort per band (bounded memory): O(bands) Python steps, not O(documents)
+        group_buckets(np.full(n, band, np.int32), band_hashes[:, band], doc) for band in range(num_bands)
+    ]
+    return concat_buckets(parts)
 
 
 def unique_pairs(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

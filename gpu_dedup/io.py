@@ -240,73 +240,94 @@ def _text_type_ok(t: pa.DataType) -> bool:
                               pa.types.is_large_binary, pa.types.is_null))
 
 
-def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = None) -> Corpus:
-    """Read every shard's id, text (and score) columns into one corpus table."""
-    shards = inputs if inputs and isinstance(inputs, list) and isinstance(inputs[0], Shard) else discover(inputs, cfg.format)
+def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None, row_groups=None):
+    """The validated text (and id, score) columns of one shard, or of some of its
+    Parquet row groups, as a table with columns ``text``[, ``id``][, ``score``];
+    None for a JSONL shard without records."""
     wanted = {"text": cfg.text_column}
     if cfg.id_column:
         wanted["id"] = cfg.id_column
     if score_column:
         wanted["score"] = score_column
-    parts, out_shards = [], []
-    id_type = None
-    id_from = None
-    row0 = 0
-    for i, shard in enumerate(shards):
-        if shard.format == "parquet":
-            names = _parquet_schema(shard).names
-            for key, col in wanted.items():
-                if col not in names:
-                    raise _missing(shard, key, col, names)
-            table = _read_parquet(shard, list(dict.fromkeys(wanted.values())))
+    if shard.format == "parquet":
+        names = _parquet_schema(shard).names
+        for key, col in wanted.items():
+            if col not in names:
+                raise _missing(shard, key, col, names)
+        columns = list(dict.fromkeys(wanted.values()))
+        if row_groups is None:
+            table = _read_parquet(shard, columns)
         else:
-            table = _read_jsonl(shard)
-            if table is None:  # no records
-                out_shards.append(shard.with_rows(0))
-                continue
-            names = table.column_names
-            for key, col in wanted.items():
-                if col not in names:
-                    raise _missing(shard, key, col, names)
-        n = table.num_rows
-        text = table.column(cfg.text_column)
-        if not _text_type_ok(text.type):
+            try:
+                table = pq.ParquetFile(shard.path).read_row_groups(list(row_groups), columns=columns)
+            except (OSError, pa.ArrowException) as exc:
+                raise InputError(f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or replace it") from None
+    else:
+        table = _read_jsonl(shard)
+        if table is None:  # no records
+            return None
+        for key, col in wanted.items():
+            if col not in table.column_names:
+                raise _missing(shard, key, col, table.column_names)
+    text = table.column(cfg.text_column)
+    if not _text_type_ok(text.type):
+        raise InputError(
+            f"text column {cfg.text_column!r} of shard {shard.path!r} has type {text.type}; it must be a string column"
+        )
+    cols = {"text": _as_large_text(text)}
+    if cfg.id_column:
+        cols["id"] = table.column(cfg.id_column)
+    if score_column:
+        score = table.column(score_column)
+        if not (pa.types.is_integer(score.type) or pa.types.is_floating(score.type)):
             raise InputError(
-                f"text column {cfg.text_column!r} of shard {shard.path!r} has type {text.type}; "
-                "it must be a string column"
+                f"score column {score_column!r} of shard {shard.path!r} has type {score.type}; it must be numeric"
             )
+        cols["score"] = pc.cast(score, pa.float64())
+    return pa.table(cols)
+
+
+def check_id_type(shard: Shard, id_column: str, id_type, first: tuple | None):
+    """Raise when the id column's type differs from the first shard's; returns the (type, path) to compare with."""
+    if first is None:
+        return (id_type, shard.path)
+    if id_type != first[0]:
+        raise InputError(
+            f"id column {id_column!r} has type {id_type} in shard {shard.path!r} but {first[0]} in "
+            f"{first[1]!r}; mixed schemas across shards: make the id column one type in every shard"
+        )
+    return first
+
+
+def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = None) -> Corpus:
+    """Read every shard's id, text (and score) columns into one corpus table."""
+    shards = inputs if inputs and isinstance(inputs, list) and isinstance(inputs[0], Shard) else discover(inputs, cfg.format)
+    parts, out_shards = [], []
+    first_id = None
+    row0 = 0
+    for i, shard in enumerate(shards):  # one step per shard file
+        table = read_columns(shard, cfg, score_column)
+        if table is None:
+            out_shards.append(shard.with_rows(0))
+            continue
+        n = table.num_rows
         cols = {
             "row": pa.array(np.arange(row0, row0 + n, dtype=np.int64)),
             "shard": pa.array(np.full(n, i, np.int32)),
             "shard_row": pa.array(np.arange(n, dtype=np.int64)),
         }
         if cfg.id_column:
-            ids = table.column(cfg.id_column)
-            if id_type is None:
-                id_type, id_from = ids.type, shard.path
-            elif ids.type != id_type:
-                raise InputError(
-                    f"id column {cfg.id_column!r} has type {ids.type} in shard {shard.path!r} but {id_type} in "
-                    f"{id_from!r}; mixed schemas across shards: make the id column one type in every shard"
-                )
-            cols["id"] = ids
+            first_id = check_id_type(shard, cfg.id_column, table.column("id").type, first_id)
+            cols["id"] = table.column("id")
         else:
             cols["id"] = cols["row"]
-        cols["text"] = _as_large_text(text)
+        cols["text"] = table.column("text")
         if score_column:
-            score = table.column(score_column)
-            if not (pa.types.is_integer(score.type) or pa.types.is_floating(score.type)):
-                raise InputError(
-                    f"score column {score_column!r} of shard {shard.path!r} has type {score.type}; it must be numeric"
-                )
-            cols["score"] = pc.cast(score, pa.float64())
+            cols["score"] = table.column("score")
         parts.append(pa.table(cols))
         out_shards.append(shard.with_rows(n))
         row0 += n
-    if not parts:
-        table = _empty_table(score_column is not None)
-    else:
-        table = pa.concat_tables(parts)
+    table = pa.concat_tables(parts) if parts else _empty_table(score_column is not None)
     log.info("read %d documents from %d shard(s)", table.num_rows, len(out_shards))
     return Corpus(table, out_shards, cfg.text_column, cfg.id_column, score_column)
 

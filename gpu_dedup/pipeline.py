@@ -382,21 +382,27 @@ def _similarity_to_survivor(rep, survivor, kept, method, strings, cfg, cand, sig
 
 
 def _duplicates_table(corpus, member, kept, survivor, similarity, rep) -> pa.Table:
+    return duplicates_table(corpus.ids, np.asarray(corpus.table.column("shard")),
+                            np.asarray(corpus.table.column("shard_row")), [s.name for s in corpus.shards],
+                            corpus.id_column, member, kept, survivor, similarity, rep)
+
+
+def duplicates_table(ids, shard, shard_row, shard_names, id_column, member, kept, survivor, similarity,
+                     rep) -> pa.Table:
+    """Every member of a cluster with two or more documents, in row order."""
     idx = np.flatnonzero(member)
-    ids = corpus.ids.take(pa.array(idx))
+    take = pa.array(idx)
     match = np.where(kept[idx], "kept", np.where(rep[idx] == survivor[idx], "exact", "near"))
-    shard_names = np.array([s.name for s in corpus.shards] or [""], dtype=object)
-    table = corpus.table
-    shard_idx = np.asarray(table.column("shard").take(pa.array(idx))) if idx.shape[0] else np.zeros(0, np.int32)
+    names = np.array(shard_names or [""], dtype=object)
     return pa.table(
         {
-            corpus.id_column or "id": ids,
+            id_column or "id": ids.take(take),
             "cluster_id": pa.array(survivor[idx], pa.int64()),
             "kept": pa.array(kept[idx]),
             "similarity": pa.array(similarity[idx].astype(np.float32)),
             "match": pa.array(match, pa.string()),
-            "survivor_id": corpus.ids.take(pa.array(survivor[idx])),
-            "shard": pa.array(shard_names[shard_idx] if idx.shape[0] else [], pa.string()),
-            "shard_row": table.column("shard_row").take(pa.array(idx)),
+            "survivor_id": ids.take(pa.array(survivor[idx])),
+            "shard": pa.array(names[shard[idx]] if idx.shape[0] else [], pa.string()),
+            "shard_row": pa.array(shard_row[idx], pa.int64()),
         }
     )

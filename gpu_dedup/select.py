@@ -20,19 +20,32 @@ from .config import SelectConfig
 
 def policy_ranks(table: pa.Table, cfg: SelectConfig = SelectConfig()) -> np.ndarray:
     """Rank of every document under the policy (a permutation of 0..n-1)."""
-    n = table.num_rows
-    if cfg.keep == "first" or n == 0:
+    length = None
+    if cfg.keep == "longest" and table.num_rows:
+        length = text_lengths(table.column("text"))
+    ids = table.column("id") if cfg.keep == "lowest_id" else None
+    score = table.column("score") if cfg.keep == "score" else None
+    return ranks_from_keys(cfg.keep, table.num_rows, length=length, ids=ids, score=score)
+
+
+def text_lengths(text) -> pa.Array:
+    """Code points of each original text (-1 for nulls): the ``longest`` policy's key."""
+    return pc.fill_null(pc.utf8_length(_as_text(text)), -1)
+
+
+def ranks_from_keys(keep: str, n: int, length=None, ids=None, score=None) -> np.ndarray:
+    """Ranks from the policy's key column (rows break ties; nulls rank last)."""
+    if keep == "first" or n == 0:
         return np.arange(n, dtype=np.int64)
     row = pa.array(np.arange(n, dtype=np.int64))
-    if cfg.keep == "longest":
-        length = pc.fill_null(pc.utf8_length(_as_text(table.column("text"))), -1)
+    if keep == "longest":
         keys = pa.table({"k": length, "row": row})
         order = pc.sort_indices(keys, sort_keys=[("k", "descending"), ("row", "ascending")])
-    elif cfg.keep == "lowest_id":
-        keys = pa.table({"k": table.column("id"), "row": row})
+    elif keep == "lowest_id":
+        keys = pa.table({"k": ids, "row": row})
         order = pc.sort_indices(keys, sort_keys=[("k", "ascending"), ("row", "ascending")])  # nulls last (default)
     else:  # score
-        keys = pa.table({"k": table.column("score"), "row": row})
+        keys = pa.table({"k": score, "row": row})
         order = pc.sort_indices(keys, sort_keys=[("k", "descending"), ("row", "ascending")])  # nulls last (default)
     ranks = np.empty(n, np.int64)
     ranks[np.asarray(order)] = np.arange(n, dtype=np.int64)
