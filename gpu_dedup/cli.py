@@ -25,6 +25,8 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows", type=int, help="rows per band (lsh.rows; alone: bands = num_perm / rows)")
     p.add_argument("--verify", choices=["exact", "signature", "none"], help="verification (verify.method)")
     p.add_argument("--backend", choices=["auto", "cpu", "gpu"], help="backend")
+    p.add_argument("--workers", type=int, help="run on a local Dask cluster of N workers (cluster.workers)")
+    p.add_argument("--scheduler", help="join a running Dask scheduler at this address (cluster.scheduler)")
     p.add_argument("--text-column", help="text column (input.text_column)")
     p.add_argument("--id-column", help="id column (input.id_column); default: generated row numbers")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -43,6 +45,8 @@ def _config_from_args(args) -> Config:
         ("rows", "lsh.rows"),
         ("verify", "verify.method"),
         ("backend", "backend"),
+        ("workers", "cluster.workers"),
+        ("scheduler", "cluster.scheduler"),
         ("text_column", "input.text_column"),
         ("id_column", "input.id_column"),
     ]:
@@ -60,7 +64,8 @@ def _config_from_args(args) -> Config:
 def _setup_logging(verbosity: int, quiet: bool) -> None:
     level = logging.WARNING if quiet else (logging.DEBUG if verbosity > 0 else logging.INFO)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("numba").setLevel(logging.WARNING)
+    for noisy in ("numba", "distributed", "bokeh", "tornado"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def cmd_run(args) -> int:

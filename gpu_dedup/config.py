@@ -126,6 +126,24 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
+class ClusterConfig:
+    workers: int | None = None  # None: one process; N: a local Dask cluster of N workers (N GPUs on gpu)
+    scheduler: str | None = None  # address of a running Dask scheduler to join instead
+    memory_limit: str = "auto"  # per local worker, Dask syntax: "2GiB"
+    block_rows: int = 250_000  # rows per partition (Parquet row groups are grouped up to this)
+
+    def __post_init__(self):
+        if self.workers is not None and self.workers < 1:
+            raise ConfigError(f"cluster.workers = {self.workers} must be >= 1 (or null for one process)")
+        if self.block_rows < 1:
+            raise ConfigError(f"cluster.block_rows = {self.block_rows} must be >= 1")
+
+    @property
+    def enabled(self) -> bool:
+        return self.workers is not None or bool(self.scheduler)
+
+
+@dataclass(frozen=True)
 class Config:
     backend: str = "auto"  # auto | cpu | gpu
     exact_dedup: bool = True  # collapse identical normalized texts before MinHash
@@ -136,6 +154,7 @@ class Config:
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     select: SelectConfig = field(default_factory=SelectConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def __post_init__(self):
         _choice("", "backend", self.backend, BACKENDS)
@@ -182,9 +201,10 @@ class Config:
 
     @property
     def fingerprint(self) -> str:
-        """Hash of everything that changes results (not the backend: CPU and GPU agree)."""
+        """Hash of everything that changes results (not the backend or the cluster: results agree)."""
         d = self.to_dict()
         d.pop("backend")
+        d.pop("cluster")
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -128,7 +128,13 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False) ->
 
     A run killed at any point resumes from its last checkpoint when called
     again with the same inputs and config; ``restart=True`` starts over.
+    With ``cluster.workers`` or ``cluster.scheduler`` set, the run goes to a
+    Dask cluster (:mod:`gpu_dedup.distributed`; no checkpoints there).
     """
+    if cfg.cluster.enabled:
+        from . import distributed
+
+        return distributed.run(inputs, output_dir, cfg)
     return _Run(inputs, Path(output_dir), cfg, restart).execute()
 
 

@@ -1,0 +1,86 @@
+"""Dask scale-out: results identical to the single-process pipeline for 2 and 4 workers."""
+
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from gpu_dedup.config import Config
+from gpu_dedup.pipeline import run
+from gpu_dedup.sample import planted_corpus, write_shards
+
+distributed = pytest.importorskip("distributed")
+
+BASE = {"backend": "cpu", "input": {"id_column": "id"}}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dist")
+    sample = planted_corpus(n_docs=2400, n_clusters=120, words=(30, 150), edit_rate=(0, 0.05), seed=21)
+    table = sample.table.select(["id", "text"])
+    (d / "in").mkdir()
+    for i, lo in enumerate(range(0, 2400, 800)):  # small row groups: several blocks per shard
+        pq.write_table(table.slice(lo, 800), d / "in" / f"part-{i}.parquet", row_group_size=150)
+    write_shards(table, d / "jsonl", shards=3, fmt="jsonl")
+    return d
+
+
+@pytest.fixture(scope="module")
+def cluster4():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      env={"NUMBA_NUM_THREADS": "1"}) as cluster:
+        yield cluster.scheduler_address
+
+
+def _identical(a, b, names):
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def _names(d):
+    return ["duplicates.parquet"] + sorted(p.name for p in d.iterdir() if p.suffix in (".parquet", ".jsonl")
+                                           and p.name != "duplicates.parquet")
+
+
+def test_cli_two_local_workers_equal_single_process(corpus, tmp_path):
+    single = run(corpus / "in", tmp_path / "single", Config.from_dict(BASE))
+    proc = subprocess.run([sys.executable, "-m", "gpu_dedup", "run", str(corpus / "in"), "-o", str(tmp_path / "two"),
+                           "--id-column", "id", "--backend", "cpu", "--workers", "2", "--set", "cluster.block_rows=300"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "Dask dashboard:" in proc.stdout
+    _identical(tmp_path / "single", tmp_path / "two", _names(tmp_path / "single"))
+    import json
+
+    report = json.loads((tmp_path / "two" / "report.json").read_text())
+    assert report["cluster"]["workers"] == 2 and report["cluster"]["blocks"] > 3
+    same = ("documents_read", "exact_stage_collapsed", "candidate_edges", "verified_edges", "clusters",
+            "exact_duplicates", "near_duplicates", "removed", "kept")
+    assert {k: report["counts"][k] for k in same} == {k: single.report["counts"][k] for k in same}
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"verify": {"method": "signature"}},
+    {"select": {"keep": "longest"}},
+    {"exact_dedup": False, "minhash": {"shingle": "char", "ngram": 7, "hash_bits": 32}},
+])
+def test_four_workers_equal_single_process(corpus, cluster4, tmp_path, extra):
+    cfg = Config.from_dict({**BASE, **extra})
+    single = run(corpus / "in", tmp_path / "single", cfg)
+    dist = run(corpus / "in", tmp_path / "four",
+               cfg.with_overrides({"cluster.scheduler": cluster4, "cluster.block_rows": 200}))
+    _identical(tmp_path / "single", tmp_path / "four", _names(tmp_path / "single"))
+    assert (dist.kept == single.kept).all() and (dist.cluster == single.cluster).all()
+    assert dist.report["counts"]["removed"] == single.report["counts"]["removed"] > 0
+
+
+def test_jsonl_shards_on_workers(corpus, cluster4, tmp_path):
+    cfg = Config.from_dict(BASE)
+    run(corpus / "jsonl", tmp_path / "single", cfg)
+    run(corpus / "jsonl", tmp_path / "dist", cfg.with_overrides({"cluster.scheduler": cluster4}))
+    _identical(tmp_path / "single", tmp_path / "dist", _names(tmp_path / "single"))
