@@ -73,7 +73,8 @@ def cmd_run(args) -> int:
     from .report import summary
 
     cfg = _config_from_args(args)
-    result = run(args.inputs, args.output, cfg, restart=args.restart)
+    result = run(args.inputs, args.output, cfg, restart=args.restart, index_out=args.index_out,
+                 against=args.against, update_index=args.update_index)
     if not args.quiet:
         print(summary(result.report))
         print(f"outputs in {result.output_dir}/ (deduplicated shards, duplicates.parquet, report.json)")
@@ -91,6 +92,54 @@ def cmd_bench_skew(args) -> int:
     from .bench import skew
 
     skew.run(args.sizes, args.results, args.workdir)
+    return 0
+
+
+def cmd_index_build(args) -> int:
+    import tempfile
+
+    from .pipeline import run
+
+    cfg = _config_from_args(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run(args.inputs, tmp, cfg, index_out=args.output, write_shards=False)
+    c = result.report["counts"]
+    print(f"indexed {c['documents_read']:,} documents ({c['kept']:,} kept, {c['removed']:,} duplicates) "
+          f"in {args.output}")
+    return 0
+
+
+def cmd_index_info(args) -> int:
+    import json
+
+    from .index import Index
+
+    print(json.dumps(Index.open(args.index).info(), indent=2))
+    return 0
+
+
+def cmd_query(args) -> int:
+    import json
+
+    import pyarrow as pa
+
+    from .index import Index
+
+    index = Index.open(args.index)
+    stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8", errors="replace")
+    with stream:
+        lines = [line.rstrip("\n") for line in stream]
+    texts = [json.loads(line).get(args.text_column) for line in lines if line.strip()] if args.jsonl else lines
+    matches = index.query(pa.array(texts, pa.large_string()), threshold=args.threshold, members=args.members)
+    for rec in matches.to_pylist():
+        print(json.dumps(rec, default=str))
+    return 0
+
+
+def cmd_bench_index(args) -> int:
+    from .bench import index
+
+    index.run(args.documents, args.queries, args.single, args.results, args.workdir)
     return 0
 
 
@@ -113,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="output directory")
     p.add_argument("--restart", action="store_true",
                    help="ignore checkpoints of an interrupted run in the output directory and start over")
+    p.add_argument("--index-out", help="also write a persisted index of the inputs to this directory")
+    p.add_argument("--against", metavar="INDEX", help="deduplicate against a persisted index (indexed documents win)")
+    p.add_argument("--update-index", action="store_true", help="with --against: append the inputs to the index")
     _add_config_args(p)
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("-v", "--verbose", action="count", default=0)
@@ -133,6 +185,35 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--results", default="bench-results", help="directory for JSON + Markdown results")
     b.add_argument("--workdir", help="where to put generated corpora (default: system temp)")
     b.set_defaults(func=cmd_bench_skew, quiet=False, verbose=0)
+
+    b = bench.add_parser("index", help="index size, open time, single-query latency, batch throughput")
+    b.add_argument("--documents", type=int, default=1_000_000)
+    b.add_argument("--queries", type=int, default=10_000)
+    b.add_argument("--single", type=int, default=200, help="queries timed one at a time")
+    b.add_argument("--results", default="bench-results")
+    b.add_argument("--workdir")
+    b.set_defaults(func=cmd_bench_index, quiet=False, verbose=0)
+
+    p = sub.add_parser("index", help="build or inspect a persisted index")
+    ix = p.add_subparsers(dest="index_command", required=True)
+    b = ix.add_parser("build", help="deduplicate a corpus and persist it as an index (no shards written)")
+    b.add_argument("inputs", nargs="+")
+    b.add_argument("-o", "--output", required=True, help="index directory (must not hold an index yet)")
+    _add_config_args(b)
+    b.add_argument("-q", "--quiet", action="store_true")
+    b.set_defaults(func=cmd_index_build, verbose=0)
+    b = ix.add_parser("info", help="print an index's size, segments and config")
+    b.add_argument("index")
+    b.set_defaults(func=cmd_index_info, quiet=True, verbose=0)
+
+    p = sub.add_parser("query", help="find indexed documents similar to texts (one per line, or JSONL)")
+    p.add_argument("index")
+    p.add_argument("file", nargs="?", default="-", help="text file, one document per line (default: stdin)")
+    p.add_argument("--jsonl", action="store_true", help="input lines are JSON objects; read --text-column")
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--threshold", type=float, help="minimum similarity (default: the index's threshold)")
+    p.add_argument("--members", type=int, default=8, help="documents compared per matching index bucket")
+    p.set_defaults(func=cmd_query, quiet=True, verbose=0)
 
     p = sub.add_parser("config", help="print the resolved configuration (with derived values)")
     _add_config_args(p)

@@ -30,7 +30,7 @@ from .buckets import Buckets, Edges, buckets, edges
 from .checkpoint import Checkpoints, maybe_crash, run_fingerprint
 from .components import components
 from .config import Config
-from .errors import InputError
+from .errors import ConfigError, InputError
 from .exact import exact_groups, exact_keys
 from .hashing import hash_params
 from .lsh import band_hashes
@@ -123,19 +123,34 @@ def _prepare_output(out: Path, shards) -> None:
                 os.unlink(os.path.join(dirpath, f))
 
 
-def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False) -> RunResult:
+def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, index_out=None, against=None,
+        update_index: bool = False, write_shards: bool = True) -> RunResult:
     """Deduplicate the shards ``inputs`` into ``output_dir``; see the module docstring.
 
     A run killed at any point resumes from its last checkpoint when called
     again with the same inputs and config; ``restart=True`` starts over.
     With ``cluster.workers`` or ``cluster.scheduler`` set, the run goes to a
     Dask cluster (:mod:`gpu_dedup.distributed`; no checkpoints there).
+
+    ``index_out``: also write a persisted index of the corpus there.
+    ``against``: an index path; deduplicate the inputs against it (indexed
+    documents always survive; no checkpoints in this mode), and with
+    ``update_index`` append the inputs to it.  See :mod:`gpu_dedup.index`.
     """
     if cfg.cluster.enabled:
+        if index_out or against:
+            raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")
         from . import distributed
 
         return distributed.run(inputs, output_dir, cfg)
-    return _Run(inputs, Path(output_dir), cfg, restart).execute()
+    r = _Run(inputs, Path(output_dir), cfg, restart)
+    r.index_out, r.write_shards = index_out, write_shards
+    if against is not None:
+        from .index import Index
+
+        r.index = Index.open(against, cfg)
+        r.update_index = update_index
+    return r.execute()
 
 
 class _Run:
@@ -156,6 +171,11 @@ class _Run:
         _prepare_output(out, self.shards)
         self.ckpt = Checkpoints(out, run_fingerprint(cfg, self.shards), restart)
         self._strings = None
+        self._norm = None
+        self.index = None  # an Index to deduplicate against
+        self.update_index = False
+        self.index_out = None
+        self.write_shards = True
 
     # ---- helpers ----------------------------------------------------------
     def _unit(self, unit: str, stages: tuple, compute):
@@ -178,7 +198,8 @@ class _Run:
         if self._strings is None:
             with self.st.stage("normalize") as info:
                 repaired, invalid = repair_utf8(self.corpus.text)
-                self._strings = string_buffers(normalize(repaired, self.cfg.normalize))
+                self._norm = normalize(repaired, self.cfg.normalize)
+                self._strings = string_buffers(self._norm)
                 info.update(invalid_utf8=invalid, text_mb=round(self._strings.nbytes / 2**20, 1))
             self.counts["invalid_utf8"] = invalid
         return self._strings
@@ -250,7 +271,8 @@ class _Run:
 
         a = self._unit("buckets", ("buckets",), compute_buckets)
         self.bk = Buckets(a["band"], a["hash"], a["offsets"], a["members"])
-        self.band_hashes = None
+        if not self.index_out:
+            self.band_hashes = None  # the index keeps them
 
         def compute_edges():
             with self.st.stage("edges") as info:
@@ -309,16 +331,17 @@ class _Run:
         a = self._unit("select", ("select",), compute)
         self.survivor, self.kept, self.similarity = a["survivor"], a["kept"], a["similarity"]
 
-    def write(self):
+    def write(self, duplicates=None):
         corpus, kept = self.corpus, self.kept
         with self.st.stage("write") as info:
-            member = self.cluster_size[self.labels] > 1 if self.n else np.zeros(0, bool)
-            duplicates = _duplicates_table(corpus, member, kept, self.survivor, self.similarity, self.rep)
+            if duplicates is None:
+                member = self.cluster_size[self.labels] > 1 if self.n else np.zeros(0, bool)
+                duplicates = _duplicates_table(corpus, member, kept, self.survivor, self.similarity, self.rep)
             starts = np.cumsum([0] + [s.rows for s in corpus.shards])
             written = 0
             for i, shard in enumerate(corpus.shards):  # one step per shard file
                 keep = kept[starts[i] : starts[i + 1]]
-                if not self.ckpt.marked(f"shard-{i}"):
+                if self.write_shards and not self.ckpt.marked(f"shard-{i}"):
                     io.write_shard(shard, keep, self.out, self.cfg.output.compression)
                     self.ckpt.mark(f"shard-{i}")
                     maybe_crash("write:first-shard")
@@ -347,14 +370,100 @@ class _Run:
         )
         report["resumed_from_checkpoint"] = self.ckpt.resumed
         report["run_fingerprint"] = self.ckpt.fingerprint
+        if self.index is not None:
+            report["index"] = {"path": str(self.index.path), "documents_before": self.counts["index_documents"],
+                               "updated": self.update_index, "documents_after": self.index.documents}
+        if self.index_out:
+            report["index_out"] = str(self.index_out)
         write_report(self.out / REPORT_NAME, report)
         maybe_crash("report:before-success")
         self.ckpt.remove()
         io.atomic_write_bytes(self.out / SUCCESS_NAME, f"{self.ckpt.fingerprint}\n".encode())
         return report
 
+    def _write_index(self):
+        """Persist every document of this run as a new index (see gpu_dedup.index)."""
+        from .index import Index
+
+        with self.st.stage("index") as info:
+            self.strings  # normalized texts (recomputed after a resume)
+            index = Index.create(self.index_out, self.cfg)
+            full = None
+            if self.sig_values is not None:
+                full = np.zeros((self.n, self.sig_values.shape[1]), self.sig_values.dtype)
+                full[self.cand] = self.sig_values
+            index.append(ids=self.corpus.ids.combine_chunks(), kept=self.kept, survivor=self.survivor,
+                         keys=exact_keys(self.strings, self.cfg.minhash.seed, self.backend), texts=self._norm,
+                         band_docs=self.cand, band_hashes=self.band_hashes, signatures=full)
+            info.update(documents=index.documents, path=str(self.index_out))
+
+    def _execute_against(self) -> RunResult:
+        """Dedup the inputs against an index (no checkpoints); optionally append them to it."""
+        from .index import dedup_against
+
+        idx, n = self.index, self.n
+        before = idx.documents
+        with self.st.stage("exact"):
+            ranks = policy_ranks(self.corpus.table, self.cfg.select)
+        self.strings  # normalize
+        with self.st.stage("against_index") as info:
+            res = dedup_against(idx, self._norm, self.null, ranks, self.cfg, self.backend)
+            info.update(index_documents=before, index_nodes=int(res.index_docs.shape[0]),
+                        verified_edges=len(res.verified), removed_against_index=res.counts["removed_against_index"])
+        self.counts.update(res.counts)
+        m = res.index_docs.shape[0]
+        ids = self.corpus.ids.combine_chunks()
+        if self.corpus.id_generated:  # generated ids continue the index's numbering
+            ids = pa.array(np.arange(before, before + n, dtype=np.int64))
+        in_index = res.survivor_node < m
+        cluster = before + res.survivor_node - m  # doc number of the survivor in index + new numbering
+        cluster[in_index] = idx.survivors(res.index_docs[res.survivor_node[in_index]])
+        pos = res.survivor_node - m  # survivor's row among the new documents, or after them: its index id
+        pos[in_index] = n + np.arange(int(in_index.sum()))
+        survivor_ids = pa.concat_arrays([ids, idx.ids(cluster[in_index]).cast(ids.type)]).take(pa.array(pos))
+        labels_new = np.bincount(res.labels, minlength=int(res.labels.max(initial=0)) + 1)[res.labels]
+        member = ~res.kept | (labels_new > 1)
+        idx_rows = np.flatnonzero(member)
+        match = np.where(res.kept, "kept", np.where(res.rep == res.survivor_node, "exact", "near"))
+        names = np.array([s.name for s in self.corpus.shards] or [""], dtype=object)
+        shard = np.asarray(self.corpus.table.column("shard"))
+        duplicates = pa.table({
+            self.corpus.id_column or "id": ids.take(pa.array(idx_rows)),
+            "cluster_id": pa.array(cluster[idx_rows], pa.int64()),
+            "kept": pa.array(res.kept[idx_rows]),
+            "similarity": pa.array(res.similarity[idx_rows].astype(np.float32)),
+            "match": pa.array(match[idx_rows], pa.string()),
+            "survivor_id": survivor_ids.take(pa.array(idx_rows)),
+            "in_index": pa.array(in_index[idx_rows]),
+            "shard": pa.array(names[shard[idx_rows]] if idx_rows.shape[0] else [], pa.string()),
+            "shard_row": self.corpus.table.column("shard_row").take(pa.array(idx_rows)),
+        })
+        self.kept, self.similarity, self.rep, self.survivor = res.kept, res.similarity, res.rep, res.survivor_node
+        self.cluster_size = np.bincount(res.labels, minlength=int(res.labels.max(initial=0)) + 1)
+        self.labels = res.labels
+        self.bk = Buckets(np.zeros(0, np.int32), np.zeros(0, np.uint64),
+                          np.concatenate([[0], np.cumsum(res.bucket_sizes)]).astype(np.int64),
+                          np.zeros(int(res.bucket_sizes.sum()), np.int64))
+        self.write(duplicates)
+        if self.update_index:
+            with self.st.stage("index") as info:
+                full = None
+                if res.signatures is not None:
+                    full = np.zeros((n, res.signatures.shape[1]), res.signatures.dtype)
+                    full[res.band_rows] = res.signatures
+                idx.append(ids=ids, kept=res.kept, survivor=cluster, keys=res.keys, texts=self._norm,
+                           band_docs=before + res.band_rows, band_hashes=res.band_hashes, signatures=full)
+                info.update(documents=idx.documents)
+        report = self.report()
+        c = self.counts
+        log.info("done: read %d, kept %d, removed %d (%d against the index) in %.1fs", c["documents_read"],
+                 c["kept"], c["removed"], c["removed_against_index"], report["wall_seconds"])
+        return RunResult(self.out, report, duplicates, res.kept, cluster, res.verified, self.corpus.shards)
+
     def execute(self) -> RunResult:
         self.read()
+        if self.index is not None:
+            return self._execute_against()
         self.exact()
         self.signatures_and_bands()
         self.buckets_and_edges()
@@ -362,6 +471,8 @@ class _Run:
         self.components()
         self.select()
         self.write()
+        if self.index_out:
+            self._write_index()
         report = self.report()
         c = self.counts
         log.info("done: read %d, kept %d, removed %d (%d exact, %d near) in %.1fs", c["documents_read"], c["kept"],

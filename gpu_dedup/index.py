@@ -1,0 +1,500 @@
+"""A persisted index for incremental dedup and online queries.
+
+Layout of an index directory (format ``gpu_dedup-index``, version 1)::
+
+    manifest.json          format, format_version, fingerprint, config, documents, segments
+    seg-00000/docs.arrow   doc, id, kept, survivor, key_len, key_h1, key_h2, text[, signature]
+    seg-00000/bands.arrow  band, hash, doc   (sorted by band, hash, doc)
+    seg-00001/...          one segment per build or append; old segments never change
+
+``*.arrow`` files are Arrow IPC files (uncompressed, memory-mapped on open, so
+opening costs almost nothing and rows are fetched by position).  ``doc``
+numbers documents across segments in the order they were added; ``survivor``
+is the doc number of the survivor of a document's cluster; ``text`` is the
+normalized text (for exact verification and similarity); the key columns are
+the exact-duplicate keys.  Bands hold the documents that went through LSH
+(exact-group representatives with at least one shingle).  The manifest is
+replaced atomically after a segment is complete, so a crash never leaves a
+half-added segment visible.
+
+Every document is kept in the index, removed ones included: a new document
+that resembles only a document removed earlier must still be removed, exactly
+as a full dedup of everything would (see ``tests/test_index.py``).
+
+The fingerprint covers what changes hash values and matching (normalize,
+minhash, bands x rows); an index opened with another config fails at once.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .buckets import Edges, edges, group_buckets
+from .config import Config
+from .errors import ConfigError, InputError
+
+FORMAT = "gpu_dedup-index"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def index_config(cfg: Config) -> dict:
+    bands, rows = cfg.layout
+    d = cfg.to_dict()
+    return {"normalize": d["normalize"], "minhash": d["minhash"], "bands": bands, "rows": rows}
+
+
+def index_fingerprint(cfg: Config) -> str:
+    return hashlib.sha256(json.dumps(index_config(cfg), sort_keys=True).encode()).hexdigest()[:16]
+
+
+class IndexMismatchError(ConfigError):
+    """The configuration does not match the one the index was built with."""
+
+
+@dataclass
+class _Segment:
+    name: str
+    docs: pa.Table
+    band_hash: np.ndarray
+    band_doc: np.ndarray
+    band_start: np.ndarray  # offsets of each band's run, length bands + 1
+    first_doc: int
+
+    @property
+    def n(self) -> int:
+        return self.docs.num_rows
+
+
+def _write_ipc(path: Path, table: pa.Table) -> None:
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=1 << 16)
+
+
+def _read_ipc(path: Path) -> pa.Table:
+    return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+
+
+class Index:
+    """An opened index; see the module docstring for the format."""
+
+    def __init__(self, path: Path, manifest: dict, segments: list):
+        self.path = Path(path)
+        self.manifest = manifest
+        self.segments = segments
+        self._keys = None
+
+    # ---- lifecycle ----------------------------------------------------------
+    @classmethod
+    def create(cls, path, cfg: Config) -> "Index":
+        p = Path(path)
+        if (p / MANIFEST).exists():
+            raise InputError(f"an index already exists in {str(p)!r}; open it, or remove it to build a new one")
+        p.mkdir(parents=True, exist_ok=True)
+        manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "fingerprint": index_fingerprint(cfg),
+                    "config": index_config(cfg), "documents": 0, "segments": [],
+                    "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        cls._write_manifest(p, manifest)
+        return cls(p, manifest, [])
+
+    @classmethod
+    def open(cls, path, cfg: Config | None = None) -> "Index":
+        p = Path(path)
+        if not (p / MANIFEST).is_file():
+            raise InputError(f"{str(p)!r} is not a gpu_dedup index (no {MANIFEST}); build one with "
+                             "`gpu-dedup index build` or `gpu-dedup run ... --index-out DIR`")
+        try:
+            manifest = json.loads((p / MANIFEST).read_text())
+        except ValueError as exc:
+            raise InputError(f"index manifest {str(p / MANIFEST)!r} is not valid JSON ({exc})") from None
+        if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+            raise InputError(f"{str(p)!r} holds index format {manifest.get('format')!r} version "
+                             f"{manifest.get('format_version')}; this gpu_dedup reads {FORMAT!r} version {FORMAT_VERSION}")
+        segments, first = [], 0
+        for name in manifest["segments"]:  # one step per segment
+            docs = _read_ipc(p / name / "docs.arrow")
+            bands = _read_ipc(p / name / "bands.arrow")
+            band = np.asarray(bands.column("band"))
+            nb = manifest["config"]["bands"]
+            start = np.searchsorted(band, np.arange(nb + 1), side="left").astype(np.int64)
+            segments.append(_Segment(name, docs, np.asarray(bands.column("hash")), np.asarray(bands.column("doc")),
+                                     start, first))
+            first += docs.num_rows
+        index = cls(p, manifest, segments)
+        if cfg is not None:
+            index.check(cfg)
+        return index
+
+    @staticmethod
+    def _write_manifest(p: Path, manifest: dict) -> None:
+        from .io import atomic_write_bytes
+
+        atomic_write_bytes(p / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+
+    def check(self, cfg: Config) -> None:
+        if index_fingerprint(cfg) == self.manifest["fingerprint"]:
+            return
+        mine, theirs = index_config(cfg), self.manifest["config"]
+        diffs = []
+        for section in ("normalize", "minhash"):
+            for k, v in theirs[section].items():
+                if mine[section].get(k) != v:
+                    diffs.append(f"{section}.{k}: index {v!r}, this run {mine[section].get(k)!r}")
+        for k in ("bands", "rows"):
+            if mine[k] != theirs[k]:
+                diffs.append(f"lsh.{k}: index {theirs[k]}, this run {mine[k]}")
+        raise IndexMismatchError(
+            f"the config does not match the index in {str(self.path)!r} ({'; '.join(diffs)}); "
+            f"run with the index's settings (`gpu-dedup index info {self.path}` prints them) or build a new index"
+        )
+
+    def config(self, base: Config = Config()) -> Config:
+        """``base`` with the index's normalize, minhash and (bands, rows) settings."""
+        c = self.manifest["config"]
+        d = base.to_dict()
+        d["normalize"], d["minhash"] = c["normalize"], c["minhash"]
+        d["lsh"]["bands"], d["lsh"]["rows"] = c["bands"], c["rows"]
+        return Config.from_dict(d)
+
+    @property
+    def documents(self) -> int:
+        return int(self.manifest["documents"])
+
+    def __len__(self) -> int:
+        return self.documents
+
+    # ---- lookups --------------------------------------------------------------
+    def _column(self, name: str, docs: np.ndarray):
+        """Values of a docs column for index doc numbers ``docs`` (any order)."""
+        docs = np.asarray(docs, np.int64)
+        if not self.segments or docs.shape[0] == 0:
+            kind = self.segments[0].docs.schema.field(name).type if self.segments else pa.int64()
+            return pa.array([], kind)
+        starts = np.array([s.first_doc for s in self.segments])
+        seg = np.searchsorted(starts, docs, side="right") - 1
+        parts, order = [], []
+        for k in np.unique(seg):  # one take per segment
+            sel = np.flatnonzero(seg == k)
+            parts.append(self.segments[k].docs.column(name).take(pa.array(docs[sel] - starts[k])))
+            order.append(sel)
+        merged = pa.concat_arrays([c for p in parts for c in (p.chunks if isinstance(p, pa.ChunkedArray) else [p])])
+        inverse = np.empty(docs.shape[0], np.int64)
+        inverse[np.concatenate(order)] = np.arange(docs.shape[0])
+        return merged.take(pa.array(inverse))
+
+    def texts(self, docs) -> pa.Array:
+        return self._column("text", docs)
+
+    def ids(self, docs):
+        return self._column("id", docs)
+
+    def survivors(self, docs) -> np.ndarray:
+        return np.asarray(self._column("survivor", docs))
+
+    def kept(self, docs) -> np.ndarray:
+        return np.asarray(self._column("kept", docs))
+
+    def signatures(self, docs) -> np.ndarray:
+        col = self._column("signature", docs)
+        return np.asarray(col.flatten()).reshape(len(col), -1)
+
+    def exact_matches(self, keys: np.ndarray) -> np.ndarray:
+        """Smallest index doc with each key (len, h1, h2), or -1."""
+        out = np.full(keys.shape[0], -1, np.int64)
+        if not self.segments or keys.shape[0] == 0:
+            return out
+        if self._keys is None:
+            import pandas as pd
+
+            frame = pd.concat([pd.DataFrame({
+                "l": np.asarray(s.docs.column("key_len")), "a": np.asarray(s.docs.column("key_h1")),
+                "b": np.asarray(s.docs.column("key_h2")), "doc": np.asarray(s.docs.column("doc"))})
+                for s in self.segments])
+            self._keys = frame.groupby(["l", "a", "b"], sort=False)["doc"].min()
+        import pandas as pd
+
+        idx = pd.MultiIndex.from_arrays([keys[:, 0], keys[:, 1], keys[:, 2]], names=["l", "a", "b"])
+        found = self._keys.reindex(idx)
+        hit = found.notna().to_numpy()
+        out[hit] = found.to_numpy()[hit].astype(np.int64)
+        return out
+
+    def bucket_members(self, band: np.ndarray, hashes: np.ndarray, limit: int = 1):
+        """For each (band, hash) query: up to ``limit`` index docs of that bucket, smallest first.
+
+        Returns (query position, doc) arrays.  ``limit=1`` gives the bucket's
+        first document, the centre a full dedup would connect to.
+        """
+        qs, ds = [], []
+        for s in self.segments:  # one vectorised lookup per segment
+            lo_band = s.band_start[band]
+            hi_band = s.band_start[band + 1]
+            pos = np.empty(band.shape[0], np.int64)
+            end = np.empty(band.shape[0], np.int64)
+            for b in np.unique(band):  # one searchsorted per band
+                sel = np.flatnonzero(band == b)
+                seg_h = s.band_hash[lo_band[sel[0]] : hi_band[sel[0]]]
+                pos[sel] = np.searchsorted(seg_h, hashes[sel], side="left") + lo_band[sel[0]]
+                end[sel] = np.searchsorted(seg_h, hashes[sel], side="right") + lo_band[sel[0]]
+            count = np.minimum(end - pos, limit)
+            hit = np.flatnonzero(count > 0)
+            reps = count[hit]
+            q = np.repeat(hit, reps)
+            within = np.arange(int(reps.sum())) - np.repeat(np.cumsum(reps) - reps, reps)
+            qs.append(q)
+            ds.append(s.band_doc[pos[q] + within])
+        if not qs:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        q, d = np.concatenate(qs), np.concatenate(ds)
+        # keep the `limit` smallest docs per query across segments
+        order = np.lexsort((d, q))
+        q, d = q[order], d[order]
+        first = np.r_[0, np.flatnonzero(np.diff(q)) + 1]
+        rank = np.arange(q.shape[0]) - np.repeat(first, np.diff(np.r_[first, q.shape[0]]))
+        keep = rank < limit
+        return q[keep], d[keep]
+
+    # ---- writing --------------------------------------------------------------
+    def append(self, *, ids, kept, survivor, keys, texts, band_docs, band_hashes, signatures=None) -> int:
+        """Add documents as a new segment; ``survivor`` and ``band_docs`` are index doc numbers.
+
+        Returns the doc number of the first added document.
+        """
+        n = len(texts)
+        first = self.documents
+        name = f"seg-{len(self.segments):05d}"
+        cols = {
+            "doc": pa.array(np.arange(first, first + n, dtype=np.int64)),
+            "id": ids,
+            "kept": pa.array(np.asarray(kept, bool)),
+            "survivor": pa.array(np.asarray(survivor, np.int64)),
+            "key_len": pa.array(keys[:, 0]),
+            "key_h1": pa.array(keys[:, 1]),
+            "key_h2": pa.array(keys[:, 2]),
+            "text": pc.cast(texts, pa.large_string()),
+        }
+        if signatures is not None:
+            cols["signature"] = pa.FixedSizeListArray.from_arrays(pa.array(signatures.ravel()), signatures.shape[1])
+        if self.segments and self.segments[0].docs.schema.field("id").type != cols["id"].type:
+            raise InputError(f"ids of type {cols['id'].type} cannot join an index whose ids are "
+                             f"{self.segments[0].docs.schema.field('id').type}; use the same id column type")
+        bands = self.manifest["config"]["bands"]
+        band = np.tile(np.arange(bands, dtype=np.int32), band_docs.shape[0])
+        doc = np.repeat(np.asarray(band_docs, np.int64), bands)
+        h = np.asarray(band_hashes, np.uint64).ravel()
+        order = np.lexsort((doc, h, band))
+        tmp = self.path / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        _write_ipc(tmp / "docs.arrow", pa.table(cols))
+        _write_ipc(tmp / "bands.arrow", pa.table({"band": band[order], "hash": h[order], "doc": doc[order]}))
+        os.replace(tmp, self.path / name)
+        manifest = dict(self.manifest)
+        manifest["segments"] = list(self.manifest["segments"]) + [name]
+        manifest["documents"] = first + n
+        manifest["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self._write_manifest(self.path, manifest)
+        fresh = Index.open(self.path)
+        self.manifest, self.segments, self._keys = fresh.manifest, fresh.segments, None
+        return first
+
+    def info(self) -> dict:
+        size = sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+        return {"path": str(self.path), "documents": self.documents, "segments": len(self.segments),
+                "bytes": size, "kept": int(sum(pc.sum(s.docs.column("kept")).as_py() or 0 for s in self.segments)),
+                "fingerprint": self.manifest["fingerprint"], "config": self.manifest["config"]}
+
+    # ---- online use ---------------------------------------------------------
+    def query(self, texts, threshold: float | None = None, members: int = 8, backend="cpu") -> pa.Table:
+        """Indexed documents similar to each text: one row per (query, match).
+
+        Candidates are exact-key matches and up to ``members`` documents of
+        every index bucket a query falls in; matches are verified by exact
+        Jaccard (signature estimate when the index has no texts) and kept
+        when similarity >= ``threshold`` (default: the index's config threshold 0.8).
+        """
+        from .normalize import normalize
+        from .strings import string_buffers
+        from .verify import exact_similarity
+
+        cfg = self.config()
+        t = cfg.lsh.threshold if threshold is None else threshold
+        norm = normalize(texts, cfg.normalize)
+        q = len(norm)
+        new = _new_doc_arrays(string_buffers(norm), cfg, backend)
+        qi, di = [], []
+        exact = self.exact_matches(new["keys"])
+        hit = np.flatnonzero(exact >= 0)
+        qi.append(hit)
+        di.append(exact[hit])
+        if new["cand"].shape[0]:
+            bands = new["band_hashes"].shape[1]
+            band = np.tile(np.arange(bands), new["cand"].shape[0])
+            hq, hd = self.bucket_members(band, new["band_hashes"].ravel(), members)
+            qi.append(new["cand"][hq // bands])
+            di.append(hd)
+        qa, da = np.concatenate(qi), np.concatenate(di)
+        if qa.shape[0]:
+            pairs = np.unique(np.column_stack([qa, da]), axis=0)
+            qa, da = pairs[:, 0], pairs[:, 1]
+        docs = np.unique(da)
+        texts_all = pa.concat_arrays([norm, self.texts(docs)]) if docs.shape[0] else norm
+        sim = exact_similarity(qa, q + np.searchsorted(docs, da), string_buffers(texts_all), cfg.minhash, backend)
+        is_exact = np.zeros(qa.shape[0], bool)
+        if hit.shape[0]:
+            is_exact = np.isin(qa * (self.documents + 1) + da, hit * (self.documents + 1) + exact[hit])
+            sim[is_exact] = 1.0
+        keep = sim >= t
+        qa, da, sim, is_exact = qa[keep], da[keep], sim[keep], is_exact[keep]
+        surv = self.survivors(da)
+        return pa.table({"query": pa.array(qa, pa.int64()), "doc": pa.array(da, pa.int64()), "id": self.ids(da),
+                         "similarity": pa.array(sim), "exact": pa.array(is_exact),
+                         "kept": pa.array(self.kept(da)), "survivor_id": self.ids(surv)})
+
+
+def _new_doc_arrays(strings, cfg: Config, backend) -> dict:
+    """Exact keys of all documents; signatures and band hashes of those with shingles."""
+    from .exact import exact_keys
+    from .hashing import hash_params
+    from .lsh import band_hashes
+    from .minhash import signatures
+
+    keys = exact_keys(strings, cfg.minhash.seed, backend)
+    sig = signatures(strings, cfg.minhash, num_perm=cfg.signature_perms, backend=backend)
+    cand = np.flatnonzero(sig.shingles > 0)
+    bands, rows = cfg.layout
+    params = hash_params(cfg.minhash.seed, cfg.minhash.num_perm, cfg.minhash.hash_bits)
+    bh = band_hashes(sig.values[cand], bands, rows, params, backend)
+    return {"keys": keys, "cand": cand, "band_hashes": bh, "signatures": sig.values}
+
+
+@dataclass
+class AgainstResult:
+    """Dedup of new documents against an index, in the new documents' row numbering."""
+
+    rep: np.ndarray  # new row -> representative node (combined numbering, see dedup_against)
+    labels: np.ndarray  # cluster label per new row (combined numbering)
+    survivor_node: np.ndarray  # survivor node per new row (combined numbering)
+    kept: np.ndarray
+    similarity: np.ndarray  # to the survivor (or the indexed document matched)
+    index_docs: np.ndarray  # index doc numbers of the combined nodes 0..m-1
+    verified: Edges  # combined numbering
+    counts: dict
+    band_rows: np.ndarray  # new rows that went through LSH (for --update-index)
+    band_hashes: np.ndarray
+    keys: np.ndarray
+    signatures: np.ndarray | None
+    bucket_sizes: np.ndarray
+
+
+def dedup_against(index: Index, norm: pa.Array, null: np.ndarray, ranks: np.ndarray, cfg: Config,
+                  backend) -> AgainstResult:
+    """Deduplicate new documents against each other and against ``index``.
+
+    Combined numbering: index documents involved (exact-key matches and the
+    first document of every index bucket a new document falls in) become
+    nodes ``0..m-1`` in index order with ranks better than any new document;
+    new row ``r`` is node ``m + r``.  The stage functions then run as in a full
+    dedup of index + new documents: star centres, verified edges and clusters
+    of the new documents are the ones a full run would produce when indexed
+    documents come first.  Indexed documents always survive.
+    """
+    from .components import components
+    from .exact import exact_groups, exact_keys
+    from .hashing import hash_params
+    from .lsh import band_hashes
+    from .minhash import signatures
+    from .select import survivors
+    from .strings import string_buffers
+    from .verify import exact_similarity, signature_similarity
+
+    n = null.shape[0]
+    strings = string_buffers(norm)
+    keys = exact_keys(strings, cfg.minhash.seed, backend)
+    match = index.exact_matches(keys) if cfg.exact_dedup else np.full(n, -1, np.int64)
+    match[null] = -1
+    # LSH for the new documents that are not exact copies (of the index or of each other)
+    own_rep = exact_groups(keys, ranks, eligible=~null & (match < 0)) if cfg.exact_dedup else np.arange(n)
+    lsh_rows = np.flatnonzero((own_rep == np.arange(n)) & ~null & (match < 0))
+    sig = signatures(strings, cfg.minhash, num_perm=cfg.signature_perms, docs=lsh_rows, backend=backend)
+    nonempty = sig.shingles > 0
+    lsh_rows, sig_values = lsh_rows[nonempty], sig.values[nonempty]
+    bands, rows = cfg.layout
+    params = hash_params(cfg.minhash.seed, cfg.minhash.num_perm, cfg.minhash.hash_bits)
+    bh = band_hashes(sig_values, bands, rows, params, backend)
+    band = np.tile(np.arange(bands, dtype=np.int32), lsh_rows.shape[0])
+    hashes = bh.ravel()
+    hq, hd = index.bucket_members(band, hashes, limit=1)
+    index_docs = np.unique(np.concatenate([match[match >= 0], hd]))
+    m = index_docs.shape[0]
+    node_of_doc = lambda d: np.searchsorted(index_docs, d)  # noqa: E731
+    # exact groups over index nodes + new rows: a copy of an indexed document joins it
+    rep = own_rep + m
+    rep[match >= 0] = node_of_doc(match[match >= 0])
+    rep_all = np.concatenate([np.arange(m), rep])
+    # buckets over the index centres and the new documents
+    long_band = np.concatenate([band[hq], band])
+    long_hash = np.concatenate([hashes[hq], hashes])
+    long_doc = np.concatenate([node_of_doc(hd), np.repeat(lsh_rows + m, bands)])
+    bk = group_buckets(long_band, long_hash, long_doc)
+    cand_edges = edges(bk)
+    # verify on the texts of the index nodes followed by the new documents
+    buf = string_buffers(pa.concat_arrays([index.texts(index_docs).cast(pa.large_string()),
+                                           norm.cast(pa.large_string())])) if m else strings
+    t = cfg.verify_threshold
+    if cfg.verify.method == "exact":
+        sim = exact_similarity(cand_edges.src, cand_edges.dst, buf, cfg.minhash, backend)
+    else:
+        full = np.zeros((m + n, sig_values.shape[1]), sig_values.dtype)
+        if m:
+            full[:m] = index.signatures(index_docs)
+        full[lsh_rows + m] = sig_values
+        sim = signature_similarity(cand_edges.src, cand_edges.dst, full, backend)
+    keep = sim >= t if cfg.verify.method != "none" else np.ones(sim.shape[0], bool)
+    verified = Edges(cand_edges.src[keep], cand_edges.dst[keep], sim[keep])
+    labels = components(verified, m + n, backend)[rep_all]
+    ranks_all = np.concatenate([np.arange(m) - m, ranks])
+    surv = survivors(labels, ranks_all)
+    kept = surv[m:] == np.arange(m, m + n)
+    similarity = np.ones(n, np.float64)
+    todo = np.flatnonzero(~kept & (rep != surv[m:]))
+    if todo.shape[0]:
+        left, right = rep[todo], surv[m:][todo]
+        if cfg.verify.method == "exact":
+            similarity[todo] = exact_similarity(left, right, buf, cfg.minhash, backend)
+        else:
+            similarity[todo] = signature_similarity(left, right, full, backend)
+    removed = ~kept
+    near = removed & (rep != surv[m:])
+    against = removed & (surv[m:] < m)
+    size = np.bincount(labels, minlength=m + n)
+    counts = {
+        "index_documents": index.documents,
+        "index_nodes_involved": int(m),
+        "exact_stage_collapsed": int(np.count_nonzero(rep != np.arange(m, m + n))),
+        "minhash_documents": int(lsh_rows.shape[0] + (~nonempty).sum()),
+        "no_shingles": int((~nonempty).sum()),
+        "candidate_buckets": len(bk),
+        "bucket_memberships": int(bk.members.shape[0]),
+        "candidate_edges": len(cand_edges),
+        "verified_edges": len(verified),
+        "clusters": int(np.unique(labels[m:][size[labels[m:]] > 1]).shape[0]),
+        "exact_duplicates": int((removed & ~near).sum()),
+        "near_duplicates": int(near.sum()),
+        "removed_against_index": int(against.sum()),
+        "removed": int(removed.sum()),
+        "kept": int(kept.sum()),
+    }
+    return AgainstResult(rep, labels[m:], surv[m:], kept, similarity, index_docs, verified, counts, lsh_rows, bh,
+                         keys, sig_values if cfg.verify.method != "exact" else None, bk.sizes)
+
