@@ -210,6 +210,11 @@ class GPUBackend:
         comps = "cuGraph components" if self._cugraph() is not None else "CuPy components"
         return f"gpu: {where}, {frames}, {comps}"
 
+    def synchronize(self) -> None:
+        """Wait for the device's queued work (for timings)."""
+        if self.xp is not np:
+            self.xp.cuda.Device().synchronize()
+
     def _dev(self, a, dtype=None):
         """A device copy (a real copy for NumPy too: the simulator writes every argument back)."""
         return self.xp.array(np.ascontiguousarray(a, dtype=dtype))

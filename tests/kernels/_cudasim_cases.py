@@ -156,8 +156,8 @@ def test_minhash_docs_subset_empty_and_nulls(cpu, gpu):
 
 
 def test_minhash_long_document(cpu, gpu):
-    """~600 bytes of mixed-width text: dozens of segments and rounds in one document."""
-    text = ("naïve 日本 😀 data, " * 24).encode()
+    """~1 KB of mixed-width text: dozens of segments and rounds in one document."""
+    text = ("naïve 日本 😀 data, " * 40).encode()
     buf = buffers([b"tiny", text, b"", text[:100]])
     for kind, n, bits in (("char", 5, 64), ("word", 3, 32)):
         hp = hash_params(SEED, 4, bits)
@@ -166,7 +166,7 @@ def test_minhash_long_document(cpu, gpu):
         assert same(g, c) and same(gc, cc)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(docs=st.lists(st.one_of(st.binary(max_size=20), st.text(max_size=15).map(str.encode)), min_size=1, max_size=4),
        kind=st.sampled_from(("char", "word")), n=st.sampled_from((1, 2, 3)), bits=st.sampled_from((32, 64)))
@@ -290,3 +290,20 @@ def test_pipeline_gpu_equals_cpu(tmp_path):
     for shard in c.shards:
         assert pq.read_table(tmp_path / "cpu" / shard.name).equals(pq.read_table(tmp_path / "gpu" / shard.name))
     assert os.path.exists(tmp_path / "gpu" / "report.json")
+
+
+def test_gpu_benchmark_path(monkeypatch):
+    """The benchmark's GPU measurements (end to end and device-resident) run and match the CPU."""
+    from gpu_dedup import backend as registry
+    from gpu_dedup import bench_gpu
+    from gpu_dedup.backends._gpu_impl import GPUBackend
+
+    monkeypatch.setitem(registry._CACHE, "gpu", GPUBackend(threads=8, span=32, seg_bytes=64, item_threads=8,
+                                                             max_blocks=4))
+    lines = []
+    res = bench_gpu.run_benchmark(docs=(6,), perms=(4,), shingles=("char:5", "word:2"), backends=("cpu", "gpu"),
+                                  log=lines.append, words=(4, 12))
+    rows = res["rows"]
+    assert {r["backend"] for r in rows} == {"cpu", "gpu", "gpu-kernel"} and len(rows) == 6
+    assert all(r["identical_to_cpu"] for r in rows if r["backend"] != "cpu")
+    assert res["device"] == "CUDA simulator"
