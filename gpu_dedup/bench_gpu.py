@@ -200,6 +200,8 @@ def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES
         "corpus": f"gpu_dedup.sample.planted_corpus(n_docs={max(docs)}, seed={seed}), normalized (default config)",
         "rows": rows,
     }
+    log("")
+    log(markdown_table(result))
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(out, "w") as f:
@@ -208,6 +210,24 @@ def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES
     if any(r.get("identical_to_cpu") is False for r in rows):
         raise SystemExit("GPU signatures differ from the CPU's: see the rows marked NO")
     return result
+
+
+def markdown_table(result: dict) -> str:
+    """The results as a Markdown table headed by device, CPU and date (for the README)."""
+    lines = [f"Signature kernel, {result['date'][:10]}: GPU {result['device'] or 'not measured'}; "
+             f"CPU {result['cpu']} ({result['cores']} threads); hash_bits "
+             f"{next((r['hash_bits'] for r in result['rows'] if 'hash_bits' in r), '?')}.", "",
+             "| docs | MB | shingles | num_perm | backend | seconds | MB/s | docs/s | same as CPU |",
+             "| ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | --- |"]
+    for r in result["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['docs']:,} | | {r['shingle']} | {r['num_perm']} | {r['backend']} | "
+                         f"failed: {r['error'][:60]} | | | |")
+            continue
+        same = {True: "yes", False: "NO", None: ""}[r.get("identical_to_cpu")]
+        lines.append(f"| {r['docs']:,} | {r['text_mb']:,} | {r['shingle']} | {r['num_perm']} | {r['backend']} | "
+                     f"{r['seconds']:.3f} | {r['mb_per_s']:,.1f} | {r['docs_per_s']:,} | {same} |")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:

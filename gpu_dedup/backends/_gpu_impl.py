@@ -176,6 +176,8 @@ class GPUBackend:
 
         self.k = kernels
         self.simulator = bool(numba_config.ENABLE_CUDASIM)
+        # small batches (a verify chunk, a few pairs) legitimately launch small grids
+        numba_config.CUDA_LOW_OCCUPANCY_WARNINGS = False
         if xp is None:
             if self.simulator:
                 xp = np
