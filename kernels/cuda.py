@@ -43,9 +43,9 @@ On the GPU that would leave a warp waiting on its longest document and put a
   chosen as ``num_perm`` rounded up to a warp multiple, so every thread owns
   one permutation (two or more only past 512 permutations).  The counter of
   the round is double-buffered, so a round costs two barriers.
-* **Merge**: a segment's minima go to the output with ``atomicMin`` (only
-  documents cut into several segments ever see two writers); shingle counts
-  with ``atomicAdd``, the first token position with ``atomicMin``.
+* **Merge**: a document's only segment stores its minima, count and first
+  token position; the segments of a longer document merge theirs with
+  ``atomicMin`` / ``atomicAdd`` / ``atomicMin``.
 * **Short documents** (``0 < T < n`` tokens: exactly one shingle of all
   ``T`` tokens) have no full shingle, so after the main kernel they are the
   documents with count 0 and a first token: ``short_values`` hashes their one
@@ -163,15 +163,22 @@ def minhash_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mod
         if mine < end:
             cuda.atomic.min(state, 3, mine)
         cuda.syncthreads()
+        whole = seg_lo[s] == start and seg_hi[s] == end  # the document's only segment: no other writer
         for j in range(tid, num_perm, nt):  # each thread reads only the minima it owns
             v = sig[j]
-            if v < sentinel:
+            if whole:
+                out[k, j] = v
+            elif v < sentinel:
                 cuda.atomic.min(out, (k, j), v)
         if tid == 0:  # only thread 0 reads state before the next segment's barrier
-            if state[2] > 0:
-                cuda.atomic.add(counts, k, state[2])
-            if state[3] < end:
-                cuda.atomic.min(first, k, state[3])
+            if whole:
+                counts[k] = state[2]
+                first[k] = state[3]
+            else:
+                if state[2] > 0:
+                    cuda.atomic.add(counts, k, state[2])
+                if state[3] < end:
+                    cuda.atomic.min(first, k, state[3])
 
 
 @cuda.jit
