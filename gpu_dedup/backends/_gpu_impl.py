@@ -249,7 +249,7 @@ class GPUBackend:
         seg_doc, lo, hi = segment_table(starts, ends, self.seg_bytes)
         return seg_doc.shape[0], (self._dev(seg_doc), self._dev(lo), self._dev(hi))
 
-    def _first_pass(self, data, d_start, d_end, nseg, segs, sargs, threads):
+    def _count_pass(self, data, d_start, d_end, nseg, segs, sargs, threads):
         """Full-shingle counts and first token positions (count kernel)."""
         xp = self.xp
         counts = xp.zeros(d_start.shape[0], dtype=xp.int64)
@@ -325,7 +325,7 @@ class GPUBackend:
         nseg, segs = self._segments(starts, ends)
         sargs = self._shingle_args(params, shingle, ngram)
         threads = self.threads or 128
-        counts, first = self._first_pass(data, d_start, d_end, nseg, segs, sargs, threads)
+        counts, first = self._count_pass(data, d_start, d_end, nseg, segs, sargs, threads)
         is_short = (counts == 0) & (first < d_end)
         raw_offsets = xp.zeros(m + 1, dtype=xp.int64)
         raw_offsets[1:] = xp.cumsum(counts + is_short.astype(xp.int64))
