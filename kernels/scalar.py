@@ -417,6 +417,64 @@ def clean_text(data, start, end, punct, remove_punct, collapse_ws, out, o):
     return o - o0
 
 
+def char_start(data, start, pos, end):
+    """True when a code point of document ``data[start:end]`` starts at byte ``pos``.
+
+    Decoding is self-synchronizing: ASCII and lead bytes (anything but
+    0x80..0xBF) always start a code point, because ``decode_utf8`` only ever
+    consumes continuation bytes after a lead.  A continuation byte starts one
+    (an ill-formed subpart, U+FFFD) unless the nearest non-continuation byte at
+    most 3 bytes back, decoded, reaches past it.  Used by GPU kernels where
+    each thread takes byte positions independently.
+    """
+    b = I64(data[pos])
+    if b < 0x80 or b >= 0xC0:
+        return True
+    q = pos - 1
+    while q >= start and q >= pos - 3:
+        c = I64(data[q])
+        if c < 0x80 or c >= 0xC0:
+            cp, nxt = decode_utf8(data, q, end)
+            return nxt <= pos
+        q -= 1
+    return True
+
+
+def word_start(data, start, pos, end):
+    """True when a word (maximal run of non-space code points) starts at ``pos``."""
+    if not char_start(data, start, pos, end):
+        return False
+    cp, nxt = decode_utf8(data, pos, end)
+    if is_space(cp):
+        return False
+    if pos == start:
+        return True
+    q = pos - 1  # the previous code point starts at most 4 bytes back
+    while q > start and not char_start(data, start, q, end):
+        q -= 1
+    prev, nxt = decode_utf8(data, q, end)
+    return is_space(prev)
+
+
+def shingle_at(data, start, pos, end, word_mode, n, base, word_base):
+    """Direct hash of the shingle whose first token starts at byte ``pos``.
+
+    Returns (H, m, token): ``token`` is False when no token starts at ``pos``;
+    otherwise ``m`` tokens were hashed into ``H`` (``m == n``: a full
+    shingle; ``m < n``: fewer than ``n`` tokens remain, which is a shingle
+    only when it is the document's first token, the short-document rule).
+    """
+    if word_mode:
+        if not word_start(data, start, pos, end):
+            return ZERO, 0, False
+        h, m = word_shingle_at(data, pos, end, n, base, word_base)
+        return h, m, True
+    if not char_start(data, start, pos, end):
+        return ZERO, 0, False
+    h, m = char_shingle_at(data, pos, end, n, base)
+    return h, m, True
+
+
 # Order matters only for readability: twins are compiled lazily by name.
 DEVICE_FUNCTIONS = (
     "mulmod61",
@@ -440,4 +498,7 @@ DEVICE_FUNCTIONS = (
     "exact_hash",
     "sorted_intersection",
     "clean_text",
+    "char_start",
+    "word_start",
+    "shingle_at",
 )

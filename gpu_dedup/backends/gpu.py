@@ -19,6 +19,7 @@ def probe() -> dict:
     except Exception as exc:  # ImportError, or a CUDA library that fails to load
         raise BackendError(f"GPU backend needs CuPy, which is not importable ({exc}); {EXTRA_HINT}") from None
     try:
+        import numba_cuda  # noqa: F401  the numba-cuda package: numba's built-in CUDA target is deprecated
         from numba import cuda
     except Exception as exc:
         raise BackendError(f"GPU backend needs numba-cuda, which is not importable ({exc}); {EXTRA_HINT}") from None

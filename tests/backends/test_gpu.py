@@ -1,0 +1,270 @@
+"""The GPU backend: how it fails without a device, its array algorithms on NumPy,
+and (marked ``gpu``, skipped without a device) its parity with the CPU on a real GPU.
+
+The CUDA kernels themselves are checked under the simulator by
+``tests/kernels/test_cuda_sim.py``; the device-side array algorithms here take
+an array module ``xp`` and run on NumPy exactly as they do on CuPy.
+"""
+
+import logging
+import sys
+import types
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_dedup.backends._gpu_impl import (
+    buckets_xp,
+    components_xp,
+    segment_table,
+    signature_threads,
+    sorted_unique_segments,
+    star_edges_xp,
+)
+from gpu_dedup.buckets import buckets, edges
+from gpu_dedup.errors import BackendError
+from tests import reference as ref
+
+EXTRAS = ("gpu_dedup[cuda12]", "gpu_dedup[cuda13]")
+
+
+# ------------------------------------------------------------------ probe: fails at once, naming the fix
+
+
+def fake_cupy(count=None, error=None):
+    def get_device_count():
+        if error:
+            raise error
+        return count
+
+    mod = types.ModuleType("cupy")
+    mod.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=get_device_count))
+    return mod
+
+
+def probe_error(monkeypatch, cupy=None, numba_cuda=True) -> str:
+    from gpu_dedup.backends import gpu
+
+    monkeypatch.setitem(sys.modules, "cupy", cupy)  # None: "import cupy" raises ImportError
+    if not numba_cuda:  # numba's deprecated built-in numba.cuda may still import: the package is what counts
+        monkeypatch.setitem(sys.modules, "numba_cuda", None)
+    elif "numba_cuda" not in sys.modules:
+        try:
+            import numba_cuda  # noqa: F401
+        except ImportError:  # stand in for the package; numba.cuda itself imports without a device
+            monkeypatch.setitem(sys.modules, "numba_cuda", types.ModuleType("numba_cuda"))
+    with pytest.raises(BackendError) as info:
+        gpu.probe()
+    return str(info.value)
+
+
+def test_probe_without_cupy_names_cupy_and_the_extras(monkeypatch):
+    msg = probe_error(monkeypatch, cupy=None)
+    assert "CuPy" in msg and all(extra in msg for extra in EXTRAS), msg
+
+
+def test_probe_without_numba_cuda_names_it_and_the_extras(monkeypatch):
+    msg = probe_error(monkeypatch, cupy=fake_cupy(count=1), numba_cuda=False)
+    assert "numba-cuda" in msg and all(extra in msg for extra in EXTRAS), msg
+
+
+def test_probe_without_a_device_says_so_and_how_to_run(monkeypatch):
+    msg = probe_error(monkeypatch, cupy=fake_cupy(error=RuntimeError("cudaErrorNoDevice: no CUDA-capable device")))
+    assert "no CUDA device" in msg and "cudaErrorNoDevice" in msg and "backend: cpu" in msg, msg
+    msg = probe_error(monkeypatch, cupy=fake_cupy(count=0))
+    assert "no CUDA device found" in msg and "backend: cpu" in msg, msg
+
+
+def test_backend_gpu_fails_at_once_and_auto_falls_back_saying_why(monkeypatch, caplog, tmp_path):
+    from gpu_dedup import backend as registry
+    from gpu_dedup.config import Config
+    from gpu_dedup.pipeline import run
+
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.delitem(registry._CACHE, "gpu", raising=False)
+    with pytest.raises(BackendError, match="CuPy"):
+        registry.get_backend("gpu")
+    with pytest.raises(BackendError, match=r"cuda12"):  # before reading or writing anything
+        run(tmp_path / "missing-input", tmp_path / "out", Config(backend="gpu"))
+    assert not (tmp_path / "out").exists()
+    caplog.set_level(logging.INFO, logger="gpu_dedup")
+    be = registry.get_backend("auto")
+    assert be.name == "cpu"
+    assert any("backend auto: using the CPU" in r.getMessage() and "CuPy" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------------ array algorithms on NumPy
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 50).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n))))
+def test_components_xp_equals_oracle(case):
+    n, pairs = case
+    src = np.array([a for a, _ in pairs], np.int64)
+    dst = np.array([b for _, b in pairs], np.int64)
+    assert components_xp(np, src, dst, n).tolist() == ref.connected_components(n, pairs)
+
+
+@pytest.mark.parametrize("n", [1, 2, 1000])
+def test_components_xp_paths_stars_and_isolated(n):
+    rng = np.random.default_rng(n)
+    perm = rng.permutation(n)
+    path = (perm[:-1], perm[1:])  # a path through the nodes in random order: the slow case for propagation
+    got = components_xp(np, *path, n)
+    assert (got == 0).all()
+    star = (np.full(n - 1, n - 1), np.arange(n - 1))  # the largest node at the centre
+    assert (components_xp(np, *star, n) == 0).all()
+    assert components_xp(np, np.zeros(0, np.int64), np.zeros(0, np.int64), n).tolist() == list(range(n))
+    half = n // 2
+    two = (perm[: half - 1] if half > 1 else perm[:0], perm[1:half] if half > 1 else perm[:0])
+    want = ref.connected_components(n, list(zip(*two)))
+    assert components_xp(np, *two, n).tolist() == want
+
+
+def test_buckets_and_edges_xp_equal_host_versions():
+    rng = np.random.default_rng(0)
+    for shape, values in (((300, 4), 6), ((50, 1), 3), ((40, 3), 10**9), ((0, 3), 5), ((1, 2), 2)):
+        bh = rng.integers(0, values, size=shape).astype(np.uint64)
+        want = buckets(bh)
+        band, hsh, offsets, members = buckets_xp(np, bh)
+        assert np.array_equal(band, want.band) and band.dtype == want.band.dtype
+        assert np.array_equal(hsh, want.hash) and hsh.dtype == want.hash.dtype
+        assert np.array_equal(offsets, want.offsets) and np.array_equal(members, want.members)
+        e = edges(want)
+        src, dst = star_edges_xp(np, want.offsets, want.members)
+        assert np.array_equal(src, e.src) and np.array_equal(dst, e.dst)
+
+
+def test_sorted_unique_segments_equals_per_segment_unique():
+    rng = np.random.default_rng(5)
+    lengths = np.array([0, 1, 5, 0, 30, 2, 0], np.int64)
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    values = rng.integers(0, 6, offsets[-1]).astype(np.uint64)
+    out_off, out_val = sorted_unique_segments(np, offsets, values)
+    for k in range(lengths.shape[0]):
+        want = np.unique(values[offsets[k] : offsets[k + 1]])
+        assert np.array_equal(out_val[out_off[k] : out_off[k + 1]], want)
+    assert out_off.dtype == np.int64 and out_val.dtype == np.uint64
+    empty_off, empty_val = sorted_unique_segments(np, np.zeros(3, np.int64), np.zeros(0, np.uint64))
+    assert empty_off.tolist() == [0, 0, 0] and empty_val.shape == (0,)
+
+
+def test_segment_table_covers_every_byte_once():
+    starts = np.array([0, 10, 10, 100], np.int64)
+    ends = np.array([10, 10, 45, 101], np.int64)
+    doc, lo, hi = segment_table(starts, ends, 16)
+    assert doc.tolist() == [0, 2, 2, 2, 3]  # the empty document has no segment
+    assert lo.tolist() == [0, 10, 26, 42, 100] and hi.tolist() == [10, 26, 42, 45, 101]
+    assert all(0 < h - l <= 16 for l, h in zip(lo, hi))
+
+
+def test_signature_threads_one_permutation_per_thread():
+    assert signature_threads(1) == 64 and signature_threads(128) == 128
+    assert signature_threads(260) == 288 and signature_threads(112) == 128
+    assert signature_threads(4096) == 512
+    assert all(signature_threads(p) % 32 == 0 for p in range(1, 700))
+
+
+# ------------------------------------------------------------------ real GPU (skipped without one)
+
+
+@pytest.fixture(scope="module")
+def gpu_backend():
+    from gpu_dedup.backend import get_backend
+
+    return get_backend("gpu")
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    """The CPU backend itself (``cpu_backend`` is the GPU one under ``--backend gpu``)."""
+    from gpu_dedup.backend import get_backend
+
+    return get_backend("cpu")
+
+
+@pytest.mark.gpu
+def test_gpu_mode_names_device_and_frames(gpu_backend):
+    assert gpu_backend.name == "gpu" and gpu_backend.mode.startswith("gpu: CUDA kernels (numba-cuda) on ")
+    assert ("cuDF" in gpu_backend.mode) or ("pyarrow frames (cuDF not installed)" in gpu_backend.mode)
+    import cupy
+
+    assert gpu_backend.xp is cupy
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_perm", (128, 260))
+@pytest.mark.parametrize(("kind", "n", "bits"), [("char", 5, 64), ("char", 24, 32), ("word", 5, 64), ("word", 1, 32),
+                                                 ("char", 1, 64), ("word", 3, 32)])
+def test_gpu_kernels_equal_cpu(cpu, gpu_backend, kind, n, bits, num_perm):
+    from gpu_dedup.hashing import hash_params
+    from gpu_dedup.strings import string_buffers
+    from tests.kernels.test_cpu import BAD_BYTES, TEXTS, big_document
+
+    big = big_document()
+    docs = [t.encode() for t in TEXTS] + BAD_BYTES + [big.encode(), b"", b"x", big[:5000].encode()]
+    buf = string_buffers(pa.array(docs, pa.large_binary()))
+    hp = hash_params(7, num_perm, bits)
+    gs, gc = gpu_backend.minhash(buf, hp, kind, n)
+    cs, cc = cpu.minhash(buf, hp, kind, n)
+    assert gs.dtype == cs.dtype and np.array_equal(gs, cs) and np.array_equal(gc, cc)
+    sub = np.array([3, len(docs) - 4, 0, 3])
+    assert np.array_equal(gpu_backend.minhash(buf, hp, kind, n, docs=sub)[0], cs[sub])
+    go, gv = gpu_backend.shingle_sets(buf, hp, kind, n)
+    co, cv = cpu.shingle_sets(buf, hp, kind, n)
+    assert np.array_equal(go, co) and np.array_equal(gv, cv)
+    m = len(docs)
+    left, right = np.repeat(np.arange(m), m), np.tile(np.arange(m), m)
+    assert np.array_equal(gpu_backend.jaccard_pairs(co, cv, left, right), cpu.jaccard_pairs(co, cv, left, right))
+    assert np.array_equal(gpu_backend.signature_similarity(cs, left, right),
+                          cpu.signature_similarity(cs, left, right))
+    for bands, rows in ((num_perm // 8, 8), (num_perm // 13, 13)):
+        assert np.array_equal(gpu_backend.band_hashes(cs, bands, rows, hp.band_base),
+                              cpu.band_hashes(cs, bands, rows, hp.band_base))
+    assert np.array_equal(gpu_backend.exact_hashes(buf, hp.exact_base1, hp.exact_base2),
+                          cpu.exact_hashes(buf, hp.exact_base1, hp.exact_base2))
+
+
+@pytest.mark.gpu
+def test_gpu_components_buckets_edges_equal_cpu(cpu, gpu_backend):
+    rng = np.random.default_rng(1)
+    n = 200_000
+    src = rng.integers(0, n, 150_000)
+    dst = rng.integers(0, n, 150_000)
+    assert np.array_equal(gpu_backend.components(src, dst, n), cpu.components(src, dst, n))
+    bh = rng.integers(0, 50_000, size=(100_000, 8)).astype(np.uint64)
+    want = buckets(bh)
+    got = gpu_backend.buckets(bh)
+    assert np.array_equal(got.members, want.members) and np.array_equal(got.offsets, want.offsets)
+    e = gpu_backend.edges(want)
+    assert np.array_equal(e.src, edges(want).src) and np.array_equal(e.dst, edges(want).dst)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("preset", ["default", "fineweb", "nemo_curator"])
+def test_gpu_pipeline_outputs_equal_cpu(tmp_path, preset):
+    import pyarrow.parquet as pq
+
+    from gpu_dedup.config import Config
+    from gpu_dedup.pipeline import run
+    from gpu_dedup.sample import planted_corpus, write_shards
+
+    sample = planted_corpus(n_docs=4000, n_clusters=200, seed=21)
+    write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=3)
+    results = {}
+    for name in ("cpu", "gpu"):
+        cfg = Config.from_yaml(preset).with_overrides({"backend": name, "input.id_column": "id"})
+        results[name] = run(tmp_path / "in", tmp_path / name, cfg)
+    c, g = results["cpu"], results["gpu"]
+    assert g.report["backend"].startswith("gpu: CUDA kernels")
+    assert np.array_equal(c.kept, g.kept) and np.array_equal(c.cluster, g.cluster)
+    assert np.array_equal(c.edges.src, g.edges.src) and np.array_equal(c.edges.dst, g.edges.dst)
+    assert np.array_equal(c.edges.similarity, g.edges.similarity)
+    assert c.report["counts"] == g.report["counts"] and c.report["counts"]["removed"] > 0
+    assert c.duplicates.equals(g.duplicates)
+    for shard in c.shards:
+        assert pq.read_table(tmp_path / "cpu" / shard.name).equals(pq.read_table(tmp_path / "gpu" / shard.name))

@@ -1,0 +1,309 @@
+"""CUDA kernels under Numba's CUDA simulator, bit for bit against the CPU kernels.
+
+Run by ``tests/kernels/test_cuda_sim.py`` in a child process with
+``NUMBA_ENABLE_CUDASIM=1`` (the simulator must be chosen before ``numba.cuda``
+is imported, and the rest of the suite must keep real ``njit`` kernels).  The
+file name does not match ``test_*.py`` so the main run does not collect it;
+run it by hand with::
+
+    NUMBA_ENABLE_CUDASIM=1 python -m pytest -q tests/kernels/_cudasim_cases.py
+
+The simulator runs every CUDA thread as a Python thread, so the inputs are
+tiny and the launch geometry is shrunk (4 threads per block, 8-byte rounds,
+24-byte segments, 3 blocks): documents longer than a block's threads, than a
+round and than a segment all occur, which exercises the grid-stride loops,
+the shared-memory rounds, the atomic merge of segments and the short-document
+fix-up.  The GPU backend runs with NumPy arrays here (``xp = numpy``).
+"""
+
+import os
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import config as numba_config
+
+from gpu_dedup.backends.cpu import CPUBackend
+from gpu_dedup.hashing import hash_params
+from gpu_dedup.strings import string_buffers
+from tests import reference as ref
+
+# The simulator's block manager polls its threads in a busy loop that competes
+# for the GIL; a short switch interval hands the GIL to the simulated threads
+# sooner (5-10x faster here; this process runs nothing else).
+sys.setswitchinterval(2e-4)
+
+pytestmark = pytest.mark.skipif(
+    not numba_config.ENABLE_CUDASIM, reason="run with NUMBA_ENABLE_CUDASIM=1 (tests/kernels/test_cuda_sim.py does)"
+)
+
+SEED = 4321
+NUM_PERM = 6
+LOREM = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor. "
+
+DOCS = [
+    b"",
+    b"a",
+    "é".encode(),
+    "😀".encode(),
+    b" ",
+    b"ab",  # shorter than n = 3 and 5 (char)
+    b"x y",  # shorter than n = 3 and 5 (word)
+    b"hello world",
+    "日本語のテキストです。中文文本".encode(),
+    "alpha\u3000beta\u00a0gamma\u2028delta eps\x85w".encode(),
+    "  leading\tand\ntrailing  ".encode(),
+    "emoji 👍🏽 e\u0301 naïve straße".encode(),
+    ("ab" * 30).encode(),  # longer than a block's threads, a round and a segment
+    (LOREM * 2).encode(),
+    b"\xff\xfe",
+    b"abc\x80def \xe2\x82 x",
+    b"caf\xc3 \xed\xa0\x80 s \xf0\x9f\x98 t",
+    b"\x80\x80 \x80",
+    b"ok \xc0\xaf ok \xf4\x90\x80\x80 z",
+]
+
+
+def buffers(docs):
+    return string_buffers(pa.array(docs, pa.large_binary()))
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return CPUBackend()
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    from gpu_dedup.backends._gpu_impl import GPUBackend
+
+    be = GPUBackend(threads=4, span=8, seg_bytes=24, item_threads=4, max_blocks=3)
+    assert be.xp is np and be.simulator and "CUDA simulator" in be.mode
+    return be
+
+
+def same(x, y):
+    return x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y)
+
+
+# ------------------------------------------------------------------ signatures
+
+
+@pytest.mark.parametrize("bits", (64, 32))
+@pytest.mark.parametrize("n", (1, 3, 5))
+@pytest.mark.parametrize("kind", ("char", "word"))
+def test_minhash_equals_cpu(cpu, gpu, kind, n, bits):
+    hp = hash_params(SEED, NUM_PERM, bits)
+    buf = buffers(DOCS)
+    gs, gc = gpu.minhash(buf, hp, kind, n)
+    cs, cc = cpu.minhash(buf, hp, kind, n)
+    assert same(gs, cs), (kind, n, bits)
+    assert same(gc, cc)
+    # and the oracle, independently of the CPU kernels
+    prm = ref.params(SEED, NUM_PERM, bits)
+    for k in (0, 1, 5, 6, 12, 15):
+        assert gs[k].tolist() == ref.signature(ref.decode(DOCS[k]), kind, n, prm)
+
+
+def test_minhash_launch_geometries(cpu, gpu):
+    """Odd block sizes, 1-byte rounds, segments cutting through multi-byte code points, one block."""
+    from gpu_dedup.backends._gpu_impl import GPUBackend
+
+    hp = hash_params(SEED, 5)
+    buf = buffers([DOCS[k] for k in (1, 6, 8, 9, 11, 15, 16)])
+    for kind, n in (("char", 3), ("word", 2)):
+        want, wc = cpu.minhash(buf, hp, kind, n)
+        for geo in (dict(threads=3, span=5, seg_bytes=7, max_blocks=1), dict(threads=1, span=2, seg_bytes=5, max_blocks=2),
+                    dict(threads=8, span=64, seg_bytes=1 << 15, max_blocks=5)):
+            be = GPUBackend(item_threads=3, **geo)
+            got, gc = be.minhash(buf, hp, kind, n)
+            assert same(got, want), geo
+            assert same(gc, wc), geo
+
+
+def test_minhash_permutation_chunks_and_prefix(cpu, gpu):
+    from gpu_dedup.backends._gpu_impl import GPUBackend
+
+    hp = hash_params(SEED, 9, 32)
+    buf = buffers(DOCS[:13])
+    want, wc = cpu.minhash(buf, hp, "char", 2)
+    be = GPUBackend(threads=4, span=8, seg_bytes=24, item_threads=4, max_blocks=3, perm_chunk=4)
+    got, gc = be.minhash(buf, hp, "char", 2)  # 3 launches of 4 + 4 + 1 permutations
+    assert same(got, want) and same(gc, wc)
+    prefix, _ = gpu.minhash(buf, hp, "char", 2, num_perm=5)
+    assert same(prefix, want[:, :5])
+
+
+def test_minhash_docs_subset_empty_and_nulls(cpu, gpu):
+    hp = hash_params(SEED, NUM_PERM)
+    buf = buffers(DOCS)
+    docs = np.array([13, 0, 5, 13, 8])
+    assert same(gpu.minhash(buf, hp, "word", 2, docs=docs)[0], cpu.minhash(buf, hp, "word", 2, docs=docs)[0])
+    empty = string_buffers(pa.array([], pa.large_string()))
+    sig, counts = gpu.minhash(empty, hp, "word", 3)
+    assert sig.shape == (0, NUM_PERM) and sig.dtype == np.uint64 and counts.shape == (0,)
+    offsets, values = gpu.shingle_sets(empty, hp, "word", 3)
+    assert offsets.tolist() == [0] and values.shape == (0,)
+    nulls = string_buffers(pa.array([None, "", "ab cd", None], pa.string()))
+    for kind in ("char", "word"):
+        g, gc = gpu.minhash(nulls, hp, kind, 3)
+        c, cc = cpu.minhash(nulls, hp, kind, 3)
+        assert same(g, c) and same(gc, cc)
+        assert (g[[0, 1, 3]] == (1 << 61) - 1).all()
+
+
+def test_minhash_long_document(cpu, gpu):
+    """~1 KB of mixed-width text: dozens of segments and rounds in one document."""
+    text = ("naïve 日本 😀 data, " * 40).encode()
+    buf = buffers([b"tiny", text, b"", text[:100]])
+    for kind, n, bits in (("char", 5, 64), ("word", 3, 32)):
+        hp = hash_params(SEED, 4, bits)
+        g, gc = gpu.minhash(buf, hp, kind, n)
+        c, cc = cpu.minhash(buf, hp, kind, n)
+        assert same(g, c) and same(gc, cc)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(docs=st.lists(st.one_of(st.binary(max_size=20), st.text(max_size=15).map(str.encode)), min_size=1, max_size=4),
+       kind=st.sampled_from(("char", "word")), n=st.sampled_from((1, 2, 3)), bits=st.sampled_from((32, 64)))
+def test_minhash_random_bytes(cpu, gpu, docs, kind, n, bits):
+    hp = hash_params(SEED, 3, bits)
+    buf = buffers(docs)
+    g, gc = gpu.minhash(buf, hp, kind, n)
+    c, cc = cpu.minhash(buf, hp, kind, n)
+    assert same(g, c) and same(gc, cc)
+
+
+# ------------------------------------------------------------------ shingle sets, Jaccard, similarity
+
+
+@pytest.mark.parametrize(("kind", "n"), [("char", 1), ("char", 3), ("word", 1), ("word", 3)])
+def test_shingle_sets_and_jaccard_equal_cpu(cpu, gpu, kind, n):
+    hp = hash_params(SEED, 4)
+    buf = buffers(DOCS)
+    go, gv = gpu.shingle_sets(buf, hp, kind, n)
+    co, cv = cpu.shingle_sets(buf, hp, kind, n)
+    assert same(go, co) and same(gv, cv)
+    m = len(DOCS)
+    left = np.repeat(np.arange(m), m)
+    right = np.tile(np.arange(m), m)
+    assert same(gpu.jaccard_pairs(co, cv, left, right), cpu.jaccard_pairs(co, cv, left, right))
+
+
+def test_shingle_sets_docs_subset(cpu, gpu):
+    hp = hash_params(SEED, 4)
+    buf = buffers(DOCS)
+    docs = np.array([12, 0, 3, 12, 16])
+    for kind in ("char", "word"):
+        go, gv = gpu.shingle_sets(buf, hp, kind, 2, docs=docs)
+        co, cv = cpu.shingle_sets(buf, hp, kind, 2, docs=docs)
+        assert same(go, co) and same(gv, cv)
+
+
+def test_jaccard_known_values_and_empty(gpu):
+    offsets = np.array([0, 2, 4, 4, 4, 5], np.int64)
+    values = np.array([1, 5, 1, 7, 9], np.uint64)
+    got = gpu.jaccard_pairs(offsets, values, np.array([0, 0, 2, 2, 4]), np.array([1, 0, 3, 4, 4]))
+    assert got.tolist() == [1 / 3, 1.0, 0.0, 0.0, 1.0]
+    assert gpu.jaccard_pairs(offsets, values, [], []).shape == (0,)
+
+
+@pytest.mark.parametrize("bits", (64, 32))
+def test_signature_similarity_equals_cpu(cpu, gpu, bits):
+    hp = hash_params(SEED, 8, bits)
+    sig, _ = cpu.minhash(buffers(DOCS), hp, "char", 1)
+    m = len(DOCS)
+    left = np.repeat(np.arange(m), m)
+    right = np.tile(np.arange(m), m)
+    assert same(gpu.signature_similarity(sig, left, right), cpu.signature_similarity(sig, left, right))
+
+
+# ------------------------------------------------------------------ band and exact hashes
+
+
+@pytest.mark.parametrize("bits", (64, 32))
+def test_band_hashes_equal_cpu(cpu, gpu, bits):
+    hp = hash_params(SEED, 12, bits)
+    sig, _ = cpu.minhash(buffers(DOCS), hp, "char", 2)
+    for bands, rows in ((3, 4), (12, 1), (1, 12), (2, 5)):
+        assert same(gpu.band_hashes(sig, bands, rows, hp.band_base), cpu.band_hashes(sig, bands, rows, hp.band_base))
+    sentinel = np.full((2, 12), (1 << 61) - 1 if bits == 64 else (1 << 31) - 1, sig.dtype)
+    assert same(gpu.band_hashes(sentinel, 3, 4, hp.band_base), cpu.band_hashes(sentinel, 3, 4, hp.band_base))
+
+
+def test_exact_hashes_equal_cpu(cpu, gpu):
+    hp = hash_params(SEED, 1)
+    docs = DOCS + [bytes(range(k)) for k in range(9)] + [b"\x00", b"\x00\x00\x00\x00", b"\xff" * 5]
+    buf = buffers(docs)
+    assert same(gpu.exact_hashes(buf, hp.exact_base1, hp.exact_base2), cpu.exact_hashes(buf, hp.exact_base1, hp.exact_base2))
+    sliced = string_buffers(pa.array([d.decode("utf-8", "replace") for d in docs], pa.string()).slice(3, 9))
+    assert same(gpu.exact_hashes(sliced, hp.exact_base1, hp.exact_base2),
+                cpu.exact_hashes(sliced, hp.exact_base1, hp.exact_base2))
+
+
+# ------------------------------------------------------------------ components (hooking kernel)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(1, 25).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=2 * n))))
+def test_components_hook_kernel(gpu, case):
+    n, pairs = case
+    src = np.array([a for a, _ in pairs], np.int64)
+    dst = np.array([b for _, b in pairs], np.int64)
+    assert gpu.components(src, dst, n).tolist() == ref.connected_components(n, pairs)
+
+
+# ------------------------------------------------------------------ the pipeline end to end
+
+
+def test_pipeline_gpu_equals_cpu(tmp_path):
+    """A whole run with backend gpu (the simulated device) writes what backend cpu writes."""
+    import pyarrow.parquet as pq
+
+    from gpu_dedup import backend as registry
+    from gpu_dedup.backends._gpu_impl import GPUBackend
+    from gpu_dedup.config import Config
+    from gpu_dedup.pipeline import run
+    from gpu_dedup.sample import planted_corpus, write_shards
+
+    sample = planted_corpus(n_docs=40, n_clusters=6, cluster_size=(2, 4), words=(8, 25), edit_rate=(0.0, 0.1), seed=3)
+    write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=2)
+    cfg = {"input": {"id_column": "id"}, "minhash": {"num_perm": 16, "ngram": 3}, "lsh": {"threshold": 0.6}}
+    registry._CACHE["gpu"] = GPUBackend(threads=8, span=32, seg_bytes=64, item_threads=8, max_blocks=4)
+    try:
+        results = {}
+        for name in ("cpu", "gpu"):
+            results[name] = run(tmp_path / "in", tmp_path / name, Config.from_dict({**cfg, "backend": name}))
+    finally:
+        registry._CACHE.pop("gpu", None)
+    c, g = results["cpu"], results["gpu"]
+    assert g.report["backend"].startswith("gpu") and c.report["backend"].startswith("cpu")
+    assert np.array_equal(c.kept, g.kept) and np.array_equal(c.cluster, g.cluster)
+    assert np.array_equal(c.edges.src, g.edges.src) and np.array_equal(c.edges.similarity, g.edges.similarity)
+    assert c.report["counts"] == g.report["counts"] and c.report["counts"]["removed"] > 0
+    assert c.duplicates.equals(g.duplicates)
+    for shard in c.shards:
+        assert pq.read_table(tmp_path / "cpu" / shard.name).equals(pq.read_table(tmp_path / "gpu" / shard.name))
+    assert os.path.exists(tmp_path / "gpu" / "report.json")
+
+
+def test_gpu_benchmark_path(monkeypatch):
+    """The benchmark's GPU measurements (end to end and device-resident) run and match the CPU."""
+    from gpu_dedup import backend as registry
+    from gpu_dedup import bench_gpu
+    from gpu_dedup.backends._gpu_impl import GPUBackend
+
+    monkeypatch.setitem(registry._CACHE, "gpu", GPUBackend(threads=8, span=32, seg_bytes=64, item_threads=8,
+                                                             max_blocks=4))
+    lines = []
+    res = bench_gpu.run_benchmark(docs=(6,), perms=(4,), shingles=("char:5", "word:2"), backends=("cpu", "gpu"),
+                                  log=lines.append, words=(4, 12))
+    rows = res["rows"]
+    assert {r["backend"] for r in rows} == {"cpu", "gpu", "gpu-kernel"} and len(rows) == 6
+    assert all(r["identical_to_cpu"] for r in rows if r["backend"] != "cpu")
+    assert res["device"] == "CUDA simulator"
