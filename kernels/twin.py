@@ -25,15 +25,16 @@ def compile_twins(jit, module=scalar):
     return types.SimpleNamespace(**compiled)
 
 
-def kernel_digest() -> str:
-    """SHA-256 (hex) over the sources of every kernel module: changes whenever the math may."""
+def kernel_digest(names=None) -> str:
+    """SHA-256 (hex) over kernel sources (all of them by default): changes whenever the math may."""
     import glob
     import hashlib
     import os
 
     here = os.path.dirname(os.path.abspath(__file__))
     digest = hashlib.sha256()
-    for src in sorted(glob.glob(os.path.join(here, "*.py"))):
+    files = glob.glob(os.path.join(here, "*.py")) if names is None else [os.path.join(here, n) for n in names]
+    for src in sorted(files):
         with open(src, "rb") as f:
             digest.update(os.path.basename(src).encode() + b"\0" + f.read())
     return digest.hexdigest()
@@ -52,7 +53,8 @@ def guard_cache(namespace: dict, module_file: str) -> None:
     import os
 
     stem = os.path.splitext(os.path.basename(module_file))[0]
-    tag = f"gpu_dedup-{stem}-{kernel_digest()[:16]}.stamp"
+    # what the module's kernels compile from besides the module itself (numba tracks that one)
+    tag = f"gpu_dedup-{stem}-{kernel_digest(['scalar.py', 'twin.py'])[:16]}.stamp"
     bases: dict[str, list[str]] = {}
     for obj in namespace.values():
         cache = getattr(obj, "_cache", None)
