@@ -299,14 +299,18 @@ def check_id_type(shard: Shard, id_column: str, id_type, first: tuple | None):
     return first
 
 
-def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = None) -> Corpus:
-    """Read every shard's id, text (and score) columns into one corpus table."""
+def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = None, progress=None) -> Corpus:
+    """Read every shard's id, text (and score) columns into one corpus table.
+
+    ``progress(1)`` is called after each shard."""
     shards = inputs if inputs and isinstance(inputs, list) and isinstance(inputs[0], Shard) else discover(inputs, cfg.format)
     parts, out_shards = [], []
     first_id = None
     row0 = 0
     for i, shard in enumerate(shards):  # one step per shard file
         table = read_columns(shard, cfg, score_column)
+        if progress is not None:
+            progress(1)
         if table is None:
             out_shards.append(shard.with_rows(0))
             continue

@@ -36,6 +36,7 @@ from .hashing import hash_params
 from .lsh import band_hashes
 from .minhash import signatures
 from .normalize import normalize, repair_utf8
+from .progress import Progress, chunks
 from .report import build_report, write_report
 from .select import policy_ranks, survivors
 from .strings import string_buffers
@@ -44,6 +45,7 @@ from .verify import exact_similarity, signature_similarity, verify
 log = logging.getLogger("gpu_dedup")
 
 REPORT_NAME = "report.json"
+SIGNATURE_CHUNK = 65536  # documents per signature kernel call (progress granularity)
 DUPLICATES_NAME = "duplicates.parquet"
 
 
@@ -207,8 +209,9 @@ class _Run:
     # ---- stages -------------------------------------------------------------
     def read(self):
         cfg = self.cfg
-        with self.st.stage("read") as info:
-            self.corpus = io.read(self.shards, cfg.input, cfg.select.score_column if cfg.select.keep == "score" else None)
+        with self.st.stage("read") as info, Progress("read", len(self.shards), "shards") as prog:
+            self.corpus = io.read(self.shards, cfg.input, cfg.select.score_column if cfg.select.keep == "score" else None,
+                                  progress=prog.update)
             n = self.n = len(self.corpus)
             self.null = np.asarray(self.corpus.text.is_null(), dtype=bool) if n else np.zeros(0, bool)
             dup_ids = n - pa.compute.count_distinct(self.corpus.ids, mode="all").as_py() if n else 0
@@ -240,15 +243,22 @@ class _Run:
 
         def compute():
             cand = np.flatnonzero((self.rep == np.arange(self.n)) & ~self.null)
-            with self.st.stage("signatures") as info:
-                sig = signatures(self.strings, cfg.minhash, num_perm=cfg.signature_perms, docs=cand,
-                                 backend=self.backend)
-                nonempty = sig.shingles > 0
+            strings = self.strings
+            with self.st.stage("signatures") as info, Progress("signatures", cand.shape[0]) as prog:
+                params = hash_params(cfg.minhash.seed, cfg.minhash.num_perm, cfg.minhash.hash_bits)
+                values = np.empty((cand.shape[0], cfg.signature_perms), params.signature_dtype)
+                shingles = np.empty(cand.shape[0], np.int64)
+                for lo, hi in chunks(cand.shape[0], SIGNATURE_CHUNK):  # a few dozen kernel calls
+                    sig = signatures(strings, cfg.minhash, num_perm=cfg.signature_perms, docs=cand[lo:hi],
+                                     backend=self.backend)
+                    values[lo:hi], shingles[lo:hi] = sig.values, sig.shingles
+                    prog.update(hi - lo)
+                nonempty = shingles > 0
                 info.update(documents=int(cand.shape[0]), permutations=cfg.signature_perms,
-                            shingles=int(sig.shingles.sum()), no_shingles=int((~nonempty).sum()))
+                            shingles=int(shingles.sum()), no_shingles=int((~nonempty).sum()))
             counts = {"minhash_documents": int(cand.shape[0]), "no_shingles": int((~nonempty).sum())}
             cand = cand[nonempty]
-            values = sig.values[nonempty]
+            values = values[nonempty]
             with self.st.stage("bands") as info:
                 bh = band_hashes(values, self.bands, self.rows, self.params, self.backend)
                 info.update(bands=self.bands, rows=self.rows)
@@ -288,8 +298,10 @@ class _Run:
             with self.st.stage("verify") as info:
                 cand, ce = self.cand, self.cand_edges
                 if self.method == "exact":
-                    v = verify(Edges(cand[ce.src], cand[ce.dst]), self.threshold, self.method,
-                               texts=self.strings, cfg=self.cfg.minhash, backend=self.backend)
+                    with Progress("verify", len(ce), "edges") as prog:
+                        v = verify(Edges(cand[ce.src], cand[ce.dst]), self.threshold, self.method,
+                                   texts=self.strings, cfg=self.cfg.minhash, backend=self.backend,
+                                   progress=prog.update)
                 else:
                     local = verify(ce, self.threshold, self.method, signatures=self.sig_values, backend=self.backend)
                     v = Edges(cand[local.src], cand[local.dst], local.similarity)
@@ -339,13 +351,15 @@ class _Run:
                 duplicates = _duplicates_table(corpus, member, kept, self.survivor, self.similarity, self.rep)
             starts = np.cumsum([0] + [s.rows for s in corpus.shards])
             written = 0
-            for i, shard in enumerate(corpus.shards):  # one step per shard file
-                keep = kept[starts[i] : starts[i + 1]]
-                if self.write_shards and not self.ckpt.marked(f"shard-{i}"):
-                    io.write_shard(shard, keep, self.out, self.cfg.output.compression)
-                    self.ckpt.mark(f"shard-{i}")
-                    maybe_crash("write:first-shard")
-                written += int(keep.sum())
+            with Progress("write", len(corpus.shards), "shards") as prog:
+                for i, shard in enumerate(corpus.shards):  # one step per shard file
+                    keep = kept[starts[i] : starts[i + 1]]
+                    if self.write_shards and not self.ckpt.marked(f"shard-{i}"):
+                        io.write_shard(shard, keep, self.out, self.cfg.output.compression)
+                        self.ckpt.mark(f"shard-{i}")
+                        maybe_crash("write:first-shard")
+                    written += int(keep.sum())
+                    prog.update(1)
             if self.cfg.output.duplicates_table:
                 io.atomic_write_parquet(self.out / DUPLICATES_NAME, duplicates, self.cfg.output.compression)
             info.update(rows_written=written, duplicates_rows=duplicates.num_rows)

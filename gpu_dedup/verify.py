@@ -20,8 +20,10 @@ from .hashing import hash_params
 CHUNK_BYTES = 256 << 20  # text bytes whose shingle sets are held at once (~8x that in memory)
 
 
-def exact_similarity(left, right, texts, cfg: MinHashConfig, backend="cpu", chunk_bytes: int = CHUNK_BYTES):
-    """Exact Jaccard of shingle sets for pairs of rows of ``texts`` (StringBuffers)."""
+def exact_similarity(left, right, texts, cfg: MinHashConfig, backend="cpu", chunk_bytes: int = CHUNK_BYTES,
+                     progress=None):
+    """Exact Jaccard of shingle sets for pairs of rows of ``texts`` (StringBuffers);
+    ``progress(k)`` is called after each chunk of ``k`` pairs."""
     be = get_backend(backend)
     left = np.asarray(left, np.int64)
     right = np.asarray(right, np.int64)
@@ -40,6 +42,8 @@ def exact_similarity(left, right, texts, cfg: MinHashConfig, backend="cpu", chun
         nodes = np.unique(np.concatenate((l, r)))
         set_offsets, set_values = be.shingle_sets(texts, params, cfg.shingle, cfg.ngram, docs=nodes)
         out[sel] = be.jaccard_pairs(set_offsets, set_values, np.searchsorted(nodes, l), np.searchsorted(nodes, r))
+        if progress is not None:
+            progress(sel.shape[0])
     return out
 
 
@@ -49,10 +53,10 @@ def signature_similarity(left, right, signatures, backend="cpu"):
 
 
 def verify(edges: Edges, threshold: float, method: str, *, texts=None, cfg: MinHashConfig | None = None,
-           signatures=None, backend="cpu") -> Edges:
+           signatures=None, backend="cpu", progress=None) -> Edges:
     """Edges with their similarity; under ``exact``/``signature`` only those >= threshold."""
     if method == "exact":
-        sim = exact_similarity(edges.src, edges.dst, texts, cfg, backend)
+        sim = exact_similarity(edges.src, edges.dst, texts, cfg, backend, progress=progress)
     elif method in ("signature", "none"):
         sim = signature_similarity(edges.src, edges.dst, signatures, backend)
     else:
