@@ -32,7 +32,7 @@ from .lsh import band_hashes
 from .minhash import signatures
 from .normalize import normalize, repair_utf8
 from .report import build_report, write_report
-from .select import policy_ranks, survivors
+from .select import policy_ranks, split_chains, survivors
 from .strings import string_buffers
 from .verify import exact_similarity, signature_similarity, verify
 
@@ -180,6 +180,14 @@ def run(inputs, output_dir, cfg: Config = Config()) -> RunResult:
 
     with st.stage("select") as info:
         survivor = survivors(labels, ranks)
+        if cfg.select.split_chains:  # members below the threshold to their survivor leave the cluster
+            labels, survivor, ejected, rounds = split_chains(
+                labels, rep, ranks, verified.src, verified.dst,
+                lambda a, b: _pair_similarity(a, b, method, strings, cfg, cand, sig_values, backend),
+                threshold, backend)
+            cluster_size = np.bincount(labels, minlength=n) if n else np.zeros(0, np.int64)
+            counts["chain_split_ejected"] = int(ejected.sum())
+            info.update(chain_split_ejected=int(ejected.sum()), chain_split_rounds=rounds)
         kept = survivor == np.arange(n)
         similarity = _similarity_to_survivor(rep, survivor, kept, method, strings, cfg, cand, sig_values, backend)
         member = cluster_size[labels] > 1 if n else np.zeros(0, bool)
@@ -232,14 +240,17 @@ def _similarity_to_survivor(rep, survivor, kept, method, strings, cfg, cand, sig
     todo = np.flatnonzero(~kept & (rep != survivor))
     if todo.shape[0] == 0:
         return sim
-    left, right = rep[todo], survivor[todo]
-    if method == "exact":
-        sim[todo] = exact_similarity(left, right, strings, cfg.minhash, backend)
-    else:
-        row_of = np.full(n, -1, np.int64)
-        row_of[cand] = np.arange(cand.shape[0])
-        sim[todo] = signature_similarity(row_of[left], row_of[right], sig_values, backend)
+    sim[todo] = _pair_similarity(rep[todo], survivor[todo], method, strings, cfg, cand, sig_values, backend)
     return sim
+
+
+def _pair_similarity(left, right, method, strings, cfg, cand, sig_values, backend):
+    """Similarity of representative rows ``left[k]`` and ``right[k]`` (exact Jaccard or signature estimate)."""
+    if method == "exact":
+        return exact_similarity(left, right, strings, cfg.minhash, backend)
+    row_of = np.full(strings.offsets.shape[0] - 1, -1, np.int64)
+    row_of[cand] = np.arange(cand.shape[0])
+    return signature_similarity(row_of[left], row_of[right], sig_values, backend)
 
 
 def _duplicates_table(corpus, member, kept, survivor, similarity, rep) -> pa.Table:
