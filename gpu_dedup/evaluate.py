@@ -333,20 +333,20 @@ def score_run(truth: Truth, cluster, edges, cfg: Config, ranks=None, duplicates=
     is_edge_verified = np.isin(pair_keys(left[miss], right[miss], n), np.sort(ek))
     misses = {
         "pairs_missed": int(miss.sum()),
-        "never_candidate": int((~c_miss).sum()),
+        "never_candidate": int((~c_miss & ~conn).sum()),
         "candidate_edge_rejected_by_verification": int((c_miss & is_star & ~conn).sum()),
         "candidate_not_connected_through_bucket_centre": int((c_miss & ~is_star & ~conn).sum()),
-        "connected_but_split_by_split_chains": int((c_miss & conn).sum()),
-        "verified_edge_not_coclustered": int((is_edge_verified & ~conn).sum()),
+        "connected_but_split_by_split_chains": int(conn.sum()),
+        # must be 0: components join every verified edge (only split_chains may separate one)
+        "verified_edge_not_coclustered": int((is_edge_verified & ~(conn & cfg.select.split_chains)).sum()),
         "note": "a missed pair (J >= threshold, not in one cluster) is 'never_candidate' when it shares no band "
                 "bucket; a candidate is lost when its own star edge fails verification, or when it is no star edge "
                 "(buckets are stars around their smallest member) and the edges through the bucket centre fail; "
-                "'connected_but_split_by_split_chains' counts pairs separated by select.split_chains; "
+                "'connected_but_split_by_split_chains' counts pairs joined by verified edges but separated by "
+                "select.split_chains (checked first); "
                 "'verified_edge_not_coclustered' must be 0",
     }
-    for tag, sel in (("plus_0.05", plus), ("all", true)):
-        m = miss & sel
-        misses[f"never_candidate_{tag}"] = int((~cand[m]).sum())
+    misses["never_candidate_at_or_above_threshold_plus_0.05"] = int((~c_miss & ~conn & plus[miss]).sum())
 
     # per similarity bin
     edges_b = _bins(truth.floor)
@@ -355,6 +355,12 @@ def score_run(truth: Truth, cluster, edges, cfg: Config, ranks=None, duplicates=
     ncand = np.bincount(k, weights=cand, minlength=edges_b.shape[0])
     nco = np.bincount(k, weights=co, minlength=edges_b.shape[0])
     expect = np.bincount(k, weights=s_curve(jac, bands, rows), minlength=edges_b.shape[0])
+    # exact copies repeat one trial many times: count each pair of distinct texts once as well
+    er = truth.exact_rep
+    _, once = np.unique(pair_keys(er[left], er[right], n), return_index=True)
+    d_count = np.bincount(k[once], minlength=edges_b.shape[0])
+    d_cand = np.bincount(k[once], weights=cand[once], minlength=edges_b.shape[0])
+    d_expect = np.bincount(k[once], weights=s_curve(jac[once], bands, rows), minlength=edges_b.shape[0])
     bins = []
     for b in range(edges_b.shape[0]):  # one row per bin (~15 bins)
         lo = float(edges_b[b])
@@ -362,6 +368,8 @@ def score_run(truth: Truth, cluster, edges, cfg: Config, ranks=None, duplicates=
         m = int(count[b])
         centre = lo if b + 1 == edges_b.shape[0] else (lo + hi) / 2
         p = ncand[b] / m if m else None
+        md = int(d_count[b])
+        pd_ = d_cand[b] / md if md else None
         bins.append({
             "lo": lo, "hi": hi, "label": "1.0 (identical sets)" if b + 1 == edges_b.shape[0] else f"[{lo:.2f}, {hi:.2f})",
             "pairs": m,
@@ -370,6 +378,10 @@ def score_run(truth: Truth, cluster, edges, cfg: Config, ranks=None, duplicates=
             "s_curve_at_centre": round(float(s_curve(centre, bands, rows)), 6),
             "s_curve_mean_over_pairs": _rate(expect[b], m),
             "coclustered_rate": _rate(nco[b], m),
+            "distinct_text_pairs": md,
+            "distinct_candidate_rate": _rate(d_cand[b], md),
+            "distinct_candidate_rate_stderr": round(float(np.sqrt(pd_ * (1 - pd_) / md)), 6) if md else None,
+            "distinct_s_curve_mean": _rate(d_expect[b], md),
         })
 
     # cluster quality
@@ -406,6 +418,19 @@ def score_run(truth: Truth, cluster, edges, cfg: Config, ranks=None, duplicates=
         "note": "exact Jaccard of each removed near duplicate to its survivor (values below the floor count as 0)",
     }
 
+    # the deduplicated output: duplicates left in it, documents removed without resembling their survivor
+    kept = cluster == np.arange(n)
+    left_in = true & kept[left] & kept[right]
+    output = {
+        "kept": int(kept.sum()),
+        "removed": int(n - kept.sum()),
+        "duplicate_pairs_left_in_output": int(left_in.sum()),
+        "documents_in_output_with_a_duplicate": int(np.unique(np.concatenate((left[left_in], right[left_in]))).shape[0]),
+        "removed_below_threshold_to_survivor": chaining["below_threshold_to_survivor"],
+        "note": "pairs with exact J >= threshold whose two documents are both kept; this, not pair recall, is what "
+                "select.split_chains trades against removing documents unlike their survivor",
+    }
+
     ncoj = int((co & (jac >= truth.floor)).sum())
     section = {
         "pairs": {
@@ -428,6 +453,7 @@ def score_run(truth: Truth, cluster, edges, cfg: Config, ranks=None, duplicates=
             "max_abs_difference_pipeline_vs_exact": round(float(sim_err), 12),
         },
         "misses": misses,
+        "output": output,
         "bins": bins,
         "clusters": clusters,
         "chaining": chaining,
@@ -446,7 +472,9 @@ def targets(section: dict, cfg: Config) -> dict:
         "verified_edge_precision_is_1": {"value": prec, "met": prec == 1.0,
                                          "applies": cfg.verify.method == "exact"},
         "recall_at_threshold_plus_0.05_at_least_0.99": {"value": r5, "met": bool(r5 is None or r5 >= 0.99),
-                                                         "pairs": p["pairs_at_or_above_threshold_plus_0.05"]},
+                                                         "pairs": p["pairs_at_or_above_threshold_plus_0.05"],
+                                                         # split_chains separates similar pairs on purpose
+                                                         "applies": not cfg.select.split_chains},
     }
 
 
@@ -696,8 +724,13 @@ def summary(report: dict) -> str:
         lines.append(f"  ARI vs ideal components {cl['ari_vs_ideal_components']:.4f}{extra}; "
                      f"{ch['below_threshold_to_survivor']:,} of {ch['near_duplicates_removed']:,} removed near "
                      f"duplicates below the threshold to their survivor")
+        o = r["output"]
+        lines.append(f"  output: {o['kept']:,} kept; {o['duplicate_pairs_left_in_output']:,} pairs with J >= {t} left "
+                     f"in it ({o['documents_in_output_with_a_duplicate']:,} documents)")
         tg = r["targets"]
-        lines.append("  targets: " + ", ".join(f"{k} {'met' if v['met'] else 'NOT met'}" for k, v in tg.items()))
+        lines.append("  targets: " + ", ".join(
+            f"{k} {'met' if v['met'] else 'NOT met'}{'' if v.get('applies', True) else ' (does not apply)'}"
+            for k, v in tg.items()))
     return "\n".join(lines)
 
 

@@ -50,13 +50,16 @@ def plot_evaluation(report: dict, path) -> Path | None:
         bins = [x for x in run["bins"] if x["pairs"]]
         x = np.array([(x["lo"] + x["hi"]) / 2 if x["hi"] > x["lo"] else x["lo"] for x in bins])
         y = np.array([x["candidate_rate"] for x in bins])
-        err = np.array([x["candidate_rate_stderr"] for x in bins])
+        yd = np.array([x["distinct_candidate_rate"] for x in bins])  # each pair of distinct texts once
+        err = np.array([x["distinct_candidate_rate_stderr"] for x in bins])
         layout = (run["run"]["bands"], run["run"]["rows"])
         if layout != (b, r) and layout not in drawn:
             ax.plot(s, s_curve(s, *layout), lw=1, ls=":", label=f"theory {layout[0]} x {layout[1]}")
         if layout not in drawn:  # the candidate rate depends on the layout only
-            ax.errorbar(x, y, yerr=err, fmt=styles[k % 4], ms=4, capsize=2,
-                        label=f"empirical, {layout[0]} x {layout[1]} (+- 1 s.e.)")
+            ax.errorbar(x, yd, yerr=err, fmt=styles[k % 4], ms=4, capsize=2,
+                        label=f"empirical, {layout[0]} x {layout[1]}, distinct texts (+- 1 s.e.)")
+            if not np.allclose(y, yd):
+                ax.plot(x, y, "x", ms=5, color="tab:gray", label="empirical, all pairs (exact copies repeat)")
             drawn.add(layout)
         if k == 0:
             ax2 = axes[0, 1]

@@ -156,7 +156,7 @@ def _oracle_misses(norm, t, bands, rows, num_perm, method, cluster):
     verified = [e for e in star if sim(*e) >= t]
     comp = ref.connected_components(n, verified + [(i, rep[i]) for i in range(n) if rep[i] != i])
     counts = {"pairs_missed": 0, "never_candidate": 0, "candidate_edge_rejected_by_verification": 0,
-              "candidate_not_connected_through_bucket_centre": 0}
+              "candidate_not_connected_through_bucket_centre": 0, "left_in_output": 0}
     bins = {}
     for (i, j), v in brute.items():
         if v < 0.3:
@@ -170,6 +170,7 @@ def _oracle_misses(norm, t, bands, rows, num_perm, method, cluster):
             continue
         assert comp[i] != comp[j]  # the pipeline's clusters are the oracle's components
         counts["pairs_missed"] += 1
+        counts["left_in_output"] += cluster[i] == i and cluster[j] == j
         if not cand:
             counts["never_candidate"] += 1
         elif (min(rep[i], rep[j]), max(rep[i], rep[j])) in star:
@@ -199,6 +200,7 @@ def test_miss_classification_and_bins_equal_a_pure_python_oracle(small_planted, 
     assert counts["never_candidate"] > 0 and counts["candidate_not_connected_through_bucket_centre"] > 0
     if method == "signature":
         assert counts["candidate_edge_rejected_by_verification"] > 0  # estimates below t for pairs above it
+    assert run["output"]["duplicate_pairs_left_in_output"] == counts.pop("left_in_output")
     for key, value in counts.items():
         assert m[key] == value, key
     assert m["connected_but_split_by_split_chains"] == 0 and m["verified_edge_not_coclustered"] == 0
@@ -241,9 +243,10 @@ def test_candidate_rate_follows_the_s_curve(planted_eval):
     _, report = planted_eval
     checked = 0
     for b in report["runs"]["components"]["bins"]:
-        if b["pairs"] >= 40:
-            e, m = b["s_curve_mean_over_pairs"], b["pairs"]
-            assert abs(b["candidate_rate"] - e) <= 4 * np.sqrt(e * (1 - e) / m) + 0.02, b
+        if b["distinct_text_pairs"] >= 40:
+            e, m = b["distinct_s_curve_mean"], b["distinct_text_pairs"]
+            assert abs(b["distinct_candidate_rate"] - e) <= 4 * np.sqrt(e * (1 - e) / m) + 0.02, b
+            assert b["distinct_text_pairs"] <= b["pairs"]
             checked += 1
     assert checked >= 5
 
@@ -261,6 +264,13 @@ def test_cluster_quality_and_chaining_sections(planted_eval):
     assert split["run"]["split_chains"] is True and split["run"]["counts"]["chain_split_ejected"] > 0
     assert split["misses"]["connected_but_split_by_split_chains"] > 0
     assert split["pairs"]["cluster_pair_precision"] >= merged["pairs"]["cluster_pair_precision"]
+    assert split["targets"]["recall_at_threshold_plus_0.05_at_least_0.99"]["applies"] is False
+    # the output: documents both kept although similar, counted from the run's clusters
+    for run in (merged, split):
+        o = run["output"]
+        assert o["kept"] == run["run"]["counts"]["kept"] and o["kept"] + o["removed"] == 1500
+        assert 0 <= o["duplicate_pairs_left_in_output"] <= run["misses"]["pairs_missed"]
+    assert split["output"]["removed_below_threshold_to_survivor"] == 0
     h = merged["chaining"]["similarity_to_survivor_histogram"]
     assert sum(h["counts"]) == merged["chaining"]["near_duplicates_removed"] and len(h["edges"]) == 21
     # written outputs
@@ -276,3 +286,35 @@ def test_evaluate_rejects_bad_arguments(planted_eval, tmp_path):
         evaluate(d / "in", cfg, sample=100, floor=0.9, plot=False)
     with pytest.raises(ValueError, match="sample = -1 must be >= 0"):
         evaluate(d / "in", cfg, sample=-1, plot=False)
+
+
+def test_miss_classification_on_a_constructed_case():
+    from gpu_dedup.buckets import Edges
+    from gpu_dedup.evaluate import exact_truth, score_run
+
+    words = [f"w{k}" for k in range(100)]
+    a = " ".join(words)
+    b = " ".join(words[:50] + ["changed"] + words[51:])  # 5 of 96 word 5-grams differ: J = 91 / 101
+    c = " ".join(f"x{k}" for k in range(100))
+    cfg = Config.from_dict({"backend": "cpu"})
+    truth = exact_truth(pa.array([a, b, c]), cfg, floor=0.3)
+    assert truth.left.tolist() == [0] and truth.right.tolist() == [1] and truth.jaccard[0] == pytest.approx(91 / 101)
+    none = Edges(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    apart = np.array([0, 1, 2])
+    # a candidate whose own star edge (bucket centre 0 -> 1) was not verified
+    m = score_run(truth, apart, none, cfg)["misses"]
+    assert m["pairs_missed"] == 1 and m["candidate_edge_rejected_by_verification"] == 1
+    assert m["never_candidate"] == 0
+    # a verified edge whose ends are not in one cluster: a broken pipeline, reported
+    m = score_run(truth, apart, Edges(np.array([0]), np.array([1]), np.array([91 / 101])), cfg)["misses"]
+    assert m["verified_edge_not_coclustered"] == 1
+    # one band of 128 rows: P(candidate) = J^128 ~ 1e-6: never a candidate
+    narrow = cfg.with_overrides({"lsh.bands": 1, "lsh.rows": 128})
+    run = score_run(truth, apart, none, narrow)
+    assert run["misses"]["never_candidate"] == 1 and run["pairs"]["candidate_pairs_at_or_above_floor"] == 0
+    assert run["output"]["duplicate_pairs_left_in_output"] == 1
+    # found: nothing missed, precision 1
+    ok = score_run(truth, np.array([0, 0, 2]), Edges(np.array([0]), np.array([1]), np.array([91 / 101])), cfg)
+    assert ok["misses"]["pairs_missed"] == 0 and ok["pairs"]["recall_at_threshold"] == 1.0
+    assert ok["verified_edges"]["precision"] == 1.0 and ok["pairs"]["cluster_pair_precision"] == 1.0
+    assert ok["chaining"]["near_duplicates_removed"] == 1 and ok["output"]["removed"] == 1
