@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -135,6 +136,11 @@ def cmd_dataset(args) -> int:
 
     info = build(args.name, args.output)
     print(f"{info['dataset']}: {info['documents']:,} documents, {info['text_mb']} MB of text -> {info['path']}")
+    if args.info:
+        from .io import atomic_write_bytes
+
+        Path(args.info).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(args.info, (json.dumps(info, indent=2) + "\n").encode())
     return 0
 
 
@@ -198,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("dataset", help="build a real evaluation corpus from installed Debian packages")
     p.add_argument("name", choices=sorted(DATASETS), help="; ".join(f"{k}: {v}" for k, v in DATASETS.items()))
     p.add_argument("-o", "--output", required=True, help="Parquet file to write")
+    p.add_argument("--info", help="also write a JSON description (size, source fingerprint, installed packages)")
     p.set_defaults(func=cmd_dataset, quiet=False, verbose=0)
 
     p = sub.add_parser("config", help="print the resolved configuration (with derived values)")
