@@ -98,7 +98,7 @@ def cmd_evaluate(args) -> int:
     cfg = _config_from_args(args)
     report = evaluate(args.inputs, cfg, output_dir=args.output, sample=args.sample, seed=args.seed, floor=args.floor,
                       label_column=args.label_column, compare_split_chains=args.compare_split_chains,
-                      plot=not args.no_plot, keep_runs=args.keep_runs)
+                      plot=not args.no_plot, keep_runs=args.keep_runs, lsh_seeds=args.lsh_seeds)
     print(summary(report))
     written = sorted(p.name for p in Path(args.output).glob("evaluation.*"))
     print(f"wrote {', '.join(written)} in {args.output}/")
@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-column", help="column of known cluster labels: adds the adjusted Rand index against them")
     p.add_argument("--compare-split-chains", action="store_true",
                    help="also score a run with select.split_chains flipped")
+    p.add_argument("--lsh-seeds", type=int, default=1,
+                   help="also measure the candidate rate per bin with this many MinHash seeds (mean and spread)")
     p.add_argument("--no-plot", action="store_true", help="write no PNG")
     p.add_argument("--keep-runs", action="store_true", help="keep the pipeline outputs on the sample (OUTPUT/runs)")
     p.add_argument("--require-targets", action="store_true",

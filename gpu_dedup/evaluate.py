@@ -271,6 +271,52 @@ def _bins(floor: float):
     return np.append(edges, 1.0)
 
 
+def _bin_index(jac, edges_b):
+    return np.clip(np.searchsorted(edges_b, jac, side="right") - 1, 0, edges_b.shape[0] - 1)
+
+
+def candidate_rate_over_seeds(truth: Truth, cfg: Config, seeds, backend="cpu") -> dict:
+    """Candidate rate per similarity bin for several MinHash seeds (pairs of distinct texts, each once).
+
+    Pairs in a real corpus are not independent trials (a family of near-identical
+    documents shares one outcome), so one seed's rate can sit many naive standard
+    errors away from the S-curve; the spread over seeds shows the real uncertainty
+    and the mean over seeds what the hash family does on average.
+    """
+    n = truth.n
+    bands, rows = cfg.layout
+    edges_b = _bins(truth.floor)
+    er = truth.exact_rep
+    _, once = np.unique(pair_keys(er[truth.left], er[truth.right], n), return_index=True)
+    left, right, jac = truth.left[once], truth.right[once], truth.jaccard[once]
+    k = _bin_index(jac, edges_b)
+    count = np.bincount(k, minlength=edges_b.shape[0])
+    nonempty = np.flatnonzero(truth.set_sizes > 0)
+    row_of = np.full(n, -1, np.int64)
+    row_of[nonempty] = np.arange(nonempty.shape[0])
+    rates = []
+    for seed in seeds:  # one signature pass per seed (a handful)
+        bh = _band_hash_matrix(truth.strings, cfg.with_overrides({"minhash.seed": int(seed)}), nonempty, backend)
+        cand = shared_band(bh, row_of[left], row_of[right])
+        rates.append(np.bincount(k, weights=cand, minlength=edges_b.shape[0]) / np.maximum(count, 1))
+    rates = np.array(rates)
+    expect = np.bincount(k, weights=s_curve(jac, bands, rows), minlength=edges_b.shape[0]) / np.maximum(count, 1)
+    has = count > 0
+    r6 = lambda a: [round(float(x), 6) if h else None for x, h in zip(a, has)]  # noqa: E731
+    return {
+        "bands": bands,
+        "rows": rows,
+        "seeds": [int(x) for x in seeds],
+        "bin_lo": edges_b.tolist(),
+        "distinct_text_pairs": count.astype(int).tolist(),
+        "s_curve_mean": r6(expect),
+        "mean": r6(rates.mean(axis=0)),
+        "min": r6(rates.min(axis=0)),
+        "max": r6(rates.max(axis=0)),
+        "per_seed": [r6(x) for x in rates],
+    }
+
+
 def _rate(k, m):
     return round(float(k) / int(m), 6) if m else None
 
@@ -350,7 +396,7 @@ def score_run(truth: Truth, cluster, edges, cfg: Config, ranks=None, duplicates=
 
     # per similarity bin
     edges_b = _bins(truth.floor)
-    k = np.clip(np.searchsorted(edges_b, jac, side="right") - 1, 0, edges_b.shape[0] - 1)
+    k = _bin_index(jac, edges_b)
     count = np.bincount(k, minlength=edges_b.shape[0])
     ncand = np.bincount(k, weights=cand, minlength=edges_b.shape[0])
     nco = np.bincount(k, weights=co, minlength=edges_b.shape[0])
@@ -612,13 +658,15 @@ def _corpus_like(path, cfg: Config) -> pa.Table:
 
 def evaluate(inputs, cfg: Config = Config(), *, output_dir=None, sample: int = DEFAULT_SAMPLE, seed: int = 0,
              floor: float | None = None, label_column: str | None = None, compare_split_chains: bool = False,
-             plot: bool = True, keep_runs: bool = False) -> dict:
+             plot: bool = True, keep_runs: bool = False, lsh_seeds: int = 1) -> dict:
     """Evaluate the pipeline against exact all-pairs Jaccard on a sample of ``inputs``.
 
     Returns the report (see ``score_run``); with ``output_dir`` writes
     ``evaluation.json`` and, when matplotlib is installed and ``plot``,
     ``evaluation.png``.  ``compare_split_chains`` scores a second run with
-    ``select.split_chains`` flipped.  ``floor`` (default min(0.3, threshold)):
+    ``select.split_chains`` flipped.  ``lsh_seeds`` > 1 adds the candidate rate
+    per bin for that many MinHash seeds (see ``candidate_rate_over_seeds``).
+    ``floor`` (default min(0.3, threshold)):
     the lowest exact similarity enumerated and binned.  Pipeline outputs on the sample go to a
     temporary directory (``keep_runs``: to ``output_dir/runs``).
     """
@@ -626,6 +674,8 @@ def evaluate(inputs, cfg: Config = Config(), *, output_dir=None, sample: int = D
 
     t0 = time.perf_counter()
     floor = min(0.3, cfg.verify_threshold) if floor is None else floor
+    if lsh_seeds < 1:
+        raise ValueError(f"lsh_seeds = {lsh_seeds} must be >= 1 (1: the configured seed only)")
     with tempfile.TemporaryDirectory(prefix="gpu-dedup-eval-") as tmp:
         work = Path(output_dir) / "runs" if (keep_runs and output_dir) else Path(tmp)
         ev = Evaluation(inputs, cfg, work, sample=sample, seed=seed, floor=floor, label_column=label_column)
@@ -634,7 +684,14 @@ def evaluate(inputs, cfg: Config = Config(), *, output_dir=None, sample: int = D
         if compare_split_chains:
             other = "components" if cfg.select.split_chains else "split_chains"
             runs[other] = ev.run(cfg.with_overrides({"select.split_chains": not cfg.select.split_chains}), other)
+    over_seeds = None
+    if lsh_seeds > 1:
+        t1 = time.perf_counter()
+        over_seeds = candidate_rate_over_seeds(ev.truth, cfg, cfg.minhash.seed + np.arange(lsh_seeds), ev.backend)
+        over_seeds["seconds"] = round(time.perf_counter() - t1, 3)
     report = build_evaluation_report(ev, cfg, runs, time.perf_counter() - t0)
+    if over_seeds is not None:
+        report["candidate_rate_over_seeds"] = over_seeds
     if output_dir is not None:
         write_evaluation(report, output_dir, plot=plot)
     return report
@@ -705,6 +762,13 @@ def summary(report: dict) -> str:
     lines = [f"sample: {c['sample']:,} of {c['documents']:,} documents (seed {c['seed']}); "
              f"{c['exact_pairs_at_or_above_floor']:,} pairs with exact Jaccard >= {c['floor']} "
              f"(all-pairs {c['seconds']['all_pairs']:.1f}s)"]
+    over = report.get("candidate_rate_over_seeds")
+    if over:
+        dev = [(abs(m - e), lo) for m, e, lo, c in zip(over["mean"], over["s_curve_mean"], over["bin_lo"],
+                                                       over["distinct_text_pairs"]) if m is not None and c >= 100]
+        worst = max(dev) if dev else (0.0, 0.0)
+        lines.append(f"candidate rate over {len(over['seeds'])} MinHash seeds: the mean is within {worst[0]:.4f} of "
+                     f"the S-curve in every bin with >= 100 pairs (largest gap in the bin from {worst[1]:.2f})")
     for name, r in report["runs"].items():
         p, v, m, cl = r["pairs"], r["verified_edges"], r["misses"], r["clusters"]
         t = p["threshold"]

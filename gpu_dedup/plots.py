@@ -68,6 +68,15 @@ def plot_evaluation(report: dict, path) -> Path | None:
             ax3 = axes[1, 0]
             ax3.bar(x, [v["pairs"] for v in bins], width=0.045, color="tab:gray")
             ax3.set_yscale("log")
+    over = report.get("candidate_rate_over_seeds")
+    if over:
+        lo = np.array(over["bin_lo"])
+        xs = np.append((lo[:-1] + lo[1:]) / 2, lo[-1:])
+        has = np.array([m is not None for m in over["mean"]])
+        mean = np.array([m for m in over["mean"] if m is not None])
+        spread = np.array([[m - a, b - m] for m, a, b in zip(over["mean"], over["min"], over["max"]) if m is not None]).T
+        ax.errorbar(xs[has] + 0.008, mean, yerr=spread, fmt="D", ms=4, capsize=2, color="tab:green",
+                    label=f"mean of {len(over['seeds'])} MinHash seeds (min-max)")
     ax.axvline(t, color="tab:red", ls="--", lw=1, label=f"threshold {t}")
     ax.set(xlabel="exact Jaccard similarity of the pair", ylabel="fraction of pairs that are LSH candidates",
            title=f"candidate rate vs S-curve ({b} bands x {r} rows)", xlim=(0, 1.01), ylim=(-0.02, 1.02))

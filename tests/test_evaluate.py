@@ -218,7 +218,7 @@ def planted_eval(tmp_path_factory):
     write_shards(table.select(["id", "text", "cluster"]), d / "in", shards=2)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
     report = evaluate(d / "in", cfg, output_dir=d / "out", sample=1500, seed=3, label_column="cluster",
-                      compare_split_chains=True)
+                      compare_split_chains=True, lsh_seeds=4)
     return d, report
 
 
@@ -249,6 +249,22 @@ def test_candidate_rate_follows_the_s_curve(planted_eval):
             assert b["distinct_text_pairs"] <= b["pairs"]
             checked += 1
     assert checked >= 5
+
+
+def test_candidate_rate_over_seeds(planted_eval):
+    _, report = planted_eval
+    over = report["candidate_rate_over_seeds"]
+    bins = report["runs"]["components"]["bins"]
+    assert over["seeds"] == [42, 43, 44, 45] and len(over["per_seed"]) == 4
+    # the first seed is the run's own: the same rates as the run's bins
+    assert over["per_seed"][0] == [b["distinct_candidate_rate"] for b in bins]
+    assert over["distinct_text_pairs"] == [b["distinct_text_pairs"] for b in bins]
+    assert len({tuple(x) for x in over["per_seed"]}) > 1  # other seeds, other outcomes
+    for m, lo, hi, e, c in zip(over["mean"], over["min"], over["max"], over["s_curve_mean"],
+                               over["distinct_text_pairs"]):
+        if c >= 40:
+            assert lo <= m <= hi and abs(m - e) <= 2 * np.sqrt(e * (1 - e) / c) + 0.02
+    assert "MinHash seeds" in summary(report)
 
 
 def test_cluster_quality_and_chaining_sections(planted_eval):
@@ -286,6 +302,8 @@ def test_evaluate_rejects_bad_arguments(planted_eval, tmp_path):
         evaluate(d / "in", cfg, sample=100, floor=0.9, plot=False)
     with pytest.raises(ValueError, match="sample = -1 must be >= 0"):
         evaluate(d / "in", cfg, sample=-1, plot=False)
+    with pytest.raises(ValueError, match="lsh_seeds = 0 must be >= 1"):
+        evaluate(d / "in", cfg, sample=50, plot=False, lsh_seeds=0)
 
 
 def test_miss_classification_on_a_constructed_case():
