@@ -1,7 +1,14 @@
-"""Evaluation helpers: pairs from cluster labels, recall and precision against a truth.
+"""Evaluation against exact Jaccard: ``gpu-dedup evaluate`` and its building blocks.
 
-Pairs are enumerated per distinct cluster size (a handful of NumPy steps),
-never per document.
+- ``cluster_pairs``, ``pair_recall``, ``pair_precision``: pairs from cluster
+  labels (enumerated per distinct cluster size, never per document).
+- ``all_pairs_jaccard``: every pair of shingle sets with exact Jaccard >= a
+  floor, from sparse incidence-matrix products in row blocks.
+- ``adjusted_rand_index``: from the contingency table of two labelings.
+- ``Evaluation`` / ``evaluate``: sample a corpus, run the real pipeline on the
+  sample, and score the run (``score_run``) against the exact pairs: recall
+  and precision, where each missed pair was lost, the candidate rate per
+  similarity bin against the S-curve, cluster quality and chaining.
 """
 
 from __future__ import annotations
@@ -231,7 +238,7 @@ def exact_truth(texts, cfg: Config, floor: float = 0.3, labels=None, backend="cp
     strings = string_buffers(normalize(repaired, cfg.normalize))
     n = len(strings)
     params = hash_params(cfg.minhash.seed, cfg.minhash.num_perm, cfg.minhash.hash_bits)
-    offsets, values = be.shingle_sets(strings, params, cfg.minhash.shingle, cfg.minhash.ngram)
+    offsets, values = map(_host, be.shingle_sets(strings, params, cfg.minhash.shingle, cfg.minhash.ngram))
     if null.any():  # null texts never pair (the pipeline keeps them untouched)
         keep = np.repeat(~null, np.diff(offsets))
         values = values[keep]
@@ -239,7 +246,7 @@ def exact_truth(texts, cfg: Config, floor: float = 0.3, labels=None, backend="cp
     t1 = time.perf_counter()
     left, right, jac = all_pairs_jaccard(offsets, values, floor)
     t2 = time.perf_counter()
-    rep = exact_groups(exact_keys(strings, cfg.minhash.seed, be), np.arange(n), eligible=~null)
+    rep = exact_groups(_host(exact_keys(strings, cfg.minhash.seed, be)), np.arange(n), eligible=~null)
     return Truth(n, floor, left, right, jac, np.diff(offsets), null, rep, strings,
                  None if labels is None else np.asarray(labels),
                  {"shingle_sets": round(t1 - t0, 3), "all_pairs": round(t2 - t1, 3)})
@@ -263,7 +270,7 @@ def _band_hash_matrix(strings, cfg: Config, docs, backend):
     bands, rows = cfg.layout
     params = hash_params(cfg.minhash.seed, cfg.minhash.num_perm, cfg.minhash.hash_bits)
     sig = signatures(strings, cfg.minhash, num_perm=bands * rows, docs=docs, backend=backend)
-    return band_hashes(sig.values, bands, rows, params, backend)
+    return _host(band_hashes(_host(sig.values), bands, rows, params, backend))
 
 
 def _bins(floor: float):
@@ -345,7 +352,7 @@ def score_run(truth: Truth, cluster, edges, cfg: Config, ranks=None, duplicates=
 
     # the pipeline's representatives and star edges, for the account of misses
     ranks = np.arange(n) if ranks is None else np.asarray(ranks)
-    rep = exact_groups(exact_keys(truth.strings, cfg.minhash.seed, backend), ranks,
+    rep = exact_groups(_host(exact_keys(truth.strings, cfg.minhash.seed, backend)), ranks,
                        eligible=~truth.null) if cfg.exact_dedup else np.arange(n)
     reps = np.flatnonzero((rep == np.arange(n)) & (truth.set_sizes > 0))
     star = edges_of(buckets(bh[row_of[reps]]))
@@ -367,6 +374,11 @@ def score_run(truth: Truth, cluster, edges, cfg: Config, ranks=None, duplicates=
     # pairs put in one cluster: all of them counted from cluster sizes, the similar ones from the truth
     sizes = np.bincount(cluster, minlength=n).astype(np.float64)
     co_total = int((sizes * (sizes - 1) / 2).sum())
+    # identical normalized texts with no shingle (e.g. empty after normalization) are exact copies:
+    # correct pairs, though outside the Jaccard truth
+    blank = (truth.set_sizes == 0) & ~truth.null
+    _, same = np.unique(truth.exact_rep[blank] * (n + 1) + cluster[blank], return_counts=True)
+    blank_pairs = int((same.astype(np.float64) * (same - 1) / 2).sum())
     true = jac >= t
     plus = jac >= t + 0.05 - 1e-12
 
@@ -488,7 +500,7 @@ def score_run(truth: Truth, cluster, edges, cfg: Config, ranks=None, duplicates=
             "coclustered_pairs": co_total,
             "coclustered_pairs_at_or_above_threshold": int((co & true).sum()),
             "coclustered_pairs_below_floor": co_total - ncoj,
-            "cluster_pair_precision": _rate((co & true).sum(), co_total) if co_total else 1.0,
+            "cluster_pair_precision": _rate((co & true).sum() + blank_pairs, co_total) if co_total else 1.0,
             "candidate_recall_at_threshold": _rate((cand & true).sum(), true.sum()),
             "candidate_pairs_at_or_above_floor": int(cand.sum()),
         },
@@ -536,7 +548,12 @@ def _lookup(truth: Truth, a, b) -> np.ndarray:
 
 
 def _components(src, dst, n, backend):
-    return get_backend(backend).components(np.asarray(src, np.int64), np.asarray(dst, np.int64), n)
+    return _host(get_backend(backend).components(np.asarray(src, np.int64), np.asarray(dst, np.int64), n))
+
+
+def _host(x):
+    """A NumPy array from a backend's result (CuPy arrays are copied to the host)."""
+    return x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
 
 
 def _quantiles(values) -> dict:

@@ -336,3 +336,19 @@ def test_miss_classification_on_a_constructed_case():
     assert ok["misses"]["pairs_missed"] == 0 and ok["pairs"]["recall_at_threshold"] == 1.0
     assert ok["verified_edges"]["precision"] == 1.0 and ok["pairs"]["cluster_pair_precision"] == 1.0
     assert ok["chaining"]["near_duplicates_removed"] == 1 and ok["output"]["removed"] == 1
+
+
+def test_blank_texts_are_exact_copies_not_false_pairs(tmp_path):
+    import pyarrow.parquet as pq
+
+    texts = [None, "", "   ", "!!!", "hi there", "hi there", None, "one two three four five six seven eight"]
+    pq.write_table(pa.table({"text": pa.array(texts, pa.string())}), tmp_path / "x.parquet")
+    for exact in (True, False):  # "", "   ", "!!!" are one empty text (3 pairs); "hi there" twice (1 pair)
+        cfg = Config.from_dict({"backend": "cpu", "exact_dedup": exact, "minhash": {"ngram": 3}})
+        run = evaluate(tmp_path / "x.parquet", cfg, sample=0, plot=False)["runs"]["components"]
+        p = run["pairs"]
+        # without the exact stage blank texts have no shingle and stay alone; "hi there" still pairs by LSH
+        assert p["coclustered_pairs"] == (4 if exact else 1) and p["cluster_pair_precision"] == 1.0
+        ideal = [0, 1, 1, 1, 4, 4, 6, 7]
+        pred = ideal if exact else [0, 1, 2, 3, 4, 4, 6, 7]
+        assert run["clusters"]["ari_vs_ideal_components"] == pytest.approx(adjusted_rand_index(pred, ideal))
