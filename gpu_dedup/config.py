@@ -109,11 +109,15 @@ class VerifyConfig:
 class SelectConfig:
     keep: str = "first"  # first (input order) | longest | lowest_id | score (highest wins)
     score_column: str | None = None
+    split_chains: bool = False  # true: a member below the verify threshold to its survivor leaves the
+    # cluster; ejected members re-form clusters among themselves (see select.split_chains)
 
     def __post_init__(self):
         _choice("select", "keep", self.keep, KEEP_POLICIES)
         if self.keep == "score" and not self.score_column:
             raise ConfigError("select.keep = 'score' needs select.score_column (the column to maximise)")
+        if not isinstance(self.split_chains, bool):
+            raise ConfigError(f"select.split_chains = {self.split_chains!r} must be true or false")
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from .minhash import signatures
 from .normalize import normalize, repair_utf8
 from .progress import Progress, chunks
 from .report import build_report, write_report
-from .select import policy_ranks, survivors
+from .select import policy_ranks, split_chains, survivors
 from .strings import string_buffers
 from .verify import exact_similarity, signature_similarity, verify
 
@@ -325,7 +325,17 @@ class _Run:
     def select(self):
         def compute():
             with self.st.stage("select") as info:
-                survivor = survivors(self.labels, self.ranks)
+                labels = self.labels
+                survivor = survivors(labels, self.ranks)
+                extra = {}
+                if self.cfg.select.split_chains:  # members below the threshold to their survivor leave
+                    labels, survivor, ejected, rounds = split_chains(
+                        labels, self.rep, self.ranks, self.verified.src, self.verified.dst,
+                        lambda a, b: _pair_similarity(a, b, self.method, self.strings, self.cfg, self.cand,
+                                                      self.sig_values, self.backend),
+                        self.threshold, self.backend)
+                    extra["chain_split_ejected"] = int(ejected.sum())
+                    info.update(chain_split_ejected=int(ejected.sum()), chain_split_rounds=rounds)
                 kept = survivor == np.arange(self.n)
                 sim = _similarity_to_survivor(self.rep, survivor, kept, self.method, self.strings, self.cfg,
                                               self.cand, self.sig_values, self.backend) if self.n else np.ones(0)
@@ -337,11 +347,15 @@ class _Run:
                 "near_duplicates": int(near.sum()),
                 "removed": int(removed.sum()),
                 "kept": int(kept.sum()),
+                **extra,
             }
-            return {"survivor": survivor, "kept": kept, "similarity": sim}, counts
+            return {"survivor": survivor, "kept": kept, "similarity": sim, "labels": labels}, counts
 
         a = self._unit("select", ("select",), compute)
         self.survivor, self.kept, self.similarity = a["survivor"], a["kept"], a["similarity"]
+        self.labels = a["labels"]
+        self.cluster_size = np.bincount(self.labels, minlength=self.n) if self.n else np.zeros(0, np.int64)
+        self.counts["clusters"] = int(np.count_nonzero(self.cluster_size > 1))
 
     def write(self, duplicates=None):
         corpus, kept = self.corpus, self.kept
@@ -502,14 +516,17 @@ def _similarity_to_survivor(rep, survivor, kept, method, strings, cfg, cand, sig
     todo = np.flatnonzero(~kept & (rep != survivor))
     if todo.shape[0] == 0:
         return sim
-    left, right = rep[todo], survivor[todo]
-    if method == "exact":
-        sim[todo] = exact_similarity(left, right, strings, cfg.minhash, backend)
-    else:
-        row_of = np.full(n, -1, np.int64)
-        row_of[cand] = np.arange(cand.shape[0])
-        sim[todo] = signature_similarity(row_of[left], row_of[right], sig_values, backend)
+    sim[todo] = _pair_similarity(rep[todo], survivor[todo], method, strings, cfg, cand, sig_values, backend)
     return sim
+
+
+def _pair_similarity(left, right, method, strings, cfg, cand, sig_values, backend):
+    """Similarity of representative rows ``left[k]`` and ``right[k]`` (exact Jaccard or signature estimate)."""
+    if method == "exact":
+        return exact_similarity(left, right, strings, cfg.minhash, backend)
+    row_of = np.full(strings.offsets.shape[0] - 1, -1, np.int64)
+    row_of[cand] = np.arange(cand.shape[0])
+    return signature_similarity(row_of[left], row_of[right], sig_values, backend)
 
 
 def _duplicates_table(corpus, member, kept, survivor, similarity, rep) -> pa.Table:

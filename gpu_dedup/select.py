@@ -73,3 +73,59 @@ def survivors(labels: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     out = np.empty(n, np.int64)
     out[order] = order[head]
     return out
+
+
+def split_chains(labels: np.ndarray, rep: np.ndarray, ranks: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                 similarity, threshold: float, backend="cpu"):
+    """Break chained clusters: every member must reach ``threshold`` similarity to its survivor.
+
+    Connected components chain (A~B and B~C put C with A even when J(A, C) is
+    low).  Here, after survivors are chosen, each representative (``rep[i] ==
+    i``; exact copies follow their representative) whose ``similarity(members,
+    survivors)`` is below ``threshold`` is ejected.  The ejected members of one
+    cluster re-form clusters among themselves: the connected components of the
+    verified edges (``src``, ``dst``) that join two of them, each with a new
+    survivor by the same ``ranks``.  This repeats until no member is ejected;
+    an ejected member with no verified edge to another ejected member ends as
+    a singleton (kept).  Survivors never change cluster, so every round splits
+    at least one cluster and the loop ends; the result is deterministic.
+
+    Returns (labels, survivor, ejected, rounds): ``ejected`` marks the
+    documents (exact copies included) that left their connected component.
+    """
+    from .backend import get_backend
+
+    n = labels.shape[0]
+    idx = np.arange(n, dtype=np.int64)
+    labels = np.asarray(labels, np.int64).copy()
+    is_rep = rep == idx
+    src = np.asarray(src, np.int64)
+    dst = np.asarray(dst, np.int64)
+    checked = np.full(n, -1, np.int64)  # survivor a member was last found similar enough to
+    ejected = np.zeros(n, bool)
+    rounds = 0
+    survivor = survivors(labels, ranks)
+    while True:
+        todo = np.flatnonzero(is_rep & (survivor != idx) & (checked != survivor))
+        if todo.shape[0] == 0:
+            break
+        sim = np.asarray(similarity(todo, survivor[todo]), np.float64)
+        ok = sim >= threshold
+        checked[todo[ok]] = survivor[todo[ok]]
+        bad = todo[~ok]
+        if bad.shape[0] == 0:
+            break
+        rounds += 1
+        ejected[bad] = True
+        is_bad = np.zeros(n, bool)
+        is_bad[bad] = True
+        e = is_bad[src] & is_bad[dst] & (labels[src] == labels[dst])
+        local = get_backend(backend).components(np.searchsorted(bad, src[e]), np.searchsorted(bad, dst[e]),
+                                                bad.shape[0])
+        key = np.full(n, -1, np.int64)
+        key[bad] = bad[local]  # smallest member of the re-formed cluster
+        key = key[rep]  # exact copies follow their representative
+        _, labels = np.unique(labels * (n + 1) + key + 1, return_inverse=True)
+        labels = labels.astype(np.int64)
+        survivor = survivors(labels, ranks)
+    return labels, survivor, ejected[rep], rounds

@@ -43,3 +43,50 @@ def test_demo_reports_recall(tmp_path):
     line = [x for x in proc.stdout.splitlines() if "Jaccard >= 0.90" in x][0]
     assert float(line.split(":")[-1].split()[0]) >= 0.99
     assert (tmp_path / "demo" / "output" / "report.json").exists()
+
+
+def _planted_dir(tmp_path, n=400):
+    from gpu_dedup.sample import planted_corpus, write_shards
+
+    s = planted_corpus(n_docs=n, n_clusters=n // 10, cluster_size=(2, 4), words=(40, 150), edit_rate=(0, 0.05),
+                       seed=5)
+    write_shards(s.table.select(["id", "text", "cluster"]), tmp_path / "in", shards=2)
+    return tmp_path / "in"
+
+
+def test_evaluate_writes_json_and_png(tmp_path, capsys):
+    import pytest
+
+    inp = _planted_dir(tmp_path)
+    rc = main(["evaluate", str(inp), "-o", str(tmp_path / "ev"), "--sample", "300", "--backend", "cpu",
+               "--id-column", "id", "--label-column", "cluster", "--compare-split-chains", "-q"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "recall:" in out and "ARI vs ideal components" in out and "vs labels" in out
+    report = json.loads((tmp_path / "ev" / "evaluation.json").read_text())
+    assert set(report["runs"]) == {"components", "split_chains"} and report["corpus"]["sample"] == 300
+    assert report["config"]["input"]["id_column"] == "id"
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "ev" / "evaluation.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_evaluate_without_matplotlib_writes_json_and_says_why(tmp_path, capsys, monkeypatch, caplog):
+    inp = _planted_dir(tmp_path, 200)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    rc = main(["evaluate", str(inp), "-o", str(tmp_path / "ev"), "--sample", "0", "--backend", "cpu"])
+    assert rc == 0
+    assert (tmp_path / "ev" / "evaluation.json").exists() and not (tmp_path / "ev" / "evaluation.png").exists()
+    assert "matplotlib is not installed" in caplog.text and '.[eval]' in caplog.text
+
+
+def test_evaluate_require_targets_fails_on_a_poor_layout(tmp_path, capsys):
+    inp = _planted_dir(tmp_path)
+    rc = main(["evaluate", str(inp), "-o", str(tmp_path / "ev"), "--sample", "0", "--backend", "cpu", "--bands", "1",
+               "--rows", "40", "--no-plot", "--require-targets", "-q"])
+    assert rc == 1 and "recall_at_threshold_plus_0.05_at_least_0.99" in capsys.readouterr().err
+
+
+def test_evaluate_missing_label_column_is_a_user_error(tmp_path, capsys):
+    inp = _planted_dir(tmp_path, 200)
+    rc = main(["evaluate", str(inp), "-o", str(tmp_path / "ev"), "--backend", "cpu", "--label-column", "nope"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'nope' is not in shard" in err and "'cluster'" in err

@@ -259,3 +259,27 @@ def test_skew_one_boilerplate_text_and_empty_documents(tmp_path, exact_dedup):
         assert result.kept[empty].all() and c["no_shingles"] == 2000
     inputs = [pq.read_table(p) for p in sorted((tmp_path / "in").glob("*.parquet"))]
     assert_accounted(result, inputs)
+
+
+def test_split_chains_mode_accounts_for_every_row_and_keeps_members_close(planted, planted_run, tmp_path):
+    d, sample = planted
+    merged, _ = planted_run
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "select": {"split_chains": True}})
+    result = run(d / "in", tmp_path / "out", cfg)
+    inputs = [pq.read_table(p) for p in sorted((d / "in").glob("*.parquet"))]
+    assert_accounted(result, inputs)
+    c, ch = result.report["counts"], result.report["chaining"]
+    assert merged.report["chaining"]["below_threshold_to_survivor"] > 0  # the corpus chains ...
+    assert c["chain_split_ejected"] > 0 and ch["below_threshold_to_survivor"] == 0  # ... and the mode splits
+    assert c["removed"] <= merged.report["counts"]["removed"]
+    texts = [ref_normalize(x) for x in sample.table.column("text").to_pylist()]
+    removed = np.flatnonzero(~result.kept)
+    surv = result.cluster[removed]
+    jac = np.array([ref.jaccard(texts[a], texts[b], "word", 5) for a, b in zip(removed, surv)])
+    assert np.all(jac >= 0.8 - 1e-12)  # every removed document resembles its own survivor
+    # clusters only split: each final cluster lies inside one connected component of the default run
+    assert np.all(merged.cluster[result.cluster] == merged.cluster)
+    frame = result.duplicates.to_pandas()
+    assert (frame.groupby("cluster_id")["kept"].sum() == 1).all()
+    again = run(d / "in", tmp_path / "out2", cfg)
+    assert np.array_equal(again.cluster, result.cluster)
