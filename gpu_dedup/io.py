@@ -362,6 +362,18 @@ def _empty_table(with_score: bool) -> pa.Table:
 # --------------------------------------------------------------------------- writing
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publish(tmp: str, path: Path) -> None:
+    """Give the temporary file the mode a plain open() would (0666 minus umask), then rename it."""
+    os.chmod(tmp, 0o666 & ~_umask())
+    os.replace(tmp, path)
+
+
 def atomic_write_bytes(path: str | Path, payload: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -371,7 +383,7 @@ def atomic_write_bytes(path: str | Path, payload: bytes) -> None:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         _unlink(tmp)
         raise
@@ -384,7 +396,7 @@ def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "
     os.close(fd)
     try:
         pq.write_table(table, tmp, compression=None if compression == "none" else compression)
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         _unlink(tmp)
         raise

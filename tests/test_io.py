@@ -135,3 +135,17 @@ def test_input_changed_during_run_is_detected(tmp_path):
 def test_atomic_write_leaves_no_temp_files(tmp_path):
     io.atomic_write_bytes(tmp_path / "r.json", json.dumps({"a": 1}).encode())
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_outputs_get_the_umask_mode_not_mkstemp_0600(tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        io.atomic_write_bytes(tmp_path / "a.json", b"{}")
+        io.atomic_write_parquet(tmp_path / "b.parquet", pa.table({"x": [1]}))
+    finally:
+        os.umask(old)
+    for name in ("a.json", "b.parquet"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644
