@@ -59,8 +59,8 @@ class Edges:
         return pd.DataFrame(cols)
 
 
-def group_buckets(band: np.ndarray, hashes: np.ndarray, doc: np.ndarray) -> Buckets:
-    """Group a long frame (band, band hash, doc) into multi-member buckets.
+def group_buckets(band: np.ndarray, hashes: np.ndarray, doc: np.ndarray, min_size: int = 2) -> Buckets:
+    """Group a long frame (band, band hash, doc) into buckets of at least ``min_size`` members.
 
     The one grouping implementation: the single-process stage calls it per
     band, the Dask path per shuffle partition.  Members ascend inside a bucket
@@ -75,7 +75,7 @@ def group_buckets(band: np.ndarray, hashes: np.ndarray, doc: np.ndarray) -> Buck
     start[1:] = (h[1:] != h[:-1]) | (b[1:] != b[:-1])
     starts = np.flatnonzero(start)
     run = np.diff(np.append(starts, n))
-    multi = run > 1
+    multi = run >= min_size
     sizes = run[multi]
     offsets = np.zeros(sizes.shape[0] + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
@@ -129,3 +129,80 @@ def edges(b: Buckets) -> Edges:
     not_center[b.offsets[:-1]] = False
     src, dst = unique_pairs(centers, b.members[not_center])
     return Edges(src, dst)
+
+
+@dataclass(frozen=True)
+class Centres:
+    """Centres chosen by :func:`star_rounds` at rounds >= 1: bucket index, round, document."""
+
+    bucket: np.ndarray
+    round: np.ndarray
+    doc: np.ndarray
+
+
+def star_rounds(b: Buckets, similarity, threshold: float, rounds: int = 1, keep_all: bool = False,
+                forced: Centres | None = None):
+    """Verified star edges of every bucket, re-starring what a centre rejects.
+
+    Round 0 links each bucket's smallest member to the others.  Members whose
+    similarity to their centre is below ``threshold`` stay open; in the next
+    round each bucket's open members form a star around the smallest of them,
+    and so on for ``rounds`` rounds.  A member is closed once a centre accepts
+    it, and a centre once it has served, so each round costs at most the open
+    memberships of the last: total work <= rounds x memberships.  A bucket with
+    a single open member makes it the round's centre without edges: it would
+    be the centre if more documents shared the bucket (the index records it).
+
+    ``forced`` gives centres from outside the bucket's members (an index's
+    documents, which precede every member) for some (bucket, round); there the
+    forced centre serves and all open members are compared with it.
+    ``similarity(src, dst)`` scores arrays of document pairs; a pair shared by
+    several buckets is scored once.  ``keep_all`` keeps every scored pair
+    (verification ``none``).  Returns (verified Edges, pairs scored, Centres
+    chosen among the members at rounds >= 1).
+    """
+    extra = forced.doc if forced is not None else np.zeros(0, np.int64)
+    nodes = np.unique(np.concatenate([b.members, extra]))  # dense ids: a pair packs into one int64
+    local = np.searchsorted(nodes, b.members)
+    member_bucket = np.repeat(np.arange(len(b), dtype=np.int64), b.sizes)
+    open_ = np.ones(local.shape[0], bool)
+    keys = np.zeros(0, np.int64)  # scored pairs (small << 32 | large), sorted
+    sims = np.zeros(0, np.float64)
+    rec_b, rec_r, rec_d = [], [], []
+    for r in range(max(rounds, 1)):  # a few rounds of array steps
+        fc = np.full(len(b), -1, np.int64)
+        if forced is not None:
+            at = forced.round == r
+            fc[forced.bucket[at]] = np.searchsorted(nodes, forced.doc[at])
+        idx = np.flatnonzero(open_)
+        if idx.shape[0] == 0:
+            break
+        bk = member_bucket[idx]
+        first = np.r_[True, bk[1:] != bk[:-1]]
+        group_first = idx[first]
+        gb = member_bucket[group_first]
+        own = fc[gb] < 0  # buckets whose centre is their smallest open member
+        if r > 0:
+            rec_b.append(gb[own])
+            rec_r.append(np.full(int(own.sum()), r, np.int64))
+            rec_d.append(nodes[local[group_first[own]]])
+        centre = np.where(own, local[group_first], fc[gb])[np.cumsum(first) - 1]
+        is_centre = first & own[np.cumsum(first) - 1]
+        src, dst = centre[~is_centre], local[idx[~is_centre]]
+        open_[idx[is_centre]] = False
+        if src.shape[0] == 0:
+            continue
+        pk = (np.minimum(src, dst) << 32) | np.maximum(src, dst)
+        uniq = np.unique(pk)
+        unseen = uniq[~np.isin(uniq, keys)]
+        if unseen.shape[0]:
+            s = similarity(nodes[unseen >> 32], nodes[unseen & 0xFFFFFFFF])
+            keys, sims = np.r_[keys, unseen], np.r_[sims, s]
+            order = np.argsort(keys, kind="stable")
+            keys, sims = keys[order], sims[order]
+        accepted = keep_all | (sims[np.searchsorted(keys, pk)] >= threshold)
+        open_[idx[~is_centre][accepted]] = False
+    keep = np.ones(sims.shape[0], bool) if keep_all else sims >= threshold
+    cat = (lambda xs: np.concatenate(xs).astype(np.int64)) if rec_b else (lambda xs: np.zeros(0, np.int64))
+    centres = Centres(cat(rec_b), cat(rec_r), cat(rec_d))
+    return Edges(nodes[keys[keep] >> 32], nodes[keys[keep] & 0xFFFFFFFF], sims[keep]), int(keys.shape[0]), centres

@@ -76,6 +76,8 @@ class LSHConfig:
     threshold: float = 0.8  # Jaccard similarity that counts as a near-duplicate
     bands: int | None = None  # both None: derived from threshold and num_perm;
     rows: int | None = None  # one given: the other is num_perm divided by it
+    star_rounds: int = 3  # buckets -> edges: a star around the smallest member; members it rejects are
+    # re-starred around their own smallest member, up to this many rounds (1: plain star)
     fp_weight: float = 0.05  # weights of the false-positive / false-negative areas
     fn_weight: float = 0.95  # under the S-curve when (bands, rows) are derived (recall first:
     # exact verification removes false candidates, nothing recovers a missed one)
@@ -83,6 +85,8 @@ class LSHConfig:
     def __post_init__(self):
         if not 0.0 < self.threshold <= 1.0:
             raise ConfigError(f"lsh.threshold = {self.threshold} must be in (0, 1]; e.g. 0.8")
+        if self.star_rounds < 1:
+            raise ConfigError(f"lsh.star_rounds = {self.star_rounds} must be >= 1 (1: plain star edges)")
         for name in ("bands", "rows"):
             value = getattr(self, name)
             if value is not None and value < 1:

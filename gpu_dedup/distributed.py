@@ -8,13 +8,14 @@ Dask moves the data between them:
    band hashes.  Results stay on the workers.
 2. **exact**: the client gathers the exact keys (24 bytes per document) and
    runs :func:`gpu_dedup.exact.exact_groups`.
-3. **buckets / edges**: the long frame (band, band hash, row) of the MinHash
+3. **buckets**: the long frame (band, band hash, row) of the MinHash
    candidates goes through a Dask shuffle on (band, band hash); each shuffle
-   partition is grouped by :func:`gpu_dedup.buckets.group_buckets` into star
-   edges.  Edges are gathered and deduplicated.
-4. **verify**: a frame of the candidate documents' normalized texts (or
-   signatures) is merged onto both ends of the edges (Dask merges) and each
-   merged partition is verified by the same kernels.
+   partition is grouped by :func:`gpu_dedup.buckets.group_buckets` and keeps
+   its multi-member buckets, which the client gathers.
+4. **verify**: :func:`gpu_dedup.buckets.star_rounds` as in one process; each
+   round's pairs are scored by merging a frame of the candidate documents'
+   normalized texts (or signatures) onto both ends (Dask merges) and running
+   the same kernels per merged partition.
 5. **components / select** on the gathered edge list (SciPy), survivors by the
    same policy ranks; similarity to the survivor through the same merge path.
 6. **write**: workers filter and write the shards in parallel.
@@ -40,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import io
-from .buckets import Edges, edges, group_buckets, unique_pairs
+from .buckets import group_buckets, star_rounds
 from .components import components
 from .config import Config
 from .errors import BackendError
@@ -180,15 +181,10 @@ def _long_frame(result: BlockResult, candidate: np.ndarray) -> pd.DataFrame:
     })
 
 
-def _partition_edges(df: pd.DataFrame) -> pd.DataFrame:
+def _partition_buckets(df: pd.DataFrame) -> pd.DataFrame:
+    """Memberships of the multi-member buckets of one shuffle partition (singletons dropped here)."""
     b = group_buckets(df["band"].to_numpy(np.int32), df["hash"].to_numpy(np.uint64), df["doc"].to_numpy(np.int64))
-    e = edges(b)
-    return pd.DataFrame({"src": e.src, "dst": e.dst})
-
-
-def _partition_bucket_sizes(df: pd.DataFrame) -> pd.DataFrame:
-    b = group_buckets(df["band"].to_numpy(np.int32), df["hash"].to_numpy(np.uint64), df["doc"].to_numpy(np.int64))
-    return pd.DataFrame({"size": b.sizes})
+    return pd.DataFrame({"band": np.repeat(b.band, b.sizes), "hash": np.repeat(b.hash, b.sizes), "doc": b.members})
 
 
 def _texts_frame(block: Block, shard: io.Shard, cfg: Config, rows: np.ndarray) -> pd.DataFrame:
@@ -328,35 +324,28 @@ def run(inputs, output_dir, cfg: Config):
             meta = pd.DataFrame({"band": np.zeros(0, np.int32), "hash": np.zeros(0, np.uint64),
                                  "doc": np.zeros(0, np.int64)})
             parts = [dask.delayed(_long_frame)(f, candidate[b.row0 : b.row0 + b.rows]) for f, b in zip(futures, blocks)]
-            long = dd.from_delayed(parts, meta=meta, verify_meta=False) if parts else None
-            if long is not None:
-                shuffled = long.shuffle(on=["band", "hash"], npartitions=max(1, len(blocks))).persist()
-                sizes = shuffled.map_partitions(_partition_bucket_sizes, meta={"size": np.int64}).compute()["size"]
-                sizes = sizes.to_numpy(np.int64)
+            if parts:  # the (band, band hash) grouping is a Dask shuffle; singletons die per partition
+                long = dd.from_delayed(parts, meta=meta, verify_meta=False)
+                shuffled = long.shuffle(on=["band", "hash"], npartitions=max(1, len(blocks)))
+                multi = shuffled.map_partitions(_partition_buckets, meta=meta).compute()
+                bk = group_buckets(multi["band"].to_numpy(np.int32), multi["hash"].to_numpy(np.uint64),
+                                   multi["doc"].to_numpy(np.int64))
             else:
-                shuffled, sizes = None, np.zeros(0, np.int64)
+                bk = group_buckets(np.zeros(0, np.int32), np.zeros(0, np.uint64), np.zeros(0, np.int64))
+            sizes = bk.sizes
             shuffle_bytes = int(candidate.sum()) * cfg.layout[0] * (4 + 8 + 8)
-            info.update(buckets=int(sizes.shape[0]), memberships=int(sizes.sum()), shuffle_mb=round(shuffle_bytes / 2**20, 1))
-        counts.update(candidate_buckets=int(sizes.shape[0]), bucket_memberships=int(sizes.sum()))
-
-        with st.stage("edges") as info:
-            if shuffled is not None:
-                e = shuffled.map_partitions(_partition_edges, meta={"src": np.int64, "dst": np.int64}).compute()
-                src, dst = unique_pairs(e["src"].to_numpy(np.int64), e["dst"].to_numpy(np.int64))
-            else:
-                src = dst = np.zeros(0, np.int64)
-            info.update(edges=int(src.shape[0]))
-        counts["candidate_edges"] = int(src.shape[0])
+            info.update(buckets=len(bk), memberships=int(sizes.sum()), shuffle_mb=round(shuffle_bytes / 2**20, 1))
+        counts.update(candidate_buckets=len(bk), bucket_memberships=int(sizes.sum()))
 
         def similarity(left, right):
             return _distributed_similarity(client, futures, blocks, shards, left, right, cfg)
 
-        with st.stage("verify") as info:
-            sim = similarity(src, dst)
-            keep = sim >= cfg.verify_threshold if cfg.verify.method != "none" else np.ones(sim.shape[0], bool)
-            verified = Edges(src[keep], dst[keep], sim[keep])
-            info.update(method=cfg.verify.method, verified_edges=len(verified))
-        counts["verified_edges"] = len(verified)
+        with st.stage("verify") as info:  # star edges per bucket, re-starred; each round one merge job
+            verified, scored, _ = star_rounds(bk, similarity, cfg.verify_threshold, cfg.lsh.star_rounds,
+                                           keep_all=cfg.verify.method == "none")
+            info.update(method=cfg.verify.method, star_rounds=cfg.lsh.star_rounds, candidate_edges=scored,
+                        verified_edges=len(verified))
+        counts.update(candidate_edges=scored, verified_edges=len(verified))
 
         with st.stage("components") as info:
             labels = components(verified, n, backend)[rep]

@@ -5,6 +5,7 @@ Layout of an index directory (format ``gpu_dedup-index``, version 1)::
     manifest.json          format, format_version, fingerprint, config, documents, segments
     seg-00000/docs.arrow   doc, id, kept, survivor, key_len, key_h1, key_h2, text[, signature]
     seg-00000/bands.arrow  band, hash, doc   (sorted by band, hash, doc)
+    seg-00000/centers.arrow band, hash, round, doc  (sorted; see below)
     seg-00001/...          one segment per build or append; old segments never change
 
 ``*.arrow`` files are Arrow IPC files (uncompressed, memory-mapped on open, so
@@ -13,7 +14,11 @@ numbers documents across segments in the order they were added; ``survivor``
 is the doc number of the survivor of a document's cluster; ``text`` is the
 normalized text (for exact verification and similarity); the key columns are
 the exact-duplicate keys.  Bands hold the documents that went through LSH
-(exact-group representatives with at least one shingle).  The manifest is
+(exact-group representatives with at least one shingle).  ``centers`` hold
+the centre :func:`gpu_dedup.buckets.star_rounds` chose for a bucket at each
+round >= 1 (round 0's centre is the bucket's smallest document): new
+documents meet exactly this sequence of centres in a full dedup, so an
+incremental run replays it instead of re-verifying the indexed members.  The manifest is
 replaced atomically after a segment is complete, so a crash never leaves a
 half-added segment visible.
 
@@ -39,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .buckets import Edges, edges, group_buckets
+from .buckets import Buckets, Centres, Edges, group_buckets, star_rounds
 from .config import Config
 from .errors import ConfigError, InputError
 
@@ -69,6 +74,10 @@ class _Segment:
     band_hash: np.ndarray
     band_doc: np.ndarray
     band_start: np.ndarray  # offsets of each band's run, length bands + 1
+    centre_hash: np.ndarray
+    centre_round: np.ndarray
+    centre_doc: np.ndarray
+    centre_start: np.ndarray
     first_doc: int
 
     @property
@@ -124,11 +133,13 @@ class Index:
         for name in manifest["segments"]:  # one step per segment
             docs = _read_ipc(p / name / "docs.arrow")
             bands = _read_ipc(p / name / "bands.arrow")
-            band = np.asarray(bands.column("band"))
+            centres = _read_ipc(p / name / "centers.arrow")
             nb = manifest["config"]["bands"]
-            start = np.searchsorted(band, np.arange(nb + 1), side="left").astype(np.int64)
+            start = np.searchsorted(np.asarray(bands.column("band")), np.arange(nb + 1)).astype(np.int64)
+            cstart = np.searchsorted(np.asarray(centres.column("band")), np.arange(nb + 1)).astype(np.int64)
             segments.append(_Segment(name, docs, np.asarray(bands.column("hash")), np.asarray(bands.column("doc")),
-                                     start, first))
+                                     start, np.asarray(centres.column("hash")), np.asarray(centres.column("round")),
+                                     np.asarray(centres.column("doc")), cstart, first))
             first += docs.num_rows
         index = cls(p, manifest, segments)
         if cfg is not None:
@@ -229,6 +240,28 @@ class Index:
         out[hit] = found.to_numpy()[hit].astype(np.int64)
         return out
 
+    @staticmethod
+    def _ranges(band_start, sorted_hash, band, hashes):
+        """[pos, end) of each (band, hash) query in a segment's (band, hash)-sorted arrays."""
+        pos = np.empty(band.shape[0], np.int64)
+        end = np.empty(band.shape[0], np.int64)
+        for b in np.unique(band):  # one searchsorted per band
+            sel = np.flatnonzero(band == b)
+            lo, hi = band_start[b], band_start[b + 1]
+            seg_h = sorted_hash[lo:hi]
+            pos[sel] = np.searchsorted(seg_h, hashes[sel], side="left") + lo
+            end[sel] = np.searchsorted(seg_h, hashes[sel], side="right") + lo
+        return pos, end
+
+    @staticmethod
+    def _expand(pos, count):
+        """(query, position) for ``count[q]`` consecutive positions from ``pos[q]``."""
+        hit = np.flatnonzero(count > 0)
+        reps = count[hit]
+        q = np.repeat(hit, reps)
+        within = np.arange(int(reps.sum())) - np.repeat(np.cumsum(reps) - reps, reps)
+        return q, pos[q] + within
+
     def bucket_members(self, band: np.ndarray, hashes: np.ndarray, limit: int = 1):
         """For each (band, hash) query: up to ``limit`` index docs of that bucket, smallest first.
 
@@ -237,22 +270,10 @@ class Index:
         """
         qs, ds = [], []
         for s in self.segments:  # one vectorised lookup per segment
-            lo_band = s.band_start[band]
-            hi_band = s.band_start[band + 1]
-            pos = np.empty(band.shape[0], np.int64)
-            end = np.empty(band.shape[0], np.int64)
-            for b in np.unique(band):  # one searchsorted per band
-                sel = np.flatnonzero(band == b)
-                seg_h = s.band_hash[lo_band[sel[0]] : hi_band[sel[0]]]
-                pos[sel] = np.searchsorted(seg_h, hashes[sel], side="left") + lo_band[sel[0]]
-                end[sel] = np.searchsorted(seg_h, hashes[sel], side="right") + lo_band[sel[0]]
-            count = np.minimum(end - pos, limit)
-            hit = np.flatnonzero(count > 0)
-            reps = count[hit]
-            q = np.repeat(hit, reps)
-            within = np.arange(int(reps.sum())) - np.repeat(np.cumsum(reps) - reps, reps)
+            pos, end = self._ranges(s.band_start, s.band_hash, band, hashes)
+            q, at = self._expand(pos, np.minimum(end - pos, limit))
             qs.append(q)
-            ds.append(s.band_doc[pos[q] + within])
+            ds.append(s.band_doc[at])
         if not qs:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         q, d = np.concatenate(qs), np.concatenate(ds)
@@ -264,9 +285,26 @@ class Index:
         keep = rank < limit
         return q[keep], d[keep]
 
+    def bucket_centres(self, band: np.ndarray, hashes: np.ndarray):
+        """The centre sequence of each (band, hash) bucket: (query position, round, doc).
+
+        Round 0 is the bucket's smallest indexed document; later rounds come
+        from the segments' centre records (see the module docstring).
+        """
+        q0, d0 = self.bucket_members(band, hashes, limit=1)
+        qs, rs, ds = [q0], [np.zeros(q0.shape[0], np.int64)], [d0]
+        for s in self.segments:
+            pos, end = self._ranges(s.centre_start, s.centre_hash, band, hashes)
+            q, at = self._expand(pos, end - pos)
+            qs.append(q)
+            rs.append(s.centre_round[at].astype(np.int64))
+            ds.append(s.centre_doc[at])
+        return np.concatenate(qs), np.concatenate(rs), np.concatenate(ds)
+
     # ---- writing --------------------------------------------------------------
-    def append(self, *, ids, kept, survivor, keys, texts, band_docs, band_hashes, signatures=None) -> int:
-        """Add documents as a new segment; ``survivor`` and ``band_docs`` are index doc numbers.
+    def append(self, *, ids, kept, survivor, keys, texts, band_docs, band_hashes, centres, signatures=None) -> int:
+        """Add documents as a new segment; ``survivor``, ``band_docs`` and the centres' docs are index
+        doc numbers; ``centres`` = (band, hash, round, doc) arrays of rounds >= 1.
 
         Returns the doc number of the first added document.
         """
@@ -298,6 +336,11 @@ class Index:
         tmp.mkdir()
         _write_ipc(tmp / "docs.arrow", pa.table(cols))
         _write_ipc(tmp / "bands.arrow", pa.table({"band": band[order], "hash": h[order], "doc": doc[order]}))
+        cb, ch, cr, cd = (np.asarray(x) for x in centres)
+        corder = np.lexsort((cd, cr, ch, cb))
+        _write_ipc(tmp / "centers.arrow", pa.table({
+            "band": pa.array(cb[corder].astype(np.int32)), "hash": pa.array(ch[corder].astype(np.uint64)),
+            "round": pa.array(cr[corder].astype(np.int32)), "doc": pa.array(cd[corder].astype(np.int64))}))
         os.replace(tmp, self.path / name)
         manifest = dict(self.manifest)
         manifest["segments"] = list(self.manifest["segments"]) + [name]
@@ -395,6 +438,7 @@ class AgainstResult:
     keys: np.ndarray
     signatures: np.ndarray | None
     bucket_sizes: np.ndarray
+    centres: tuple  # (band, hash, round, new row) of centres among the new documents, rounds >= 1
 
 
 def dedup_against(index: Index, norm: pa.Array, null: np.ndarray, ranks: np.ndarray, cfg: Config,
@@ -432,48 +476,43 @@ def dedup_against(index: Index, norm: pa.Array, null: np.ndarray, ranks: np.ndar
     bands, rows = cfg.layout
     params = hash_params(cfg.minhash.seed, cfg.minhash.num_perm, cfg.minhash.hash_bits)
     bh = band_hashes(sig_values, bands, rows, params, backend)
-    band = np.tile(np.arange(bands, dtype=np.int32), lsh_rows.shape[0])
-    hashes = bh.ravel()
-    hq, hd = index.bucket_members(band, hashes, limit=1)
-    index_docs = np.unique(np.concatenate([match[match >= 0], hd]))
+    # buckets of the new documents (a lone one too: it still meets the index's centres)
+    new_bk = group_buckets(np.tile(np.arange(bands, dtype=np.int32), lsh_rows.shape[0]), bh.ravel(),
+                           np.repeat(lsh_rows, bands), min_size=1)
+    cq, cr, cd = index.bucket_centres(new_bk.band, new_bk.hash)
+    index_docs = np.unique(np.concatenate([match[match >= 0], cd]))
     m = index_docs.shape[0]
-    node_of_doc = lambda d: np.searchsorted(index_docs, d)  # noqa: E731
-    # exact groups over index nodes + new rows: a copy of an indexed document joins it
+    # combined numbering: index documents 0..m-1 (index order), new row r -> m + r
     rep = own_rep + m
-    rep[match >= 0] = node_of_doc(match[match >= 0])
+    rep[match >= 0] = np.searchsorted(index_docs, match[match >= 0])
     rep_all = np.concatenate([np.arange(m), rep])
-    # buckets over the index centres and the new documents
-    long_band = np.concatenate([band[hq], band])
-    long_hash = np.concatenate([hashes[hq], hashes])
-    long_doc = np.concatenate([node_of_doc(hd), np.repeat(lsh_rows + m, bands)])
-    bk = group_buckets(long_band, long_hash, long_doc)
-    cand_edges = edges(bk)
+    bk = Buckets(new_bk.band, new_bk.hash, new_bk.offsets, new_bk.members + m)
+    forced = Centres(cq, cr, np.searchsorted(index_docs, cd))
     # verify on the texts of the index nodes followed by the new documents
     buf = string_buffers(pa.concat_arrays([index.texts(index_docs).cast(pa.large_string()),
                                            norm.cast(pa.large_string())])) if m else strings
     t = cfg.verify_threshold
     if cfg.verify.method == "exact":
-        sim = exact_similarity(cand_edges.src, cand_edges.dst, buf, cfg.minhash, backend)
+        def similarity(left, right):
+            return exact_similarity(left, right, buf, cfg.minhash, backend)
     else:
         full = np.zeros((m + n, sig_values.shape[1]), sig_values.dtype)
         if m:
             full[:m] = index.signatures(index_docs)
         full[lsh_rows + m] = sig_values
-        sim = signature_similarity(cand_edges.src, cand_edges.dst, full, backend)
-    keep = sim >= t if cfg.verify.method != "none" else np.ones(sim.shape[0], bool)
-    verified = Edges(cand_edges.src[keep], cand_edges.dst[keep], sim[keep])
+
+        def similarity(left, right):
+            return signature_similarity(left, right, full, backend)
+    verified, scored, centres = star_rounds(bk, similarity, t, cfg.lsh.star_rounds,
+                                            keep_all=cfg.verify.method == "none", forced=forced)
     labels = components(verified, m + n, backend)[rep_all]
     ranks_all = np.concatenate([np.arange(m) - m, ranks])
     surv = survivors(labels, ranks_all)
     kept = surv[m:] == np.arange(m, m + n)
-    similarity = np.ones(n, np.float64)
+    sim_to_survivor = np.ones(n, np.float64)
     todo = np.flatnonzero(~kept & (rep != surv[m:]))
     if todo.shape[0]:
-        left, right = rep[todo], surv[m:][todo]
-        if cfg.verify.method == "exact":
-            similarity[todo] = exact_similarity(left, right, buf, cfg.minhash, backend)
-        else:
-            similarity[todo] = signature_similarity(left, right, full, backend)
+        sim_to_survivor[todo] = similarity(rep[todo], surv[m:][todo])
     removed = ~kept
     near = removed & (rep != surv[m:])
     against = removed & (surv[m:] < m)
@@ -484,9 +523,9 @@ def dedup_against(index: Index, norm: pa.Array, null: np.ndarray, ranks: np.ndar
         "exact_stage_collapsed": int(np.count_nonzero(rep != np.arange(m, m + n))),
         "minhash_documents": int(lsh_rows.shape[0] + (~nonempty).sum()),
         "no_shingles": int((~nonempty).sum()),
-        "candidate_buckets": len(bk),
+        "candidate_buckets": int(np.count_nonzero((bk.sizes > 1) | np.isin(np.arange(len(bk)), cq))),
         "bucket_memberships": int(bk.members.shape[0]),
-        "candidate_edges": len(cand_edges),
+        "candidate_edges": scored,
         "verified_edges": len(verified),
         "clusters": int(np.unique(labels[m:][size[labels[m:]] > 1]).shape[0]),
         "exact_duplicates": int((removed & ~near).sum()),
@@ -495,6 +534,9 @@ def dedup_against(index: Index, norm: pa.Array, null: np.ndarray, ranks: np.ndar
         "removed": int(removed.sum()),
         "kept": int(kept.sum()),
     }
-    return AgainstResult(rep, labels[m:], surv[m:], kept, similarity, index_docs, verified, counts, lsh_rows, bh,
-                         keys, sig_values if cfg.verify.method != "exact" else None, bk.sizes)
+    own = centres.doc >= m  # centres chosen among the new documents, for --update-index
+    new_centres = (bk.band[centres.bucket[own]], bk.hash[centres.bucket[own]], centres.round[own],
+                   centres.doc[own] - m)  # new row numbers
+    return AgainstResult(rep, labels[m:], surv[m:], kept, sim_to_survivor, index_docs, verified, counts, lsh_rows, bh,
+                         keys, sig_values if cfg.verify.method != "exact" else None, bk.sizes, new_centres)
 

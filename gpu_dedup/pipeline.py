@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from . import io
 from .backend import get_backend
-from .buckets import Buckets, Edges, buckets, edges
+from .buckets import Buckets, Centres, Edges, buckets, star_rounds
 from .checkpoint import Checkpoints, maybe_crash, run_fingerprint
 from .components import components
 from .config import Config
@@ -40,7 +40,7 @@ from .progress import Progress, chunks
 from .report import build_report, write_report
 from .select import policy_ranks, split_chains, survivors
 from .strings import string_buffers
-from .verify import exact_similarity, signature_similarity, verify
+from .verify import exact_similarity, signature_similarity
 
 log = logging.getLogger("gpu_dedup")
 
@@ -271,7 +271,7 @@ class _Run:
         self.cand, self.band_hashes = a["cand"], a["band_hashes"]
         self.sig_values = a.get("signatures")
 
-    def buckets_and_edges(self):
+    def buckets(self):
         def compute_buckets():
             with self.st.stage("buckets") as info:
                 bk = buckets(self.band_hashes)
@@ -284,32 +284,36 @@ class _Run:
         if not self.index_out:
             self.band_hashes = None  # the index keeps them
 
-        def compute_edges():
-            with self.st.stage("edges") as info:
-                e = edges(self.bk)
-                info.update(edges=len(e))
-            return {"src": e.src, "dst": e.dst}, {"candidate_edges": len(e)}
-
-        a = self._unit("edges", ("edges",), compute_edges)
-        self.cand_edges = Edges(a["src"], a["dst"])
-
     def verify(self):
+        """Star edges per bucket, verified, re-starred for lsh.star_rounds rounds (buckets.star_rounds)."""
+
         def compute():
-            with self.st.stage("verify") as info:
-                cand, ce = self.cand, self.cand_edges
-                if self.method == "exact":
-                    with Progress("verify", len(ce), "edges") as prog:
-                        v = verify(Edges(cand[ce.src], cand[ce.dst]), self.threshold, self.method,
-                                   texts=self.strings, cfg=self.cfg.minhash, backend=self.backend,
-                                   progress=prog.update)
+            cand, method = self.cand, self.method
+            rounds = self.cfg.lsh.star_rounds
+            with self.st.stage("verify") as info, \
+                    Progress("verify", int(self.bk.members.shape[0]), "pairs") as prog:
+                if method == "exact":
+                    strings = self.strings
+
+                    def similarity(left, right):
+                        return exact_similarity(cand[left], cand[right], strings, self.cfg.minhash, self.backend,
+                                                progress=prog.update)
                 else:
-                    local = verify(ce, self.threshold, self.method, signatures=self.sig_values, backend=self.backend)
-                    v = Edges(cand[local.src], cand[local.dst], local.similarity)
-                info.update(method=self.method, verified_edges=len(v))
-            return {"src": v.src, "dst": v.dst, "similarity": v.similarity}, {"verified_edges": len(v)}
+                    def similarity(left, right):
+                        prog.update(left.shape[0])
+                        return signature_similarity(left, right, self.sig_values, self.backend)
+
+                local, scored, centres = star_rounds(self.bk, similarity, self.threshold, rounds,
+                                                     keep_all=method == "none")
+                v = Edges(cand[local.src], cand[local.dst], local.similarity)
+                info.update(method=method, star_rounds=rounds, candidate_edges=scored, verified_edges=len(v))
+            return ({"src": v.src, "dst": v.dst, "similarity": v.similarity, "centre_bucket": centres.bucket,
+                     "centre_round": centres.round, "centre_doc": cand[centres.doc]},
+                    {"candidate_edges": scored, "verified_edges": len(v)})
 
         a = self._unit("verify", ("verify",), compute)
         self.verified = Edges(a["src"], a["dst"], a["similarity"])
+        self.centres = Centres(a["centre_bucket"], a["centre_round"], a["centre_doc"])  # rounds >= 1, for the index
 
     def components(self):
         def compute():
@@ -420,9 +424,11 @@ class _Run:
             if self.sig_values is not None:
                 full = np.zeros((self.n, self.sig_values.shape[1]), self.sig_values.dtype)
                 full[self.cand] = self.sig_values
+            c = self.centres
             index.append(ids=self.corpus.ids.combine_chunks(), kept=self.kept, survivor=self.survivor,
                          keys=exact_keys(self.strings, self.cfg.minhash.seed, self.backend), texts=self._norm,
-                         band_docs=self.cand, band_hashes=self.band_hashes, signatures=full)
+                         band_docs=self.cand, band_hashes=self.band_hashes, signatures=full,
+                         centres=(self.bk.band[c.bucket], self.bk.hash[c.bucket], c.round, c.doc))
             info.update(documents=index.documents, path=str(self.index_out))
 
     def _execute_against(self) -> RunResult:
@@ -479,8 +485,10 @@ class _Run:
                 if res.signatures is not None:
                     full = np.zeros((n, res.signatures.shape[1]), res.signatures.dtype)
                     full[res.band_rows] = res.signatures
+                cb, ch, cr, crow = res.centres
                 idx.append(ids=ids, kept=res.kept, survivor=cluster, keys=res.keys, texts=self._norm,
-                           band_docs=before + res.band_rows, band_hashes=res.band_hashes, signatures=full)
+                           band_docs=before + res.band_rows, band_hashes=res.band_hashes, signatures=full,
+                           centres=(cb, ch, cr, before + crow))
                 info.update(documents=idx.documents)
         report = self.report()
         c = self.counts
@@ -494,7 +502,7 @@ class _Run:
             return self._execute_against()
         self.exact()
         self.signatures_and_bands()
-        self.buckets_and_edges()
+        self.buckets()
         self.verify()
         self.components()
         self.select()

@@ -63,3 +63,56 @@ def test_unique_pairs_large_indices_path():
     dst = np.array([2**34, 7, 2**34, 6], np.int64)
     s, d = unique_pairs(src, dst)
     assert list(zip(s, d)) == [(5, 6), (5, 7), (2**33, 2**34)]
+
+
+def _sim_table(pairs, default=0.1):
+    """A similarity callback from a dict {(a, b): s} (symmetric), vectorised with a sorted lookup."""
+    keys = np.array(sorted((min(a, b) << 32) | max(a, b) for a, b in pairs), np.int64)
+    vals = np.array([pairs.get((k >> 32, k & 0xFFFFFFFF), pairs.get((k & 0xFFFFFFFF, k >> 32))) for k in keys])
+
+    def sim(a, b):
+        k = (np.minimum(a, b) << 32) | np.maximum(a, b)
+        pos = np.clip(np.searchsorted(keys, k), 0, max(len(keys) - 1, 0))
+        hit = (keys[pos] == k) if len(keys) else np.zeros(len(k), bool)
+        return np.where(hit, vals[pos] if len(keys) else 0.0, default)
+    return sim
+
+
+def test_star_rounds_restar_what_a_weak_centre_rejects():
+    from gpu_dedup.buckets import group_buckets, star_rounds
+
+    b = group_buckets(np.zeros(4, np.int32), np.zeros(4, np.uint64), np.array([0, 1, 2, 3]))
+    sim = _sim_table({(1, 2): 0.9, (1, 3): 0.9, (2, 3): 0.9})
+    one, scored1, _ = star_rounds(b, sim, 0.8, rounds=1)
+    assert len(one) == 0 and scored1 == 3  # the plain star: 0 is a weak centre, nothing joins
+    two, scored2, _ = star_rounds(b, sim, 0.8, rounds=2)
+    assert sorted(zip(two.src.tolist(), two.dst.tolist())) == [(1, 2), (1, 3)] and scored2 == 5
+
+
+def test_star_rounds_one_round_equals_verified_star_edges_and_stays_linear():
+    from gpu_dedup.buckets import star_rounds
+
+    rng = np.random.default_rng(3)
+    bh = rng.integers(0, 4, size=(400, 6)).astype(np.uint64)
+    b = buckets(bh)
+    sims = rng.random((400, 400))
+    sims = (sims + sims.T) / 2
+
+    def sim(a, c):
+        return sims[a, c]
+
+    e1, scored1, _ = star_rounds(b, sim, 0.5, rounds=1)
+    star = edges(b)
+    keep = sims[star.src, star.dst] >= 0.5
+    assert sorted(zip(e1.src.tolist(), e1.dst.tolist())) == sorted(zip(star.src[keep].tolist(), star.dst[keep].tolist()))
+    assert scored1 == len(star)
+    for rounds in (2, 3, 5):
+        e, scored, _ = star_rounds(b, sim, 0.5, rounds=rounds)
+        assert scored <= rounds * b.members.shape[0]  # linear in memberships
+        assert np.all(sims[e.src, e.dst] >= 0.5) and np.all(e.src < e.dst)
+        members = {(int(b.band[i]), int(b.hash[i])): set(b.members[b.offsets[i]:b.offsets[i + 1]].tolist())
+                   for i in range(len(b))}
+        together = {(s, d) for m in members.values() for s in m for d in m if s < d}
+        assert set(zip(e.src.tolist(), e.dst.tolist())) <= together  # only pairs that share a bucket
+    e_none, scored, _ = star_rounds(b, sim, 0.5, rounds=1, keep_all=True)
+    assert len(e_none) == scored

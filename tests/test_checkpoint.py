@@ -51,14 +51,13 @@ def _same_outputs(a: Path, b: Path):
     ("bands", ["exact"]),
     ("save:bands", ["exact"]),
     ("buckets", ["bands", "exact"]),
-    ("edges", ["bands", "buckets", "exact"]),
-    ("verify", ["bands", "buckets", "edges", "exact"]),
-    ("save:verify", ["bands", "buckets", "edges", "exact"]),
-    ("components", ["bands", "buckets", "edges", "exact", "verify"]),
-    ("select", ["bands", "buckets", "components", "edges", "exact", "verify"]),
-    ("write:first-shard", ["bands", "buckets", "components", "edges", "exact", "select", "verify"]),
-    ("write", ["bands", "buckets", "components", "edges", "exact", "select", "verify"]),
-    ("report:before-success", ["bands", "buckets", "components", "edges", "exact", "select", "verify"]),
+    ("verify", ["bands", "buckets", "exact"]),
+    ("save:verify", ["bands", "buckets", "exact"]),
+    ("components", ["bands", "buckets", "exact", "verify"]),
+    ("select", ["bands", "buckets", "components", "exact", "verify"]),
+    ("write:first-shard", ["bands", "buckets", "components", "exact", "select", "verify"]),
+    ("write", ["bands", "buckets", "components", "exact", "select", "verify"]),
+    ("report:before-success", ["bands", "buckets", "components", "exact", "select", "verify"]),
 ])
 def test_killed_run_resumes_to_identical_outputs(corpus, tmp_path, fault, resumed):
     out = tmp_path / "out"

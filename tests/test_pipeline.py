@@ -96,7 +96,7 @@ def test_every_row_accounted_and_outputs_complete(planted, planted_run):
     rep = json.loads((d / "out" / "report.json").read_text())
     assert rep["lsh"]["bands"] == 16 and rep["lsh"]["rows"] == 8
     assert rep["lsh"]["permutations_not_computed"] == 0
-    assert set(rep["stages"]) == {"read", "normalize", "exact", "signatures", "bands", "buckets", "edges",
+    assert set(rep["stages"]) == {"read", "normalize", "exact", "signatures", "bands", "buckets",
                                   "verify", "components", "select", "write"}
     assert all(v["seconds"] >= 0 for v in rep["stages"].values())
     dup = pq.read_table(d / "out" / "duplicates.parquet")
