@@ -25,7 +25,7 @@ def test_unknown_key_lists_valid_ones():
     with pytest.raises(ConfigError) as err:
         Config.from_dict({"lsh": {"treshold": 0.5}})
     msg = str(err.value)
-    assert "'lsh.treshold'" in msg and "threshold, bands, rows, fp_weight, fn_weight" in msg
+    assert "'lsh.treshold'" in msg and "threshold, bands, rows, star_rounds, fp_weight, fn_weight" in msg
     with pytest.raises(ConfigError, match="valid keys: backend, exact_dedup, input"):
         Config.from_dict({"bakend": "cpu"})
 
