@@ -137,6 +137,13 @@ def cmd_query(args) -> int:
     return 0
 
 
+def cmd_bench_workers(args) -> int:
+    from .bench import workers
+
+    workers.run(args.documents, args.workers, args.memory_limit, args.block_rows, args.results, args.workdir)
+    return 0
+
+
 def cmd_bench_index(args) -> int:
     from .bench import index
 
@@ -246,6 +253,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--results", default="bench-results")
     b.add_argument("--workdir")
     b.set_defaults(func=cmd_bench_index, quiet=False, verbose=0)
+
+    b = bench.add_parser("workers", help="one process vs N Dask workers (identical outputs), or under memory limits")
+    b.add_argument("--documents", type=int, default=200_000)
+    b.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    b.add_argument("--memory-limit", help="per-worker limit, e.g. 2GiB (runs only the worker configurations)")
+    b.add_argument("--block-rows", type=int, default=100_000)
+    b.add_argument("--results", default="bench-results")
+    b.add_argument("--workdir")
+    b.set_defaults(func=cmd_bench_workers, quiet=False, verbose=0)
 
     p = sub.add_parser("index", help="build or inspect a persisted index")
     ix = p.add_subparsers(dest="index_command", required=True)
