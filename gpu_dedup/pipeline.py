@@ -8,8 +8,8 @@ kept (written to its deduplicated shard) or removed (listed in
 
 Stages checkpoint their results into the output directory (see
 :mod:`gpu_dedup.checkpoint`); a killed run resumes where it stopped.
-``report.json`` and then ``_SUCCESS`` are written last; both are deleted when
-a run starts, so ``_SUCCESS`` marks a complete run.
+``report.json``, ``report.html`` and then ``_SUCCESS`` are written last; all
+three are deleted when a run starts, so ``_SUCCESS`` marks a complete run.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from .lsh import band_hashes
 from .minhash import signatures
 from .normalize import normalize, repair_utf8
 from .progress import Progress, chunks
-from .report import build_report, write_report
+from .report import build_report, largest_clusters, write_report
+from .report_html import write_html
 from .select import policy_ranks, split_chains, survivors
 from .strings import string_buffers
 from .verify import exact_similarity, signature_similarity
@@ -45,6 +46,7 @@ from .verify import exact_similarity, signature_similarity
 log = logging.getLogger("gpu_dedup")
 
 REPORT_NAME = "report.json"
+REPORT_HTML_NAME = "report.html"
 SIGNATURE_CHUNK = 65536  # documents per signature kernel call (progress granularity)
 DUPLICATES_NAME = "duplicates.parquet"
 
@@ -116,7 +118,7 @@ def _prepare_output(out: Path, shards) -> None:
             raise InputError(
                 f"output {str(target)!r} would overwrite input shard {shard.path!r}; choose another output directory"
             )
-    for marker in (out / SUCCESS_NAME, out / REPORT_NAME):  # markers must not vouch for this run yet
+    for marker in (out / SUCCESS_NAME, out / REPORT_NAME, out / REPORT_HTML_NAME):  # must not vouch for this run yet
         if marker.exists():
             marker.unlink()
     for dirpath, _, files in os.walk(out):  # temporary files a killed run left behind
@@ -385,8 +387,14 @@ class _Run:
             raise RuntimeError(f"accounting error: {written} rows written but {self.counts['kept']} kept")
         self.duplicates = duplicates
 
-    def report(self) -> dict:
+    def report(self, examples: bool = True) -> dict:
         near = ~self.kept & (self.rep != self.survivor)
+        shown = None
+        if examples:  # the largest clusters with sample texts (report.html shows them)
+            table = self.corpus.table
+            shown = largest_clusters(self.survivor, self.kept, self.rep, self.similarity, self.corpus.text,
+                                     self.corpus.ids, np.asarray(table.column("shard")),
+                                     np.asarray(table.column("shard_row")), [s.name for s in self.corpus.shards])
         report = build_report(
             cfg=self.cfg,
             backend=self.backend,
@@ -399,6 +407,7 @@ class _Run:
             threshold=self.threshold,
             wall_seconds=time.perf_counter() - self.t_start,
             peak_rss_mb=peak_rss_mb(),
+            largest_clusters=shown,
         )
         report["resumed_from_checkpoint"] = self.ckpt.resumed
         report["run_fingerprint"] = self.ckpt.fingerprint
@@ -408,6 +417,7 @@ class _Run:
         if self.index_out:
             report["index_out"] = str(self.index_out)
         write_report(self.out / REPORT_NAME, report)
+        write_html(self.out / REPORT_HTML_NAME, report)
         maybe_crash("report:before-success")
         self.ckpt.remove()
         io.atomic_write_bytes(self.out / SUCCESS_NAME, f"{self.ckpt.fingerprint}\n".encode())
@@ -490,7 +500,7 @@ class _Run:
                            band_docs=before + res.band_rows, band_hashes=res.band_hashes, signatures=full,
                            centres=(cb, ch, cr, before + crow))
                 info.update(documents=idx.documents)
-        report = self.report()
+        report = self.report(examples=False)  # survivors may be indexed documents, whose texts are not here
         c = self.counts
         log.info("done: read %d, kept %d, removed %d (%d against the index) in %.1fs", c["documents_read"],
                  c["kept"], c["removed"], c["removed_against_index"], report["wall_seconds"])
