@@ -10,6 +10,10 @@ Stages checkpoint their results into the output directory (see
 :mod:`gpu_dedup.checkpoint`); a killed run resumes where it stopped.
 ``report.json``, ``report.html`` and then ``_SUCCESS`` are written last; all
 three are deleted when a run starts, so ``_SUCCESS`` marks a complete run.
+
+``output_dir=None`` runs in memory (the DataFrame API, :mod:`gpu_dedup.api`):
+no shard, table, report file or checkpoint is written; the RunResult carries
+everything.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import pyarrow as pa
 from . import io
 from .backend import get_backend
 from .buckets import Buckets, Centres, Edges, buckets, star_rounds
-from .checkpoint import Checkpoints, maybe_crash, run_fingerprint
+from .checkpoint import Checkpoints, NoCheckpoints, maybe_crash, run_fingerprint
 from .components import components
 from .config import Config
 from .errors import ConfigError, InputError
@@ -98,7 +102,7 @@ class StageLog:
 
 @dataclass
 class RunResult:
-    output_dir: Path
+    output_dir: Path | None  # None: an in-memory run (nothing written)
     report: dict
     duplicates: pa.Table  # every document of a cluster with two or more members
     kept: np.ndarray  # bool per input row (global row order)
@@ -140,14 +144,21 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
     ``against``: an index path; deduplicate the inputs against it (indexed
     documents always survive; no checkpoints in this mode), and with
     ``update_index`` append the inputs to it.  See :mod:`gpu_dedup.index`.
+
+    ``output_dir=None``: an in-memory run (``inputs`` are usually
+    :func:`gpu_dedup.io.memory_shard` shards): nothing is written, no
+    checkpoints; the result holds the kept mask, clusters, duplicates and report.
     """
+    if output_dir is None and (cfg.cluster.enabled or index_out or against):
+        raise ConfigError("a run without an output directory (in memory) runs in one process and writes no index; "
+                          "drop cluster.workers / cluster.scheduler, index_out and against, or give an output_dir")
     if cfg.cluster.enabled:
         if index_out or against:
             raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")
         from . import distributed
 
         return distributed.run(inputs, output_dir, cfg)
-    r = _Run(inputs, Path(output_dir), cfg, restart)
+    r = _Run(inputs, None if output_dir is None else Path(output_dir), cfg, restart)
     r.index_out, r.write_shards = index_out, write_shards
     if against is not None:
         from .index import Index
@@ -160,7 +171,7 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
 class _Run:
     """One pipeline run: stages in order, each checkpointed unit loaded or computed."""
 
-    def __init__(self, inputs, out: Path, cfg: Config, restart: bool):
+    def __init__(self, inputs, out: Path | None, cfg: Config, restart: bool):
         self.t_start = time.perf_counter()
         self.cfg = cfg
         self.out = out
@@ -172,8 +183,11 @@ class _Run:
         self.st = StageLog()
         self.counts: dict = {}
         self.shards = io.discover(inputs, cfg.input.format)
-        _prepare_output(out, self.shards)
-        self.ckpt = Checkpoints(out, run_fingerprint(cfg, self.shards), restart)
+        if out is None:  # in memory: nothing to prepare, nothing to resume
+            self.ckpt = NoCheckpoints()
+        else:
+            _prepare_output(out, self.shards)
+            self.ckpt = Checkpoints(out, run_fingerprint(cfg, self.shards), restart)
         self._strings = None
         self._norm = None
         self.index = None  # an Index to deduplicate against
@@ -374,13 +388,13 @@ class _Run:
             with Progress("write", len(corpus.shards), "shards") as prog:
                 for i, shard in enumerate(corpus.shards):  # one step per shard file
                     keep = kept[starts[i] : starts[i + 1]]
-                    if self.write_shards and not self.ckpt.marked(f"shard-{i}"):
+                    if self.write_shards and self.out is not None and not self.ckpt.marked(f"shard-{i}"):
                         io.write_shard(shard, keep, self.out, self.cfg.output.compression)
                         self.ckpt.mark(f"shard-{i}")
                         maybe_crash("write:first-shard")
                     written += int(keep.sum())
                     prog.update(1)
-            if self.cfg.output.duplicates_table:
+            if self.cfg.output.duplicates_table and self.out is not None:
                 io.atomic_write_parquet(self.out / DUPLICATES_NAME, duplicates, self.cfg.output.compression)
             info.update(rows_written=written, duplicates_rows=duplicates.num_rows)
         if written != self.counts["kept"]:  # pragma: no cover - guarded by tests
@@ -416,6 +430,8 @@ class _Run:
                                "updated": self.update_index, "documents_after": self.index.documents}
         if self.index_out:
             report["index_out"] = str(self.index_out)
+        if self.out is None:
+            return report
         write_report(self.out / REPORT_NAME, report)
         write_html(self.out / REPORT_HTML_NAME, report)
         maybe_crash("report:before-success")

@@ -7,8 +7,10 @@ import struct
 import time
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
+import gpu_dedup
 from gpu_dedup import io, report_html
 from gpu_dedup.config import Config
 from gpu_dedup.demo import make_sample
@@ -117,6 +119,17 @@ def test_render_is_fast_enough(demo_run):
     t0 = time.perf_counter()
     render(demo_run[0].report)
     assert time.perf_counter() - t0 < 5.0  # ~0.5 s on the CI machine; the bound allows for a loaded host
+
+
+def test_texts_are_escaped():
+    words = " ".join(f"w{i}" for i in range(60))
+    evil = "<script>alert(1)</script>"
+    frame = pa.table({"text": [f"{evil} {words}", f"{evil} {words} extra", "unrelated text"]})
+    res = gpu_dedup.dedup(frame, backend="cpu", threshold=0.5)
+    assert res.kept.tolist() == [True, False, True]
+    page = res.html()
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<ins>extra</ins>" in page
 
 
 @pytest.mark.parametrize("base,other,want", [
