@@ -113,8 +113,7 @@ def frame_kind(frame) -> str:
 
 
 def _columns(frame, kind: str) -> list[str]:
-    return list(frame.column_names) if kind == "arrow" else [str(c) if not isinstance(c, str) else c
-                                                              for c in frame.columns]
+    return list(frame.column_names) if kind == "arrow" else list(frame.columns)
 
 
 def _to_arrow(frame, kind: str, cols: list[str]) -> pa.Table:
