@@ -26,7 +26,7 @@ from .lsh import s_curve
 from .plots import pyplot
 
 NO_FIGURES = ("matplotlib is not installed, so this page has no figures (the tables below hold the same data); "
-              "install it with pip install matplotlib and rerun, or run gpu-dedup report on report.json")
+              "install it with pip install matplotlib, then redraw this page with gpu-dedup report OUTPUT_DIR")
 
 _CSS = """
 body{font:14px/1.45 -apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;margin:0;color:#1d2430;

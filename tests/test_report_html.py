@@ -114,6 +114,25 @@ def test_without_matplotlib_the_page_keeps_its_tables(demo_run, monkeypatch):
     assert "<h2>Largest clusters</h2>" in page and "<td>signatures</td>" in page
 
 
+def test_cli_report_redraws_the_page(demo_run, tmp_path, capsys):
+    from gpu_dedup.cli import main
+
+    out = demo_run[0].output_dir
+    original = (out / "report.html").read_bytes()
+    assert main(["report", str(out), "-o", str(tmp_path / "again.html")]) == 0
+    assert (tmp_path / "again.html").read_bytes() == original  # the page is a function of report.json
+    (tmp_path / "r.json").write_bytes((out / "report.json").read_bytes())
+    assert main(["report", str(tmp_path / "r.json")]) == 0 and (tmp_path / "r.html").read_bytes() == original
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{not json")
+    assert main(["report", str(tmp_path / "bad.json")]) == 2
+    assert "is not valid JSON" in capsys.readouterr().err
+    (tmp_path / "other.json").write_text('{"a": 1}')
+    assert main(["report", str(tmp_path / "other.json")]) == 2
+    assert "not a gpu_dedup report.json" in capsys.readouterr().err
+
+
 def test_render_is_fast_enough(demo_run):
     render(demo_run[0].report)  # matplotlib imported and fonts cached
     t0 = time.perf_counter()
