@@ -159,6 +159,7 @@ def largest_clusters(survivor, kept, rep, similarity, text, ids, shard, shard_ro
     if n == 0:
         return []
     size = np.bincount(survivor, minlength=n)
+    copies = np.bincount(survivor[~kept & (rep == survivor)], minlength=n)  # exact copies of each survivor
     multi = np.flatnonzero(size > 1)  # survivor rows of clusters with two or more documents
     top = multi[np.lexsort((multi, -size[multi]))][:k]
     if top.shape[0] == 0:
@@ -189,7 +190,7 @@ def largest_clusters(survivor, kept, rep, similarity, text, ids, shard, shard_ro
     for c, s in enumerate(top.tolist()):  # k clusters
         mine = shown[rank[survivor[shown]] == c]
         out.append({"cluster_id": s, "size": int(size[s]),
-                    "exact_copies": int(np.count_nonzero((survivor == s) & ~kept & (rep == s))),
+                    "exact_copies": int(copies[s]),
                     "survivor": doc[s], "members": [doc[m] for m in mine.tolist()]})
     return out
 
