@@ -2,7 +2,8 @@
 
 Shards are Parquet files or JSON Lines files (optionally .gz/.bz2/.zst
 compressed), or one in-memory Arrow table (format ``memory``, see
-:func:`memory_shard`: the DataFrame API's input, never written back).  The corpus table has the internal columns ``row`` (dense int64),
+:func:`memory_shard`: the DataFrame API's input, never written back).  The
+corpus table has the internal columns ``row`` (dense int64),
 ``shard`` (int32 index into the shard list), ``shard_row`` (int64), ``id``
 (the user's id column verbatim, or a generated int64 = ``row``), ``text``
 (large_string) and, for ``select.keep = score``, ``score``.

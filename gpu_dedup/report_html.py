@@ -275,9 +275,8 @@ def _doc_html(d: dict, body: str, label: str) -> str:
 def clusters_html(clusters: list | None, style: bool = False) -> str:
     """The clusters of report.json's ``largest_clusters`` side by side, differences highlighted.
     ``style=True`` prepends the CSS it needs (for a notebook cell)."""
-    css = ("<style>" + "\n".join(line for line in _CSS.splitlines() if line.startswith((".cluster", ".docs", ".doc", "ins",
-                                                                                         ".tag", "h3", ".note")))
-           + "</style>") if style else ""
+    wanted = (".cluster", ".docs", ".doc", "ins", ".tag", ".note")
+    css = "<style>" + "\n".join(x for x in _CSS.splitlines() if x.startswith(wanted)) + "</style>" if style else ""
     return css + _clusters_body(clusters)
 
 
@@ -343,7 +342,8 @@ def render(report: dict, figs: dict | None | bool = True) -> str:
         f"<title>gpu_dedup report: {c['documents_read']:,} documents, {c['removed']:,} removed</title>",
         f"<style>{_CSS}</style></head><body><main>",
         "<h1>gpu_dedup run report</h1>",
-        f'<div class="sub">created {_e(report.get("created", ""))} · gpu_dedup {_e(report.get("gpu_dedup_version", ""))}'
+        f'<div class="sub">created {_e(report.get("created", ""))} · '
+        f'gpu_dedup {_e(report.get("gpu_dedup_version", ""))}'
         f' · backend {_e(report.get("backend", ""))} · config fingerprint {_e(report.get("fingerprint", ""))}'
         f' · peak RSS {_num(report.get("peak_rss_mb", 0.0))} MiB</div>',
         '<div class="cards">' + "".join(f"<div class=\"card\"><b>{_num(v)}</b><span>{_e(k)}</span></div>"
@@ -363,7 +363,8 @@ def render(report: dict, figs: dict | None | bool = True) -> str:
         "<h2>Counts</h2>", _table(["count", "value", "count", "value"], count_rows, (1, 3)),
         "<h2>LSH layout and S-curve</h2>",
         '<div class="grid"><div class="panel">' + _img(figs, "s_curve", "S-curve with the threshold") + "</div>",
-        "<div>" + _table(["parameter", "value"], lsh_rows, (1,)) + f'<p class="note">{_e(lsh.get("note", ""))}</p></div>'
+        "<div>" + _table(["parameter", "value"], lsh_rows, (1,))
+        + f'<p class="note">{_e(lsh.get("note", ""))}</p></div>'
         "</div>",
         "<h2>Buckets and clusters</h2>",
         '<div class="grid"><div class="panel">' + _img(figs, "buckets", "bucket sizes") + "</div>"

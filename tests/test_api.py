@@ -147,7 +147,8 @@ def test_config_forms_and_overrides(frame):
 
 
 def test_bad_input_names_problem_value_and_fix(frame):
-    with pytest.raises(InputError, match=r"text column 'body' is not in the frame; its columns are: 'id', 'text'.*text="):
+    with pytest.raises(InputError,
+                       match=r"text column 'body' is not in the frame; its columns are: 'id', 'text'.*text="):
         gpu_dedup.dedup(frame, text="body", backend="cpu")
     with pytest.raises(InputError, match=r"id column 'url' is not in the frame.*id="):
         gpu_dedup.dedup(frame, id="url", backend="cpu")
