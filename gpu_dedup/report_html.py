@@ -1,7 +1,8 @@
 """``report.html``: the human-readable page of a run, built from ``report.json`` alone.
 
-One self-contained file: CSS inline, figures as base64 PNGs (matplotlib,
-Agg backend), no external URL, no script.  It shows the parameters, counts
+One self-contained file: CSS inline, figures as base64 PNGs (matplotlib's
+object API on the Agg canvas, so pyplot and a notebook's backend are left
+alone), no external URL, no script.  It shows the parameters, counts
 and seconds per stage, the S-curve of the chosen (bands, rows) with the
 threshold marked, bucket- and cluster-size histograms on log scales, chaining
 statistics, and the largest clusters with sample texts side by side, the
@@ -17,13 +18,15 @@ import base64
 import difflib
 import html
 import io as _io
+import logging
 import re
 from pathlib import Path
 
 import numpy as np
 
 from .lsh import s_curve
-from .plots import pyplot
+
+log = logging.getLogger("gpu_dedup")
 
 NO_FIGURES = ("matplotlib is not installed, so this page has no figures (the tables below hold the same data); "
               "install it with pip install matplotlib, then redraw this page with gpu-dedup report OUTPUT_DIR")
@@ -61,6 +64,30 @@ ins{background:#c9f2c9;text-decoration:none}del{background:#f8caca;color:#8a1f1f
 # --------------------------------------------------------------------------- figures
 
 
+class _Figures:
+    """Figures drawn with matplotlib's object API on the Agg canvas: pyplot's global state
+    (and a notebook's backend) is never touched."""
+
+    def __init__(self, figure_cls):
+        self.Figure = figure_cls
+
+    def subplots(self, figsize):
+        fig = self.Figure(figsize=figsize)
+        return fig, fig.subplots()
+
+    def close(self, fig) -> None:
+        pass  # not registered with pyplot: garbage-collected
+
+
+def _matplotlib() -> _Figures | None:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        log.warning(NO_FIGURES)
+        return None
+    return _Figures(Figure)
+
+
 def _png(fig, plt) -> str:
     buf = _io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
@@ -80,7 +107,7 @@ def _log_bins(max_size: int) -> np.ndarray:
 def _size_figure(plt, counts: dict, what: str, unit: str):
     sizes = np.asarray(counts.get("sizes", []), np.float64)
     n = np.asarray(counts.get("counts", []), np.float64)
-    fig, ax = plt.subplots(figsize=(6.2, 3.5))
+    fig, ax = plt.subplots((6.2, 3.5))
     if sizes.shape[0] == 0:
         ax.text(0.5, 0.5, f"no {what} with two or more documents", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
@@ -107,7 +134,7 @@ def _size_figure(plt, counts: dict, what: str, unit: str):
 
 def figures(report: dict) -> dict[str, str] | None:
     """Base64 PNGs of the page's figures, or None when matplotlib is missing."""
-    plt = pyplot()
+    plt = _matplotlib()
     if plt is None:
         return None
     out = {}
@@ -115,7 +142,7 @@ def figures(report: dict) -> dict[str, str] | None:
     stages = report.get("stages", {})
     names = list(stages)
     secs = [float(stages[k].get("seconds", 0.0)) for k in names]
-    fig, ax = plt.subplots(figsize=(6.2, 0.32 * max(len(names), 3) + 1.0))
+    fig, ax = plt.subplots((6.2, 0.32 * max(len(names), 3) + 1.0))
     y = np.arange(len(names))
     colors = ["#b0b7c3" if stages[k].get("resumed") else "#4c72b0" for k in names]
     ax.barh(y, secs, color=colors)
@@ -133,7 +160,7 @@ def figures(report: dict) -> dict[str, str] | None:
     b, r, t = lsh["bands"], lsh["rows"], lsh["threshold"]
     s = np.linspace(0, 1, 401)
     p = s_curve(s, b, r)
-    fig, ax = plt.subplots(figsize=(6.2, 3.8))
+    fig, ax = plt.subplots((6.2, 3.8))
     ax.plot(s, p, color="black", lw=2, label=f"P(candidate) = 1-(1-s^{r})^{b}")
     lo, hi = s <= t, s >= t
     ax.fill_between(s[lo], 0, p[lo], color="tab:orange", alpha=0.3,
@@ -161,7 +188,7 @@ def figures(report: dict) -> dict[str, str] | None:
     # similarity of removed near duplicates to their survivor (chaining)
     h = report.get("chaining", {}).get("similarity_to_survivor_histogram")
     if h and sum(h["counts"]):
-        fig, ax = plt.subplots(figsize=(6.2, 3.5))
+        fig, ax = plt.subplots((6.2, 3.5))
         ax.stairs(h["counts"], h["edges"], fill=True, color="#55a868", alpha=0.85)
         ax.axvline(lsh.get("verify_threshold", t), color="tab:red", ls="--", lw=1.2, label="threshold")
         ch = report["chaining"]

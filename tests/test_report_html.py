@@ -108,7 +108,7 @@ def test_report_html_written_after_report_json_and_before_success(demo_run, tmp_
 
 
 def test_without_matplotlib_the_page_keeps_its_tables(demo_run, monkeypatch):
-    monkeypatch.setattr(report_html, "pyplot", lambda: None)
+    monkeypatch.setattr(report_html, "_matplotlib", lambda: None)
     page = render(demo_run[0].report)
     assert "data:image/png" not in page and report_html.NO_FIGURES in page
     assert "<h2>Largest clusters</h2>" in page and "<td>signatures</td>" in page
@@ -131,6 +131,21 @@ def test_cli_report_redraws_the_page(demo_run, tmp_path, capsys):
     (tmp_path / "other.json").write_text('{"a": 1}')
     assert main(["report", str(tmp_path / "other.json")]) == 2
     assert "not a gpu_dedup report.json" in capsys.readouterr().err
+
+
+def test_rendering_leaves_pyplot_alone(demo_run):
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    before = matplotlib.get_backend()
+    plt.switch_backend("svg")  # stands for a notebook's inline backend
+    try:
+        plt.figure()
+        render(demo_run[0].report)
+        assert matplotlib.get_backend() == "svg" and len(plt.get_fignums()) == 1  # its backend and figures
+    finally:
+        plt.close("all")
+        plt.switch_backend(before)
 
 
 def test_render_is_fast_enough(demo_run):
