@@ -81,6 +81,7 @@ class _Figures:
 
 def _matplotlib() -> _Figures | None:
     try:
+        import matplotlib  # noqa: F401 - the package itself first: a submodule can outlive a removed package
         from matplotlib.figure import Figure
     except ImportError:
         log.warning(NO_FIGURES)

@@ -107,11 +107,14 @@ def test_report_html_written_after_report_json_and_before_success(demo_run, tmp_
     assert written[-3:] == ["report.json", "report.html", "_SUCCESS"]
 
 
-def test_without_matplotlib_the_page_keeps_its_tables(demo_run, monkeypatch):
-    monkeypatch.setattr(report_html, "_matplotlib", lambda: None)
+def test_without_matplotlib_the_page_keeps_its_tables(demo_run, monkeypatch, caplog):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     page = render(demo_run[0].report)
     assert "data:image/png" not in page and report_html.NO_FIGURES in page
     assert "<h2>Largest clusters</h2>" in page and "<td>signatures</td>" in page
+    assert "matplotlib is not installed" in caplog.text
 
 
 def test_cli_report_redraws_the_page(demo_run, tmp_path, capsys):
