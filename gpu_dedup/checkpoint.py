@@ -108,3 +108,26 @@ class Checkpoints:
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class NoCheckpoints:
+    """Stand-in for :class:`Checkpoints` in a run without an output directory
+    (the in-memory DataFrame API): nothing is saved, nothing resumes."""
+
+    fingerprint = None
+    resumed: list = []
+
+    def has(self, unit: str) -> bool:
+        return False
+
+    def save(self, unit: str, arrays: dict, meta: dict) -> None:
+        pass
+
+    def mark(self, name: str) -> None:
+        pass
+
+    def marked(self, name: str) -> bool:
+        return False
+
+    def remove(self) -> None:
+        pass

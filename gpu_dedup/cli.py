@@ -78,7 +78,7 @@ def cmd_run(args) -> int:
                  against=args.against, update_index=args.update_index)
     if not args.quiet:
         print(summary(result.report))
-        print(f"outputs in {result.output_dir}/ (deduplicated shards, duplicates.parquet, report.json)")
+        print(f"outputs in {result.output_dir}/ (deduplicated shards, duplicates.parquet, report.json, report.html)")
     return 0
 
 
@@ -212,6 +212,27 @@ def cmd_dataset(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .errors import InputError
+    from .report_html import write_html
+
+    src = Path(args.report)
+    if src.is_dir():
+        src = src / "report.json"
+    try:
+        report = json.loads(src.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read {str(src)!r} ({exc.strerror}); give a report.json or the output directory "
+                         "of a run") from None
+    except ValueError as exc:
+        raise InputError(f"{str(src)!r} is not valid JSON ({exc}); give the report.json a run wrote") from None
+    if not isinstance(report, dict) or "counts" not in report or "lsh" not in report:
+        raise InputError(f"{str(src)!r} is not a gpu_dedup report.json (no counts / lsh sections)")
+    out = write_html(Path(args.output) if args.output else src.with_suffix(".html"), report)
+    print(f"wrote {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-dedup", description="Near-duplicate removal with MinHash + LSH.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__import__('gpu_dedup').__version__}")
@@ -327,6 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="Parquet file to write")
     p.add_argument("--info", help="also write a JSON description (size, source fingerprint, installed packages)")
     p.set_defaults(func=cmd_dataset, quiet=False, verbose=0)
+
+    p = sub.add_parser("report", help="(re)write report.html from a run's report.json")
+    p.add_argument("report", help="report.json, or the output directory of a run")
+    p.add_argument("-o", "--output", help="HTML file to write (default: report.html beside report.json)")
+    p.set_defaults(func=cmd_report, quiet=True, verbose=0)
 
     p = sub.add_parser("config", help="print the resolved configuration (with derived values)")
     _add_config_args(p)

@@ -61,7 +61,7 @@ def run_demo(out: Path, cfg: Config, docs: int = 3000, quiet: bool = False) -> i
           "(precision against the planted truth)")
     if not quiet:
         _show_examples(result, sample)
-    print(f"outputs in {out / 'output'}/: deduplicated shards, duplicates.parquet, report.json")
+    print(f"outputs in {out / 'output'}/: deduplicated shards, duplicates.parquet, report.json, report.html")
     return 0
 
 

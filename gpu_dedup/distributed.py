@@ -264,9 +264,10 @@ def run(inputs, output_dir, cfg: Config):
     import dask.dataframe as dd
 
     from .backend import get_backend
-    from .pipeline import (DUPLICATES_NAME, REPORT_NAME, SUCCESS_NAME, RunResult, StageLog, _prepare_output,
-                           duplicates_table, peak_rss_mb)
+    from .pipeline import (DUPLICATES_NAME, REPORT_HTML_NAME, REPORT_NAME, SUCCESS_NAME, RunResult, StageLog,
+                           _prepare_output, duplicates_table, peak_rss_mb)
     from .report import build_report, write_report
+    from .report_html import write_html
 
     t_start = time.perf_counter()
     out = Path(output_dir)
@@ -394,6 +395,7 @@ def run(inputs, output_dir, cfg: Config):
             "blocks": len(blocks),
         }
         write_report(out / REPORT_NAME, report)
+        write_html(out / REPORT_HTML_NAME, report)  # no sample texts: they stay on the workers
         io.atomic_write_bytes(out / SUCCESS_NAME, b"distributed\n")
     finally:
         client.close()

@@ -1,7 +1,9 @@
 """Read shards into one corpus table; write deduplicated shards atomically.
 
 Shards are Parquet files or JSON Lines files (optionally .gz/.bz2/.zst
-compressed).  The corpus table has the internal columns ``row`` (dense int64),
+compressed), or one in-memory Arrow table (format ``memory``, see
+:func:`memory_shard`: the DataFrame API's input, never written back).  The
+corpus table has the internal columns ``row`` (dense int64),
 ``shard`` (int32 index into the shard list), ``shard_row`` (int64), ``id``
 (the user's id column verbatim, or a generated int64 = ``row``), ``text``
 (large_string) and, for ``select.keep = score``, ``score``.
@@ -18,7 +20,7 @@ import glob
 import logging
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -41,12 +43,21 @@ COMPRESSED_EXT = (".gz", ".bz2", ".zst")
 class Shard:
     path: str  # absolute path of the input file
     name: str  # relative output name
-    format: str  # parquet | jsonl
+    format: str  # parquet | jsonl | memory
     rows: int = -1  # filled by read()
-    size: int = 0  # bytes on disk
+    size: int = 0  # bytes on disk (memory: bytes of the table)
+    data: pa.Table | None = field(default=None, compare=False, repr=False)  # the table of a memory shard
 
     def with_rows(self, rows: int) -> "Shard":
-        return Shard(self.path, self.name, self.format, rows, self.size)
+        return replace(self, rows=rows)
+
+
+MEMORY_PATH = "<memory>"
+
+
+def memory_shard(table: pa.Table, name: str = "memory") -> Shard:
+    """A virtual shard over an in-memory Arrow table (read by :func:`read_columns`, never written)."""
+    return Shard(MEMORY_PATH, name, "memory", size=table.nbytes, data=table)
 
 
 def _format_of(path: str, fmt: str) -> str:
@@ -75,9 +86,12 @@ def _is_shard_name(name: str) -> bool:
 
 
 def discover(inputs, fmt: str = "auto") -> list[Shard]:
-    """Expand files, directories (recursively) and glob patterns into a sorted shard list."""
+    """Expand files, directories (recursively) and glob patterns into a sorted shard list
+    (a list of Shard objects, e.g. memory shards, is returned as it is)."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
+    if isinstance(inputs, list) and inputs and all(isinstance(s, Shard) for s in inputs):
+        return inputs
     found: list[tuple[str, str]] = []  # (absolute path, relative name)
     for item in inputs:
         item = os.fspath(item)
@@ -249,7 +263,14 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
         wanted["id"] = cfg.id_column
     if score_column:
         wanted["score"] = score_column
-    if shard.format == "parquet":
+    if shard.format == "memory":
+        table = shard.data
+        for key, col in wanted.items():
+            if col not in table.column_names:
+                raise _missing(shard, key, col, table.column_names)
+        if row_groups is not None:
+            raise InputError("in-memory input has no row groups; it runs in one process")
+    elif shard.format == "parquet":
         names = _parquet_schema(shard).names
         for key, col in wanted.items():
             if col not in names:
@@ -410,7 +431,12 @@ def _unlink(path) -> None:
 
 
 def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression: str = "zstd") -> int:
-    """Write the kept rows of one input shard under its name in ``out_dir``; return rows written."""
+    """Write the kept rows of one input shard under its name in ``out_dir``; return rows written.
+
+    A memory shard is not written: its kept rows are the caller's to take
+    (``shard.data.filter(keep)``)."""
+    if shard.format == "memory":
+        return int(np.count_nonzero(keep))
     target = Path(out_dir) / shard.name
     if shard.format == "parquet":
         try:

@@ -8,8 +8,12 @@ kept (written to its deduplicated shard) or removed (listed in
 
 Stages checkpoint their results into the output directory (see
 :mod:`gpu_dedup.checkpoint`); a killed run resumes where it stopped.
-``report.json`` and then ``_SUCCESS`` are written last; both are deleted when
-a run starts, so ``_SUCCESS`` marks a complete run.
+``report.json``, ``report.html`` and then ``_SUCCESS`` are written last; all
+three are deleted when a run starts, so ``_SUCCESS`` marks a complete run.
+
+``output_dir=None`` runs in memory (the DataFrame API, :mod:`gpu_dedup.api`):
+no shard, table, report file or checkpoint is written; the RunResult carries
+everything.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import pyarrow as pa
 from . import io
 from .backend import get_backend
 from .buckets import Buckets, Centres, Edges, buckets, star_rounds
-from .checkpoint import Checkpoints, maybe_crash, run_fingerprint
+from .checkpoint import Checkpoints, NoCheckpoints, maybe_crash, run_fingerprint
 from .components import components
 from .config import Config
 from .errors import ConfigError, InputError
@@ -37,7 +41,8 @@ from .lsh import band_hashes
 from .minhash import signatures
 from .normalize import normalize, repair_utf8
 from .progress import Progress, chunks
-from .report import build_report, write_report
+from .report import build_report, largest_clusters, write_report
+from .report_html import write_html
 from .select import policy_ranks, split_chains, survivors
 from .strings import string_buffers
 from .verify import exact_similarity, signature_similarity
@@ -45,6 +50,7 @@ from .verify import exact_similarity, signature_similarity
 log = logging.getLogger("gpu_dedup")
 
 REPORT_NAME = "report.json"
+REPORT_HTML_NAME = "report.html"
 SIGNATURE_CHUNK = 65536  # documents per signature kernel call (progress granularity)
 DUPLICATES_NAME = "duplicates.parquet"
 
@@ -96,7 +102,7 @@ class StageLog:
 
 @dataclass
 class RunResult:
-    output_dir: Path
+    output_dir: Path | None  # None: an in-memory run (nothing written)
     report: dict
     duplicates: pa.Table  # every document of a cluster with two or more members
     kept: np.ndarray  # bool per input row (global row order)
@@ -116,7 +122,7 @@ def _prepare_output(out: Path, shards) -> None:
             raise InputError(
                 f"output {str(target)!r} would overwrite input shard {shard.path!r}; choose another output directory"
             )
-    for marker in (out / SUCCESS_NAME, out / REPORT_NAME):  # markers must not vouch for this run yet
+    for marker in (out / SUCCESS_NAME, out / REPORT_NAME, out / REPORT_HTML_NAME):  # must not vouch for this run yet
         if marker.exists():
             marker.unlink()
     for dirpath, _, files in os.walk(out):  # temporary files a killed run left behind
@@ -138,14 +144,21 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
     ``against``: an index path; deduplicate the inputs against it (indexed
     documents always survive; no checkpoints in this mode), and with
     ``update_index`` append the inputs to it.  See :mod:`gpu_dedup.index`.
+
+    ``output_dir=None``: an in-memory run (``inputs`` are usually
+    :func:`gpu_dedup.io.memory_shard` shards): nothing is written, no
+    checkpoints; the result holds the kept mask, clusters, duplicates and report.
     """
+    if output_dir is None and (cfg.cluster.enabled or index_out or against):
+        raise ConfigError("a run without an output directory (in memory) runs in one process and writes no index; "
+                          "drop cluster.workers / cluster.scheduler, index_out and against, or give an output_dir")
     if cfg.cluster.enabled:
         if index_out or against:
             raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")
         from . import distributed
 
         return distributed.run(inputs, output_dir, cfg)
-    r = _Run(inputs, Path(output_dir), cfg, restart)
+    r = _Run(inputs, None if output_dir is None else Path(output_dir), cfg, restart)
     r.index_out, r.write_shards = index_out, write_shards
     if against is not None:
         from .index import Index
@@ -158,7 +171,7 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
 class _Run:
     """One pipeline run: stages in order, each checkpointed unit loaded or computed."""
 
-    def __init__(self, inputs, out: Path, cfg: Config, restart: bool):
+    def __init__(self, inputs, out: Path | None, cfg: Config, restart: bool):
         self.t_start = time.perf_counter()
         self.cfg = cfg
         self.out = out
@@ -170,8 +183,11 @@ class _Run:
         self.st = StageLog()
         self.counts: dict = {}
         self.shards = io.discover(inputs, cfg.input.format)
-        _prepare_output(out, self.shards)
-        self.ckpt = Checkpoints(out, run_fingerprint(cfg, self.shards), restart)
+        if out is None:  # in memory: nothing to prepare, nothing to resume
+            self.ckpt = NoCheckpoints()
+        else:
+            _prepare_output(out, self.shards)
+            self.ckpt = Checkpoints(out, run_fingerprint(cfg, self.shards), restart)
         self._strings = None
         self._norm = None
         self.index = None  # an Index to deduplicate against
@@ -372,21 +388,27 @@ class _Run:
             with Progress("write", len(corpus.shards), "shards") as prog:
                 for i, shard in enumerate(corpus.shards):  # one step per shard file
                     keep = kept[starts[i] : starts[i + 1]]
-                    if self.write_shards and not self.ckpt.marked(f"shard-{i}"):
+                    if self.write_shards and self.out is not None and not self.ckpt.marked(f"shard-{i}"):
                         io.write_shard(shard, keep, self.out, self.cfg.output.compression)
                         self.ckpt.mark(f"shard-{i}")
                         maybe_crash("write:first-shard")
                     written += int(keep.sum())
                     prog.update(1)
-            if self.cfg.output.duplicates_table:
+            if self.cfg.output.duplicates_table and self.out is not None:
                 io.atomic_write_parquet(self.out / DUPLICATES_NAME, duplicates, self.cfg.output.compression)
             info.update(rows_written=written, duplicates_rows=duplicates.num_rows)
         if written != self.counts["kept"]:  # pragma: no cover - guarded by tests
             raise RuntimeError(f"accounting error: {written} rows written but {self.counts['kept']} kept")
         self.duplicates = duplicates
 
-    def report(self) -> dict:
+    def report(self, examples: bool = True) -> dict:
         near = ~self.kept & (self.rep != self.survivor)
+        shown = None
+        if examples:  # the largest clusters with sample texts (report.html shows them)
+            table = self.corpus.table
+            shown = largest_clusters(self.survivor, self.kept, self.rep, self.similarity, self.corpus.text,
+                                     self.corpus.ids, np.asarray(table.column("shard")),
+                                     np.asarray(table.column("shard_row")), [s.name for s in self.corpus.shards])
         report = build_report(
             cfg=self.cfg,
             backend=self.backend,
@@ -399,6 +421,7 @@ class _Run:
             threshold=self.threshold,
             wall_seconds=time.perf_counter() - self.t_start,
             peak_rss_mb=peak_rss_mb(),
+            largest_clusters=shown,
         )
         report["resumed_from_checkpoint"] = self.ckpt.resumed
         report["run_fingerprint"] = self.ckpt.fingerprint
@@ -407,7 +430,10 @@ class _Run:
                                "updated": self.update_index, "documents_after": self.index.documents}
         if self.index_out:
             report["index_out"] = str(self.index_out)
+        if self.out is None:
+            return report
         write_report(self.out / REPORT_NAME, report)
+        write_html(self.out / REPORT_HTML_NAME, report)
         maybe_crash("report:before-success")
         self.ckpt.remove()
         io.atomic_write_bytes(self.out / SUCCESS_NAME, f"{self.ckpt.fingerprint}\n".encode())
@@ -490,7 +516,7 @@ class _Run:
                            band_docs=before + res.band_rows, band_hashes=res.band_hashes, signatures=full,
                            centres=(cb, ch, cr, before + crow))
                 info.update(documents=idx.documents)
-        report = self.report()
+        report = self.report(examples=False)  # survivors may be indexed documents, whose texts are not here
         c = self.counts
         log.info("done: read %d, kept %d, removed %d (%d against the index) in %.1fs", c["documents_read"],
                  c["kept"], c["removed"], c["removed_against_index"], report["wall_seconds"])

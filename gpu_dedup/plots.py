@@ -1,8 +1,8 @@
 """PNG figures for ``evaluate`` and ``tune`` (matplotlib, optional).
 
-matplotlib is an optional dependency (``pip install -e ".[eval]"``); without
-it every function here logs why and returns None, and the JSON outputs are
-written all the same.
+matplotlib is a dependency of gpu_dedup (report.html of every run has
+figures); should it be missing all the same, every function here logs why and
+returns None, and the JSON outputs are written all the same.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Report stage: parameters, counts and seconds per stage, histograms, S-curve.
 
-``report.json`` is machine-readable and written atomically, last: its
-presence marks a complete run.
+``report.json`` is machine-readable and written atomically, last (then
+``report.html``, its human-readable page, see :mod:`gpu_dedup.report_html`,
+and ``_SUCCESS``).  It holds everything the page shows: exact size counts of
+buckets and clusters besides the log2 histograms, and the largest clusters
+with sample texts.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import json
 import platform
 
 import numpy as np
+import pyarrow as pa
 
 from . import __version__
 from .lsh import error_areas, s_curve, s_curve_points
@@ -33,6 +37,14 @@ def log2_histogram(sizes) -> dict[str, int]:
     return out
 
 
+def size_counts(sizes) -> dict[str, list[int]]:
+    """Exact distribution of sizes: distinct ``sizes`` and how many times each occurs
+    (at most ~sqrt(2 * total) distinct values, so it stays small)."""
+    sizes = np.asarray(sizes, np.int64)
+    values, counts = np.unique(sizes[sizes > 0], return_counts=True)
+    return {"sizes": values.tolist(), "counts": counts.tolist()}
+
+
 def _quantiles(values) -> dict[str, float]:
     values = np.asarray(values, np.float64)
     if values.shape[0] == 0:
@@ -42,13 +54,15 @@ def _quantiles(values) -> dict[str, float]:
 
 
 def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes, cluster_sizes, removed_similarity,
-                 threshold, wall_seconds, peak_rss_mb) -> dict:
+                 threshold, wall_seconds, peak_rss_mb, largest_clusters=None) -> dict:
     bands, rows = cfg.layout
     fp, fn = error_areas(cfg.lsh.threshold, [bands], [rows])
     computed = cfg.signature_perms
     below = int(np.count_nonzero(np.asarray(removed_similarity) < threshold))
     near = max(int(np.asarray(removed_similarity).shape[0]), 1)
-    return {
+    edges = np.round(np.linspace(0.0, 1.0, 21), 2)
+    sim_hist = np.histogram(np.asarray(removed_similarity, np.float64), bins=edges)[0]
+    report = {
         "gpu_dedup_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "fingerprint": cfg.fingerprint,
@@ -81,18 +95,24 @@ def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes, cluster_
         "histograms": {
             "bucket_sizes": log2_histogram(bucket_sizes),
             "cluster_sizes": log2_histogram(cluster_sizes),
+            "bucket_size_counts": size_counts(bucket_sizes),
+            "cluster_size_counts": size_counts(cluster_sizes),
         },
         "chaining": {
             "near_duplicates_removed": int(np.asarray(removed_similarity).shape[0]),
             "below_threshold_to_survivor": below,
             "fraction_below_threshold": round(below / near, 6),
             "similarity_to_survivor": _quantiles(removed_similarity),
+            "similarity_to_survivor_histogram": {"edges": edges.tolist(), "counts": sim_hist.tolist()},
             "note": "clusters are connected components, so a member can join through an intermediate "
                     "document and be less similar to the survivor than the threshold",
         },
         "wall_seconds": round(wall_seconds, 3),
         "peak_rss_mb": round(peak_rss_mb, 1),
     }
+    if largest_clusters is not None:
+        report["largest_clusters"] = largest_clusters
+    return report
 
 
 def _cpus() -> int:
@@ -127,3 +147,66 @@ def summary(report: dict) -> str:
         f"backend: {report['backend']}",
     ]
     return "\n".join(lines)
+
+
+def largest_clusters(survivor, kept, rep, similarity, text, ids, shard, shard_row, shard_names, k: int = 8,
+                     members: int = 3, chars: int = 1000) -> list[dict]:
+    """The ``k`` largest clusters (ties: lower survivor row), each with its survivor and up to
+    ``members`` removed members (near duplicates first, least similar first, then exact copies),
+    texts cut to ``chars`` characters.  Arrays are per input row; ``text``/``ids`` are Arrow columns.
+    """
+    n = survivor.shape[0]
+    if n == 0:
+        return []
+    size = np.bincount(survivor, minlength=n)
+    copies = np.bincount(survivor[~kept & (rep == survivor)], minlength=n)  # exact copies of each survivor
+    multi = np.flatnonzero(size > 1)  # survivor rows of clusters with two or more documents
+    top = multi[np.lexsort((multi, -size[multi]))][:k]
+    if top.shape[0] == 0:
+        return []
+    rank = np.full(n, -1, np.int64)
+    rank[top] = np.arange(top.shape[0])
+    cand = np.flatnonzero((rank[survivor] >= 0) & ~kept)
+    exact = rep[cand] == survivor[cand]
+    order = np.lexsort((cand, similarity[cand], exact, rank[survivor[cand]]))
+    cand = cand[order]
+    group = rank[survivor[cand]]
+    first = np.r_[True, group[1:] != group[:-1]]
+    pos = np.arange(cand.shape[0]) - np.maximum.accumulate(np.where(first, np.arange(cand.shape[0]), 0))
+    shown = cand[pos < members]
+    rows = np.concatenate([top, shown])
+    take = pa.array(rows)
+    texts = _display_texts(text.take(take), chars)
+    id_values = [_json_safe(v) for v in ids.take(take).to_pylist()]
+    names = np.array(shard_names or [""], dtype=object)
+    doc = {}
+    for j, row in enumerate(rows.tolist()):  # display data for a handful of documents
+        body, truncated, length = texts[j]
+        doc[row] = {"row": row, "id": id_values[j], "shard": names[shard[row]], "shard_row": int(shard_row[row]),
+                    "match": "kept" if kept[row] else ("exact" if rep[row] == survivor[row] else "near"),
+                    "similarity": round(float(similarity[row]), 4), "characters": length,
+                    "text": body, "truncated": truncated}
+    out = []
+    for c, s in enumerate(top.tolist()):  # k clusters
+        mine = shown[rank[survivor[shown]] == c]
+        out.append({"cluster_id": s, "size": int(size[s]),
+                    "exact_copies": int(copies[s]),
+                    "survivor": doc[s], "members": [doc[m] for m in mine.tolist()]})
+    return out
+
+
+def _display_texts(texts, chars: int) -> list[tuple]:
+    """(text cut to ``chars`` characters or None, cut?, length in characters) of a few documents."""
+    out = []
+    for v in texts.to_pylist():  # a few dozen documents at most
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", errors="replace")
+        if v is None:
+            out.append((None, False, 0))
+        else:
+            out.append((v[:chars], len(v) > chars, len(v)))
+    return out
+
+
+def _json_safe(v):
+    return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)

@@ -43,6 +43,7 @@ def test_demo_reports_recall(tmp_path):
     line = [x for x in proc.stdout.splitlines() if "Jaccard >= 0.90" in x][0]
     assert float(line.split(":")[-1].split()[0]) >= 0.99
     assert (tmp_path / "demo" / "output" / "report.json").exists()
+    assert (tmp_path / "demo" / "output" / "report.html").exists() and "report.html" in proc.stdout
 
 
 def _planted_dir(tmp_path, n=400):

@@ -58,6 +58,8 @@ def test_cli_two_local_workers_equal_single_process(corpus, tmp_path):
 
     report = json.loads((tmp_path / "two" / "report.json").read_text())
     assert report["cluster"]["workers"] == 2 and report["cluster"]["blocks"] > 3
+    page = (tmp_path / "two" / "report.html").read_text()  # the page too, without sample texts
+    assert page.count("data:image/png;base64,") >= 4 and "not collected for this kind of run" in page
     same = ("documents_read", "exact_stage_collapsed", "candidate_edges", "verified_edges", "clusters",
             "exact_duplicates", "near_duplicates", "removed", "kept")
     assert {k: report["counts"][k] for k in same} == {k: single.report["counts"][k] for k in same}

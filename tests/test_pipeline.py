@@ -90,7 +90,7 @@ def test_every_row_accounted_and_outputs_complete(planted, planted_run):
     assert_accounted(result, inputs)
     out_names = sorted(p.name for p in (d / "out").iterdir())
     assert out_names == ["_SUCCESS", "duplicates.parquet", "part-00000.parquet", "part-00001.parquet",
-                         "part-00002.parquet", "report.json"]  # no checkpoint directory left behind
+                         "part-00002.parquet", "report.html", "report.json"]  # no checkpoint directory left behind
     for p in (d / "in").glob("*.parquet"):
         assert pq.read_schema(d / "out" / p.name).equals(pq.read_schema(p))
     rep = json.loads((d / "out" / "report.json").read_text())
@@ -188,12 +188,13 @@ def test_output_must_not_overwrite_inputs(tmp_path):
 def test_failed_run_leaves_no_completion_marker(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    (out / "report.json").write_text("{}")  # a previous run's marker
+    (out / "report.json").write_text("{}")  # a previous run's markers
+    (out / "report.html").write_text("<html></html>")
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "bad.parquet").write_bytes(b"garbage")
     with pytest.raises(InputError):
         run(tmp_path / "in", out, Config(backend="cpu"))
-    assert not (out / "report.json").exists()
+    assert not (out / "report.json").exists() and not (out / "report.html").exists()
 
 
 def test_jsonl_end_to_end_keeps_lines_verbatim(tmp_path):

@@ -1,0 +1,246 @@
+"""The DataFrame API: ``gpu_dedup.dedup(frame)`` for notebooks and Python pipelines.
+
+::
+
+    import gpu_dedup
+    res = gpu_dedup.dedup(df, text="text", id="url", threshold=0.8)
+    res.deduplicated        # df's kept rows: same type, columns, dtypes (and pandas index), input order
+    res.duplicates          # one row per member of a cluster of two or more documents
+    res.clusters, res.kept  # per input row: the survivor's row, and whether the row is kept
+    res.report              # the report.json dict; res.html() is the report.html page
+
+The frame is a pandas DataFrame, a pyarrow Table or a cuDF DataFrame; the
+text (and id / score) columns go to the pipeline as an in-memory Arrow table
+(:func:`gpu_dedup.io.memory_shard`) and the run writes nothing: no shard, no
+table, no checkpoint.  ``deduplicated`` is the input frame filtered by the
+kept mask, so every other column comes back untouched.  cuDF is never
+imported unless a cuDF frame is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from .buckets import Edges
+from .config import Config
+from .errors import ConfigError, InputError
+
+# keyword shortcuts for the most used config keys (any dotted key works too: **{"lsh.threshold": 0.7})
+ALIASES = {
+    "threshold": "lsh.threshold",
+    "bands": "lsh.bands",
+    "rows": "lsh.rows",
+    "star_rounds": "lsh.star_rounds",
+    "num_perm": "minhash.num_perm",
+    "ngram": "minhash.ngram",
+    "shingle": "minhash.shingle",
+    "hash_bits": "minhash.hash_bits",
+    "seed": "minhash.seed",
+    "verify": "verify.method",
+    "keep": "select.keep",
+    "score": "select.score_column",
+    "split_chains": "select.split_chains",
+    "exact_dedup": "exact_dedup",
+    "backend": "backend",
+}
+
+KINDS = ("pandas", "arrow", "cudf")
+
+
+@dataclass
+class DedupResult:
+    """What :func:`dedup` returns; rows and ids refer to positions in the input frame."""
+
+    deduplicated: object  # the kept rows, same type as the input frame
+    duplicates: object  # every member of a multi-document cluster (pandas / Arrow / cuDF like the input)
+    clusters: np.ndarray  # int64 per input row: the cluster id, i.e. the row of its survivor
+    kept: np.ndarray  # bool per input row
+    report: dict  # the report.json dict
+    edges: Edges  # verified edges between input rows, with their similarity
+
+    @property
+    def removed(self) -> np.ndarray:
+        return ~self.kept
+
+    def summary(self) -> str:
+        from .report import summary
+
+        return summary(self.report)
+
+    def html(self) -> str:
+        """The report.html page of this run (figures embedded)."""
+        from .report_html import render
+
+        return render(self.report)
+
+    def save_report(self, directory) -> Path:
+        """Write report.json and report.html into ``directory``; returns the HTML path."""
+        from .report import write_report
+        from .report_html import write_html
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        write_report(d / "report.json", self.report)
+        return write_html(d / "report.html", self.report)
+
+    def __repr__(self) -> str:
+        c = self.report["counts"]
+        return (f"DedupResult(read={c['documents_read']:,}, kept={c['kept']:,}, removed={c['removed']:,} "
+                f"(exact {c['exact_duplicates']:,}, near {c['near_duplicates']:,}), clusters={c['clusters']:,})")
+
+
+def frame_kind(frame) -> str:
+    """``pandas``, ``arrow`` or ``cudf`` (recognised by module name: cuDF is not imported here)."""
+    if isinstance(frame, pa.Table):
+        return "arrow"
+    module = type(frame).__module__ or ""
+    if module.split(".")[0] == "cudf" and hasattr(frame, "to_arrow"):
+        return "cudf"
+    try:
+        import pandas as pd
+    except ImportError:  # pragma: no cover - pandas is a dependency
+        pd = None
+    if pd is not None and isinstance(frame, pd.DataFrame):
+        return "pandas"
+    raise InputError(
+        f"dedup() takes a pandas DataFrame, a pyarrow Table or a cuDF DataFrame, not {module}.{type(frame).__name__}; "
+        "convert it first (e.g. .to_pandas() or pyarrow.table(...))"
+    )
+
+
+def _columns(frame, kind: str) -> list[str]:
+    return list(frame.column_names) if kind == "arrow" else list(frame.columns)
+
+
+def _to_arrow(frame, kind: str, cols: list[str]) -> pa.Table:
+    """The columns ``cols`` of ``frame`` as an Arrow table (host memory)."""
+    if kind == "arrow":
+        return frame.select(cols)
+    if kind == "cudf":
+        return frame[cols].to_arrow().select(cols)  # device -> host copy of these columns only
+    arrays = {}
+    for c in cols:
+        try:
+            arrays[c] = pa.array(frame[c], from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise InputError(f"column {c!r} cannot be converted to Arrow ({exc}); give it one type, e.g. "
+                             f"df[{c!r}].astype(str)") from None
+    return pa.table(arrays)
+
+
+def _text_column(col) -> pa.ChunkedArray:
+    if isinstance(col, pa.Array):
+        col = pa.chunked_array([col])
+    if pa.types.is_dictionary(col.type):  # categorical text: decode
+        col = col.cast(col.type.value_type)
+    return col
+
+
+def _config(config, text: str, id, overrides: dict) -> Config:
+    if config is None:
+        cfg = Config()
+    elif isinstance(config, Config):
+        cfg = config
+    elif isinstance(config, dict):
+        cfg = Config.from_dict(config)
+    elif isinstance(config, (str, Path)):
+        cfg = Config.from_yaml(config)
+    else:
+        raise ConfigError(f"config = {config!r} is not a Config, a dict, a YAML path or a preset name")
+    dotted = {"input.text_column": text, "input.id_column": id}
+    for key, value in overrides.items():
+        if key in ALIASES:
+            dotted[ALIASES[key]] = value
+        elif "." in key:
+            dotted[key] = value
+        else:
+            raise ConfigError(f"dedup() got an unknown keyword {key!r}; use one of {', '.join(sorted(ALIASES))} "
+                              "or a dotted config key, e.g. **{'lsh.threshold': 0.7}")
+    return cfg.with_overrides(dotted)
+
+
+def dedup(frame, text: str = "text", id: str | None = None, config=None, **overrides) -> DedupResult:
+    """Deduplicate the rows of ``frame`` (pandas, pyarrow Table or cuDF) by the column ``text``.
+
+    ``id``: a column kept verbatim in ``duplicates`` (``id`` and ``survivor_id``);
+    without it rows are named by position only.  ``config``: a Config, a dict,
+    a YAML path or a preset name (``fineweb``); ``overrides``: shortcuts
+    (``threshold``, ``num_perm``, ``ngram``, ``shingle``, ``bands``, ``rows``,
+    ``verify``, ``keep``, ``score``, ``split_chains``, ``exact_dedup``,
+    ``backend``, ...) or dotted keys (``**{"lsh.threshold": 0.7}``).  The run is
+    in memory: nothing is written.  Returns a :class:`DedupResult`.
+    """
+    from .io import memory_shard
+    from .pipeline import run
+
+    kind = frame_kind(frame)
+    cfg = _config(config, text, id, overrides)
+    if cfg.cluster.enabled:
+        raise ConfigError("dedup() runs in one process; drop cluster.workers / cluster.scheduler "
+                          "(use gpu-dedup run --workers on shards for a Dask cluster)")
+    names = _columns(frame, kind)
+    wanted = {"text": text, "id": id, "score": cfg.select.score_column if cfg.select.keep == "score" else None}
+    arg = {"text": "text=", "id": "id=", "score": "score= (select.score_column)"}
+    for what, col in wanted.items():
+        if col is not None and col not in names:
+            raise InputError(f"{what} column {col!r} is not in the frame; its columns are: "
+                             f"{', '.join(map(repr, names)) or '(none)'}. Pass {arg[what]}one of them")
+    cols = list(dict.fromkeys(c for c in wanted.values() if c is not None))
+    table = _to_arrow(frame, kind, cols)
+    columns = {c: table.column(c) for c in cols}
+    columns[text] = _text_column(columns[text])
+    ttype = columns[text].type
+    if not (pa.types.is_string(ttype) or pa.types.is_large_string(ttype) or pa.types.is_binary(ttype)
+            or pa.types.is_large_binary(ttype) or pa.types.is_null(ttype)):
+        raise InputError(f"text column {text!r} has type {ttype}; it must hold strings: convert it "
+                         f"(e.g. df[{text!r}].astype(str)) or pass text= another column")
+    table = pa.table(columns)
+
+    result = run([memory_shard(table, name=f"{kind} frame")], None, cfg)
+
+    kept = result.kept
+    dup = _duplicates(result.duplicates, id)
+    return DedupResult(
+        deduplicated=_take(frame, kind, kept),
+        duplicates=_like(dup, kind),
+        clusters=result.cluster,
+        kept=kept,
+        report=result.report,
+        edges=result.edges,
+    )
+
+
+def _duplicates(dup: pa.Table, id: str | None) -> pa.Table:
+    """The pipeline's duplicates table in frame terms: ``row`` (position in the frame) instead of
+    shard and shard_row; without an id column, rows only (id and survivor_id would repeat them)."""
+    dup = dup.drop_columns(["shard"])
+    dup = dup.rename_columns(["row" if c == "shard_row" else c for c in dup.column_names])
+    if id is None:
+        dup = dup.drop_columns(["id", "survivor_id"])
+        order = ["row", "cluster_id", "kept", "similarity", "match"]
+    else:
+        order = [id, "row", "cluster_id", "kept", "similarity", "match", "survivor_id"]
+    return dup.select(order)
+
+
+def _take(frame, kind: str, kept: np.ndarray):
+    """The kept rows of ``frame``, in input order, same type and columns."""
+    if kind == "arrow":
+        return frame.filter(pa.array(kept, pa.bool_()))
+    idx = np.flatnonzero(kept)
+    return frame.iloc[idx]  # pandas keeps its index and dtypes; cuDF gathers on the device
+
+
+def _like(table: pa.Table, kind: str):
+    if kind == "arrow":
+        return table
+    if kind == "pandas":
+        return table.to_pandas()
+    import cudf  # a cuDF frame was given, so cuDF is installed
+
+    return cudf.DataFrame.from_arrow(table)
+

@@ -1,0 +1,226 @@
+"""The DataFrame API (gpu_dedup.dedup) and the step-by-step stage functions (gpu_dedup.stages)."""
+
+import sys
+import types
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import gpu_dedup
+from gpu_dedup import Config, stages
+from gpu_dedup.errors import ConfigError, InputError
+from gpu_dedup.pipeline import run
+from gpu_dedup.sample import planted_corpus
+
+CPU = {"backend": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def sample():
+    return planted_corpus(n_docs=900, n_clusters=50, cluster_size=(2, 5), words=(40, 160), edit_rate=(0.0, 0.06),
+                          seed=31)
+
+
+@pytest.fixture(scope="module")
+def frame(sample):
+    df = sample.table.select(["id", "text"]).to_pandas()
+    df["score"] = np.linspace(0.0, 1.0, len(df))
+    df["tag"] = pd.Categorical(np.where(np.arange(len(df)) % 3 == 0, "a", "b"))
+    df["count"] = pd.array(np.arange(len(df)) % 7, dtype="Int32")
+    df.index = pd.Index(np.arange(len(df)) * 10 + 5, name="pos")
+    return df
+
+
+@pytest.fixture(scope="module")
+def file_run(sample, tmp_path_factory):
+    """The same rows as one Parquet shard through the file-based pipeline."""
+    d = tmp_path_factory.mktemp("api")
+    pq.write_table(sample.table.select(["id", "text"]), d / "all.parquet")
+    return run(d / "all.parquet", d / "out", Config.from_dict({**CPU, "input": {"id_column": "id"}}))
+
+
+def test_pandas_frame_equals_the_file_run(frame, file_run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = gpu_dedup.dedup(frame, text="text", id="id", backend="cpu")
+    assert list(tmp_path.iterdir()) == []  # in memory: nothing written anywhere here
+    assert res.report["counts"]["removed"] > 20
+    assert (res.kept == file_run.kept).all() and (res.clusters == file_run.cluster).all()
+    # deduplicated: the input frame's kept rows, same type, columns, dtypes and index, input order
+    out = res.deduplicated
+    assert isinstance(out, pd.DataFrame)
+    assert list(out.columns) == list(frame.columns) and (out.dtypes == frame.dtypes).all()
+    pd.testing.assert_frame_equal(out, frame[res.kept])
+    assert out["id"].tolist() == pq.read_table(file_run.output_dir / "all.parquet").column("id").to_pylist()
+    # duplicates: the file run's table with the frame position (row) for shard / shard_row
+    dup = res.duplicates
+    assert isinstance(dup, pd.DataFrame)
+    assert list(dup.columns) == ["id", "row", "cluster_id", "kept", "similarity", "match", "survivor_id"]
+    want = file_run.duplicates.drop_columns(["shard"]).to_pandas().rename(columns={"shard_row": "row"})
+    pd.testing.assert_frame_equal(dup, want[dup.columns])
+    removed = dup[~dup["kept"]]
+    assert sorted(removed["row"]) == np.flatnonzero(~res.kept).tolist()
+    assert (frame["id"].to_numpy()[removed["row"]] == removed["id"].to_numpy()).all()
+    assert len(res.edges) == len(file_run.edges) and res.removed.sum() == len(removed)
+    assert res.report["inputs"][0]["format"] == "memory" and res.report["counts"]["accounted"]
+    assert "largest_clusters" in res.report and res.report["resumed_from_checkpoint"] == []
+
+
+def test_arrow_table_keeps_its_schema(sample, file_run):
+    table = sample.table.replace_schema_metadata({"source": "unit test"})
+    res = gpu_dedup.dedup(table, backend="cpu")  # id=None: rows named by position only
+    assert isinstance(res.deduplicated, pa.Table) and isinstance(res.duplicates, pa.Table)
+    assert res.deduplicated.schema.equals(table.schema, check_metadata=True)
+    assert res.deduplicated.equals(table.filter(pa.array(res.kept)))
+    assert res.duplicates.column_names == ["row", "cluster_id", "kept", "similarity", "match"]
+    assert (res.kept == file_run.kept).all()
+    rows = res.duplicates.column("row").to_numpy()
+    assert (res.duplicates.column("cluster_id").to_numpy() == res.clusters[rows]).all()
+
+
+class _FakeCudfFrame:
+    """Just enough of cudf.DataFrame for dedup(): columns, [cols], to_arrow(), iloc."""
+
+    __module__ = "cudf.core.dataframe"
+
+    def __init__(self, pdf):
+        self.pdf = pdf
+
+    @property
+    def columns(self):
+        return self.pdf.columns
+
+    def __getitem__(self, cols):
+        return _FakeCudfFrame(self.pdf[cols])
+
+    def to_arrow(self):
+        _FAKE_LOG.append(list(self.pdf.columns))
+        return pa.Table.from_pandas(self.pdf, preserve_index=True)  # cuDF adds the index too
+
+    @property
+    def iloc(self):
+        outer = self
+
+        class _ILoc:
+            def __getitem__(self, idx):
+                return _FakeCudfFrame(outer.pdf.iloc[idx])
+
+        return _ILoc()
+
+
+_FAKE_LOG: list = []
+
+
+def test_cudf_like_frame_round_trips_without_importing_cudf(frame, monkeypatch):
+    sys.modules.pop("cudf", None)
+    gpu_dedup.dedup(frame.head(50), id="id", backend="cpu")
+    assert "cudf" not in sys.modules  # pandas input never imports cuDF
+    fake = types.ModuleType("cudf")
+    fake.DataFrame = types.SimpleNamespace(from_arrow=lambda t: ("cudf frame", t))
+    monkeypatch.setitem(sys.modules, "cudf", fake)
+    _FAKE_LOG.clear()
+    res = gpu_dedup.dedup(_FakeCudfFrame(frame), text="text", id="id", backend="cpu")
+    assert _FAKE_LOG == [["text", "id"]]  # only the needed columns leave the device
+    assert isinstance(res.deduplicated, _FakeCudfFrame)
+    pd.testing.assert_frame_equal(res.deduplicated.pdf, frame[res.kept])
+    tag, table = res.duplicates
+    assert tag == "cudf frame" and isinstance(table, pa.Table) and table.column_names[0] == "id"
+    assert (res.kept == gpu_dedup.dedup(frame, id="id", backend="cpu").kept).all()
+
+
+def test_config_forms_and_overrides(frame):
+    small = frame.head(300)
+    a = gpu_dedup.dedup(small, config={"backend": "cpu", "lsh": {"threshold": 0.7}})
+    b = gpu_dedup.dedup(small, config=Config(backend="cpu"), threshold=0.7)
+    c = gpu_dedup.dedup(small, backend="cpu", **{"lsh.threshold": 0.7})
+    assert a.report["config"]["lsh"]["threshold"] == b.report["config"]["lsh"]["threshold"] == 0.7
+    assert (a.kept == b.kept).all() and (a.kept == c.kept).all()
+    f = gpu_dedup.dedup(small, config="fineweb", backend="cpu")
+    assert (f.report["lsh"]["bands"], f.report["lsh"]["rows"]) == (14, 8)
+    s = gpu_dedup.dedup(small, backend="cpu", keep="score", score="score")
+    assert s.report["config"]["select"] == {"keep": "score", "score_column": "score", "split_chains": False}
+    # highest score survives: every removed row's survivor has a higher score
+    rows = np.flatnonzero(~s.kept)
+    assert (small["score"].to_numpy()[s.clusters[rows]] > small["score"].to_numpy()[rows]).all()
+
+
+def test_bad_input_names_problem_value_and_fix(frame):
+    with pytest.raises(InputError,
+                       match=r"text column 'body' is not in the frame; its columns are: 'id', 'text'.*text="):
+        gpu_dedup.dedup(frame, text="body", backend="cpu")
+    with pytest.raises(InputError, match=r"id column 'url' is not in the frame.*id="):
+        gpu_dedup.dedup(frame, id="url", backend="cpu")
+    with pytest.raises(InputError, match=r"score column 'quality'.*score="):
+        gpu_dedup.dedup(frame, keep="score", score="quality", backend="cpu")
+    with pytest.raises(InputError, match=r"text column 'count' has type int32; it must hold strings"):
+        gpu_dedup.dedup(frame, text="count", backend="cpu")
+    with pytest.raises(InputError, match=r"column 'text' cannot be converted to Arrow"):
+        gpu_dedup.dedup(pd.DataFrame({"text": ["a b c", 3, None]}), backend="cpu")
+    with pytest.raises(InputError, match=r"not builtins.dict; convert it first"):
+        gpu_dedup.dedup({"text": ["a"]})
+    with pytest.raises(ConfigError, match=r"unknown keyword 'treshold'; use one of .*threshold"):
+        gpu_dedup.dedup(frame, treshold=0.7)
+    with pytest.raises(ConfigError, match=r"lsh.threshold"):
+        gpu_dedup.dedup(frame, threshold=1.5)
+    with pytest.raises(ConfigError, match=r"one process; drop cluster.workers"):
+        gpu_dedup.dedup(frame, **{"cluster.workers": 2})
+
+
+def test_empty_null_and_categorical_text():
+    empty = gpu_dedup.dedup(pd.DataFrame({"text": pd.Series([], dtype=object), "x": []}), backend="cpu")
+    assert empty.deduplicated.shape == (0, 2) and empty.report["counts"]["documents_read"] == 0
+    assert len(empty.duplicates) == 0 and empty.kept.shape == (0,)
+    words = " ".join(f"w{i}" for i in range(40))
+    df = pd.DataFrame({"text": pd.Categorical([words, None, words, words.upper(), "other text entirely", None])})
+    res = gpu_dedup.dedup(df, backend="cpu")
+    assert res.kept.tolist() == [True, True, False, False, True, True]  # nulls kept, never deduplicated
+    assert res.report["counts"]["null_text"] == 2
+    assert isinstance(res.deduplicated["text"].dtype, pd.CategoricalDtype)
+
+
+def test_result_report_page(frame, tmp_path):
+    res = gpu_dedup.dedup(frame, id="id", backend="cpu")
+    assert "removed=" in repr(res) and "kept" in res.summary()
+    page = res.html()
+    assert page.count("data:image/png;base64,") == 5
+    path = res.save_report(tmp_path / "rep")
+    assert path.read_text() == page  # rendering is deterministic
+    assert (tmp_path / "rep" / "report.json").exists()
+
+
+@pytest.mark.parametrize("method", ["exact", "signature"])
+def test_stages_step_by_step_equal_dedup(sample, method):
+    """The stage functions chained by hand give the pipeline's clusters."""
+    cfg = Config.from_dict({**CPU, "verify": {"method": method}})
+    text = sample.table.column("text")
+    n = len(text)
+    buf = stages.string_buffers(stages.normalize(text, cfg.normalize))
+    ranks = np.arange(n)
+    rep = stages.exact_groups(stages.exact_keys(buf, cfg.minhash.seed, backend="cpu"), ranks)
+    cand = np.flatnonzero(rep == np.arange(n))
+    sig = stages.signatures(buf, cfg.minhash, num_perm=cfg.signature_perms, docs=cand, backend="cpu")
+    bk = stages.buckets(stages.bands(sig, cfg))
+    edges = stages.verified_edges(bk, cfg, texts=buf, signatures=sig, docs=cand)
+    labels = stages.components(edges, n, backend="cpu")[rep]
+    survivor = stages.survivors(labels, ranks)
+    res = gpu_dedup.dedup(sample.table, config=cfg)
+    assert (survivor == res.clusters).all() and (~res.kept).sum() > 20
+    assert len(edges) == len(res.edges)
+    with pytest.raises(ValueError, match="pass texts="):
+        stages.verified_edges(bk, Config(backend="cpu"))
+
+
+def test_in_memory_pipeline_run_refuses_file_features(sample, tmp_path):
+    from gpu_dedup.io import memory_shard
+
+    shard = memory_shard(sample.table.select(["text"]))
+    res = run([shard], None, Config(backend="cpu"))
+    assert res.output_dir is None and res.report["run_fingerprint"] is None
+    assert res.report["inputs"] == [{"path": "<memory>", "name": "memory", "format": "memory",
+                                     "rows": len(sample.table), "bytes": shard.size}]
+    with pytest.raises(ConfigError, match="without an output directory.*index_out"):
+        run([shard], None, Config(backend="cpu"), index_out=tmp_path / "index")
+    with pytest.raises(InputError, match=r"text column 'body' is not in shard '<memory>'"):
+        run([shard], None, Config.from_dict({"backend": "cpu", "input": {"text_column": "body"}}))
