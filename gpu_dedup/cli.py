@@ -144,6 +144,19 @@ def cmd_bench_workers(args) -> int:
     return 0
 
 
+def cmd_bench_peers(args) -> int:
+    from .bench import peers
+
+    cfg = _config_from_args(args)
+    if args.backend is None:
+        cfg = cfg.with_overrides({"backend": "cpu"})
+    peers.run(sizes=args.sizes, peer_max_docs=args.peer_max_docs, real=None if args.real == "none" else args.real,
+              tools=args.tools, quality_sample=args.quality_sample, quality_max_docs=args.quality_max_docs,
+              sig_docs=args.signature_docs, datasketch_sig_docs=args.datasketch_signature_docs,
+              results=args.results, workdir=args.workdir, config=cfg)
+    return 0
+
+
 def cmd_bench_index(args) -> int:
     from .bench import index
 
@@ -283,6 +296,24 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--results", default="bench-results")
     b.add_argument("--workdir")
     b.set_defaults(func=cmd_bench_workers, quiet=False, verbose=0)
+
+    b = bench.add_parser("peers", help="gpu_dedup vs rensa and datasketch: end to end, signatures, quality, scaling")
+    b.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000],
+                   help="planted-corpus sizes (documents)")
+    b.add_argument("--peer-max-docs", type=int, default=100_000, help="largest corpus the peers run on")
+    b.add_argument("--real", default="debian-man", help="real corpus from installed Debian packages, or 'none'")
+    b.add_argument("--tools", nargs="+", default=["gpu_dedup", "rensa", "datasketch"],
+                   choices=["gpu_dedup", "rensa", "datasketch"])
+    b.add_argument("--quality-sample", type=int, default=5000, help="documents sampled for recall/precision")
+    b.add_argument("--quality-max-docs", type=int, default=200_000, help="score quality on corpora up to this size")
+    b.add_argument("--signature-docs", type=int, default=100_000,
+                   help="signature stage on the planted corpus closest to this size")
+    b.add_argument("--datasketch-signature-docs", type=int, default=20_000,
+                   help="datasketch's signature stage on this many of them (it is slow)")
+    b.add_argument("--results", default="bench-results")
+    b.add_argument("--workdir")
+    _add_config_args(b)
+    b.set_defaults(func=cmd_bench_peers, quiet=False, verbose=0)
 
     p = sub.add_parser("index", help="build or inspect a persisted index")
     ix = p.add_subparsers(dest="index_command", required=True)

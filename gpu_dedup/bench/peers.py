@@ -1,0 +1,618 @@
+"""Peers benchmark: gpu_dedup against rensa and datasketch (and cuDF) on the same data.
+
+``gpu-dedup bench peers`` times, in one invocation on one machine, every tool
+on the same corpora with the same parameters (num_perm, shingles, bands x
+rows, threshold), each tool in a child process of its own (its own peak RSS,
+its imports and start-up counted):
+
+* **End to end**: Parquet shards on disk -> the set of removed document ids.
+  gpu_dedup runs ``gpu-dedup run``.  The peers are used the way their own
+  documentation shows, with the shingling they need written in Python and
+  counted in their time, as a user pays it: texts lowercased and split on
+  whitespace into word n-grams (or character n-grams); datasketch builds
+  ``MinHash.bulk`` signatures and keeps a document unless ``MinHashLSH.query``
+  finds an earlier kept one (query before insert); rensa builds
+  ``RMinHash.from_token_sets`` signatures and feeds them to its
+  ``RMinHashDeduplicator`` (LSH candidates checked by the signature estimate).
+  The LSH layout is the same for all: gpu_dedup's (bands, rows).
+* **Signature stage alone**, on input each tool gets ready-made (not timed):
+  gpu_dedup gets the normalized text buffers and shingles and hashes them
+  inside its kernel (counted); rensa gets the shingles as lists of str
+  (``digest_matrix_from_token_sets``) and, faster still, as one flat buffer of
+  token hashes (``digest_matrix_from_flat_token_hashes``); datasketch gets the
+  shingles as bytes (``MinHash.bulk``).  Timed on one thread
+  (``NUMBA_NUM_THREADS=1``, ``RAYON_NUM_THREADS=1``) for the per-core ratio,
+  and with every core.
+* **Quality** of each removed set against exact Jaccard of the shingle sets
+  (gpu_dedup's normalization and shingles, one definition for every tool), on a
+  random sample of documents: every partner of a sampled document anywhere in
+  the corpus with J >= threshold (sparse incidence products of the sample
+  against the whole corpus).  *Recall*: the fraction of such pairs where the
+  tool removed at least one side (a pair with both sides kept is a duplicate
+  left in the output).  *Precision*: the fraction of removed sampled documents
+  that have a partner with J >= threshold which the tool kept (a removed
+  document without one lost content: a false positive of the LSH, or a chain).
+* **Scaling**: gpu_dedup at every size (default 10 k, 100 k, 1 M documents)
+  with the growth exponent of time and memory; peers up to ``--peer-max-docs``.
+
+Results go to ``peers.json``, ``peers.md`` (the tables) and ``peers.png``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import growth_exponent, machine, run_cli_job, write_results
+
+TOOLS = ("gpu_dedup", "rensa", "datasketch")
+SIG_TOOLS = ("gpu_dedup", "rensa", "rensa_hashes", "datasketch")
+
+# ---------------------------------------------------------------- child side (one tool, one process)
+
+
+def _read_corpus(directory, text_column="text", id_column="id"):
+    """The shards of ``directory`` in name order, as one Arrow table of (id, text)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = sorted(Path(directory).glob("*.parquet")) if Path(directory).is_dir() else [Path(directory)]
+    tables = [pq.read_table(f, columns=[id_column, text_column]) for f in files]
+    table = pa.concat_tables(tables) if tables else pa.table({id_column: [], text_column: []})
+    return table.rename_columns(["id", "text"])
+
+
+_PUNCT = None
+
+
+def peer_shingles(texts, shingle: str, ngram: int) -> list:
+    """Shingles the way peers' users write them: per document, in Python (counted in their time).
+
+    The text gets gpu_dedup's default normalization in plain Python (NFKC,
+    lowercase, punctuation removed, whitespace collapsed by ``split``), so
+    every tool hashes the same shingles and recall compares the algorithms,
+    not the tokenizers.
+    """
+    global _PUNCT
+    import re
+    import unicodedata
+
+    if _PUNCT is None:
+        _PUNCT = re.compile(r"[^\w\s]+")
+    out = []
+    for t in texts:  # the peers' own per-document loop: this is the cost their users pay
+        t = _PUNCT.sub("", unicodedata.normalize("NFKC", t or "").lower())
+        if shingle == "word":
+            w = t.split()
+            out.append([" ".join(w[i:i + ngram]) for i in range(max(1, len(w) - ngram + 1))] if w else [])
+        else:
+            out.append([t[i:i + ngram] for i in range(max(1, len(t) - ngram + 1))] if t else [])
+    return out
+
+
+def _e2e_rensa(texts, p):
+    import rensa
+
+    tokens = peer_shingles(texts, p["shingle"], p["ngram"])
+    mh = rensa.RMinHash.from_token_sets(tokens, p["num_perm"], p["seed"])
+    dedup = rensa.RMinHashDeduplicator(p["threshold"], p["num_perm"], True, num_bands=p["bands"], seed=p["seed"])
+    added = dedup.add_pairs([(str(i), m) for i, m in enumerate(mh)])
+    return np.flatnonzero(~np.asarray(added, bool)), sum(map(len, tokens))
+
+
+def _e2e_datasketch(texts, p):
+    from datasketch import MinHash, MinHashLSH
+
+    tokens = peer_shingles(texts, p["shingle"], p["ngram"])
+    mhs = MinHash.bulk([[s.encode("utf-8") for s in toks] for toks in tokens], num_perm=p["num_perm"], seed=p["seed"])
+    lsh = MinHashLSH(threshold=p["threshold"], num_perm=p["num_perm"], params=(p["bands"], p["rows"]))
+    removed = []
+    for i, m in enumerate(mhs):  # datasketch's documented dedup loop: query, then insert the kept
+        if lsh.query(m):
+            removed.append(i)
+        else:
+            lsh.insert(i, m)
+    return np.asarray(removed, np.int64), sum(map(len, tokens))
+
+
+def _signature_child(tool, texts_or_buf, p):
+    """Prepare the tool's ready-made input (untimed), then time its signature call."""
+    if tool == "gpu_dedup":
+        from gpu_dedup.config import Config
+        from gpu_dedup.minhash import signatures
+        from gpu_dedup.normalize import normalize
+        from gpu_dedup.strings import StringBuffers, string_buffers
+
+        cfg = Config.from_dict(p["config"])
+        buf = string_buffers(normalize(texts_or_buf, cfg.normalize))
+        signatures(StringBuffers(buf.offsets[:3], buf.data), cfg.minhash, num_perm=p["num_perm"])  # load kernels
+        t0 = time.perf_counter()
+        sig = signatures(buf, cfg.minhash, num_perm=p["num_perm"])
+        seconds = time.perf_counter() - t0
+        return seconds, int(sig.shingles.sum())
+    texts = texts_or_buf.to_pylist()
+    tokens = peer_shingles(texts, p["shingle"], p["ngram"])
+    count = sum(map(len, tokens))
+    if tool == "rensa":
+        import rensa
+
+        t0 = time.perf_counter()
+        rensa.RMinHash.digest_matrix_from_token_sets(tokens, p["num_perm"], p["seed"])
+        return time.perf_counter() - t0, count
+    if tool == "rensa_hashes":
+        import rensa
+
+        hashed = rensa.RMinHash.hash_token_sets(tokens)
+        flat = np.fromiter((h for doc in hashed for h in doc), np.uint64, count)
+        offsets = np.zeros(len(hashed) + 1, np.uint64)
+        np.cumsum([len(doc) for doc in hashed], out=offsets[1:])
+        t0 = time.perf_counter()
+        rensa.RMinHash.digest_matrix_from_flat_token_hashes(flat, offsets, p["num_perm"], p["seed"])
+        return time.perf_counter() - t0, count
+    if tool == "datasketch":
+        from datasketch import MinHash
+
+        data = [[s.encode("utf-8") for s in toks] for toks in tokens]
+        t0 = time.perf_counter()
+        MinHash.bulk(data, num_perm=p["num_perm"], seed=p["seed"])
+        return time.perf_counter() - t0, count
+    raise ValueError(f"unknown signature tool {tool!r}; choose one of {', '.join(SIG_TOOLS)}")
+
+
+def child_main(argv) -> int:
+    """``python -m gpu_dedup.bench.peers MODE TOOL CORPUS PARAMS_JSON [OUT]``: prints one JSON line."""
+    from gpu_dedup.pipeline import peak_rss_mb
+
+    mode, tool, corpus, params = argv[0], argv[1], argv[2], json.loads(argv[3])
+    t0 = time.perf_counter()
+    table = _read_corpus(corpus)
+    if params.get("limit"):
+        table = table.slice(0, params["limit"])
+    if mode == "e2e":
+        fn = {"rensa": _e2e_rensa, "datasketch": _e2e_datasketch}[tool]
+        removed, shingles = fn(table.column("text").to_pylist(), params)
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"id": table.column("id").take(pa.array(removed, pa.int64()))}), argv[4])
+        out = {"seconds": time.perf_counter() - t0, "removed": int(removed.shape[0]), "shingles": shingles}
+    else:
+        seconds, shingles = _signature_child(tool, table.column("text"), params)
+        out = {"seconds": seconds, "shingles": shingles}
+    out.update(documents=table.num_rows, peak_rss_mb=round(peak_rss_mb(), 1))
+    print(json.dumps(out))
+    return 0
+
+
+def _child(args, env=None) -> dict:
+    cmd = [sys.executable, "-m", "gpu_dedup.bench.peers", *map(str, args)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark child failed: {' '.join(cmd[:6])}\n{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["wall_seconds"] = wall
+    return out
+
+
+def _env(threads: int | None) -> dict:
+    env = dict(os.environ)
+    if threads:
+        env.update(NUMBA_NUM_THREADS=str(threads), RAYON_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    return env
+
+
+# ---------------------------------------------------------------- exact truth on a sample
+
+
+def sample_truth(texts, cfg, rows, threshold: float):
+    """Every pair (r, j), r in ``rows``, j anywhere, with exact Jaccard >= ``threshold``.
+
+    Shingle sets as the pipeline defines them (normalize, shingles, hashes);
+    one sparse product of the sampled rows against the whole corpus per block.
+    Returns (left, right, jaccard, set_sizes).
+    """
+    from gpu_dedup.backend import get_backend
+    from gpu_dedup.evaluate import incidence_matrix
+    from gpu_dedup.hashing import hash_params
+    from gpu_dedup.normalize import normalize, repair_utf8
+    from gpu_dedup.strings import string_buffers
+
+    strings = string_buffers(normalize(repair_utf8(texts)[0], cfg.normalize))
+    params = hash_params(cfg.minhash.seed, cfg.minhash.num_perm, cfg.minhash.hash_bits)
+    offsets, values = get_backend("cpu").shingle_sets(strings, params, cfg.minhash.shingle, cfg.minhash.ngram)
+    x, size = incidence_matrix(offsets, values)
+    xt = x.T.tocsr()
+    rows = np.asarray(rows, np.int64)
+    lefts, rights, sims = [], [], []
+    for lo in range(0, rows.shape[0], 2000):  # a few sparse products, one per block of sampled rows
+        r = rows[lo:lo + 2000]
+        prod = (x[r] @ xt).tocoo()
+        i = r[prod.row]
+        j = prod.col.astype(np.int64)
+        inter = prod.data.astype(np.int64)
+        jac = inter / (size[i] + size[j] - inter)
+        keep = (j != i) & (jac >= threshold)
+        lefts.append(i[keep])
+        rights.append(j[keep])
+        sims.append(jac[keep])
+    cat = (lambda a, t: np.concatenate(a) if a else np.zeros(0, t))  # noqa: E731
+    return cat(lefts, np.int64), cat(rights, np.int64), cat(sims, np.float64), size
+
+
+def quality(removed: np.ndarray, truth, rows, threshold: float) -> dict:
+    """Recall (pairs with J >= t, and >= t + 0.05, not both kept) and precision of the removed set on the sample."""
+    left, right, jac, size = truth
+    out = {}
+    for name, bound in (("recall", threshold), ("recall_t+0.05", threshold + 0.05)):
+        sel = jac >= bound
+        out[name] = float(np.mean(removed[left[sel]] | removed[right[sel]])) if sel.any() else None
+        out[f"pairs_{name}"] = int(sel.sum())
+    sampled_removed = rows[removed[rows] & (size[rows] > 0)]  # empty texts have no shingles: not scored
+    justified = np.zeros(removed.shape[0], bool)
+    justified[left[(jac >= threshold) & ~removed[right]]] = True  # a partner with J >= t that the tool kept
+    out["precision"] = float(np.mean(justified[sampled_removed])) if sampled_removed.shape[0] else None
+    out["removed_in_sample"] = int(sampled_removed.shape[0])
+    return out
+
+
+# ---------------------------------------------------------------- parent side
+
+
+def _removed_mask(ids_index, removed_ids) -> np.ndarray:
+    pos = ids_index.get_indexer(removed_ids)
+    if (pos < 0).any():
+        raise RuntimeError(f"{int((pos < 0).sum())} removed ids are not in the corpus")
+    mask = np.zeros(len(ids_index), bool)
+    mask[pos] = True
+    return mask
+
+
+def _ours_removed(out_dir: Path):
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    dup = pq.read_table(out_dir / "duplicates.parquet", columns=["id", "kept"])
+    return dup.filter(pc.invert(dup.column("kept"))).column("id").to_pylist()
+
+
+def _params(cfg, limit=None) -> dict:
+    bands, rows = cfg.layout
+    return {"num_perm": cfg.minhash.num_perm, "shingle": cfg.minhash.shingle, "ngram": cfg.minhash.ngram,
+            "seed": cfg.minhash.seed, "threshold": cfg.lsh.threshold, "bands": bands, "rows": rows,
+            "config": cfg.to_dict(), "limit": limit}
+
+
+def _label(n: int) -> str:
+    for unit, div in (("M", 1_000_000), ("k", 1000)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return str(n)
+
+
+def _importable(tool: str) -> bool:
+    if tool == "gpu_dedup":
+        return True
+    try:
+        __import__(tool)
+        return True
+    except ImportError:
+        print(f"  {tool} is not installed: skipped (pip install -e '.[bench]' installs the peers)", flush=True)
+        return False
+
+
+def _gpu_usable() -> bool:
+    try:
+        from gpu_dedup.backends.gpu import probe
+
+        probe()
+        return True
+    except Exception:
+        return False
+
+
+def end_to_end(name, corpus: Path, cfg, tools, work: Path, quality_sample: int, quality_max_docs: int,
+               seed: int = 0) -> list:
+    """Every tool on one corpus: wall, peak RSS, removed, and quality against the exact sample truth."""
+    import pandas as pd
+    import pyarrow.compute as pc
+
+    table = _read_corpus(corpus)
+    n = table.num_rows
+    text_mb = pc.sum(pc.binary_length(table.column("text"))).as_py() / 2**20
+    ids_index = pd.Index(table.column("id").to_pylist())
+    if not ids_index.is_unique:
+        raise RuntimeError(f"corpus {name} has duplicate ids; the benchmark maps removed ids to rows")
+    rows_out = []
+    for tool in tools:
+        out = work / f"{name}-{tool}"
+        t0 = time.perf_counter()
+        if tool.startswith("gpu_dedup"):
+            backend = "gpu" if tool.endswith("[gpu]") else "cpu"
+            conf = work / "config.yaml"
+            conf.write_text(cfg.to_yaml())
+            rep = run_cli_job(corpus, out, ["-c", conf, "--backend", backend, "--id-column", "id", "--restart"])
+            wall = time.perf_counter() - t0
+            removed_ids = _ours_removed(out)
+            r = {"seconds": wall, "peak_rss_mb": rep["peak_rss_mb"], "candidates": rep["counts"].get("candidate_edges")}
+        else:
+            r = _child(["e2e", tool, corpus, json.dumps(_params(cfg)), f"{out}.parquet"])
+            import pyarrow.parquet as pq
+
+            removed_ids = pq.read_table(f"{out}.parquet").column("id").to_pylist()
+            r["seconds"] = r["wall_seconds"]
+        mask = _removed_mask(ids_index, removed_ids)
+        rows_out.append({"corpus": name, "tool": tool, "documents": n, "text_mb": round(text_mb, 1),
+                         "seconds": round(r["seconds"], 2), "docs_per_s": round(n / r["seconds"]),
+                         "mb_per_s": round(text_mb / r["seconds"], 2), "peak_rss_mb": round(r["peak_rss_mb"]),
+                         "removed": int(mask.sum()), "candidates": r.get("candidates"), "_mask": mask})
+        print(f"  {name:>16} {tool:<14} {r['seconds']:8.2f} s  removed {int(mask.sum()):,}", flush=True)
+    if n <= quality_max_docs and n > 0:
+        rng = np.random.default_rng(seed)
+        sample = np.sort(rng.choice(n, min(n, quality_sample), replace=False))
+        t0 = time.perf_counter()
+        truth = sample_truth(table.column("text"), cfg, sample, cfg.lsh.threshold)
+        print(f"  {name:>16} exact truth on {sample.shape[0]:,} sampled documents: {truth[0].shape[0]:,} pairs "
+              f"(J >= {cfg.lsh.threshold}) in {time.perf_counter() - t0:.1f} s", flush=True)
+        for row in rows_out:
+            row.update(quality(row["_mask"], truth, sample, cfg.lsh.threshold))
+    for row in rows_out:
+        del row["_mask"]
+    return rows_out
+
+
+def signature_stage(corpus: Path, cfg, tools, cores: int, datasketch_docs: int) -> list:
+    """Each tool's signature call alone, on one thread and on every core."""
+    out = []
+    for threads in sorted({1, cores}):
+        for tool in tools:
+            if threads > 1 and tool == "datasketch":
+                continue  # pure Python/NumPy: one thread whatever the setting
+            limit = datasketch_docs if tool == "datasketch" else None
+            r = _child(["sig", tool, corpus, json.dumps(_params(cfg, limit))], env=_env(threads))
+            out.append({"tool": tool, "threads": threads, "documents": r["documents"], "shingles": r["shingles"],
+                        "seconds": round(r["seconds"], 3),
+                        "docs_per_s": round(r["documents"] / r["seconds"]),
+                        "shingles_per_s_per_thread": round(r["shingles"] / r["seconds"] / threads)})
+            print(f"  signatures {tool:<13} {threads} thread(s) {r['seconds']:8.3f} s "
+                  f"{r['shingles'] / r['seconds'] / 1e6:7.2f} M shingles/s", flush=True)
+    return out
+
+
+def _make_planted(directory: Path, documents: int) -> None:
+    from .workers import make_corpus
+
+    make_corpus(directory, documents)
+
+
+def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: str | None = "debian-man",
+        tools=TOOLS, quality_sample: int = 5000, quality_max_docs: int = 200_000, sig_docs: int = 100_000,
+        datasketch_sig_docs: int = 20_000, results="bench-results", workdir=None, config=None) -> dict:
+    from gpu_dedup.config import Config
+
+    cfg = config or Config(backend="cpu")
+    m = machine()
+    tools = [t for t in tools if _importable(t)]
+    if "gpu_dedup" in tools and _gpu_usable():
+        tools.insert(tools.index("gpu_dedup") + 1, "gpu_dedup[gpu]")
+    e2e, scaling = [], []
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        tmp = Path(tmp)
+        corpora = []
+        for n in sorted(sizes):
+            d = tmp / f"planted-{n}"
+            _make_planted(d, n)
+            corpora.append((f"planted-{_label(n)}", d, n))
+        if real:
+            from gpu_dedup import datasets
+
+            try:
+                info = datasets.build(real, tmp / f"{real}.parquet")
+                if info["documents"] > 0:
+                    corpora.append((real, tmp / f"{real}.parquet", info["documents"]))
+            except Exception as exc:  # the Debian packages are not installed here
+                print(f"  real corpus {real} skipped: {exc}", flush=True)
+        for name, path, n in corpora:
+            use = [t for t in tools if t.startswith("gpu_dedup") or n <= peer_max_docs]
+            rows = end_to_end(name, path, cfg, use, tmp, quality_sample, quality_max_docs)
+            e2e += rows
+            if name.startswith("planted"):
+                scaling += rows
+            for t in ("gpu_dedup", "gpu_dedup[gpu]"):
+                if t in tools:
+                    import shutil
+
+                    shutil.rmtree(tmp / f"{name}-{t}", ignore_errors=True)
+        sig_corpus = min((c for c in corpora if c[0].startswith("planted")), key=lambda c: abs(c[2] - sig_docs))
+        sig_tools = [t for t in SIG_TOOLS if t.split("_hashes")[0] in tools]
+        sig = signature_stage(sig_corpus[1], cfg, sig_tools, m["cores"], datasketch_sig_docs)
+        limit = back_of_envelope(cfg, sig, _text_bytes(sig_corpus[1]))
+    bands, rows_ = cfg.layout
+    payload = {
+        "benchmark": "peers", "date": _dt.date.today().isoformat(), "machine": m, "versions": _versions(),
+        "parameters": {"num_perm": cfg.minhash.num_perm, "shingle": cfg.minhash.shingle, "ngram": cfg.minhash.ngram,
+                       "hash_bits": cfg.minhash.hash_bits, "bands": bands, "rows": rows_,
+                       "threshold": cfg.lsh.threshold, "verify": cfg.verify.method},
+        "end_to_end": e2e, "signatures": sig, "signature_corpus": sig_corpus[0],
+        "growth": _growth(scaling), "ratios": _ratios(e2e, sig),
+        "limit": limit,
+    }
+    md = markdown(payload)
+    write_results(results, "peers", payload, md)
+    try:
+        plot(payload, Path(results) / "peers.png")
+    except ImportError as exc:  # matplotlib missing: tables only
+        print(f"  no figure: {exc}")
+    print(md)
+    return payload
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    out = {}
+    for dist in ("gpu_dedup", "numba", "rensa", "datasketch", "pyarrow", "numpy"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def _growth(rows) -> dict:
+    out = {}
+    for tool in sorted({r["tool"] for r in rows}):
+        rs = sorted((r for r in rows if r["tool"] == tool), key=lambda r: r["documents"])
+        if len(rs) >= 2:
+            sizes = [r["documents"] for r in rs]
+            out[tool] = {"sizes": sizes, "time_exponent": round(growth_exponent(sizes, [r["seconds"] for r in rs]), 3),
+                         "memory_exponent": round(growth_exponent(sizes, [r["peak_rss_mb"] for r in rs]), 3)}
+    return out
+
+
+def _ratios(e2e, sig) -> dict:
+    """gpu_dedup's speed over each peer's: end to end per corpus, signatures per thread."""
+    out = {"end_to_end": {}, "signatures_per_core": {}}
+    for corpus in dict.fromkeys(r["corpus"] for r in e2e):
+        rs = {r["tool"]: r for r in e2e if r["corpus"] == corpus}
+        if "gpu_dedup" in rs:
+            out["end_to_end"][corpus] = {t: round(rs[t]["seconds"] / rs["gpu_dedup"]["seconds"], 2)
+                                         for t in rs if t != "gpu_dedup"}
+    one = {r["tool"]: r for r in sig if r["threads"] == 1}
+    if "gpu_dedup" in one:
+        ours = one["gpu_dedup"]["shingles_per_s_per_thread"]
+        out["signatures_per_core"] = {t: round(ours / r["shingles_per_s_per_thread"], 2)
+                                      for t, r in one.items() if t != "gpu_dedup"}
+    return out
+
+
+# integer operations per permutation of one shingle value (kernels/scalar.py): perm61 = mulmod61 (4 multiplies,
+# 13 shifts/masks/adds, a compare-subtract) + addmod61 (5) + the running minimum (1); perm31 is one product,
+# mod31 (7) and the minimum
+OPS_PER_PERM = {64: 25, 32: 10}
+
+
+def _text_bytes(corpus) -> int:
+    import pyarrow.compute as pc
+
+    return pc.sum(pc.binary_length(_read_corpus(corpus).column("text"))).as_py() or 0
+
+
+def back_of_envelope(cfg, sig, nbytes: int) -> dict:
+    """What one core could do at best: permutation work per byte against the integer vector throughput."""
+    ghz = _clock_ghz()
+    one = next((r for r in sig if r["tool"] == "gpu_dedup" and r["threads"] == 1), None)
+    if one is None:
+        return {}
+    shingles_per_byte = one["shingles"] / nbytes
+    ops_per_byte = shingles_per_byte * cfg.minhash.num_perm * OPS_PER_PERM[cfg.minhash.hash_bits]
+    lanes = 8  # 64-bit lanes of a 512-bit vector (AVX-512); a 256-bit unit halves this
+    limit = ghz * 1e9 * lanes / ops_per_byte / 2**20  # one vector op per cycle
+    measured = nbytes / (one["seconds"]) / 2**20
+    return {"clock_ghz": ghz, "shingles_per_byte": round(shingles_per_byte, 4), "ops_per_perm": OPS_PER_PERM[
+        cfg.minhash.hash_bits], "ops_per_byte": round(ops_per_byte, 1), "vector_lanes": lanes,
+            "limit_mb_per_s_per_core": round(limit, 1), "measured_mb_per_s_per_core": round(measured, 1),
+            "fraction_of_limit": round(measured / limit, 3)}
+
+
+def _clock_ghz() -> float:
+    try:
+        with open("/proc/cpuinfo") as f:
+            mhz = [float(line.split(":")[1]) for line in f if line.startswith("cpu MHz")]
+        return round(max(mhz) / 1000, 2) if mhz else 3.0
+    except OSError:
+        return 3.0
+
+
+def markdown(p: dict) -> str:
+    par = p["parameters"]
+    m = p["machine"]
+    lines = [f"Measured {p['date']} on {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; "
+             f"versions {', '.join(f'{k} {v}' for k, v in p['versions'].items() if v)}.", "",
+             f"Parameters for every tool: {par['num_perm']} permutations, {par['shingle']} {par['ngram']}-grams, "
+             f"{par['bands']} bands x {par['rows']} rows, threshold {par['threshold']}; gpu_dedup verifies "
+             f"candidates ({par['verify']}), {par['hash_bits']}-bit hashes.", "",
+             "**End to end** (Parquet shards -> removed ids; each tool in its own process, start-up included):", "",
+             "| corpus | tool | docs | seconds | docs/s | MB/s | peak RSS MiB | removed | recall (J>=t) "
+             "| recall (J>=t+0.05) | precision | time vs gpu_dedup |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in p["end_to_end"]:
+        ratio = p["ratios"]["end_to_end"].get(r["corpus"], {}).get(r["tool"])
+        lines.append(f"| {r['corpus']} | {r['tool']} | {r['documents']:,} | {r['seconds']} | {r['docs_per_s']:,} | "
+                     f"{r['mb_per_s']} | {r['peak_rss_mb']:,} | {r['removed']:,} | {_f(r.get('recall'))} | "
+                     f"{_f(r.get('recall_t+0.05'))} | {_f(r.get('precision'))} | "
+                     f"{'1' if r['tool'] == 'gpu_dedup' else (f'{ratio}x slower' if ratio else '-')} |")
+    lines += ["", f"**Signature stage alone** ({p['signature_corpus']}; ready-made input not timed: gpu_dedup "
+              "normalized text, shingled and hashed inside the kernel; rensa str shingles, or flat u64 token "
+              "hashes; datasketch bytes shingles):", "",
+              "| tool | threads | docs | seconds | docs/s | M shingles/s per thread | gpu_dedup per thread vs it |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in p["signatures"]:
+        ratio = p["ratios"]["signatures_per_core"].get(r["tool"]) if r["threads"] == 1 else None
+        lines.append(f"| {r['tool']} | {r['threads']} | {r['documents']:,} | {r['seconds']} | {r['docs_per_s']:,} | "
+                     f"{r['shingles_per_s_per_thread'] / 1e6:.2f} | {f'{ratio}x' if ratio else '-'} |")
+    if p["growth"]:
+        lines += ["", "**Scaling** (planted corpora; exponent of a power-law fit, 1.0 = linear):", "",
+                  "| tool | sizes | time exponent | peak-memory exponent |", "| --- | --- | --- | --- |"]
+        for tool, g in p["growth"].items():
+            lines.append(f"| {tool} | {', '.join(f'{s:,}' for s in g['sizes'])} | {g['time_exponent']} | "
+                         f"{g['memory_exponent']} |")
+    lim = p.get("limit")
+    if lim:
+        lines += ["", f"**Back of the envelope** (one core): {lim['shingles_per_byte']} shingles per byte x "
+                  f"{par['num_perm']} permutations x {lim['ops_per_perm']} integer ops = {lim['ops_per_byte']} ops "
+                  f"per byte; at {lim['clock_ghz']} GHz x {lim['vector_lanes']} 64-bit lanes, one vector op per "
+                  f"cycle, the permutations alone allow {lim['limit_mb_per_s_per_core']} MB/s per core; the kernel "
+                  f"does {lim['measured_mb_per_s_per_core']} MB/s ({lim['fraction_of_limit']:.0%} of it, shingling "
+                  "included)."]
+    return "\n".join(lines) + "\n"
+
+
+def _f(x) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def plot(p: dict, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4.2))
+    FigureCanvasAgg(fig)
+    ax1, ax2, ax3 = fig.subplots(1, 3)
+    corpora = list(dict.fromkeys(r["corpus"] for r in p["end_to_end"]))
+    tools = list(dict.fromkeys(r["tool"] for r in p["end_to_end"]))
+    width = 0.8 / max(1, len(tools))
+    for k, tool in enumerate(tools):
+        vals = [next((r["docs_per_s"] for r in p["end_to_end"] if r["corpus"] == c and r["tool"] == tool), 0)
+                for c in corpora]
+        ax1.bar(np.arange(len(corpora)) + k * width, vals, width, label=tool)
+        rs = sorted((r for r in p["end_to_end"] if r["tool"] == tool and r["corpus"].startswith("planted")),
+                    key=lambda r: r["documents"])
+        if rs:
+            ax2.loglog([r["documents"] for r in rs], [r["seconds"] for r in rs], "o-", label=tool)
+    ax1.set_xticks(np.arange(len(corpora)) + 0.4 - width / 2, corpora, rotation=20, fontsize=8)
+    ax1.set_yscale("log")
+    ax1.set_ylabel("documents / s (end to end)")
+    ax1.legend(fontsize=8)
+    ax2.set_xlabel("documents")
+    ax2.set_ylabel("seconds (end to end)")
+    ax2.legend(fontsize=8)
+    one = [r for r in p["signatures"] if r["threads"] == 1]
+    ax3.barh([r["tool"] for r in one], [r["shingles_per_s_per_thread"] / 1e6 for r in one])
+    ax3.set_xlabel("M shingles / s, one thread (signatures)")
+    fig.suptitle(f"gpu_dedup vs peers, {p['date']}, {p['machine']['cores']} cores", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))
