@@ -105,3 +105,48 @@ def test_cli_build_info_query_and_half_written_segment(batches, tmp_path):
     q = subprocess.run(py + ["query", str(tmp_path / "ix")], input=text + "\n", capture_output=True, text=True)
     assert q.returncode == 0, q.stderr
     assert any(json.loads(line)["exact"] for line in q.stdout.splitlines())
+
+
+def _segments(path):
+    """Every segment's docs, bands and centres tables (the whole index content) and the manifest's counts."""
+    from gpu_dedup.index import _read_ipc
+
+    manifest = json.loads((path / "manifest.json").read_text())
+    tables = {(seg, part): _read_ipc(path / seg / f"{part}.arrow")
+              for seg in manifest["segments"] for part in ("docs", "bands", "centers")}
+    return manifest["fingerprint"], manifest["documents"], manifest["segments"], tables
+
+
+def _frame(directory, kind):
+    """The shards of a batch in the pipeline's order (sorted by path), plus a column the index ignores."""
+    t = pa.concat_tables([pq.read_table(p) for p in sorted(directory.glob("*.parquet"))])
+    t = t.append_column("extra", pa.array(np.arange(t.num_rows)))
+    return t.to_pandas() if kind == "pandas" else t
+
+
+@pytest.mark.parametrize("kind", ["pandas", "arrow"])
+def test_add_equals_against_update_index(batches, tmp_path, kind):
+    """Index.add(frame) removes the same rows and leaves the same index as `run --against --update-index`."""
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "minhash": {"ngram": 4}})
+    for route in ("run", "add"):
+        run(batches / "a", tmp_path / f"out_{route}", cfg, index_out=tmp_path / route)
+    index = Index.open(tmp_path / "add")
+    for batch in ("b", "c"):
+        want = run(batches / batch, tmp_path / f"out_{batch}", cfg, against=tmp_path / "run", update_index=True)
+        before = index.documents
+        got = index.add(_frame(batches / batch, kind), text="text", id="id", backend="cpu")  # the index's settings
+        assert got.first_doc == before and index.documents == before + 800  # updated in place
+        assert np.array_equal(got.kept, want.kept) and np.array_equal(got.clusters, want.cluster)
+        assert _removed(want) and got.report["counts"]["removed_against_index"] > 0
+        dup = pa.Table.from_pandas(got.duplicates) if kind == "pandas" else got.duplicates
+        assert set(dup.filter(pa.compute.invert(dup.column("kept"))).column("id").to_pylist()) == _removed(want)
+        assert dup.column_names == ["id", "row", "cluster_id", "kept", "similarity", "match", "survivor_id",
+                                    "in_index"]
+        assert len(got.deduplicated) == int(got.kept.sum()) and "extra" in list(got.deduplicated.columns
+                                                                                 if kind == "pandas"
+                                                                                 else got.deduplicated.column_names)
+        assert got.report["counts"] == {**want.report["counts"]}
+    assert _segments(tmp_path / "add") == _segments(tmp_path / "run")
+    with pytest.raises(IndexMismatchError, match=r"minhash.ngram: index 4, this run 5"):
+        index.add(_frame(batches / "a", kind), id="id", config=Config.from_dict({"backend": "cpu"}))
+    assert Index.open(tmp_path / "add").documents == 2400  # nothing appended
