@@ -11,7 +11,7 @@ import pytest
 
 from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError
-from gpu_dedup.index import Index, IndexMismatchError
+from gpu_dedup.index import Index, IndexMismatchError, index_fingerprint
 from gpu_dedup.pipeline import run
 from gpu_dedup.sample import planted_corpus, write_shards
 
@@ -75,6 +75,20 @@ def test_config_must_match_the_index(batches, tmp_path):
         Index.open(tmp_path / "out")
     with pytest.raises(InputError, match="an index already exists"):
         run(batches / "a", tmp_path / "out2", cfg, index_out=tmp_path / "index")
+
+
+def test_index_does_not_depend_on_the_backend_setting(batches, tmp_path):
+    """One index format for both backends: the backend is not part of the fingerprint or the manifest."""
+    base = Config.from_dict({"input": {"id_column": "id"}})
+    configs = {b: base.with_overrides({"backend": b}) for b in ("cpu", "gpu", "auto")}
+    assert len({index_fingerprint(c) for c in configs.values()}) == 1
+    run(batches / "a", tmp_path / "out", configs["cpu"], index_out=tmp_path / "index")
+    manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
+    assert manifest["fingerprint"] == index_fingerprint(configs["gpu"]) and "backend" not in json.dumps(manifest)
+    for b in ("gpu", "auto"):  # opening checks the fingerprint: no mismatch
+        assert Index.open(tmp_path / "index", configs[b]).documents == 800
+    again = run(batches / "b", tmp_path / "out_b", configs["auto"], against=tmp_path / "index")  # GPU if any
+    assert again.report["counts"]["removed_against_index"] > 0
 
 
 def test_query_finds_near_and_exact_copies(batches, tmp_path):
