@@ -182,6 +182,25 @@ def dedup(frame, text: str = "text", id: str | None = None, config=None, **overr
     if cfg.cluster.enabled:
         raise ConfigError("dedup() runs in one process; drop cluster.workers / cluster.scheduler "
                           "(use gpu-dedup run --workers on shards for a Dask cluster)")
+    table = frame_table(frame, kind, text, id, cfg)
+
+    result = run([memory_shard(table, name=f"{kind} frame")], None, cfg)
+
+    kept = result.kept
+    dup = _duplicates(result.duplicates, id)
+    return DedupResult(
+        deduplicated=_take(frame, kind, kept),
+        duplicates=_like(dup, kind),
+        clusters=result.cluster,
+        kept=kept,
+        report=result.report,
+        edges=result.edges,
+    )
+
+
+def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config) -> pa.Table:
+    """The text (and id / score) columns of ``frame`` as the Arrow table a memory shard reads;
+    checks that the columns exist and that the text column holds strings."""
     names = _columns(frame, kind)
     wanted = {"text": text, "id": id, "score": cfg.select.score_column if cfg.select.keep == "score" else None}
     arg = {"text": "text=", "id": "id=", "score": "score= (select.score_column)"}
@@ -198,20 +217,7 @@ def dedup(frame, text: str = "text", id: str | None = None, config=None, **overr
             or pa.types.is_large_binary(ttype) or pa.types.is_null(ttype)):
         raise InputError(f"text column {text!r} has type {ttype}; it must hold strings: convert it "
                          f"(e.g. df[{text!r}].astype(str)) or pass text= another column")
-    table = pa.table(columns)
-
-    result = run([memory_shard(table, name=f"{kind} frame")], None, cfg)
-
-    kept = result.kept
-    dup = _duplicates(result.duplicates, id)
-    return DedupResult(
-        deduplicated=_take(frame, kind, kept),
-        duplicates=_like(dup, kind),
-        clusters=result.cluster,
-        kept=kept,
-        report=result.report,
-        edges=result.edges,
-    )
+    return pa.table(columns)
 
 
 def _duplicates(dup: pa.Table, id: str | None) -> pa.Table:

@@ -17,7 +17,9 @@ Dask moves the data between them:
    normalized texts (or signatures) onto both ends (Dask merges) and running
    the same kernels per merged partition.
 5. **components / select** on the gathered edge list (SciPy), survivors by the
-   same policy ranks; similarity to the survivor through the same merge path.
+   same policy ranks; similarity to the survivor (and, with
+   ``select.split_chains``, :func:`gpu_dedup.select.split_chains`' checks of
+   members against their survivors) through the same merge path.
 6. **write**: workers filter and write the shards in parallel.
 
 Memory: text, signatures and band hashes live on the workers (bounded by the
@@ -50,7 +52,7 @@ from .hashing import hash_params
 from .lsh import band_hashes
 from .minhash import signatures
 from .normalize import normalize, repair_utf8
-from .select import ranks_from_keys, survivors, text_lengths
+from .select import ranks_from_keys, split_chains, survivors, text_lengths
 from .strings import string_buffers
 from .verify import exact_similarity, signature_similarity
 
@@ -355,6 +357,12 @@ def run(inputs, output_dir, cfg: Config):
 
         with st.stage("select") as info:
             survivor = survivors(labels, ranks)
+            if cfg.select.split_chains:  # members below the threshold to their survivor leave (as in one process)
+                labels, survivor, ejected, rounds = split_chains(labels, rep, ranks, verified.src, verified.dst,
+                                                                 similarity, cfg.verify_threshold, backend)
+                size = np.bincount(labels, minlength=n) if n else np.zeros(0, np.int64)
+                counts["chain_split_ejected"] = int(ejected.sum())
+                info.update(chain_split_ejected=int(ejected.sum()), chain_split_rounds=rounds)
             kept = survivor == np.arange(n)
             sim_s = np.ones(n, np.float64)
             todo = np.flatnonzero(~kept & (rep != survivor))

@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .api import DedupResult
 from .buckets import Buckets, Centres, Edges, group_buckets, star_rounds
 from .config import Config
 from .errors import ConfigError, InputError
@@ -323,7 +324,13 @@ class Index:
         }
         if signatures is not None:
             cols["signature"] = pa.FixedSizeListArray.from_arrays(pa.array(signatures.ravel()), signatures.shape[1])
-        if self.segments and self.segments[0].docs.schema.field("id").type != cols["id"].type:
+        want = self.segments[0].docs.schema.field("id").type if self.segments else cols["id"].type
+        if cols["id"].type != want and _same_kind(cols["id"].type, want):  # e.g. large_string from pandas
+            try:
+                cols["id"] = pc.cast(cols["id"], want)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass  # does not fit: reported below
+        if cols["id"].type != want:
             raise InputError(f"ids of type {cols['id'].type} cannot join an index whose ids are "
                              f"{self.segments[0].docs.schema.field('id').type}; use the same id column type")
         bands = self.manifest["config"]["bands"]
@@ -350,6 +357,36 @@ class Index:
         fresh = Index.open(self.path)
         self.manifest, self.segments, self._keys = fresh.manifest, fresh.segments, None
         return first
+
+    def add(self, frame, text: str = "text", id: str | None = None, config=None, **overrides) -> "AddResult":
+        """Deduplicate the rows of ``frame`` against the index, then append all of them.
+
+        What ``gpu-dedup run NEW --against INDEX --update-index`` does, for a
+        pandas DataFrame, a pyarrow Table or a cuDF DataFrame, with the
+        conventions of :func:`gpu_dedup.dedup` (``text``, ``id``, ``config``,
+        ``overrides``).  Without ``config`` the index's own settings are used;
+        a config that changes hashes or matching fails with
+        :class:`IndexMismatchError`.  Indexed documents always survive; every
+        row is appended, removed ones included.  Returns an :class:`AddResult`.
+        """
+        from . import api
+        from .io import memory_shard
+        from .pipeline import run
+
+        kind = api.frame_kind(frame)
+        cfg = api._config(self.config() if config is None else config, text, id, overrides)
+        if cfg.cluster.enabled:
+            raise ConfigError("Index.add() runs in one process; drop cluster.workers / cluster.scheduler")
+        table = api.frame_table(frame, kind, text, id, cfg)
+        first = self.documents
+        result = run([memory_shard(table, name=f"{kind} frame")], None, cfg, against=self, update_index=True)
+        dup = result.duplicates.drop_columns(["shard"])
+        dup = dup.rename_columns(["row" if c == "shard_row" else c for c in dup.column_names])
+        order = ["row", "cluster_id", "kept", "similarity", "match", "survivor_id", "in_index"]
+        dup = dup.select(order if id is None else [id] + order)  # without an id column, rows only
+        return AddResult(deduplicated=api._take(frame, kind, result.kept), duplicates=api._like(dup, kind),
+                         clusters=result.cluster, kept=result.kept, report=result.report, edges=result.edges,
+                         first_doc=first)
 
     def info(self) -> dict:
         size = sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
@@ -403,6 +440,13 @@ class Index:
         return pa.table({"query": pa.array(qa, pa.int64()), "doc": pa.array(da, pa.int64()), "id": self.ids(da),
                          "similarity": pa.array(sim), "exact": pa.array(is_exact),
                          "kept": pa.array(self.kept(da)), "survivor_id": self.ids(surv)})
+
+
+def _same_kind(a: pa.DataType, b: pa.DataType) -> bool:
+    """Both string, both binary or both integer types (ids that differ only in width)."""
+    kinds = (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+             lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), pa.types.is_integer)
+    return any(k(a) and k(b) for k in kinds)
 
 
 def _new_doc_arrays(strings, cfg: Config, backend) -> dict:
@@ -540,3 +584,19 @@ def dedup_against(index: Index, norm: pa.Array, null: np.ndarray, ranks: np.ndar
     return AgainstResult(rep, labels[m:], surv[m:], kept, sim_to_survivor, index_docs, verified, counts, lsh_rows, bh,
                          keys, sig_values if cfg.verify.method != "exact" else None, bk.sizes, new_centres)
 
+
+
+@dataclass(repr=False)
+class AddResult(DedupResult):
+    """What :meth:`Index.add` returns: :class:`gpu_dedup.api.DedupResult`'s fields, in index terms.
+
+    ``kept`` / ``removed``: per row of the frame; ``deduplicated``: the kept
+    rows; ``duplicates``: one row per frame row that was removed or has
+    copies (``row``, ``cluster_id`` = the survivor's index doc number,
+    ``survivor_id``, ``in_index``: the survivor is an earlier indexed
+    document); ``clusters``: the index doc number of each row's survivor;
+    ``edges``: verified edges between index doc numbers.  The frame's rows
+    are index documents ``first_doc .. first_doc + len(frame) - 1``.
+    """
+
+    first_doc: int = 0

@@ -141,17 +141,18 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
     Dask cluster (:mod:`gpu_dedup.distributed`; no checkpoints there).
 
     ``index_out``: also write a persisted index of the corpus there.
-    ``against``: an index path; deduplicate the inputs against it (indexed
-    documents always survive; no checkpoints in this mode), and with
-    ``update_index`` append the inputs to it.  See :mod:`gpu_dedup.index`.
+    ``against``: an index path (or an opened :class:`gpu_dedup.index.Index`,
+    updated in place); deduplicate the inputs against it (indexed documents
+    always survive; no checkpoints in this mode), and with ``update_index``
+    append the inputs to it.  See :mod:`gpu_dedup.index`.
 
     ``output_dir=None``: an in-memory run (``inputs`` are usually
     :func:`gpu_dedup.io.memory_shard` shards): nothing is written, no
     checkpoints; the result holds the kept mask, clusters, duplicates and report.
     """
-    if output_dir is None and (cfg.cluster.enabled or index_out or against):
-        raise ConfigError("a run without an output directory (in memory) runs in one process and writes no index; "
-                          "drop cluster.workers / cluster.scheduler, index_out and against, or give an output_dir")
+    if output_dir is None and (cfg.cluster.enabled or index_out):
+        raise ConfigError("a run without an output directory (in memory) runs in one process and writes no new "
+                          "index; drop cluster.workers / cluster.scheduler and index_out, or give an output_dir")
     if cfg.cluster.enabled:
         if index_out or against:
             raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")
@@ -163,7 +164,11 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
     if against is not None:
         from .index import Index
 
-        r.index = Index.open(against, cfg)
+        if isinstance(against, Index):
+            against.check(cfg)
+            r.index = against
+        else:
+            r.index = Index.open(against, cfg)
         r.update_index = update_index
     return r.execute()
 
@@ -520,7 +525,9 @@ class _Run:
         c = self.counts
         log.info("done: read %d, kept %d, removed %d (%d against the index) in %.1fs", c["documents_read"],
                  c["kept"], c["removed"], c["removed_against_index"], report["wall_seconds"])
-        return RunResult(self.out, report, duplicates, res.kept, cluster, res.verified, self.corpus.shards)
+        node_doc = np.concatenate([res.index_docs, before + np.arange(n)])  # combined node -> index doc number
+        edges = Edges(node_doc[res.verified.src], node_doc[res.verified.dst], res.verified.similarity)
+        return RunResult(self.out, report, duplicates, res.kept, cluster, edges, self.corpus.shards)
 
     def execute(self) -> RunResult:
         self.read()

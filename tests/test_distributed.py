@@ -86,3 +86,25 @@ def test_jsonl_shards_on_workers(corpus, cluster4, tmp_path):
     run(corpus / "jsonl", tmp_path / "single", cfg)
     run(corpus / "jsonl", tmp_path / "dist", cfg.with_overrides({"cluster.scheduler": cluster4}))
     _identical(tmp_path / "single", tmp_path / "dist", _names(tmp_path / "single"))
+
+
+@pytest.fixture(scope="module")
+def cluster2():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      env={"NUMBA_NUM_THREADS": "1"}) as cluster:
+        yield cluster.scheduler_address
+
+
+@pytest.mark.parametrize("method", ["exact", "signature"])
+def test_split_chains_two_workers_equal_single_process(corpus, cluster2, tmp_path, method):
+    cfg = Config.from_dict({**BASE, "verify": {"method": method}, "select": {"split_chains": True}})
+    single = run(corpus / "in", tmp_path / "single", cfg)
+    assert single.report["counts"]["chain_split_ejected"] > 0  # the corpus chains: the mode changes the output
+    dist = run(corpus / "in", tmp_path / "two",
+               cfg.with_overrides({"cluster.scheduler": cluster2, "cluster.block_rows": 300}))
+    _identical(tmp_path / "single", tmp_path / "two", _names(tmp_path / "single"))
+    assert (dist.kept == single.kept).all() and (dist.cluster == single.cluster).all()
+    same = ("chain_split_ejected", "clusters", "exact_duplicates", "near_duplicates", "removed", "kept")
+    assert {k: dist.report["counts"][k] for k in same} == {k: single.report["counts"][k] for k in same}

@@ -268,3 +268,57 @@ def test_gpu_pipeline_outputs_equal_cpu(tmp_path, preset):
     assert c.duplicates.equals(g.duplicates)
     for shard in c.shards:
         assert pq.read_table(tmp_path / "cpu" / shard.name).equals(pq.read_table(tmp_path / "gpu" / shard.name))
+
+
+def _index_content(path):
+    """Manifest counts and every segment's docs, bands and centres tables."""
+    import json
+
+    from gpu_dedup.index import _read_ipc
+
+    manifest = json.loads((path / "manifest.json").read_text())
+    return (manifest["fingerprint"], manifest["documents"],
+            {(seg, part): _read_ipc(path / seg / f"{part}.arrow")
+             for seg in manifest["segments"] for part in ("docs", "bands", "centers")})
+
+
+def cross_backend_index_runs(tmp_path, method, backends=("cpu", "gpu")):
+    """Build an index on each backend, run --against --update-index on each; the runs of every
+    (build, against) pair, the indexes they leave and a query on each backend must agree."""
+    from gpu_dedup.config import Config
+    from gpu_dedup.index import Index
+    from gpu_dedup.pipeline import run
+    from gpu_dedup.sample import planted_corpus, write_shards
+
+    sample = planted_corpus(n_docs=3000, n_clusters=200, cluster_size=(2, 6), edit_rate=(0.0, 0.06), seed=23)
+    t = sample.table.select(["id", "text"])
+    write_shards(t.slice(0, 1500), tmp_path / "a", shards=2, prefix="a")
+    write_shards(t.slice(1500), tmp_path / "b", shards=2, prefix="b")
+    queries = pa.array(t.column("text").to_pylist()[1400:1600:7], pa.large_string())
+    runs = {}
+    for build in backends:
+        for against in backends:
+            name = f"{build}-{against}"
+            cfg = Config.from_dict({"backend": build, "input": {"id_column": "id"}, "verify": {"method": method}})
+            run(tmp_path / "a", tmp_path / f"out-a-{name}", cfg, index_out=tmp_path / f"ix-{name}")
+            res = run(tmp_path / "b", tmp_path / f"out-b-{name}", cfg.with_overrides({"backend": against}),
+                      against=tmp_path / f"ix-{name}", update_index=True)
+            query = Index.open(tmp_path / f"ix-{name}").query(queries, backend=against)
+            runs[name] = (res, _index_content(tmp_path / f"ix-{name}"), query)
+    ref_res, ref_index, ref_query = runs[f"{backends[0]}-{backends[0]}"]
+    assert ref_res.report["counts"]["removed_against_index"] > 0 and ref_query.num_rows > 0
+    for name, (res, index, query) in runs.items():
+        assert np.array_equal(res.kept, ref_res.kept) and np.array_equal(res.cluster, ref_res.cluster), name
+        assert res.duplicates.equals(ref_res.duplicates), name
+        assert res.report["counts"] == ref_res.report["counts"], name
+        assert index == ref_index, name
+        assert query.equals(ref_query), name
+    return runs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["exact", "signature"])
+def test_index_built_on_gpu_serves_cpu_and_vice_versa(tmp_path, method):
+    runs = cross_backend_index_runs(tmp_path, method)
+    assert set(runs) == {"cpu-cpu", "cpu-gpu", "gpu-cpu", "gpu-gpu"}
+    assert runs["gpu-gpu"][0].report["backend"].startswith("gpu: CUDA kernels")
