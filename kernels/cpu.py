@@ -29,9 +29,17 @@ BATCH = 128  # shingles hashed per permutation sweep (the SIMD dimension)
 
 
 @numba.njit(cache=True)
-def _shingle_batch(data, end, word_mode, n, base, base_n1, word_base, head, tail, h, count, buf):
+def _start_tail(word_mode, start):
+    """Initial ``tail``: a ring slot (word mode) or a byte position (char mode)."""
+    return 0 if word_mode else start
+
+
+@numba.njit(cache=True)
+def _shingle_batch(data, end, word_mode, n, base, base_n1, word_base, head, tail, h, count, buf, ring):
+    """One batch of shingle values; state (head, tail, h, count) starts at
+    (start, start_tail(word_mode, start), 0, 0)."""
     if word_mode:
-        return _word_shingles(data, end, n, base, base_n1, word_base, head, tail, h, count, buf, buf.shape[0])
+        return _word_shingles(data, end, n, base, base_n1, word_base, head, tail, h, count, buf, buf.shape[0], ring)
     return _char_shingles(data, end, n, base, base_n1, head, tail, h, count, buf, buf.shape[0])
 
 
@@ -42,6 +50,7 @@ def minhash(offsets, data, docs, tasks, word_mode, n, base, base_n1, word_base, 
     sentinel = P61 if bits64 else P31
     for t in prange(tasks.shape[0] - 1):
         buf = np.empty(BATCH, np.uint64)
+        ring = np.empty(max(n, 1), np.uint64)
         sig = np.empty(num_perm, np.uint64)
         for k in range(tasks[t], tasks[t + 1]):
             d = docs[k]
@@ -49,14 +58,14 @@ def minhash(offsets, data, docs, tasks, word_mode, n, base, base_n1, word_base, 
             end = offsets[d + 1]
             sig[:] = sentinel
             head = start
-            tail = start
+            tail = _start_tail(word_mode, start)
             h = ZERO
             count = 0
             total = 0
             done = False
             while not done:
                 head, tail, h, count, filled, done = _shingle_batch(
-                    data, end, word_mode, n, base, base_n1, word_base, head, tail, h, count, buf
+                    data, end, word_mode, n, base, base_n1, word_base, head, tail, h, count, buf, ring
                 )
                 if filled > 0:
                     if bits64:
@@ -76,18 +85,19 @@ def shingle_counts(offsets, data, docs, tasks, word_mode, n, base, base_n1, word
     """Number of shingles (with repeats) of each selected document."""
     for t in prange(tasks.shape[0] - 1):
         buf = np.empty(BATCH, np.uint64)
+        ring = np.empty(max(n, 1), np.uint64)
         for k in range(tasks[t], tasks[t + 1]):
             d = docs[k]
             end = offsets[d + 1]
             head = offsets[d]
-            tail = head
+            tail = _start_tail(word_mode, head)
             h = ZERO
             count = 0
             total = 0
             done = False
             while not done:
                 head, tail, h, count, filled, done = _shingle_batch(
-                    data, end, word_mode, n, base, base_n1, word_base, head, tail, h, count, buf
+                    data, end, word_mode, n, base, base_n1, word_base, head, tail, h, count, buf, ring
                 )
                 total += filled
             counts[k] = total
@@ -99,18 +109,19 @@ def shingle_sets(offsets, data, docs, tasks, word_mode, n, base, base_n1, word_b
     sort them and move the distinct ones to the front; ``unique[k]`` = count."""
     for t in prange(tasks.shape[0] - 1):
         buf = np.empty(BATCH, np.uint64)
+        ring = np.empty(max(n, 1), np.uint64)
         for k in range(tasks[t], tasks[t + 1]):
             d = docs[k]
             end = offsets[d + 1]
             head = offsets[d]
-            tail = head
+            tail = _start_tail(word_mode, head)
             h = ZERO
             count = 0
             pos = set_offsets[k]
             done = False
             while not done:
                 head, tail, h, count, filled, done = _shingle_batch(
-                    data, end, word_mode, n, base, base_n1, word_base, head, tail, h, count, buf
+                    data, end, word_mode, n, base, base_n1, word_base, head, tail, h, count, buf, ring
                 )
                 for i in range(filled):
                     values[pos + i] = buf[i]
@@ -132,8 +143,7 @@ def compact_segments(src_offsets, src_values, lengths, dst_offsets, dst_values):
     for k in prange(lengths.shape[0]):
         s = src_offsets[k]
         d = dst_offsets[k]
-        for i in range(lengths[k]):
-            dst_values[d + i] = src_values[s + i]
+        dst_values[d : d + lengths[k]] = src_values[s : s + lengths[k]]
 
 
 @numba.njit(parallel=True, cache=True)

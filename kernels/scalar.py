@@ -245,8 +245,13 @@ def char_shingles(data, end, n, base, base_n1, head, tail, h, count, buf, cap):
     return head, tail, h, count, k, False
 
 
-def word_shingles(data, end, n, base, base_n1, word_base, head, tail, h, count, buf, cap):
-    """Word-shingle twin of :func:`char_shingles` (tokens are word hashes)."""
+def word_shingles(data, end, n, base, base_n1, word_base, head, tail, h, count, buf, cap, ring):
+    """Word-shingle twin of :func:`char_shingles` (tokens are word hashes).
+
+    ``ring`` (n slots) keeps the window's word hashes, so each word is decoded
+    and hashed once; ``tail`` is the ring slot of the window's oldest word
+    (state starts at tail = 0, not at a byte position).
+    """
     k = 0
     while k < cap:
         t, found, nxt = next_word(data, head, end, word_base)
@@ -259,13 +264,18 @@ def word_shingles(data, end, n, base, base_n1, word_base, head, tail, h, count, 
             return head, tail, h, count, k, True
         head = nxt
         if count < n:
+            ring[count] = t
             h = poly_step(h, t, base)
             count += 1
             if count == n:
                 buf[k] = finalize61(h)
                 k += 1
         else:
-            to, _, tail = next_word(data, tail, end, word_base)
+            to = ring[tail]
+            ring[tail] = t
+            tail += 1
+            if tail == n:
+                tail = 0
             h = poly_step(submod61(h, mulmod61(to, base_n1)), t, base)
             buf[k] = finalize61(h)
             k += 1
@@ -385,20 +395,32 @@ def clean_text(data, start, end, punct, remove_punct, collapse_ws, out, o):
     ``punct[cp] != 0`` (if ``remove_punct``) and, if ``collapse_ws``, turning
     each whitespace run into one space and trimming both ends.  The output is
     never longer than the input; returns the number of bytes written.
+
+    ASCII bytes take a branch-free path: a space owed to a preceding
+    whitespace run and the byte itself are always stored and the output
+    position advances only by what is kept.  Every store lands at or before
+    the input position, so it stays inside the document's own output room.
     """
     o0 = o
     pending = False
     pos = start
     while pos < end:
         b = data[pos]
-        if b < 0x80:  # ASCII fast path: one byte, one code point
-            nxt = pos + 1
-            drop = remove_punct and punct[b] != 0
-            space = collapse_ws and (b == 32 or (b >= 9 and b <= 13) or (b >= 28 and b <= 31))
-        else:
-            cp, nxt = decode_utf8(data, pos, end)
-            drop = remove_punct and punct[cp] != 0
-            space = collapse_ws and is_space(cp)
+        if b < 0x80:  # ASCII: one byte, one code point, no branches on its class
+            # bitwise operators on bools: no short-circuit branches
+            drop = remove_punct & (punct[b] != 0)
+            space = collapse_ws & ((b == 32) | ((b >= 9) & (b <= 13)) | ((b >= 28) & (b <= 31)))
+            keep = (drop | space) ^ True
+            out[o] = 32
+            o += I64(keep & pending)
+            out[o] = b
+            o += I64(keep)
+            pending = (space & (o > o0)) | (pending & drop)
+            pos += 1
+            continue
+        cp, nxt = decode_utf8(data, pos, end)
+        drop = remove_punct and punct[cp] != 0
+        space = collapse_ws and is_space(cp)
         if drop:
             pos = nxt
             continue
