@@ -245,10 +245,11 @@ class _Run:
 
     def exact(self):
         def compute():
+            strings = self.strings if self.cfg.exact_dedup else None  # normalize is its own stage, not inside exact
             with self.st.stage("exact") as info:
                 ranks = policy_ranks(self.corpus.table, self.cfg.select)
                 if self.cfg.exact_dedup:
-                    keys = exact_keys(self.strings, self.cfg.minhash.seed, self.backend)
+                    keys = exact_keys(strings, self.cfg.minhash.seed, self.backend)
                     rep = exact_groups(keys, ranks, eligible=~self.null)
                 else:
                     rep = np.arange(self.n, dtype=np.int64)
