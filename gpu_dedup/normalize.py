@@ -132,6 +132,5 @@ def clean(texts, punctuation: bool = True, whitespace: bool = True) -> pa.Array:
         k, base = k + m, base + b.nbytes
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    packed = np.empty(int(offsets[-1]), np.uint8)
-    kernels.compact_segments(starts, out, lengths, offsets, packed)
-    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(packed))
+    kernels.compact_in_place(out, starts, lengths, offsets)  # no second text-sized buffer to fault in
+    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out[: int(offsets[-1])]))

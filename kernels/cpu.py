@@ -137,6 +137,18 @@ def shingle_sets(offsets, data, docs, tasks, word_mode, n, base, base_n1, word_b
             unique[k] = u
 
 
+@numba.njit(cache=True)
+def compact_in_place(values, src_offsets, lengths, dst_offsets):
+    """Move segment k from ``src_offsets[k]`` down to ``dst_offsets[k] <= src_offsets[k]``,
+    in order (serial: a segment may land where an earlier one was read)."""
+    for k in range(lengths.shape[0]):
+        s = src_offsets[k]
+        d = dst_offsets[k]
+        if d != s:
+            for i in range(lengths[k]):  # forward copy: safe for overlapping moves to the left
+                values[d + i] = values[s + i]
+
+
 @numba.njit(parallel=True, cache=True)
 def compact_segments(src_offsets, src_values, lengths, dst_offsets, dst_values):
     """Copy the first ``lengths[k]`` values of each segment into a dense CSR."""
