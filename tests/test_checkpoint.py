@@ -113,3 +113,19 @@ def test_restart_ignores_checkpoints(corpus, tmp_path):
     assert json.loads((out / "report.json").read_text())["resumed_from_checkpoint"] == []
     _same_outputs(corpus / "clean", out)
     assert_accounted(out, _inputs(corpus / "in"))
+
+
+@pytest.mark.parametrize("fault,extra", [("verify", ("--threshold", "0.7")), ("write:first-shard", ())])
+def test_killed_rerun_over_a_complete_run_leaves_no_completion_marker(corpus, tmp_path, fault, extra):
+    """A stale _SUCCESS / report from an earlier complete run never vouches for a rerun killed midway."""
+    out = tmp_path / "out"
+    shutil.copytree(corpus / "clean", out)  # an earlier complete run in the output directory
+    assert (out / "_SUCCESS").exists() and (out / "report.json").exists() and (out / "report.html").exists()
+    killed = _cli(corpus / "in", out, *extra, fault=fault)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (out / "_SUCCESS").exists()
+    assert not (out / "report.json").exists() and not (out / "report.html").exists()
+    again = _cli(corpus / "in", out, *extra)
+    assert again.returncode == 0, again.stderr
+    assert (out / "_SUCCESS").exists()
+    assert_accounted(out, _inputs(corpus / "in"))

@@ -187,11 +187,13 @@ def test_failed_run_leaves_no_completion_marker(tmp_path):
     out.mkdir()
     (out / "report.json").write_text("{}")  # a previous run's markers
     (out / "report.html").write_text("<html></html>")
+    (out / "_SUCCESS").write_text("an earlier run\n")
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "bad.parquet").write_bytes(b"garbage")
     with pytest.raises(InputError):
         run(tmp_path / "in", out, Config(backend="cpu"))
     assert not (out / "report.json").exists() and not (out / "report.html").exists()
+    assert not (out / "_SUCCESS").exists()
 
 
 def test_jsonl_end_to_end_keeps_lines_verbatim(tmp_path):
