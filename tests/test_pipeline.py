@@ -103,6 +103,18 @@ def test_accounting_check_reads_the_written_outputs(planted, planted_run, tmp_pa
         assert_accounted(out, inputs)
 
 
+def test_readme_stage_seconds_name_real_stages(planted_run):
+    """README's "Seconds per stage" sentence names only stages a run reports (report.json "stages")."""
+    import re
+    from pathlib import Path
+
+    result, _ = planted_run
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    sentence = readme[readme.index("Seconds per stage"):].split(".\n")[0]
+    named = re.findall(r"\b([a-z_]+) [0-9]+\.[0-9]+\b", sentence.split(":", 1)[1])
+    assert len(named) >= 5 and set(named) <= set(result.report["stages"]), named
+
+
 def test_survivor_is_first_in_input_order(planted_run):
     result, _ = planted_run
     frame = result.duplicates.to_pandas()
