@@ -65,6 +65,9 @@ def _config_from_args(args) -> Config:
 def _setup_logging(verbosity: int, quiet: bool) -> None:
     level = logging.WARNING if quiet else (logging.DEBUG if verbosity > 0 else logging.INFO)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    from .progress import attach_to_handlers
+
+    attach_to_handlers()  # log lines wipe a live progress line first (terminal)
     for noisy in ("numba", "distributed", "bokeh", "tornado"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

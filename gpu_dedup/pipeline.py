@@ -83,21 +83,49 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+class StageInfo(dict):
+    """What a stage reports (a dict of details for report.json) and its :class:`Progress` (``.progress``)."""
+
+    progress: Progress
+
+
 @dataclass
 class StageLog:
+    """Times stages and shows their progress (see :mod:`gpu_dedup.progress`).
+
+    Each stage gets a progress line on a terminal; elsewhere a ``stage NAME ...``
+    line when it starts and ``stage NAME done in S: DONE/TOTAL UNIT, RATE UNIT/s;
+    details`` when it ends (both at INFO: ``--quiet`` hides them).
+    """
+
     stages: dict = field(default_factory=dict)
+    stream: object = None  # where terminal progress lines go (default: sys.stderr)
 
     @contextmanager
-    def stage(self, name: str):
+    def stage(self, name: str, total: int | None = None, unit: str = "docs"):
+        """Time stage ``name`` over ``total`` items of ``unit``; the body advances
+        ``info.progress`` per chunk (or not at all: a stage that ends counts every item done)."""
         t0 = time.perf_counter()
-        info: dict = {}
-        log.info("stage %s ...", name)
-        yield info
+        info = StageInfo()
+        prog = info.progress = Progress(name, total, unit, stream=self.stream, log_close=False)
+        if not prog.tty:
+            log.info("stage %s ...", name)
+        prog.start()
+        try:
+            yield info
+        except BaseException:
+            prog.abort()
+            raise
         maybe_crash(name)  # fault injection (tests): killed after the work, before its checkpoint
+        prog.finish()
+        prog.close()
         seconds = time.perf_counter() - t0
         self.stages[name] = {"seconds": round(seconds, 4), "rss_mb": round(rss_mb(), 1), **info}
         details = " ".join(f"{k}={v}" for k, v in info.items())
-        log.info("stage %s done in %.2fs %s", name, seconds, details)
+        counts = prog.counts()
+        # on a terminal the progress line said it all; the details stay one -v away
+        log.log(logging.DEBUG if prog.tty else logging.INFO, "stage %s done in %.2fs%s%s", name, seconds,
+                f": {counts}" if counts else "", f"; {details}" if details else "")
 
 
 @dataclass
@@ -219,7 +247,7 @@ class _Run:
     def strings(self):
         """Normalized texts as kernel buffers (computed on first use)."""
         if self._strings is None:
-            with self.st.stage("normalize") as info:
+            with self.st.stage("normalize", len(self.corpus.text)) as info:
                 repaired, invalid = repair_utf8(self.corpus.text)
                 self._norm = normalize(repaired, self.cfg.normalize)
                 self._strings = string_buffers(self._norm)
@@ -230,9 +258,9 @@ class _Run:
     # ---- stages -------------------------------------------------------------
     def read(self):
         cfg = self.cfg
-        with self.st.stage("read") as info, Progress("read", len(self.shards), "shards") as prog:
+        with self.st.stage("read", len(self.shards), "shards") as info:
             self.corpus = io.read(self.shards, cfg.input, cfg.select.score_column if cfg.select.keep == "score" else None,
-                                  progress=prog.update)
+                                  progress=info.progress.update)
             n = self.n = len(self.corpus)
             self.null = np.asarray(self.corpus.text.is_null(), dtype=bool) if n else np.zeros(0, bool)
             dup_ids = n - pa.compute.count_distinct(self.corpus.ids, mode="all").as_py() if n else 0
@@ -246,7 +274,7 @@ class _Run:
     def exact(self):
         def compute():
             strings = self.strings if self.cfg.exact_dedup else None  # normalize is its own stage, not inside exact
-            with self.st.stage("exact") as info:
+            with self.st.stage("exact", self.n) as info:
                 ranks = policy_ranks(self.corpus.table, self.cfg.select)
                 if self.cfg.exact_dedup:
                     keys = exact_keys(strings, self.cfg.minhash.seed, self.backend)
@@ -266,7 +294,7 @@ class _Run:
         def compute():
             cand = np.flatnonzero((self.rep == np.arange(self.n)) & ~self.null)
             strings = self.strings
-            with self.st.stage("signatures") as info, Progress("signatures", cand.shape[0]) as prog:
+            with self.st.stage("signatures", cand.shape[0]) as info:
                 params = hash_params(cfg.minhash.seed, cfg.minhash.num_perm, cfg.minhash.hash_bits)
                 values = np.empty((cand.shape[0], cfg.signature_perms), params.signature_dtype)
                 shingles = np.empty(cand.shape[0], np.int64)
@@ -274,14 +302,14 @@ class _Run:
                     sig = signatures(strings, cfg.minhash, num_perm=cfg.signature_perms, docs=cand[lo:hi],
                                      backend=self.backend)
                     values[lo:hi], shingles[lo:hi] = sig.values, sig.shingles
-                    prog.update(hi - lo)
+                    info.progress.update(hi - lo)
                 nonempty = shingles > 0
                 info.update(documents=int(cand.shape[0]), permutations=cfg.signature_perms,
                             shingles=int(shingles.sum()), no_shingles=int((~nonempty).sum()))
             counts = {"minhash_documents": int(cand.shape[0]), "no_shingles": int((~nonempty).sum())}
             cand = cand[nonempty]
             values = values[nonempty]
-            with self.st.stage("bands") as info:
+            with self.st.stage("bands", cand.shape[0]) as info:
                 bh = band_hashes(values, self.bands, self.rows, self.params, self.backend)
                 info.update(bands=self.bands, rows=self.rows)
             arrays = {"cand": cand, "band_hashes": bh}
@@ -295,7 +323,7 @@ class _Run:
 
     def buckets(self):
         def compute_buckets():
-            with self.st.stage("buckets") as info:
+            with self.st.stage("buckets", self.band_hashes.size, "band hashes") as info:
                 bk = buckets(self.band_hashes)
                 info.update(buckets=len(bk), memberships=int(bk.members.shape[0]))
             return ({"band": bk.band, "hash": bk.hash, "offsets": bk.offsets, "members": bk.members},
@@ -312,8 +340,8 @@ class _Run:
         def compute():
             cand, method = self.cand, self.method
             rounds = self.cfg.lsh.star_rounds
-            with self.st.stage("verify") as info, \
-                    Progress("verify", int(self.bk.members.shape[0]), "pairs") as prog:
+            with self.st.stage("verify", int(self.bk.members.shape[0]), "pairs") as info:
+                prog = info.progress
                 if method == "exact":
                     strings = self.strings
 
@@ -339,7 +367,7 @@ class _Run:
 
     def components(self):
         def compute():
-            with self.st.stage("components") as info:
+            with self.st.stage("components", len(self.verified), "edges") as info:
                 labels = components(self.verified, self.n, self.backend)[self.rep]  # copies join their rep
                 size = np.bincount(labels, minlength=self.n) if self.n else np.zeros(0, np.int64)
                 info.update(clusters=int(np.count_nonzero(size > 1)))
@@ -350,7 +378,7 @@ class _Run:
 
     def select(self):
         def compute():
-            with self.st.stage("select") as info:
+            with self.st.stage("select", self.n) as info:
                 labels = self.labels
                 survivor = survivors(labels, self.ranks)
                 extra = {}
@@ -385,21 +413,20 @@ class _Run:
 
     def write(self, duplicates=None):
         corpus, kept = self.corpus, self.kept
-        with self.st.stage("write") as info:
+        with self.st.stage("write", len(corpus.shards), "shards") as info:
             if duplicates is None:
                 member = self.cluster_size[self.labels] > 1 if self.n else np.zeros(0, bool)
                 duplicates = _duplicates_table(corpus, member, kept, self.survivor, self.similarity, self.rep)
             starts = np.cumsum([0] + [s.rows for s in corpus.shards])
             written = 0
-            with Progress("write", len(corpus.shards), "shards") as prog:
-                for i, shard in enumerate(corpus.shards):  # one step per shard file
-                    keep = kept[starts[i] : starts[i + 1]]
-                    if self.write_shards and self.out is not None and not self.ckpt.marked(f"shard-{i}"):
-                        io.write_shard(shard, keep, self.out, self.cfg.output.compression)
-                        self.ckpt.mark(f"shard-{i}")
-                        maybe_crash("write:first-shard")
-                    written += int(keep.sum())
-                    prog.update(1)
+            for i, shard in enumerate(corpus.shards):  # one step per shard file
+                keep = kept[starts[i] : starts[i + 1]]
+                if self.write_shards and self.out is not None and not self.ckpt.marked(f"shard-{i}"):
+                    io.write_shard(shard, keep, self.out, self.cfg.output.compression)
+                    self.ckpt.mark(f"shard-{i}")
+                    maybe_crash("write:first-shard")
+                written += int(keep.sum())
+                info.progress.update(1)
             if self.cfg.output.duplicates_table and self.out is not None:
                 io.atomic_write_parquet(self.out / DUPLICATES_NAME, duplicates, self.cfg.output.compression)
             info.update(rows_written=written, duplicates_rows=duplicates.num_rows)
@@ -449,7 +476,7 @@ class _Run:
         """Persist every document of this run as a new index (see gpu_dedup.index)."""
         from .index import Index
 
-        with self.st.stage("index") as info:
+        with self.st.stage("index", self.n) as info:
             self.strings  # normalized texts (recomputed after a resume)
             index = Index.create(self.index_out, self.cfg)
             full = None
@@ -469,10 +496,10 @@ class _Run:
 
         idx, n = self.index, self.n
         before = idx.documents
-        with self.st.stage("exact"):
+        with self.st.stage("exact", n):
             ranks = policy_ranks(self.corpus.table, self.cfg.select)
         self.strings  # normalize
-        with self.st.stage("against_index") as info:
+        with self.st.stage("against_index", n) as info:
             res = dedup_against(idx, self._norm, self.null, ranks, self.cfg, self.backend)
             info.update(index_documents=before, index_nodes=int(res.index_docs.shape[0]),
                         verified_edges=len(res.verified), removed_against_index=res.counts["removed_against_index"])
@@ -512,7 +539,7 @@ class _Run:
                           np.zeros(int(res.bucket_sizes.sum()), np.int64))
         self.write(duplicates)
         if self.update_index:
-            with self.st.stage("index") as info:
+            with self.st.stage("index", n) as info:
                 full = None
                 if res.signatures is not None:
                     full = np.zeros((n, res.signatures.shape[1]), res.signatures.dtype)

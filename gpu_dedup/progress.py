@@ -1,9 +1,13 @@
-"""Progress of long stages: a live line on a terminal, plain log lines otherwise.
+"""Progress of stages: a live line on a terminal, plain log lines otherwise.
 
 On a TTY (stderr) each stage shows ``[stage] 42% 84,000/200,000 docs 51,200 docs/s ETA 2s``,
-redrawn in place.  Elsewhere (CI, batch logs) the same facts go through the
-``gpu_dedup`` logger at most every 10 seconds and at the end.  Nothing is
-shown when the logger is quieter than INFO (``--quiet``).
+redrawn in place and left as ``[stage] 100% 200,000/200,000 docs 50,800 docs/s in 3.9s``.
+Elsewhere (CI, batch logs) the same facts go through the ``gpu_dedup``
+logger at most every 10 seconds while a stage runs; :class:`gpu_dedup.pipeline.StageLog`
+ends each stage with one ``stage NAME done in ...s: DONE/TOTAL UNIT, RATE UNIT/s`` line.
+Nothing is shown when the logger is quieter than INFO (``--quiet``).
+
+Counts advance per chunk or per stage, never per document.
 """
 
 from __future__ import annotations
@@ -14,31 +18,102 @@ import time
 
 log = logging.getLogger("gpu_dedup")
 
+_live: "Progress | None" = None  # the progress whose line is drawn on the terminal, not yet ended
+
+
+class ClearLine(logging.Filter):
+    """Attached to a terminal log handler: a log record first wipes a live
+    progress line on that stream, so the two never share a line."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.stream = stream
+
+    def filter(self, record) -> bool:
+        live = _live
+        if live is not None and live.stream is self.stream:
+            live.stream.write("\r" + " " * 79 + "\r")
+            live.stream.flush()
+        return True
+
+
+def attach_to_handlers(logger: logging.Logger | None = None) -> None:
+    """Install :class:`ClearLine` on every stream handler of ``logger`` (default: the root logger)."""
+    for h in (logger or logging.getLogger()).handlers:
+        stream = getattr(h, "stream", None)
+        if stream is not None and not any(isinstance(f, ClearLine) for f in h.filters):
+            h.addFilter(ClearLine(stream))
+
 
 class Progress:
-    def __init__(self, stage: str, total: int, unit: str = "docs", interval: float = 10.0, stream=None):
-        self.stage, self.total, self.unit = stage, max(int(total), 0), unit
+    """Progress of one stage over ``total`` items (``None``: the total is not known).
+
+    ``log_close``: on a non-terminal, log a last line at :meth:`close` when the
+    stage ran longer than one interval (StageLog turns it off: its own closing
+    line carries the counts and the rate).
+    """
+
+    def __init__(self, stage: str, total: int | None, unit: str = "docs", interval: float = 10.0, stream=None,
+                 log_close: bool = True):
+        self.stage, self.unit = stage, unit
+        self.total = None if total is None else max(int(total), 0)
         self.done = 0
         self.t0 = self.last = time.perf_counter()
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = log.isEnabledFor(logging.INFO)
         self.tty = self.enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
         self.interval = 0.2 if self.tty else interval
+        self.log_close = log_close
+        self.closed = False
+        self.drawn = False
 
     def __enter__(self) -> "Progress":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
-    def _line(self) -> str:
-        elapsed = max(time.perf_counter() - self.t0, 1e-9)
-        rate = self.done / elapsed
-        pct = f"{100 * self.done / self.total:3.0f}% " if self.total else ""
-        eta = ""
-        if self.total and rate > 0 and self.done < self.total:
-            eta = f" ETA {(self.total - self.done) / rate:.0f}s"
-        return f"[{self.stage}] {pct}{self.done:,}/{self.total:,} {self.unit} {rate:,.0f} {self.unit}/s{eta}"
+    @property
+    def elapsed(self) -> float:
+        return max(time.perf_counter() - self.t0, 1e-9)
+
+    def counts(self) -> str:
+        """``DONE/TOTAL UNIT, RATE UNIT/s`` (``DONE UNIT, ...`` without a total); empty when nothing was counted."""
+        if self.total is None and self.done == 0:
+            return ""
+        rate = self.done / self.elapsed
+        of = "" if self.total is None else f"/{self.total:,}"
+        return f"{self.done:,}{of} {self.unit}, {rate:,.0f} {self.unit}/s"
+
+    def _line(self, final: bool = False) -> str:
+        parts = [f"[{self.stage}]"]
+        rate = self.done / self.elapsed
+        if self.total is not None or self.done:
+            if self.total is not None:  # nothing to do is all done
+                parts.append(f"{100 * self.done / self.total if self.total else 100:3.0f}%")
+            of = "" if self.total is None else f"/{self.total:,}"
+            parts += [f"{self.done:,}{of} {self.unit}", f"{rate:,.0f} {self.unit}/s"]
+        if final:
+            parts.append(f"in {self.elapsed:.1f}s")
+        elif self.total and rate > 0 and self.done < self.total:
+            parts.append(f"ETA {(self.total - self.done) / rate:.0f}s")
+        return " ".join(parts)
+
+    def _draw(self, final: bool = False) -> None:
+        global _live
+        self.stream.write("\r" + self._line(final).ljust(79) + ("\n" if final else ""))
+        self.stream.flush()
+        self.drawn = not final
+        _live = None if final else self
+
+    def start(self) -> "Progress":
+        """Show the line at once on a terminal (a stage that runs one long call shows what runs)."""
+        if self.tty:
+            self._draw()
+        return self
 
     def update(self, n: int) -> None:
         self.done += int(n)
@@ -48,19 +123,36 @@ class Progress:
         if now - self.last >= self.interval:
             self.last = now
             if self.tty:
-                self.stream.write("\r" + self._line().ljust(79))
-                self.stream.flush()
+                self._draw()
             else:
                 log.info("%s", self._line())
 
+    def finish(self) -> None:
+        """The stage completed: every item is done (stages made of one call count them here)."""
+        if self.total is not None and self.done < self.total:
+            self.done = self.total
+
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         if not self.enabled:
             return
         if self.tty:
-            self.stream.write("\r" + self._line().ljust(79) + "\n")
-            self.stream.flush()
-        elif time.perf_counter() - self.t0 >= self.interval:
+            self._draw(final=True)
+        elif self.log_close and time.perf_counter() - self.t0 >= self.interval:
             log.info("%s", self._line())
+
+    def abort(self) -> None:
+        """The stage failed: end a half-drawn terminal line so the error starts on its own line."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.tty and self.drawn:
+            global _live
+            self.stream.write("\n")
+            self.stream.flush()
+            _live = None
 
 
 def chunks(n: int, size: int):

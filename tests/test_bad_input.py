@@ -10,6 +10,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError
 from gpu_dedup.pipeline import run
 from gpu_dedup.sample import vocabulary
+from tests.accounting import assert_accounted
 
 CFG = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
 
@@ -84,6 +85,7 @@ def test_empty_jsonl_shard_and_all_null_texts(tmp_path):
     result = run(tmp_path, tmp_path / "out", CFG)
     assert result.report["counts"]["null_text"] == 2 and result.kept.tolist() == [True, True]
     assert (tmp_path / "out" / "empty.jsonl").read_text() == ""
+    assert_accounted(result, [pa.table({"id": [1, 2]})])
 
 
 def test_a_single_50_mb_document(tmp_path):

@@ -8,12 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from gpu_dedup.checkpoint import CHECKPOINT_DIR
 from gpu_dedup.config import Config
 from gpu_dedup.pipeline import run
 from gpu_dedup.sample import planted_corpus, write_shards
+from tests.accounting import assert_accounted
 
 OUTPUTS = ["duplicates.parquet", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
 CFG = {"backend": "cpu", "input": {"id_column": "id"}}
@@ -36,6 +38,10 @@ def corpus(tmp_path_factory):
     write_shards(sample.table.select(["id", "text"]), d / "in", shards=3)
     run(d / "in", d / "clean", Config.from_dict(CFG))
     return d
+
+
+def _inputs(d: Path):
+    return [pq.read_table(p, columns=["id"]) for p in sorted(d.glob("*.parquet"))]
 
 
 def _same_outputs(a: Path, b: Path):
@@ -71,7 +77,7 @@ def test_killed_run_resumes_to_identical_outputs(corpus, tmp_path, fault, resume
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
     report = json.loads((out / "report.json").read_text())
     assert report["resumed_from_checkpoint"] == resumed
-    assert report["counts"]["accounted"]
+    assert_accounted(out, _inputs(corpus / "in"))  # ids in the resumed run's shards and duplicates.parquet
     _same_outputs(corpus / "clean", out)
 
 
@@ -84,6 +90,7 @@ def test_stale_checkpoints_are_never_reused(corpus, tmp_path):
     assert json.loads((out / "report.json").read_text())["resumed_from_checkpoint"] == []
     run(corpus / "in", tmp_path / "clean07", Config.from_dict({**CFG, "lsh": {"threshold": 0.7}}))
     _same_outputs(tmp_path / "clean07", out)
+    assert_accounted(out, _inputs(corpus / "in"))
     # other inputs (a shard rewritten in place, same path): starts over
     inp = tmp_path / "in2"
     shutil.copytree(corpus / "in", inp)
@@ -95,6 +102,7 @@ def test_stale_checkpoints_are_never_reused(corpus, tmp_path):
     assert json.loads((out2 / "report.json").read_text())["resumed_from_checkpoint"] == []
     run(inp, tmp_path / "clean2", Config.from_dict(CFG))
     _same_outputs(tmp_path / "clean2", out2)
+    assert_accounted(out2, _inputs(inp))  # the rewritten inputs
 
 
 def test_restart_ignores_checkpoints(corpus, tmp_path):
@@ -104,3 +112,20 @@ def test_restart_ignores_checkpoints(corpus, tmp_path):
     assert again.returncode == 0
     assert json.loads((out / "report.json").read_text())["resumed_from_checkpoint"] == []
     _same_outputs(corpus / "clean", out)
+    assert_accounted(out, _inputs(corpus / "in"))
+
+
+@pytest.mark.parametrize("fault,extra", [("verify", ("--threshold", "0.7")), ("write:first-shard", ())])
+def test_killed_rerun_over_a_complete_run_leaves_no_completion_marker(corpus, tmp_path, fault, extra):
+    """A stale _SUCCESS / report from an earlier complete run never vouches for a rerun killed midway."""
+    out = tmp_path / "out"
+    shutil.copytree(corpus / "clean", out)  # an earlier complete run in the output directory
+    assert (out / "_SUCCESS").exists() and (out / "report.json").exists() and (out / "report.html").exists()
+    killed = _cli(corpus / "in", out, *extra, fault=fault)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (out / "_SUCCESS").exists()
+    assert not (out / "report.json").exists() and not (out / "report.html").exists()
+    again = _cli(corpus / "in", out, *extra)
+    assert again.returncode == 0, again.stderr
+    assert (out / "_SUCCESS").exists()
+    assert_accounted(out, _inputs(corpus / "in"))

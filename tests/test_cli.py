@@ -91,3 +91,27 @@ def test_evaluate_missing_label_column_is_a_user_error(tmp_path, capsys):
     rc = main(["evaluate", str(inp), "-o", str(tmp_path / "ev"), "--backend", "cpu", "--label-column", "nope"])
     err = capsys.readouterr().err
     assert rc == 2 and "'nope' is not in shard" in err and "'cluster'" in err
+
+
+STAGES = ("read", "normalize", "exact", "signatures", "bands", "buckets", "verify", "components", "select", "write")
+
+
+def test_run_logs_every_stage_with_counts_and_rate_and_is_silent_with_quiet(tmp_path):
+    """stderr not a terminal: plain log lines, one per stage end with its counts and rate; -q: nothing."""
+    import re
+
+    inp = _planted_dir(tmp_path, 200)
+    cmd = [sys.executable, "-m", "gpu_dedup", "run", str(inp), "--id-column", "id", "--backend", "cpu"]
+    proc = subprocess.run(cmd + ["-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "\r" not in proc.stderr  # no terminal redraws in a log
+    for stage in STAGES:
+        assert f"INFO stage {stage} ..." in proc.stderr, stage
+        done = re.search(rf"INFO stage {stage} done in [0-9.]+s: ([0-9,]+)/([0-9,]+) [a-z ]+, [0-9,]+ [a-z ]+/s",
+                         proc.stderr)
+        assert done and done.group(1) == done.group(2), (stage, proc.stderr)
+    assert "stage read done in" in proc.stderr and "2/2 shards" in proc.stderr
+    assert "stage select done in" in proc.stderr and "200/200 docs" in proc.stderr
+    quiet = subprocess.run(cmd + ["-o", str(tmp_path / "quiet"), "-q"], capture_output=True, text=True, timeout=600)
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""
+    assert (tmp_path / "quiet" / "_SUCCESS").exists()

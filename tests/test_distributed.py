@@ -9,6 +9,7 @@ import pytest
 from gpu_dedup.config import Config
 from gpu_dedup.pipeline import run
 from gpu_dedup.sample import planted_corpus, write_shards
+from tests.accounting import assert_accounted
 
 distributed = pytest.importorskip("distributed")
 
@@ -25,6 +26,10 @@ def corpus(tmp_path_factory):
         pq.write_table(table.slice(lo, 800), d / "in" / f"part-{i}.parquet", row_group_size=150)
     write_shards(table, d / "jsonl", shards=3, fmt="jsonl")
     return d
+
+
+def _inputs(d):
+    return [pq.read_table(p, columns=["id"]) for p in sorted((d / "in").glob("*.parquet"))]
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +59,8 @@ def test_cli_two_local_workers_equal_single_process(corpus, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Dask dashboard:" in proc.stdout
     _identical(tmp_path / "single", tmp_path / "two", _names(tmp_path / "single"))
+    assert_accounted(single, _inputs(corpus))
+    assert_accounted(tmp_path / "two", _inputs(corpus))
     import json
 
     report = json.loads((tmp_path / "two" / "report.json").read_text())
@@ -79,13 +86,17 @@ def test_four_workers_equal_single_process(corpus, cluster4, tmp_path, extra):
     _identical(tmp_path / "single", tmp_path / "four", _names(tmp_path / "single"))
     assert (dist.kept == single.kept).all() and (dist.cluster == single.cluster).all()
     assert dist.report["counts"]["removed"] == single.report["counts"]["removed"] > 0
+    assert_accounted(single, _inputs(corpus))
+    assert_accounted(dist, _inputs(corpus))
 
 
 def test_jsonl_shards_on_workers(corpus, cluster4, tmp_path):
     cfg = Config.from_dict(BASE)
-    run(corpus / "jsonl", tmp_path / "single", cfg)
-    run(corpus / "jsonl", tmp_path / "dist", cfg.with_overrides({"cluster.scheduler": cluster4}))
+    single = run(corpus / "jsonl", tmp_path / "single", cfg)
+    dist = run(corpus / "jsonl", tmp_path / "dist", cfg.with_overrides({"cluster.scheduler": cluster4}))
     _identical(tmp_path / "single", tmp_path / "dist", _names(tmp_path / "single"))
+    assert_accounted(single, _inputs(corpus))  # the JSONL shards hold the same rows as the Parquet ones
+    assert_accounted(dist, _inputs(corpus))
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +119,5 @@ def test_split_chains_two_workers_equal_single_process(corpus, cluster2, tmp_pat
     assert (dist.kept == single.kept).all() and (dist.cluster == single.cluster).all()
     same = ("chain_split_ejected", "clusters", "exact_duplicates", "near_duplicates", "removed", "kept")
     assert {k: dist.report["counts"][k] for k in same} == {k: single.report["counts"][k] for k in same}
+    assert_accounted(single, _inputs(corpus))
+    assert_accounted(dist, _inputs(corpus))

@@ -14,6 +14,7 @@ from gpu_dedup.evaluate import cluster_pairs
 from gpu_dedup.pipeline import run
 from gpu_dedup.sample import planted_corpus, write_shards
 from tests import reference as ref
+from tests.accounting import assert_accounted
 
 
 def ref_normalize(text):
@@ -21,26 +22,6 @@ def ref_normalize(text):
     text = unicodedata.normalize("NFKC", text).lower()
     text = "".join(c for c in text if not unicodedata.category(c).startswith("P"))
     return " ".join(text.split())
-
-
-def assert_accounted(result, in_dir_tables, id_col="id"):
-    """Every input id is either in an output shard or a removed row of the duplicates table, once."""
-    out = result.output_dir
-    kept_ids = []
-    for shard in result.shards:
-        if shard.format == "parquet":
-            kept_ids += pq.read_table(out / shard.name).column(id_col).to_pylist()
-        else:
-            kept_ids += [json.loads(line)[id_col] for line in (out / shard.name).read_text().splitlines()]
-    dup = result.duplicates
-    removed = dup.filter(pa.compute.invert(dup.column("kept"))).column(id_col).to_pylist()
-    all_ids = [i for t in in_dir_tables for i in t.column(id_col).to_pylist()]
-    assert sorted(kept_ids + removed) == sorted(all_ids)
-    assert len(set(kept_ids) & set(removed)) == 0
-    c = result.report["counts"]
-    assert c["kept"] + c["removed"] == c["documents_read"] == len(all_ids)
-    assert c["exact_duplicates"] + c["near_duplicates"] == c["removed"]
-    assert c["accounted"] is True
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +88,33 @@ def test_every_row_accounted_and_outputs_complete(planted, planted_run):
     assert (frame.groupby("cluster_id")["kept"].sum() == 1).all()
 
 
+def test_accounting_check_reads_the_written_outputs(planted, planted_run, tmp_path):
+    """assert_accounted on an output directory fails when a written shard lost a row."""
+    import shutil
+
+    d, _ = planted
+    inputs = [pq.read_table(p) for p in sorted((d / "in").glob("*.parquet"))]
+    out = tmp_path / "out"
+    shutil.copytree(d / "out", out)
+    assert_accounted(out, inputs)
+    shard = pq.read_table(out / "part-00001.parquet")
+    pq.write_table(shard.slice(1), out / "part-00001.parquet")
+    with pytest.raises(AssertionError):
+        assert_accounted(out, inputs)
+
+
+def test_readme_stage_seconds_name_real_stages(planted_run):
+    """README's "Seconds per stage" sentence names only stages a run reports (report.json "stages")."""
+    import re
+    from pathlib import Path
+
+    result, _ = planted_run
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    sentence = readme[readme.index("Seconds per stage"):].split(".\n")[0]
+    named = re.findall(r"\b([a-z_]+) [0-9]+\.[0-9]+\b", sentence.split(":", 1)[1])
+    assert len(named) >= 5 and set(named) <= set(result.report["stages"]), named
+
+
 def test_survivor_is_first_in_input_order(planted_run):
     result, _ = planted_run
     frame = result.duplicates.to_pandas()
@@ -123,6 +131,7 @@ def test_rerun_is_byte_identical(planted, planted_run, tmp_path):
     for name in ["duplicates.parquet", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]:
         assert (d / "out" / name).read_bytes() == (tmp_path / "out2" / name).read_bytes()
     assert again.report["counts"] == result.report["counts"]
+    assert_accounted(again, [pq.read_table(p) for p in sorted((d / "in").glob("*.parquet"))])
 
 
 @pytest.mark.parametrize("method", ["signature", "none"])
@@ -190,11 +199,13 @@ def test_failed_run_leaves_no_completion_marker(tmp_path):
     out.mkdir()
     (out / "report.json").write_text("{}")  # a previous run's markers
     (out / "report.html").write_text("<html></html>")
+    (out / "_SUCCESS").write_text("an earlier run\n")
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "bad.parquet").write_bytes(b"garbage")
     with pytest.raises(InputError):
         run(tmp_path / "in", out, Config(backend="cpu"))
     assert not (out / "report.json").exists() and not (out / "report.html").exists()
+    assert not (out / "_SUCCESS").exists()
 
 
 def test_jsonl_end_to_end_keeps_lines_verbatim(tmp_path):
@@ -238,6 +249,7 @@ def test_outputs_do_not_depend_on_thread_count(planted, planted_run, tmp_path):
     assert "on 1 threads" in (tmp_path / "one" / "report.json").read_text()
     for name in ["duplicates.parquet", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]:
         assert (d / "out" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
+    assert_accounted(tmp_path / "one", [pq.read_table(p) for p in sorted((d / "in").glob("*.parquet"))])
 
 
 @pytest.mark.parametrize("exact_dedup", [True, False])

@@ -41,3 +41,62 @@ def test_quiet_shows_nothing(caplog):
 def test_chunks_cover_the_range():
     assert list(chunks(10, 4)) == [(0, 4), (4, 8), (8, 10)]
     assert list(chunks(0, 4)) == []
+
+
+STAGES = ("read", "normalize", "exact", "signatures", "bands", "buckets", "verify", "components", "select", "write")
+
+
+def test_every_pipeline_stage_draws_a_progress_line_on_a_terminal(tmp_path, monkeypatch, caplog):
+    import re
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gpu_dedup.config import Config
+    from gpu_dedup.pipeline import run
+
+    words = [f"w{k}" for k in range(40)]
+    texts = [" ".join(words[:39] + [f"x{i % 7}"]) for i in range(40)] + [None, ""]  # exact and near copies
+    pq.write_table(pa.table({"id": list(range(42)), "text": pa.array(texts, pa.string())}), tmp_path / "a.parquet")
+    caplog.set_level(logging.INFO, logger="gpu_dedup")
+    term = _Tty()
+    monkeypatch.setattr(sys, "stderr", term)
+    run(tmp_path / "a.parquet", tmp_path / "out", Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}}))
+    shown = term.getvalue()
+    for stage in STAGES:
+        last = re.search(rf"\r\[{stage}\] 100% ([0-9,]+)/([0-9,]+) [a-z ]+ [0-9,]+ [a-z ]+/s in [0-9.]+s +\n", shown)
+        assert last and last.group(1) == last.group(2), (stage, shown)
+    assert "stage select done" not in caplog.text  # the terminal line replaces the plain log line (-v shows it)
+
+
+def test_log_record_wipes_a_live_terminal_line():
+    from gpu_dedup.progress import ClearLine
+
+    out = _Tty()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(ClearLine(out))
+    logger = logging.getLogger("gpu_dedup.test_progress")
+    logger.addHandler(handler)
+    try:
+        p = Progress("verify", 10, "pairs", stream=out)
+        p.enabled = p.tty = True
+        p.start()
+        logger.warning("a warning")
+        p.close()
+    finally:
+        logger.removeHandler(handler)
+    text = out.getvalue()
+    assert "\r" + " " * 79 + "\ra warning\n" in text and text.endswith("\n")
+
+
+def test_failed_stage_ends_its_terminal_line():
+    import pytest
+
+    out = _Tty()
+    p = Progress("read", 3, "shards", stream=out)
+    p.enabled = p.tty = True
+    with pytest.raises(RuntimeError), p:
+        p.start()
+        raise RuntimeError("corrupt shard")
+    assert out.getvalue().endswith("\n") and "in " not in out.getvalue()

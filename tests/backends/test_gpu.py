@@ -322,3 +322,32 @@ def test_index_built_on_gpu_serves_cpu_and_vice_versa(tmp_path, method):
     runs = cross_backend_index_runs(tmp_path, method)
     assert set(runs) == {"cpu-cpu", "cpu-gpu", "gpu-cpu", "gpu-gpu"}
     assert runs["gpu-gpu"][0].report["backend"].startswith("gpu: CUDA kernels")
+
+
+@pytest.mark.gpu
+def test_dedup_on_a_cudf_frame_equals_pandas_on_cpu():
+    """gpu_dedup.dedup(cudf.DataFrame, backend="gpu") with real cuDF: the same rows, clusters and tables
+    as dedup(pandas.DataFrame, backend="cpu"), returned as cuDF frames."""
+    cudf = pytest.importorskip("cudf")
+    import pandas as pd
+
+    import gpu_dedup
+    from gpu_dedup.sample import planted_corpus
+
+    sample = planted_corpus(n_docs=3000, n_clusters=150, seed=17)
+    ids = [f"doc-{i}" for i in range(sample.table.num_rows)] + ["null", "empty"]
+    texts = sample.table.column("text").to_pylist() + [None, ""]
+    cpu = gpu_dedup.dedup(pd.DataFrame({"id": ids, "text": texts}), text="text", id="id", backend="cpu")
+    gpu = gpu_dedup.dedup(cudf.DataFrame({"id": ids, "text": texts}), text="text", id="id", backend="gpu")
+    assert gpu.report["backend"].startswith("gpu: CUDA kernels")
+    assert isinstance(gpu.deduplicated, cudf.DataFrame) and isinstance(gpu.duplicates, cudf.DataFrame)
+    assert np.array_equal(gpu.kept, cpu.kept) and np.array_equal(gpu.clusters, cpu.clusters)
+    assert np.array_equal(gpu.edges.src, cpu.edges.src) and np.array_equal(gpu.edges.dst, cpu.edges.dst)
+    assert np.array_equal(gpu.edges.similarity, cpu.edges.similarity)
+    assert gpu.report["counts"] == cpu.report["counts"] and cpu.report["counts"]["near_duplicates"] > 0
+    kept = gpu.deduplicated.to_pandas()
+    assert kept.index.tolist() == cpu.deduplicated.index.tolist()  # input rows, in input order
+    assert kept["id"].tolist() == cpu.deduplicated["id"].tolist()
+    assert kept["text"].tolist() == cpu.deduplicated["text"].tolist()
+    pd.testing.assert_frame_equal(gpu.duplicates.to_pandas(), cpu.duplicates, check_dtype=False)
+    assert gpu.duplicates.to_pandas().shape[0] > 0

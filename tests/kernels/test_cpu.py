@@ -341,6 +341,8 @@ def test_signature_similarity(cpu_backend, bits):
 
 # ------------------------------------------------------------------ band hashes
 
+HYP_BANDS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
 
 @pytest.mark.parametrize("bits", BITS)
 @pytest.mark.parametrize(("bands", "rows"), [(4, 4), (16, 1), (1, 16), (3, 5), (2, 3)])
@@ -352,6 +354,30 @@ def test_band_hashes_match_reference(cpu_backend, bits, bands, rows):
     for k, row in enumerate(sig.tolist()):
         assert got[k].tolist() == ref.band_hashes(row, bands, rows, hp.band_base)
     assert (got < P61).all()
+
+
+@st.composite
+def signature_matrices(draw):
+    """(signatures, bands, rows, band_base): random values of either width, the sentinel P and the
+    extremes among them, sometimes more columns than bands * rows (a band layout need not use them all)."""
+    bits = draw(st.sampled_from(BITS))
+    p = P61 if bits == 64 else P31
+    bands, rows = draw(st.integers(1, 12)), draw(st.integers(1, 16))
+    cols = bands * rows + draw(st.integers(0, 3))
+    value = st.one_of(st.integers(0, p), st.sampled_from([0, 1, p - 1, p]))
+    docs = draw(st.lists(st.lists(value, min_size=cols, max_size=cols), min_size=1, max_size=5))
+    base = draw(st.one_of(st.integers(2, P61 - 2),  # any base the spec allows (2 + z % (P61 - 3))
+                          st.integers(0, 2**64 - 1).map(lambda seed: hash_params(seed, cols, bits).band_base)))
+    return np.array(docs, np.uint64 if bits == 64 else np.uint32), bands, rows, base
+
+
+@HYP_BANDS
+@given(case=signature_matrices())
+def test_band_hashes_random_signatures_equal_reference(cpu_backend, case):
+    sig, bands, rows, base = case
+    got = cpu_backend.band_hashes(sig, bands, rows, base)
+    assert got.dtype == np.uint64 and got.shape == (sig.shape[0], bands)
+    assert got.tolist() == [ref.band_hashes(row, bands, rows, base) for row in sig.tolist()]
 
 
 def test_band_hashes_sentinel_and_extremes(cpu_backend):
