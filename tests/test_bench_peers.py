@@ -98,4 +98,5 @@ def test_tiny_run_writes_tables_figure_and_scores(tmp_path):
                                                                            ("rensa_hashes", 1), ("datasketch", 1)}
     assert json.loads((res / "peers.json").read_text())["parameters"]["num_perm"] == 128
     assert "| planted-600 | gpu_dedup |" in (res / "peers.md").read_text()
+    assert next(r for r in payload["end_to_end"] if r["tool"] == "datasketch")["candidates"] > 0
     assert (res / "peers.png").stat().st_size > 10_000
