@@ -346,7 +346,8 @@ def end_to_end(name, corpus: Path, cfg, tools, work: Path, quality_sample: int, 
             rep = run_cli_job(corpus, out, ["-c", conf, "--backend", backend, "--id-column", "id", "--restart"])
             wall = time.perf_counter() - t0
             removed_ids = _ours_removed(out)
-            r = {"seconds": wall, "peak_rss_mb": rep["peak_rss_mb"], "candidates": rep["counts"].get("candidate_edges")}
+            r = {"seconds": wall, "peak_rss_mb": rep["peak_rss_mb"], "candidates": rep["counts"].get("candidate_edges"),
+                 "stages": {k: v["seconds"] for k, v in rep["stages"].items()}, "pipeline_seconds": rep["wall_seconds"]}
         else:
             r = _child(["e2e", tool, corpus, json.dumps(_params(cfg)), f"{out}.parquet"])
             import pyarrow.parquet as pq
@@ -357,7 +358,8 @@ def end_to_end(name, corpus: Path, cfg, tools, work: Path, quality_sample: int, 
         rows_out.append({"corpus": name, "tool": tool, "documents": n, "text_mb": round(text_mb, 1),
                          "seconds": round(r["seconds"], 2), "docs_per_s": round(n / r["seconds"]),
                          "mb_per_s": round(text_mb / r["seconds"], 2), "peak_rss_mb": round(r["peak_rss_mb"]),
-                         "removed": int(mask.sum()), "candidates": r.get("candidates"), "_mask": mask})
+                         "removed": int(mask.sum()), "candidates": r.get("candidates"), "_mask": mask,
+                         **({"stages": r["stages"], "pipeline_seconds": r["pipeline_seconds"]} if "stages" in r else {})})
         print(f"  {name:>16} {tool:<14} {r['seconds']:8.2f} s  removed {int(mask.sum()):,}", flush=True)
     if n <= quality_max_docs and n > 0:
         rng = np.random.default_rng(seed)
@@ -424,6 +426,11 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
                     corpora.append((real, tmp / f"{real}.parquet", info["documents"]))
             except Exception as exc:  # the Debian packages are not installed here
                 print(f"  real corpus {real} skipped: {exc}", flush=True)
+        warm = tmp / "warm-up"  # load (or compile, after an upgrade) the kernels once, untimed, as any first run does
+        _make_planted(warm, 200)
+        for t in tools:
+            if t.startswith("gpu_dedup"):
+                run_cli_job(warm, tmp / "warm-up-out", ["--backend", "gpu" if t.endswith("[gpu]") else "cpu", "--restart"])
         for name, path, n in corpora:
             use = [t for t in tools if t.startswith("gpu_dedup") or n <= peer_max_docs]
             rows = end_to_end(name, path, cfg, use, tmp, quality_sample, quality_max_docs)
@@ -570,6 +577,16 @@ def markdown(p: dict) -> str:
         for tool, g in p["growth"].items():
             lines.append(f"| {tool} | {', '.join(f'{s:,}' for s in g['sizes'])} | {g['time_exponent']} | "
                          f"{g['memory_exponent']} |")
+    profiled = [r for r in p["end_to_end"] if "stages" in r]
+    if profiled:
+        names = list(dict.fromkeys(k for r in profiled for k in r["stages"]))
+        lines += ["", "**Where gpu_dedup's time goes** (seconds per stage from its report; *start-up* is the rest of "
+                  "the process wall: interpreter, imports, loading the compiled kernels, report.html):", "",
+                  "| corpus | tool | " + " | ".join(names) + " | start-up | wall |",
+                  "| --- | --- | " + " | ".join("---" for _ in names) + " | --- | --- |"]
+        for r in profiled:
+            lines.append(f"| {r['corpus']} | {r['tool']} | " + " | ".join(f"{r['stages'].get(k, 0):.2f}" for k in names)
+                         + f" | {r['seconds'] - r['pipeline_seconds']:.2f} | {r['seconds']} |")
     lim = p.get("limit")
     if lim:
         lines += ["", f"**Back of the envelope** (one core): {lim['shingles_per_byte']} shingles per byte x "
