@@ -197,7 +197,7 @@ class Index:
         parts, order = [], []
         for k in np.unique(seg):  # one take per segment
             sel = np.flatnonzero(seg == k)
-            parts.append(self.segments[k].docs.column(name).take(pa.array(docs[sel] - starts[k])))
+            parts.append(_take(self.segments[k].docs.column(name), docs[sel] - starts[k]))
             order.append(sel)
         merged = pa.concat_arrays([c for p in parts for c in (p.chunks if isinstance(p, pa.ChunkedArray) else [p])])
         inverse = np.empty(docs.shape[0], np.int64)
@@ -440,6 +440,24 @@ class Index:
         return pa.table({"query": pa.array(qa, pa.int64()), "doc": pa.array(da, pa.int64()), "id": self.ids(da),
                          "similarity": pa.array(sim), "exact": pa.array(is_exact),
                          "kept": pa.array(self.kept(da)), "survivor_id": self.ids(surv)})
+
+
+def _take(col, rows: np.ndarray) -> pa.Array:
+    """``col.take(rows)`` chunk by chunk: Arrow's ChunkedArray.take concatenates every chunk
+    first, which made one query copy a whole segment's texts."""
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    if len(chunks) == 1:
+        return chunks[0].take(pa.array(rows, pa.int64()))
+    bounds = np.cumsum([0] + [len(c) for c in chunks])
+    which = np.searchsorted(bounds, rows, side="right") - 1
+    parts, order = [], []
+    for k in np.unique(which):  # one take per chunk touched
+        sel = np.flatnonzero(which == k)
+        parts.append(chunks[k].take(pa.array(rows[sel] - bounds[k], pa.int64())))
+        order.append(sel)
+    inverse = np.empty(rows.shape[0], np.int64)
+    inverse[np.concatenate(order)] = np.arange(rows.shape[0])
+    return pa.concat_arrays(parts).take(pa.array(inverse))
 
 
 def _same_kind(a: pa.DataType, b: pa.DataType) -> bool:

@@ -227,3 +227,14 @@ def test_cli_query_reads_a_text_file_and_jsonl(batches, tmp_path, capsys):
                  "0.999"]) == 0
     strict = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert {r["query"] for r in strict} == {0}
+
+
+def test_take_by_chunk_equals_arrow_take():
+    import pyarrow as pa
+
+    from gpu_dedup.index import _take
+
+    col = pa.chunked_array([pa.array(["a", "bb", None]), pa.array(["ccc"]), pa.array(["d", "ee"])], pa.large_string())
+    rows = np.array([5, 0, 3, 3, 2, 4, 1])
+    assert _take(col, rows).to_pylist() == col.take(pa.array(rows)).to_pylist()
+    assert _take(col.chunk(0), np.array([2, 0])).to_pylist() == [None, "a"]
