@@ -234,7 +234,8 @@ def test_take_by_chunk_equals_arrow_take():
 
     from gpu_dedup.index import _take
 
-    col = pa.chunked_array([pa.array(["a", "bb", None]), pa.array(["ccc"]), pa.array(["d", "ee"])], pa.large_string())
+    t = pa.large_string()
+    col = pa.chunked_array([pa.array(["a", "bb", None], t), pa.array(["ccc"], t), pa.array(["d", "ee"], t)])
     rows = np.array([5, 0, 3, 3, 2, 4, 1])
     assert _take(col, rows).to_pylist() == col.take(pa.array(rows)).to_pylist()
     assert _take(col.chunk(0), np.array([2, 0])).to_pylist() == [None, "a"]
