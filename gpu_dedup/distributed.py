@@ -46,7 +46,7 @@ from . import io
 from .buckets import group_buckets, star_rounds
 from .components import components
 from .config import Config
-from .errors import BackendError
+from .errors import BackendError, ResourceError
 from .exact import exact_groups, exact_keys
 from .hashing import hash_params
 from .lsh import band_hashes
@@ -405,6 +405,15 @@ def run(inputs, output_dir, cfg: Config):
         write_report(out / REPORT_NAME, report)
         write_html(out / REPORT_HTML_NAME, report)  # no sample texts: they stay on the workers
         io.atomic_write_bytes(out / SUCCESS_NAME, b"distributed\n")
+    except Exception as exc:
+        if type(exc).__name__ != "KilledWorker":
+            raise
+        limit = cfg.cluster.memory_limit or "the cluster's default"
+        raise ResourceError(
+            f"Dask workers died running a task ({exc.args[0] if exc.args else exc}); most often a block does not "
+            f"fit a worker's memory (memory limit {limit}, cluster.block_rows = {cfg.cluster.block_rows:,}): "
+            "lower cluster.block_rows (e.g. --set cluster.block_rows=20000) or raise cluster.memory_limit"
+        ) from None
     finally:
         client.close()
         if cluster is not None:

@@ -15,3 +15,7 @@ class InputError(GpuDedupError, ValueError):
 
 class BackendError(GpuDedupError, RuntimeError):
     """A backend that was asked for but cannot run here."""
+
+
+class ResourceError(GpuDedupError, RuntimeError):
+    """The job does not fit the resources it was given (e.g. a Dask worker's memory limit)."""

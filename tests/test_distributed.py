@@ -121,3 +121,27 @@ def test_split_chains_two_workers_equal_single_process(corpus, cluster2, tmp_pat
     assert {k: dist.report["counts"][k] for k in same} == {k: single.report["counts"][k] for k in same}
     assert_accounted(single, _inputs(corpus))
     assert_accounted(dist, _inputs(corpus))
+
+
+def test_workers_killed_by_memory_name_the_settings_to_change(corpus, tmp_path, monkeypatch):
+    from distributed.scheduler import KilledWorker
+
+    from gpu_dedup import distributed as dist
+    from gpu_dedup.errors import ResourceError
+
+    class DyingClient:  # every task's workers die, as under a too-small memory limit
+        def map(self, *args, **kwargs):
+            return []
+
+        def gather(self, futures):
+            raise KilledWorker("map_block-1", "tcp://127.0.0.1:1", 3)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(dist, "connect", lambda cfg: (DyingClient(), None))
+    cfg = Config(backend="cpu").with_overrides({"cluster.workers": 2, "cluster.memory_limit": "1GiB",
+                                                 "cluster.block_rows": 100_000})
+    with pytest.raises(ResourceError, match=r"memory limit 1GiB, cluster.block_rows = 100,000.*lower cluster.block_rows"):
+        dist.run(corpus / "in", tmp_path / "out", cfg)
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
