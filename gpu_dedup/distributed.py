@@ -280,6 +280,7 @@ def run(inputs, output_dir, cfg: Config):
     shards = io.discover(inputs, cfg.input.format)
     _prepare_output(out, shards)
     client, cluster = connect(cfg)
+    blocks: list = []
     try:
         with st.stage("read") as info:
             infos = client.gather(client.map(inspect_shard, shards, cfg=cfg, pure=False))
@@ -409,10 +410,13 @@ def run(inputs, output_dir, cfg: Config):
         if type(exc).__name__ != "KilledWorker":
             raise
         limit = cfg.cluster.memory_limit or "the cluster's default"
+        largest = max((b.rows for b in blocks), default=0)
         raise ResourceError(
             f"Dask workers died running a task ({exc.args[0] if exc.args else exc}); most often a block does not "
-            f"fit a worker's memory (memory limit {limit}, cluster.block_rows = {cfg.cluster.block_rows:,}): "
-            "lower cluster.block_rows (e.g. --set cluster.block_rows=20000) or raise cluster.memory_limit"
+            f"fit a worker's memory (memory limit {limit}, cluster.block_rows = {cfg.cluster.block_rows:,}, largest "
+            f"block {largest:,} rows; a block holds whole Parquet row groups): lower cluster.block_rows (e.g. "
+            f"--set cluster.block_rows={max(1, cfg.cluster.block_rows // 4)}), write the shards with smaller row "
+            "groups, or raise cluster.memory_limit"
         ) from None
     finally:
         client.close()

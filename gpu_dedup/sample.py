@@ -191,8 +191,11 @@ def planted_corpus(n_docs: int = 3000, n_clusters: int = 150, cluster_size=(2, 6
     return PlantedCorpus(table, rate_all[order])
 
 
-def write_shards(table: pa.Table, directory, shards: int = 4, fmt: str = "parquet", prefix: str = "part") -> list:
-    """Split ``table`` into ``shards`` contiguous files in ``directory``; returns their paths."""
+def write_shards(table: pa.Table, directory, shards: int = 4, fmt: str = "parquet", prefix: str = "part",
+                 row_group_rows: int | None = None) -> list:
+    """Split ``table`` into ``shards`` contiguous files in ``directory``; returns their paths.
+
+    ``row_group_rows`` caps the rows of a Parquet row group (default: pyarrow's)."""
     import os
 
     import pyarrow.parquet as pq
@@ -204,7 +207,7 @@ def write_shards(table: pa.Table, directory, shards: int = 4, fmt: str = "parque
         part = table.slice(bounds[i], bounds[i + 1] - bounds[i])
         if fmt == "parquet":
             path = os.path.join(directory, f"{prefix}-{i:05d}.parquet")
-            pq.write_table(part, path)
+            pq.write_table(part, path, row_group_size=row_group_rows)
         else:  # pyarrow has no JSON writer
             path = os.path.join(directory, f"{prefix}-{i:05d}.jsonl")
             part.to_pandas().to_json(path, orient="records", lines=True, force_ascii=False)

@@ -142,6 +142,6 @@ def test_workers_killed_by_memory_name_the_settings_to_change(corpus, tmp_path, 
     monkeypatch.setattr(dist, "connect", lambda cfg: (DyingClient(), None))
     cfg = Config(backend="cpu").with_overrides({"cluster.workers": 2, "cluster.memory_limit": "1GiB",
                                                  "cluster.block_rows": 100_000})
-    with pytest.raises(ResourceError, match=r"memory limit 1GiB, cluster.block_rows = 100,000.*lower cluster.block_rows"):
+    with pytest.raises(ResourceError, match=r"memory limit 1GiB, cluster.block_rows = 100,000.*lower cluster.block_rows \(e.g. --set cluster.block_rows=25000\)"):
         dist.run(corpus / "in", tmp_path / "out", cfg)
     assert not (tmp_path / "out" / "_SUCCESS").exists()

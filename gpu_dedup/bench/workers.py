@@ -18,7 +18,8 @@ from ..sample import planted_corpus, write_shards
 from . import machine, run_cli_job, write_results
 
 
-def make_corpus(directory: Path, documents: int, chunk: int = 500_000, words=(60, 400)) -> int:
+def make_corpus(directory: Path, documents: int, chunk: int = 500_000, words=(60, 400),
+                row_group_rows: int | None = None) -> int:
     """Planted corpus written in chunks (bounded generator memory); returns text bytes."""
     import pyarrow.compute as pc
 
@@ -28,7 +29,8 @@ def make_corpus(directory: Path, documents: int, chunk: int = 500_000, words=(60
         s = planted_corpus(n_docs=n, n_clusters=n // 50, words=words, edit_rate=(0.0, 0.05), seed=100 + part)
         table = s.table.select(["id", "text"])
         table = table.set_column(0, "id", pc.binary_join_element_wise(f"c{part}-", table.column("id"), ""))
-        write_shards(table, directory, shards=max(1, n // 100_000), prefix=f"part{part:03d}")
+        write_shards(table, directory, shards=max(1, n // 100_000), prefix=f"part{part:03d}",
+                     row_group_rows=row_group_rows)
         total += pc.sum(pc.binary_length(table.column("text"))).as_py()
         part += 1
     return total
@@ -39,7 +41,8 @@ def run(documents: int = 200_000, workers=(1, 2), memory_limit: str | None = Non
     rows = []
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         tmp = Path(tmp)
-        text_bytes = make_corpus(tmp / "in", documents)
+        # row groups no larger than a block: a block holds whole row groups
+        text_bytes = make_corpus(tmp / "in", documents, row_group_rows=block_rows)
         base = ["--backend", "cpu", "--id-column", "id", "--set", f"cluster.block_rows={block_rows}"]
         configs = [("1 process", [])] + [(f"{w} workers", ["--workers", str(w)]) for w in workers]
         if memory_limit:
