@@ -43,6 +43,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -441,10 +442,8 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
             e2e += rows
             if name.startswith("planted"):
                 scaling += rows
-            for t in ("gpu_dedup", "gpu_dedup[gpu]", SPLIT):
+            for t in ("gpu_dedup", "gpu_dedup[gpu]", SPLIT):  # their output shards: disk, not results
                 if t in tools:
-                    import shutil
-
                     shutil.rmtree(tmp / f"{name}-{t}", ignore_errors=True)
         sig_corpus = min((c for c in corpora if c[0].startswith("planted")), key=lambda c: abs(c[2] - sig_docs))
         sig_tools = [t for t in SIG_TOOLS if t.split("_hashes")[0] in tools]
