@@ -192,17 +192,13 @@ class Index:
         if not self.segments or docs.shape[0] == 0:
             kind = self.segments[0].docs.schema.field(name).type if self.segments else pa.int64()
             return pa.array([], kind)
-        starts = np.array([s.first_doc for s in self.segments])
-        seg = np.searchsorted(starts, docs, side="right") - 1
-        parts, order = [], []
-        for k in np.unique(seg):  # one take per segment
-            sel = np.flatnonzero(seg == k)
-            parts.append(_take(self.segments[k].docs.column(name), docs[sel] - starts[k]))
-            order.append(sel)
-        merged = pa.concat_arrays([c for p in parts for c in (p.chunks if isinstance(p, pa.ChunkedArray) else [p])])
-        inverse = np.empty(docs.shape[0], np.int64)
-        inverse[np.concatenate(order)] = np.arange(docs.shape[0])
-        return merged.take(pa.array(inverse))
+        chunks, starts = [], []
+        for s in self.segments:  # every Arrow chunk of every segment, with its first doc number
+            col = s.docs.column(name)
+            for c, off in zip(col.chunks, np.cumsum([0] + [len(c) for c in col.chunks])):
+                chunks.append(c)
+                starts.append(s.first_doc + int(off))
+        return _take(chunks, np.asarray(starts, np.int64), docs)
 
     def texts(self, docs) -> pa.Array:
         return self._column("text", docs)
@@ -442,18 +438,15 @@ class Index:
                          "kept": pa.array(self.kept(da)), "survivor_id": self.ids(surv)})
 
 
-def _take(col, rows: np.ndarray) -> pa.Array:
-    """``col.take(rows)`` chunk by chunk: Arrow's ChunkedArray.take concatenates every chunk
-    first, which made one query copy a whole segment's texts."""
-    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
-    if len(chunks) == 1:
-        return chunks[0].take(pa.array(rows, pa.int64()))
-    bounds = np.cumsum([0] + [len(c) for c in chunks])
-    which = np.searchsorted(bounds, rows, side="right") - 1
+def _take(chunks: list, starts: np.ndarray, rows: np.ndarray) -> pa.Array:
+    """Rows ``rows`` (any order) of the Arrow arrays ``chunks``, chunk k holding rows
+    ``starts[k]`` onwards: one take per chunk touched.  (Arrow's ChunkedArray.take
+    concatenates every chunk first, which made one query copy a whole segment's texts.)"""
+    which = np.searchsorted(starts, rows, side="right") - 1
     parts, order = [], []
     for k in np.unique(which):  # one take per chunk touched
         sel = np.flatnonzero(which == k)
-        parts.append(chunks[k].take(pa.array(rows[sel] - bounds[k], pa.int64())))
+        parts.append(chunks[k].take(pa.array(rows[sel] - starts[k], pa.int64())))
         order.append(sel)
     inverse = np.empty(rows.shape[0], np.int64)
     inverse[np.concatenate(order)] = np.arange(rows.shape[0])
