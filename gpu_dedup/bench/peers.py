@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from . import growth_exponent, machine, run_cli_job, write_results
+from .workers import make_corpus
 
 TOOLS = ("gpu_dedup", "rensa", "datasketch")
 SPLIT = "gpu_dedup+split_chains"  # the same run with select.split_chains: true (no member unlike its survivor)
@@ -396,12 +397,6 @@ def signature_stage(corpus: Path, cfg, tools, cores: int, datasketch_docs: int) 
     return out
 
 
-def _make_planted(directory: Path, documents: int) -> None:
-    from .workers import make_corpus
-
-    make_corpus(directory, documents)
-
-
 def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: str | None = "debian-man",
         tools=TOOLS, quality_sample: int = 5000, quality_max_docs: int = 200_000, sig_docs: int = 100_000,
         datasketch_sig_docs: int = 20_000, results="bench-results", workdir=None, config=None) -> dict:
@@ -420,7 +415,7 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
         corpora = []
         for n in sorted(sizes):
             d = tmp / f"planted-{n}"
-            _make_planted(d, n)
+            make_corpus(d, n)
             corpora.append((f"planted-{_label(n)}", d, n))
         if real:
             from gpu_dedup import datasets
@@ -432,7 +427,7 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
             except Exception as exc:  # the Debian packages are not installed here
                 print(f"  real corpus {real} skipped: {exc}", flush=True)
         warm = tmp / "warm-up"  # load (or compile, after an upgrade) the kernels once, untimed, as any first run does
-        _make_planted(warm, 200)
+        make_corpus(warm, 200)
         for t in tools:
             if t in ("gpu_dedup", "gpu_dedup[gpu]"):
                 run_cli_job(warm, tmp / "warm-up-out", ["--backend", "gpu" if t.endswith("[gpu]") else "cpu", "--restart"])
