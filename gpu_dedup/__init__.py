@@ -5,8 +5,8 @@ Table in memory (:mod:`gpu_dedup.api`); ``gpu_dedup.stages`` holds every stage
 as a plain function.  Both load on first use, so ``import gpu_dedup`` stays light.
 """
 
-from .config import Config
-from .errors import BackendError, ConfigError, GpuDedupError, InputError
+from gpu_dedup.config import Config
+from gpu_dedup.errors import BackendError, ConfigError, GpuDedupError, InputError
 
 __version__ = "0.1.0"
 
@@ -16,7 +16,7 @@ __all__ = ["Config", "ConfigError", "InputError", "BackendError", "GpuDedupError
 
 def __getattr__(name: str):
     if name in ("dedup", "DedupResult"):
-        from . import api
+        from gpu_dedup import api
 
         return getattr(api, name)
     if name == "stages":

@@ -11,7 +11,7 @@
 
 The frame is a pandas DataFrame, a pyarrow Table or a cuDF DataFrame; the
 text (and id / score) columns go to the pipeline as an in-memory Arrow table
-(:func:`gpu_dedup.io.memory_shard`) and the run writes nothing: no shard, no
+(:func:`gpu_dedup.stages.read_shards.memory_shard`) and the run writes nothing: no shard, no
 table, no checkpoint.  ``deduplicated`` is the input frame filtered by the
 kept mask, so every other column comes back untouched.  cuDF is never
 imported unless a cuDF frame is given.
@@ -25,9 +25,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from .buckets import Edges
-from .config import Config
-from .errors import ConfigError, InputError
+from gpu_dedup.config import Config
+from gpu_dedup.errors import ConfigError, InputError
+from gpu_dedup.report.build import summary, write_report
+from gpu_dedup.report.page import render, write_html
+from gpu_dedup.run.local import run
+from gpu_dedup.stages.edges import Edges
+from gpu_dedup.stages.read_shards import memory_shard
+from gpu_dedup.stages.write_shards import ROW
 
 # keyword shortcuts for the most used config keys (any dotted key works too: **{"lsh.threshold": 0.7})
 ALIASES = {
@@ -38,7 +43,6 @@ ALIASES = {
     "num_perm": "minhash.num_perm",
     "ngram": "minhash.ngram",
     "shingle": "minhash.shingle",
-    "hash_bits": "minhash.hash_bits",
     "seed": "minhash.seed",
     "verify": "verify.method",
     "keep": "select.keep",
@@ -67,21 +71,14 @@ class DedupResult:
         return ~self.kept
 
     def summary(self) -> str:
-        from .report import summary
-
         return summary(self.report)
 
     def html(self) -> str:
         """The report.html page of this run (figures embedded)."""
-        from .report_html import render
-
         return render(self.report)
 
     def save_report(self, directory) -> Path:
         """Write report.json and report.html into ``directory``; returns the HTML path."""
-        from .report import write_report
-        from .report_html import write_html
-
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         write_report(d / "report.json", self.report)
@@ -140,7 +137,7 @@ def _text_column(col) -> pa.ChunkedArray:
     return col
 
 
-def _config(config, text: str, id, overrides: dict) -> Config:
+def config_of(config, text: str, id, overrides: dict) -> Config:
     if config is None:
         cfg = Config()
     elif isinstance(config, Config):
@@ -166,19 +163,17 @@ def _config(config, text: str, id, overrides: dict) -> Config:
 def dedup(frame, text: str = "text", id: str | None = None, config=None, **overrides) -> DedupResult:
     """Deduplicate the rows of ``frame`` (pandas, pyarrow Table or cuDF) by the column ``text``.
 
-    ``id``: a column kept verbatim in ``duplicates`` (``id`` and ``survivor_id``);
-    without it rows are named by position only.  ``config``: a Config, a dict,
+    ``id``: a column kept verbatim in ``duplicates`` (under its own name, and
+    ``survivor_id``); every document is named by its position in the frame,
+    ``row``, either way (``clusters`` holds the survivor's position).  ``config``: a Config, a dict,
     a YAML path or a preset name (``fineweb``); ``overrides``: shortcuts
     (``threshold``, ``num_perm``, ``ngram``, ``shingle``, ``bands``, ``rows``,
     ``verify``, ``keep``, ``score``, ``split_chains``, ``exact_dedup``,
     ``backend``, ...) or dotted keys (``**{"lsh.threshold": 0.7}``).  The run is
     in memory: nothing is written.  Returns a :class:`DedupResult`.
     """
-    from .io import memory_shard
-    from .pipeline import run
-
     kind = frame_kind(frame)
-    cfg = _config(config, text, id, overrides)
+    cfg = config_of(config, text, id, overrides)
     if cfg.cluster.enabled:
         raise ConfigError("dedup() runs in one process; drop cluster.workers / cluster.scheduler "
                           "(use gpu-dedup run --workers on shards for a Dask cluster)")
@@ -187,10 +182,10 @@ def dedup(frame, text: str = "text", id: str | None = None, config=None, **overr
     result = run([memory_shard(table, name=f"{kind} frame")], None, cfg)
 
     kept = result.kept
-    dup = _duplicates(result.duplicates, id)
+    dup = frame_duplicates(result.duplicates, id)
     return DedupResult(
-        deduplicated=_take(frame, kind, kept),
-        duplicates=_like(dup, kind),
+        deduplicated=take_rows(frame, kind, kept),
+        duplicates=like(dup, kind),
         clusters=result.cluster,
         kept=kept,
         report=result.report,
@@ -220,20 +215,17 @@ def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config) -> pa.
     return pa.table(columns)
 
 
-def _duplicates(dup: pa.Table, id: str | None) -> pa.Table:
-    """The pipeline's duplicates table in frame terms: ``row`` (position in the frame) instead of
-    shard and shard_row; without an id column, rows only (id and survivor_id would repeat them)."""
-    dup = dup.drop_columns(["shard"])
-    dup = dup.rename_columns(["row" if c == "shard_row" else c for c in dup.column_names])
-    if id is None:
-        dup = dup.drop_columns(["id", "survivor_id"])
-        order = ["row", "cluster_id", "kept", "similarity", "match"]
-    else:
-        order = [id, "row", "cluster_id", "kept", "similarity", "match", "survivor_id"]
-    return dup.select(order)
+def frame_duplicates(dup: pa.Table, id: str | None) -> pa.Table:
+    """The pipeline's duplicates table in frame terms: ``row`` is the position in the frame (the
+    shard row of the one in-memory shard), ``id`` and ``survivor_id`` only with an id column."""
+    dup = dup.drop_columns([ROW, "shard"])
+    dup = dup.rename_columns([ROW if c == "shard_row" else c for c in dup.column_names])
+    order = [ROW, "cluster_id", "kept", "similarity", "match"]
+    order += [c for c in ("survivor_id", "in_index") if c in dup.column_names]
+    return dup.select(order if id is None else [id] + order)
 
 
-def _take(frame, kind: str, kept: np.ndarray):
+def take_rows(frame, kind: str, kept: np.ndarray):
     """The kept rows of ``frame``, in input order, same type and columns."""
     if kind == "arrow":
         return frame.filter(pa.array(kept, pa.bool_()))
@@ -241,7 +233,7 @@ def _take(frame, kind: str, kept: np.ndarray):
     return frame.iloc[idx]  # pandas keeps its index and dtypes; cuDF gathers on the device
 
 
-def _like(table: pa.Table, kind: str):
+def like(table: pa.Table, kind: str):
     if kind == "arrow":
         return table
     if kind == "pandas":

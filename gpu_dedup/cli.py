@@ -10,10 +10,15 @@ from pathlib import Path
 
 import yaml
 
-from .config import Config, preset_names
-from .errors import GpuDedupError
+from gpu_dedup.config import Config, preset_names
+from gpu_dedup.errors import GpuDedupError
 
 log = logging.getLogger("gpu_dedup")
+
+
+def _add_no_id_column(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-id-column", action="store_true",
+                   help=f"do not use an input column named {AUTO_ID!r} as document ids: documents are named by 'row'")
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -29,7 +34,8 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, help="run on a local Dask cluster of N workers (cluster.workers)")
     p.add_argument("--scheduler", help="join a running Dask scheduler at this address (cluster.scheduler)")
     p.add_argument("--text-column", help="text column (input.text_column)")
-    p.add_argument("--id-column", help="id column (input.id_column); default: generated row numbers")
+    p.add_argument("--id-column", help="id column (input.id_column), kept verbatim in the outputs beside 'row' "
+                   "(every document's number); run and index build use a column named 'id' when the input has one")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config key, dotted: --set select.keep=longest (repeatable)")
 
@@ -62,21 +68,105 @@ def _config_from_args(args) -> Config:
     return cfg.with_overrides(overrides) if overrides else cfg
 
 
+class _ShuffleChatter(logging.Filter):
+    """Drops the two lines Dask's P2P shuffle logs at WARNING for every shuffle it starts and ends
+    (normal operation: ``Shuffle <id> initialized by task ...`` and ``... deactivated due to stimulus``;
+    18 of them in a two-worker run).  Every other shuffle message, its errors included, passes."""
+
+    ROUTINE = ("Shuffle %s initialized by task", "Shuffle %s deactivated due to stimulus")
+
+    def filter(self, record) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(self.ROUTINE))
+
+
 def _setup_logging(verbosity: int, quiet: bool) -> None:
+    import os
+
     level = logging.WARNING if quiet else (logging.DEBUG if verbosity > 0 else logging.INFO)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    from .progress import attach_to_handlers
+    from gpu_dedup.run.progress import attach_to_handlers
 
     attach_to_handlers()  # log lines wipe a live progress line first (terminal)
     for noisy in ("numba", "distributed", "bokeh", "tornado"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if verbosity == 0:
+        # Dask sets its loggers' levels when it is imported (by --workers / --scheduler runs, later): ask it for
+        # WARNING there, in this process and in the worker processes, which inherit the environment; -v shows all
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+        shuffle = logging.getLogger("distributed.shuffle._scheduler_plugin")
+        if not any(isinstance(f, _ShuffleChatter) for f in shuffle.filters):
+            shuffle.addFilter(_ShuffleChatter())
+
+
+AUTO_ID = "id"  # an input column of this name names the documents when no id column is configured
+
+
+def _with_id_column(args, cfg: Config) -> Config:
+    """``run`` and ``index build`` without an id column configured: with ``--against``, the index's id
+    column; else an input column named ``id`` when every shard has one of one type (said once, at INFO).
+    ``--no-id-column`` keeps row numbers only."""
+    if cfg.input.id_column is not None or args.no_id_column:
+        return cfg
+    against = getattr(args, "against", None)
+    if against is not None:
+        try:
+            name = json.loads((Path(against) / "manifest.json").read_text(encoding="utf-8")).get("id_column", "id")
+        except (OSError, ValueError, AttributeError):
+            return cfg  # not an index: the run says so
+        if name:
+            log.info("using the input column %r as document ids, as the index %s does (--id-column)", name, against)
+            return cfg.with_overrides({"input.id_column": name})
+        return cfg
+    from gpu_dedup.stages.read_shards import discover
+
+    try:
+        shards = discover(args.inputs, cfg.input.format)
+    except GpuDedupError:
+        return cfg  # the run reports it
+    types = {_column_type(s, AUTO_ID) for s in shards}
+    if len(types) != 1 or None in types:
+        if len(types) > 1 and None not in types:
+            log.info("the input column %r has different types across shards (%s); documents are named by row "
+                     "number (--id-column %s after making it one type)", AUTO_ID, ", ".join(sorted(types)), AUTO_ID)
+        return cfg
+    log.info("using the input column %r as document ids (duplicates.parquet keeps it verbatim beside 'row'); "
+             "--id-column COLUMN picks another, --no-id-column none", AUTO_ID)
+    return cfg.with_overrides({"input.id_column": AUTO_ID})
+
+
+def _column_type(shard, name: str) -> str | None:
+    """The type of column ``name`` in a shard (Parquet: its schema; JSONL: the first record, where
+    'any' stands for JSON's types), or None when the shard has no such column of an id-like type."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        if shard.format == "parquet":
+            schema = pq.read_schema(shard.path)
+            if name not in schema.names:
+                return None
+            t = schema.field(name).type
+            ok = (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                  or pa.types.is_binary(t) or pa.types.is_large_binary(t))
+            return str(t) if ok else None
+        if shard.format == "jsonl":
+            with pa.input_stream(shard.path, compression="detect") as f:
+                head = f.read(1 << 16)
+            for line in head.split(b"\n")[:-1] or [head]:  # the first complete record
+                if line.strip():
+                    record = json.loads(line)
+                    value = record.get(name) if isinstance(record, dict) else None
+                    return "any" if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+    except (OSError, ValueError, pa.ArrowException):
+        return None  # the run reports an unreadable shard
+    return None
 
 
 def cmd_run(args) -> int:
-    from .pipeline import run
-    from .report import summary
+    from gpu_dedup.index.commands import run
+    from gpu_dedup.report.build import summary
 
-    cfg = _config_from_args(args)
+    cfg = _with_id_column(args, _config_from_args(args))
     result = run(args.inputs, args.output, cfg, restart=args.restart, index_out=args.index_out,
                  against=args.against, update_index=args.update_index)
     if not args.quiet:
@@ -86,14 +176,14 @@ def cmd_run(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
+    from gpu_dedup.demo import run_demo
 
     cfg = _config_from_args(args)
     return run_demo(Path(args.output), cfg, docs=args.docs, quiet=args.quiet)
 
 
 def cmd_bench_skew(args) -> int:
-    from .bench import skew
+    from gpu_dedup.bench import skew
 
     skew.run(args.sizes, args.results, args.workdir)
     return 0
@@ -102,21 +192,22 @@ def cmd_bench_skew(args) -> int:
 def cmd_index_build(args) -> int:
     import tempfile
 
-    from .pipeline import run
+    from gpu_dedup.index.commands import run
 
-    cfg = _config_from_args(args)
+    cfg = _with_id_column(args, _config_from_args(args))
     with tempfile.TemporaryDirectory() as tmp:
         result = run(args.inputs, tmp, cfg, index_out=args.output, write_shards=False)
     c = result.report["counts"]
-    print(f"indexed {c['documents_read']:,} documents ({c['kept']:,} kept, {c['removed']:,} duplicates) "
-          f"in {args.output}")
+    if not args.quiet:
+        print(f"indexed {c['documents_read']:,} documents ({c['kept']:,} kept, {c['removed']:,} duplicates) "
+              f"in {args.output}")
     return 0
 
 
 def cmd_index_info(args) -> int:
     import json
 
-    from .index import Index
+    from gpu_dedup.index.store import Index
 
     print(json.dumps(Index.open(args.index).info(), indent=2))
     return 0
@@ -127,28 +218,62 @@ def cmd_query(args) -> int:
 
     import pyarrow as pa
 
-    from .index import Index
+    from gpu_dedup.errors import InputError
+    from gpu_dedup.index.store import Index
 
     index = Index.open(args.index)
-    stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8", errors="replace")
+    try:
+        stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"cannot read the queries in {args.file!r} ({exc.strerror}); give a text file, one "
+                         "query per line (or JSONL with --jsonl), or - for stdin") from None
     with stream:
         lines = [line.rstrip("\n") for line in stream]
-    texts = [json.loads(line).get(args.text_column) for line in lines if line.strip()] if args.jsonl else lines
+    texts = _jsonl_texts(lines, args.text_column, args.file) if args.jsonl else lines
     matches = index.query(pa.array(texts, pa.large_string()), threshold=args.threshold, members=args.members)
-    for rec in matches.to_pylist():
-        print(json.dumps(rec, default=str))
+    found = [[] for _ in texts]
+    for rec in matches.to_pylist():  # one JSON object per query, in input order, matches best first
+        found[rec.pop("query")].append(rec)
+    for q, recs in enumerate(found):
+        recs.sort(key=lambda r: (-r["similarity"], r["row"]))
+        print(json.dumps({"query": q, "matches": recs}, default=str))
+    if not args.quiet:
+        hit = sum(1 for recs in found if recs)
+        t = args.threshold if args.threshold is not None else index.config().lsh.threshold
+        print(f"{hit:,} of {len(texts):,} queries matched an indexed document (similarity >= {t}); "
+              f"{len(texts) - hit:,} had no match", file=sys.stderr)
     return 0
 
 
+def _jsonl_texts(lines: list[str], column: str, source: str) -> list:
+    """The ``column`` of each non-blank JSON line; a line that is no JSON object with it is an InputError."""
+    from gpu_dedup.errors import InputError
+
+    texts = []
+    for number, line in enumerate(lines, 1):  # queries: a few thousand lines at most
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise InputError(f"line {number} of {source!r} is not valid JSON ({exc}); give one JSON object per "
+                             "line, or drop --jsonl for plain text (one query per line)") from None
+        if not isinstance(record, dict) or column not in record:
+            raise InputError(f"line {number} of {source!r} has no {column!r} field; name the text field with "
+                             "--text-column")
+        texts.append(record[column])
+    return texts
+
+
 def cmd_bench_workers(args) -> int:
-    from .bench import workers
+    from gpu_dedup.bench import workers
 
     workers.run(args.documents, args.workers, args.memory_limit, args.block_rows, args.results, args.workdir)
     return 0
 
 
 def cmd_bench_peers(args) -> int:
-    from .bench import peers
+    from gpu_dedup.bench import peers
 
     cfg = _config_from_args(args)
     if args.backend is None:
@@ -161,7 +286,7 @@ def cmd_bench_peers(args) -> int:
 
 
 def cmd_bench_index(args) -> int:
-    from .bench import index
+    from gpu_dedup.bench import index
 
     index.run(args.documents, args.queries, args.single, args.results, args.workdir)
     return 0
@@ -177,7 +302,7 @@ def cmd_config(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from .evaluate import evaluate, summary
+    from gpu_dedup.evaluation.evaluate import evaluate, summary
 
     cfg = _config_from_args(args)
     report = evaluate(args.inputs, cfg, output_dir=args.output, sample=args.sample, seed=args.seed, floor=args.floor,
@@ -185,7 +310,7 @@ def cmd_evaluate(args) -> int:
                       plot=not args.no_plot, keep_runs=args.keep_runs, lsh_seeds=args.lsh_seeds)
     print(summary(report))
     written = sorted(p.name for p in Path(args.output).glob("evaluation.*"))
-    print(f"wrote {', '.join(written)} in {args.output}/")
+    print(f"wrote {', '.join(written)} in {Path(args.output)}/")
     if args.require_targets:
         failed = [f"{name}: {k}" for name, r in report["runs"].items() for k, v in r["targets"].items()
                   if not v["met"] and v.get("applies", True)]
@@ -196,12 +321,16 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from .tune import format_empirical, format_table, tune
+    from gpu_dedup.evaluation.tune import format_empirical, format_table, tune
 
     cfg = _config_from_args(args)
     overrides = {k: v for k, v in (("lsh.fp_weight", args.fp_weight), ("lsh.fn_weight", args.fn_weight)) if v is not None}
     if overrides:
         cfg = cfg.with_overrides(overrides)
+    if args.output is None:  # the default directory, in the current one: say so before anything is written
+        args.output = TUNE_DIR
+        if not args.quiet:
+            print(f"writing tune.json and tune.png to {Path(TUNE_DIR).resolve()}/ (the default; -o DIR to choose)")
     result = tune(cfg, top=args.top, output_dir=args.output, sample_inputs=args.sample, sample=args.sample_size,
                   seed=args.seed, confirm=args.confirm, floor=args.floor, plot=not args.no_plot)
     print(f"LSH layouts for threshold {cfg.lsh.threshold}, num_perm {cfg.minhash.num_perm}, "
@@ -211,17 +340,21 @@ def cmd_tune(args) -> int:
         print(format_empirical(result["empirical"]))
     pick = result["pick"]
     print(f"pick: lsh.bands={pick['bands']} lsh.rows={pick['rows']}"
-          + (f"; wrote tune.json{', tune.png' if 'png' in result else ''} in {args.output}/" if args.output else ""))
+          + (f"; wrote tune.json{', tune.png' if 'png' in result else ''} in {Path(args.output)}/"
+             if args.output else ""))
     return 0
 
 
+TUNE_DIR = "gpu-dedup-tune"
+
+
 def cmd_dataset(args) -> int:
-    from .datasets import build
+    from gpu_dedup.evaluation.datasets import build
 
     info = build(args.name, args.output)
     print(f"{info['dataset']}: {info['documents']:,} documents, {info['text_mb']} MB of text -> {info['path']}")
     if args.info:
-        from .io import atomic_write_bytes
+        from gpu_dedup.stages.write_shards import atomic_write_bytes
 
         Path(args.info).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(args.info, (json.dumps(info, indent=2) + "\n").encode())
@@ -229,8 +362,8 @@ def cmd_dataset(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .errors import InputError
-    from .report_html import write_html
+    from gpu_dedup.errors import InputError
+    from gpu_dedup.report.page import write_html
 
     src = Path(args.report)
     if src.is_dir():
@@ -249,10 +382,37 @@ def cmd_report(args) -> int:
     return 0
 
 
+QUERY_OUTPUT = """output: one JSON object per query on stdout, in input order (JSONL input: its non-blank
+lines), with its matches best first; a query without a match has an empty list:
+  {"query": 0, "matches": [{"row": 812, "id": "doc-812", "similarity": 1.0, "exact": true,
+                            "kept": true, "cluster_id": 812, "survivor_id": "doc-812"}]}
+  {"query": 1, "matches": []}
+row: the indexed document's number; its id appears under the index's id column name (when the
+index was built with one); cluster_id: the row of the survivor of its cluster.  A summary line
+("N of M queries matched ...") goes to stderr unless -q.
+exit status: 0 when every query was looked up, matched or not; non-zero with a one-line message
+on stderr when the queries could not be run (no index, unreadable input, invalid JSON)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Options anywhere on a command's line, before, between or after its positionals
+    (``query INDEX --jsonl FILE``): argparse's intermixed parsing, for the commands without
+    sub-commands."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        if getattr(self, "_mixing", False) or any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+            return super().parse_known_args(args, namespace)
+        self._mixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._mixing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-dedup", description="Near-duplicate removal with MinHash + LSH.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__import__('gpu_dedup').__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run", help="deduplicate Parquet / JSONL shards")
     p.add_argument("inputs", nargs="+", help="shard files, directories or glob patterns")
@@ -263,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--against", metavar="INDEX", help="deduplicate against a persisted index (indexed documents win)")
     p.add_argument("--update-index", action="store_true", help="with --against: append the inputs to the index")
     _add_config_args(p)
+    _add_no_id_column(p)
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("-v", "--verbose", action="count", default=0)
     p.set_defaults(func=cmd_run)
@@ -324,20 +485,25 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("inputs", nargs="+")
     b.add_argument("-o", "--output", required=True, help="index directory (must not hold an index yet)")
     _add_config_args(b)
+    _add_no_id_column(b)
     b.add_argument("-q", "--quiet", action="store_true")
     b.set_defaults(func=cmd_index_build, verbose=0)
     b = ix.add_parser("info", help="print an index's size, segments and config")
     b.add_argument("index")
     b.set_defaults(func=cmd_index_info, quiet=True, verbose=0)
 
-    p = sub.add_parser("query", help="find indexed documents similar to texts (one per line, or JSONL)")
+    p = sub.add_parser(
+        "query", help="find indexed documents similar to texts (one per line, or JSONL)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=QUERY_OUTPUT)
     p.add_argument("index")
     p.add_argument("file", nargs="?", default="-", help="text file, one document per line (default: stdin)")
     p.add_argument("--jsonl", action="store_true", help="input lines are JSON objects; read --text-column")
     p.add_argument("--text-column", default="text")
     p.add_argument("--threshold", type=float, help="minimum similarity (default: the index's threshold)")
     p.add_argument("--members", type=int, default=8, help="documents compared per matching index bucket")
-    p.set_defaults(func=cmd_query, quiet=True, verbose=0)
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
+    p.set_defaults(func=cmd_query, verbose=0)
 
     p = sub.add_parser("evaluate", help="measure recall and precision against exact all-pairs Jaccard on a sample")
     p.add_argument("inputs", nargs="+", help="shard files, directories or glob patterns")
@@ -364,7 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fp-weight", type=float, help="weight of the false-positive area (lsh.fp_weight)")
     p.add_argument("--fn-weight", type=float, help="weight of the false-negative area (lsh.fn_weight)")
     p.add_argument("--top", type=int, default=6, help="cheapest layouts to list besides the pick's neighbours")
-    p.add_argument("-o", "--output", default="gpu-dedup-tune", help="directory for tune.json and tune.png")
+    p.add_argument("-o", "--output", help=f"directory for tune.json and tune.png (default: {TUNE_DIR} in the "
+                   "current directory)")
     p.add_argument("--sample", metavar="CORPUS", nargs="+", help="confirm the top layouts on a sample of this corpus")
     p.add_argument("--sample-size", type=int, default=5000, help="documents sampled for --sample (default 5000)")
     p.add_argument("--confirm", type=int, default=3, help="layouts run on the sample (default 3)")
@@ -375,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="count", default=0)
     p.set_defaults(func=cmd_tune)
 
-    from .datasets import DATASETS
+    from gpu_dedup.evaluation.datasets import DATASETS
 
     p = sub.add_parser("dataset", help="build a real evaluation corpus from installed Debian packages")
     p.add_argument("name", choices=sorted(DATASETS), help="; ".join(f"{k}: {v}" for k, v in DATASETS.items()))

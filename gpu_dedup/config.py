@@ -14,7 +14,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError
+from gpu_dedup.curves import cosine_layout, cosine_min_rows, optimal_layout
+from gpu_dedup.errors import ConfigError
 
 SHINGLE_KINDS = ("word", "char")
 UNICODE_FORMS = ("NFKC", "NFC", "NFKD", "NFD", "none")
@@ -22,6 +23,11 @@ VERIFY_METHODS = ("exact", "signature", "none")
 KEEP_POLICIES = ("first", "longest", "lowest_id", "score")
 BACKENDS = ("auto", "cpu", "gpu")
 FORMATS = ("auto", "parquet", "jsonl")
+SIMILARITIES = ("jaccard", "cosine")
+TEXT_WEIGHTINGS = ("tf", "tfidf")
+BAD_VECTOR_POLICIES = ("error", "keep")
+COSINE_MAX_BITS = 4096
+COSINE_MAX_ROWS = 64  # a band is at most one 64-bit word: its hash is then exact (injective)
 
 
 def _choice(section: str, name: str, value, choices) -> None:
@@ -32,13 +38,18 @@ def _choice(section: str, name: str, value, choices) -> None:
 @dataclass(frozen=True)
 class InputConfig:
     text_column: str = "text"
-    id_column: str | None = None  # None: an int64 id (global row number) is generated
+    id_column: str | None = None  # None: no user ids (documents are named by their row number, column row)
     format: str = "auto"  # auto (by file extension) | parquet | jsonl
+    vector_column: str | None = None  # similarity cosine: list<float> / fixed_size_list<float> column of
+    # embeddings (float16/32/64); None: vectors are built from the text (see cosine.text)
 
     def __post_init__(self):
         _choice("input", "format", self.format, FORMATS)
         if not self.text_column:
             raise ConfigError("input.text_column is empty; name the column that holds the document text")
+        if self.vector_column is not None and not self.vector_column:
+            raise ConfigError("input.vector_column is empty; name the embedding column, or null to build "
+                              "vectors from the text")
 
 
 @dataclass(frozen=True)
@@ -57,7 +68,6 @@ class MinHashConfig:
     num_perm: int = 128
     shingle: str = "word"  # word | char (code points, not bytes)
     ngram: int = 5
-    hash_bits: int = 64  # 64: values mod 2**61-1; 32: values mod 2**31-1
     seed: int = 42
 
     def __post_init__(self):
@@ -66,14 +76,34 @@ class MinHashConfig:
         if self.ngram < 1:
             raise ConfigError(f"minhash.ngram = {self.ngram} must be >= 1 (typical: word 5, char 5..24)")
         _choice("minhash", "shingle", self.shingle, SHINGLE_KINDS)
-        _choice("minhash", "hash_bits", self.hash_bits, (32, 64))
         if not 0 <= self.seed < 2**64:
             raise ConfigError(f"minhash.seed = {self.seed} must be in [0, 2**64)")
+
+    @property
+    def hash_bits(self) -> int:
+        """Width of the signature values: always 32 (hash family v2, kernels/scalar.py). Not a setting."""
+        return 32
+
+
+# keys that existed once: a config that still sets one gets this explanation instead of "unknown key"
+REMOVED_KEYS = {
+    "minhash.hash_bits": "signature values are always 32-bit since hash family v2 (kernels/scalar.py); "
+                         "delete the key from the config",
+}
 
 
 @dataclass(frozen=True)
 class LSHConfig:
-    threshold: float = 0.8  # Jaccard similarity that counts as a near-duplicate
+    """Banding and the near-duplicate threshold.
+
+    ``threshold`` is the Jaccard similarity that counts as a near duplicate,
+    or, when ``similarity: cosine``, the cosine similarity (then the layout
+    is ``cosine.bands`` x ``cosine.rows``, derived by
+    :func:`gpu_dedup.curves.cosine_layout`; ``bands``/``rows`` here are the
+    MinHash layout only).
+    """
+
+    threshold: float = 0.8  # Jaccard similarity (cosine similarity under similarity: cosine) of a near-duplicate
     bands: int | None = None  # both None: derived from threshold and num_perm;
     rows: int | None = None  # one given: the other is num_perm divided by it
     star_rounds: int = 3  # buckets -> edges: a star around the smallest member; members it rejects are
@@ -100,6 +130,11 @@ class LSHConfig:
 
 @dataclass(frozen=True)
 class VerifyConfig:
+    """``method``: ``exact`` (Jaccard of shingle sets; under cosine: the exact
+    cosine of the vectors), ``signature`` (the fraction of equal MinHash
+    values; under cosine: the Hamming estimate ``cos(pi * (1 - matching_bits / D))``)
+    or ``none``."""
+
     method: str = "exact"  # exact Jaccard of shingle sets | signature estimate | none
     threshold: float | None = None  # None: lsh.threshold
 
@@ -113,8 +148,10 @@ class VerifyConfig:
 class SelectConfig:
     keep: str = "first"  # first (input order) | longest | lowest_id | score (highest wins)
     score_column: str | None = None
-    split_chains: bool = False  # true: a member below the verify threshold to its survivor leaves the
-    # cluster; ejected members re-form clusters among themselves (see select.split_chains)
+    split_chains: bool = True  # a member below the verify threshold to its survivor leaves the cluster;
+    # ejected members re-form clusters among themselves, so every removed document is at or above the
+    # threshold to the document kept in its place.  false: plain connected components (chains remove
+    # documents down to well below the threshold; what FineWeb and NeMo Curator do)
 
     def __post_init__(self):
         _choice("select", "keep", self.keep, KEEP_POLICIES)
@@ -152,6 +189,101 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
+class TextVectorConfig:
+    """Term-weight vectors built from the normalized text when ``similarity: cosine`` has no
+    ``input.vector_column`` (see :mod:`gpu_dedup.stages.vectors`).
+
+    Features are word or char n-grams hashed to 64 bits (no dimension: the
+    signature is SimHash over the hashed features); ``tf`` weights a feature
+    by its count in the document, ``tfidf`` by count x idf, with document
+    frequencies counted over the corpus in ``2**idf_bits`` hashed buckets.
+    """
+
+    shingle: str = "word"  # word | char (code points)
+    ngram: int = 3
+    weighting: str = "tfidf"  # tf | tfidf
+    idf_bits: int = 20  # document-frequency table of 2**idf_bits buckets (8 bytes each)
+
+    def __post_init__(self):
+        _choice("cosine.text", "shingle", self.shingle, SHINGLE_KINDS)
+        _choice("cosine.text", "weighting", self.weighting, TEXT_WEIGHTINGS)
+        if not 1 <= self.ngram <= 64:
+            raise ConfigError(f"cosine.text.ngram = {self.ngram} must be in [1, 64] (typical: word 1..5, char 3..9)")
+        if not 8 <= self.idf_bits <= 28:
+            raise ConfigError(f"cosine.text.idf_bits = {self.idf_bits} must be in [8, 28] "
+                              f"(a table of 2**idf_bits int64 counts; typical 20 = 8 MiB)")
+
+
+@dataclass(frozen=True)
+class CosineConfig:
+    """Random-projection signatures for ``similarity: cosine`` (see :mod:`gpu_dedup.stages.projections`).
+
+    ``bits`` hyperplanes drawn from ``seed`` give a ``bits``-bit signature;
+    ``bands`` x ``rows`` of its bits are banded (``rows`` <= 64); both None:
+    derived from ``lsh.threshold`` by :func:`gpu_dedup.curves.cosine_layout`
+    with ``rows >= min_rows``; one given: the other is ``bits // given``.
+    ``min_rows`` None: derived from the number of rows of the run
+    (:func:`gpu_dedup.curves.cosine_min_rows`: about 0.05 unrelated rows per
+    bucket; unrelated vectors agree on half of their bits, so a band of
+    ``k`` bits holds ``rows * 2**-k`` of them; narrow bands fill buckets with
+    them, which costs time and, with star edges, recall).  ``bad_vectors`` decides what
+    a row with NaN/inf or of another length than the first row does:
+    ``error`` stops with the row and shard named, ``keep`` keeps it
+    (counted, never bucketed).  Null rows and zero vectors are always kept
+    and counted, never bucketed.
+    """
+
+    bits: int = 1024
+    seed: int = 42
+    bands: int | None = None
+    rows: int | None = None
+    min_rows: int | None = None  # None: cosine_min_rows(rows of the run)
+    bad_vectors: str = "error"  # error | keep
+    text: TextVectorConfig = field(default_factory=TextVectorConfig)
+
+    def __post_init__(self):
+        if self.bits < 64 or self.bits > COSINE_MAX_BITS or self.bits % 64:
+            raise ConfigError(f"cosine.bits = {self.bits} must be a multiple of 64 in [64, {COSINE_MAX_BITS}] "
+                              "(typical: 256..1024)")
+        if not 0 <= self.seed < 2**64:
+            raise ConfigError(f"cosine.seed = {self.seed} must be in [0, 2**64)")
+        _choice("cosine", "bad_vectors", self.bad_vectors, BAD_VECTOR_POLICIES)
+        if self.bands is not None and self.bands < 1:
+            raise ConfigError(f"cosine.bands = {self.bands} must be >= 1")
+        if self.rows is not None and not 1 <= self.rows <= COSINE_MAX_ROWS:
+            raise ConfigError(f"cosine.rows = {self.rows} must be in [1, {COSINE_MAX_ROWS}] (bits per band)")
+        if self.min_rows is not None and not 1 <= self.min_rows <= min(COSINE_MAX_ROWS, self.bits):
+            raise ConfigError(f"cosine.min_rows = {self.min_rows} must be in [1, {min(COSINE_MAX_ROWS, self.bits)}] "
+                              "or null (derived from the number of rows)")
+        b, r = self.bands, self.rows
+        if b is not None and r is not None and b * r > self.bits:
+            raise ConfigError(f"cosine.bands * cosine.rows = {b} * {r} = {b * r} exceeds cosine.bits = {self.bits}; "
+                              "raise bits or lower bands/rows")
+        if b is not None and r is None and self.bits // b < 1:
+            raise ConfigError(f"cosine.bands = {b} exceeds cosine.bits = {self.bits}: no bit left per band")
+        if b is not None and r is None and self.bits // b > COSINE_MAX_ROWS:
+            raise ConfigError(f"cosine.bands = {b} leaves cosine.bits // bands = {self.bits // b} bits per band, "
+                              f"over {COSINE_MAX_ROWS}; give cosine.rows too or raise bands")
+
+    def layout(self, threshold: float, fp_weight: float = 0.05, fn_weight: float = 0.95,
+               rows_in_run: int | None = None) -> tuple[int, int]:
+        """(bands, rows): given, completed from ``bits``, or derived from the cosine ``threshold``
+        with ``rows >= min_rows`` (``min_rows`` None: ``cosine_min_rows(rows_in_run)``, or 1 when
+        the number of rows is not given)."""
+        b, r = self.bands, self.rows
+        if b is not None and r is not None:
+            return b, r
+        if r is not None:
+            return self.bits // r, r
+        if b is not None:
+            return b, self.bits // b
+        min_rows = self.min_rows
+        if min_rows is None:
+            min_rows = cosine_min_rows(rows_in_run) if rows_in_run else 1
+        return cosine_layout(threshold, self.bits, fp_weight, fn_weight, min_rows=min(min_rows, self.bits))
+
+
+@dataclass(frozen=True)
 class Config:
     backend: str = "auto"  # auto | cpu | gpu
     exact_dedup: bool = True  # collapse identical normalized texts before MinHash
@@ -163,9 +295,15 @@ class Config:
     select: SelectConfig = field(default_factory=SelectConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    similarity: str = "jaccard"  # jaccard (MinHash) | cosine (random projections; see the cosine section)
+    cosine: CosineConfig = field(default_factory=CosineConfig)
 
     def __post_init__(self):
         _choice("", "backend", self.backend, BACKENDS)
+        _choice("", "similarity", self.similarity, SIMILARITIES)
+        if self.similarity == "cosine" and not 0.0 < self.lsh.threshold < 1.0:
+            raise ConfigError(f"lsh.threshold = {self.lsh.threshold} must be in (0, 1) as a cosine threshold "
+                              "(similarity: cosine; 1 would keep only identical directions); e.g. 0.9")
         b, r, n = self.lsh.bands, self.lsh.rows, self.minhash.num_perm
         if b is not None and r is not None and b * r > n:
             raise ConfigError(
@@ -192,9 +330,19 @@ class Config:
             return n // r, r
         if b is not None:
             return b, n // b
-        from .lsh import optimal_layout
 
         return optimal_layout(self.lsh.threshold, self.minhash.num_perm, self.lsh.fp_weight, self.lsh.fn_weight)
+
+    @property
+    def cosine_layout(self) -> tuple[int, int]:
+        """(bands, rows) of the cosine signature when the number of rows is not known
+        (see :meth:`cosine_layout_for`)."""
+        return self.cosine_layout_for(None)
+
+    def cosine_layout_for(self, rows_in_run: int | None) -> tuple[int, int]:
+        """(bands, rows) of the cosine signature for a run over ``rows_in_run`` rows
+        (see :meth:`CosineConfig.layout`)."""
+        return self.cosine.layout(self.lsh.threshold, self.lsh.fp_weight, self.lsh.fn_weight, rows_in_run)
 
     @property
     def verify_threshold(self) -> float:
@@ -309,6 +457,10 @@ def _build(cls, data, prefix: str):
         raise ConfigError(f"{prefix or 'config'} must be a mapping of keys, got {data!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name in data:
+        fix = REMOVED_KEYS.get(f"{prefix}.{name}" if prefix else name)
+        if fix:
+            raise ConfigError(f"{prefix}.{name} = {data[name]!r} is no longer a setting: {fix}")
     unknown = sorted(set(data) - set(fields))
     if unknown:
         where = f"section {prefix!r}" if prefix else "the top level"

@@ -5,148 +5,338 @@ positions into ``data``) and ``data`` (uint8).  ``docs`` selects which
 documents to process; ``tasks`` splits ``docs`` into byte-balanced chunks that
 ``prange`` distributes over threads, so one long document does not hold a
 whole thread's share of short ones.
+
+The signature kernel exists once per shingle mode (``minhash_word``,
+``minhash_char``): the mode is a constant inside, so the per-token loop has
+no branch on it, and a run compiles (or loads) only the kernel it uses.
+
+Signature loop (``minhash_word`` / ``minhash_char``, ``_signature_task``):
+two documents are rolled in turn, one token each (``next_shingle``); the
+32-bit key of each shingle goes to its document's small key buffer, and
+every KEYS keys ``_sweep`` folds them into the running minima.
+The sweep takes eight keys at a time and runs over the permutations, 32 at a
+time: ``sig[j] = min(sig[j], a[j]*x0 + b[j], ..., a[j]*x7 + b[j])`` as
+explicit 32-lane vector multiplies, adds and minimums (``_permute_lanes``),
+with no horizontal reduction.
+
+Arrays handed to the scalar twins are *borrowed* (``_borrow``: the same
+view without its memory owner) inside the kernels: Numba reference-counts
+array arguments of every call with atomic increments, which would otherwise
+cost more than hashing a word.  The kernel's own argument keeps the memory
+alive for the whole call.
 """
 
 import numba
 import numpy as np
-from numba import prange
+from gpu_dedup.kernels.scalar import SENTINEL
+from gpu_dedup.kernels.twin import compile_twins, guard_cache
+from llvmlite import ir
+from numba import prange, types
+from numba.core import cgutils
+from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic
 
-from .scalar import P31, P61, ZERO
-from .twin import compile_twins, guard_cache
+# The rolling loop is compiled without reference counting (it allocates nothing) and the per-token
+# functions are inlined into it at the Numba IR level: LLVM would leave next_word as a call per word, and an
+# inlined array argument is otherwise reference-counted once per token.  The general path of a word
+# (non-ASCII, long, last bytes of a document) stays one shared function: inlining it into every caller
+# would only lengthen compilation.
+_INLINE = numba.njit(cache=True, inline="always")
 
-dev = compile_twins(numba.njit(cache=True))
 
-_char_shingles = dev.char_shingles
-_word_shingles = dev.word_shingles
-_update61 = dev.minhash_update61
-_update31 = dev.minhash_update31
-_mod31 = dev.mod31
+@numba.njit(cache=True, inline="always")
+def _first_special_shift(f0, f1):
+    """CPU twin of ``scalar.first_special_shift``: trailing-zero counts (one instruction each) instead
+    of the multiply trick, which shortens the dependency chain from one word to the next."""
+    t0 = trailing_zeros(f0)
+    t1 = trailing_zeros(f1)
+    return t0 - np.uint64(7) if t0 < np.uint64(64) else t1 + np.uint64(57)
+
+
+_NO_REFCOUNT = numba.njit(cache=True, _nrt=False)
+dev = compile_twins(numba.njit(cache=True), special={"next_word": _INLINE, "next_char": _INLINE, "next_shingle": _INLINE,
+                                                     "word_general": _NO_REFCOUNT, "shingle_batch": _NO_REFCOUNT},
+                    replace={"first_special_shift": _first_special_shift})
+
+_shingle_batch = dev.shingle_batch
+_next_shingle = dev.next_shingle
+_perm_key = dev.perm_key
+_permute = dev.permute
 _band_hash = dev.band_hash
 _exact_hash = dev.exact_hash
 _intersection = dev.sorted_intersection
 
-BATCH = 128  # shingles hashed per permutation sweep (the SIMD dimension)
+BATCH = 256  # shingle values rolled per call of shingle_batch (shingle-set kernels)
 
 
-@numba.njit(cache=True)
-def _start_tail(word_mode, start):
-    """Initial ``tail``: a ring slot (word mode) or a byte position (char mode)."""
-    return 0 if word_mode else start
+@intrinsic
+def _borrow(typingctx, arr):
+    """The same array without its memory owner: reference counting is a no-op on it."""
+
+    def codegen(context, builder, sig, args):
+        src = context.make_array(sig.args[0])(context, builder, value=args[0])
+        out = context.make_array(sig.return_type)(context, builder)
+        cgutils.copy_struct(out, src)
+        out.meminfo = cgutils.get_null_value(out.meminfo.type)
+        return out._getvalue()
+
+    return arr(arr), codegen
 
 
-@numba.njit(cache=True)
-def _shingle_batch(data, end, word_mode, n, base, base_n1, word_base, head, tail, h, count, buf, ring):
-    """One batch of shingle values; state (head, tail, h, count) starts at
-    (start, start_tail(word_mode, start), 0, 0)."""
-    if word_mode:
-        return _word_shingles(data, end, n, base, base_n1, word_base, head, tail, h, count, buf, buf.shape[0], ring)
-    return _char_shingles(data, end, n, base, base_n1, head, tail, h, count, buf, buf.shape[0])
+LANES = 32  # permutations per explicit vector operation of the sweep (two AVX-512 or four AVX2 registers)
+KEYS = 8  # keys folded per pass over the permutations
 
 
-@numba.njit(parallel=True, cache=True)
-def minhash(offsets, data, docs, tasks, word_mode, n, base, base_n1, word_base, a, b, bits64, out, counts):
-    """MinHash signatures of ``docs`` into ``out[k, :]``; shingle counts into ``counts``."""
+@intrinsic
+def _permute_lanes(typingctx, a, b, sig, j, xs, i):
+    """``sig[j:j+LANES] = min(sig[j:j+LANES], a[j:j+LANES] * x + b[j:j+LANES] for x in xs[i:i+KEYS])``
+    (uint32, products mod 2**32) as explicit LANES-wide vector IR.
+
+    LLVM's loop vectorizer stops at 256-bit registers on CPUs tuned to prefer them; an explicit
+    vector type is lowered to the widest registers the CPU has (AVX-512 here, split on AVX2).  The
+    arithmetic is ``scalar.permute``'s; tests compare the signatures with the oracle.
+    """
+    vec = ir.VectorType(ir.IntType(32), LANES)
+    splat = ir.Constant(vec, [0] * LANES)
+
+    def codegen(context, builder, signature, args):
+        arr_a, arr_b, arr_sig, at, arr_xs, first = args
+
+        def lanes(arrty, value):
+            data = context.make_array(arrty)(context, builder, value=value).data
+            return builder.bitcast(builder.gep(data, [at]), vec.as_pointer())
+
+        pa, pb, ps = (lanes(t, v) for t, v in zip(signature.args[:3], (arr_a, arr_b, arr_sig)))
+        va, vb, m = builder.load(pa, align=4), builder.load(pb, align=4), builder.load(ps, align=4)
+        keys = context.make_array(signature.args[4])(context, builder, value=arr_xs).data
+        for q in range(KEYS):
+            x = builder.load(builder.gep(keys, [builder.add(first, ir.Constant(first.type, q))]))
+            xv = builder.insert_element(ir.Constant(vec, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+            xv = builder.shuffle_vector(xv, ir.Constant(vec, ir.Undefined), splat)
+            h = builder.add(builder.mul(va, xv), vb)
+            m = builder.select(builder.icmp_unsigned("<", h, m), h, m)
+        builder.store(m, ps, align=4)
+        return context.get_dummy_value()
+
+    return types.void(a, b, sig, j, xs, i), codegen
+
+
+@numba.njit(cache=True, inline="always")
+def _sweep(xs, k, a, b, sig):
+    """sig[j] = min(sig[j], min_i permute(xs[i], a[j], b[j])) for i < k.
+
+    ``xs`` has room for ``k`` rounded up to a multiple of KEYS: the last group is padded with copies
+    of ``xs[0]`` (a repeated key changes no minimum), so every pass takes KEYS keys; ``a``, ``b``,
+    ``sig`` are contiguous uint32.
+    """
     num_perm = a.shape[0]
-    sentinel = P61 if bits64 else P31
-    for t in prange(tasks.shape[0] - 1):
-        buf = np.empty(BATCH, np.uint64)
-        ring = np.empty(max(n, 1), np.uint64)
-        sig = np.empty(num_perm, np.uint64)
-        for k in range(tasks[t], tasks[t + 1]):
-            d = docs[k]
-            start = offsets[d]
-            end = offsets[d + 1]
-            sig[:] = sentinel
-            head = start
-            tail = _start_tail(word_mode, start)
-            h = ZERO
-            count = 0
-            total = 0
-            done = False
-            while not done:
-                head, tail, h, count, filled, done = _shingle_batch(
-                    data, end, word_mode, n, base, base_n1, word_base, head, tail, h, count, buf, ring
-                )
-                if filled > 0:
-                    if bits64:
-                        _update61(sig, buf, filled, a, b, num_perm)
-                    else:
-                        for i in range(filled):
-                            buf[i] = _mod31(buf[i])
-                        _update31(sig, buf, filled, a, b, num_perm)
-                    total += filled
-            for j in range(num_perm):
-                out[k, j] = sig[j]
-            counts[k] = total
+    vectors = num_perm - num_perm % LANES
+    while k % KEYS != 0:
+        xs[k] = xs[0]
+        k += 1
+    for i in range(0, k, KEYS):
+        for j in range(0, vectors, LANES):
+            _permute_lanes(a, b, sig, j, xs, i)
+        for j in range(vectors, num_perm):
+            aj = a[j]
+            bj = b[j]
+            m = sig[j]
+            for q in range(i, i + KEYS):
+                m = min(m, _permute(xs[q], aj, bj))
+            sig[j] = m
+
+
+@numba.njit(cache=True, _nrt=False)
+def _signature_task(offsets, text, docs, lo, hi, word_mode, n, base, base_n1, word_base, word_base2, a, b,
+                    rings, keys, sigs, out, counts):
+    """Signatures of ``docs[lo:hi]``, two documents at a time.
+
+    Finding where a word ends is a chain of dependent operations from one word to the next; two
+    documents (lanes A and B) advanced in turn give the CPU two independent chains to overlap.  Each
+    lane has its ring (``rings[i]``), key buffer (``keys[i]``) and minima (``sigs[i]``); a lane that
+    finishes its document takes the next one.  A lane folds its keys into its minima every KEYS keys:
+    the vector multiplies of the sweep then run beside the scalar tokenizing of the next words (the
+    core executes both at once) instead of in separate bursts.  Arrays are borrowed (no reference
+    counting).
+    """
+    num_perm = a.shape[0]
+    ring_a, ring_b, keys_a, keys_b, sig_a, sig_b = rings[0], rings[1], keys[0], keys[1], sigs[0], sigs[1]
+    nxt = lo
+    # lane A
+    live_a = nxt < hi
+    doc_a = nxt
+    nxt += 1
+    pos_a = offsets[docs[doc_a]] if live_a else 0
+    end_a = offsets[docs[doc_a] + 1] if live_a else 0
+    h_a = np.uint64(0)
+    count_a = 0
+    tail_a = 0
+    fill_a = 0
+    total_a = 0
+    sig_a[:] = SENTINEL
+    # lane B
+    live_b = nxt < hi
+    doc_b = nxt
+    nxt += 1
+    pos_b = offsets[docs[doc_b]] if live_b else 0
+    end_b = offsets[docs[doc_b] + 1] if live_b else 0
+    h_b = np.uint64(0)
+    count_b = 0
+    tail_b = 0
+    fill_b = 0
+    total_b = 0
+    sig_b[:] = SENTINEL
+    while live_a or live_b:
+        if live_a:
+            pos_a, h_a, count_a, tail_a, emit, done = _next_shingle(
+                text, end_a, word_mode, n, base, base_n1, word_base, word_base2, pos_a, h_a, count_a, tail_a, ring_a)
+            keys_a[fill_a] = _perm_key(h_a)  # kept only when emitted: no branch per token
+            fill_a += emit
+            if fill_a == KEYS or done:
+                _sweep(keys_a, fill_a, a, b, sig_a)
+                total_a += fill_a
+                fill_a = 0
+            if done:
+                for j in range(num_perm):
+                    out[doc_a, j] = sig_a[j]
+                counts[doc_a] = total_a
+                live_a = nxt < hi
+                if live_a:
+                    doc_a = nxt
+                    nxt += 1
+                    pos_a = offsets[docs[doc_a]]
+                    end_a = offsets[docs[doc_a] + 1]
+                    h_a = np.uint64(0)
+                    count_a = 0
+                    tail_a = 0
+                    total_a = 0
+                    sig_a[:] = SENTINEL
+        if live_b:
+            pos_b, h_b, count_b, tail_b, emit, done = _next_shingle(
+                text, end_b, word_mode, n, base, base_n1, word_base, word_base2, pos_b, h_b, count_b, tail_b, ring_b)
+            keys_b[fill_b] = _perm_key(h_b)  # kept only when emitted: no branch per token
+            fill_b += emit
+            if fill_b == KEYS or done:
+                _sweep(keys_b, fill_b, a, b, sig_b)
+                total_b += fill_b
+                fill_b = 0
+            if done:
+                for j in range(num_perm):
+                    out[doc_b, j] = sig_b[j]
+                counts[doc_b] = total_b
+                live_b = nxt < hi
+                if live_b:
+                    doc_b = nxt
+                    nxt += 1
+                    pos_b = offsets[docs[doc_b]]
+                    end_b = offsets[docs[doc_b] + 1]
+                    h_b = np.uint64(0)
+                    count_b = 0
+                    tail_b = 0
+                    total_b = 0
+                    sig_b[:] = SENTINEL
 
 
 @numba.njit(parallel=True, cache=True)
-def shingle_counts(offsets, data, docs, tasks, word_mode, n, base, base_n1, word_base, counts):
-    """Number of shingles (with repeats) of each selected document."""
+def minhash_word(offsets, data, docs, tasks, n, base, base_n1, word_base, word_base2, a, b, out, counts):
+    """MinHash signatures (uint32) of ``docs`` into ``out[k, :]`` from word n-grams; shingle counts into ``counts``.
+
+    (One kernel per mode: the mode is a constant in it, and a run compiles only the kernel it uses.)
+    """
+    num_perm = a.shape[0]
+    text, mul, add, rows, shingles = _borrow(data), _borrow(a), _borrow(b), _borrow(out), _borrow(counts)
     for t in prange(tasks.shape[0] - 1):
-        buf = np.empty(BATCH, np.uint64)
-        ring = np.empty(max(n, 1), np.uint64)
-        for k in range(tasks[t], tasks[t + 1]):
-            d = docs[k]
-            end = offsets[d + 1]
-            head = offsets[d]
-            tail = _start_tail(word_mode, head)
-            h = ZERO
-            count = 0
-            total = 0
-            done = False
-            while not done:
-                head, tail, h, count, filled, done = _shingle_batch(
-                    data, end, word_mode, n, base, base_n1, word_base, head, tail, h, count, buf, ring
-                )
+        rings = np.empty((2, max(n, 1)), np.uint64)
+        keys = np.empty((2, 2 * KEYS), np.uint32)
+        sigs = np.empty((2, num_perm), np.uint32)
+        _signature_task(offsets, text, docs, tasks[t], tasks[t + 1], True, n, base, base_n1, word_base, word_base2,
+                        mul, add, _borrow(rings), _borrow(keys), _borrow(sigs), rows, shingles)
+
+
+@numba.njit(parallel=True, cache=True)
+def minhash_char(offsets, data, docs, tasks, n, base, base_n1, word_base, word_base2, a, b, out, counts):
+    """:func:`minhash_word` for character n-grams."""
+    num_perm = a.shape[0]
+    text, mul, add, rows, shingles = _borrow(data), _borrow(a), _borrow(b), _borrow(out), _borrow(counts)
+    for t in prange(tasks.shape[0] - 1):
+        rings = np.empty((2, max(n, 1)), np.uint64)
+        keys = np.empty((2, 2 * KEYS), np.uint32)
+        sigs = np.empty((2, num_perm), np.uint32)
+        _signature_task(offsets, text, docs, tasks[t], tasks[t + 1], False, n, base, base_n1, word_base, word_base2,
+                        mul, add, _borrow(rings), _borrow(keys), _borrow(sigs), rows, shingles)
+
+
+@numba.njit(cache=True, _nrt=False)
+def _values_task(offsets, text, docs, lo, hi, word_mode, n, base, base_n1, word_base, word_base2, ring, buf,
+                 count_only, set_offsets, values, counts):
+    """Shingle values (with repeats) of ``docs[lo:hi]``: their number into ``counts[k]`` if ``count_only``,
+    else the values into ``values[set_offsets[k]:]``.  Arrays are borrowed (no reference counting)."""
+    for k in range(lo, hi):
+        d = docs[k]
+        end = offsets[d + 1]
+        pos = offsets[d]
+        h = np.uint64(0)
+        count = np.int64(0)  # not the literal 0: one specialization of shingle_batch, not two
+        tail = np.int64(0)
+        at = set_offsets[k]
+        total = 0
+        done = False
+        while not done:
+            pos, h, count, tail, filled, done = _shingle_batch(
+                text, end, word_mode, n, base, base_n1, word_base, word_base2, pos, h, count, tail, ring, buf, BATCH)
+            if count_only:
                 total += filled
-            counts[k] = total
-
-
-@numba.njit(parallel=True, cache=True)
-def shingle_sets(offsets, data, docs, tasks, word_mode, n, base, base_n1, word_base, set_offsets, values, unique):
-    """Write each document's shingle values into ``values[set_offsets[k]:...]``,
-    sort them and move the distinct ones to the front; ``unique[k]`` = count."""
-    for t in prange(tasks.shape[0] - 1):
-        buf = np.empty(BATCH, np.uint64)
-        ring = np.empty(max(n, 1), np.uint64)
-        for k in range(tasks[t], tasks[t + 1]):
-            d = docs[k]
-            end = offsets[d + 1]
-            head = offsets[d]
-            tail = _start_tail(word_mode, head)
-            h = ZERO
-            count = 0
-            pos = set_offsets[k]
-            done = False
-            while not done:
-                head, tail, h, count, filled, done = _shingle_batch(
-                    data, end, word_mode, n, base, base_n1, word_base, head, tail, h, count, buf, ring
-                )
+            else:
                 for i in range(filled):
-                    values[pos + i] = buf[i]
-                pos += filled
-            lo = set_offsets[k]
-            seg = values[lo:pos]
-            seg.sort()
-            u = 0
-            for i in range(seg.shape[0]):
-                if u == 0 or seg[i] != seg[u - 1]:
-                    seg[u] = seg[i]
-                    u += 1
-            unique[k] = u
+                    values[at + i] = buf[i]
+                at += filled
+        if count_only:
+            counts[k] = total
 
 
 @numba.njit(cache=True)
-def compact_in_place(values, src_offsets, lengths, dst_offsets):
-    """Move segment k from ``src_offsets[k]`` down to ``dst_offsets[k] <= src_offsets[k]``,
-    in order (serial: a segment may land where an earlier one was read)."""
-    for k in range(lengths.shape[0]):
-        s = src_offsets[k]
-        d = dst_offsets[k]
-        if d != s:
-            for i in range(lengths[k]):  # forward copy: safe for overlapping moves to the left
-                values[d + i] = values[s + i]
+def _sort_unique(values, lo, hi):
+    """Sort ``values[lo:hi]`` and move its distinct values to the front; returns their number."""
+    seg = values[lo:hi]
+    seg.sort()
+    u = 0
+    for i in range(seg.shape[0]):
+        if u == 0 or seg[i] != seg[u - 1]:
+            seg[u] = seg[i]
+            u += 1
+    return u
+
+
+@numba.njit(parallel=True, cache=True)
+def shingle_values_word(offsets, data, docs, tasks, n, base, base_n1, word_base, word_base2, count_only, set_offsets,
+                        values, counts):
+    """Word n-gram values of each selected document, in two calls: ``count_only`` writes their number
+    (with repeats) into ``counts``; then each document's values go to ``values[set_offsets[k]:]``, sorted,
+    distinct ones first, ``counts[k]`` = how many.  (One kernel per mode, as ``minhash_word``.)"""
+    text, vals = _borrow(data), _borrow(values)
+    for t in prange(tasks.shape[0] - 1):
+        ring = np.empty(max(n, 1), np.uint64)
+        buf = np.empty(BATCH, np.uint64)
+        _values_task(offsets, text, docs, tasks[t], tasks[t + 1], True, n, base, base_n1, word_base, word_base2,
+                     _borrow(ring), _borrow(buf), count_only, set_offsets, vals, counts)
+        if not count_only:
+            for k in range(tasks[t], tasks[t + 1]):
+                counts[k] = _sort_unique(values, set_offsets[k], set_offsets[k + 1])
+
+
+@numba.njit(parallel=True, cache=True)
+def shingle_values_char(offsets, data, docs, tasks, n, base, base_n1, word_base, word_base2, count_only, set_offsets,
+                        values, counts):
+    """:func:`shingle_values_word` for character n-grams."""
+    text, vals = _borrow(data), _borrow(values)
+    for t in prange(tasks.shape[0] - 1):
+        ring = np.empty(max(n, 1), np.uint64)
+        buf = np.empty(BATCH, np.uint64)
+        _values_task(offsets, text, docs, tasks[t], tasks[t + 1], False, n, base, base_n1, word_base, word_base2,
+                     _borrow(ring), _borrow(buf), count_only, set_offsets, vals, counts)
+        if not count_only:
+            for k in range(tasks[t], tasks[t + 1]):
+                counts[k] = _sort_unique(values, set_offsets[k], set_offsets[k + 1])
 
 
 @numba.njit(parallel=True, cache=True)
@@ -200,10 +390,11 @@ def band_hashes(sig, bands, rows, band_base, out):
 
 
 @numba.njit(parallel=True, cache=True)
-def exact_hashes(offsets, data, base1, base2, out):
-    """out[k] = exact_hash of document k's bytes (two 61-bit lanes)."""
+def exact_hashes(offsets, data, seed1, seed2, out):
+    """out[k] = exact_hash of document k's bytes (two 64-bit lanes)."""
+    text = _borrow(data)
     for k in prange(offsets.shape[0] - 1):
-        h1, h2 = _exact_hash(data, offsets[k], offsets[k + 1], base1, base2)
+        h1, h2 = _exact_hash(text, offsets[k], offsets[k + 1], seed1, seed2)
         out[k, 0] = h1
         out[k, 1] = h2
 
@@ -268,18 +459,6 @@ def utf8_repair_fill(offsets, data, new_offsets, out):
                 out[o + 2] = 0x80 | ((cp >> 6) & 0x3F)
                 out[o + 3] = 0x80 | (cp & 0x3F)
                 o += 4
-
-
-_clean_text = dev.clean_text
-
-
-@numba.njit(parallel=True, cache=True)
-def clean_texts(offsets, data, punct, remove_punct, collapse_ws, out, out_starts, new_lengths):
-    """Punctuation removal / whitespace collapsing of every document; document k
-    is written at ``out[out_starts[k]:]`` (room for its input length); compact after."""
-    for k in prange(offsets.shape[0] - 1):
-        new_lengths[k] = _clean_text(data, offsets[k], offsets[k + 1], punct, remove_punct, collapse_ws, out,
-                                     out_starts[k])
 
 
 guard_cache(globals(), __file__)

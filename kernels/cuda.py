@@ -30,13 +30,14 @@ On the GPU that would leave a warp waiting on its longest document and put a
   previous lead byte consumes; ``scalar.word_start``: a non-space code point
   after a space or the document start), then hashes the ``n``-token shingle
   from there directly (``scalar.shingle_at``: the same Horner polynomial the
-  rolling CPU loop maintains, so the value is bit-identical).  Full shingles
-  (``n`` tokens) are appended to a shared-memory buffer ``xs`` through a
-  shared atomic counter: bytes that start no token (UTF-8 continuation bytes,
+  rolling CPU loop maintains, so the value is bit-identical).  The 32-bit
+  permutation keys of full shingles (``n`` tokens) are appended to a
+  shared-memory buffer ``xs`` (uint32) through a shared atomic counter: bytes that start no token (UTF-8 continuation bytes,
   the inside of words) cost no permutation work at all.
 * **Min phase, parallel over permutations**: after a barrier, thread ``t``
   owns permutations ``t, t + blockDim, ...`` and folds every value of ``xs``
-  into its running minima, which live in shared memory (``sig``).  All
+  into its running minima, which live in shared memory (``sig``, uint32):
+  one 32-bit multiply-add and a minimum per value (``scalar.permute``).  All
   threads read the same ``xs[i]`` at the same time (a shared-memory
   broadcast, no bank conflicts), and each minimum has a single owner, so the
   "reduction" needs no shuffles, no atomics and no tree: the block size is
@@ -50,15 +51,15 @@ On the GPU that would leave a warp waiting on its longest document and put a
   ``T`` tokens) have no full shingle, so after the main kernel they are the
   documents with count 0 and a first token: ``short_values`` hashes their one
   shingle from that token and ``short_signatures`` spreads it over the
-  permutations.  ``T == 0`` documents keep the sentinel ``P``.
+  permutations.  ``T == 0`` documents keep ``SENTINEL`` (2**32 - 1).
 
 Work per round is ``span`` shingle hashes over ``blockDim`` threads plus
 (values in the round) x ``num_perm`` permutations over ``blockDim`` threads,
 so a 10-byte document costs one short round (every thread still does useful
 permutation work), a 1 MB document is spread over many blocks, and the only
-per-document overhead is a few barriers.  Char n-grams are hashed directly
-(``n`` multiply-mods per shingle instead of the rolling 2), which is small
-next to the ``num_perm`` permutations each shingle feeds.
+per-document overhead is a few barriers.  Shingles are hashed directly
+(``n`` token hashes and multiply-adds per shingle instead of the rolling 2),
+which is small next to the ``num_perm`` permutations each shingle feeds.
 
 Other kernels
 -------------
@@ -70,63 +71,61 @@ then by document) and drops repeats.  ``band_hashes`` is a thread per
 and ``signature_similarity`` a thread per pair; all grid-stride.
 """
 
+from gpu_dedup.kernels.scalar import SENTINEL
+from gpu_dedup.kernels.twin import compile_twins
 from numba import cuda, types
-
-from .scalar import P31, P61
-from .twin import compile_twins
 
 dev = compile_twins(cuda.jit(device=True))
 
 _shingle_at = dev.shingle_at
-_finalize = dev.finalize61
-_mod31 = dev.mod31
-_perm61 = dev.perm61
-_perm31 = dev.perm31
+_perm_key = dev.perm_key
+_permute = dev.permute
 _band_hash = dev.band_hash
 _exact_hash = dev.exact_hash
 _intersection = dev.sorted_intersection
 
 
 @cuda.jit(device=True)
-def _hash_round(data, start, end, p0, p1, word_mode, n, base, word_base, reduce31, xs, state, slot, first):
-    """Hash phase of one round: append the full shingles starting in [p0, p1)
-    to ``xs`` (slot counter ``state[slot]``); returns the thread's first token."""
+def _hash_round(data, start, end, p0, p1, word_mode, n, base, word_base, word_base2, keys, xs, state, slot, first):
+    """Hash phase of one round: append the full shingles starting in [p0, p1) to
+    ``xs`` (slot counter ``state[slot]``): their 32-bit permutation keys if
+    ``keys``, else their 64-bit values.  Returns the thread's first token."""
     for p in range(p0 + cuda.threadIdx.x, p1, cuda.blockDim.x):
-        h, m, token = _shingle_at(data, start, p, end, word_mode, n, base, word_base)
+        h, m, token = _shingle_at(data, start, p, end, word_mode, n, base, word_base, word_base2)
         if token:
             if p < first:
                 first = p
             if m == n:
-                x = _finalize(h)
-                if reduce31:
-                    x = _mod31(x)
-                xs[cuda.atomic.add(state, slot, 1)] = x
+                i = cuda.atomic.add(state, slot, 1)
+                if keys:
+                    xs[i] = _perm_key(h)
+                else:
+                    xs[i] = h
     return first
 
 
 @cuda.jit
-def minhash_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode, n, base, word_base,
-                     a, b, bits64, span, out, counts, first):
-    """Block per segment (grid-stride).  Dynamic shared memory: (num_perm + span) uint64.
+def minhash_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode, n, base, word_base, word_base2,
+                     a, b, span, out, counts, first):
+    """Block per segment (grid-stride).  Dynamic shared memory: (num_perm + span) uint32.
 
-    ``out`` (docs x num_perm, uint64) must start at the sentinel, ``counts`` at 0
+    ``out`` (docs x num_perm, uint32) must start at ``SENTINEL``, ``counts`` at 0
     and ``first`` at ``doc_end``; afterwards ``counts`` holds the number of full
     shingles and ``first`` the first token position of each document.
     """
-    dyn = cuda.shared.array(0, dtype=types.uint64)
+    dyn = cuda.shared.array(0, dtype=types.uint32)
     state = cuda.shared.array(4, dtype=types.int64)  # [0], [1]: round counters; [2]: values; [3]: first token
     num_perm = a.shape[0]
     sig = dyn[:num_perm]
     xs = dyn[num_perm:]
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
-    sentinel = P61 if bits64 else P31
     for s in range(cuda.blockIdx.x, seg_doc.shape[0], cuda.gridDim.x):
         k = seg_doc[s]
         start = doc_start[k]
         end = doc_end[k]
         for j in range(tid, num_perm, nt):
-            sig[j] = sentinel
+            sig[j] = SENTINEL
         if tid == 0:
             state[0] = 0
             state[1] = 0
@@ -137,7 +136,7 @@ def minhash_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mod
         slot = 0
         for p0 in range(seg_lo[s], seg_hi[s], span):
             mine = _hash_round(data, start, end, p0, min(p0 + span, seg_hi[s]), word_mode, n, base, word_base,
-                               not bits64, xs, state, slot, mine)
+                               word_base2, True, xs, state, slot, mine)
             cuda.syncthreads()
             cnt = state[slot]
             if tid == 0:
@@ -147,16 +146,10 @@ def minhash_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mod
                 aj = a[j]
                 bj = b[j]
                 m = sig[j]
-                if bits64:
-                    for i in range(cnt):
-                        v = _perm61(xs[i], aj, bj)
-                        if v < m:
-                            m = v
-                else:
-                    for i in range(cnt):
-                        v = _perm31(xs[i], aj, bj)
-                        if v < m:
-                            m = v
+                for i in range(cnt):
+                    v = _permute(xs[i], aj, bj)
+                    if v < m:
+                        m = v
                 sig[j] = m
             cuda.syncthreads()
             slot = 1 - slot
@@ -168,7 +161,7 @@ def minhash_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mod
             v = sig[j]
             if whole:
                 out[k, j] = v
-            elif v < sentinel:
+            elif v < SENTINEL:
                 cuda.atomic.min(out, (k, j), v)
         if tid == 0:  # only thread 0 reads state before the next segment's barrier
             if whole:
@@ -182,7 +175,8 @@ def minhash_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mod
 
 
 @cuda.jit
-def count_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode, n, base, word_base, counts, first):
+def count_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode, n, base, word_base, word_base2,
+                   counts, first):
     """Full-shingle count and first token position per document (``counts`` from 0,
     ``first`` from ``doc_end``); block per segment, no shared memory."""
     for s in range(cuda.blockIdx.x, seg_doc.shape[0], cuda.gridDim.x):
@@ -192,7 +186,7 @@ def count_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode,
         mine = end
         full = 0
         for p in range(seg_lo[s] + cuda.threadIdx.x, seg_hi[s], cuda.blockDim.x):
-            h, m, token = _shingle_at(data, start, p, end, word_mode, n, base, word_base)
+            h, m, token = _shingle_at(data, start, p, end, word_mode, n, base, word_base, word_base2)
             if token:
                 if p < mine:
                     mine = p
@@ -205,7 +199,7 @@ def count_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode,
 
 
 @cuda.jit
-def emit_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode, n, base, word_base, span,
+def emit_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode, n, base, word_base, word_base2, span,
                   cursor, values):
     """Write every full shingle value of each document into ``values`` at
     ``cursor[k]`` onwards (``cursor`` starts at the document's offset; order
@@ -224,7 +218,7 @@ def emit_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode, 
         cuda.syncthreads()
         slot = 0
         for p0 in range(seg_lo[s], seg_hi[s], span):
-            _hash_round(data, start, end, p0, min(p0 + span, seg_hi[s]), word_mode, n, base, word_base,
+            _hash_round(data, start, end, p0, min(p0 + span, seg_hi[s]), word_mode, n, base, word_base, word_base2,
                         False, xs, state, slot, end)
             cuda.syncthreads()
             cnt = state[slot]
@@ -241,28 +235,24 @@ def emit_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode, 
 
 
 @cuda.jit
-def short_values(short, data, doc_start, doc_end, first, word_mode, n, base, word_base, out):
+def short_values(short, data, doc_start, doc_end, first, word_mode, n, base, word_base, word_base2, out):
     """out[i] = the one shingle value of short document ``short[i]`` (fewer than n
     tokens, first token at ``first[short[i]]``); thread per document."""
     for i in range(cuda.grid(1), short.shape[0], cuda.gridsize(1)):
         k = short[i]
-        h, m, token = _shingle_at(data, doc_start[k], first[k], doc_end[k], word_mode, n, base, word_base)
-        out[i] = _finalize(h)
+        h, m, token = _shingle_at(data, doc_start[k], first[k], doc_end[k], word_mode, n, base, word_base, word_base2)
+        out[i] = h
 
 
 @cuda.jit
-def short_signatures(short, xvals, a, b, bits64, out, counts):
+def short_signatures(short, xvals, a, b, out, counts):
     """Signature rows of short documents from their one shingle; thread per (document, permutation)."""
     num_perm = a.shape[0]
     for t in range(cuda.grid(1), short.shape[0] * num_perm, cuda.gridsize(1)):
         i = t // num_perm
         j = t - i * num_perm
         k = short[i]
-        x = xvals[i]
-        if bits64:
-            out[k, j] = _perm61(x, a[j], b[j])
-        else:
-            out[k, j] = _perm31(_mod31(x), a[j], b[j])
+        out[k, j] = _permute(_perm_key(xvals[i]), a[j], b[j])
         if j == 0:
             counts[k] = 1
 
@@ -277,10 +267,10 @@ def band_hashes(sig, bands, rows, band_base, out):
 
 
 @cuda.jit
-def exact_hashes(offsets, data, base1, base2, out):
-    """out[k] = exact_hash of document k's bytes (two 61-bit lanes); thread per document."""
+def exact_hashes(offsets, data, seed1, seed2, out):
+    """out[k] = exact_hash of document k's bytes (two 64-bit lanes); thread per document."""
     for k in range(cuda.grid(1), offsets.shape[0] - 1, cuda.gridsize(1)):
-        h1, h2 = _exact_hash(data, offsets[k], offsets[k + 1], base1, base2)
+        h1, h2 = _exact_hash(data, offsets[k], offsets[k + 1], seed1, seed2)
         out[k, 0] = h1
         out[k, 1] = h2
 
@@ -332,3 +322,35 @@ def hook_min(labels, new, src, dst):
         cuda.atomic.min(new, lv, m)
         cuda.atomic.min(new, u, m)
         cuda.atomic.min(new, v, m)
+
+
+# ----------------------------------------------------------------------------- text normalization
+# The one-pass normalization of kernels/text.py (the CPU compiles the same source in text_cpu.py).
+
+from gpu_dedup.kernels import text as _text  # noqa: E402
+
+tdev = compile_twins(cuda.jit(device=True), module=_text)
+_normalize_text = tdev.normalize_text
+
+
+@cuda.jit
+def normalize_texts(data, doc_start, doc_end, stage1, stage2, ascii_action, need, lowercase, remove_punct,
+                    collapse_ws, out, out_start, lengths, status):
+    """Thread per document (grid-stride): ``kernels.text.normalize_text`` of document k into
+    ``out[out_start[k]:]`` (room: its input length); bytes written and status per document."""
+    for k in range(cuda.grid(1), doc_start.shape[0], cuda.gridsize(1)):
+        n, s = _normalize_text(data, doc_start[k], doc_end[k], stage1, stage2, ascii_action, need, lowercase,
+                               remove_punct, collapse_ws, out, out_start[k])
+        lengths[k] = n
+        status[k] = s
+
+
+@cuda.jit
+def gather_segments(src_values, src, lengths, dst, dst_values):
+    """dst_values[dst[k]:dst[k] + lengths[k]] = src_values[src[k]:...]; block per segment
+    (grid-stride), the block's threads copy consecutive bytes (coalesced)."""
+    for k in range(cuda.blockIdx.x, src.shape[0], cuda.gridDim.x):
+        s = src[k]
+        d = dst[k]
+        for i in range(cuda.threadIdx.x, lengths[k], cuda.blockDim.x):
+            dst_values[d + i] = src_values[s + i]

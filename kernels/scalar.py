@@ -6,136 +6,148 @@ scalars. :mod:`gpu_dedup.kernels.cpu` compiles them with ``numba.njit`` and
 outer loops (threads, blocks, prange) differ between the two targets.  Under
 ``NUMBA_ENABLE_CUDASIM=1`` the CUDA twins run as these very functions.
 
-Specification (the golden-value tests in ``tests/`` pin it)
-------------------------------------------------------------
-All arithmetic is exact: no operation ever overflows 64 bits.  Products are
-taken modulo the Mersenne primes ``P61 = 2**61 - 1`` and ``P31 = 2**31 - 1``
-by splitting operands into 32-bit halves (``mulmod61``); ``a*x + b`` is never
-allowed to wrap in uint64 before the modulus.
+Hash family v2 (``params.HASH_FAMILY``; the golden-value tests in ``tests/`` pin it)
+------------------------------------------------------------------------------------
+Arithmetic on 64-bit values wraps modulo 2**64 and on 32-bit values modulo
+2**32: the wrap *is* the definition (no prime modulus anywhere).  The
+constants come from ``seed`` (``params.HashParams``, draw order there):
+``shingle_base``, ``word_base``, ``band_base`` (odd, ``= 5 mod 8``),
+``exact_seed1``, ``exact_seed2`` and per permutation ``a_i`` (odd) and
+``b_i``, both 32-bit.
 
-Parameters come from ``seed`` through splitmix64 (host side, see
-``gpu_dedup.minhash.HashParams``): polynomial bases and the permutation pairs
-``(a_i, b_i)`` with ``1 <= a_i < P`` and ``0 <= b_i < P``.
+* ``mix64(z)``: the splitmix64 finalizer, a bijection of 64-bit values::
 
-1. **Decoding.** Text is UTF-8. ``decode_utf8`` returns one code point and the
-   next byte position; an ill-formed sequence yields U+FFFD for each maximal
-   subpart (the Unicode / CPython ``errors="replace"`` rule).
-2. **Tokens.** Char mode: token = code point + 1.  Word mode: words are maximal
-   runs of code points that are not whitespace (``is_space`` equals Python's
-   ``str.isspace``); token = ``wordhash`` = Horner polynomial of (code point +
-   1) in base ``word_base`` modulo P61, starting from 0.
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+      z = z ^ (z >> 31)
+
+1. **Text** is UTF-8, decoded by ``decode_utf8``: an ill-formed sequence
+   yields U+FFFD for each maximal subpart (the ``errors="replace"`` rule).
+2. **Tokens.** Char mode: each code point ``cp`` is a token,
+   ``t = mix64(cp + 1)``.  Word mode: words are maximal runs of code points
+   that are not whitespace (``is_space`` equals ``str.isspace``).  A word's
+   UTF-8 bytes (its decoded code points re-encoded, so an ill-formed subpart
+   counts as EF BF BD) are split into little-endian 8-byte chunks
+   ``c_0 .. c_{q-1}`` (the last one zero-padded); with ``L`` its byte length,
+   ``W = L + sum_j c_j * word_base**(j + 1)`` and ``t = mix64(W)``.
 3. **Shingles.** A document of ``T`` tokens has the ``T - n + 1`` windows of
    ``n`` consecutive tokens; if ``0 < T < n`` it has exactly one shingle made
-   of all ``T`` tokens; if ``T == 0`` it has none (its signature stays at the
-   sentinel ``P``).  Shingle value ``H = sum(t_i * base**(m-1-i)) mod P61``
-   (Horner from 0, ``m`` tokens), then ``x = finalize61(H)``, a bijective-ish
-   non-linear mixer built from xor-shifts and ``mulmod61`` (no wrapping).
-   Rolling (CPU) and direct (GPU) evaluation give identical ``H``.
-4. **Permutations.** 64-bit mode: ``perm61(x) = (a*x + b) mod P61`` with
-   ``x < P61``.  32-bit mode: ``x31 = x mod P31`` then
-   ``perm31(x31) = (a*x31 + b) mod P31`` (``a*x31 + b < 2**63``, exact in
-   uint64).  Signature value ``i`` = minimum over the document's shingles.
-5. **Band hash** of band ``k`` (rows ``k*r .. k*r+r-1``):
-   Horner from ``k + 1`` over the ``r`` signature values in base
-   ``band_base`` modulo P61, then ``finalize61``.
-6. **Exact-duplicate key** of a byte string: two Horner polynomials modulo P61
-   (bases ``exact_base1``, ``exact_base2``) over its little-endian 4-byte
-   words (last word zero-padded) each plus one, finalized, together with the
-   byte length.
+   of all ``T`` tokens; if ``T == 0`` it has none.  The 64-bit **shingle
+   value** of tokens ``t_0 .. t_{m-1}`` is the polynomial
+   ``H = sum_i t_i * shingle_base**(m - 1 - i)`` (Horner from 0).  CPU kernels
+   roll it, ``H' = (H - t_out * shingle_base**(n-1)) * shingle_base + t_in``;
+   GPU kernels evaluate it directly per window: the same value (exact in the
+   ring of integers mod 2**64).  Exact Jaccard verification compares sets of
+   ``H``.
+4. **Permutations.** Key ``x = H >> 32`` (32 bits); permutation ``i`` is the
+   affine bijection of 32-bit values ``h_i(x) = (a_i * x + b_i) mod 2**32``
+   (``a_i`` odd).  Signature value ``i`` = min over the document's shingles
+   (uint32); a document without shingles keeps ``SENTINEL = 2**32 - 1`` (its
+   shingle count, 0, tells it apart from a real value).
+5. **Band hash** of band ``k`` (rows ``k*r .. k*r+r-1``): Horner from
+   ``k + 1`` over the ``r`` 32-bit values in base ``band_base`` (mod 2**64),
+   then ``mix64``: 64 bits.
+6. **Exact-duplicate key** of a byte string: its length and two lanes
+   ``h = exact_seed``; ``h = mix64(h ^ w)`` for each little-endian 8-byte word
+   ``w`` (the last one zero-padded).
+
+Why this family: the mixed tokens make the shingle values behave like random
+64-bit numbers, so a distinct pair of shingles collides with probability
+about 2**-64 (exact Jaccard stays exact) and the 32-bit keys are uniform;
+the bases are ``5 mod 8``, so that ``base**k - 1`` has exactly ``v2(k) + 2``
+factors of two and the differences that repeated or swapped tokens leave
+(multiples of ``base**k - 1``) do not vanish modulo 2**64.  ``h_i`` is a
+*permutation* of the 32-bit keys (no collisions) and costs one 32-bit
+multiply-add and a minimum: it vectorises as 8 (AVX2) or 16 (AVX-512) lanes
+on the CPU and is one ``IMAD`` on the GPU.  The constant ``b_i`` keeps two
+permutations whose multipliers have a small ratio from choosing the same
+minimum.  64-bit multiply-shift families ((a*x + b) >> 32 on 64-bit keys, or
+Dietzfelbinger's multiply-add-shift of a 32-bit key) need 64-bit lane
+products: about three times slower per permutation on an AVX-512 CPU, each
+in its best vector form (``python -m gpu_dedup.bench.signatures``, second
+table), and several instructions per product on the GPU.
 """
 
 import numpy as np
 
 U64 = np.uint64
+U32 = np.uint32
 I64 = np.int64
 
-P61 = U64((1 << 61) - 1)
-P31 = U64((1 << 31) - 1)
-MASK32 = U64(0xFFFFFFFF)
-MASK29 = U64((1 << 29) - 1)
 ZERO = U64(0)
 ONE = U64(1)
-SH3 = U64(3)
-SH29 = U64(29)
-SH31 = U64(31)
+MASK32 = U64(0xFFFFFFFF)
 SH32 = U64(32)
-SH61 = U64(61)
-# odd constants < P61 for the finalizer (digits of pi and e, reduced)
-FIN_C1 = U64(0x1243F6A8885A308D)
-FIN_C2 = U64(0x0B7E151628AED2A6)
+SENTINEL = U32(0xFFFFFFFF)  # signature value of a document without shingles
+MIX_C1 = U64(0xBF58476D1CE4E5B9)
+MIX_C2 = U64(0x94D049BB133111EB)
+BYTES_HIGH = U64(0x8080808080808080)  # bit 7 of every byte
+BYTES_21 = U64(0x2121212121212121)
+BYTE_SHIFTS = U64(0x0008101820283038)  # top byte of (1 << 8k) * this = 8k
 REPLACEMENT = I64(0xFFFD)
 
 
-def mulmod61(a, b):
-    """(a * b) mod P61 for a, b < 2**61, exact, via 32-bit halves.
+def mix64(z):
+    """The splitmix64 finalizer: a bijection of 64-bit values (wrapping products)."""
+    z = (z ^ (z >> U64(30))) * MIX_C1
+    z = (z ^ (z >> U64(27))) * MIX_C2
+    return z ^ (z >> U64(31))
 
-    2**64 = 8 (mod P61) and 2**61 = 1 (mod P61); every partial sum stays
-    below 2**63.
+
+def load8(data, p):
+    """The 8 bytes ``data[p:p+8]`` as a little-endian 64-bit value (unsigned indices: one load on the CPU)."""
+    q = U64(p)
+    return (U64(data[q]) | (U64(data[q + U64(1)]) << U64(8)) | (U64(data[q + U64(2)]) << U64(16))
+            | (U64(data[q + U64(3)]) << U64(24)) | (U64(data[q + U64(4)]) << U64(32))
+            | (U64(data[q + U64(5)]) << U64(40)) | (U64(data[q + U64(6)]) << U64(48))
+            | (U64(data[q + U64(7)]) << U64(56)))
+
+
+def special_bytes(v):
+    """Flags of the bytes of ``v`` that are not plain ASCII word bytes (``< 0x21`` or ``>= 0x80``).
+
+    Bit 7 of the *lowest* such byte is set and no bit below it (a byte below
+    it is ``>= 0x21``, so the subtraction borrows nothing into it); bits
+    above may be spurious.  Three operations: only the lowest flag is used.
     """
-    a_hi = a >> SH32
-    a_lo = a & MASK32
-    b_hi = b >> SH32
-    b_lo = b & MASK32
-    hi = (a_hi * b_hi) << SH3  # < 2**61
-    mid = a_hi * b_lo + a_lo * b_hi  # < 2**62
-    lo = a_lo * b_lo  # < 2**64
-    s = hi + (mid >> SH29) + ((mid & MASK29) << SH32) + (lo & P61) + (lo >> SH61)
-    s = (s & P61) + (s >> SH61)
-    if s >= P61:
-        s -= P61
-    return s
+    return ((v - BYTES_21) | v) & BYTES_HIGH
 
 
-def addmod61(a, b):
-    """(a + b) mod P61 for a < P61 and b <= P61 + 1 (sum < 2**62)."""
-    s = a + b
-    s = (s & P61) + (s >> SH61)
-    if s >= P61:
-        s -= P61
-    return s
+def first_flag_shift(f):
+    """``8 * k`` for the lowest byte ``k`` whose bit 7 is set in ``f`` (``f != 0``)."""
+    low = f & (~f + ONE)
+    return ((low >> U64(7)) * BYTE_SHIFTS) >> U64(56)
 
 
-def submod61(a, b):
-    """(a - b) mod P61 for a, b < P61."""
-    if a >= b:
-        return a - b
-    return a + P61 - b
+def first_special_shift(f0, f1):
+    """``8 * k`` for the first flagged byte ``k`` of 16 bytes flagged ``f0`` (bytes 0-7) and ``f1``
+    (bytes 8-15), ``f0 | f1 != 0``.  The CPU twin counts trailing zeros instead (same result)."""
+    z = U64(f0 == ZERO)  # 1: the first flag is in the second word
+    return first_flag_shift(f0 | (f1 & (ZERO - z))) + (z << U64(6))
 
 
-def mod31(x):
-    """x mod P31 for x < 2**64."""
-    s = (x & P31) + (x >> SH31)  # < 2**34
-    s = (s & P31) + (s >> SH31)  # < 2**31 + 8
-    if s >= P31:
-        s -= P31
-    return s
+def utf8_width(cp):
+    """Bytes of the UTF-8 encoding of code point ``cp``."""
+    if cp < 0x80:
+        return 1
+    if cp < 0x800:
+        return 2
+    if cp < 0x10000:
+        return 3
+    return 4
 
 
-def poly_step(h, t, base):
-    """Horner step (h * base + t) mod P61 for h, base < P61 and t <= P61."""
-    return addmod61(mulmod61(h, base), t)
-
-
-def finalize61(h):
-    """Non-linear mixer on [0, P61): xor-shifts and two exact mulmods."""
-    h = h ^ (h >> SH31)
-    h = mulmod61(h, FIN_C1)
-    h = h ^ (h >> SH29)
-    h = mulmod61(h, FIN_C2)
-    h = h ^ (h >> SH32)
-    if h >= P61:
-        h -= P61
-    return h
-
-
-def perm61(x, a, b):
-    """(a * x + b) mod P61 for x, a, b < P61."""
-    return addmod61(mulmod61(a, x), b)
-
-
-def perm31(x, a, b):
-    """(a * x + b) mod P31 for x, a, b < P31; exact in uint64."""
-    return mod31(a * x + b)
+def utf8_byte(cp, width, i):
+    """Byte ``i`` (0-based) of the ``width``-byte UTF-8 encoding of ``cp``."""
+    if i == 0:
+        if width == 1:
+            return cp
+        if width == 2:
+            return 0xC0 | (cp >> 6)
+        if width == 3:
+            return 0xE0 | (cp >> 12)
+        return 0xF0 | (cp >> 18)
+    return 0x80 | ((cp >> (6 * (width - 1 - i))) & 0x3F)
 
 
 def decode_utf8(data, pos, end):
@@ -193,184 +205,215 @@ def is_space(cp):
     return cp <= 0x200A or cp == 0x2028 or cp == 0x2029 or cp == 0x202F or cp == 0x205F or cp == 0x3000
 
 
-def next_word(data, pos, end, word_base):
-    """Skip whitespace from ``pos``, hash the next word.
+def char_token(cp):
+    """Token of one code point (char mode)."""
+    return mix64(U64(cp) + ONE)
 
-    Returns (word hash, found, position after the word).
+
+def next_char(data, pos, end):
+    """Token of the code point at ``pos`` (``pos < end``) and the position after it."""
+    b = I64(data[U64(pos)])
+    if b < 0x80:
+        return char_token(b), pos + 1
+    cp, nxt = decode_utf8(data, pos, end)
+    return char_token(cp), nxt
+
+
+def next_word(data, pos, end, word_base, word_base2):
+    """Skip whitespace from ``pos``, then hash the next word (step 2 of the spec).
+
+    Returns (token, found, position after the word or after the one ASCII
+    whitespace byte that ends it).  ``word_base2`` is
+    ``word_base**2``.  Fast path: a word of at most 15 plain ASCII bytes
+    followed by an ASCII space, at least 16 bytes before ``end``: two 8-byte
+    loads, no loop over its bytes.  Anything else takes the general path
+    (code point by code point, re-encoded), which gives the same value.
     """
     while pos < end:
-        cp, nxt = decode_utf8(data, pos, end)
-        if not is_space(cp):
-            break
-        pos = nxt
+        b = I64(data[U64(pos)])
+        if b < 0x80:
+            if not is_space(b):
+                break
+            pos += 1
+        else:
+            cp, nxt = decode_utf8(data, pos, end)
+            if not is_space(cp):
+                break
+            pos = nxt
     if pos >= end:
         return ZERO, False, pos
-    h = ZERO
+    if pos + 16 <= end:
+        v0 = load8(data, pos)
+        v1 = load8(data, pos + 8)
+        f0 = special_bytes(v0)
+        f1 = special_bytes(v1)
+        if (f0 | f1) != ZERO:
+            s = first_special_shift(f0, f1)  # 8 * the offset of the first special byte
+            k = I64(s >> U64(3))
+            b = I64(data[U64(pos + k)])
+            if b < 0x80 and is_space(b):  # the word ends at a plain ASCII space (skipped too)
+                # bytes below the lowest flag: (lowest flag bit >> 7) - 1; all ones when a word has no flag
+                m0 = ((f0 & (~f0 + ONE)) >> U64(7)) - ONE
+                m1 = (((f1 & (~f1 + ONE)) >> U64(7)) - ONE) & (ZERO - U64(f0 == ZERO))
+                w = U64(k) + (v0 & m0) * word_base + (v1 & m1) * word_base2
+                return mix64(w), True, pos + k + 1
+    return word_general(data, pos, end, word_base)
+
+
+def word_general(data, pos, end, word_base):
+    """The general path of ``next_word`` from the first byte of a word: its code points, re-encoded as
+    UTF-8, in 8-byte chunks.  Returns (token, True, position after the word)."""
+    w = ZERO
+    chunk = ZERO
+    sh = ZERO
+    power = word_base
+    length = 0
     while pos < end:
-        cp, nxt = decode_utf8(data, pos, end)
-        if is_space(cp):
-            break
-        h = poly_step(h, U64(cp) + ONE, word_base)
+        b = I64(data[U64(pos)])
+        if b < 0x80:
+            if is_space(b):
+                break
+            cp = b
+            nxt = pos + 1
+        else:
+            cp, nxt = decode_utf8(data, pos, end)
+            if is_space(cp):
+                break
+        width = utf8_width(cp)
+        for i in range(width):
+            chunk |= U64(utf8_byte(cp, width, i)) << sh
+            sh += U64(8)
+            if sh == U64(64):
+                w += chunk * power
+                power *= word_base
+                chunk = ZERO
+                sh = ZERO
+        length += width
         pos = nxt
-    return h, True, pos
+    w += chunk * power
+    return mix64(w + U64(length)), True, pos
 
 
-def char_shingles(data, end, n, base, base_n1, head, tail, h, count, buf, cap):
-    """Fill ``buf`` with up to ``cap`` finalized char-shingle values (rolling).
+def next_shingle(data, end, word_mode, n, base, base_n1, word_base, word_base2, pos, h, count, tail, ring):
+    """Advance the rolling window by one token (CPU kernels).
 
-    State (head, tail, h, count) starts at (start, start, 0, 0). Returns
-    (head, tail, h, count, filled, done).  ``base_n1 = base**(n-1) mod P61``.
+    State (pos, h, count, tail) starts at (document start, 0, 0, 0); ``ring``
+    (n slots) holds the window's tokens, ``tail`` the slot of the oldest one;
+    ``base_n1 = base**(n-1)``.  Returns (pos, h, count, tail, emit, done):
+    ``emit`` when ``h`` is now a shingle value (a full window, or the one
+    shingle of a short document at its end), ``done`` at the document's end.
+    """
+    if word_mode:
+        t, found, pos = next_word(data, pos, end, word_base, word_base2)
+    else:
+        found = pos < end
+        t = ZERO
+        if found:
+            t, pos = next_char(data, pos, end)
+    if not found:
+        if count > 0 and count < n:  # short document: one shingle of all its tokens
+            return pos, h, n, tail, True, True
+        return pos, h, count, tail, False, True
+    if count < n:
+        ring[U64(count)] = t
+        h = h * base + t
+        count += 1
+        return pos, h, count, tail, count == n, False
+    out = ring[U64(tail)]
+    ring[U64(tail)] = t
+    tail += 1
+    if tail == n:
+        tail = 0
+    return pos, (h - out * base_n1) * base + t, count, tail, True, False
+
+
+def shingle_batch(data, end, word_mode, n, base, base_n1, word_base, word_base2, pos, h, count, tail, ring, buf,
+                  cap):
+    """Fill ``buf`` with up to ``cap`` shingle values ``H``, rolling (``next_shingle``).
+
+    Returns (pos, h, count, tail, filled, done).
     """
     k = 0
     while k < cap:
-        if head >= end:
-            if count > 0 and count < n:  # short document: one shingle of all tokens
-                buf[k] = finalize61(h)
-                k += 1
-                count = n
-            return head, tail, h, count, k, True
-        cp, head = decode_utf8(data, head, end)
-        t = U64(cp) + ONE
-        if count < n:
-            h = poly_step(h, t, base)
-            count += 1
-            if count == n:
-                buf[k] = finalize61(h)
-                k += 1
-        else:
-            cpo, tail = decode_utf8(data, tail, end)
-            h = poly_step(submod61(h, mulmod61(U64(cpo) + ONE, base_n1)), t, base)
-            buf[k] = finalize61(h)
+        pos, h, count, tail, emit, done = next_shingle(data, end, word_mode, n, base, base_n1, word_base,
+                                                       word_base2, pos, h, count, tail, ring)
+        if emit:
+            buf[U64(k)] = h
             k += 1
-    return head, tail, h, count, k, False
+        if done:
+            return pos, h, count, tail, k, True
+    return pos, h, count, tail, k, False
 
 
-def word_shingles(data, end, n, base, base_n1, word_base, head, tail, h, count, buf, cap, ring):
-    """Word-shingle twin of :func:`char_shingles` (tokens are word hashes).
-
-    ``ring`` (n slots) keeps the window's word hashes, so each word is decoded
-    and hashed once; ``tail`` is the ring slot of the window's oldest word
-    (state starts at tail = 0, not at a byte position).
-    """
-    k = 0
-    while k < cap:
-        t, found, nxt = next_word(data, head, end, word_base)
-        if not found:
-            head = end
-            if count > 0 and count < n:
-                buf[k] = finalize61(h)
-                k += 1
-                count = n
-            return head, tail, h, count, k, True
-        head = nxt
-        if count < n:
-            ring[count] = t
-            h = poly_step(h, t, base)
-            count += 1
-            if count == n:
-                buf[k] = finalize61(h)
-                k += 1
-        else:
-            to = ring[tail]
-            ring[tail] = t
-            tail += 1
-            if tail == n:
-                tail = 0
-            h = poly_step(submod61(h, mulmod61(to, base_n1)), t, base)
-            buf[k] = finalize61(h)
-            k += 1
-    return head, tail, h, count, k, False
+def perm_key(h):
+    """The 32-bit permutation key of shingle value ``h``."""
+    return U32(h >> SH32)
 
 
-def char_shingle_at(data, pos, end, n, base):
-    """Direct (non-rolling) hash of the char shingle starting at byte ``pos``.
+def permute(x, a, b):
+    """Permutation ``(a * x + b) mod 2**32`` of a 32-bit key (64-bit products, no overflow warnings)."""
+    return U32((U64(a) * U64(x) + U64(b)) & MASK32)
 
-    Returns (H, tokens read); used by GPU kernels where threads take
-    shingles independently.
+
+def shingle_at(data, start, pos, end, word_mode, n, base, word_base, word_base2):
+    """Direct value ``H`` of the shingle whose first token starts at byte ``pos``.
+
+    Returns (H, m, token): ``token`` is False when no token starts at ``pos``;
+    otherwise ``m`` tokens were hashed into ``H`` (``m == n``: a full
+    shingle; ``m < n``: fewer than ``n`` tokens remain, which is a shingle
+    only when it is the document's first token, the short-document rule).
+    Used by GPU kernels, where threads take byte positions independently.
     """
     h = ZERO
     m = 0
+    if word_mode:
+        if not word_start(data, start, pos, end):
+            return ZERO, 0, False
+        while m < n:
+            t, found, pos = next_word(data, pos, end, word_base, word_base2)
+            if not found:
+                break
+            h = h * base + t
+            m += 1
+        return h, m, True
+    if not char_start(data, start, pos, end):
+        return ZERO, 0, False
     while m < n and pos < end:
-        cp, pos = decode_utf8(data, pos, end)
-        h = poly_step(h, U64(cp) + ONE, base)
+        t, pos = next_char(data, pos, end)
+        h = h * base + t
         m += 1
-    return h, m
-
-
-def word_shingle_at(data, pos, end, n, base, word_base):
-    """Direct hash of the word shingle whose first word starts at/after ``pos``."""
-    h = ZERO
-    m = 0
-    while m < n:
-        t, found, pos = next_word(data, pos, end, word_base)
-        if not found:
-            break
-        h = poly_step(h, t, base)
-        m += 1
-    return h, m
-
-
-def minhash_update61(sig, xs, k, a, b, num_perm):
-    """sig[j] = min(sig[j], min_i perm61(xs[i], a[j], b[j])) for i < k."""
-    for j in range(num_perm):
-        aj = a[j]
-        bj = b[j]
-        m = U64(sig[j])
-        for i in range(k):
-            v = perm61(xs[i], aj, bj)
-            if v < m:
-                m = v
-        sig[j] = m
-
-
-def minhash_update31(sig, xs, k, a, b, num_perm):
-    """32-bit twin of :func:`minhash_update61`; ``xs`` already reduced mod P31."""
-    for j in range(num_perm):
-        aj = a[j]
-        bj = b[j]
-        m = U64(sig[j])
-        for i in range(k):
-            v = perm31(xs[i], aj, bj)
-            if v < m:
-                m = v
-        sig[j] = m
+    return h, m, True
 
 
 def band_hash(sig, band, rows, band_base):
-    """61-bit hash of band ``band`` (``rows`` consecutive values) of ``sig``."""
-    h = U64(band + 1)
+    """64-bit hash of band ``band`` (``rows`` consecutive 32-bit values) of ``sig``."""
+    h = U64(band) + ONE
     start = band * rows
     for j in range(start, start + rows):
-        h = poly_step(h, U64(sig[j]), band_base)
-    return finalize61(h)
+        h = h * band_base + U64(sig[j])
+    return mix64(h)
 
 
-def exact_hash(data, start, end, base1, base2):
-    """Two independent 61-bit hashes of the bytes ``data[start:end]``."""
-    h1 = ZERO
-    h2 = ZERO
+def exact_hash(data, start, end, seed1, seed2):
+    """Two 64-bit lanes of the exact-duplicate key of the bytes ``data[start:end]``."""
+    h1 = seed1
+    h2 = seed2
     p = start
-    while p + 4 <= end:
-        t = (
-            U64(data[p])
-            | (U64(data[p + 1]) << U64(8))
-            | (U64(data[p + 2]) << U64(16))
-            | (U64(data[p + 3]) << U64(24))
-        ) + ONE
-        h1 = poly_step(h1, t, base1)
-        h2 = poly_step(h2, t, base2)
-        p += 4
+    while p + 8 <= end:
+        w = load8(data, p)
+        h1 = mix64(h1 ^ w)
+        h2 = mix64(h2 ^ w)
+        p += 8
     if p < end:
-        t = ZERO
-        s = U64(0)
+        w = ZERO
+        s = ZERO
         while p < end:
-            t = t | (U64(data[p]) << s)
+            w |= U64(data[U64(p)]) << s
             s += U64(8)
             p += 1
-        t += ONE
-        h1 = poly_step(h1, t, base1)
-        h2 = poly_step(h2, t, base2)
-    return finalize61(h1), finalize61(h2)
+        h1 = mix64(h1 ^ w)
+        h2 = mix64(h2 ^ w)
+    return h1, h2
 
 
 def sorted_intersection(x, xs, xe, y, ys, ye):
@@ -388,55 +431,6 @@ def sorted_intersection(x, xs, xe, y, ys, ye):
         else:
             j += 1
     return c
-
-
-def clean_text(data, start, end, punct, remove_punct, collapse_ws, out, o):
-    """Copy ``data[start:end]`` to ``out[o:]`` dropping code points with
-    ``punct[cp] != 0`` (if ``remove_punct``) and, if ``collapse_ws``, turning
-    each whitespace run into one space and trimming both ends.  The output is
-    never longer than the input; returns the number of bytes written.
-
-    ASCII bytes take a branch-free path: a space owed to a preceding
-    whitespace run and the byte itself are always stored and the output
-    position advances only by what is kept.  Every store lands at or before
-    the input position, so it stays inside the document's own output room.
-    """
-    o0 = o
-    pending = False
-    pos = start
-    while pos < end:
-        b = data[pos]
-        if b < 0x80:  # ASCII: one byte, one code point, no branches on its class
-            # bitwise operators on bools: no short-circuit branches
-            drop = remove_punct & (punct[b] != 0)
-            space = collapse_ws & ((b == 32) | ((b >= 9) & (b <= 13)) | ((b >= 28) & (b <= 31)))
-            keep = (drop | space) ^ True
-            out[o] = 32
-            o += I64(keep & pending)
-            out[o] = b
-            o += I64(keep)
-            pending = (space & (o > o0)) | (pending & drop)
-            pos += 1
-            continue
-        cp, nxt = decode_utf8(data, pos, end)
-        drop = remove_punct and punct[cp] != 0
-        space = collapse_ws and is_space(cp)
-        if drop:
-            pos = nxt
-            continue
-        if space:
-            pending = o > o0
-            pos = nxt
-            continue
-        if pending:
-            out[o] = 32
-            o += 1
-            pending = False
-        while pos < nxt:
-            out[o] = data[pos]
-            o += 1
-            pos += 1
-    return o - o0
 
 
 def char_start(data, start, pos, end):
@@ -478,49 +472,29 @@ def word_start(data, start, pos, end):
     return is_space(prev)
 
 
-def shingle_at(data, start, pos, end, word_mode, n, base, word_base):
-    """Direct hash of the shingle whose first token starts at byte ``pos``.
-
-    Returns (H, m, token): ``token`` is False when no token starts at ``pos``;
-    otherwise ``m`` tokens were hashed into ``H`` (``m == n``: a full
-    shingle; ``m < n``: fewer than ``n`` tokens remain, which is a shingle
-    only when it is the document's first token, the short-document rule).
-    """
-    if word_mode:
-        if not word_start(data, start, pos, end):
-            return ZERO, 0, False
-        h, m = word_shingle_at(data, pos, end, n, base, word_base)
-        return h, m, True
-    if not char_start(data, start, pos, end):
-        return ZERO, 0, False
-    h, m = char_shingle_at(data, pos, end, n, base)
-    return h, m, True
-
-
 # Order matters only for readability: twins are compiled lazily by name.
 DEVICE_FUNCTIONS = (
-    "mulmod61",
-    "addmod61",
-    "submod61",
-    "mod31",
-    "poly_step",
-    "finalize61",
-    "perm61",
-    "perm31",
+    "mix64",
+    "load8",
+    "special_bytes",
+    "first_flag_shift",
+    "first_special_shift",
+    "utf8_width",
+    "utf8_byte",
     "decode_utf8",
     "is_space",
+    "char_token",
+    "next_char",
     "next_word",
-    "char_shingles",
-    "word_shingles",
-    "char_shingle_at",
-    "word_shingle_at",
-    "minhash_update61",
-    "minhash_update31",
+    "word_general",
+    "next_shingle",
+    "shingle_batch",
+    "perm_key",
+    "permute",
+    "shingle_at",
     "band_hash",
     "exact_hash",
     "sorted_intersection",
-    "clean_text",
     "char_start",
     "word_start",
-    "shingle_at",
 )

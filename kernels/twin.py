@@ -9,18 +9,28 @@ compiled twins of the same target.  ``numba.njit`` and
 
 import types
 
-from . import scalar
+from gpu_dedup.kernels import scalar
 
 
-def compile_twins(jit, module=scalar):
+def compile_twins(jit, module=scalar, special=None, replace=None):
+    """Twins of ``module.DEVICE_FUNCTIONS`` compiled by ``jit``.
+
+    ``special`` maps some names to another decorator (e.g. ``numba.njit(inline="always")`` for the
+    per-token functions on the CPU); ``replace`` maps a name to a compiled function used instead of
+    the scalar source, for a bit-level primitive a target has an instruction for (tests check the two
+    agree on every input class).
+    """
     namespace = dict(vars(module))
-    compiled = {}
+    compiled = dict(replace or {})
+    special = special or {}
     for name in module.DEVICE_FUNCTIONS:
+        if name in compiled:
+            continue
         fn = getattr(module, name)
         clone = types.FunctionType(fn.__code__, namespace, name, fn.__defaults__, fn.__closure__)
         clone.__qualname__ = fn.__qualname__
         clone.__doc__ = fn.__doc__
-        compiled[name] = jit(clone)
+        compiled[name] = special.get(name, jit)(clone)
     namespace.update(compiled)
     return types.SimpleNamespace(**compiled)
 
@@ -40,7 +50,7 @@ def kernel_digest(names=None) -> str:
     return digest.hexdigest()
 
 
-def guard_cache(namespace: dict, module_file: str) -> None:
+def guard_cache(namespace: dict, module_file: str, sources=("scalar.py", "twin.py")) -> None:
     """Drop stale on-disk cache entries of the kernels defined in ``module_file``.
 
     Numba invalidates a cached function only when its own source file changes,
@@ -48,13 +58,14 @@ def guard_cache(namespace: dict, module_file: str) -> None:
     would leave stale machine code in the cache.  A stamp file named after a
     digest of every kernel source sits in the cache directory; when it is
     missing, this module's cache entries are deleted before anything loads
-    them, then the stamp is written.
+    them, then the stamp is written.  ``sources``: the kernel files the module's
+    kernels compile from besides itself.
     """
     import os
 
     stem = os.path.splitext(os.path.basename(module_file))[0]
     # what the module's kernels compile from besides the module itself (numba tracks that one)
-    tag = f"gpu_dedup-{stem}-{kernel_digest(['scalar.py', 'twin.py'])[:16]}.stamp"
+    tag = f"gpu_dedup-{stem}-{kernel_digest(list(sources))[:16]}.stamp"
     bases: dict[str, list[str]] = {}
     for obj in namespace.values():
         cache = getattr(obj, "_cache", None)

@@ -6,9 +6,11 @@ root on ``sys.path`` and test modules import the oracle as
 
 GPU runs: tests marked ``gpu`` need a real CUDA device and are skipped, with
 the reason ``gpu_dedup.backends.gpu.probe()`` gives, where there is none (and
-always under the CUDA simulator).  ``--backend gpu`` makes the kernel-level
-tests, which take the ``cpu_backend`` fixture, run on the GPU backend instead
-(their oracle checks then apply to the GPU kernels).
+always under the CUDA simulator).  ``--backend gpu`` runs the whole suite on
+the GPU backend: every test that asks for the CPU backend (``backend="cpu"``,
+``Config(backend="cpu")``, the ``cpu_backend`` fixture) gets the GPU backend
+instead, so the oracle and end-to-end checks apply to the GPU path (tests that
+compare CPU with GPU then compare the GPU with itself).
 """
 
 import os
@@ -35,6 +37,26 @@ def gpu_unavailable() -> str | None:
     return None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _backend_under_test(request):
+    """Under ``--backend gpu``, the name ``cpu`` resolves to the GPU backend for the whole session."""
+    if request.config.getoption("--backend") != "gpu":
+        yield
+        return
+    from gpu_dedup import backends
+
+    saved = dict(backends._REGISTRY), dict(backends._CACHE)
+    backends._CACHE.clear()
+    backends._REGISTRY["cpu"] = backends._REGISTRY["gpu"]
+    try:
+        yield
+    finally:
+        backends._REGISTRY.clear()
+        backends._REGISTRY.update(saved[0])
+        backends._CACHE.clear()
+        backends._CACHE.update(saved[1])
+
+
 def pytest_collection_modifyitems(config, items):
     marked = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not marked:
@@ -53,6 +75,6 @@ def pytest_collection_modifyitems(config, items):
 def cpu_backend(request):
     """The CPU backend object (Numba kernels; compiled once, cached on disk);
     the GPU backend under ``--backend gpu``."""
-    from gpu_dedup.backend import get_backend
+    from gpu_dedup.backends import get_backend
 
-    return get_backend(request.config.getoption("--backend"))
+    return get_backend("cpu")

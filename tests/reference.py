@@ -1,42 +1,41 @@
 """Slow, independent pure-Python oracle of the gpu_dedup hashing specification.
 
-This module re-implements the specification written in the docstrings of
-``kernels/scalar.py`` and ``gpu_dedup/hashing.py`` with plain Python ints and
+This module re-implements hash family v2, specified in the docstrings of
+``kernels/scalar.py`` and ``kernels/params.py``, with plain Python ints and
 ``str`` only.  It deliberately imports nothing from ``gpu_dedup`` (nor NumPy):
 it is the yardstick the kernels are measured against, so it must not share
 their code or their bugs.  Speed is irrelevant; clarity is the point.
 
-Summary of the specification as implemented here:
+Summary of the specification as implemented here (all arithmetic mod 2**64
+unless said otherwise):
 
 * Parameters: splitmix64(seed) yields, in order, shingle_base, word_base,
-  band_base, exact_base1, exact_base2 (each ``2 + z % (P61 - 3)``), then for
-  each permutation ``i`` the pair ``a_i = 1 + z % (P - 1)``, ``b_i = z % P``,
-  ``P = P61`` (hash_bits 64) or ``P31`` (hash_bits 32).
+  band_base (each ``(z & ~7) | 5``), exact_seed1, exact_seed2 (``z``), then
+  one ``z`` per permutation: ``a_i = (z & 0xFFFFFFFF) | 1``, ``b_i = z >> 32``.
+* ``mix64``: the splitmix64 finalizer.
 * Text is UTF-8, decoded with ``errors="replace"``.
-* Tokens: char mode ``ord(c) + 1``; word mode (words = ``str.split()``) the
-  Horner polynomial of ``ord(c) + 1`` in base ``word_base`` mod P61 from 0.
+* Tokens: char mode ``mix64(ord(c) + 1)``; word mode (words = ``str.split()``)
+  ``mix64(L + sum_j c_j * word_base**(j+1))`` over the little-endian 8-byte
+  chunks ``c_j`` of the word's UTF-8 bytes (last chunk zero-padded), ``L``
+  their count.
 * Shingles: windows of ``n`` consecutive tokens; ``0 < T < n`` gives one
-  shingle of all ``T`` tokens, ``T == 0`` none.  Value = ``finalize61`` of the
-  Horner polynomial of the window's tokens in base ``shingle_base`` mod P61.
-* Signature: 64-bit ``min (a*x + b) % P61``; 32-bit ``x31 = x % P31`` then
-  ``min (a*x31 + b) % P31``; sentinel ``P`` when there are no shingles.
-* Band hash: Horner from ``band + 1`` over the band's rows in base
-  ``band_base`` mod P61, then ``finalize61``.
-* Exact key: ``(len, finalize61(H1), finalize61(H2))`` with ``H`` the Horner
-  polynomials over the little-endian 4-byte words (+1, last word zero-padded)
-  in bases exact_base1 / exact_base2 mod P61.
+  shingle of all ``T`` tokens, ``T == 0`` none.  Value ``H`` = the Horner
+  polynomial of the window's tokens in base ``shingle_base``.
+* Signature: ``min (a_i * (H >> 32) + b_i) mod 2**32`` over the distinct
+  values; ``2**32 - 1`` when there are none.
+* Band hash: ``mix64`` of the Horner polynomial from ``band + 1`` over the
+  band's 32-bit values in base ``band_base``.
+* Exact key: ``(len, h1, h2)``, ``h = mix64(h ^ w)`` from ``h = exact_seed``
+  over the little-endian 8-byte words ``w`` (last one zero-padded).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-P61 = (1 << 61) - 1
-P31 = (1 << 31) - 1
-MASK64 = (1 << 64) - 1
-
-FIN_C1 = 0x1243F6A8885A308D
-FIN_C2 = 0x0B7E151628AED2A6
+M64 = (1 << 64) - 1
+M32 = (1 << 32) - 1
+SENTINEL = M32
 
 
 # ---------------------------------------------------------------- parameters
@@ -52,21 +51,22 @@ def _splitmix64(seed: int):
         yield z ^ (z >> 31)
 
 
-def params(seed: int, num_perm: int, hash_bits: int = 64) -> dict:
+def params(seed: int, num_perm: int) -> dict:
     """All hash constants derived from ``seed`` (plain ints / lists of ints)."""
-    if hash_bits not in (32, 64):
-        raise ValueError("hash_bits must be 32 or 64")
     rng = _splitmix64(seed)
-    names = ("shingle_base", "word_base", "band_base", "exact_base1", "exact_base2")
-    out = {name: 2 + next(rng) % (P61 - 3) for name in names}
-    prime = P61 if hash_bits == 64 else P31
+    out = {}
+    for name in ("shingle_base", "word_base", "band_base"):
+        z = next(rng)
+        out[name] = z - z % 8 + 5
+    out["exact_seed1"] = next(rng)
+    out["exact_seed2"] = next(rng)
     a, b = [], []
     for _ in range(num_perm):
-        a.append(1 + next(rng) % (prime - 1))
-        b.append(next(rng) % prime)
+        z = next(rng)
+        a.append(z % (1 << 32) | 1)
+        b.append(z // (1 << 32))
     out["a"] = a
     out["b"] = b
-    out["hash_bits"] = hash_bits
     out["num_perm"] = num_perm
     return out
 
@@ -74,22 +74,17 @@ def params(seed: int, num_perm: int, hash_bits: int = 64) -> dict:
 # ---------------------------------------------------------------- scalar math
 
 
-def finalize61(h: int) -> int:
-    """The non-linear mixer of the spec, on Python ints (exact products)."""
-    h = h ^ (h >> 31)
-    h = (h * FIN_C1) % P61
-    h = h ^ (h >> 29)
-    h = (h * FIN_C2) % P61
-    h = h ^ (h >> 32)
-    if h >= P61:
-        h -= P61
-    return h
+def mix64(z: int) -> int:
+    """The splitmix64 finalizer on Python ints."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % (1 << 64)
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % (1 << 64)
+    return z ^ (z >> 31)
 
 
-def horner(values, base: int, start: int = 0, mod: int = P61) -> int:
+def horner(values, base: int, start: int = 0) -> int:
     h = start
     for v in values:
-        h = (h * base + v) % mod
+        h = (h * base + v) % (1 << 64)
     return h
 
 
@@ -105,13 +100,19 @@ def _as_text(text) -> str:
 
 
 def word_hash(word: str, word_base: int) -> int:
-    return horner((ord(c) + 1 for c in word), word_base)
+    """Token of one word: its UTF-8 bytes in 8-byte little-endian chunks, weighted by powers of word_base."""
+    data = word.encode("utf-8")
+    w = len(data)
+    for j in range(0, len(data), 8):
+        chunk = int.from_bytes(data[j : j + 8], "little")
+        w += chunk * pow(word_base, j // 8 + 1, 1 << 64)
+    return mix64(w % (1 << 64))
 
 
 def tokens(text, kind: str, word_base: int = 0) -> list[int]:
     text = _as_text(text)
     if kind == "char":
-        return [ord(c) + 1 for c in text]
+        return [mix64(ord(c) + 1) for c in text]
     if kind == "word":
         return [word_hash(w, word_base) for w in text.split()]
     raise ValueError(f"unknown shingle kind {kind!r}")
@@ -143,7 +144,7 @@ def shingle_strings(text, kind: str, n: int) -> set[str]:
 
 
 def shingle_values(text, kind: str, n: int, prm: dict) -> list[int]:
-    """Finalized 61-bit shingle values in document order (with repeats).
+    """64-bit shingle values in document order (with repeats).
 
     Each window is evaluated directly by Horner (not rolling); identical
     windows are memoized, which changes nothing but the running time.
@@ -155,28 +156,26 @@ def shingle_values(text, kind: str, n: int, prm: dict) -> list[int]:
     for w in _windows(toks, n):
         v = memo.get(w)
         if v is None:
-            v = memo[w] = finalize61(horner(w, base))
+            v = memo[w] = horner(w, base)
         out.append(v)
     return out
 
 
-def signature(text, kind: str, n: int, prm: dict, num_perm: int | None = None, hash_bits: int | None = None) -> list[int]:
-    hash_bits = prm.get("hash_bits", 64) if hash_bits is None else hash_bits
+def permute(x: int, a: int, b: int) -> int:
+    return (a * x + b) % (1 << 32)
+
+
+def signature(text, kind: str, n: int, prm: dict, num_perm: int | None = None) -> list[int]:
     num_perm = len(prm["a"]) if num_perm is None else num_perm
-    xs = set(shingle_values(text, kind, n, prm))
-    prime = P61 if hash_bits == 64 else P31
-    if hash_bits == 32:
-        xs = {x % P31 for x in xs}
-    sig = []
-    for a, b in zip(prm["a"][:num_perm], prm["b"][:num_perm]):
-        sig.append(min(((a * x + b) % prime for x in xs), default=prime))
-    return sig
+    keys = {h >> 32 for h in shingle_values(text, kind, n, prm)}
+    return [min((permute(x, a, b) for x in keys), default=SENTINEL)
+            for a, b in zip(prm["a"][:num_perm], prm["b"][:num_perm])]
 
 
 def band_hash(sig, band: int, rows: int, band_base: int) -> int:
     row_values = [int(v) for v in sig[band * rows : band * rows + rows]]
     assert len(row_values) == rows, "band out of range"
-    return finalize61(horner(row_values, band_base, start=band + 1))
+    return mix64(horner(row_values, band_base, start=band + 1))
 
 
 def band_hashes(sig, bands: int, rows: int, band_base: int) -> list[int]:
@@ -185,12 +184,12 @@ def band_hashes(sig, bands: int, rows: int, band_base: int) -> list[int]:
 
 def exact_key(data: bytes, prm: dict) -> tuple[int, int, int]:
     data = bytes(data)
-    words = [int.from_bytes(data[i : i + 4], "little") + 1 for i in range(0, len(data), 4)]
-    return (
-        len(data),
-        finalize61(horner(words, prm["exact_base1"])),
-        finalize61(horner(words, prm["exact_base2"])),
-    )
+    h1, h2 = prm["exact_seed1"], prm["exact_seed2"]
+    for i in range(0, len(data), 8):
+        w = int.from_bytes(data[i : i + 8], "little")
+        h1 = mix64(h1 ^ w)
+        h2 = mix64(h2 ^ w)
+    return len(data), h1, h2
 
 
 def jaccard(text_a, text_b, kind: str, n: int) -> float:

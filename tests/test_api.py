@@ -12,8 +12,8 @@ import pytest
 import gpu_dedup
 from gpu_dedup import Config, stages
 from gpu_dedup.errors import ConfigError, InputError
-from gpu_dedup.pipeline import run
-from gpu_dedup.sample import planted_corpus
+from gpu_dedup.evaluation.sample import planted_corpus
+from gpu_dedup.index.commands import run
 
 CPU = {"backend": "cpu"}
 
@@ -58,7 +58,7 @@ def test_pandas_frame_equals_the_file_run(frame, file_run, tmp_path, monkeypatch
     dup = res.duplicates
     assert isinstance(dup, pd.DataFrame)
     assert list(dup.columns) == ["id", "row", "cluster_id", "kept", "similarity", "match", "survivor_id"]
-    want = file_run.duplicates.drop_columns(["shard"]).to_pandas().rename(columns={"shard_row": "row"})
+    want = file_run.duplicates.drop_columns(["row", "shard"]).to_pandas().rename(columns={"shard_row": "row"})
     pd.testing.assert_frame_equal(dup, want[dup.columns])
     removed = dup[~dup["kept"]]
     assert sorted(removed["row"]) == np.flatnonzero(~res.kept).tolist()
@@ -78,6 +78,10 @@ def test_arrow_table_keeps_its_schema(sample, file_run):
     assert (res.kept == file_run.kept).all()
     rows = res.duplicates.column("row").to_numpy()
     assert (res.duplicates.column("cluster_id").to_numpy() == res.clusters[rows]).all()
+    # an id column named like a column of the duplicates table would be mistaken for it: refused at once
+    with pytest.raises(ConfigError, match="id column 'row' has the name of a column gpu_dedup writes"):
+        gpu_dedup.dedup(table.rename_columns(["row" if c == "id" else c for c in table.column_names]), id="row",
+                        backend="cpu")
 
 
 class _FakeCudfFrame:
@@ -140,7 +144,7 @@ def test_config_forms_and_overrides(frame):
     f = gpu_dedup.dedup(small, config="fineweb", backend="cpu")
     assert (f.report["lsh"]["bands"], f.report["lsh"]["rows"]) == (14, 8)
     s = gpu_dedup.dedup(small, backend="cpu", keep="score", score="score")
-    assert s.report["config"]["select"] == {"keep": "score", "score_column": "score", "split_chains": False}
+    assert s.report["config"]["select"] == {"keep": "score", "score_column": "score", "split_chains": True}
     # highest score survives: every removed row's survivor has a higher score
     rows = np.flatnonzero(~s.kept)
     assert (small["score"].to_numpy()[s.clusters[rows]] > small["score"].to_numpy()[rows]).all()
@@ -192,8 +196,8 @@ def test_result_report_page(frame, tmp_path):
 
 @pytest.mark.parametrize("method", ["exact", "signature"])
 def test_stages_step_by_step_equal_dedup(sample, method):
-    """The stage functions chained by hand give the pipeline's clusters."""
-    cfg = Config.from_dict({**CPU, "verify": {"method": method}})
+    """The stage functions chained by hand give the pipeline's clusters (plain components)."""
+    cfg = Config.from_dict({**CPU, "verify": {"method": method}, "select": {"split_chains": False}})
     text = sample.table.column("text")
     n = len(text)
     buf = stages.string_buffers(stages.normalize(text, cfg.normalize))
@@ -213,7 +217,7 @@ def test_stages_step_by_step_equal_dedup(sample, method):
 
 
 def test_in_memory_pipeline_run_refuses_file_features(sample, tmp_path):
-    from gpu_dedup.io import memory_shard
+    from gpu_dedup.stages.read_shards import memory_shard
 
     shard = memory_shard(sample.table.select(["text"]))
     res = run([shard], None, Config(backend="cpu"))

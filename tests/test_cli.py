@@ -4,6 +4,7 @@ import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from gpu_dedup.cli import main
 
@@ -36,18 +37,21 @@ def test_config_prints_derived_values(capsys):
 
 
 def test_demo_reports_recall(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "gpu_dedup", "demo", "-o", str(tmp_path / "demo"), "--docs", "1200",
-                           "--backend", "cpu", "-q"], capture_output=True, text=True, timeout=600)
+    cmd = [sys.executable, "-m", "gpu_dedup", "demo", "--docs", "1200", "--backend", "cpu"]
+    quiet = subprocess.run(cmd + ["-o", str(tmp_path / "quiet"), "-q"], capture_output=True, text=True, timeout=600)
+    assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == ""  # -q: silent
+    proc = subprocess.run(cmd + ["-o", str(tmp_path / "demo")], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert "(recall)" in proc.stdout and "precision" in proc.stdout
+    assert "below the threshold: none of the" in proc.stdout  # split chains, the default
+    assert "(recall;" in proc.stdout and "precision" in proc.stdout
     line = [x for x in proc.stdout.splitlines() if "Jaccard >= 0.90" in x][0]
-    assert float(line.split(":")[-1].split()[0]) >= 0.99
+    assert float(line.split("not both kept:")[1].split()[0]) >= 0.99
     assert (tmp_path / "demo" / "output" / "report.json").exists()
     assert (tmp_path / "demo" / "output" / "report.html").exists() and "report.html" in proc.stdout
 
 
 def _planted_dir(tmp_path, n=400):
-    from gpu_dedup.sample import planted_corpus, write_shards
+    from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 
     s = planted_corpus(n_docs=n, n_clusters=n // 10, cluster_size=(2, 4), words=(40, 150), edit_rate=(0, 0.05),
                        seed=5)
@@ -115,3 +119,148 @@ def test_run_logs_every_stage_with_counts_and_rate_and_is_silent_with_quiet(tmp_
     quiet = subprocess.run(cmd + ["-o", str(tmp_path / "quiet"), "-q"], capture_output=True, text=True, timeout=600)
     assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""
     assert (tmp_path / "quiet" / "_SUCCESS").exists()
+
+
+# ---------------------------------------------------------------- what a new user meets
+
+
+def _with_ids(tmp_path, ids, name="in"):
+    """Two shards with a user column ``id`` (strings that look nothing like row numbers) and near copies."""
+    base = "the quick brown fox jumps over the lazy dog near the river bank today and tomorrow again"
+    texts = [base, base + " extra", "unrelated words entirely here for once in a while today", base.upper()]
+    d = tmp_path / name
+    d.mkdir()
+    pq.write_table(pa.table({"id": ids[:2], "text": texts[:2]}), d / "a.parquet")
+    pq.write_table(pa.table({"id": ids[2:], "text": texts[2:]}), d / "b.parquet")
+    return d
+
+
+def test_generated_ids_are_rows_and_an_input_id_column_is_used_verbatim(tmp_path, capsys, caplog):
+    """Issue: without --id-column, duplicates.parquet called its row numbers ``id`` even when the input had
+    its own ``id`` column; a join on ``id`` silently matched the wrong rows."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="gpu_dedup")
+    inp = _with_ids(tmp_path, ["u-9", "u-7", "u-5", "u-3"])
+    assert main(["run", str(inp), "-o", str(tmp_path / "auto"), "--backend", "cpu", "--ngram", "3"]) == 0
+    said = [r.getMessage() for r in caplog.records if "as document ids" in r.getMessage()]
+    assert len(said) == 1 and "'id'" in said[0] and "--no-id-column" in said[0]  # said once
+    dup = pq.read_table(tmp_path / "auto" / "duplicates.parquet")
+    assert dup.column_names == ["id", "row", "cluster_id", "kept", "similarity", "match", "survivor_id", "shard",
+                                "shard_row"]
+    assert dup.column("id").to_pylist() == ["u-9", "u-7", "u-3"] and dup.column("row").to_pylist() == [0, 1, 3]
+    assert set(dup.column("survivor_id").to_pylist()) == {"u-9"} and set(dup.column("cluster_id").to_pylist()) == {0}
+    # --no-id-column: rows only; no column can be mistaken for the user's ids
+    assert main(["run", str(inp), "-o", str(tmp_path / "rows"), "--backend", "cpu", "--ngram", "3",
+                 "--no-id-column"]) == 0
+    dup = pq.read_table(tmp_path / "rows" / "duplicates.parquet")
+    assert dup.column_names == ["row", "cluster_id", "kept", "similarity", "match", "shard", "shard_row"]
+    assert dup.column("row").to_pylist() == [0, 1, 3]
+    # another column named explicitly: verbatim, under its own name
+    t = pq.read_table(inp / "a.parquet")
+    pq.write_table(t.append_column("url", pa.array(["x://a", "x://b"])), inp / "a.parquet")
+    t = pq.read_table(inp / "b.parquet")
+    pq.write_table(t.append_column("url", pa.array(["x://c", "x://d"])), inp / "b.parquet")
+    assert main(["run", str(inp), "-o", str(tmp_path / "url"), "--backend", "cpu", "--ngram", "3",
+                 "--id-column", "url"]) == 0
+    dup = pq.read_table(tmp_path / "url" / "duplicates.parquet")
+    assert dup.column_names[:2] == ["url", "row"] and dup.column("url").to_pylist() == ["x://a", "x://b", "x://d"]
+    report = json.loads((tmp_path / "url" / "report.json").read_text())
+    assert report["largest_clusters"][0]["survivor"]["id"] == "x://a"
+    report = json.loads((tmp_path / "rows" / "report.json").read_text())
+    assert "id" not in report["largest_clusters"][0]["survivor"]  # generated: row only
+
+
+def test_an_id_column_of_mixed_types_is_not_picked_and_a_reserved_name_is_refused(tmp_path, capsys):
+    inp = _with_ids(tmp_path, [1, 2, 3, 4])
+    pq.write_table(pa.table({"id": ["x", "y"], "text": pq.read_table(inp / "b.parquet").column("text")}),
+                   inp / "b.parquet")  # int64 in one shard, string in the other
+    assert main(["run", str(inp), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q"]) == 0
+    assert pq.read_table(tmp_path / "out" / "duplicates.parquet").column_names[0] == "row"
+    t = pq.read_table(inp / "a.parquet")
+    pq.write_table(t.append_column("cluster_id", pa.array([5, 6])), tmp_path / "c.parquet")
+    rc = main(["run", str(tmp_path / "c.parquet"), "-o", str(tmp_path / "out2"), "--backend", "cpu",
+               "--id-column", "cluster_id"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "id column 'cluster_id' has the name of a column gpu_dedup writes" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_against_an_index_uses_the_index_id_column(tmp_path, capsys):
+    inp = _with_ids(tmp_path, ["u-9", "u-7", "u-5", "u-3"])
+    ix = str(tmp_path / "ix")
+    assert main(["index", "build", str(inp / "a.parquet"), "-o", ix, "--backend", "cpu", "--ngram", "3", "-q"]) == 0
+    assert capsys.readouterr().out == ""  # -q: silent
+    assert json.loads((tmp_path / "ix" / "manifest.json").read_text())["id_column"] == "id"
+    assert main(["run", str(inp / "b.parquet"), "-o", str(tmp_path / "b"), "--against", ix, "--backend", "cpu",
+                 "--ngram", "3", "-q"]) == 0
+    dup = pq.read_table(tmp_path / "b" / "duplicates.parquet").to_pylist()
+    assert [(r["id"], r["row"], r["survivor_id"], r["in_index"]) for r in dup] == [("u-3", 3, "u-9", True)]
+
+
+def test_auto_backend_says_once_how_to_install_the_gpu_packages(tmp_path):
+    """Issue: the fallback line named a distribution no registry has, and evaluate printed it twice."""
+    inp = _planted_dir(tmp_path, 200)
+    proc = subprocess.run([sys.executable, "-m", "gpu_dedup", "evaluate", str(inp), "-o", str(tmp_path / "ev/"),
+                           "--sample", "0", "--compare-split-chains", "--no-plot"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "backend auto: using the CPU" in line]
+    assert len(said) <= 1  # none on a machine with a usable GPU
+    if said:
+        assert "pip install -e '.[cuda12]'" in said[0] and "gpu_dedup[cuda12]" not in said[0]
+    assert f"in {tmp_path / 'ev'}/\n" in proc.stdout and "//" not in proc.stdout.splitlines()[-1]
+
+
+def test_dask_chatter_is_silenced_unless_verbose(tmp_path):
+    """Issue: --workers 2 printed ~60 Dask INFO lines and 18 shuffle warnings."""
+    pytest.importorskip("distributed")
+    inp = _planted_dir(tmp_path, 300)
+    proc = subprocess.run([sys.executable, "-m", "gpu_dedup", "run", str(inp), "-o", str(tmp_path / "out"),
+                           "--backend", "cpu", "--workers", "2", "--set", "cluster.block_rows=100"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    for chatter in ("Shuffle", "Nanny", "Scheduler", "Start worker", "Remove worker", "Lost all workers"):
+        assert chatter not in proc.stderr, chatter
+    assert "stage verify done" in proc.stderr and "Dask dashboard" in proc.stderr
+
+
+def test_shuffle_chatter_filter_drops_only_the_routine_lines():
+    import logging
+
+    from gpu_dedup.cli import _ShuffleChatter
+
+    f = _ShuffleChatter()
+
+    def rec(msg, *args):
+        return logging.LogRecord("distributed.shuffle._scheduler_plugin", logging.WARNING, "x", 1, msg, args, None)
+
+    assert not f.filter(rec("Shuffle %s initialized by task %r executed on worker %s", "a", "k", "w"))
+    assert not f.filter(rec("Shuffle %s deactivated due to stimulus '%s'", "a", "s"))
+    assert f.filter(rec("Shuffle %s failed: %s", "a", "boom"))
+
+
+def test_tune_announces_its_default_directory(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    first, last = out.splitlines()[0], out.splitlines()[-1]
+    assert first.startswith(f"writing tune.json and tune.png to {tmp_path / 'gpu-dedup-tune'}/")
+    assert last.endswith("in gpu-dedup-tune/") and (tmp_path / "gpu-dedup-tune" / "tune.json").exists()
+    assert main(["tune", "--no-plot", "-o", str(tmp_path / "t")]) == 0
+    assert "writing tune.json" not in capsys.readouterr().out  # asked for: no announcement
+
+
+def test_run_summary_says_how_many_removed_documents_are_below_the_threshold(tmp_path, capsys):
+    inp = _planted_dir(tmp_path, 400)
+    for split, words in (("true", "below the threshold: none of the"), ("false", "are less similar than 0.8")):
+        rc = main(["run", str(inp), "-o", str(tmp_path / split), "--backend", "cpu", "--set",
+                   f"select.split_chains={split}"])
+        out = capsys.readouterr().out
+        assert rc == 0 and words in out, out
+        report = json.loads((tmp_path / split / "report.json").read_text())
+        below = report["chaining"]["below_threshold_to_survivor"]
+        assert (below == 0) == (split == "true")
+        if split == "false":
+            assert f"{below:,} of {report['chaining']['near_duplicates_removed']:,} removed" in out
+            assert "select.split_chains: true keeps them" in out

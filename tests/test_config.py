@@ -81,3 +81,15 @@ def test_exact_verification_avoids_unused_permutations():
     assert cfg.signature_perms == 100
     sig = cfg.with_overrides({"verify.method": "signature"})
     assert sig.signature_perms == 128
+
+
+def test_removed_hash_bits_key_explains_itself(tmp_path):
+    """minhash.hash_bits is gone (signature values are always 32-bit, hash family v2): an old config that
+    still sets it gets the problem, the value and the fix, from YAML, a dict or an override."""
+    p = tmp_path / "old.yaml"
+    p.write_text("minhash:\n  num_perm: 64\n  hash_bits: 64\n")
+    for make in (lambda: Config.from_yaml(p), lambda: Config.from_dict({"minhash": {"hash_bits": 32}}),
+                 lambda: Config().with_overrides({"minhash.hash_bits": 64})):
+        with pytest.raises(ConfigError, match=r"minhash\.hash_bits = (64|32) is no longer a setting.*32-bit.*delete"):
+            make()
+    assert Config().minhash.hash_bits == 32 and "hash_bits" not in Config().to_dict()["minhash"]

@@ -1,1 +1,78 @@
-"""Backend implementations; import through :func:`gpu_dedup.backend.get_backend`."""
+"""The backend seam: one small registry, backends imported lazily.
+
+Stage code asks ``get_backend(name)`` for an object with the kernel entry
+points (``minhash``, ``band_hashes``, ``exact_hashes``, ``shingle_sets``,
+``jaccard_pairs``, ``signature_similarity``, ``components``).  The GPU
+module (and with it CuPy / cuDF) is imported only when the GPU backend is
+asked for, so a CPU install never needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from gpu_dedup.errors import BackendError
+
+log = logging.getLogger("gpu_dedup")
+
+_REGISTRY = {
+    "cpu": "gpu_dedup.backends.cpu",
+    "gpu": "gpu_dedup.backends.gpu",
+}
+_CACHE: dict[str, object] = {}
+_AUTO_FALLBACK: list[str] = []  # why ``auto`` chose the CPU, once it has (said once per process)
+
+
+def _load(name: str):
+    if name not in _CACHE:
+        module = importlib.import_module(_REGISTRY[name])
+        _CACHE[name] = module.create()  # raises BackendError when it cannot run here
+    return _CACHE[name]
+
+
+def get_backend(name: str = "auto"):
+    """Return the backend object for ``cpu``, ``gpu`` or ``auto`` (GPU if usable, else CPU)."""
+    if not isinstance(name, str):
+        return name  # already a backend object
+    if name not in ("auto", *_REGISTRY):
+        raise BackendError(f"backend {name!r} is not known; choose auto, {', '.join(_REGISTRY)}")
+    if name != "auto":
+        return _load(name)
+    if "gpu" in _CACHE or not _AUTO_FALLBACK:
+        try:
+            return _load("gpu")
+        except BackendError as exc:  # the GPU is probed once per process: its absence does not change
+            _AUTO_FALLBACK.append(str(exc))
+            log.info("backend auto: using the CPU (%s)", exc)
+    return _load("cpu")
+
+
+# ---------------------------------------------------------------- array modules
+#
+# Driver-side stage code (exact groups, buckets, star edges, survivors, ...) is
+# written once against an array module ``xp``: NumPy on the CPU backend, CuPy on
+# the GPU backend.  It takes ``xp`` from its input arrays, so the CPU tests run
+# the very lines the GPU runs.  CuPy is never imported here: an array's module
+# is recognised by its type's module name.
+
+
+def array_module(*arrays):
+    """NumPy, or CuPy when any of ``arrays`` is a CuPy array."""
+    for a in arrays:
+        if type(a).__module__.split(".")[0] == "cupy":
+            return importlib.import_module("cupy")
+    import numpy
+
+    return numpy
+
+
+def to_host(a):
+    """A NumPy array of ``a`` (a no-op for NumPy arrays; a device-to-host copy for CuPy)."""
+    import numpy
+
+    if isinstance(a, numpy.ndarray):
+        return a
+    if hasattr(a, "get") and type(a).__module__.split(".")[0] == "cupy":
+        return a.get()
+    return numpy.asarray(a)

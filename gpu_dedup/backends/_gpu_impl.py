@@ -1,7 +1,7 @@
 """GPU backend: the CUDA kernels of ``gpu_dedup.kernels.cuda`` behind the CPU backend's API.
 
 The pipeline is host-side today: every method takes host NumPy arrays /
-:class:`~gpu_dedup.strings.StringBuffers`, copies what it needs to the device,
+:class:`~gpu_dedup.backends.strings.StringBuffers`, copies what it needs to the device,
 runs the kernels and returns host NumPy arrays with the same dtypes and shapes
 as :class:`~gpu_dedup.backends.cpu.CPUBackend`, so results are interchangeable
 (and tested to be bit-identical).  The text buffer of the last
@@ -22,18 +22,22 @@ the smallest node index of the component, as on the CPU.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..buckets import Buckets, Edges
-from ..hashing import HashParams
-from ..strings import StringBuffers
+from gpu_dedup.backends.cpu import signature_values
+from gpu_dedup.backends.prepare import prepare as prepare_kernels
+from gpu_dedup.backends.strings import StringBuffers
+from gpu_dedup.backends.textnorm import slow_path
+from gpu_dedup.kernels import text as text_kernel
+from gpu_dedup.kernels.params import HashParams
 
 log = logging.getLogger("gpu_dedup")
 
 SEGMENT_BYTES = 1 << 15  # a document is cut into segments of this many bytes (one block each)
 SPAN = 1024  # byte positions hashed per round of a block (shared buffer of this many values)
-PERM_CHUNK = 4096  # permutations per launch (shared memory: (chunk + span) * 8 bytes <= 48 KiB)
+PERM_CHUNK = 8192  # permutations per launch (shared memory: (chunk + span) * 4 bytes <= 48 KiB)
 ITEM_THREADS = 256  # block size of the thread-per-item kernels
 
 
@@ -109,56 +113,20 @@ def components_xp(xp, src, dst, n: int, hook=_minimum_at):
         labels = new
 
 
-def buckets_xp(xp, band_hashes) -> tuple:
-    """Device twin of :func:`gpu_dedup.buckets.buckets`: (band, hash, offsets, members) arrays of ``xp``."""
-    n, num_bands = band_hashes.shape
-    bands, hashes, sizes, members = [], [], [], []
-    for band in range(num_bands if n else 0):  # one sort per band: O(bands) launches
-        col = band_hashes[:, band]
-        order = xp.argsort(col, kind="stable")  # stable: members ascend inside a bucket
-        sorted_h = col[order]
-        start = xp.ones(n, dtype=bool)
-        start[1:] = sorted_h[1:] != sorted_h[:-1]
-        starts = xp.flatnonzero(start)
-        run = xp.diff(xp.concatenate((starts, xp.asarray([n], dtype=starts.dtype))))
-        multi = run > 1
-        if not bool(multi.any()):
-            continue
-        keep = multi[xp.cumsum(start) - 1]
-        bands.append(xp.full(int(multi.sum()), band, dtype=xp.int32))
-        hashes.append(sorted_h[starts[multi]])
-        sizes.append(run[multi])
-        members.append(order[keep].astype(xp.int64))
-    if not bands:
-        return (xp.zeros(0, dtype=xp.int32), xp.zeros(0, dtype=xp.uint64), xp.zeros(1, dtype=xp.int64),
-                xp.zeros(0, dtype=xp.int64))
-    sizes = xp.concatenate(sizes)
-    offsets = xp.zeros(sizes.shape[0] + 1, dtype=xp.int64)
-    offsets[1:] = xp.cumsum(sizes)
-    return xp.concatenate(bands), xp.concatenate(hashes), offsets, xp.concatenate(members)
-
-
-def star_edges_xp(xp, offsets, members):
-    """Device twin of :func:`gpu_dedup.buckets.edges`: sorted distinct star edges (src, dst)."""
-    if members.shape[0] == 0:
-        e = xp.zeros(0, dtype=xp.int64)
-        return e, e
-    bucket = xp.searchsorted(offsets[1:], xp.arange(members.shape[0], dtype=xp.int64), side="right")
-    center = members[offsets[:-1]][bucket]
-    not_center = xp.ones(members.shape[0], dtype=bool)
-    not_center[offsets[:-1]] = False
-    src, dst = center[not_center], members[not_center]
-    if src.shape[0] and max(int(src.max()), int(dst.max())) < 2**31:  # pack into one sortable key
-        key = xp.unique((src << 32) | dst)
-        return key >> 32, key & 0xFFFFFFFF
-    from ..buckets import unique_pairs
-
-    s, d = unique_pairs(_to_host(src), _to_host(dst))
-    return xp.asarray(s), xp.asarray(d)
-
-
 def _to_host(a) -> np.ndarray:
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
+@dataclass
+class DeviceText:
+    """Normalized texts on the device (``xp`` arrays) and what it took to get them there."""
+
+    offsets: object  # int64, n + 1, from 0
+    chars: object  # uint8
+    invalid_utf8: int  # documents that had ill-formed UTF-8
+    slow_docs: int  # documents normalized on the host (an unstable code point, or repair first)
+    bytes_to_host: int  # host<->device traffic of the fallback (bytes)
+    bytes_to_device: int
 
 
 class GPUBackend:
@@ -212,6 +180,16 @@ class GPUBackend:
         comps = "cuGraph components" if self._cugraph() is not None else "CuPy components"
         return f"gpu: {where}, {frames}, {comps}"
 
+    def prepare(self, cfg) -> float:
+        """Compile the CUDA kernels a run with ``cfg`` launches, before the first stage (numba-cuda
+        compiles a kernel at its first launch in each process), on a tiny sample; logs once when
+        something compiles.  Returns the seconds spent.  Nothing to do under the simulator."""
+        if self.simulator:
+            return 0.0
+        seconds, _ = prepare_kernels(self, cfg)
+        self.synchronize()
+        return seconds
+
     def synchronize(self) -> None:
         """Wait for the device's queued work (for timings)."""
         if self.xp is not np:
@@ -243,7 +221,8 @@ class GPUBackend:
 
     @staticmethod
     def _shingle_args(params: HashParams, shingle: str, ngram: int):
-        return shingle == "word", np.int64(ngram), np.uint64(params.shingle_base), np.uint64(params.word_base)
+        return (shingle == "word", np.int64(ngram), np.uint64(params.shingle_base), np.uint64(params.word_base),
+                np.uint64(params.word_base2))
 
     def _segments(self, starts, ends):
         seg_doc, lo, hi = segment_table(starts, ends, self.seg_bytes)
@@ -280,27 +259,26 @@ class GPUBackend:
         docs, starts, ends = self._select(strings, docs)
         m = docs.shape[0]
         if m == 0 or num_perm == 0:
-            return xp.empty((m, num_perm), dtype=params.signature_dtype), xp.zeros(m, dtype=xp.int64)
+            return xp.empty((m, num_perm), dtype=xp.uint32), xp.zeros(m, dtype=xp.int64)
         data = self._data(strings)
         d_start, d_end = self._dev(starts), self._dev(ends)
         nseg, segs = self._segments(starts, ends)
         sargs = self._shingle_args(params, shingle, ngram)
-        bits64 = params.hash_bits == 64
-        a = self._dev(params.a[:num_perm], np.uint64)
-        b = self._dev(params.b[:num_perm], np.uint64)
-        out = xp.full((m, num_perm), params.prime, dtype=xp.uint64)
+        a = self._dev(params.a[:num_perm], np.uint32)
+        b = self._dev(params.b[:num_perm], np.uint32)
+        out = xp.full((m, num_perm), params.sentinel, dtype=xp.uint32)
         counts = xp.zeros(m, dtype=xp.int64)
         first = d_end.copy()
         threads = self.threads or signature_threads(min(num_perm, self.perm_chunk))
         for p0 in range(0, num_perm, self.perm_chunk):  # one launch unless num_perm > perm_chunk
             p1 = min(num_perm, p0 + self.perm_chunk)
             whole = p0 == 0 and p1 == num_perm
-            part = out if whole else xp.full((m, p1 - p0), params.prime, dtype=xp.uint64)
+            part = out if whole else xp.full((m, p1 - p0), params.sentinel, dtype=xp.uint32)
             c, f = (counts, first) if p0 == 0 else (xp.zeros(m, dtype=xp.int64), d_end.copy())
             if nseg:
-                shared = (p1 - p0 + self.span) * 8
+                shared = (p1 - p0 + self.span) * 4
                 self.k.minhash_segments[self._blocks(nseg), threads, 0, shared](
-                    data, d_start, d_end, *segs, *sargs, a[p0:p1], b[p0:p1], bits64, np.int64(self.span), part, c, f
+                    data, d_start, d_end, *segs, *sargs, a[p0:p1], b[p0:p1], np.int64(self.span), part, c, f
                 )
             if not whole:
                 out[:, p0:p1] = part
@@ -308,9 +286,7 @@ class GPUBackend:
         if short.shape[0]:
             xvals = self._short_values(data, d_start, d_end, first, short, sargs)
             t = self.item_threads
-            self.k.short_signatures[self._blocks(short.shape[0] * num_perm, t), t](short, xvals, a, b, bits64, out, counts)
-        if not bits64:
-            out = out.astype(xp.uint32)
+            self.k.short_signatures[self._blocks(short.shape[0] * num_perm, t), t](short, xvals, a, b, out, counts)
         return out, counts
 
     def shingle_sets(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, docs=None):
@@ -361,31 +337,107 @@ class GPUBackend:
         out = self.xp.empty(e, dtype=self.xp.float64)
         t = self.item_threads
         self.k.signature_similarity[self._blocks(e, t), t](
-            self._dev(sig), self._dev(left, np.int64), self._dev(right, np.int64), out
+            self._dev(signature_values(sig)), self._dev(left, np.int64), self._dev(right, np.int64), out
         )
         return self._host(out)
 
     def band_hashes(self, sig, bands: int, rows: int, band_base: int) -> np.ndarray:
+        """One 64-bit hash per band of ``rows`` uint32 signature values: (n, bands) uint64."""
         n = sig.shape[0]
         if n == 0 or bands == 0:
             return np.empty((n, bands), np.uint64)
         out = self.xp.empty((n, bands), dtype=self.xp.uint64)
         t = self.item_threads
         self.k.band_hashes[self._blocks(n * bands, t), t](
-            self._dev(sig), np.int64(bands), np.int64(rows), np.uint64(band_base), out
+            self._dev(signature_values(sig)), np.int64(bands), np.int64(rows), np.uint64(band_base), out
         )
         return self._host(out)
 
-    def exact_hashes(self, strings: StringBuffers, base1: int, base2: int) -> np.ndarray:
+    def exact_hashes(self, strings: StringBuffers, seed1: int, seed2: int) -> np.ndarray:
+        """Two 64-bit lanes of the exact-duplicate key of every document: (n, 2) uint64."""
         n = len(strings)
         if n == 0:
             return np.empty((0, 2), np.uint64)
         out = self.xp.empty((n, 2), dtype=self.xp.uint64)
         t = self.item_threads
         self.k.exact_hashes[self._blocks(n, t), t](
-            self._dev(strings.offsets, np.int64), self._data(strings), np.uint64(base1), np.uint64(base2), out
+            self._dev(strings.offsets, np.int64), self._data(strings), np.uint64(seed1), np.uint64(seed2), out
         )
         return self._host(out)
+
+    # ------------------------------------------------------------------ text
+
+    def _text_tables(self, form: str):
+        """Device copies of the property table of ``form`` (once per backend and form)."""
+        cache = self.__dict__.setdefault("_tables_dev", {})
+        if form not in cache:
+            stage1, stage2 = text_kernel.property_table(form)
+            cache[form] = (self._dev(stage1, np.uint16), self._dev(stage2, np.uint64))
+        return cache[form]
+
+    def _gather(self, src_values, src, lengths, dst, dst_values) -> None:
+        if src.shape[0]:
+            self.k.gather_segments[self._blocks(src.shape[0]), self.item_threads](src_values, src, lengths, dst,
+                                                                                  dst_values)
+
+    def normalize(self, offsets, chars, cfg, valid=None) -> DeviceText:
+        """Normalize device string buffers (``offsets`` int32/int64 n + 1, ``chars`` uint8, the
+        layout of a cuDF / Arrow string column; ``valid``: optional bool mask, nulls read as
+        empty) into new device buffers, byte-identical to the CPU's ``normalize_counted``.
+
+        The one-pass kernel of ``kernels/text.py`` runs a thread per document; only the
+        documents it hands back (an unstable code point, or ill-formed UTF-8 whose
+        replacement does not fit) cross the bus, go through the host's slow path
+        (``gpu_dedup.backends.textnorm.slow_path``: repair, utf8proc, the same kernel) and
+        come back; their bytes are counted in the result.
+        """
+        xp = self.xp
+        need = text_kernel.need_mask(cfg.unicode, cfg.lowercase)
+        offsets = xp.asarray(offsets).astype(xp.int64)
+        n = offsets.shape[0] - 1
+        starts = xp.ascontiguousarray(offsets[:-1])
+        ends = xp.ascontiguousarray(offsets[1:])
+        if valid is not None:
+            ends = xp.where(xp.asarray(valid, dtype=bool), ends, starts)
+        if chars.shape[0] == 0:
+            chars = xp.zeros(1, dtype=xp.uint8)  # no zero-size kernel arguments
+        out = xp.empty(chars.shape[0], dtype=xp.uint8)
+        lengths = xp.zeros(n, dtype=xp.int64)
+        status = xp.zeros(n, dtype=xp.int64)
+        if n:
+            stage1, stage2 = self._text_tables(cfg.unicode)
+            act = self._dev(text_kernel.ascii_actions(cfg.lowercase, cfg.punctuation, cfg.whitespace), np.int64)
+            t = self.item_threads
+            self.k.normalize_texts[self._blocks(n, t), t](
+                chars, starts, ends, stage1, stage2, act, np.int64(need), bool(cfg.lowercase),
+                bool(cfg.punctuation), bool(cfg.whitespace), out, starts, lengths, status)
+        slow_mask = (status & (text_kernel.UNSTABLE | text_kernel.OVERFLOW)) != 0
+        invalid = int(((~slow_mask) & ((status & text_kernel.INVALID) != 0)).sum())
+        slow = xp.flatnonzero(slow_mask).astype(xp.int64)
+        m = int(slow.shape[0])
+        down = up = 0
+        if m:
+            seg_len = ends[slow] - starts[slow]
+            seg_off = xp.zeros(m + 1, dtype=xp.int64)
+            seg_off[1:] = xp.cumsum(seg_len)
+            seg = xp.empty(max(1, int(seg_off[-1])), dtype=xp.uint8)
+            self._gather(chars, starts[slow], seg_len, seg_off[:-1], seg)
+            host_seg, host_off = self._host(seg)[: int(seg_off[-1])], self._host(seg_off)
+            down = host_seg.nbytes + host_off.nbytes
+            fb, fb_off, bad = slow_path(host_seg, host_off, cfg)
+            invalid += bad
+            fb_dev = self._dev(fb if fb.shape[0] else np.zeros(1, np.uint8), np.uint8)
+            fb_off_dev = self._dev(fb_off, np.int64)
+            up = fb.nbytes + fb_off.nbytes
+            lengths[slow] = fb_off_dev[1:] - fb_off_dev[:-1]
+        new_offsets = xp.zeros(n + 1, dtype=xp.int64)
+        new_offsets[1:] = xp.cumsum(lengths)
+        result = xp.empty(max(1, int(new_offsets[-1])), dtype=xp.uint8)
+        ok = xp.flatnonzero(~slow_mask).astype(xp.int64)
+        self._gather(out, starts[ok], lengths[ok], new_offsets[ok], result)
+        if m:
+            self._gather(fb_dev, fb_off_dev[:-1], lengths[slow], new_offsets[slow], result)
+        return DeviceText(new_offsets, result[: int(new_offsets[-1])], invalid, m, down, up)
 
     # ------------------------------------------------------------------ graphs and frames
 
@@ -426,13 +478,3 @@ class GPUBackend:
         labels = xp.arange(n, dtype=xp.int64)
         labels[xp.asarray(wcc["vertex"].values, dtype=xp.int64)] = xp.asarray(wcc["root"].values, dtype=xp.int64)
         return labels
-
-    def buckets(self, band_hashes) -> Buckets:
-        """Device grouping of an (n, bands) band-hash matrix; same result as ``gpu_dedup.buckets.buckets``."""
-        band, hsh, offsets, members = buckets_xp(self.xp, self._dev(band_hashes, np.uint64))
-        return Buckets(self._host(band), self._host(hsh), self._host(offsets), self._host(members))
-
-    def edges(self, b: Buckets) -> Edges:
-        """Device star edges; same result as ``gpu_dedup.buckets.edges``."""
-        src, dst = star_edges_xp(self.xp, self._dev(b.offsets, np.int64), self._dev(b.members, np.int64))
-        return Edges(self._host(src).astype(np.int64), self._host(dst).astype(np.int64))

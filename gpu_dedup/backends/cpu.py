@@ -5,8 +5,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..hashing import HashParams
-from ..strings import StringBuffers
+from gpu_dedup.backends.prepare import prepare as prepare_kernels
+from gpu_dedup.backends.strings import StringBuffers
+from gpu_dedup.kernels.params import HashParams
 
 
 def balanced_tasks(lengths: np.ndarray, per_thread: int = 16) -> np.ndarray:
@@ -21,6 +22,17 @@ def balanced_tasks(lengths: np.ndarray, per_thread: int = 16) -> np.ndarray:
     return np.unique(np.concatenate(([0], cuts, [n]))).astype(np.int64)
 
 
+def signature_values(sig) -> np.ndarray:
+    """``sig`` as a C-contiguous uint32 matrix (signature values of hash family v2 are 32-bit)."""
+    sig = np.asarray(sig)
+    if sig.dtype != np.uint32:
+        if sig.size and (sig.min() < 0 or sig.max() > 0xFFFFFFFF):
+            raise ValueError(f"signature values must be 32-bit (hash family v2), got {sig.dtype} values up to "
+                             f"{sig.max()}; recompute the signatures with this version")
+        sig = sig.astype(np.uint32)
+    return np.ascontiguousarray(sig)
+
+
 class CPUBackend:
     name = "cpu"
 
@@ -33,6 +45,12 @@ class CPUBackend:
     @property
     def mode(self) -> str:
         return f"cpu: numba kernels on {numba.get_num_threads()} threads, pyarrow/numpy frames"
+
+    def prepare(self, cfg) -> float:
+        """Load (or, the first time after install, compile) exactly the kernels a run with ``cfg`` calls;
+        logs once when something compiles.  Returns the seconds spent (see ``backends/prepare.py``)."""
+        seconds, _ = prepare_kernels(self, cfg)
+        return seconds
 
     @staticmethod
     def _select(strings: StringBuffers, docs):
@@ -50,35 +68,36 @@ class CPUBackend:
             np.uint64(params.shingle_base),
             np.uint64(params.shingle_base_pow(ngram)),
             np.uint64(params.word_base),
+            np.uint64(params.word_base2),
         )
 
     def minhash(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, num_perm=None, docs=None):
-        """Signatures (len(docs) x num_perm) and shingle counts of the selected documents."""
+        """Signatures (len(docs) x num_perm, uint32) and shingle counts of the selected documents."""
         num_perm = params.num_perm if num_perm is None else num_perm
         docs, tasks = self._select(strings, docs)
-        out = np.empty((docs.shape[0], num_perm), params.signature_dtype)
+        out = np.empty((docs.shape[0], num_perm), np.uint32)
         counts = np.empty(docs.shape[0], np.int64)
-        self.k.minhash(
-            strings.offsets, strings.data, docs, tasks, *self._shingle_args(params, shingle, ngram),
-            params.a[:num_perm], params.b[:num_perm], params.hash_bits == 64, out, counts,
-        )
+        kernel = self.k.minhash_word if shingle == "word" else self.k.minhash_char
+        kernel(strings.offsets, strings.data, docs, tasks, *self._shingle_args(params, shingle, ngram)[1:],
+               params.a[:num_perm], params.b[:num_perm], out, counts)
         return out, counts
 
     def shingle_sets(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, docs=None):
         """Sorted distinct shingle values of each selected document, as CSR (offsets, values)."""
         docs, tasks = self._select(strings, docs)
-        args = self._shingle_args(params, shingle, ngram)
-        counts = np.empty(docs.shape[0], np.int64)
-        self.k.shingle_counts(strings.offsets, strings.data, docs, tasks, *args, counts)
-        raw_offsets = np.zeros(docs.shape[0] + 1, np.int64)
+        args = self._shingle_args(params, shingle, ngram)[1:]
+        kernel = self.k.shingle_values_word if shingle == "word" else self.k.shingle_values_char
+        m = docs.shape[0]
+        raw_offsets = np.zeros(m + 1, np.int64)
+        counts = np.empty(m, np.int64)
+        kernel(strings.offsets, strings.data, docs, tasks, *args, True, raw_offsets, np.empty(0, np.uint64), counts)
         np.cumsum(counts, out=raw_offsets[1:])
         raw = np.empty(int(raw_offsets[-1]), np.uint64)
-        unique = np.empty(docs.shape[0], np.int64)
-        self.k.shingle_sets(strings.offsets, strings.data, docs, tasks, *args, raw_offsets, raw, unique)
-        offsets = np.zeros(docs.shape[0] + 1, np.int64)
-        np.cumsum(unique, out=offsets[1:])
+        kernel(strings.offsets, strings.data, docs, tasks, *args, False, raw_offsets, raw, counts)  # counts: distinct
+        offsets = np.zeros(m + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
         values = np.empty(int(offsets[-1]), np.uint64)
-        self.k.compact_segments(raw_offsets, raw, unique, offsets, values)
+        self.k.compact_segments(raw_offsets, raw, counts, offsets, values)
         return offsets, values
 
     def jaccard_pairs(self, set_offsets, set_values, left, right) -> np.ndarray:
@@ -92,13 +111,15 @@ class CPUBackend:
         return out
 
     def band_hashes(self, sig, bands: int, rows: int, band_base: int) -> np.ndarray:
+        """One 64-bit hash per band of ``rows`` uint32 signature values: (n, bands) uint64."""
         out = np.empty((sig.shape[0], bands), np.uint64)
-        self.k.band_hashes(sig, np.int64(bands), np.int64(rows), np.uint64(band_base), out)
+        self.k.band_hashes(signature_values(sig), np.int64(bands), np.int64(rows), np.uint64(band_base), out)
         return out
 
-    def exact_hashes(self, strings: StringBuffers, base1: int, base2: int) -> np.ndarray:
+    def exact_hashes(self, strings: StringBuffers, seed1: int, seed2: int) -> np.ndarray:
+        """Two 64-bit lanes of the exact-duplicate key of every document: (n, 2) uint64."""
         out = np.empty((len(strings), 2), np.uint64)
-        self.k.exact_hashes(strings.offsets, strings.data, np.uint64(base1), np.uint64(base2), out)
+        self.k.exact_hashes(strings.offsets, strings.data, np.uint64(seed1), np.uint64(seed2), out)
         return out
 
     def components(self, src, dst, n: int) -> np.ndarray:

@@ -2,14 +2,16 @@
 
 Imported only when the GPU backend is asked for.  ``create()`` checks, in
 order, that CuPy and numba-cuda import and that a CUDA device answers; the
-error names what is missing and the pip extra that installs it.
+error names what is missing and the command that installs it.
 """
 
 from __future__ import annotations
 
-from ..errors import BackendError
+from gpu_dedup.errors import BackendError
 
-EXTRA_HINT = "install the GPU extra matching your driver: pip install 'gpu_dedup[cuda12]' or 'gpu_dedup[cuda13]'"
+# gpu_dedup is installed from its checkout (it is not on a package registry), so the extras are named from there
+EXTRA_HINT = ("install the GPU packages matching your CUDA driver from the gpu_dedup checkout: "
+              "pip install -e '.[cuda12]' (or '.[cuda13]'); README.md, section GPU, has the set-up")
 
 
 def probe() -> dict:
@@ -40,6 +42,6 @@ def probe() -> dict:
 
 def create():
     info = probe()
-    from ._gpu_impl import GPUBackend
+    from gpu_dedup.backends._gpu_impl import GPUBackend
 
     return GPUBackend(info)

@@ -19,14 +19,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..sample import planted_corpus, write_shards
-from . import machine, write_results
+from gpu_dedup.bench import machine, write_results
+from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 
 _OPEN_AND_QUERY = r"""
 import json, sys, time
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 t0 = time.perf_counter()
-from gpu_dedup.index import Index
+from gpu_dedup.index.store import Index
 t_import = time.perf_counter() - t0
 t0 = time.perf_counter(); index = Index.open(sys.argv[1]); t_open = time.perf_counter() - t0
 queries = pq.read_table(sys.argv[2]).column("text").combine_chunks()

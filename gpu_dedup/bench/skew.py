@@ -11,8 +11,8 @@ import datetime as _dt
 import tempfile
 from pathlib import Path
 
-from ..sample import planted_corpus, write_shards
-from . import growth_exponent, machine, run_cli_job, write_results
+from gpu_dedup.bench import growth_exponent, machine, run_cli_job, write_results
+from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 
 
 def corpus(n: int, directory: Path, seed: int = 0) -> Path:

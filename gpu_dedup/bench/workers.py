@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..sample import planted_corpus, write_shards
-from . import machine, run_cli_job, write_results
+from gpu_dedup.bench import machine, run_cli_job, write_results
+from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 
 
 def make_corpus(directory: Path, documents: int, chunk: int = 500_000, words=(60, 400),

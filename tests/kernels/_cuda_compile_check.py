@@ -26,21 +26,24 @@ dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capabili
 
 from gpu_dedup.kernels import cuda as k  # noqa: E402
 
-u8, i64, u64, f64 = t.uint8[::1], t.int64[::1], t.uint64[::1], t.float64[::1]
+u8, i64, u32, u64, f64 = t.uint8[::1], t.int64[::1], t.uint32[::1], t.uint64[::1], t.float64[::1]
 u64_2d, u32_2d = t.uint64[:, ::1], t.uint32[:, ::1]
 I, U, B = t.int64, t.uint64, t.boolean
-SEG = (u8, i64, i64, i64, i64, i64, B, I, U, U)  # data, doc_start, doc_end, segments, shingle args
+SEG = (u8, i64, i64, i64, i64, i64, B, I, U, U, U)  # data, doc_start, doc_end, segments, shingle args
 SIGNATURES = {  # the argument types GPUBackend launches each kernel with
-    "minhash_segments": [SEG + (u64, u64, B, I, u64_2d, i64, i64)],
+    "minhash_segments": [SEG + (u32, u32, I, u32_2d, i64, i64)],
     "count_segments": [SEG + (i64, i64)],
     "emit_segments": [SEG + (I, i64, u64)],
-    "short_values": [(i64, u8, i64, i64, i64, B, I, U, U, u64)],
-    "short_signatures": [(i64, u64, u64, u64, B, u64_2d, i64)],
-    "band_hashes": [(u64_2d, I, I, U, u64_2d), (u32_2d, I, I, U, u64_2d)],
+    "short_values": [(i64, u8, i64, i64, i64, B, I, U, U, U, u64)],
+    "short_signatures": [(i64, u64, u32, u32, u32_2d, i64)],
+    "band_hashes": [(u32_2d, I, I, U, u64_2d)],
     "exact_hashes": [(i64, u8, U, U, u64_2d)],
     "jaccard_pairs": [(i64, u64, i64, i64, f64)],
-    "signature_similarity": [(u64_2d, i64, i64, f64), (u32_2d, i64, i64, f64)],
+    "signature_similarity": [(u32_2d, i64, i64, f64)],
     "hook_min": [(i64, i64, i64, i64)],
+    # text normalization (kernels/text.py): data, starts, ends, stage1, stage2, ascii actions, need, flags, out...
+    "normalize_texts": [(u8, i64, i64, t.uint16[::1], u64, i64, I, B, B, B, u8, i64, i64, i64)],
+    "gather_segments": [(u8, i64, i64, i64, u8)],
 }
 
 

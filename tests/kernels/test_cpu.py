@@ -11,19 +11,17 @@ import random
 import numpy as np
 import pyarrow as pa
 import pytest
+from gpu_dedup.kernels.params import hash_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_dedup.hashing import hash_params
-from gpu_dedup.strings import string_buffers
+from gpu_dedup.backends.strings import string_buffers
 from tests import reference as ref
 
-P61 = (1 << 61) - 1
-P31 = (1 << 31) - 1
+SENTINEL = (1 << 32) - 1  # signature value of a document without shingles
 
 KINDS = ("char", "word")
 NGRAMS = (1, 2, 3, 5, 24)
-BITS = (64, 32)
 NUM_PERM = 16
 SEED = 1234
 
@@ -92,25 +90,22 @@ def ref_text(doc):
     return ref.decode(doc) if isinstance(doc, bytes) else doc
 
 
-def check_minhash(be, docs, kind, n, bits, num_perm=NUM_PERM, seed=SEED):
-    hp = hash_params(seed, num_perm, bits)
-    prm = ref.params(seed, num_perm, bits)
+def check_minhash(be, docs, kind, n, num_perm=NUM_PERM, seed=SEED):
+    hp = hash_params(seed, num_perm)
+    prm = ref.params(seed, num_perm)
     sig, counts = be.minhash(buffers(docs), hp, kind, n)
     assert sig.shape == (len(docs), num_perm)
-    assert sig.dtype == (np.uint64 if bits == 64 else np.uint32)
+    assert sig.dtype == np.uint32
     assert counts.shape == (len(docs),)
-    sentinel = P61 if bits == 64 else P31
     for k, doc in enumerate(docs):
         text = ref_text(doc)
         values = ref.shingle_values(text, kind, n, prm)
         want = ref.signature(text, kind, n, prm)
         got = [int(v) for v in sig[k]]
-        assert got == want, (kind, n, bits, text[:80])
+        assert got == want, (kind, n, text[:80])
         assert int(counts[k]) == len(values), (kind, n, text[:80])
-        if values:
-            assert all(v < sentinel for v in got)
-        else:
-            assert got == [sentinel] * num_perm
+        if not values:
+            assert got == [SENTINEL] * num_perm
     return sig
 
 
@@ -131,18 +126,25 @@ def check_shingle_sets(be, docs, kind, n, seed=SEED):
 # ------------------------------------------------------------------ signatures
 
 
-@pytest.mark.parametrize("bits", BITS)
 @pytest.mark.parametrize("n", NGRAMS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_minhash_matches_reference(cpu_backend, kind, n, bits):
-    check_minhash(cpu_backend, TEXTS, kind, n, bits)
+def test_minhash_matches_reference(cpu_backend, kind, n):
+    check_minhash(cpu_backend, TEXTS, kind, n)
 
 
-@pytest.mark.parametrize("bits", BITS)
 @pytest.mark.parametrize("n", (1, 3, 5))
 @pytest.mark.parametrize("kind", KINDS)
-def test_minhash_invalid_utf8(cpu_backend, kind, n, bits):
-    check_minhash(cpu_backend, BAD_BYTES, kind, n, bits)
+def test_minhash_invalid_utf8(cpu_backend, kind, n):
+    check_minhash(cpu_backend, BAD_BYTES, kind, n)
+
+
+@pytest.mark.parametrize("num_perm", (1, 31, 32, 40, 128, 260))
+@pytest.mark.parametrize("kind", KINDS)
+def test_minhash_permutation_counts(cpu_backend, kind, num_perm):
+    """The sweep's 32-lane vector path, its scalar tail and documents of every length up to and past the
+    eight-key groups (short, exactly 8, 9, 17 shingles, long)."""
+    docs = TEXTS[:16] + [" ".join(f"w{i}" for i in range(k)) for k in (8, 9, 12, 13, 20, 21, 40)]
+    check_minhash(cpu_backend, docs, kind, 5, num_perm=num_perm)
 
 
 def test_minhash_binary_equals_string_for_valid_text(cpu_backend):
@@ -168,7 +170,7 @@ def test_minhash_seed_changes_signature(cpu_backend):
     b, _ = cpu_backend.minhash(buffers(docs), hash_params(2, NUM_PERM), "word", 2)
     assert not np.array_equal(a, b)
     for seed in (0, 2**64 - 1):
-        check_minhash(cpu_backend, docs + TEXTS[:6], "char", 3, 64, seed=seed)
+        check_minhash(cpu_backend, docs + TEXTS[:6], "char", 3, seed=seed)
 
 
 def test_minhash_empty_batch(cpu_backend):
@@ -184,7 +186,7 @@ def test_minhash_all_empty_documents(cpu_backend):
     hp = hash_params(SEED, NUM_PERM)
     for docs in (["", "", ""], [None, "", None]):
         sig, counts = cpu_backend.minhash(string_buffers(pa.array(docs, pa.string())), hp, "char", 3)
-        assert (sig == P61).all() and (counts == 0).all()
+        assert sig.dtype == np.uint32 and (sig == SENTINEL).all() and (counts == 0).all()
 
 
 def test_minhash_nulls_read_as_empty(cpu_backend):
@@ -205,9 +207,8 @@ def test_minhash_sliced_arrow_array(cpu_backend):
     assert sig.tolist() == [ref.signature(t, "char", 2, prm) for t in TEXTS[5:14]]
 
 
-@pytest.mark.parametrize("bits", BITS)
-def test_minhash_docs_subset(cpu_backend, bits):
-    hp = hash_params(SEED, NUM_PERM, bits)
+def test_minhash_docs_subset(cpu_backend):
+    hp = hash_params(SEED, NUM_PERM)
     buf = buffers(TEXTS)
     full, full_counts = cpu_backend.minhash(buf, hp, "word", 2)
     docs = np.array([3, 0, 13, 13, len(TEXTS) - 1, 7], np.int64)
@@ -215,7 +216,7 @@ def test_minhash_docs_subset(cpu_backend, bits):
     assert sub.dtype == full.dtype
     assert np.array_equal(sub, full[docs])
     assert np.array_equal(sub_counts, full_counts[docs])
-    prm = ref.params(SEED, NUM_PERM, bits)
+    prm = ref.params(SEED, NUM_PERM)
     assert sub.tolist() == [ref.signature(TEXTS[d], "word", 2, prm) for d in docs]
     none, none_counts = cpu_backend.minhash(buf, hp, "word", 2, docs=np.zeros(0, np.int64))
     assert none.shape == (0, NUM_PERM) and none_counts.shape == (0,)
@@ -224,18 +225,17 @@ def test_minhash_docs_subset(cpu_backend, bits):
     assert np.array_equal(lst, full[[13, 0]])
 
 
-@pytest.mark.parametrize("bits", BITS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_signature_prefix_property(cpu_backend, kind, bits):
+def test_signature_prefix_property(cpu_backend, kind):
     buf = buffers(TEXTS)
-    long_params = hash_params(SEED, 64, bits)
+    long_params = hash_params(SEED, 64)
     full, _ = cpu_backend.minhash(buf, long_params, kind, 3)
     for k in (1, 5, 16):
         prefix, _ = cpu_backend.minhash(buf, long_params, kind, 3, num_perm=k)
         assert np.array_equal(prefix, full[:, :k])
-        short, _ = cpu_backend.minhash(buf, hash_params(SEED, k, bits), kind, 3)
+        short, _ = cpu_backend.minhash(buf, hash_params(SEED, k), kind, 3)
         assert np.array_equal(short, full[:, :k])
-    prm = ref.params(SEED, 64, bits)
+    prm = ref.params(SEED, 64)
     assert full[13].tolist() == ref.signature(TEXTS[13], kind, 3, prm)
     assert ref.signature(TEXTS[13], kind, 3, prm, num_perm=5) == full[13, :5].tolist()
 
@@ -262,11 +262,11 @@ def big_doc():
     return big_document()
 
 
-@pytest.mark.parametrize(("kind", "n", "bits"), [("char", 5, 64), ("word", 3, 32)])
-def test_minhash_one_megabyte_document(cpu_backend, big_doc, kind, n, bits):
+@pytest.mark.parametrize(("kind", "n"), [("char", 5), ("word", 3)])
+def test_minhash_one_megabyte_document(cpu_backend, big_doc, kind, n):
     assert len(big_doc.encode("utf-8")) >= 1_000_000
     docs = ["short one", big_doc, "", big_doc[:1000]]
-    check_minhash(cpu_backend, docs, kind, n, bits, num_perm=8)
+    check_minhash(cpu_backend, docs, kind, n, num_perm=8)
 
 
 def test_shingle_sets_one_megabyte_document(cpu_backend, big_doc):
@@ -301,7 +301,7 @@ def test_shingle_set_size_equals_reference_distinct_values(cpu_backend):
             offsets, _ = cpu_backend.shingle_sets(buffers(TEXTS), hash_params(SEED, 4), kind, n)
             sizes = np.diff(offsets).tolist()
             assert sizes == [len(set(ref.shingle_values(t, kind, n, prm))) for t in TEXTS]
-            # hashed set sizes equal the string set sizes (no 61-bit collisions here)
+            # hashed set sizes equal the string set sizes (no 64-bit collisions here)
             assert sizes == [len(ref.shingle_strings(t, kind, n)) for t in TEXTS]
 
 
@@ -327,9 +327,8 @@ def test_jaccard_pairs_known_values(cpu_backend):
     assert cpu_backend.jaccard_pairs(offsets, values, [], []).shape == (0,)
 
 
-@pytest.mark.parametrize("bits", BITS)
-def test_signature_similarity(cpu_backend, bits):
-    sig = check_minhash(cpu_backend, TEXTS, "word", 2, bits)
+def test_signature_similarity(cpu_backend):
+    sig = check_minhash(cpu_backend, TEXTS, "word", 2)
     m = len(TEXTS)
     left = [i for i in range(m) for j in range(m)]
     right = [j for i in range(m) for j in range(m)]
@@ -344,31 +343,27 @@ def test_signature_similarity(cpu_backend, bits):
 HYP_BANDS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-@pytest.mark.parametrize("bits", BITS)
 @pytest.mark.parametrize(("bands", "rows"), [(4, 4), (16, 1), (1, 16), (3, 5), (2, 3)])
-def test_band_hashes_match_reference(cpu_backend, bits, bands, rows):
-    hp = hash_params(SEED, NUM_PERM, bits)
+def test_band_hashes_match_reference(cpu_backend, bands, rows):
+    hp = hash_params(SEED, NUM_PERM)
     sig, _ = cpu_backend.minhash(buffers(TEXTS), hp, "char", 3)
     got = cpu_backend.band_hashes(sig, bands, rows, hp.band_base)
     assert got.dtype == np.uint64 and got.shape == (len(TEXTS), bands)
     for k, row in enumerate(sig.tolist()):
         assert got[k].tolist() == ref.band_hashes(row, bands, rows, hp.band_base)
-    assert (got < P61).all()
 
 
 @st.composite
 def signature_matrices(draw):
-    """(signatures, bands, rows, band_base): random values of either width, the sentinel P and the
-    extremes among them, sometimes more columns than bands * rows (a band layout need not use them all)."""
-    bits = draw(st.sampled_from(BITS))
-    p = P61 if bits == 64 else P31
+    """(signatures, bands, rows, band_base): random 32-bit values, the sentinel and 0 among them,
+    sometimes more columns than bands * rows (a band layout need not use them all)."""
     bands, rows = draw(st.integers(1, 12)), draw(st.integers(1, 16))
     cols = bands * rows + draw(st.integers(0, 3))
-    value = st.one_of(st.integers(0, p), st.sampled_from([0, 1, p - 1, p]))
+    value = st.one_of(st.integers(0, SENTINEL), st.sampled_from([0, 1, SENTINEL - 1, SENTINEL]))
     docs = draw(st.lists(st.lists(value, min_size=cols, max_size=cols), min_size=1, max_size=5))
-    base = draw(st.one_of(st.integers(2, P61 - 2),  # any base the spec allows (2 + z % (P61 - 3))
-                          st.integers(0, 2**64 - 1).map(lambda seed: hash_params(seed, cols, bits).band_base)))
-    return np.array(docs, np.uint64 if bits == 64 else np.uint32), bands, rows, base
+    base = draw(st.one_of(st.integers(0, 2**64 - 1),  # any 64-bit value works as a base in the code
+                          st.integers(0, 2**64 - 1).map(lambda seed: hash_params(seed, cols).band_base)))
+    return np.array(docs, np.uint32), bands, rows, base
 
 
 @HYP_BANDS
@@ -383,16 +378,19 @@ def test_band_hashes_random_signatures_equal_reference(cpu_backend, case):
 def test_band_hashes_sentinel_and_extremes(cpu_backend):
     hp = hash_params(SEED, 8)
     rng = random.Random(3)
-    rows64 = [[P61] * 8, [0] * 8, [P61 - 1] * 8] + [[rng.randrange(P61 + 1) for _ in range(8)] for _ in range(20)]
-    sig64 = np.array(rows64, np.uint64)
-    got = cpu_backend.band_hashes(sig64, 2, 4, hp.band_base)
-    assert got.tolist() == [ref.band_hashes(r, 2, 4, hp.band_base) for r in rows64]
-    rows32 = [[P31] * 8, [0] * 8] + [[rng.randrange(P31 + 1) for _ in range(8)] for _ in range(20)]
+    rows32 = [[SENTINEL] * 8, [0] * 8, [SENTINEL - 1] * 8] + [[rng.randrange(SENTINEL + 1) for _ in range(8)]
+                                                            for _ in range(20)]
     sig32 = np.array(rows32, np.uint32)
-    got = cpu_backend.band_hashes(sig32, 4, 2, hp.band_base)
-    assert got.tolist() == [ref.band_hashes(r, 4, 2, hp.band_base) for r in rows32]
+    for bands, rows in ((2, 4), (4, 2)):
+        got = cpu_backend.band_hashes(sig32, bands, rows, hp.band_base)
+        assert got.tolist() == [ref.band_hashes(r, bands, rows, hp.band_base) for r in rows32]
     # bands are distinguished by their index even when their rows are equal
-    assert len(set(cpu_backend.band_hashes(sig64[:1], 8, 1, hp.band_base)[0].tolist())) == 8
+    assert len(set(cpu_backend.band_hashes(sig32[:1], 8, 1, hp.band_base)[0].tolist())) == 8
+    # integer signatures of other dtypes are accepted when their values are 32-bit; larger ones are refused
+    assert np.array_equal(cpu_backend.band_hashes(sig32.astype(np.int64), 2, 4, hp.band_base),
+                          cpu_backend.band_hashes(sig32, 2, 4, hp.band_base))
+    with pytest.raises(ValueError, match="32-bit"):
+        cpu_backend.band_hashes(np.full((1, 8), 2**40, np.uint64), 2, 4, hp.band_base)
 
 
 # ------------------------------------------------------------------ exact hashes
@@ -401,14 +399,18 @@ def test_band_hashes_sentinel_and_extremes(cpu_backend):
 def test_exact_hashes_match_reference(cpu_backend):
     prm = ref.params(SEED, 4)
     hp = hash_params(SEED, 4)
-    docs = [t.encode("utf-8") for t in TEXTS] + BAD_BYTES + [bytes(range(k)) for k in range(10)]
-    docs += [b"\x00", b"\x00\x00", b"\x00\x00\x00\x00", b"\xff" * 4, b"\xff" * 5]
-    got = cpu_backend.exact_hashes(buffers(docs), hp.exact_base1, hp.exact_base2)
+    docs = [t.encode("utf-8") for t in TEXTS] + BAD_BYTES + [bytes(range(k)) for k in range(18)]
+    docs += [b"\x00", b"\x00\x00", b"\x00" * 8, b"\xff" * 8, b"\xff" * 9]
+    got = cpu_backend.exact_hashes(buffers(docs), hp.exact_seed1, hp.exact_seed2)
     assert got.dtype == np.uint64 and got.shape == (len(docs), 2)
     for k, d in enumerate(docs):
         assert (len(d), *got[k].tolist()) == ref.exact_key(d, prm), d
     # zero padding: trailing NULs within the last word change the length, not the hash
     assert ref.exact_key(b"a", prm)[1:] == ref.exact_key(b"a\x00", prm)[1:]
+    # documents that differ in one 8-byte word never share a lane (each step is a bijection)
+    one = [bytes([i]) + b"same tail of the document" for i in range(256)]
+    lanes = cpu_backend.exact_hashes(buffers(one), hp.exact_seed1, hp.exact_seed2)
+    assert len(set(lanes[:, 0].tolist())) == len(set(lanes[:, 1].tolist())) == 256
 
 
 # ------------------------------------------------------------------ components
@@ -447,10 +449,9 @@ HYP = settings(max_examples=120, deadline=None, suppress_health_check=[HealthChe
     docs=st.lists(st.one_of(st.text(max_size=80), SPACEY), min_size=1, max_size=6),
     kind=st.sampled_from(KINDS),
     n=st.sampled_from((1, 2, 3, 5)),
-    bits=st.sampled_from(BITS),
 )
-def test_minhash_random_text(cpu_backend, docs, kind, n, bits):
-    check_minhash(cpu_backend, docs, kind, n, bits, num_perm=8)
+def test_minhash_random_text(cpu_backend, docs, kind, n):
+    check_minhash(cpu_backend, docs, kind, n, num_perm=8)
 
 
 @HYP
@@ -460,7 +461,7 @@ def test_minhash_random_text(cpu_backend, docs, kind, n, bits):
     n=st.sampled_from((1, 2, 4)),
 )
 def test_minhash_random_bytes(cpu_backend, docs, kind, n):
-    check_minhash(cpu_backend, docs, kind, n, 64, num_perm=4)
+    check_minhash(cpu_backend, docs, kind, n, num_perm=4)
     check_shingle_sets(cpu_backend, docs, kind, n)
 
 
@@ -485,5 +486,5 @@ def test_shingle_sets_and_jaccard_random_text(cpu_backend, docs, kind, n):
 def test_exact_hashes_random_bytes(cpu_backend, docs):
     prm = ref.params(SEED, 1)
     hp = hash_params(SEED, 1)
-    got = cpu_backend.exact_hashes(buffers(docs), hp.exact_base1, hp.exact_base2)
+    got = cpu_backend.exact_hashes(buffers(docs), hp.exact_seed1, hp.exact_seed2)
     assert [(len(d), *g) for d, g in zip(docs, got.tolist())] == [ref.exact_key(d, prm) for d in docs]

@@ -1,0 +1,1 @@
+"""Evaluation against exact similarity, layout tuning, planted and real corpora."""

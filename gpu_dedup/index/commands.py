@@ -1,0 +1,36 @@
+"""Runs that build, use or update a persisted index: the stage sequence with a prior and a sink.
+
+``run(..., index_out=DIR)`` also writes a new index of the corpus;
+``run(..., against=DIR)`` deduplicates the inputs against an index (indexed
+documents always survive) and, with ``update_index=True``, appends them to it.
+"""
+
+from __future__ import annotations
+
+from gpu_dedup.config import Config
+from gpu_dedup.errors import ConfigError
+from gpu_dedup.index.store import Index, IndexBuilder
+from gpu_dedup.run import local
+from gpu_dedup.run.sequence import RunResult
+
+
+def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, index_out=None, against=None,
+        update_index: bool = False, write_shards: bool = True) -> RunResult:
+    """:func:`gpu_dedup.run.local.run` with an index: ``index_out`` (a path: build a new index of the
+    inputs), ``against`` (a path or an opened :class:`Index`: deduplicate against it) and
+    ``update_index`` (append the inputs to ``against``)."""
+    if index_out is not None and against is not None:
+        raise ConfigError("--index-out builds a new index and --against uses an existing one; give one of them "
+                          "(--against DIR --update-index appends to the existing index)")
+    if update_index and against is None:
+        raise ConfigError("--update-index appends to the index given by --against; add --against DIR")
+    if (index_out is not None or against is not None) and cfg.cluster.enabled:
+        raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")
+    prior = sink = None
+    if against is not None:
+        prior = against if isinstance(against, Index) else Index.open(against)
+        prior.check(cfg)
+        sink = prior if update_index else None
+    elif index_out is not None:
+        sink = IndexBuilder(index_out, cfg)
+    return local.run(inputs, output_dir, cfg, restart=restart, prior=prior, sink=sink, write_shards=write_shards)

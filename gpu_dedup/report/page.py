@@ -1,0 +1,477 @@
+"""``report.html``: the human-readable page of a run, built from ``report.json`` alone.
+
+One self-contained file: CSS inline, figures as base64 PNGs (matplotlib's
+object API on the Agg canvas, so pyplot and a notebook's backend are left
+alone), no external URL, no script.  It shows the parameters, counts
+and seconds per stage, the S-curve of the chosen (bands, rows) with the
+threshold marked, bucket- and cluster-size histograms on log scales, chaining
+statistics, and sample texts side by side, the words that differ from the
+survivor highlighted: the largest clusters, the clusters with the most near
+duplicates, and the removed documents closest to the threshold.
+
+Without matplotlib (a stripped-down install) the page keeps every table and
+says where the figures would be and how to get them.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import html
+import io as _io
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+
+from gpu_dedup.curves import s_curve
+from gpu_dedup.stages.write_shards import atomic_write_bytes
+
+log = logging.getLogger("gpu_dedup")
+
+NO_FIGURES = ("matplotlib is not installed, so this page has no figures (the tables below hold the same data); "
+              "install it with pip install matplotlib, then redraw this page with gpu-dedup report OUTPUT_DIR")
+
+_CSS = """
+body{font:14px/1.45 -apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;margin:0;color:#1d2430;
+background:#f5f6f8}
+main{max-width:1240px;margin:0 auto;padding:20px 24px 48px}
+h1{font-size:22px;margin:8px 0 2px}h2{font-size:17px;margin:28px 0 10px;border-bottom:1px solid #d5d9e0;
+padding-bottom:4px}h3{font-size:14px;margin:16px 0 6px}
+.sub{color:#5a6472;font-size:12.5px}
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:14px 0}
+.card{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:8px 14px;min-width:120px}
+.card b{display:block;font-size:19px}.card span{color:#5a6472;font-size:12px}
+.grid{display:grid;grid-template-columns:1fr 1fr;gap:16px;align-items:start}
+.panel{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:10px 12px}
+img{max-width:100%;height:auto;display:block}
+table{border-collapse:collapse;font-size:12.5px;background:#fff}
+td,th{border:1px solid #dde1e7;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#eef0f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
+pre{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:8px 12px;font-size:12px;overflow:auto}
+.note{color:#5a6472;font-size:12.5px;margin:4px 0 8px}
+.warn{background:#fff4d6;border:1px solid #e8c766;border-radius:6px;padding:8px 12px}
+.cluster{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:8px 12px;margin:12px 0}
+.docs{display:grid;gap:10px;grid-template-columns:repeat(var(--cols),minmax(0,1fr))}
+.doc{border:1px solid #e3e6eb;border-radius:4px;padding:6px 8px;font-size:12.5px;background:#fbfbfc}
+.doc .meta{color:#5a6472;font-size:11.5px;margin-bottom:4px;word-break:break-all}
+.doc p{margin:0;white-space:pre-wrap;word-break:break-word;max-height:300px;overflow:auto}
+ins{background:#c9f2c9;text-decoration:none}del{background:#f8caca;color:#8a1f1f}
+.tag{display:inline-block;border-radius:3px;padding:0 5px;font-size:11px;background:#e4e7ec}
+.tag.kept{background:#d3ecd6}.tag.near{background:#fde2b8}.tag.exact{background:#dbe4f7}
+"""
+
+
+# --------------------------------------------------------------------------- figures
+
+
+class _Figures:
+    """Figures drawn with matplotlib's object API on the Agg canvas: pyplot's global state
+    (and a notebook's backend) is never touched."""
+
+    def __init__(self, figure_cls):
+        self.Figure = figure_cls
+
+    def subplots(self, figsize):
+        fig = self.Figure(figsize=figsize)
+        return fig, fig.subplots()
+
+    def close(self, fig) -> None:
+        pass  # not registered with pyplot: garbage-collected
+
+
+def _matplotlib() -> _Figures | None:
+    try:
+        import matplotlib  # noqa: F401 - the package itself first: a submodule can outlive a removed package
+        from matplotlib.figure import Figure
+    except ImportError:
+        log.warning(NO_FIGURES)
+        return None
+    return _Figures(Figure)
+
+
+def _margins(fig) -> None:
+    """Fixed margins for a 6.2-inch-wide figure with axis labels and a title
+    (``tight_layout`` measured every text and cost more than the drawing)."""
+    h = fig.get_figheight()
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.62 / h, top=1 - 0.4 / h)
+
+
+def _png(fig, plt) -> str:
+    buf = _io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _log_bins(max_size: int) -> np.ndarray:
+    """Histogram edges for integer sizes >= 2: one bin per size up to 16, then 4 per octave."""
+    if max_size <= 16:
+        return np.arange(1.5, max_size + 1.0)
+    geo = np.geomspace(16.5, max_size + 0.5, max(int(np.ceil(4 * np.log2((max_size + 0.5) / 16.5))), 1) + 1)
+    edges = np.unique(np.r_[np.arange(1.5, 17.0), np.floor(geo[1:]) + 0.5])
+    return edges
+
+
+def _size_figure(plt, counts: dict, what: str, unit: str):
+    sizes = np.asarray(counts.get("sizes", []), np.float64)
+    n = np.asarray(counts.get("counts", []), np.float64)
+    two = sizes >= 2  # a run against an index also groups lone documents (size 1) to meet the index
+    sizes, n = sizes[two], n[two]
+    fig, ax = plt.subplots((6.2, 3.5))
+    if sizes.shape[0] == 0:
+        ax.text(0.5, 0.5, f"no {what} with two or more documents", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    edges = _log_bins(int(sizes.max()))
+    hist = np.histogram(sizes, bins=edges, weights=n)[0]
+    ax.stairs(hist, edges, fill=True, color="#4c72b0", alpha=0.85)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    from matplotlib.ticker import FixedLocator, NullFormatter
+
+    ticks = 2 ** np.arange(1, int(np.log2(max(sizes.max(), 2))) + 2)  # 2, 4, 8, ... as plain numbers
+    ticks = ticks[ticks <= edges[-1] * 1.01]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.set_xticklabels([f"{t:,}" for t in ticks], fontsize=8 if ticks.shape[0] > 10 else 9)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylim(0.7, max(hist.max(), 1) * 1.6)
+    ax.set(xlabel=f"{what[:-1]} size (documents, log)", ylabel=f"{unit} (log)",
+           title=f"{int(n.sum()):,} {what}, largest {int(sizes.max()):,}")
+    ax.grid(True, which="major", alpha=0.3)
+    _margins(fig)
+    return fig
+
+
+def figures(report: dict) -> dict[str, str] | None:
+    """Base64 PNGs of the page's figures, or None when matplotlib is missing."""
+    plt = _matplotlib()
+    if plt is None:
+        return None
+    out = {}
+    # seconds per stage
+    stages = report.get("stages", {})
+    names = list(stages)
+    secs = [float(stages[k].get("seconds", 0.0)) for k in names]
+    fig, ax = plt.subplots((6.2, 0.32 * max(len(names), 3) + 1.0))
+    y = np.arange(len(names))
+    colors = ["#b0b7c3" if stages[k].get("resumed") else "#4c72b0" for k in names]
+    ax.barh(y, secs, color=colors)
+    ax.set_yticks(y, names)
+    ax.invert_yaxis()
+    for yi, v in zip(y, secs):
+        ax.text(v, yi, f" {v:.2f}s", va="center", fontsize=8)
+    ax.set_xlim(0, max(secs + [1e-3]) * 1.18)
+    ax.set(xlabel="seconds", title=f"seconds per stage (wall {report.get('wall_seconds', 0):.2f}s"
+                                   + (", grey: resumed" if any(stages[k].get("resumed") for k in names) else "") + ")")
+    fig.subplots_adjust(left=0.19, right=0.97, bottom=0.8 / fig.get_figheight(), top=1 - 0.45 / fig.get_figheight())
+    out["stages"] = _png(fig, plt)
+    # S-curve
+    lsh = report["lsh"]
+    b, r, t = lsh["bands"], lsh["rows"], lsh["threshold"]
+    s = np.linspace(0, 1, 401)
+    p = s_curve(s, b, r)
+    fig, ax = plt.subplots((6.2, 3.8))
+    ax.plot(s, p, color="black", lw=2, label=f"P(candidate) = 1-(1-s^{r})^{b}")
+    lo, hi = s <= t, s >= t
+    ax.fill_between(s[lo], 0, p[lo], color="tab:orange", alpha=0.3,
+                    label=f"false-positive area {lsh['false_positive_area']:.4f}")
+    ax.fill_between(s[hi], p[hi], 1, color="tab:blue", alpha=0.25,
+                    label=f"false-negative area {lsh['false_negative_area']:.4f}")
+    pt = float(s_curve(t, b, r))
+    ax.axvline(t, color="tab:red", ls="--", lw=1.2, label=f"threshold {t}: P = {pt:.3f}")
+    ax.plot([t], [pt], "o", color="tab:red")
+    vt = lsh.get("verify_threshold", t)
+    if vt != t:
+        ax.axvline(vt, color="tab:purple", ls=":", lw=1.2, label=f"verify threshold {vt}")
+    ax.set(xlabel="Jaccard similarity s of a pair", ylabel="probability of sharing a bucket", xlim=(0, 1),
+           ylim=(-0.01, 1.01), title=f"S-curve: {b} bands x {r} rows ({lsh['num_perm']} permutations)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(True, alpha=0.3)
+    _margins(fig)
+    out["s_curve"] = _png(fig, plt)
+    # bucket and cluster sizes
+    hist = report.get("histograms", {})
+    if "bucket_size_counts" in hist:
+        out["buckets"] = _png(_size_figure(plt, hist["bucket_size_counts"], "buckets", "buckets"), plt)
+    if "cluster_size_counts" in hist:
+        out["clusters"] = _png(_size_figure(plt, hist["cluster_size_counts"], "clusters", "clusters"), plt)
+    # similarity of removed near duplicates to their survivor (chaining)
+    h = report.get("chaining", {}).get("similarity_to_survivor_histogram")
+    if h and sum(h["counts"]):
+        fig, ax = plt.subplots((6.2, 3.5))
+        ax.stairs(h["counts"], h["edges"], fill=True, color="#55a868", alpha=0.85)
+        ax.axvline(lsh.get("verify_threshold", t), color="tab:red", ls="--", lw=1.2, label="threshold")
+        ch = report["chaining"]
+        ax.set(xlabel="similarity to the cluster's survivor", ylabel="removed near duplicates",
+               title=f"chaining: {ch['below_threshold_to_survivor']:,} of {ch['near_duplicates_removed']:,} "
+                     "below the threshold")
+        ax.legend(fontsize=8, loc="upper left")
+        _margins(fig)
+        out["chaining"] = _png(fig, plt)
+    return out
+
+
+# --------------------------------------------------------------------------- differences
+
+_TOKEN = re.compile(r"\S+|\s+")
+_KEY = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def diff_words(base: str | None, other: str | None) -> str:
+    """``other`` as HTML with the words it adds to ``base`` in <ins> and the words of
+    ``base`` it lacks in <del>.  Words compare ignoring case and punctuation, as the
+    default normalization does, so an exact copy after normalization shows no mark."""
+    if other is None:
+        return "<em>(null text)</em>"
+    if base is None:
+        return html.escape(other)
+    a = [w for w in _TOKEN.findall(base) if not w.isspace()]
+    btok = _TOKEN.findall(other)
+    bwords = [i for i, w in enumerate(btok) if not w.isspace()]
+    ka = [_KEY.sub("", w.lower()) for w in a]
+    kb = [_KEY.sub("", btok[i].lower()) for i in bwords]
+    out = []
+    pos = 0  # next token of ``other`` to emit
+
+    def emit_until(word_index: int, tag: str | None):
+        nonlocal pos
+        stop = bwords[word_index] + 1 if word_index < len(bwords) else len(btok)
+        chunk = btok[pos:stop]
+        pos = stop
+        if not chunk:
+            return
+        if tag is None:
+            out.append(html.escape("".join(chunk)))
+        else:  # whitespace before the first word stays outside the mark
+            lead = chunk[0] if chunk[0].isspace() else ""
+            out.append(html.escape(lead) + f"<{tag}>" + html.escape("".join(chunk[1 if lead else 0:])) + f"</{tag}>")
+
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ka, kb, autojunk=False).get_opcodes():
+        if op in ("replace", "delete"):
+            if pos < len(btok) and btok[pos].isspace():  # the space before the gap goes first
+                out.append(html.escape(btok[pos]))
+                pos += 1
+            out.append("<del>" + html.escape(" ".join(a[i1:i2])) + "</del> ")
+        if op == "equal":
+            emit_until(j2 - 1, None)
+        elif op in ("replace", "insert"):
+            emit_until(j2 - 1, "ins")
+    out.append(html.escape("".join(btok[pos:])))
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- page
+
+
+def _e(v) -> str:
+    return html.escape(str(v))
+
+
+def _num(v) -> str:
+    if isinstance(v, bool):
+        return _e(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.4g}"
+    return _e(v)
+
+
+def _table(header: list[str], rows: list[list], numeric=()) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = []
+    for row in rows:
+        cells = []
+        for j, v in enumerate(row):
+            cls = ' class="n"' if j in numeric else ""
+            cells.append(f"<td{cls}>{v if isinstance(v, _Raw) else _num(v)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+class _Raw(str):
+    """Already-escaped HTML for a table cell."""
+
+
+def _img(figs, name: str, alt: str) -> str:
+    if figs is None:
+        return f'<p class="note">[figure: {_e(alt)} — {NO_FIGURES}]</p>'
+    if name not in figs:
+        return ""
+    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{figs[name]}">'
+
+
+def _doc_html(d: dict, body: str, label: str) -> str:
+    sim = "" if d["match"] == "kept" else f" · similarity {d['similarity']:.3f}"
+    cut = f" · first {len(d['text'] or ''):,} of {d['characters']:,} characters" if d.get("truncated") else ""
+    return (f'<div class="doc"><div class="meta"><span class="tag {_e(d["match"])}">{_e(label)}</span> '
+            f'{"id " + _e(d["id"]) + " · " if "id" in d else ""}row {d["row"]:,} · '
+            f'{_e(d["shard"])}:{d["shard_row"]:,}{sim}{cut}</div>'
+            f"<p>{body}</p></div>")
+
+
+def clusters_html(clusters: list | None, style: bool = False) -> str:
+    """The clusters of report.json's ``largest_clusters`` side by side, differences highlighted.
+    ``style=True`` prepends the CSS it needs (for a notebook cell)."""
+    wanted = (".cluster", ".docs", ".doc", "ins", ".tag", ".note")
+    css = "<style>" + "\n".join(x for x in _CSS.splitlines() if x.startswith(wanted)) + "</style>" if style else ""
+    return css + _clusters_body(clusters)
+
+
+NOT_COLLECTED = ('<p class="note">Sample texts are not collected for this kind of run (distributed, or against an '
+                 "index); duplicates.parquet lists every cluster.</p>")
+LEGEND = ("In a member, <ins>green</ins> words are not in the survivor and <del>red</del> words of the survivor "
+          "are missing (words compared ignoring case and punctuation).")
+
+
+def _survivor_html(surv: dict) -> str:
+    return _doc_html(surv, _e(surv["text"]) if surv["text"] is not None else "<em>(null text)</em>", "survivor")
+
+
+def _clusters_body(clusters, near: bool = False) -> str:
+    if clusters is None:
+        return NOT_COLLECTED
+    if not clusters:
+        return ('<p class="note">No near duplicate was removed.</p>' if near
+                else '<p class="note">No cluster has two or more documents.</p>')
+    what = "near duplicates" if near else "removed members"
+    parts = [f'<p class="note">Each cluster shows its survivor and up to three {what}, least similar '
+             f"first. {LEGEND}</p>"]
+    for c in clusters:  # a handful of clusters
+        surv = c["survivor"]
+        docs = [_survivor_html(surv)]
+        for m in c["members"]:
+            docs.append(_doc_html(m, diff_words(surv["text"], m["text"]), m["match"]))
+        shown = len(c["members"])
+        more = c["size"] - 1 - shown
+        nears = f", {c['near_duplicates']:,} near duplicates" if "near_duplicates" in c else ""
+        parts.append(
+            f'<div class="cluster"><h3>cluster {c["cluster_id"]:,}: {c["size"]:,} documents '
+            f'({c["exact_copies"]:,} exact copies{nears}){f", {more:,} more members not shown" if more > 0 else ""}'
+            f'</h3><div class="docs" style="--cols:{min(len(docs), 4)}">{"".join(docs)}</div></div>')
+    return "".join(parts)
+
+
+def closest_html(pairs: list | None, threshold: float) -> str:
+    """report.json's ``closest_to_threshold``: each removed document beside its survivor, differences marked."""
+    if pairs is None:
+        return NOT_COLLECTED
+    if not pairs:
+        return '<p class="note">No near duplicate was removed.</p>'
+    parts = [f'<p class="note">The removed near duplicates whose similarity to their survivor is closest to the '
+             f"threshold {_e(threshold)}: the decisions a different threshold would change first. {LEGEND}</p>"]
+    for p in pairs:  # a handful of pairs
+        surv, m = p["survivor"], p["member"]
+        side = "at or above" if m["similarity"] >= threshold else "below"
+        docs = [_survivor_html(surv), _doc_html(m, diff_words(surv["text"], m["text"]), m["match"])]
+        parts.append(f'<div class="cluster"><h3>similarity {m["similarity"]:.3f} ({side} the threshold) to the '
+                     f'survivor of cluster {surv["row"]:,}</h3><div class="docs" style="--cols:2">{"".join(docs)}'
+                     "</div></div>")
+    return "".join(parts)
+
+
+def render(report: dict, figs: dict | None | bool = True) -> str:
+    """The HTML page of ``report`` (a report.json dict).  ``figs``: True draws the figures
+    (when matplotlib is importable), or pass :func:`figures`' result, or None for none."""
+    if figs is True:
+        figs = figures(report)
+    c = report["counts"]
+    lsh = report["lsh"]
+    cfg = report.get("config", {})
+    cards = [
+        ("documents read", c["documents_read"]), ("kept", c["kept"]), ("removed", c["removed"]),
+        ("exact copies", c.get("exact_duplicates", 0)), ("near duplicates", c.get("near_duplicates", 0)),
+        ("clusters", c.get("clusters", 0)), ("candidate edges", c.get("candidate_edges", 0)),
+        ("verified edges", c.get("verified_edges", 0)), ("wall seconds", report.get("wall_seconds", 0.0)),
+    ]
+    removed_pct = 100.0 * c["removed"] / c["documents_read"] if c["documents_read"] else 0.0
+    stage_rows = []
+    total = sum(float(v.get("seconds", 0)) for v in report.get("stages", {}).values()) or 1.0
+    for name, v in report.get("stages", {}).items():
+        details = ", ".join(f"{k}={_num(x)}" for k, x in v.items() if k not in ("seconds", "rss_mb", "resumed"))
+        stage_rows.append([name, float(v.get("seconds", 0)), f"{100 * float(v.get('seconds', 0)) / total:.1f}%",
+                           v.get("rss_mb", ""), "yes" if v.get("resumed") else "", details])
+    items = list(c.items())
+    half = (len(items) + 1) // 2  # two count/value pairs per table row
+    count_rows = [[*items[i], *(items[i + half] if i + half < len(items) else ("", ""))] for i in range(half)]
+    hist = report.get("histograms", {})
+    ch = report.get("chaining", {})
+    inputs = report.get("inputs", [])
+    input_rows = [[i["name"], i["format"], i["rows"], i["bytes"]] for i in inputs[:50]]
+    if len(inputs) > 50:
+        input_rows.append([f"... and {len(inputs) - 50:,} more", "", "", ""])
+    lsh_rows = [[k, v] for k, v in lsh.items() if k not in ("s_curve", "note")]
+    chain_rows = [[k, v] for k, v in ch.items() if not isinstance(v, dict) and k != "note"]
+    chain_rows += [[f"similarity to survivor {k}", v] for k, v in ch.get("similarity_to_survivor", {}).items()]
+    out = [
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
+        f"<title>gpu_dedup report: {c['documents_read']:,} documents, {c['removed']:,} removed</title>",
+        f"<style>{_CSS}</style></head><body><main>",
+        "<h1>gpu_dedup run report</h1>",
+        f'<div class="sub">created {_e(report.get("created", ""))} · '
+        f'gpu_dedup {_e(report.get("gpu_dedup_version", ""))}'
+        f' · backend {_e(report.get("backend", ""))} · config fingerprint {_e(report.get("fingerprint", ""))}'
+        f' · peak RSS {_num(report.get("peak_rss_mb", 0.0))} MiB</div>',
+        '<div class="cards">' + "".join(f"<div class=\"card\"><b>{_num(v)}</b><span>{_e(k)}</span></div>"
+                                        for k, v in cards) + "</div>",
+        f'<p>Removed {removed_pct:.2f}% of the documents. Every input row is accounted for: '
+        f'kept + removed = read is <b>{_e(c.get("accounted"))}</b>. Verification: '
+        f'{_e(cfg.get("verify", {}).get("method", ""))}; LSH {lsh["bands"]} bands x {lsh["rows"]} rows, '
+        f'threshold {lsh["threshold"]}.</p>',
+    ]
+    if figs is None:
+        out.append(f'<p class="warn">{_e(NO_FIGURES)}</p>')
+    out += [
+        "<h2>Stages</h2>",
+        '<div class="grid"><div class="panel">' + _img(figs, "stages", "seconds per stage") + "</div>",
+        '<div>' + _table(["stage", "seconds", "share", "RSS MiB", "resumed", "details"], stage_rows, (1, 2, 3))
+        + "</div></div>",
+        "<h2>Counts</h2>", _table(["count", "value", "count", "value"], count_rows, (1, 3)),
+        "<h2>LSH layout and S-curve</h2>",
+        '<div class="grid"><div class="panel">' + _img(figs, "s_curve", "S-curve with the threshold") + "</div>",
+        "<div>" + _table(["parameter", "value"], lsh_rows, (1,))
+        + f'<p class="note">{_e(lsh.get("note", ""))}</p></div>'
+        "</div>",
+        "<h2>Buckets and clusters</h2>",
+        '<div class="grid"><div class="panel">' + _img(figs, "buckets", "bucket sizes") + "</div>"
+        '<div class="panel">' + _img(figs, "clusters", "cluster sizes") + "</div>",
+        "<div>" + _table(["bucket size", "buckets"], [[k, v] for k, v in hist.get("bucket_sizes", {}).items()], (1,))
+        + "</div><div>"
+        + _table(["cluster size", "clusters"], [[k, v] for k, v in hist.get("cluster_sizes", {}).items()], (1,))
+        + "</div></div>",
+        "<h2>Chaining</h2>",
+        f'<p class="note">{_e(ch.get("note", ""))}</p>',
+        '<div class="grid"><div class="panel">' + (_img(figs, "chaining", "similarity to survivor")
+                                                   or '<p class="note">No near duplicate was removed.</p>')
+        + "</div><div>" + _table(["statistic", "value"], chain_rows, (1,)) + "</div></div>",
+        "<h2>Largest clusters</h2>", clusters_html(report.get("largest_clusters")),
+        "<h2>Largest near-duplicate clusters</h2>",
+        '<p class="note">The clusters with the most near duplicates (members whose text differs from the '
+        "survivor's): the largest clusters of real corpora are mostly exact copies.</p>"
+        + _clusters_body(report.get("largest_near_duplicate_clusters"), near=True),
+        "<h2>Removed documents closest to the threshold</h2>",
+        closest_html(report.get("closest_to_threshold"), lsh.get("verify_threshold", lsh["threshold"])),
+        "<h2>Inputs</h2>", _table(["shard", "format", "rows", "bytes"], input_rows, (2, 3)),
+        "<h2>Parameters</h2>", f"<pre>{_e(_yaml(cfg))}</pre>",
+        f'<p class="note">Machine: {_e(report.get("machine", ""))}. report.json beside this page holds the same '
+        "data.</p>",
+        "</main></body></html>\n",
+    ]
+    return "\n".join(out)
+
+
+def _yaml(cfg: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+def write_html(path, report: dict) -> Path:
+    """Render ``report`` and write it to ``path`` atomically."""
+
+    path = Path(path)
+    atomic_write_bytes(path, render(report).encode("utf-8"))
+    return path

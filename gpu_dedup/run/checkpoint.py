@@ -1,0 +1,135 @@
+"""Stage checkpoints in the output directory, so a killed run resumes.
+
+After each checkpointed stage its arrays go to ``<output>/.gpu_dedup_checkpoint/<unit>.npz``
+(written to a temporary name, then renamed: a half-written file is never
+read).  The directory holds a manifest with the run fingerprint: a hash of
+the configuration, the input files (path, size, modification time), the
+gpu_dedup version and the kernel sources.  A run whose fingerprint differs
+(other inputs, other config, other code) never reuses a checkpoint: it
+deletes them and starts over.  ``restart=True`` (``--restart``) always does.
+The directory is removed when the run completes.
+
+``GPU_DEDUP_FAULT=<point>`` makes the process SIGKILL itself at that point
+(stage names, ``write:first-shard``, ``save:<unit>``, ``report:before-success``): the
+crash tests use it to kill runs inside every stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import numpy as np
+
+from gpu_dedup import __version__
+from gpu_dedup.kernels.params import HASH_FAMILY_NAME
+from gpu_dedup.kernels.twin import kernel_digest
+from gpu_dedup.stages.write_shards import atomic_write_bytes
+
+log = logging.getLogger("gpu_dedup")
+
+CHECKPOINT_DIR = ".gpu_dedup_checkpoint"
+MANIFEST = "manifest.json"
+
+
+def maybe_crash(point: str) -> None:
+    """Fault injection for tests: SIGKILL this process if GPU_DEDUP_FAULT names ``point``."""
+    if os.environ.get("GPU_DEDUP_FAULT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_fingerprint(cfg, shards) -> str:
+    """Identity of a run's results: config (not the backend), inputs, code."""
+
+    h = hashlib.sha256()
+    h.update(f"{cfg.fingerprint}\0{__version__}\0{HASH_FAMILY_NAME}\0{kernel_digest()}\0".encode())
+    for s in shards:
+        st = os.stat(s.path)
+        h.update(f"{s.path}\0{s.name}\0{s.format}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:32]
+
+
+class Checkpoints:
+    def __init__(self, out_dir: Path, fingerprint: str, restart: bool = False):
+        self.dir = Path(out_dir) / CHECKPOINT_DIR
+        self.fingerprint = fingerprint
+        manifest = self.dir / MANIFEST
+        if self.dir.exists():
+            old = None
+            if manifest.exists():
+                try:
+                    old = json.loads(manifest.read_text()).get("fingerprint")
+                except (OSError, ValueError):
+                    old = None
+            if restart:
+                log.info("--restart: discarding checkpoints in %s", self.dir)
+                shutil.rmtree(self.dir)
+            elif old != fingerprint:
+                log.warning("checkpoints in %s belong to another run (fingerprint %s, this run %s: inputs, "
+                            "config or code changed); starting over", self.dir, old, fingerprint)
+                shutil.rmtree(self.dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not manifest.exists():
+
+            atomic_write_bytes(manifest, json.dumps({"fingerprint": fingerprint}).encode())
+        self.resumed = sorted(p.stem for p in self.dir.glob("*.npz"))
+        if self.resumed:
+            log.info("resuming: checkpoints found for %s", ", ".join(self.resumed))
+
+    def _path(self, unit: str) -> Path:
+        return self.dir / f"{unit}.npz"
+
+    def has(self, unit: str) -> bool:
+        return self._path(unit).exists()
+
+    def save(self, unit: str, arrays: dict, meta: dict) -> None:
+        tmp = self.dir / f".{unit}.npz.tmp"
+        with open(tmp, "wb") as f:
+            np.savez(f, __meta__=np.array(json.dumps(meta)), **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        maybe_crash(f"save:{unit}")
+        os.replace(tmp, self._path(unit))
+
+    def load(self, unit: str) -> tuple[dict, dict]:
+        with np.load(self._path(unit), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files if k != "__meta__"}
+            meta = json.loads(str(z["__meta__"]))
+        return arrays, meta
+
+    def mark(self, name: str) -> None:
+        (self.dir / f"{name}.done").touch()
+
+    def marked(self, name: str) -> bool:
+        return (self.dir / f"{name}.done").exists()
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class NoCheckpoints:
+    """Stand-in for :class:`Checkpoints` in a run without an output directory
+    (the in-memory DataFrame API): nothing is saved, nothing resumes."""
+
+    fingerprint = None
+    resumed: list = []
+
+    def has(self, unit: str) -> bool:
+        return False
+
+    def save(self, unit: str, arrays: dict, meta: dict) -> None:
+        pass
+
+    def mark(self, name: str) -> None:
+        pass
+
+    def marked(self, name: str) -> bool:
+        return False
+
+    def remove(self) -> None:
+        pass

@@ -1,0 +1,555 @@
+"""Dask (CPU workers) and Dask-CUDA (one worker per GPU): the executor that keeps blocks on the workers.
+
+The one stage sequence (:func:`gpu_dedup.run.sequence.execute`) drives the
+run; this executor places its per-block stages on the workers and moves data
+between them.  A block is a shard, or consecutive Parquet row groups up to
+``cluster.block_rows`` rows.
+
+- **read / normalize / exact keys**: one task per block reads its columns,
+  normalizes them and keeps them on the worker; the client gathers a few values
+  per document (null flags, policy keys, ids, 24-byte exact keys).
+- **signatures / bands**: per block, for the rows the sequence asks for
+  (exact-group representatives); band hashes stay on the workers.
+- **buckets**: the long frame (band, band hash, doc) goes through a Dask
+  shuffle on (band, band hash); each shuffle partition is grouped by
+  :func:`gpu_dedup.stages.buckets.group_buckets` and keeps its multi-member
+  buckets, which the client gathers.
+- **verify / select**: each round's pairs are scored by merging a frame of the
+  candidate documents' normalized texts (or signatures) onto both ends (Dask
+  merges) and running :func:`gpu_dedup.stages.verify.pair_similarity` per
+  merged partition; star edges, components and survivors run on the client
+  over the gathered edge list.
+- **write**: workers filter and write the shards in parallel.
+
+Memory: text, signatures and band hashes live on the workers (bounded by the
+block size; Dask spills to disk under its memory limit).  The client holds
+small per-document arrays (exact keys, ids, ranks, labels: ~80 bytes per
+document), the bucket memberships and the edge list, in host memory (it
+never starts a CUDA context).  Results are identical to the single-process
+run for any number of workers: every tie is broken by the global row.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from gpu_dedup.backends import get_backend
+from gpu_dedup.backends.strings import string_buffers
+from gpu_dedup.config import Config
+from gpu_dedup.errors import BackendError, ConfigError, InputError, ResourceError
+from gpu_dedup.kernels.params import hash_params
+from gpu_dedup.run.checkpoint import NoCheckpoints
+from gpu_dedup.run.sequence import Job, RunResult, execute, prepare_output
+from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
+from gpu_dedup.stages import read_shards, write_shards
+from gpu_dedup.stages.buckets import group_buckets
+from gpu_dedup.stages.exact import exact_keys
+from gpu_dedup.stages.lsh import band_hashes
+from gpu_dedup.stages.minhash import signatures
+from gpu_dedup.stages.normalize import normalize_counted
+from gpu_dedup.stages.survivors import text_lengths
+from gpu_dedup.stages.verify import pair_similarity
+
+log = logging.getLogger("gpu_dedup")
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class Block:
+    index: int
+    shard_index: int
+    row0: int  # global row of the block's first document
+    shard_row0: int  # its row inside the shard
+    rows: int
+    row_groups: tuple | None  # Parquet row groups; None: the whole shard
+
+
+def inspect_shard(shard: read_shards.Shard, cfg: Config) -> dict:
+    """Rows, id type and row-group sizes of one shard; validates its columns."""
+    score = cfg.select.score_column if cfg.select.keep == "score" else None
+    if shard.format == "parquet":
+        table = read_shards.read_columns(shard, cfg.input, score, row_groups=[])  # validates names and types, reads 0 rows
+        meta = pq.ParquetFile(shard.path).metadata
+        groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        id_type = table.column("id").type if cfg.input.id_column else None
+        return {"rows": int(sum(groups)), "row_groups": groups, "id_type": id_type}
+    table = read_shards.read_columns(shard, cfg.input, score)
+    if table is None:
+        return {"rows": 0, "row_groups": None, "id_type": None}
+    return {"rows": table.num_rows, "row_groups": None,
+            "id_type": table.column("id").type if cfg.input.id_column else None}
+
+
+def plan_blocks(infos: list, block_rows: int) -> list:
+    blocks, row0 = [], 0
+    for s, info in enumerate(infos):
+        if info["row_groups"] is None or not info["row_groups"]:
+            if info["rows"]:
+                blocks.append(Block(len(blocks), s, row0, 0, info["rows"], None))
+            row0 += info["rows"]
+            continue
+        start, group_start, acc = 0, 0, 0
+        for g, n in enumerate(info["row_groups"]):  # one step per row group (metadata only)
+            acc += n
+            if acc >= block_rows or g == len(info["row_groups"]) - 1:
+                if acc:
+                    blocks.append(Block(len(blocks), s, row0 + start, start, acc, tuple(range(group_start, g + 1))))
+                start, group_start, acc = start + acc, g + 1, 0
+        row0 += info["rows"]
+    return blocks
+
+
+# --------------------------------------------------------------------------- worker tasks
+
+
+@dataclass
+class BlockData:
+    """A block on its worker: its columns, then its normalized texts."""
+
+    block: Block
+    table: pa.Table  # text[, id][, score]
+    strings: object = None  # normalized StringBuffers
+    norm: object = None  # normalized texts (Arrow)
+    invalid_utf8: int = 0
+
+
+def load_block(block: Block, shard, cfg: Config) -> BlockData:
+    score = cfg.select.score_column if cfg.select.keep == "score" else None
+    table = read_shards.read_columns(shard, cfg.input, score, block.row_groups)
+    if table is None or table.num_rows != block.rows:
+        rows = 0 if table is None else table.num_rows
+        raise InputError(f"shard {shard.path!r} changed during the run ({rows} rows, expected {block.rows}); "
+                         "inputs must not change during a run")
+    return BlockData(block, table)
+
+
+def block_small(data: BlockData, cfg: Config) -> dict:
+    """What the client gathers after reading a block: a few values per document."""
+    t = data.table
+    key = None
+    if cfg.select.keep == "longest":
+        key = text_lengths(t.column("text"))
+    elif cfg.select.keep == "lowest_id":
+        key = t.column("id").combine_chunks()
+    elif cfg.select.keep == "score":
+        key = t.column("score").combine_chunks()
+    return {"null": np.asarray(t.column("text").is_null(), dtype=bool),
+            "ids": t.column("id").combine_chunks() if cfg.input.id_column else None, "rank_key": key}
+
+
+def normalize_block(data: BlockData, cfg: Config) -> BlockData:
+    norm, invalid = normalize_counted(data.table.column("text"), cfg.normalize)
+    return replace(data, strings=string_buffers(norm), norm=norm, invalid_utf8=invalid)
+
+
+def block_norm_info(data: BlockData) -> dict:
+    return {"invalid_utf8": data.invalid_utf8, "text_bytes": data.strings.nbytes}
+
+
+def block_keys(data: BlockData, cfg: Config) -> np.ndarray:
+    return exact_keys(data.strings, cfg.minhash.seed, cfg.backend)
+
+
+@dataclass
+class BlockSignatures:
+    rows: np.ndarray  # global rows
+    values: np.ndarray
+    shingles: np.ndarray
+
+
+def block_signatures(data: BlockData, rows: np.ndarray, cfg: Config) -> BlockSignatures:
+    sig = signatures(data.strings, cfg.minhash, num_perm=cfg.signature_perms, docs=rows - data.block.row0,
+                     backend=cfg.backend)
+    return BlockSignatures(rows, sig.values, sig.shingles)
+
+
+def block_shingles(sig: BlockSignatures) -> np.ndarray:
+    return sig.shingles
+
+
+@dataclass
+class BlockBands:
+    rows: np.ndarray  # global rows that went through LSH
+    band_hashes: np.ndarray
+    values: np.ndarray | None  # signatures, when verification compares them
+
+
+def block_bands(sig: BlockSignatures, rows: np.ndarray, cfg: Config) -> BlockBands:
+    """Band hashes (and, for signature verification, the values) of ``rows`` (those with shingles)."""
+    values = sig.values[np.searchsorted(sig.rows, rows)]
+    b, r = cfg.layout
+    bh = band_hashes(values, b, r, hash_params(cfg.minhash.seed, cfg.minhash.num_perm),
+                     cfg.backend)
+    return BlockBands(rows, bh, values if cfg.verify.method != "exact" else None)
+
+
+def long_frame(bands: BlockBands) -> pd.DataFrame:
+    """(band, hash, doc) rows of a block's LSH rows."""
+    bh = bands.band_hashes
+    nb = bh.shape[1]
+    return pd.DataFrame({"band": np.tile(np.arange(nb, dtype=np.int32), bands.rows.shape[0]), "hash": bh.ravel(),
+                         "doc": np.repeat(bands.rows, nb)})
+
+
+def partition_buckets(df: pd.DataFrame, min_size: int) -> pd.DataFrame:
+    """Memberships of the buckets of one shuffle partition with at least ``min_size`` members."""
+    b = group_buckets(df["band"].to_numpy(np.int32), df["hash"].to_numpy(np.uint64), df["doc"].to_numpy(np.int64),
+                      min_size=min_size)
+    return pd.DataFrame({"band": np.repeat(b.band, b.sizes), "hash": np.repeat(b.hash, b.sizes), "doc": b.members})
+
+
+def texts_frame(data: BlockData, rows: np.ndarray) -> pd.DataFrame:
+    """Normalized texts of some rows of a block."""
+    return pd.DataFrame({"row": rows, "text": pd.arrays.ArrowExtensionArray(
+        data.norm.take(pa.array(rows - data.block.row0)).cast(pa.large_string()))})
+
+
+def signature_frame(bands: BlockBands, rows: np.ndarray) -> pd.DataFrame:
+    sig = bands.values[np.searchsorted(bands.rows, rows)]
+    frame = pd.DataFrame(sig, columns=[f"s{j}" for j in range(sig.shape[1])])
+    frame.insert(0, "row", rows)
+    return frame
+
+
+def partition_similarity(df: pd.DataFrame, cfg: Config) -> pd.DataFrame:
+    """Scores of the merged pairs of one partition (both ends' texts or signatures side by side)."""
+    m = len(df)
+    left, right = np.arange(m), np.arange(m) + m
+    if cfg.verify.method == "exact":
+        texts = pa.concat_arrays([pa.array(df["text_a"]).cast(pa.large_string()),
+                                  pa.array(df["text_b"]).cast(pa.large_string())]) if m else pa.array([], pa.large_string())
+        sim = pair_similarity(cfg, cfg.backend, left, right, texts=string_buffers(texts))
+    else:
+        cols = [c for c in df.columns if c.startswith("s") and c.endswith("_a")]
+        sig = np.ascontiguousarray(np.vstack([df[cols].to_numpy(), df[[c[:-2] + "_b" for c in cols]].to_numpy()]))
+        sim = pair_similarity(cfg, cfg.backend, left, right, signatures=sig)
+    return pd.DataFrame({"i": df["i"].to_numpy(np.int64), "sim": sim})
+
+
+def take_texts(data: BlockData, rows: np.ndarray) -> pa.Array:
+    return data.table.column("text").take(pa.array(rows - data.block.row0)).combine_chunks()
+
+
+def write_block_shard(shard, keep: np.ndarray, out: str, compression: str) -> int:
+    return write_shards.write_shard(shard, keep, out, compression)
+
+
+def worker_peak_rss() -> float:
+    return peak_rss_mb()
+
+
+# --------------------------------------------------------------------------- the executor
+
+
+def connect(cfg: Config):
+    """A client for ``cluster.scheduler``, or a local cluster of ``cluster.workers`` workers."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise BackendError("--workers / --scheduler need Dask: pip install -e '.[dask]' in the gpu_dedup "
+                           "checkout (or pip install 'dask[distributed,dataframe]')") from None
+    c = cfg.cluster
+    if c.scheduler:
+        client = Client(c.scheduler)
+        cluster = None
+    elif cfg.backend == "gpu":
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            raise BackendError("GPU workers need dask-cuda (see README, GPU)") from None
+        cluster = LocalCUDACluster(n_workers=c.workers, memory_limit=c.memory_limit, dashboard_address=":0")
+        client = Client(cluster)
+    else:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        threads = max(1, cores // c.workers)
+        cluster = LocalCluster(n_workers=c.workers, threads_per_worker=1, processes=True,
+                               memory_limit=c.memory_limit, dashboard_address=":0",
+                               env={"NUMBA_NUM_THREADS": str(threads)})
+        client = Client(cluster)
+    log.info("Dask dashboard: %s (%d workers)", client.dashboard_link, len(client.scheduler_info()["workers"]))
+    if log.isEnabledFor(logging.INFO):  # -q: nothing
+        print(f"Dask dashboard: {client.dashboard_link}", flush=True)
+    return client, cluster
+
+
+@dataclass
+class ClusterCorpus:
+    shards: list
+    n: int
+    null: np.ndarray
+    ids: pa.ChunkedArray
+    id_column: str | None
+    rank_key: object
+    duplicate_ids: int
+
+    @property
+    def null_count(self) -> int:
+        return int(self.null.sum())
+
+    @property
+    def id_generated(self) -> bool:
+        return self.id_column is None
+
+    def shard_rows(self):
+        sizes = [s.rows for s in self.shards]
+        shard = np.repeat(np.arange(len(sizes)), sizes)
+        row = np.concatenate([np.arange(s) for s in sizes]) if sizes else np.zeros(0, np.int64)
+        return shard, row
+
+
+class _BlockColumn:
+    """``take(rows)`` of an original column, gathered from the blocks that hold the rows."""
+
+    def __init__(self, ex, name: str):
+        self.ex, self.name = ex, name
+
+    def take(self, rows) -> pa.Array:
+        rows = np.asarray(rows, np.int64)
+        if self.name == "id":
+            return self.ex.ids(rows)
+        owner = self.ex._owner(rows)
+        parts, order = [], []
+        for k in np.unique(owner):  # one task per block holding a row
+            sel = np.flatnonzero(owner == k)
+            parts.append(self.ex.client.submit(take_texts, self.ex.loaded[k], rows[sel], pure=False))
+            order.append(sel)
+        if not parts:
+            return pa.array([], pa.large_string())
+        values = pa.concat_arrays([p.cast(pa.large_string()) for p in self.ex.client.gather(parts)])
+        inverse = np.empty(rows.shape[0], np.int64)
+        inverse[np.concatenate(order)] = np.arange(rows.shape[0])
+        return values.take(pa.array(inverse))
+
+
+class DaskExecutor:
+    """Blocks on Dask workers; the client drives the sequence with host (NumPy) arrays."""
+
+    def __init__(self, shards, cfg: Config):
+        self.shards = shards
+        self.cfg = cfg
+        self.backend = get_backend("cpu")  # the client's arrays stay on the host (no CUDA context here)
+        self.xp = np
+        self.client = self.cluster = None
+        self.blocks: list = []
+        self.loaded: list = []
+        self.normalized: list | None = None
+        self.sigs: list = []
+        self.shuffle_bytes = 0
+
+    # ---- setup ----------------------------------------------------------------
+    def prepare(self, st: StageLog) -> None:
+        self.st = st
+        self.client, self.cluster = connect(self.cfg)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+    def report_extras(self) -> dict:
+        peaks = self.client.run(worker_peak_rss)
+        return {"cluster": {
+            "workers": len(peaks),
+            "scheduler": self.cfg.cluster.scheduler or "local",
+            "dashboard": self.client.dashboard_link,
+            "worker_peak_rss_mb": {k: round(v, 1) for k, v in peaks.items()},
+            "shuffle_mb": round(self.shuffle_bytes / 2**20, 2),
+            "blocks": len(self.blocks),
+        }}
+
+    def _owner(self, rows: np.ndarray) -> np.ndarray:
+        starts = np.array([b.row0 for b in self.blocks], np.int64)
+        return np.searchsorted(starts, rows, side="right") - 1
+
+    def _per_block(self, rows: np.ndarray) -> list:
+        owner = self._owner(rows)
+        cuts = np.searchsorted(owner, np.arange(len(self.blocks) + 1))
+        return [rows[cuts[k] : cuts[k + 1]] for k in range(len(self.blocks))]
+
+    # ---- read / normalize -------------------------------------------------------
+    def read(self, progress=None) -> ClusterCorpus:
+        cfg, client = self.cfg, self.client
+        infos = client.gather(client.map(inspect_shard, self.shards, cfg=cfg, pure=False))
+        first = None
+        for shard, inf in zip(self.shards, infos):
+            if cfg.input.id_column and inf["id_type"] is not None:
+                first = read_shards.check_id_type(shard, cfg.input.id_column, inf["id_type"], first)
+        shards = self.shards = [s.with_rows(i["rows"]) for s, i in zip(self.shards, infos)]
+        self.blocks = plan_blocks(infos, cfg.cluster.block_rows)
+        n = sum(i["rows"] for i in infos)
+        self.loaded = client.map(load_block, self.blocks, [shards[b.shard_index] for b in self.blocks], cfg=cfg,
+                                 pure=False)
+        small = client.gather(client.map(block_small, self.loaded, cfg=cfg, pure=False))
+        if progress is not None:
+            progress(len(shards))
+        null = np.concatenate([s["null"] for s in small]) if small else np.zeros(0, bool)
+        if cfg.input.id_column:
+            ids = pa.chunked_array([s["ids"] for s in small], type=first[0] if first else pa.int64())
+        else:
+            ids = pa.chunked_array([pa.array(np.arange(n, dtype=np.int64))])
+        key = pa.chunked_array([s["rank_key"] for s in small]) if cfg.select.keep != "first" and small else None
+        dup = n - pc.count_distinct(ids, mode="all").as_py() if n else 0
+        self.corpus = ClusterCorpus(shards, n, null, ids, cfg.input.id_column, key, dup)
+        return self.corpus
+
+    def _normalize(self) -> list:
+        if self.normalized is None:
+            with self.st.stage("normalize", self.corpus.n) as info:
+                self.normalized = self.client.map(normalize_block, self.loaded, cfg=self.cfg, pure=False)
+                got = self.client.gather(self.client.map(block_norm_info, self.normalized, pure=False))
+                self.invalid_utf8 = sum(g["invalid_utf8"] for g in got)
+                info.update(invalid_utf8=self.invalid_utf8, text_mb=round(sum(g["text_bytes"] for g in got) / 2**20, 1))
+        return self.normalized
+
+    def normalize(self) -> dict:
+        self._normalize()
+        return {"invalid_utf8": self.invalid_utf8}
+
+    # ---- per-document stages -------------------------------------------------------
+    def exact_keys(self):
+        parts = self.client.gather(self.client.map(block_keys, self._normalize(), cfg=self.cfg, pure=False))
+        return np.concatenate(parts) if parts else np.zeros((0, 3), np.uint64)
+
+    def signatures(self, rows, progress=None):
+        norm = self._normalize()
+        per = self._per_block(np.asarray(rows, np.int64))
+        self.sigs = self.client.map(block_signatures, norm, per, cfg=self.cfg, pure=False)
+        parts = self.client.gather(self.client.map(block_shingles, self.sigs, pure=False))
+        if progress is not None:
+            progress(len(rows))
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def bands(self, lsh_rows):
+        per = self._per_block(np.asarray(lsh_rows, np.int64))
+        self.shuffle_bytes = int(len(lsh_rows)) * self.cfg.layout[0] * (4 + 8 + 8)  # band, hash, doc per row
+        self.bands_ = self.client.map(block_bands, self.sigs, per, cfg=self.cfg, pure=False)
+        return self
+
+    def arrays(self) -> dict:
+        return {}  # band hashes stay on the workers (no checkpoints on a cluster)
+
+    def band_data(self, arrays: dict):
+        return self
+
+    def buckets(self, bands, min_size: int):
+        import dask
+        import dask.dataframe as dd
+
+        meta = pd.DataFrame({"band": np.zeros(0, np.int32), "hash": np.zeros(0, np.uint64), "doc": np.zeros(0, np.int64)})
+        parts = [dask.delayed(long_frame)(f) for f in self.bands_]
+        if not parts:
+            return group_buckets(np.zeros(0, np.int32), np.zeros(0, np.uint64), np.zeros(0, np.int64))
+        long = dd.from_delayed(parts, meta=meta, verify_meta=False)
+        shuffled = long.shuffle(on=["band", "hash"], npartitions=max(1, len(self.blocks)))
+        multi = shuffled.map_partitions(partition_buckets, min_size, meta=meta).compute()
+        return group_buckets(multi["band"].to_numpy(np.int32), multi["hash"].to_numpy(np.uint64),
+                             multi["doc"].to_numpy(np.int64), min_size=min_size)
+
+    # ---- pairs ---------------------------------------------------------------------
+    def similarity(self, left, right, prior_nodes=None, progress=None):
+        """Similarity of row pairs: a frame of the rows' texts (or signatures) merged onto both ends."""
+        import dask
+        import dask.dataframe as dd
+
+        if prior_nodes:
+            raise ConfigError("runs against an index run in one process for now; drop --workers / --scheduler")
+        cfg = self.cfg
+        left, right = np.asarray(left, np.int64), np.asarray(right, np.int64)
+        out = np.empty(left.shape[0], np.float64)
+        if left.shape[0] == 0:
+            return out
+        rows = np.unique(np.concatenate([left, right]))
+        per = self._per_block(rows)
+        exact = cfg.verify.method == "exact"
+        source = self._normalize() if exact else self.bands_
+        parts = [dask.delayed(texts_frame if exact else signature_frame)(source[k], sel)
+                 for k, sel in enumerate(per) if sel.shape[0]]
+        if exact:
+            meta = pd.DataFrame({"row": np.zeros(0, np.int64),
+                                 "text": pd.arrays.ArrowExtensionArray(pa.array([], pa.large_string()))})
+        else:
+            p = cfg.signature_perms
+            dtype = hash_params(cfg.minhash.seed, cfg.minhash.num_perm).signature_dtype
+            meta = pd.DataFrame(np.zeros((0, p), dtype), columns=[f"s{j}" for j in range(p)])
+            meta.insert(0, "row", np.zeros(0, np.int64))
+        table = dd.from_delayed(parts, meta=meta, verify_meta=False)
+        value_cols = [c for c in meta.columns if c != "row"]
+        side_a = table.rename(columns={"row": "src", **{c: f"{c}_a" for c in value_cols}})
+        side_b = table.rename(columns={"row": "dst", **{c: f"{c}_b" for c in value_cols}})
+        npart = max(1, min(len(self.blocks), left.shape[0] // 50_000 + 1))
+        pairs = dd.from_pandas(pd.DataFrame({"src": left, "dst": right, "i": np.arange(left.shape[0])}),
+                               npartitions=npart)
+        merged = pairs.merge(side_a, on="src").merge(side_b, on="dst")
+        res = merged.map_partitions(partition_similarity, cfg, meta={"i": np.int64, "sim": np.float64}).compute()
+        out[res["i"].to_numpy(np.int64)] = res["sim"].to_numpy(np.float64)
+        if res.shape[0] != left.shape[0]:  # pragma: no cover - every row of a pair exists
+            raise RuntimeError(f"similarity computed for {res.shape[0]} of {left.shape[0]} pairs")
+        if progress is not None:
+            progress(left.shape[0])
+        return out
+
+    # ---- outputs ---------------------------------------------------------------------
+    def ids(self, rows) -> pa.Array:
+        rows = np.asarray(rows, np.int64)
+        return self.corpus.ids.take(pa.array(rows)).combine_chunks() if rows.shape[0] else \
+            pa.array([], self.corpus.ids.type)
+
+    def column(self, name: str):
+        return _BlockColumn(self, name)
+
+    def write(self, kept: np.ndarray, out: Path, ckpt, progress=None) -> int:
+        shards = self.corpus.shards
+        starts = np.cumsum([0] + [s.rows for s in shards])
+        written = self.client.gather(self.client.map(
+            write_block_shard, shards, [kept[starts[i] : starts[i + 1]] for i in range(len(shards))],
+            out=str(out), compression=self.cfg.output.compression, pure=False))
+        if progress is not None:
+            progress(len(shards))
+        return int(sum(written))
+
+    def write_table(self, path: Path, table: pa.Table) -> None:
+        write_shards.atomic_write_parquet(path, table, self.cfg.output.compression)
+
+    def index_payload(self, bands, lsh_rows) -> dict:
+        raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")
+
+
+def run(shards, job: Job, restart: bool = False) -> RunResult:
+    """The sequence on a Dask cluster; the same RunResult as the single-process run."""
+    cfg = job.cfg
+    if job.prior is not None or job.sink is not None:
+        raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")
+    if cfg.backend == "auto":  # decided on the client without touching CUDA: GPU workers only when asked for
+        cfg = replace(cfg, backend="cpu")
+    job = replace(job, cfg=cfg)
+    if job.out is not None:
+        prepare_output(job.out, shards)
+    ex = DaskExecutor(shards, cfg)
+    try:
+        return execute(job, ex, NoCheckpoints(), StageLog())
+    except Exception as exc:
+        if type(exc).__name__ != "KilledWorker":
+            raise
+        limit = cfg.cluster.memory_limit or "the cluster's default"
+        largest = max((b.rows for b in ex.blocks), default=0)
+        raise ResourceError(
+            f"Dask workers died running a task ({exc.args[0] if exc.args else exc}); most often a block does not "
+            f"fit a worker's memory (memory limit {limit}, cluster.block_rows = {cfg.cluster.block_rows:,}, largest "
+            f"block {largest:,} rows; a block holds whole Parquet row groups): lower cluster.block_rows (e.g. "
+            f"--set cluster.block_rows={max(1, cfg.cluster.block_rows // 4)}), write the shards with smaller row "
+            "groups, or raise cluster.memory_limit"
+        ) from None
+    finally:
+        ex.close()

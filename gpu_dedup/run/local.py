@@ -1,0 +1,338 @@
+"""One process: the executor that keeps the whole corpus where the backend computes.
+
+:func:`run` is the file-based run behind ``gpu-dedup run`` and the in-memory
+run behind :func:`gpu_dedup.dedup` (``output_dir=None``: nothing is written).
+It discovers the shards, prepares the output directory and checkpoints, and
+hands :class:`LocalExecutor` to the one stage sequence
+(:func:`gpu_dedup.run.sequence.execute`); with ``cluster.workers`` or
+``cluster.scheduler`` set it hands the Dask executor instead
+(:mod:`gpu_dedup.run.cluster`).
+
+Stages checkpoint their driver-side results into the output directory (see
+:mod:`gpu_dedup.run.checkpoint`); a killed run resumes where it stopped and
+recomputes what lives only in memory (the normalized texts) when a later
+stage needs it.  ``report.json``, ``report.html`` and then ``_SUCCESS`` are
+written last; all three are deleted when a run starts, so ``_SUCCESS`` marks
+a complete run.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpu_dedup.backends import get_backend, to_host
+from gpu_dedup.backends.strings import string_buffers
+from gpu_dedup.config import Config
+from gpu_dedup.errors import ConfigError
+from gpu_dedup.kernels.params import hash_params
+from gpu_dedup.run import cluster
+from gpu_dedup.run.checkpoint import (
+    Checkpoints,
+    NoCheckpoints,
+    maybe_crash,
+    run_fingerprint,
+)
+from gpu_dedup.run.progress import chunks
+from gpu_dedup.run.sequence import Job, RunResult, execute, prepare_output
+from gpu_dedup.run.stagelog import StageLog
+from gpu_dedup.stages import read_shards, write_shards
+from gpu_dedup.stages.buckets import buckets
+from gpu_dedup.stages.exact import exact_keys
+from gpu_dedup.stages.lsh import band_hashes
+from gpu_dedup.stages.minhash import signatures
+from gpu_dedup.stages.normalize import normalize_counted
+from gpu_dedup.stages.survivors import text_lengths
+from gpu_dedup.stages.verify import pair_similarity
+
+log = logging.getLogger("gpu_dedup")
+
+SIGNATURE_CHUNK = 65536  # documents per signature kernel call (progress granularity)
+
+
+def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, prior=None, sink=None,
+        write_shards: bool = True) -> RunResult:
+    """Deduplicate the shards ``inputs`` into ``output_dir``; see the module docstring.
+
+    A run killed at any point resumes from its last checkpoint when called
+    again with the same inputs and config; ``restart=True`` starts over.
+
+    ``prior``: an opened :class:`gpu_dedup.index.Index` to deduplicate against
+    (its documents always survive); ``sink``: an object whose
+    ``append(**payload)`` receives every document of the run (an index being
+    built, or ``prior`` itself to update it).  Runs with either keep no
+    checkpoints.  ``output_dir=None``: an in-memory run (``inputs`` are usually
+    :func:`gpu_dedup.stages.read_shards.memory_shard` shards): nothing is written.
+    """
+    out = None if output_dir is None else Path(output_dir)
+    if out is None and (cfg.cluster.enabled or (sink is not None and sink is not prior)):
+        raise ConfigError("a run without an output directory (in memory) runs in one process and writes no new "
+                          "index; drop cluster.workers / cluster.scheduler and index_out, or give an output_dir")
+    if not cfg.cluster.enabled:
+        get_backend(cfg.backend)  # a backend that cannot run here fails before anything is read
+    shards = read_shards.discover(inputs, cfg.input.format)
+    job = Job(cfg, out, write_shards=write_shards, prior=prior, sink=sink)
+    if cfg.cluster.enabled:
+        return cluster.run(shards, job, restart=restart)
+    if out is not None:
+        prepare_output(out, shards)
+    if out is not None and prior is None and sink is None:
+        ckpt = Checkpoints(out, run_fingerprint(cfg, shards), restart)
+    else:  # in memory, or against / into an index: nothing to resume
+        ckpt = NoCheckpoints()
+    return execute(job, LocalExecutor(shards, cfg), ckpt, StageLog())
+
+
+# ---------------------------------------------------------------------- the executor
+
+
+@dataclass
+class LocalCorpus:
+    """What the sequence sees of the corpus read in this process."""
+
+    table: pa.Table  # read_shards.Corpus.table: row, shard, shard_row, id, text[, score]
+    shards: list
+    n: int
+    null: np.ndarray  # bool per row (backend array)
+    id_column: str | None
+
+    @property
+    def null_count(self) -> int:
+        return int(self.null.sum())
+
+    @property
+    def id_generated(self) -> bool:
+        return self.id_column is None
+
+    @property
+    def duplicate_ids(self) -> int:
+        return self.n - pc.count_distinct(self.table.column("id"), mode="all").as_py() if self.n else 0
+
+    rank_key: object = None
+
+    def shard_rows(self):
+        return np.asarray(self.table.column("shard")), np.asarray(self.table.column("shard_row"))
+
+
+@dataclass
+class BandData:
+    """Band hashes (and, when verification or an index needs them, signatures) of the LSH rows."""
+
+    rows: np.ndarray
+    band_hashes: np.ndarray
+    signatures: np.ndarray | None
+
+    def arrays(self) -> dict:
+        out = {"band_hashes": self.band_hashes}
+        if self.signatures is not None:
+            out["signatures"] = self.signatures
+        return out
+
+
+class LocalExecutor:
+    """The corpus in this process; stage kernels on the whole of it at once.
+
+    On the CPU backend the corpus is a host Arrow table and the driver arrays
+    NumPy; on the GPU backend the backend's array module holds them.
+    """
+
+    def __init__(self, shards, cfg: Config):
+        self.shards = shards
+        self.cfg = cfg
+        self.backend = get_backend(cfg.backend)
+        self.xp = getattr(self.backend, "xp", np)
+        self.st = None
+        self._norm = None  # normalized texts (Arrow), computed on first use
+        self._strings = None
+        self._sig = None  # (rows, values, shingles) of the last signatures call
+        self._bands = None
+        self._combined = {}  # node payloads including a prior's documents
+        self.startup_seconds = 0.0
+
+    # ---- setup ----------------------------------------------------------------
+    def prepare(self, st: StageLog) -> None:
+        self.st = st
+        prepare = getattr(self.backend, "prepare", None)
+        if prepare is not None:  # load (or, the first time after install, compile) the kernels this config uses
+            self.startup_seconds = float(prepare(self.cfg) or 0.0)
+
+    def report_extras(self) -> dict:
+        return {"kernel_prepare_seconds": round(self.startup_seconds, 3)} if self.startup_seconds else {}
+
+    # ---- read / normalize -------------------------------------------------------
+    def read(self, progress=None) -> LocalCorpus:
+        cfg = self.cfg
+        score = cfg.select.score_column if cfg.select.keep == "score" else None
+        c = read_shards.read(self.shards, cfg.input, score, progress=progress)
+        table = c.table
+        n = table.num_rows
+        null = np.asarray(table.column("text").is_null(), dtype=bool) if n else np.zeros(0, bool)
+        key = None
+        if cfg.select.keep == "longest" and n:
+            key = text_lengths(table.column("text"))
+        elif cfg.select.keep == "lowest_id":
+            key = table.column("id")
+        elif cfg.select.keep == "score":
+            key = table.column("score")
+        self.corpus = LocalCorpus(table, c.shards, n, self.xp.asarray(null), c.id_column, rank_key=key)
+        return self.corpus
+
+    @property
+    def strings(self):
+        """Normalized texts as kernel buffers (computed on first use, e.g. again after a resume)."""
+        if self._strings is None:
+            with self.st.stage("normalize", self.corpus.n) as info:
+                self._norm, invalid = normalize_counted(self.corpus.table.column("text"), self.cfg.normalize)
+                # the original texts are read again only where needed (written shards, report examples)
+                self.corpus.table = self.corpus.table.drop_columns(["text"])
+                self._strings = string_buffers(self._norm)
+                info.update(invalid_utf8=invalid, text_mb=round(self._strings.nbytes / 2**20, 1))
+            self._invalid = invalid
+        return self._strings
+
+    def normalize(self) -> dict:
+        self.strings  # noqa: B018
+        return {"invalid_utf8": self._invalid}
+
+    # ---- per-document stages -------------------------------------------------------
+    def exact_keys(self):
+        return self.xp.asarray(exact_keys(self.strings, self.cfg.minhash.seed, self.backend))
+
+    def signatures(self, rows, progress=None):
+        """MinHash of ``rows``; returns their shingle counts and keeps the values for :meth:`bands`."""
+        cfg, xp = self.cfg, self.xp
+        strings = self.strings
+        m = rows.shape[0]
+        values = None
+        shingles = xp.empty(m, dtype=xp.int64)
+        for lo, hi in chunks(m, SIGNATURE_CHUNK):  # a few dozen kernel calls, for progress
+            sig = signatures(strings, cfg.minhash, num_perm=cfg.signature_perms, docs=to_host(rows[lo:hi]),
+                             backend=self.backend)
+            if values is None:
+                values = xp.empty((m, cfg.signature_perms), dtype=sig.values.dtype)
+            values[lo:hi], shingles[lo:hi] = xp.asarray(sig.values), xp.asarray(sig.shingles)
+            if progress is not None:
+                progress(hi - lo)
+        if values is None:
+            dtype = hash_params(cfg.minhash.seed, cfg.minhash.num_perm).signature_dtype
+            values = xp.empty((0, cfg.signature_perms), dtype=dtype)
+        self._sig = (rows, values, shingles)
+        return shingles
+
+    def bands(self, lsh_rows) -> BandData:
+        rows, values, _ = self._sig
+        values = values[self.xp.searchsorted(rows, lsh_rows)]
+        b, r = self.cfg.layout
+        bh = band_hashes(values, b, r, _params(self.cfg), self.backend)
+        keep_sig = self.cfg.verify.method != "exact"  # signature estimates need the values later
+        self._bands = BandData(lsh_rows, self.xp.asarray(bh), values if keep_sig else None)
+        self._sig = None
+        return self._bands
+
+    def band_data(self, arrays: dict) -> BandData:
+        self._bands = BandData(arrays["lsh_rows"], arrays["band_hashes"], arrays.get("signatures"))
+        return self._bands
+
+    def buckets(self, bands: BandData, min_size: int):
+        return buckets(bands.band_hashes, docs=bands.rows, min_size=min_size)
+
+    # ---- pairs ---------------------------------------------------------------------
+    def similarity(self, left, right, prior_nodes=None, progress=None):
+        """Similarity of node pairs: nodes ``< m`` are a prior's documents, node ``m + r`` is row ``r``."""
+        cfg, xp = self.cfg, self.xp
+        m = prior_nodes[0] if prior_nodes else 0
+        if cfg.verify.method == "exact":
+            texts = self.strings
+            if m:
+                key = ("texts", id(prior_nodes[1]), prior_nodes[2].tobytes())
+                if key not in self._combined:
+                    docs = prior_nodes[1].texts(prior_nodes[2]).cast(pa.large_string())
+                    self._combined = {key: string_buffers(pa.concat_arrays([docs, self._norm.cast(pa.large_string())]))}
+                texts = self._combined[key]
+            return pair_similarity(cfg, self.backend, left, right, texts=texts, progress=progress)
+        bands = self._bands
+        sig = bands.signatures
+        if m:
+            key = ("signatures", id(prior_nodes[1]), prior_nodes[2].tobytes())
+            if key not in self._combined:
+                self._combined = {key: xp.concatenate((xp.asarray(prior_nodes[1].signatures(prior_nodes[2])), sig))}
+            sig = self._combined[key]
+
+        def sig_row(nodes):
+            nodes = xp.asarray(nodes, dtype=xp.int64)
+            return xp.where(nodes < m, nodes, m + xp.searchsorted(bands.rows, nodes - m))
+
+        return pair_similarity(cfg, self.backend, sig_row(left), sig_row(right), signatures=sig, progress=progress)
+
+    # ---- outputs ---------------------------------------------------------------------
+    def ids(self, rows) -> pa.Array:
+        col = self.corpus.table.column("id")
+        return col.take(pa.array(np.asarray(rows, np.int64))).combine_chunks() if len(rows) else \
+            pa.array([], col.type)
+
+    def column(self, name: str):
+        if name == "text" and "text" not in self.corpus.table.column_names:
+            return _ShardTexts(self.corpus, self.cfg)
+        return self.corpus.table.column(name)
+
+    def write(self, kept: np.ndarray, out: Path, ckpt, progress=None) -> int:
+        shards = self.corpus.shards
+        starts = np.cumsum([0] + [s.rows for s in shards])
+        written = 0
+        for i, shard in enumerate(shards):  # one step per shard file
+            keep = kept[starts[i] : starts[i + 1]]
+            if not ckpt.marked(f"shard-{i}"):
+                write_shards.write_shard(shard, keep, out, self.cfg.output.compression)
+                ckpt.mark(f"shard-{i}")
+                maybe_crash("write:first-shard")
+            written += int(keep.sum())
+            if progress is not None:
+                progress(1)
+        return written
+
+    def write_table(self, path: Path, table: pa.Table) -> None:
+        write_shards.atomic_write_parquet(path, table, self.cfg.output.compression)
+
+    def index_payload(self, bands: BandData, lsh_rows) -> dict:
+        self.strings  # noqa: B018 - normalized texts (recomputed after a resume)
+        full = None
+        if bands.signatures is not None:
+            sig = to_host(bands.signatures)
+            full = np.zeros((self.corpus.n, sig.shape[1]), sig.dtype)
+            full[to_host(lsh_rows)] = sig
+        return {"texts": self._norm, "band_hashes": to_host(bands.band_hashes), "signatures": full}
+
+
+class _ShardTexts:
+    """``take(rows)`` of the original texts, read again from the shards that hold the rows."""
+
+    def __init__(self, corpus: LocalCorpus, cfg: Config):
+        self.corpus, self.cfg = corpus, cfg
+
+    def take(self, rows) -> pa.Array:
+        rows = np.asarray(rows, np.int64)
+        shards = self.corpus.shards
+        starts = np.cumsum([0] + [s.rows for s in shards])
+        owner = np.searchsorted(starts, rows, side="right") - 1
+        parts, order = [], []
+        for k in np.unique(owner):  # one read per shard holding a row (a report shows a few dozen texts)
+            sel = np.flatnonzero(owner == k)
+            table = read_shards.read_columns(shards[k], replace(self.cfg.input, id_column=None))
+            parts.append(table.column("text").take(pa.array(rows[sel] - starts[k])).combine_chunks())
+            order.append(sel)
+        if not parts:
+            return pa.array([], pa.large_string())
+        binary = any(pa.types.is_binary(p.type) or pa.types.is_large_binary(p.type) for p in parts)
+        values = pa.concat_arrays([p.cast(pa.large_binary() if binary else pa.large_string()) for p in parts])
+        inverse = np.empty(rows.shape[0], np.int64)
+        inverse[np.concatenate(order)] = np.arange(rows.shape[0])
+        return values.take(pa.array(inverse))
+
+
+def _params(cfg: Config):
+    return hash_params(cfg.minhash.seed, cfg.minhash.num_perm)

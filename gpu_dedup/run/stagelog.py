@@ -1,0 +1,87 @@
+"""Stage timing, progress lines and memory readings of a run."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from gpu_dedup.run.checkpoint import maybe_crash
+from gpu_dedup.run.progress import Progress
+
+log = logging.getLogger("gpu_dedup")
+
+
+def rss_mb() -> float:
+    """Current resident memory of this process in MiB."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:  # pragma: no cover - non-Linux
+        return float("nan")
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process in MiB.
+
+    Reads VmHWM (the high-water mark of this address space): ``ru_maxrss``
+    survives fork + exec on Linux, so a child started by a large parent would
+    report the parent's peak.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:  # pragma: no cover - non-Linux
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+class StageInfo(dict):
+    """What a stage reports (a dict of details for report.json) and its :class:`Progress` (``.progress``)."""
+
+    progress: Progress
+
+
+@dataclass
+class StageLog:
+    """Times stages and shows their progress (see :mod:`gpu_dedup.run.progress`).
+
+    Each stage gets a progress line on a terminal; elsewhere a ``stage NAME ...``
+    line when it starts and ``stage NAME done in S: DONE/TOTAL UNIT, RATE UNIT/s;
+    details`` when it ends (both at INFO: ``--quiet`` hides them).
+    """
+
+    stages: dict = field(default_factory=dict)
+    stream: object = None  # where terminal progress lines go (default: sys.stderr)
+
+    @contextmanager
+    def stage(self, name: str, total: int | None = None, unit: str = "docs"):
+        """Time stage ``name`` over ``total`` items of ``unit``; the body advances
+        ``info.progress`` per chunk (or not at all: a stage that ends counts every item done)."""
+        t0 = time.perf_counter()
+        info = StageInfo()
+        prog = info.progress = Progress(name, total, unit, stream=self.stream, log_close=False)
+        if not prog.tty:
+            log.info("stage %s ...", name)
+        prog.start()
+        try:
+            yield info
+        except BaseException:
+            prog.abort()
+            raise
+        maybe_crash(name)  # fault injection (tests): killed after the work, before its checkpoint
+        prog.finish()
+        prog.close()
+        seconds = time.perf_counter() - t0
+        self.stages[name] = {"seconds": round(seconds, 4), "rss_mb": round(rss_mb(), 1), **info}
+        details = " ".join(f"{k}={v}" for k, v in info.items())
+        counts = prog.counts()
+        # on a terminal the progress line said it all; the details stay one -v away
+        log.log(logging.DEBUG if prog.tty else logging.INFO, "stage %s done in %.2fs%s%s", name, seconds,
+                f": {counts}" if counts else "", f"; {details}" if details else "")

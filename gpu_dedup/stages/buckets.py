@@ -1,0 +1,117 @@
+"""Buckets (shuffle): documents grouped by (band, band hash).
+
+``group_buckets`` groups a long frame (band, band hash, doc) and keeps the
+buckets with at least ``min_size`` members, as CSR arrays; ``buckets`` does it
+for an (n, bands) band-hash matrix, one band at a time.  Both are array code
+of their inputs' module (NumPy on the CPU backend, CuPy on the GPU backend):
+stable sorts and run boundaries, no Python loop over documents.  The Dask
+executor calls ``group_buckets`` on every shuffle partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpu_dedup.backends import array_module, to_host
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """Multi-member buckets: members of bucket ``i`` are ``members[offsets[i]:offsets[i+1]]``
+    (ascending); ``band[i]`` and ``hash[i]`` name the bucket.  Arrays of one module (NumPy or CuPy)."""
+
+    band: np.ndarray  # int32
+    hash: np.ndarray  # uint64
+    offsets: np.ndarray  # int64, len = buckets + 1
+    members: np.ndarray  # int64 document indices
+
+    def __len__(self) -> int:
+        return self.band.shape[0]
+
+    @property
+    def sizes(self):
+        return self.offsets[1:] - self.offsets[:-1]
+
+    @property
+    def member_bucket(self):
+        """Bucket index of every membership."""
+        xp = array_module(self.offsets)
+        return xp.searchsorted(self.offsets[1:], xp.arange(self.members.shape[0], dtype=xp.int64), side="right")
+
+    def to_frame(self):
+        """Long frame (band, band_hash, doc), one row per bucket membership (pandas, host memory)."""
+        import pandas as pd
+
+
+        mb = to_host(self.member_bucket)
+        return pd.DataFrame({"band": to_host(self.band)[mb], "band_hash": to_host(self.hash)[mb],
+                             "doc": to_host(self.members)})
+
+
+def empty_buckets(xp=np) -> Buckets:
+    return Buckets(xp.zeros(0, dtype=xp.int32), xp.zeros(0, dtype=xp.uint64), xp.zeros(1, dtype=xp.int64),
+                   xp.zeros(0, dtype=xp.int64))
+
+
+def _runs(xp, band, hashes, doc, min_size: int) -> Buckets:
+    """Buckets of (band, hash, doc) rows already sorted by (band, hash, doc)."""
+    n = doc.shape[0]
+    start = xp.ones(n, dtype=bool)
+    start[1:] = (hashes[1:] != hashes[:-1]) | (band[1:] != band[:-1])
+    starts = xp.flatnonzero(start)
+    run = xp.diff(xp.concatenate((starts, xp.asarray([n], dtype=starts.dtype))))
+    multi = run >= min_size
+    sizes = run[multi]
+    offsets = xp.zeros(sizes.shape[0] + 1, dtype=xp.int64)
+    offsets[1:] = xp.cumsum(sizes)
+    in_multi = multi[xp.cumsum(start) - 1]
+    return Buckets(band[starts[multi]].astype(xp.int32), hashes[starts[multi]].astype(xp.uint64), offsets,
+                   doc[in_multi].astype(xp.int64))
+
+
+def group_buckets(band, hashes, doc, min_size: int = 2) -> Buckets:
+    """Group a long frame (band, band hash, doc) into buckets of at least ``min_size`` members.
+
+    Members ascend inside a bucket and buckets are ordered by (band, hash),
+    whatever the input order.
+    """
+    xp = array_module(band, hashes, doc)
+    if doc.shape[0] == 0:
+        return empty_buckets(xp)
+    order = xp.argsort(doc, kind="stable")
+    order = order[xp.argsort(hashes[order], kind="stable")]
+    order = order[xp.argsort(band[order], kind="stable")]
+    return _runs(xp, band[order], hashes[order], doc[order], min_size)
+
+
+def concat_buckets(parts: list) -> Buckets:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return empty_buckets()
+    xp = array_module(parts[0].members)
+    sizes = xp.concatenate([p.sizes for p in parts])
+    offsets = xp.zeros(sizes.shape[0] + 1, dtype=xp.int64)
+    offsets[1:] = xp.cumsum(sizes)
+    return Buckets(xp.concatenate([p.band for p in parts]), xp.concatenate([p.hash for p in parts]), offsets,
+                   xp.concatenate([p.members for p in parts]))
+
+
+def buckets(band_hashes, docs=None, min_size: int = 2) -> Buckets:
+    """Group rows of an (n, bands) band-hash matrix by (band, hash); drop buckets below ``min_size``.
+
+    ``docs``: the document number of each row (ascending; default: the row).
+    One stable sort per band (bounded memory): O(bands) steps, not O(documents).
+    """
+    xp = array_module(band_hashes)
+    n, num_bands = band_hashes.shape
+    doc = xp.arange(n, dtype=xp.int64) if docs is None else xp.asarray(docs, dtype=xp.int64)
+    if n == 0:
+        return empty_buckets(xp)
+    parts = []
+    for band in range(num_bands):  # one sort per band
+        col = band_hashes[:, band]
+        order = xp.argsort(col, kind="stable")  # rows ascend, so members ascend within a bucket
+        parts.append(_runs(xp, xp.full(n, band, dtype=xp.int32), col[order], doc[order], min_size))
+    return concat_buckets(parts) if any(len(p) for p in parts) else empty_buckets(xp)

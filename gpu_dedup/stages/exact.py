@@ -1,0 +1,48 @@
+"""Exact-duplicate stage: documents whose normalized text is byte-identical.
+
+Each document gets a key (byte length, two 64-bit hash lanes: kernels/scalar.py,
+step 6); documents with equal keys form a group and the group's representative
+is its best-ranked member.  Only representatives go on to the MinHash stages;
+the others follow their representative's cluster.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpu_dedup.backends import array_module, get_backend
+from gpu_dedup.backends.strings import string_buffers
+from gpu_dedup.kernels.params import hash_params
+
+
+def exact_keys(texts, seed: int = 42, backend="cpu") -> np.ndarray:
+    """(n, 3) uint64 keys: byte length, hash 1, hash 2."""
+    params = hash_params(seed, 0)
+    buffers = texts if hasattr(texts, "offsets") else string_buffers(texts)
+    hashes = get_backend(backend).exact_hashes(buffers, params.exact_seed1, params.exact_seed2)
+    return np.column_stack([buffers.lengths.astype(np.uint64), hashes])
+
+
+def exact_groups(keys, ranks, eligible=None):
+    """Representative of every document: the best-ranked document with the same key.
+
+    Documents outside ``eligible`` (e.g. null texts) represent themselves.
+    Array code of ``keys``' module (NumPy or CuPy): stable sorts by rank, then
+    by each key column, group starts by a running count.
+    """
+    xp = array_module(keys)
+    n = keys.shape[0]
+    rep = xp.arange(n, dtype=xp.int64)
+    idx = rep if eligible is None else xp.flatnonzero(eligible)
+    if idx.shape[0] < 2:
+        return rep
+    k = keys[idx]
+    order = xp.argsort(ranks[idx], kind="stable")
+    for col in (2, 1, 0):  # least significant key first: a stable radix of the columns
+        order = order[xp.argsort(k[order, col], kind="stable")]
+    sk = k[order]
+    new_group = xp.ones(order.shape[0], dtype=bool)
+    new_group[1:] = xp.any(sk[1:] != sk[:-1], axis=1)
+    head = xp.flatnonzero(new_group)[xp.cumsum(new_group) - 1]
+    rep[idx[order]] = idx[order[head]]
+    return rep

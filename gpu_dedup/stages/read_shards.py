@@ -1,0 +1,443 @@
+"""Read shards into one corpus table; write deduplicated shards atomically.
+
+Shards are Parquet files or JSON Lines files (optionally .gz/.bz2/.zst
+compressed), or one in-memory Arrow table (format ``memory``, see
+:func:`memory_shard`: the DataFrame API's input, never written back).  The
+corpus table has the internal columns ``row`` (dense int64),
+``shard`` (int32 index into the shard list), ``shard_row`` (int64), ``id``
+(the user's id column verbatim, or a generated int64 = ``row``), ``text``
+(large_string) and, for ``select.keep = score``, ``score``.
+
+Writing filters each input shard by a keep-mask and writes it under the same
+relative name: Parquet keeps its schema (and schema metadata); JSONL keeps
+the kept lines byte for byte.  Every file is written to a temporary name in
+the output directory and renamed into place.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from gpu_dedup.config import InputConfig
+from gpu_dedup.errors import InputError
+from gpu_dedup.kernels.lines import gather_lines, nonblank_lines
+
+log = logging.getLogger("gpu_dedup")
+
+PARQUET_EXT = (".parquet", ".pq")
+JSONL_EXT = (".jsonl", ".json", ".ndjson")
+COMPRESSED_EXT = (".gz", ".bz2", ".zst")
+
+
+@dataclass(frozen=True)
+class Shard:
+    path: str  # absolute path of the input file
+    name: str  # relative output name
+    format: str  # parquet | jsonl | memory
+    rows: int = -1  # filled by read()
+    size: int = 0  # bytes on disk (memory: bytes of the table)
+    data: pa.Table | None = field(default=None, compare=False, repr=False)  # the table of a memory shard
+
+    def with_rows(self, rows: int) -> "Shard":
+        return replace(self, rows=rows)
+
+
+MEMORY_PATH = "<memory>"
+
+
+def memory_shard(table: pa.Table, name: str = "memory") -> Shard:
+    """A virtual shard over an in-memory Arrow table (read by :func:`read_columns`, never written)."""
+    return Shard(MEMORY_PATH, name, "memory", size=table.nbytes, data=table)
+
+
+def _format_of(path: str, fmt: str) -> str:
+    if fmt != "auto":
+        return fmt
+    name = path.lower()
+    for ext in COMPRESSED_EXT:
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    if name.endswith(PARQUET_EXT):
+        return "parquet"
+    if name.endswith(JSONL_EXT):
+        return "jsonl"
+    raise InputError(
+        f"cannot tell the format of {path!r} from its extension; use .parquet or .jsonl[.gz], "
+        "or set input.format to parquet or jsonl"
+    )
+
+
+def _is_shard_name(name: str) -> bool:
+    low = name.lower()
+    for ext in COMPRESSED_EXT:
+        if low.endswith(ext):
+            low = low[: -len(ext)]
+    return low.endswith(PARQUET_EXT + JSONL_EXT) and not os.path.basename(low).startswith((".", "_"))
+
+
+def discover(inputs, fmt: str = "auto") -> list[Shard]:
+    """Expand files, directories (recursively) and glob patterns into a sorted shard list
+    (a list of Shard objects, e.g. memory shards, is returned as it is)."""
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    if isinstance(inputs, list) and inputs and all(isinstance(s, Shard) for s in inputs):
+        return inputs
+    found: list[tuple[str, str]] = []  # (absolute path, relative name)
+    for item in inputs:
+        item = os.fspath(item)
+        if os.path.isdir(item):
+            root = os.path.abspath(item)
+            files = sorted(
+                os.path.join(dp, f) for dp, _, fs in os.walk(root) for f in fs if _is_shard_name(f)
+            )
+            if not files:
+                raise InputError(
+                    f"input directory {item!r} holds no .parquet or .jsonl[.gz] files; point at the shard directory"
+                )
+            found += [(f, os.path.relpath(f, root)) for f in files]
+        elif os.path.isfile(item):
+            found.append((os.path.abspath(item), os.path.basename(item)))
+        elif glob.has_magic(item):
+            files = sorted(f for f in glob.glob(item, recursive=True) if os.path.isfile(f))
+            if not files:
+                raise InputError(f"input pattern {item!r} matches no files")
+            static = item[: min(item.index(c) for c in "*?[" if c in item)]
+            base = os.path.abspath(os.path.dirname(static) if not static.endswith(os.sep) else static)
+            found += [(os.path.abspath(f), os.path.relpath(os.path.abspath(f), base)) for f in files]
+        else:
+            raise InputError(f"input path {item!r} does not exist; give a file, a directory or a glob pattern")
+    if not found:
+        raise InputError("no input shards given")
+    names: dict[str, str] = {}
+    shards = []
+    for path, name in found:
+        if name in names and names[name] != path:
+            raise InputError(
+                f"two inputs would be written under the same name {name!r}: {names[name]!r} and {path!r}; "
+                "pass their common parent directory instead"
+            )
+        if name in names:
+            continue  # the same file named twice
+        names[name] = path
+        shards.append(Shard(path, name, _format_of(path, fmt), size=os.path.getsize(path)))
+    return shards
+
+
+# --------------------------------------------------------------------------- JSONL
+
+
+def _read_bytes(path: str):
+    """The shard's (decompressed) bytes as an Arrow buffer: memory-mapped when uncompressed."""
+    try:
+        if not path.lower().endswith(COMPRESSED_EXT):
+            with pa.memory_map(path) as f:
+                return f.read_buffer()
+        with pa.input_stream(path, compression="detect") as f:
+            return f.read_buffer()
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"cannot read shard {path!r}: {exc}") from None
+
+
+def _jsonl_lines(raw):
+    """(data, starts, ends) of the non-blank lines of a JSON Lines buffer (one Numba pass)."""
+    data = np.frombuffer(raw, np.uint8)
+    starts, ends = nonblank_lines(data)
+    return data, starts, ends
+
+
+def _gather_lines(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, newline=True) -> np.ndarray:
+    """Concatenate data[starts[i]:ends[i]] (+ b'\\n') into one uint8 array (one Numba pass)."""
+    return gather_lines(data, starts, ends, newline)
+
+
+JSON_BLOCK = 1 << 24  # bytes per parse block (pyarrow parses blocks on its thread pool)
+SAMPLE_BYTES = 1 << 20  # lines read first to learn the wanted fields' types
+
+
+def _parse_json(body, parse_options=None) -> pa.Table:
+    return pajson.read_json(pa.BufferReader(body), read_options=pajson.ReadOptions(block_size=JSON_BLOCK),
+                            parse_options=parse_options)
+
+
+def _wanted_schema(data, starts, ends, wanted: dict) -> pa.Schema | None:
+    """Types of the ``wanted`` fields ({"text": name, "id": name, "score": name}) from the
+    first lines, or None when a sample cannot fix them (a field absent or all null there,
+    or a text that is not a string)."""
+    stop = int(np.searchsorted(starts, starts[0] + SAMPLE_BYTES)) + 1
+    lines = _gather_lines(data, starts[:stop], ends[:stop])
+    try:
+        sample = _parse_json(lines).schema
+    except pa.ArrowInvalid:  # e.g. an unwanted field of mixed types: infer the wanted ones alone
+        sample = _sample_schema(lines, list(wanted.values()))
+    types = {}
+    for role, name in wanted.items():
+        if name not in sample.names:
+            return None
+        t = sample.field(name).type
+        if role == "text":
+            if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+                return None
+            t = pa.large_string()
+        elif pa.types.is_null(t):
+            return None
+        elif role == "score" and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+            t = pa.float64()  # read_columns casts the score to float64 anyway
+        types.setdefault(name, t)
+    return pa.schema(list(types.items()))
+
+
+def _sample_schema(lines, names) -> pa.Schema:
+    """Arrow types of ``names`` over a sample of JSON lines, by Python's json (the sample only:
+    at most SAMPLE_BYTES); a name no line has is left out."""
+    import json
+
+    values = {name: [] for name in names}
+    for line in bytes(lines).decode("utf-8", "replace").splitlines():  # the sample's lines, bounded
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except ValueError:  # the full parse reports it
+                continue
+            for name in names:
+                if isinstance(record, dict) and name in record:
+                    values[name].append(record[name])
+    fields = []
+    for name, vals in values.items():
+        if vals:
+            try:
+                fields.append(pa.field(name, pa.array(vals).type))
+            except (pa.ArrowException, TypeError, ValueError):
+                pass
+    return pa.schema(fields)
+
+
+def _read_jsonl(shard: Shard, wanted: dict | None = None) -> pa.Table | None:
+    """Parse the non-blank lines of a JSONL shard (None when it has none).
+
+    ``wanted`` ({"text": name, "id": name, "score": name}): only those fields are
+    built, with their types learned from the first lines; the other fields are
+    parsed (the JSON must be valid) but not kept.  A shard whose sample cannot fix
+    the types, or whose later lines disagree with them, is read with full type
+    inference instead (every field, more memory).  The buffer is parsed where it
+    lies: pyarrow skips the blank (whitespace-only) lines as this reader does.
+    """
+    raw = _read_bytes(shard.path)
+    data, starts, ends = _jsonl_lines(raw)
+    if starts.shape[0] == 0:
+        return None
+    body = raw
+    table = None
+    if wanted:
+        try:
+            schema = _wanted_schema(data, starts, ends, wanted)
+            if schema is not None:
+                table = _parse_json(body, pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore",
+                                                              newlines_in_values=False))
+        except pa.ArrowException:
+            table = None
+    if table is None:
+        try:
+            table = _parse_json(body)
+        except pa.ArrowException as exc:
+            raise InputError(f"shard {shard.path!r} is not valid JSON Lines: {exc}") from None
+    if table.num_rows != starts.shape[0]:
+        raise InputError(
+            f"shard {shard.path!r}: {starts.shape[0]} non-blank lines but {table.num_rows} JSON records; "
+            "each line must hold exactly one JSON object"
+        )
+    return table
+
+
+# --------------------------------------------------------------------------- Parquet
+
+
+def _parquet_schema(shard: Shard) -> pa.Schema:
+    try:
+        return pq.read_schema(shard.path)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"shard {shard.path!r} is not a readable Parquet file ({exc}); remove or replace it") from None
+
+
+def _read_parquet(shard: Shard, columns: list[str]) -> pa.Table:
+    try:
+        return pq.ParquetFile(shard.path).read(columns=columns)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or replace it") from None
+
+
+# --------------------------------------------------------------------------- corpus
+
+
+@dataclass
+class Corpus:
+    """The documents of all shards, in shard order, with internal row ids."""
+
+    table: pa.Table  # row, shard, shard_row, id, text[, score]
+    shards: list[Shard]
+    text_column: str
+    id_column: str | None  # None: ids were generated
+    score_column: str | None = None
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    @property
+    def text(self) -> pa.ChunkedArray:
+        return self.table.column("text")
+
+    @property
+    def ids(self) -> pa.ChunkedArray:
+        return self.table.column("id")
+
+    @property
+    def id_generated(self) -> bool:
+        return self.id_column is None
+
+
+def _missing(shard: Shard, what: str, name: str, names) -> InputError:
+    setting = {"text": "input.text_column (--text-column)", "id": "input.id_column (--id-column)",
+               "score": "select.score_column"}[what]
+    return InputError(
+        f"{what} column {name!r} is not in shard {shard.path!r}; its columns are: "
+        f"{', '.join(map(repr, names)) or '(none)'}. Set {setting} to one of them"
+    )
+
+
+def _text_type_ok(t: pa.DataType) -> bool:
+    return any(f(t) for f in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+                              pa.types.is_large_binary, pa.types.is_null))
+
+
+def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None, row_groups=None):
+    """The validated text (and id, score) columns of one shard, or of some of its
+    Parquet row groups, as a table with columns ``text``[, ``id``][, ``score``];
+    None for a JSONL shard without records."""
+    wanted = {"text": cfg.text_column}
+    if cfg.id_column:
+        wanted["id"] = cfg.id_column
+    if score_column:
+        wanted["score"] = score_column
+    if shard.format == "memory":
+        table = shard.data
+        for key, col in wanted.items():
+            if col not in table.column_names:
+                raise _missing(shard, key, col, table.column_names)
+        if row_groups is not None:
+            raise InputError("in-memory input has no row groups; it runs in one process")
+    elif shard.format == "parquet":
+        names = _parquet_schema(shard).names
+        for key, col in wanted.items():
+            if col not in names:
+                raise _missing(shard, key, col, names)
+        columns = list(dict.fromkeys(wanted.values()))
+        if row_groups is None:
+            table = _read_parquet(shard, columns)
+        else:
+            try:
+                table = pq.ParquetFile(shard.path).read_row_groups(list(row_groups), columns=columns)
+            except (OSError, pa.ArrowException) as exc:
+                raise InputError(f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or replace it") from None
+    else:
+        table = _read_jsonl(shard, wanted)
+        if table is None:  # no records
+            return None
+        for key, col in wanted.items():
+            if col not in table.column_names:
+                raise _missing(shard, key, col, table.column_names)
+    text = table.column(cfg.text_column)
+    if not _text_type_ok(text.type):
+        raise InputError(
+            f"text column {cfg.text_column!r} of shard {shard.path!r} has type {text.type}; it must be a string column"
+        )
+    cols = {"text": _as_large_text(text)}
+    if cfg.id_column:
+        cols["id"] = table.column(cfg.id_column)
+    if score_column:
+        score = table.column(score_column)
+        if not (pa.types.is_integer(score.type) or pa.types.is_floating(score.type)):
+            raise InputError(
+                f"score column {score_column!r} of shard {shard.path!r} has type {score.type}; it must be numeric"
+            )
+        cols["score"] = pc.cast(score, pa.float64())
+    return pa.table(cols)
+
+
+def check_id_type(shard: Shard, id_column: str, id_type, first: tuple | None):
+    """Raise when the id column's type differs from the first shard's; returns the (type, path) to compare with."""
+    if first is None:
+        return (id_type, shard.path)
+    if id_type != first[0]:
+        raise InputError(
+            f"id column {id_column!r} has type {id_type} in shard {shard.path!r} but {first[0]} in "
+            f"{first[1]!r}; mixed schemas across shards: make the id column one type in every shard"
+        )
+    return first
+
+
+def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = None, progress=None) -> Corpus:
+    """Read every shard's id, text (and score) columns into one corpus table.
+
+    ``progress(1)`` is called after each shard."""
+    shards = inputs if inputs and isinstance(inputs, list) and isinstance(inputs[0], Shard) else discover(inputs, cfg.format)
+    parts, out_shards = [], []
+    first_id = None
+    row0 = 0
+    for i, shard in enumerate(shards):  # one step per shard file
+        table = read_columns(shard, cfg, score_column)
+        if progress is not None:
+            progress(1)
+        if table is None:
+            out_shards.append(shard.with_rows(0))
+            continue
+        n = table.num_rows
+        cols = {
+            "row": pa.array(np.arange(row0, row0 + n, dtype=np.int64)),
+            "shard": pa.array(np.full(n, i, np.int32)),
+            "shard_row": pa.array(np.arange(n, dtype=np.int64)),
+        }
+        if cfg.id_column:
+            first_id = check_id_type(shard, cfg.id_column, table.column("id").type, first_id)
+            cols["id"] = table.column("id")
+        else:
+            cols["id"] = cols["row"]
+        cols["text"] = table.column("text")
+        if score_column:
+            cols["score"] = table.column("score")
+        parts.append(pa.table(cols))
+        out_shards.append(shard.with_rows(n))
+        row0 += n
+    table = pa.concat_tables(parts) if parts else _empty_table(score_column is not None)
+    log.info("read %d documents from %d shard(s)", table.num_rows, len(out_shards))
+    return Corpus(table, out_shards, cfg.text_column, cfg.id_column, score_column)
+
+
+def _as_large_text(text: pa.ChunkedArray) -> pa.ChunkedArray:
+    if pa.types.is_null(text.type):  # JSONL shard whose texts are all null
+        return pc.cast(text, pa.large_string())
+    if pa.types.is_string(text.type):
+        return pc.cast(text, pa.large_string())
+    if pa.types.is_binary(text.type):
+        return pc.cast(text, pa.large_binary())
+    return text
+
+
+def _empty_table(with_score: bool) -> pa.Table:
+    cols = {
+        "row": pa.array([], pa.int64()),
+        "shard": pa.array([], pa.int32()),
+        "shard_row": pa.array([], pa.int64()),
+        "id": pa.array([], pa.int64()),
+        "text": pa.array([], pa.large_string()),
+    }
+    if with_score:
+        cols["score"] = pa.array([], pa.float64())
+    return pa.table(cols)

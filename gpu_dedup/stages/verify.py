@@ -1,0 +1,177 @@
+"""Verify stage: keep only candidate edges whose similarity reaches the threshold.
+
+``exact``: Jaccard similarity of the two documents' shingle sets (the set of
+64-bit shingle values, so collisions are ~2**-64 per pair), built
+on the fly for the documents a chunk of edges touches; chunks are sized so the
+sets of one chunk stay within ``chunk_bytes`` of text.  ``signature``: the
+fraction of equal MinHash values.  ``none``: every candidate is kept and its
+similarity is the signature estimate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpu_dedup.backends import get_backend
+from gpu_dedup.config import MinHashConfig
+from gpu_dedup.kernels.params import hash_params
+from gpu_dedup.stages.edges import Edges
+
+CHUNK_BYTES = 256 << 20  # text bytes whose shingle sets are held at once (~8x that in memory)
+
+
+def exact_similarity(left, right, texts, cfg: MinHashConfig, backend="cpu", chunk_bytes: int = CHUNK_BYTES,
+                     progress=None):
+    """Exact Jaccard of shingle sets for pairs of rows of ``texts`` (StringBuffers);
+    ``progress(k)`` is called after each chunk of ``k`` pairs."""
+    be = get_backend(backend)
+    left = np.asarray(left, np.int64)
+    right = np.asarray(right, np.int64)
+    out = np.empty(left.shape[0], np.float64)
+    if left.shape[0] == 0:
+        return out
+    params = hash_params(cfg.seed, cfg.num_perm)
+    lengths = texts.lengths
+    order = np.argsort(left, kind="stable")
+    cost = np.cumsum(lengths[left[order]] + lengths[right[order]] + 64)
+    chunk_of = cost // max(chunk_bytes, 1)
+    bounds = np.flatnonzero(np.diff(chunk_of)) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, order.shape[0]]):  # few chunks, not per document
+        sel = order[lo:hi]
+        l, r = left[sel], right[sel]
+        nodes = np.unique(np.concatenate((l, r)))
+        set_offsets, set_values = be.shingle_sets(texts, params, cfg.shingle, cfg.ngram, docs=nodes)
+        out[sel] = be.jaccard_pairs(set_offsets, set_values, np.searchsorted(nodes, l), np.searchsorted(nodes, r))
+        if progress is not None:
+            progress(sel.shape[0])
+    return out
+
+
+def signature_similarity(left, right, signatures, backend="cpu"):
+    """Fraction of equal values between signature rows ``left`` and ``right``."""
+    return get_backend(backend).signature_similarity(signatures, left, right)
+
+
+def pair_similarity(cfg, backend, left, right, *, texts=None, signatures=None, progress=None):
+    """Similarity of row pairs by ``cfg.verify.method``: exact Jaccard of ``texts``' shingle sets
+    (``exact``), or the signature estimate from ``signatures`` (``signature``, ``none``)."""
+    if cfg.verify.method == "exact":
+        if texts is None:
+            raise ValueError("verify.method = 'exact' compares shingle sets: pass texts=string_buffers(normalized texts)")
+        return exact_similarity(left, right, texts, cfg.minhash, backend, progress=progress)
+    if signatures is None:
+        raise ValueError(f"verify.method = {cfg.verify.method!r} compares signatures: pass signatures=sig.values")
+    if progress is not None:
+        progress(len(left))
+    return signature_similarity(left, right, signatures, backend)
+
+
+def verify(edges: Edges, threshold: float, method: str, *, texts=None, cfg: MinHashConfig | None = None,
+           signatures=None, backend="cpu", progress=None) -> Edges:
+    """Edges with their similarity; under ``exact``/``signature`` only those >= threshold."""
+    if method == "exact":
+        sim = exact_similarity(edges.src, edges.dst, texts, cfg, backend, progress=progress)
+    elif method in ("signature", "none"):
+        sim = signature_similarity(edges.src, edges.dst, signatures, backend)
+    else:
+        raise ValueError(f"unknown verify method {method!r}")
+    if method == "none":
+        return Edges(edges.src, edges.dst, sim)
+    keep = sim >= threshold
+    return Edges(edges.src[keep], edges.dst[keep], sim[keep])
+
+
+# ---------------------------------------------------------------- cosine (similarity: cosine)
+#
+# ``cosine_similarity``: the exact cosine of two rows of the (n, d) float32
+# vectors, in float64 with a fixed summation order (kernels/cosine_scalar.py,
+# rule 8), so every backend returns the same bits.  ``text_cosine_similarity``:
+# the exact cosine of two documents' sparse term-weight vectors
+# (stages/vectors.py), built for the documents a chunk of pairs touches.
+# ``hamming_cosine``: the estimate cos(pi * (1 - matching_bits / D)) from
+# packed signature bits (popcount).  A row without a vector (zero norm)
+# scores 0 with everything.
+
+from gpu_dedup.kernels import cosine_cpu
+from gpu_dedup.stages.projections import cuda_kernels  # noqa: E402
+from gpu_dedup.stages.vectors import term_vectors
+
+
+def vector_norms(vectors, xp=np):
+    """L2 norm (float64, rule 8's fixed order) of every row of ``vectors`` (float32, (n, d))."""
+    if xp is not np:
+        return cuda_kernels().row_norms_device(vectors, xp)
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    out = np.empty(x.shape[0], np.float64)
+    cosine_cpu.row_norms(x, out)
+    return out
+
+
+def cosine_similarity(left, right, vectors, norms=None, xp=np):
+    """Exact cosine (float64) of row pairs ``(left[p], right[p])`` of ``vectors``: one
+    pass over the pairs, no per-pair Python step; ``norms`` from :func:`vector_norms`."""
+    if norms is None:
+        norms = vector_norms(vectors, xp)
+    if xp is not np:
+        return cuda_kernels().cosine_pairs_device(vectors, norms, left, right, xp)
+    left = np.ascontiguousarray(left, np.int64)
+    right = np.ascontiguousarray(right, np.int64)
+    out = np.empty(left.shape[0], np.float64)
+    cosine_cpu.cosine_pairs(np.ascontiguousarray(vectors, dtype=np.float32), norms, left, right, out)
+    return out
+
+
+def hamming_distance(left, right, bits, xp=np):
+    """Differing bits between packed signature rows ``left[p]`` and ``right[p]`` (int64)."""
+    if xp is not np:
+        return cuda_kernels().hamming_pairs_device(bits, left, right, xp)
+    left = np.ascontiguousarray(left, np.int64)
+    right = np.ascontiguousarray(right, np.int64)
+    out = np.empty(left.shape[0], np.int64)
+    cosine_cpu.hamming_pairs(np.ascontiguousarray(bits), left, right, out)
+    return out
+
+
+def hamming_cosine(left, right, bits, nbits: int | None = None, xp=np):
+    """Estimate ``cos(pi * hamming / D)`` = ``cos(pi * (1 - matching_bits / D))`` over the first
+    ``nbits`` (default: all ``64 * words``) bits of the packed signatures."""
+    d = bits.shape[1] * 64 if nbits is None else nbits
+    if nbits is not None and nbits != bits.shape[1] * 64:
+        bits = bits[:, : (nbits + 63) // 64]
+        if nbits % 64:
+            bits = bits.copy()
+            bits[:, -1] &= xp.uint64((1 << (nbits % 64)) - 1)
+    h = hamming_distance(left, right, bits, xp)
+    return xp.cos(np.pi * h.astype(xp.float64) / d)
+
+
+def text_cosine_similarity(left, right, texts, shingle: str = "word", ngram: int = 3, idf=None,
+                           chunk_bytes: int = CHUNK_BYTES, progress=None):
+    """Exact cosine of the term-weight vectors (stages/vectors.py) of document pairs.
+
+    Like :func:`exact_similarity`: pairs sorted by ``left`` are cut into chunks
+    whose documents hold about ``chunk_bytes`` of text; each chunk builds the
+    sparse vectors of the documents it touches once.
+    """
+    left = np.asarray(left, np.int64)
+    right = np.asarray(right, np.int64)
+    out = np.empty(left.shape[0], np.float64)
+    if left.shape[0] == 0:
+        return out
+    lengths = texts.lengths
+    order = np.argsort(left, kind="stable")
+    cost = np.cumsum(lengths[left[order]] + lengths[right[order]] + 64)
+    chunk_of = cost // max(chunk_bytes, 1)
+    bounds = np.flatnonzero(np.diff(chunk_of)) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, order.shape[0]]):  # few chunks, not per document
+        sel = order[lo:hi]
+        a, b = left[sel], right[sel]
+        nodes = np.unique(np.concatenate((a, b)))
+        tv = term_vectors(texts, shingle, ngram, idf, docs=nodes)
+        res = np.empty(sel.shape[0], np.float64)
+        cosine_cpu.sparse_cosine_pairs(tv.offsets, tv.features, tv.weights, tv.norms, np.searchsorted(nodes, a),
+                                       np.searchsorted(nodes, b), res)
+        out[sel] = res
+        if progress is not None:
+            progress(sel.shape[0])
+    return out

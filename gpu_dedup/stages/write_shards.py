@@ -1,0 +1,165 @@
+"""Write stage: deduplicated shards and tables, every file atomically.
+
+Writing filters each input shard by a keep-mask and writes it under the same
+relative name: Parquet keeps its schema (and schema metadata); JSONL keeps
+the kept lines byte for byte.  Every file is written to a temporary name in
+the output directory and renamed into place.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gpu_dedup.errors import ConfigError, InputError
+from gpu_dedup.stages.read_shards import Shard, _gather_lines, _jsonl_lines, _read_bytes
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publish(tmp: str, path: Path) -> None:
+    """Give the temporary file the mode a plain open() would (0666 minus umask), then rename it."""
+    os.chmod(tmp, 0o666 & ~_umask())
+    os.replace(tmp, path)
+
+
+def atomic_write_bytes(path: str | Path, payload: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        _publish(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd") -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, compression=None if compression == "none" else compression)
+        _publish(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def _unlink(path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression: str = "zstd") -> int:
+    """Write the kept rows of one input shard under its name in ``out_dir``; return rows written.
+
+    A memory shard is not written: its kept rows are the caller's to take
+    (``shard.data.filter(keep)``)."""
+    if shard.format == "memory":
+        return int(np.count_nonzero(keep))
+    target = Path(out_dir) / shard.name
+    if shard.format == "parquet":
+        try:
+            table = pq.ParquetFile(shard.path).read()
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(f"shard {shard.path!r} became unreadable during the run ({exc})") from None
+        if table.num_rows != keep.shape[0]:
+            raise InputError(
+                f"shard {shard.path!r} had {keep.shape[0]} rows when read and {table.num_rows} now; "
+                "inputs must not change during a run"
+            )
+        kept = table.filter(pa.array(keep))
+        atomic_write_parquet(target, kept, compression)
+        return kept.num_rows
+    raw = _read_bytes(shard.path)
+    data, starts, ends = _jsonl_lines(raw)
+    if starts.shape[0] != keep.shape[0]:
+        raise InputError(
+            f"shard {shard.path!r} had {keep.shape[0]} records when read and {starts.shape[0]} now; "
+            "inputs must not change during a run"
+        )
+    body = _gather_lines(data, starts[keep], ends[keep])
+    atomic_write_bytes(target, _compress_like(shard.path, body))
+    return int(keep.sum())
+
+
+def _compress_like(path: str, body: bytes) -> bytes:
+    low = path.lower()
+    codec = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}.get(os.path.splitext(low)[1])
+    if codec is None:
+        return body
+    sink = pa.BufferOutputStream()
+    with pa.CompressedOutputStream(sink, codec) as out:
+        out.write(body)
+    return sink.getvalue().to_pybytes()
+
+
+# Column names gpu_dedup gives the documents it reports (duplicates.parquet, the DataFrame API's duplicates,
+# index queries): ``row`` numbers documents (0-based, in input order across the shards; it continues an index's
+# numbering in a run against an index).  A user's id column keeps its own name beside them.
+ROW = "row"
+RESERVED_COLUMNS = (ROW, "cluster_id", "kept", "similarity", "match", "survivor_id", "in_index", "shard", "shard_row",
+                    "query", "exact")
+
+
+def check_id_column(name: str | None) -> None:
+    """Refuse a user id column whose name gpu_dedup's outputs already use for something else."""
+    if name in RESERVED_COLUMNS:
+        raise ConfigError(
+            f"id column {name!r} has the name of a column gpu_dedup writes ({', '.join(RESERVED_COLUMNS)}); "
+            "choose another id column, or none: every document is numbered in the column 'row' anyway")
+
+
+def duplicates_table(*, rows, shard_starts, shard_names, kept, cluster, similarity, exact, first_row=0, ids=None,
+                     survivor_ids=None, id_column=None, in_index=None) -> pa.Table:
+    """The duplicates table: one row per member of a cluster of two or more documents, in row order.
+
+    Every argument but the shard layout is per member (host arrays / Arrow):
+    ``rows`` the input row (the ``row`` column is ``first_row + rows``: the
+    document's number across runs against an index), ``ids`` /
+    ``survivor_ids`` the user ids (column ``id_column``) of the member and of
+    its survivor, or None when the input has no id column, ``cluster`` the
+    survivor's document number, ``exact`` whether it has the survivor's
+    normalized text, ``in_index`` (runs against an index) whether the
+    survivor is an indexed document.
+    """
+    rows = np.asarray(rows, np.int64)
+    kept = np.asarray(kept, bool)
+    shard = np.searchsorted(np.asarray(shard_starts), rows, side="right") - 1
+    names = np.array(shard_names or [""], dtype=object)
+    match = np.where(kept, "kept", np.where(exact, "exact", "near"))
+    cols = {}
+    if ids is not None:
+        check_id_column(id_column)
+        cols[id_column] = ids
+    cols[ROW] = pa.array(first_row + rows, pa.int64())
+    cols.update({
+        "cluster_id": pa.array(np.asarray(cluster, np.int64), pa.int64()),
+        "kept": pa.array(kept),
+        "similarity": pa.array(np.asarray(similarity).astype(np.float32)),
+        "match": pa.array(match, pa.string()),
+    })
+    if survivor_ids is not None:
+        cols["survivor_id"] = survivor_ids
+    if in_index is not None:
+        cols["in_index"] = pa.array(np.asarray(in_index, bool))
+    cols["shard"] = pa.array(names[shard] if rows.shape[0] else [], pa.string())
+    cols["shard_row"] = pa.array(rows - np.asarray(shard_starts)[shard] if rows.shape[0] else [], pa.int64())
+    return pa.table(cols)

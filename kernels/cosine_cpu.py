@@ -1,0 +1,251 @@
+"""CPU outer loops (``numba.njit(parallel=True)``) around the cosine scalar twins.
+
+The math is :mod:`.cosine_scalar` (compiled here by
+:func:`.twin.compile_twins`); :mod:`.cosine_cuda` compiles the same functions
+for the GPU.  Text arrives as Arrow buffers (``offsets`` int64, n + 1,
+absolute positions into ``data`` uint8); ``docs`` selects the documents and
+``tasks`` splits ``docs`` into byte-balanced chunks for ``prange``.
+"""
+
+import numba
+import numpy as np
+from gpu_dedup.kernels import cosine_scalar
+from gpu_dedup.kernels.cosine_scalar import ONE, ZERO
+from gpu_dedup.kernels.twin import compile_twins, kernel_digest
+from numba import prange
+
+dev = compile_twins(numba.njit(cache=True), module=cosine_scalar)
+
+_features_of = dev.doc_features
+_doc_simhash = dev.doc_simhash
+_dot_rows = dev.dot_rows
+_sparse_dot = dev.sparse_dot
+_hamming = dev.hamming_row_pair
+_band_value = dev.band_value
+_band_hash = dev.band_hash
+
+U64 = np.uint64
+
+
+@numba.njit(parallel=True, cache=True)
+def quantize_rows(x, q, status):
+    """Rule of :func:`gpu_dedup.stages.projections.quantize` for float32 rows ``x`` into ``q``.
+
+    ``status[i]``: 0 ok, 1 zero vector, 2 NaN or infinity (rows 1 and 2 are
+    written as zeros).
+    """
+    n, d = x.shape
+    for i in prange(n):
+        s = 0.0
+        finite = True
+        for j in range(d):
+            v = np.float64(x[i, j])
+            if not np.isfinite(v):
+                finite = False
+            a = abs(v)
+            if a > s:
+                s = a
+        if not finite:
+            status[i] = 2
+        elif s == 0.0:
+            status[i] = 1
+        else:
+            status[i] = 0
+        if status[i] != 0:
+            for j in range(d):
+                q[i, j] = 0.0
+            continue
+        scale = 127.0 / s
+        for j in range(d):
+            q[i, j] = np.float32(np.rint(np.float64(x[i, j]) * scale))
+
+
+@numba.njit(parallel=True, cache=True)
+def check_rows(x, status):
+    """``status[i]``: 0 ok, 1 zero vector, 2 NaN or infinity (one pass, no copy)."""
+    n, d = x.shape
+    for i in prange(n):
+        finite = True
+        nonzero = False
+        for j in range(d):
+            v = x[i, j]
+            if not np.isfinite(v):
+                finite = False
+            elif v != 0:
+                nonzero = True
+        status[i] = 2 if not finite else (0 if nonzero else 1)
+
+
+@numba.njit(parallel=True, cache=True)
+def band_hashes(sig, bands, rows, out):
+    """``out[i, b]`` = rule-5 hash of band ``b`` of signature row ``i``."""
+    for i in prange(sig.shape[0]):
+        for b in range(bands):
+            out[i, b] = _band_hash(_band_value(sig, i, b, rows), b)
+
+
+@numba.njit(parallel=True, cache=True)
+def row_norms(x, out):
+    for i in prange(x.shape[0]):
+        out[i] = np.sqrt(_dot_rows(x, i, x, i))
+
+
+@numba.njit(parallel=True, cache=True)
+def cosine_pairs(x, norms, left, right, out):
+    """Exact cosine of row pairs (rule 8); a pair with a zero norm scores 0."""
+    for p in prange(left.shape[0]):
+        a = left[p]
+        b = right[p]
+        den = norms[a] * norms[b]
+        out[p] = _dot_rows(x, a, x, b) / den if den > 0.0 else 0.0
+
+
+@numba.njit(parallel=True, cache=True)
+def hamming_pairs(sig, left, right, out):
+    for p in prange(left.shape[0]):
+        out[p] = _hamming(sig, left[p], right[p])
+
+
+@numba.njit(parallel=True, cache=True)
+def simhash_docs(offsets, data, docs, tasks, word_mode, n, seed_key, use_idf, idf_q, idf_shift, gauss, out,
+                 features):
+    """SimHash signatures (rule 7) of ``docs`` into ``out[k]`` (packed words);
+    ``features[k]`` = feature occurrences (0: empty document, all bits 1).
+
+    Weight of an occurrence: ``idf_q[f >> idf_shift]`` when ``use_idf``, else 1.
+    """
+    nbits = out.shape[1] * 64
+    for t in prange(tasks.shape[0] - 1):
+        ring = np.empty(max(n, 1), np.uint64)
+        acc = np.empty(nbits, np.int64)
+        for k in range(tasks[t], tasks[t + 1]):
+            d = docs[k]
+            m = _doc_simhash(data, offsets[d], offsets[d + 1], word_mode, n, ring, seed_key, use_idf, idf_q,
+                             idf_shift, gauss, acc, 0)
+            for w64 in range(out.shape[1]):
+                word = ZERO
+                for b in range(64):
+                    if acc[w64 * 64 + b] >= 0:
+                        word |= ONE << U64(b)
+                out[k, w64] = word
+            features[k] = m
+
+
+@numba.njit(parallel=True, cache=True)
+def feature_counts(offsets, data, docs, tasks, word_mode, n, distinct):
+    """Distinct features per document of ``docs`` into ``distinct``."""
+    for t in prange(tasks.shape[0] - 1):
+        ring = np.empty(max(n, 1), np.uint64)
+        cap = 0
+        for k in range(tasks[t], tasks[t + 1]):
+            d = docs[k]
+            cap = max(cap, offsets[d + 1] - offsets[d] + 1)
+        buf = np.empty(cap, np.uint64)
+        for k in range(tasks[t], tasks[t + 1]):
+            d = docs[k]
+            m = _features_of(data, offsets[d], offsets[d + 1], word_mode, n, ring, buf)
+            s = np.sort(buf[:m])
+            c = 0
+            for i in range(m):
+                if i == 0 or s[i] != s[i - 1]:
+                    c += 1
+            distinct[k] = c
+
+
+@numba.njit(parallel=True, cache=True)
+def feature_sets(offsets, data, docs, tasks, word_mode, n, set_offsets, feat, tf):
+    """Sorted distinct features of each of ``docs`` with their counts, into the CSR
+    ``set_offsets`` (from :func:`feature_counts`), ``feat`` (uint64) and ``tf`` (int64)."""
+    for t in prange(tasks.shape[0] - 1):
+        ring = np.empty(max(n, 1), np.uint64)
+        cap = 0
+        for k in range(tasks[t], tasks[t + 1]):
+            d = docs[k]
+            cap = max(cap, offsets[d + 1] - offsets[d] + 1)
+        buf = np.empty(cap, np.uint64)
+        for k in range(tasks[t], tasks[t + 1]):
+            d = docs[k]
+            m = _features_of(data, offsets[d], offsets[d + 1], word_mode, n, ring, buf)
+            s = np.sort(buf[:m])
+            o = set_offsets[k] - 1
+            for i in range(m):
+                if i == 0 or s[i] != s[i - 1]:
+                    o += 1
+                    feat[o] = s[i]
+                    tf[o] = 1
+                else:
+                    tf[o] += 1
+
+
+@numba.njit(parallel=True, cache=True)
+def sparse_cosine_pairs(set_offsets, feat, weight, norms, left, right, out):
+    """Exact cosine (rule 8, sparse) of CSR rows ``left[p]``, ``right[p]``; zero norm scores 0."""
+    for p in prange(left.shape[0]):
+        a = left[p]
+        b = right[p]
+        den = norms[a] * norms[b]
+        if den > 0.0:
+            out[p] = _sparse_dot(feat, weight, set_offsets[a], set_offsets[a + 1], set_offsets[b],
+                                 set_offsets[b + 1]) / den
+        else:
+            out[p] = 0.0
+
+
+@numba.njit(parallel=True, cache=True)
+def sparse_norms(set_offsets, feat, weight, out):
+    for k in prange(set_offsets.shape[0] - 1):
+        a0 = set_offsets[k]
+        a1 = set_offsets[k + 1]
+        out[k] = np.sqrt(_sparse_dot(feat, weight, a0, a1, a0, a1))
+
+
+def tasks_for(offsets, docs, threads: int | None = None) -> np.ndarray:
+    """Split ``docs`` into byte-balanced chunks (about 16 per thread): boundaries into ``docs``."""
+    n = docs.shape[0]
+    if n == 0:
+        return np.zeros(1, np.int64)
+    threads = threads or numba.get_num_threads()
+    nbytes = (offsets[docs + 1] - offsets[docs]).astype(np.int64) + 16
+    cum = np.cumsum(nbytes)
+    parts = min(n, 16 * threads)
+    cuts = np.searchsorted(cum, np.linspace(0, cum[-1], parts + 1)[1:-1], side="right")
+    return np.unique(np.concatenate(([0], cuts, [n]))).astype(np.int64)
+
+
+_guarded = False
+
+
+def _guard_cache() -> None:
+    """Drop stale on-disk cache entries of this module when ``cosine_scalar.py`` changed.
+
+    Numba re-validates a cached kernel against its own source file only; these
+    kernels inline twins compiled from ``cosine_scalar.py``.  A stamp named
+    after a digest of that file (and ``twin.py``) sits in the cache directory;
+    when it is missing, this module's entries are deleted first.
+    """
+    import os
+
+    tag = f"gpu_dedup-cosine_cpu-{kernel_digest(['cosine_scalar.py', 'scalar.py', 'twin.py'])[:16]}.stamp"
+    dirs: dict[str, list[str]] = {}
+    for obj in globals().values():
+        cache = getattr(obj, "_cache", None)
+        index_path = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+        if index_path:
+            dirs.setdefault(os.path.dirname(index_path), []).append(os.path.basename(index_path)[: -len(".nbi")])
+    for path, names in dirs.items():
+        stamp = os.path.join(path, tag)
+        if os.path.exists(stamp):
+            continue
+        try:
+            for entry in os.listdir(path):
+                if entry.startswith("gpu_dedup-cosine_cpu-") or any(
+                    entry == f"{m}.nbi" or (entry.startswith(f"{m}-") and entry.endswith(".nbc")) for m in names
+                ):
+                    os.unlink(os.path.join(path, entry))
+            with open(stamp, "w") as f:
+                f.write("kernel sources digest; see gpu_dedup/kernels/cosine_cpu.py:_guard_cache\n")
+        except OSError:  # read-only or racing cache directory: numba compiles instead
+            pass
+
+
+_guard_cache()

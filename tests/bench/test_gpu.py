@@ -1,0 +1,41 @@
+"""The GPU benchmark command imports and runs its CPU part on a tiny corpus (no GPU needed)."""
+
+import json
+import sys
+
+import pytest
+
+from gpu_dedup.bench import gpu as bench_gpu
+
+
+def test_bench_cpu_part_runs_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    rc = bench_gpu.main(["--docs", "60", "120", "--perms", "8", "12", "--shingles", "char:5", "word:2",
+                         "--backends", "cpu", "--out", str(out)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    rows = res["rows"]
+    assert len(rows) == 2 * 2 * 2 and {r["backend"] for r in rows} == {"cpu"}
+    assert {(r["docs"], r["shingle"], r["num_perm"]) for r in rows} == {
+        (d, s, p) for d in (60, 120) for s in ("char:5", "word:2") for p in (8, 12)}
+    assert all(r["mb_per_s"] > 0 and r["docs_per_s"] > 0 for r in rows)
+    assert res["date"] and res["cores"] >= 1 and "numba" in res["versions"]
+    printed = capsys.readouterr().out
+    assert "MB/s" in printed and "docs/s" in printed
+
+
+def test_bench_auto_says_why_gpu_is_not_measured(tmp_path, monkeypatch):
+    from gpu_dedup import backends as registry
+
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.delitem(registry._CACHE, "gpu", raising=False)
+    lines = []
+    res = bench_gpu.run_benchmark(docs=(30,), perms=(4,), shingles=("word:3",), log=lines.append)
+    assert res["device"] is None and "CuPy" in res["gpu_not_measured"]
+    assert any(line.startswith("GPU not measured:") for line in lines)
+    assert bench_gpu.main(["--docs", "30", "--perms", "4", "--backends", "gpu"]) == 2  # asked for, not usable
+
+
+def test_bench_rejects_bad_shingle_spec():
+    with pytest.raises(SystemExit):
+        bench_gpu.main(["--shingles", "chars5"])

@@ -1,0 +1,102 @@
+"""The peers benchmark: its exact-truth sampling and scores against brute force, and a tiny run."""
+
+import json
+
+import numpy as np
+import pytest
+
+from gpu_dedup.bench import peers
+from gpu_dedup.config import Config
+from gpu_dedup.evaluation.evaluate import exact_truth
+from gpu_dedup.evaluation.sample import planted_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return planted_corpus(n_docs=400, n_clusters=40, words=(20, 60), edit_rate=(0.0, 0.15), seed=5)
+
+
+def test_sample_truth_equals_all_pairs_restricted_to_the_sample(corpus):
+    cfg = Config(backend="cpu")
+    texts = corpus.table.column("text")
+    rows = np.sort(np.random.default_rng(1).choice(len(texts), 120, replace=False))
+    left, right, jac, size = peers.sample_truth(texts, cfg, rows, 0.5)
+    full = exact_truth(texts, cfg, floor=0.5)
+    want = set()
+    for a, b, j in zip(full.left, full.right, full.jaccard):
+        if a in rows:
+            want.add((int(a), int(b), round(float(j), 12)))
+        if b in rows:
+            want.add((int(b), int(a), round(float(j), 12)))
+    got = {(int(a), int(b), round(float(j), 12)) for a, b, j in zip(left, right, jac)}
+    assert got == want and len(got) > 20
+    assert np.array_equal(size, full.set_sizes)
+
+
+def _brute_quality(removed, pairs, rows, size, t):
+    """Per-pair and per-document loops: the definitions, written plainly."""
+    sel = [(a, b) for a, b, j in pairs if j >= t]
+    recall = np.mean([removed[a] or removed[b] for a, b in sel])
+    scored = [r for r in rows if removed[r] and size[r] > 0]
+    ok = [any(a == r and not removed[b] and j >= t for a, b, j in pairs) for r in scored]
+    return recall, np.mean(ok)
+
+
+def test_quality_matches_its_definition():
+    rng = np.random.default_rng(3)
+    n = 60
+    size = rng.integers(0, 5, n)
+    rows = np.arange(0, n, 2)
+    pairs = [(int(a), int(b), float(rng.uniform(0.6, 1.0))) for a in rows for b in range(n)
+             if a != b and rng.random() < 0.08]
+    removed = rng.random(n) < 0.4
+    truth = (np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]), np.array([p[2] for p in pairs]), size)
+    q = peers.quality(removed, truth, rows, 0.8)
+    recall, precision = _brute_quality(removed, pairs, rows, size, 0.8)
+    assert q["recall"] == pytest.approx(recall)
+    assert q["precision"] == pytest.approx(precision)
+    assert q["pairs_recall"] == sum(j >= 0.8 for *_, j in pairs)
+
+
+def test_peer_shingles_normalize_like_the_pipeline():
+    got = peers.peer_shingles(["The  quick, brown FOX jumps!", "", None, "ab"], "word", 3)
+    assert got[0] == ["the quick brown", "quick brown fox", "brown fox jumps"]
+    assert got[1] == [] and got[2] == []
+    assert got[3] == ["ab"]  # shorter than the n-gram: one shingle of the whole text
+    assert peers.peer_shingles(["abcd"], "char", 3) == [["abc", "bcd"]]
+
+
+def test_markdown_and_ratios_from_a_payload():
+    e2e = [{"corpus": "c", "tool": "gpu_dedup", "documents": 10, "seconds": 2.0, "docs_per_s": 5, "mb_per_s": 1.0,
+            "peak_rss_mb": 100, "removed": 1, "recall": 1.0, "precision": 1.0},
+           {"corpus": "c", "tool": "rensa", "documents": 10, "seconds": 5.0, "docs_per_s": 2, "mb_per_s": 0.4,
+            "peak_rss_mb": 90, "removed": 1}]
+    sig = [{"tool": "gpu_dedup", "threads": 1, "documents": 10, "shingles": 100, "seconds": 1.0, "cpu_seconds": 1.0,
+            "docs_per_s": 10, "shingles_per_s_per_thread": 100, "shingles_per_cpu_s": 100},
+           {"tool": "rensa", "threads": 1, "documents": 10, "shingles": 100, "seconds": 0.4, "cpu_seconds": 0.5,
+            "docs_per_s": 25, "shingles_per_s_per_thread": 250, "shingles_per_cpu_s": 200}]
+    r = peers._ratios(e2e, sig)
+    assert r["end_to_end"]["c"] == {"rensa": 2.5}
+    assert r["signatures_per_core"] == {"rensa": 0.5}  # per CPU second: a helper thread's time counts
+
+
+def test_tiny_run_writes_tables_figure_and_scores(tmp_path):
+    pytest.importorskip("rensa")
+    pytest.importorskip("datasketch")
+    res = tmp_path / "res"
+    payload = peers.run(sizes=(600,), real=None, quality_sample=300, sig_docs=600, datasketch_sig_docs=200,
+                        results=res, workdir=tmp_path)
+    assert {r["tool"] for r in payload["end_to_end"]} == {"gpu_dedup", peers.SPLIT, "rensa", "datasketch"}
+    for r in payload["end_to_end"]:
+        assert r["documents"] == 600 and r["removed"] > 0
+        assert 0.0 <= r["recall"] <= 1.0 and 0.0 <= r["precision"] <= 1.0
+    ours = next(r for r in payload["end_to_end"] if r["tool"] == "gpu_dedup")
+    assert ours["recall"] >= 0.9 and ours["precision"] >= 0.8
+    split = next(r for r in payload["end_to_end"] if r["tool"] == peers.SPLIT)
+    assert split["precision"] == 1.0  # every removed document is >= threshold to its kept survivor
+    assert {(r["tool"], r["threads"]) for r in payload["signatures"]} >= {("gpu_dedup", 1), ("rensa", 1),
+                                                                           ("rensa_hashes", 1), ("datasketch", 1)}
+    assert json.loads((res / "peers.json").read_text())["parameters"]["num_perm"] == 128
+    assert "| planted-600 | gpu_dedup |" in (res / "peers.md").read_text()
+    assert next(r for r in payload["end_to_end"] if r["tool"] == "datasketch")["candidates"] > 0
+    assert (res / "peers.png").stat().st_size > 10_000

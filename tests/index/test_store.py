@@ -1,0 +1,314 @@
+"""Persisted index: incremental dedup equals a full dedup; online queries; format checks."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gpu_dedup.config import Config
+from gpu_dedup.errors import InputError
+from gpu_dedup.evaluation.sample import planted_corpus, write_shards
+from gpu_dedup.index.commands import run
+from gpu_dedup.index.store import Index, IndexMismatchError, index_fingerprint
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory):
+    """Three batches with near duplicates inside each and across them (clusters span batches)."""
+    d = tmp_path_factory.mktemp("index")
+    sample = planted_corpus(n_docs=2400, n_clusters=200, cluster_size=(2, 6), words=(30, 150),
+                            edit_rate=(0.0, 0.06), seed=17)
+    t = sample.table.select(["id", "text"])
+    for name, lo in (("a", 0), ("b", 800), ("c", 1600)):
+        write_shards(t.slice(lo, 800), d / name, shards=2, prefix=name)
+        write_shards(t.slice(lo, 800), d / "all", shards=2, prefix=name)  # a-*, b-*, c-*: input order
+    return d
+
+
+def _removed(result):
+    dup = result.duplicates
+    return set(dup.filter(pa.compute.invert(dup.column("kept"))).column("id").to_pylist())
+
+
+@pytest.mark.parametrize("method,split", [("exact", True), ("signature", True), ("exact", False),
+                                          ("signature", False)])
+def test_incremental_equals_full_dedup(batches, tmp_path, method, split):
+    """Also with split chains (the default): a new document that resembles a removed indexed document
+    joins that document's index cluster and is measured against its survivor, as in a full dedup."""
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "verify": {"method": method},
+                            "select": {"split_chains": split}})
+    idx = tmp_path / "index"
+    run(batches / "a", tmp_path / "out_a", cfg, index_out=idx)
+    b = run(batches / "b", tmp_path / "out_b", cfg, against=idx, update_index=True)
+    c = run(batches / "c", tmp_path / "out_c", cfg, against=idx, update_index=True)
+    full = run(batches / "all", tmp_path / "full", cfg)
+    full_removed = _removed(full)
+    b_ids = set(pq.read_table(batches / "b").column("id").to_pylist())
+    c_ids = set(pq.read_table(batches / "c").column("id").to_pylist())
+    assert _removed(b) == full_removed & b_ids
+    assert _removed(c) == full_removed & c_ids
+    assert b.report["counts"]["removed_against_index"] > 20 and c.report["counts"]["removed_against_index"] > 20
+    index = Index.open(idx)
+    assert index.documents == 2400
+    # re-starred rounds happened and are replayed: centre records beyond round 0 in every segment
+    assert all((s.centre_round >= 1).sum() > 0 for s in index.segments)
+    for r in (b, c):  # every row accounted for
+        assert r.report["counts"]["kept"] + r.report["counts"]["removed"] == 800
+        if split:  # no removed document below the threshold to the document kept in its place
+            assert r.report["chaining"]["below_threshold_to_survivor"] == 0
+            near = r.duplicates.filter(pa.compute.equal(r.duplicates.column("match"), "near"))
+            assert near.num_rows > 0 and min(near.column("similarity").to_pylist()) >= 0.8 - 1e-6
+
+
+def test_indexed_documents_always_survive(batches, tmp_path):
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "select": {"keep": "longest"}})
+    first = run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    again = run(batches / "a", tmp_path / "again", cfg, against=tmp_path / "index")
+    assert again.report["counts"]["kept"] == 0  # every document is already in the index
+    dup = again.duplicates.to_pydict()
+    assert all(dup["in_index"]) and len(dup["id"]) == 800
+    # each document joins its first-run cluster; it is an exact copy of the survivor where its first-run
+    # self was (kept, or an exact copy), else near, as similar to the survivor as that document was
+    assert dup["cluster_id"] == first.cluster.tolist()
+    assert [m == "exact" for m in dup["match"]] == (first.rep == first.cluster).tolist()
+    assert 0 < dup["match"].count("near") < 800
+    assert min(dup["similarity"]) >= 0.8 - 1e-6
+
+
+def test_config_must_match_the_index(batches, tmp_path):
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    other = cfg.with_overrides({"minhash.ngram": 3})
+    with pytest.raises(IndexMismatchError, match=r"minhash.ngram: index 5, this run 3"):
+        run(batches / "b", tmp_path / "out_b", other, against=tmp_path / "index")
+    with pytest.raises(InputError, match="not a gpu_dedup index"):
+        Index.open(tmp_path / "out")
+    with pytest.raises(InputError, match="an index already exists"):
+        run(batches / "a", tmp_path / "out2", cfg, index_out=tmp_path / "index")
+
+
+def test_index_does_not_depend_on_the_backend_setting(batches, tmp_path):
+    """One index format for both backends: the backend is not part of the fingerprint or the manifest."""
+    base = Config.from_dict({"input": {"id_column": "id"}})
+    configs = {b: base.with_overrides({"backend": b}) for b in ("cpu", "gpu", "auto")}
+    assert len({index_fingerprint(c) for c in configs.values()}) == 1
+    run(batches / "a", tmp_path / "out", configs["cpu"], index_out=tmp_path / "index")
+    manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
+    assert manifest["fingerprint"] == index_fingerprint(configs["gpu"]) and "backend" not in json.dumps(manifest)
+    for b in ("gpu", "auto"):  # opening checks the fingerprint: no mismatch
+        assert Index.open(tmp_path / "index", configs[b]).documents == 800
+    again = run(batches / "b", tmp_path / "out_b", configs["auto"], against=tmp_path / "index")  # GPU if any
+    assert again.report["counts"]["removed_against_index"] > 0
+
+
+def test_query_finds_near_and_exact_copies(batches, tmp_path):
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    index = Index.open(tmp_path / "index")
+    texts = pq.read_table(batches / "a").column("text").to_pylist()
+    words = texts[0].split()
+    near = " ".join(words[:-1] + ["different"]) if len(words) > 40 else texts[0] + " extra"
+    q = index.query(pa.array([texts[0].upper(), near, "nothing like anything in the corpus at all today"]))
+    rows = q.to_pylist()
+    assert any(r["query"] == 0 and r["exact"] and r["similarity"] == 1.0 for r in rows)
+    assert any(r["query"] == 1 and 0.8 <= r["similarity"] < 1.0 for r in rows)
+    assert not any(r["query"] == 2 for r in rows)
+    assert {r["survivor_id"] for r in rows if r["query"] == 0} <= set(index.ids(np.arange(len(index))).to_pylist())
+    # the index's id column keeps its name; rows and clusters are document numbers
+    assert index.id_column == "id" and q.column_names == ["query", "row", "id", "similarity", "exact", "kept",
+                                                          "cluster_id", "survivor_id"]
+    assert all(r["id"] == index.ids([r["row"]])[0].as_py() for r in rows)
+    assert all(r["survivor_id"] == index.ids([r["cluster_id"]])[0].as_py() for r in rows)
+
+
+def test_query_of_an_index_without_ids_names_documents_by_row(batches, tmp_path):
+    """Issue: a generated id column called ``id`` looked like the user's: an index built without ids
+    answers with ``row`` and ``cluster_id`` only."""
+    cfg = Config.from_dict({"backend": "cpu"})
+    run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    index = Index.open(tmp_path / "index")
+    assert index.id_column is None
+    texts = pq.read_table(batches / "a").column("text").to_pylist()
+    q = index.query(pa.array([texts[7]]))
+    assert q.column_names == ["query", "row", "similarity", "exact", "kept", "cluster_id"]
+    assert 7 in q.column("row").to_pylist() or q.column("exact").to_pylist() == [True]
+
+
+def test_cli_build_info_query_and_half_written_segment(batches, tmp_path):
+    py = [sys.executable, "-m", "gpu_dedup"]
+    b = subprocess.run(py + ["index", "build", str(batches / "a"), "-o", str(tmp_path / "ix"), "--id-column", "id",
+                             "--backend", "cpu", "-q"], capture_output=True, text=True)
+    assert b.returncode == 0, b.stderr
+    info = json.loads(subprocess.run(py + ["index", "info", str(tmp_path / "ix")], capture_output=True,
+                                     text=True).stdout)
+    assert info["documents"] == 800 and info["segments"] == 1 and info["id_column"] == "id"
+    (tmp_path / "ix" / ".seg-00001.tmp").mkdir()  # a crashed append: never listed in the manifest
+    text = pq.read_table(batches / "a").column("text")[3].as_py()
+    q = subprocess.run(py + ["query", str(tmp_path / "ix")], input=text + "\n", capture_output=True, text=True)
+    assert q.returncode == 0, q.stderr
+    assert any(m["exact"] for line in q.stdout.splitlines() for m in json.loads(line)["matches"])
+    # the README's line: a query without a match says so (an empty list; a count on stderr), exit 0
+    q = subprocess.run(py + ["query", str(tmp_path / "ix")], input="some text\n", capture_output=True, text=True)
+    assert q.returncode == 0 and json.loads(q.stdout) == {"query": 0, "matches": []}
+    assert "0 of 1 queries matched" in q.stderr and "1 had no match" in q.stderr
+    # a failure is told apart: no JSON on stdout, a non-zero exit, one line on stderr
+    (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{oops\n', encoding="utf-8")
+    q = subprocess.run(py + ["query", str(tmp_path / "ix"), "--jsonl", str(tmp_path / "bad.jsonl")],
+                       capture_output=True, text=True)
+    assert q.returncode != 0 and q.stdout == "" and "line 2" in q.stderr and "Traceback" not in q.stderr
+
+
+def _segments(path):
+    """Every segment's docs, bands and centres tables (the whole index content) and the manifest's counts."""
+    from gpu_dedup.index.store import _read_ipc
+
+    manifest = json.loads((path / "manifest.json").read_text())
+    tables = {(seg, part): _read_ipc(path / seg / f"{part}.arrow")
+              for seg in manifest["segments"] for part in ("docs", "bands", "centers")}
+    return manifest["fingerprint"], manifest["documents"], manifest["segments"], tables
+
+
+def _frame(directory, kind):
+    """The shards of a batch in the pipeline's order (sorted by path), plus a column the index ignores."""
+    t = pa.concat_tables([pq.read_table(p) for p in sorted(directory.glob("*.parquet"))])
+    t = t.append_column("extra", pa.array(np.arange(t.num_rows)))
+    return t.to_pandas() if kind == "pandas" else t
+
+
+@pytest.mark.parametrize("kind", ["pandas", "arrow"])
+def test_add_equals_against_update_index(batches, tmp_path, kind):
+    """Index.add(frame) removes the same rows and leaves the same index as `run --against --update-index`."""
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "minhash": {"ngram": 4}})
+    for route in ("run", "add"):
+        run(batches / "a", tmp_path / f"out_{route}", cfg, index_out=tmp_path / route)
+    index = Index.open(tmp_path / "add")
+    for batch in ("b", "c"):
+        want = run(batches / batch, tmp_path / f"out_{batch}", cfg, against=tmp_path / "run", update_index=True)
+        before = index.documents
+        got = index.add(_frame(batches / batch, kind), text="text", id="id", backend="cpu")  # the index's settings
+        assert got.first_doc == before and index.documents == before + 800  # updated in place
+        assert np.array_equal(got.kept, want.kept) and np.array_equal(got.clusters, want.cluster)
+        assert _removed(want) and got.report["counts"]["removed_against_index"] > 0
+        dup = pa.Table.from_pandas(got.duplicates) if kind == "pandas" else got.duplicates
+        assert set(dup.filter(pa.compute.invert(dup.column("kept"))).column("id").to_pylist()) == _removed(want)
+        assert dup.column_names == ["id", "row", "cluster_id", "kept", "similarity", "match", "survivor_id",
+                                    "in_index"]
+        assert len(got.deduplicated) == int(got.kept.sum()) and "extra" in list(got.deduplicated.columns
+                                                                                 if kind == "pandas"
+                                                                                 else got.deduplicated.column_names)
+        assert got.report["counts"] == {**want.report["counts"]}
+    assert _segments(tmp_path / "add") == _segments(tmp_path / "run")
+    with pytest.raises(IndexMismatchError, match=r"minhash.ngram: index 4, this run 5"):
+        index.add(_frame(batches / "a", kind), id="id", config=Config.from_dict({"backend": "cpu"}))
+    assert Index.open(tmp_path / "add").documents == 2400  # nothing appended
+
+
+def test_cli_run_against_update_index_equals_the_pipeline(batches, tmp_path, capsys):
+    from gpu_dedup.cli import main
+
+    flags = ["--id-column", "id", "--backend", "cpu"]
+    ix = str(tmp_path / "ix")
+    assert main(["run", str(batches / "a"), "-o", str(tmp_path / "out_a"), "--index-out", ix, "-q"] + flags) == 0
+    assert main(["run", str(batches / "b"), "-o", str(tmp_path / "out_b"), "--against", ix, "--update-index"]
+                + flags) == 0
+    assert "removed" in capsys.readouterr().out
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "want_a", cfg, index_out=tmp_path / "want_ix")
+    want = run(batches / "b", tmp_path / "want_b", cfg, against=tmp_path / "want_ix", update_index=True)
+    got = pq.read_table(tmp_path / "out_b" / "duplicates.parquet")
+    assert got.equals(pq.read_table(tmp_path / "want_b" / "duplicates.parquet"))
+    assert set(got.filter(pa.compute.invert(got.column("kept"))).column("id").to_pylist()) == _removed(want) != set()
+    report = json.loads((tmp_path / "out_b" / "report.json").read_text())
+    assert report["counts"] == want.report["counts"] and report["counts"]["removed_against_index"] > 0
+    assert report["index"]["updated"] and report["index"]["documents_after"] == 1600
+    assert Index.open(ix).documents == 1600 and (tmp_path / "out_b" / "_SUCCESS").exists()
+    kept_rows = sum(pq.read_table(p).num_rows for p in (tmp_path / "out_b").glob("b-*.parquet"))
+    assert kept_rows == report["counts"]["kept"]
+    # a config that does not match the index: exit 2, one line naming the difference, index untouched
+    rc = main(["run", str(batches / "c"), "-o", str(tmp_path / "out_c"), "--against", ix, "--update-index",
+               "--ngram", "3"] + flags)
+    err = capsys.readouterr().err
+    assert rc == 2 and "minhash.ngram: index 5, this run 3" in err and "Traceback" not in err
+    assert Index.open(ix).documents == 1600
+
+
+def test_cli_query_reads_a_text_file_and_jsonl(batches, tmp_path, capsys):
+    from gpu_dedup.cli import main
+
+    ix = str(tmp_path / "ix")
+    assert main(["index", "build", str(batches / "a"), "-o", ix, "--id-column", "id", "--backend", "cpu", "-q"]) == 0
+    capsys.readouterr()
+    a = pq.read_table(batches / "a")
+    texts, ids = a.column("text").to_pylist(), a.column("id").to_pylist()
+    assert "\n" not in texts[5] + texts[9]
+    words = texts[9].split()
+    near = " ".join(words[:-1] + ["different"])
+    queries = [texts[5].upper(), near, "nothing like anything in the corpus at all today"]
+    (tmp_path / "q.txt").write_text("\n".join(queries) + "\n", encoding="utf-8")
+    assert main(["query", ix, str(tmp_path / "q.txt")]) == 0
+    out = capsys.readouterr()
+    answers = [json.loads(line) for line in out.out.splitlines()]
+    assert [a["query"] for a in answers] == [0, 1, 2]  # one object per query, in input order
+    first, second, third = (a["matches"] for a in answers)
+    assert third == []  # no match: an empty list
+    assert "2 of 3 queries matched" in out.err
+    assert first[0]["exact"] and first[0]["similarity"] == 1.0  # best first
+    assert any(not m["exact"] and 0.8 <= m["similarity"] < 1.0 for m in second)
+    assert all(list(m) == ["row", "id", "similarity", "exact", "kept", "cluster_id", "survivor_id"]
+               for m in first + second)
+    index = Index.open(ix)  # the first indexed copy of texts[5]
+    assert first[0]["row"] <= 5 and index.texts([first[0]["row"]]).to_pylist() == index.texts([5]).to_pylist()
+    assert first[0]["id"] == index.ids([first[0]["row"]])[0].as_py() and ids[5] == index.ids([5])[0].as_py()
+    # the same queries as JSON objects (another text column, blank lines skipped), options after the
+    # positionals: the same answers
+    lines = [json.dumps({"body": q, "n": i}) for i, q in enumerate(queries)]
+    (tmp_path / "q.jsonl").write_text(lines[0] + "\n\n" + "\n".join(lines[1:]) + "\n", encoding="utf-8")
+    for argv in (["query", ix, str(tmp_path / "q.jsonl"), "--jsonl", "--text-column", "body"],
+                 ["query", ix, "--jsonl", str(tmp_path / "q.jsonl"), "--text-column", "body"],
+                 ["query", "--jsonl", "--text-column", "body", ix, str(tmp_path / "q.jsonl"), "-q"]):
+        assert main(argv) == 0
+        out = capsys.readouterr()
+        assert [json.loads(line) for line in out.out.splitlines()] == answers, argv
+    assert out.err == ""  # -q: no summary
+    # --threshold: a stricter one drops the near copy, keeps the exact one
+    assert main(["query", ix, str(tmp_path / "q.jsonl"), "--jsonl", "--text-column", "body", "--threshold",
+                 "0.999"]) == 0
+    strict = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [bool(a["matches"]) for a in strict] == [True, False, False]
+    # a JSON line without the text field: one line naming it, nothing on stdout
+    (tmp_path / "nofield.jsonl").write_text('{"text": "a b c"}\n', encoding="utf-8")
+    rc = main(["query", ix, str(tmp_path / "nofield.jsonl"), "--jsonl", "--text-column", "body"])
+    out = capsys.readouterr()
+    assert rc != 0 and out.out == "" and "has no 'body' field" in out.err
+
+
+def test_take_by_chunk_equals_arrow_take():
+    import pyarrow as pa
+
+    from gpu_dedup.index.store import _take
+
+    t = pa.large_string()
+    chunks = [pa.array(["a", "bb", None], t), pa.array(["ccc"], t), pa.array(["d", "ee"], t)]
+    rows = np.array([5, 0, 3, 3, 2, 4, 1])
+    want = pa.chunked_array(chunks).take(pa.array(rows)).to_pylist()
+    assert _take(chunks, np.array([0, 3, 4]), rows).to_pylist() == want
+    assert _take(chunks[:1], np.array([0]), np.array([2, 0])).to_pylist() == [None, "a"]
+
+
+def test_index_of_another_hash_family_fails_naming_it_and_the_fix(batches, tmp_path):
+    cfg = Config(backend="cpu")
+    run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
+    assert manifest["hash_family"] == "v2-mix64-poly64-affine32" and manifest["format_version"] == 2
+    old = dict(manifest, format_version=1)  # an index written before hash family v2 (no family recorded)
+    del old["hash_family"]
+    (tmp_path / "index" / "manifest.json").write_text(json.dumps(old))
+    with pytest.raises(InputError, match=r"hash family v1 .*this gpu_dedup hashes with family "
+                                         r"v2-mix64-poly64-affine32.*gpu-dedup index build"):
+        Index.open(tmp_path / "index")
+    with pytest.raises(InputError, match="rebuild the index"):
+        run(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "index")

@@ -1,0 +1,266 @@
+"""report.html: self-contained, real figures, written before _SUCCESS; the report.json data it shows."""
+
+import base64
+import json
+import re
+import struct
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import gpu_dedup
+from gpu_dedup.config import Config
+from gpu_dedup.demo import make_sample
+from gpu_dedup.report import page as report_html
+from gpu_dedup.report.page import diff_words, render
+from gpu_dedup.run.local import run
+from gpu_dedup.stages import write_shards
+
+CFG = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """The demo's corpus (3,000 documents, 4 shards) through the file pipeline."""
+    d = tmp_path_factory.mktemp("html")
+    sample = make_sample(d)
+    return run(d / "input", d / "output", CFG), sample
+
+
+def _pngs(page: str) -> list[tuple[int, int]]:
+    """(width, height) of every embedded PNG, checked to be a real PNG."""
+    sizes = []
+    for b64 in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page):
+        png = base64.b64decode(b64, validate=True)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+        sizes.append(struct.unpack(">II", png[16:24]))
+    return sizes
+
+
+def test_report_html_is_self_contained_with_real_figures(demo_run):
+    result, _ = demo_run
+    page = (result.output_dir / "report.html").read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    # self-contained: no external resource, no script
+    assert not re.search(r"(src|href)=\"(?!data:)", page)
+    assert "http://" not in page and "https://" not in page and "<script" not in page and "<link" not in page
+    sizes = _pngs(page)
+    assert len(sizes) == 5  # stages, S-curve, bucket sizes, cluster sizes, chaining
+    assert all(w >= 400 and h >= 200 for w, h in sizes)
+    rep = result.report
+    for stage in rep["stages"]:
+        assert f"<td>{stage}</td>" in page
+    assert f"{rep['lsh']['bands']} bands x {rep['lsh']['rows']} rows" in page
+    assert f"{rep['counts']['removed']:,}" in page and "threshold 0.8" in page
+    assert "shingle: word" in page and "num_perm: 128" in page  # the parameters, as YAML
+    # the largest clusters with sample texts, members highlighted against the survivor
+    top = rep["largest_clusters"][0]
+    assert f"cluster {top['cluster_id']:,}: {top['size']:,} documents" in page
+    assert top["survivor"]["text"][:60].replace("&", "&amp;") in page
+    assert "<ins>" in page and "<del>" in page
+    assert len(page) < 600_000
+
+
+def test_report_json_holds_what_the_page_shows(demo_run):
+    result, sample = demo_run
+    rep = json.loads((result.output_dir / "report.json").read_text())
+    c, h = rep["counts"], rep["histograms"]
+    assert sum(h["bucket_size_counts"]["counts"]) == c["candidate_buckets"]
+    assert sum(s * k for s, k in zip(*h["bucket_size_counts"].values())) == c["bucket_memberships"]
+    assert sum(h["cluster_size_counts"]["counts"]) == c["clusters"]
+    assert sum(s * k for s, k in zip(*h["cluster_size_counts"].values())) == result.duplicates.num_rows
+    hist = rep["chaining"]["similarity_to_survivor_histogram"]
+    assert sum(hist["counts"]) == c["near_duplicates"] and len(hist["edges"]) == len(hist["counts"]) + 1
+    clusters = rep["largest_clusters"]
+    assert len(clusters) == 8
+    sizes = [x["size"] for x in clusters]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] == max(h["cluster_size_counts"]["sizes"])
+    texts = dict(zip(sample.table.column("id").to_pylist(), sample.table.column("text").to_pylist()))
+    dup = result.duplicates.to_pandas()
+    for x in clusters:
+        s = x["survivor"]
+        assert s["match"] == "kept" and s["row"] == x["cluster_id"] and s["text"] == texts[s["id"]][:1000]
+        assert s["truncated"] == (len(texts[s["id"]]) > 1000) and s["characters"] == len(texts[s["id"]])
+        members = dup[(dup["cluster_id"] == x["cluster_id"])]
+        assert len(members) == x["size"] and x["exact_copies"] == int((members["match"] == "exact").sum())
+        shown = x["members"]
+        assert 1 <= len(shown) <= 3 and all(m["match"] in ("near", "exact") for m in shown)
+        near = [m["similarity"] for m in shown if m["match"] == "near"]
+        assert near == sorted(near)  # least similar first
+        assert [m["match"] for m in shown] == sorted((m["match"] for m in shown), key=lambda v: v != "near")
+        for m in shown:
+            row = members[members["id"] == m["id"]].iloc[0]
+            assert m["similarity"] == pytest.approx(float(row["similarity"]), abs=1e-4)
+
+
+def test_report_html_written_after_report_json_and_before_success(demo_run, tmp_path, monkeypatch):
+    written = []
+    real = write_shards.atomic_write_bytes
+
+    def record(path, payload):
+        written.append(path.name)
+        return real(path, payload)
+
+    from gpu_dedup.report import build, page
+
+    for module in (write_shards, build, page):  # every writer of the three files
+        monkeypatch.setattr(module, "atomic_write_bytes", record)
+    run(demo_run[0].output_dir.parent / "input", tmp_path / "out", CFG)
+    assert written[-3:] == ["report.json", "report.html", "_SUCCESS"]
+
+
+def test_without_matplotlib_the_page_keeps_its_tables(demo_run, monkeypatch, caplog):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    page = render(demo_run[0].report)
+    assert "data:image/png" not in page and report_html.NO_FIGURES in page
+    assert "<h2>Largest clusters</h2>" in page and "<td>signatures</td>" in page
+    assert "matplotlib is not installed" in caplog.text
+
+
+def test_cli_report_redraws_the_page(demo_run, tmp_path, capsys):
+    from gpu_dedup.cli import main
+
+    out = demo_run[0].output_dir
+    original = (out / "report.html").read_bytes()
+    assert main(["report", str(out), "-o", str(tmp_path / "again.html")]) == 0
+    assert (tmp_path / "again.html").read_bytes() == original  # the page is a function of report.json
+    (tmp_path / "r.json").write_bytes((out / "report.json").read_bytes())
+    assert main(["report", str(tmp_path / "r.json")]) == 0 and (tmp_path / "r.html").read_bytes() == original
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{not json")
+    assert main(["report", str(tmp_path / "bad.json")]) == 2
+    assert "is not valid JSON" in capsys.readouterr().err
+    (tmp_path / "other.json").write_text('{"a": 1}')
+    assert main(["report", str(tmp_path / "other.json")]) == 2
+    assert "not a gpu_dedup report.json" in capsys.readouterr().err
+
+
+def test_rendering_leaves_pyplot_alone(demo_run):
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    before = matplotlib.get_backend()
+    plt.switch_backend("svg")  # stands for a notebook's inline backend
+    try:
+        plt.figure()
+        render(demo_run[0].report)
+        assert matplotlib.get_backend() == "svg" and len(plt.get_fignums()) == 1  # its backend and figures
+    finally:
+        plt.close("all")
+        plt.switch_backend(before)
+
+
+def test_render_is_fast_enough(demo_run):
+    render(demo_run[0].report)  # matplotlib imported and fonts cached
+    t0 = time.perf_counter()
+    render(demo_run[0].report)
+    assert time.perf_counter() - t0 < 5.0  # ~0.5 s on the CI machine; the bound allows for a loaded host
+
+
+def test_texts_are_escaped():
+    words = " ".join(f"w{i}" for i in range(60))
+    evil = "<script>alert(1)</script>"
+    frame = pa.table({"text": [f"{evil} {words}", f"{evil} {words} extra", "unrelated text"]})
+    res = gpu_dedup.dedup(frame, backend="cpu", threshold=0.5)
+    assert res.kept.tolist() == [True, False, True]
+    page = res.html()
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<ins>extra</ins>" in page
+
+
+@pytest.mark.parametrize("base,other,want", [
+    ("a b c d e", "a x c d e f", "a <del>b</del> <ins>x</ins> c d e <ins>f</ins>"),
+    ("a b c", "a c", "a <del>b</del> c"),
+    ("a b", "z a b", "<ins>z</ins> a b"),
+    ("The cat, sat.", "the cat sat", "the cat sat"),  # case and punctuation are not differences
+    ("a  b\nc", "a  b\nc", "a  b\nc"),  # whitespace kept verbatim
+    ("x <y>", "x & <y>", "x <ins>&amp;</ins> &lt;y&gt;"),
+    (None, "a", "a"),
+    ("a", None, "<em>(null text)</em>"),
+])
+def test_diff_words(base, other, want):
+    assert diff_words(base, other) == want
+
+
+def test_size_histogram_bins_cover_every_size():
+    for top in (2, 5, 16, 17, 100, 12345):
+        edges = report_html._log_bins(top)
+        assert edges[0] == 1.5 and edges[-1] >= top and np.all(np.diff(edges) >= 1)
+        sizes = np.arange(2, top + 1)
+        assert np.histogram(sizes, bins=edges)[0].sum() == sizes.shape[0]
+
+
+def test_near_duplicates_are_shown_when_exact_copies_make_the_largest_clusters(tmp_path):
+    """Issue: on real data every one of the largest clusters was an exact-copy cluster (boilerplate),
+    so the page never showed a near duplicate; it now also shows the clusters with the most near
+    duplicates and the removed documents closest to the threshold, each beside its survivor."""
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(7)
+    vocab = [f"w{i}" for i in range(5000)]
+
+    def text(k=80):
+        return " ".join(rng.choice(vocab, k))
+
+    texts = []
+    for _ in range(10):  # ten boilerplate texts, 30 exact copies each (after normalization)
+        t = text()
+        texts += [t] * 15 + [t.upper() + "!"] * 15
+    near_bases = []
+    for j in range(6):  # six near-duplicate clusters: a base and 1..3 edited variants
+        base = text(300).split()
+        near_bases.append(" ".join(base))
+        texts.append(" ".join(base))
+        for v in range(1 + j % 3):
+            w = list(base)
+            for pos in rng.choice(len(w), 1 + v, replace=False):
+                w[pos] = f"edit{j}{v}{pos}"
+            texts.append(" ".join(w))
+    texts += [text() for _ in range(200)]
+    order = rng.permutation(len(texts))
+    table = pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": [texts[i] for i in order]})
+    pq.write_table(table, tmp_path / "corpus.parquet")
+    result = run(tmp_path / "corpus.parquet", tmp_path / "out", CFG)
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    t = rep["lsh"]["verify_threshold"]
+    assert rep["counts"]["near_duplicates"] >= 10
+    # the largest clusters are the 30-copy ones: not one near duplicate among them
+    assert [c["size"] for c in rep["largest_clusters"]] == [30] * 8
+    assert all(c["near_duplicates"] == 0 and all(m["match"] == "exact" for m in c["members"])
+               for c in rep["largest_clusters"])
+    # the clusters with the most near duplicates, each with up to three of them, least similar first
+    near = rep["largest_near_duplicate_clusters"]
+    dup = result.duplicates.to_pandas()
+    assert len(near) == 4 and [c["near_duplicates"] for c in near] == sorted((c["near_duplicates"] for c in near),
+                                                                           reverse=True)
+    assert near[0]["near_duplicates"] == 3
+    for c in near:
+        members = dup[dup["cluster_id"] == c["cluster_id"]]
+        assert c["near_duplicates"] == int((members["match"] == "near").sum()) and c["survivor"]["match"] == "kept"
+        shown = [m["similarity"] for m in c["members"]]
+        assert all(m["match"] == "near" for m in c["members"]) and shown == sorted(shown)
+        assert 1 <= len(shown) <= 3
+    # the removed documents nearest the threshold, each with its survivor
+    closest = rep["closest_to_threshold"]
+    gaps = [abs(p["member"]["similarity"] - t) for p in closest]
+    assert len(closest) == 6 and gaps == sorted(gaps)
+    removed_near = dup[dup["match"] == "near"]
+    assert min(gaps) == pytest.approx(float(np.abs(removed_near["similarity"] - t).min()), abs=1e-4)
+    for p in closest:
+        row = dup[dup["id"] == p["member"]["id"]].iloc[0]
+        assert p["member"]["match"] == "near" and p["survivor"]["match"] == "kept"
+        assert p["survivor"]["row"] == row["cluster_id"] and p["member"]["similarity"] >= t - 1e-6  # split chains
+    # the page shows both, the differences marked, and stays self-contained
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    body = page.split("<h2>Largest near-duplicate clusters</h2>")[1].split("<h2>Inputs</h2>")[0]
+    near_part, closest_part = body.split("<h2>Removed documents closest to the threshold</h2>")
+    assert near_part.count('class="cluster"') == 4 and "<ins>edit" in near_part and "<del>" in near_part
+    assert closest_part.count('class="cluster"') == 6 and "<ins>edit" in closest_part
+    assert f"similarity {closest[0]['member']['similarity']:.3f} (at or above the threshold)" in closest_part
+    assert "<ins>edit" not in page.split("<h2>Largest clusters</h2>")[1].split("<h2>Largest near-duplicate")[0]
+    assert not re.search(r"(src|href)=\"(?!data:)", page) and "<script" not in page

@@ -1,0 +1,131 @@
+"""Crash and resume: a run SIGKILLed anywhere resumes to byte-identical outputs."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from gpu_dedup.config import Config
+from gpu_dedup.evaluation.sample import planted_corpus, write_shards
+from gpu_dedup.run.checkpoint import CHECKPOINT_DIR
+from gpu_dedup.run.local import run
+from tests.accounting import assert_accounted
+
+OUTPUTS = ["duplicates.parquet", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+CFG = {"backend": "cpu", "input": {"id_column": "id"}}
+
+
+def _cli(inp, out, *extra, fault=None):
+    env = dict(os.environ)
+    env.pop("GPU_DEDUP_FAULT", None)
+    if fault:
+        env["GPU_DEDUP_FAULT"] = fault
+    cmd = [sys.executable, "-m", "gpu_dedup", "run", str(inp), "-o", str(out), "--id-column", "id", "--backend",
+           "cpu", "-q", *extra]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("crash")
+    sample = planted_corpus(n_docs=600, n_clusters=40, words=(30, 120), edit_rate=(0, 0.04), seed=9)
+    write_shards(sample.table.select(["id", "text"]), d / "in", shards=3)
+    run(d / "in", d / "clean", Config.from_dict(CFG))
+    return d
+
+
+def _inputs(d: Path):
+    return [pq.read_table(p, columns=["id"]) for p in sorted(d.glob("*.parquet"))]
+
+
+def _same_outputs(a: Path, b: Path):
+    for name in OUTPUTS:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("fault,resumed", [
+    ("read", []),
+    ("normalize", []),
+    ("exact", []),
+    ("signatures", ["exact"]),
+    ("bands", ["exact"]),
+    ("save:bands", ["exact"]),
+    ("buckets", ["bands", "exact"]),
+    ("verify", ["bands", "buckets", "exact"]),
+    ("save:verify", ["bands", "buckets", "exact"]),
+    ("components", ["bands", "buckets", "exact", "verify"]),
+    ("select", ["bands", "buckets", "components", "exact", "verify"]),
+    ("write:first-shard", ["bands", "buckets", "components", "exact", "select", "verify"]),
+    ("write", ["bands", "buckets", "components", "exact", "select", "verify"]),
+    ("report:before-success", ["bands", "buckets", "components", "exact", "select", "verify"]),
+])
+def test_killed_run_resumes_to_identical_outputs(corpus, tmp_path, fault, resumed):
+    out = tmp_path / "out"
+    killed = _cli(corpus / "in", out, fault=fault)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (out / "_SUCCESS").exists()  # nothing vouches for a killed run
+    assert not list(out.rglob("*.npz")) or (out / CHECKPOINT_DIR).is_dir()
+    again = _cli(corpus / "in", out)
+    assert again.returncode == 0, again.stderr
+    assert (out / "_SUCCESS").exists() and not (out / CHECKPOINT_DIR).exists()
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+    report = json.loads((out / "report.json").read_text())
+    assert report["resumed_from_checkpoint"] == resumed
+    assert_accounted(out, _inputs(corpus / "in"))  # ids in the resumed run's shards and duplicates.parquet
+    _same_outputs(corpus / "clean", out)
+
+
+def test_stale_checkpoints_are_never_reused(corpus, tmp_path):
+    out = tmp_path / "out"
+    assert _cli(corpus / "in", out, fault="components").returncode == -signal.SIGKILL
+    # other config: starts over and equals a clean run with that config
+    again = _cli(corpus / "in", out, "--threshold", "0.7")
+    assert again.returncode == 0
+    assert json.loads((out / "report.json").read_text())["resumed_from_checkpoint"] == []
+    run(corpus / "in", tmp_path / "clean07", Config.from_dict({**CFG, "lsh": {"threshold": 0.7}}))
+    _same_outputs(tmp_path / "clean07", out)
+    assert_accounted(out, _inputs(corpus / "in"))
+    # other inputs (a shard rewritten in place, same path): starts over
+    inp = tmp_path / "in2"
+    shutil.copytree(corpus / "in", inp)
+    out2 = tmp_path / "out2"
+    assert _cli(inp, out2, fault="components").returncode == -signal.SIGKILL
+    (inp / "part-00001.parquet").write_bytes((corpus / "in" / "part-00002.parquet").read_bytes())
+    res = _cli(inp, out2)
+    assert res.returncode == 0 and "belong to another run" in res.stderr
+    assert json.loads((out2 / "report.json").read_text())["resumed_from_checkpoint"] == []
+    run(inp, tmp_path / "clean2", Config.from_dict(CFG))
+    _same_outputs(tmp_path / "clean2", out2)
+    assert_accounted(out2, _inputs(inp))  # the rewritten inputs
+
+
+def test_restart_ignores_checkpoints(corpus, tmp_path):
+    out = tmp_path / "out"
+    assert _cli(corpus / "in", out, fault="verify").returncode == -signal.SIGKILL
+    again = _cli(corpus / "in", out, "--restart")
+    assert again.returncode == 0
+    assert json.loads((out / "report.json").read_text())["resumed_from_checkpoint"] == []
+    _same_outputs(corpus / "clean", out)
+    assert_accounted(out, _inputs(corpus / "in"))
+
+
+@pytest.mark.parametrize("fault,extra", [("verify", ("--threshold", "0.7")), ("write:first-shard", ())])
+def test_killed_rerun_over_a_complete_run_leaves_no_completion_marker(corpus, tmp_path, fault, extra):
+    """A stale _SUCCESS / report from an earlier complete run never vouches for a rerun killed midway."""
+    out = tmp_path / "out"
+    shutil.copytree(corpus / "clean", out)  # an earlier complete run in the output directory
+    assert (out / "_SUCCESS").exists() and (out / "report.json").exists() and (out / "report.html").exists()
+    killed = _cli(corpus / "in", out, *extra, fault=fault)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (out / "_SUCCESS").exists()
+    assert not (out / "report.json").exists() and not (out / "report.html").exists()
+    again = _cli(corpus / "in", out, *extra)
+    assert again.returncode == 0, again.stderr
+    assert (out / "_SUCCESS").exists()
+    assert_accounted(out, _inputs(corpus / "in"))

@@ -1,0 +1,148 @@
+"""Dask scale-out: results identical to the single-process pipeline for 2 and 4 workers."""
+
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from gpu_dedup.config import Config
+from gpu_dedup.evaluation.sample import planted_corpus, write_shards
+from gpu_dedup.run.local import run
+from tests.accounting import assert_accounted
+
+distributed = pytest.importorskip("distributed")
+
+BASE = {"backend": "cpu", "input": {"id_column": "id"}}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dist")
+    sample = planted_corpus(n_docs=2400, n_clusters=120, words=(30, 150), edit_rate=(0, 0.05), seed=21)
+    table = sample.table.select(["id", "text"])
+    (d / "in").mkdir()
+    for i, lo in enumerate(range(0, 2400, 800)):  # small row groups: several blocks per shard
+        pq.write_table(table.slice(lo, 800), d / "in" / f"part-{i}.parquet", row_group_size=150)
+    write_shards(table, d / "jsonl", shards=3, fmt="jsonl")
+    return d
+
+
+def _inputs(d):
+    return [pq.read_table(p, columns=["id"]) for p in sorted((d / "in").glob("*.parquet"))]
+
+
+@pytest.fixture(scope="module")
+def cluster4():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      env={"NUMBA_NUM_THREADS": "1"}) as cluster:
+        yield cluster.scheduler_address
+
+
+def _identical(a, b, names):
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def _names(d):
+    return ["duplicates.parquet"] + sorted(p.name for p in d.iterdir() if p.suffix in (".parquet", ".jsonl")
+                                           and p.name != "duplicates.parquet")
+
+
+def test_cli_two_local_workers_equal_single_process(corpus, tmp_path):
+    single = run(corpus / "in", tmp_path / "single", Config.from_dict(BASE))
+    proc = subprocess.run([sys.executable, "-m", "gpu_dedup", "run", str(corpus / "in"), "-o", str(tmp_path / "two"),
+                           "--id-column", "id", "--backend", "cpu", "--workers", "2", "--set", "cluster.block_rows=300"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "Dask dashboard:" in proc.stdout
+    _identical(tmp_path / "single", tmp_path / "two", _names(tmp_path / "single"))
+    assert_accounted(single, _inputs(corpus))
+    assert_accounted(tmp_path / "two", _inputs(corpus))
+    import json
+
+    report = json.loads((tmp_path / "two" / "report.json").read_text())
+    assert report["cluster"]["workers"] == 2 and report["cluster"]["blocks"] > 3
+    page = (tmp_path / "two" / "report.html").read_text()  # the page too, with the sample texts from the workers
+    assert page.count("data:image/png;base64,") >= 4 and report["largest_clusters"]
+    assert report["largest_clusters"] == single.report["largest_clusters"]
+    same = ("documents_read", "exact_stage_collapsed", "candidate_edges", "verified_edges", "clusters",
+            "exact_duplicates", "near_duplicates", "removed", "kept")
+    assert {k: report["counts"][k] for k in same} == {k: single.report["counts"][k] for k in same}
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"verify": {"method": "signature"}},
+    {"select": {"keep": "longest"}},
+    {"exact_dedup": False, "minhash": {"shingle": "char", "ngram": 7}},
+])
+def test_four_workers_equal_single_process(corpus, cluster4, tmp_path, extra):
+    cfg = Config.from_dict({**BASE, **extra})
+    single = run(corpus / "in", tmp_path / "single", cfg)
+    dist = run(corpus / "in", tmp_path / "four",
+               cfg.with_overrides({"cluster.scheduler": cluster4, "cluster.block_rows": 200}))
+    _identical(tmp_path / "single", tmp_path / "four", _names(tmp_path / "single"))
+    assert (dist.kept == single.kept).all() and (dist.cluster == single.cluster).all()
+    assert dist.report["counts"]["removed"] == single.report["counts"]["removed"] > 0
+    assert_accounted(single, _inputs(corpus))
+    assert_accounted(dist, _inputs(corpus))
+
+
+def test_jsonl_shards_on_workers(corpus, cluster4, tmp_path):
+    cfg = Config.from_dict(BASE)
+    single = run(corpus / "jsonl", tmp_path / "single", cfg)
+    dist = run(corpus / "jsonl", tmp_path / "dist", cfg.with_overrides({"cluster.scheduler": cluster4}))
+    _identical(tmp_path / "single", tmp_path / "dist", _names(tmp_path / "single"))
+    assert_accounted(single, _inputs(corpus))  # the JSONL shards hold the same rows as the Parquet ones
+    assert_accounted(dist, _inputs(corpus))
+
+
+@pytest.fixture(scope="module")
+def cluster2():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      env={"NUMBA_NUM_THREADS": "1"}) as cluster:
+        yield cluster.scheduler_address
+
+
+@pytest.mark.parametrize("method", ["exact", "signature"])
+def test_split_chains_two_workers_equal_single_process(corpus, cluster2, tmp_path, method):
+    cfg = Config.from_dict({**BASE, "verify": {"method": method}, "select": {"split_chains": True}})
+    single = run(corpus / "in", tmp_path / "single", cfg)
+    assert single.report["counts"]["chain_split_ejected"] > 0  # the corpus chains: the mode changes the output
+    dist = run(corpus / "in", tmp_path / "two",
+               cfg.with_overrides({"cluster.scheduler": cluster2, "cluster.block_rows": 300}))
+    _identical(tmp_path / "single", tmp_path / "two", _names(tmp_path / "single"))
+    assert (dist.kept == single.kept).all() and (dist.cluster == single.cluster).all()
+    same = ("chain_split_ejected", "clusters", "exact_duplicates", "near_duplicates", "removed", "kept")
+    assert {k: dist.report["counts"][k] for k in same} == {k: single.report["counts"][k] for k in same}
+    assert_accounted(single, _inputs(corpus))
+    assert_accounted(dist, _inputs(corpus))
+
+
+def test_workers_killed_by_memory_name_the_settings_to_change(corpus, tmp_path, monkeypatch):
+    from distributed.scheduler import KilledWorker
+
+    from gpu_dedup.errors import ResourceError
+    from gpu_dedup.run import cluster as dist
+
+    class DyingClient:  # every task's workers die, as under a too-small memory limit
+        def map(self, *args, **kwargs):
+            return []
+
+        def gather(self, futures):
+            raise KilledWorker("map_block-1", "tcp://127.0.0.1:1", 3)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(dist, "connect", lambda cfg: (DyingClient(), None))
+    cfg = Config(backend="cpu").with_overrides({"cluster.workers": 2, "cluster.memory_limit": "1GiB",
+                                                 "cluster.block_rows": 100_000})
+    with pytest.raises(ResourceError, match=r"memory limit 1GiB, cluster.block_rows = 100,000.*lower cluster.block_rows \(e.g. --set cluster.block_rows=25000\)"):
+        run(corpus / "in", tmp_path / "out", cfg)
+    assert not (tmp_path / "out" / "_SUCCESS").exists()

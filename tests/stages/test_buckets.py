@@ -1,0 +1,125 @@
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from gpu_dedup.stages.buckets import buckets
+from gpu_dedup.stages.edges import edges, unique_pairs
+
+
+def _brute_buckets(bh):
+    groups = defaultdict(list)
+    for doc in range(bh.shape[0]):
+        for band in range(bh.shape[1]):
+            groups[(band, int(bh[doc, band]))].append(doc)
+    return {k: v for k, v in groups.items() if len(v) > 1}
+
+
+def test_buckets_match_brute_force_grouping():
+    rng = np.random.default_rng(0)
+    bh = rng.integers(0, 6, size=(200, 4)).astype(np.uint64)
+    b = buckets(bh)
+    got = {(int(b.band[i]), int(b.hash[i])): list(b.members[b.offsets[i] : b.offsets[i + 1]]) for i in range(len(b))}
+    assert got == _brute_buckets(bh)
+    frame = b.to_frame()
+    assert len(frame) == b.members.shape[0] and set(frame.columns) == {"band", "band_hash", "doc"}
+
+
+def test_star_edges_are_linear_and_connect_each_bucket():
+    rng = np.random.default_rng(1)
+    bh = rng.integers(0, 5, size=(300, 3)).astype(np.uint64)
+    b = buckets(bh)
+    e = edges(b)
+    assert np.all(e.src < e.dst)
+    assert len(set(zip(e.src, e.dst))) == len(e)
+    assert len(e) <= int((b.sizes - 1).sum())
+    for i in range(len(b)):  # every bucket is connected through its smallest member
+        members = b.members[b.offsets[i] : b.offsets[i + 1]]
+        center = members.min()
+        pairs = set(zip(e.src, e.dst))
+        assert all((center, m) in pairs for m in members if m != center)
+
+
+def test_no_buckets_no_edges():
+    bh = np.arange(20, dtype=np.uint64).reshape(10, 2)
+    b = buckets(bh)
+    assert len(b) == 0 and len(edges(b)) == 0
+    assert len(edges(buckets(np.zeros((0, 3), np.uint64)))) == 0
+
+
+def test_giant_bucket_costs_linear_edges():
+    """A boilerplate bucket of 300k copies in every band: 300k-1 edges, fast."""
+    n, bands = 300_000, 16
+    bh = np.zeros((n, bands), np.uint64)
+    t0 = time.perf_counter()
+    e = edges(buckets(bh))
+    elapsed = time.perf_counter() - t0
+    assert len(e) == n - 1
+    assert np.all(e.src == 0)
+    assert elapsed < 30  # all-pairs would be 4.5e10 edges
+
+
+def test_unique_pairs_large_indices_path():
+    src = np.array([2**33, 5, 2**33, 5], np.int64)
+    dst = np.array([2**34, 7, 2**34, 6], np.int64)
+    s, d = unique_pairs(src, dst)
+    assert list(zip(s, d)) == [(5, 6), (5, 7), (2**33, 2**34)]
+
+
+def _sim_table(pairs, default=0.1):
+    """A similarity callback from a dict {(a, b): s} (symmetric), vectorised with a sorted lookup."""
+    keys = np.array(sorted((min(a, b) << 32) | max(a, b) for a, b in pairs), np.int64)
+    vals = np.array([pairs.get((k >> 32, k & 0xFFFFFFFF), pairs.get((k & 0xFFFFFFFF, k >> 32))) for k in keys])
+
+    def sim(a, b):
+        k = (np.minimum(a, b) << 32) | np.maximum(a, b)
+        pos = np.clip(np.searchsorted(keys, k), 0, max(len(keys) - 1, 0))
+        hit = (keys[pos] == k) if len(keys) else np.zeros(len(k), bool)
+        return np.where(hit, vals[pos] if len(keys) else 0.0, default)
+    return sim
+
+
+def test_star_rounds_restar_what_a_weak_centre_rejects():
+    from gpu_dedup.stages.buckets import group_buckets
+    from gpu_dedup.stages.edges import star_rounds
+
+    b = group_buckets(np.zeros(4, np.int32), np.zeros(4, np.uint64), np.array([0, 1, 2, 3]))
+    sim = _sim_table({(1, 2): 0.9, (1, 3): 0.9, (2, 3): 0.9})
+    _res = star_rounds(b, sim, 0.8, rounds=1)
+    one, scored1 = _res.verified, len(_res.scored)
+    assert len(one) == 0 and scored1 == 3  # the plain star: 0 is a weak centre, nothing joins
+    _res = star_rounds(b, sim, 0.8, rounds=2)
+    two, scored2 = _res.verified, len(_res.scored)
+    assert sorted(zip(two.src.tolist(), two.dst.tolist())) == [(1, 2), (1, 3)] and scored2 == 5
+
+
+def test_star_rounds_one_round_equals_verified_star_edges_and_stays_linear():
+    from gpu_dedup.stages.edges import star_rounds
+
+    rng = np.random.default_rng(3)
+    bh = rng.integers(0, 4, size=(400, 6)).astype(np.uint64)
+    b = buckets(bh)
+    sims = rng.random((400, 400))
+    sims = (sims + sims.T) / 2
+
+    def sim(a, c):
+        return sims[a, c]
+
+    _res = star_rounds(b, sim, 0.5, rounds=1)
+    e1, scored1 = _res.verified, len(_res.scored)
+    star = edges(b)
+    keep = sims[star.src, star.dst] >= 0.5
+    assert sorted(zip(e1.src.tolist(), e1.dst.tolist())) == sorted(zip(star.src[keep].tolist(), star.dst[keep].tolist()))
+    assert scored1 == len(star)
+    for rounds in (2, 3, 5):
+        _res = star_rounds(b, sim, 0.5, rounds=rounds)
+        e, scored = _res.verified, len(_res.scored)
+        assert scored <= rounds * b.members.shape[0]  # linear in memberships
+        assert np.all(sims[e.src, e.dst] >= 0.5) and np.all(e.src < e.dst)
+        members = {(int(b.band[i]), int(b.hash[i])): set(b.members[b.offsets[i]:b.offsets[i + 1]].tolist())
+                   for i in range(len(b))}
+        together = {(s, d) for m in members.values() for s in m for d in m if s < d}
+        assert set(zip(e.src.tolist(), e.dst.tolist())) <= together  # only pairs that share a bucket
+    _res = star_rounds(b, sim, 0.5, rounds=1, keep_all=True)
+    e_none, scored = _res.verified, len(_res.scored)
+    assert len(e_none) == scored

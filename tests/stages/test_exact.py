@@ -1,0 +1,38 @@
+import numpy as np
+import pyarrow as pa
+from gpu_dedup.kernels.params import hash_params
+
+from gpu_dedup.stages.exact import exact_groups, exact_keys
+from tests import reference as ref
+
+
+def test_keys_match_reference_and_groups_collapse_identical_texts():
+    texts = ["same text", "other", "same text", "", "", "same text "]
+    keys = exact_keys(pa.array(texts, pa.large_string()), seed=42)
+    prm = ref.params(42, 0)
+    for t, k in zip(texts, keys):
+        assert tuple(int(x) for x in k) == ref.exact_key(t.encode(), prm)
+    rep = exact_groups(keys, ranks=np.arange(6))
+    assert list(rep) == [0, 1, 0, 3, 3, 5]
+
+
+def test_representative_is_best_ranked_and_ineligible_stay_alone():
+    keys = exact_keys(pa.array(["x", "x", "x", "x"], pa.large_string()))
+    rep = exact_groups(keys, ranks=np.array([3, 2, 0, 1]), eligible=np.array([True, True, False, True]))
+    assert list(rep) == [3, 3, 2, 3]
+
+
+def test_seed_changes_hashes():
+    for text in ("a longer text", "a", ""):
+        a = exact_keys(pa.array([text], pa.large_string()), seed=1)
+        b = exact_keys(pa.array([text], pa.large_string()), seed=2)
+        assert a[0, 0] == b[0, 0] and a[0, 1] != b[0, 1] and a[0, 2] != b[0, 2]
+    assert hash_params(1, 0).exact_seed1 != hash_params(2, 0).exact_seed1
+
+
+def test_keys_are_distinct_for_many_near_identical_texts():
+    """Texts that differ in one byte anywhere, or only in length (trailing NUL), get different keys."""
+    base = "the same long document text, repeated to span several 8-byte words " * 3
+    texts = [base[:i] + "#" + base[i + 1:] for i in range(len(base))] + [base, base + "\x00", base[:-1]]
+    keys = exact_keys(pa.array(texts, pa.large_string()))
+    assert len({tuple(k) for k in keys.tolist()}) == len(texts)

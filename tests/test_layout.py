@@ -1,0 +1,166 @@
+"""The package's shape: imports run one way (entry points -> executors -> stages ->
+backends -> kernels), with no cycle anywhere, and every package is shipped."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "gpu_dedup"
+
+# layer of each top-level part of the package: a module imports only from its own layer or below
+LAYERS = {
+    "kernels": 0,
+    "errors": 0,
+    "curves": 1,
+    "config": 2,
+    "backends": 3,
+    "stages": 4,
+    "report": 5,
+    "run": 6,
+    # entry points
+    "api": 7, "index": 7, "evaluation": 7, "demo": 8, "bench": 8, "cli": 9, "__main__": 10, "__init__": 10,
+}
+
+
+def _module_name(path: Path) -> str:
+    if path.is_relative_to(ROOT / "kernels"):
+        rel = ("kernels",) + path.relative_to(ROOT / "kernels").with_suffix("").parts
+    else:
+        rel = path.relative_to(PKG).with_suffix("").parts
+    if rel[-1] == "__init__" and len(rel) > 1:
+        rel = rel[:-1]
+    return ".".join(("gpu_dedup",) + rel)
+
+
+def _sources() -> dict[str, Path]:
+    files = list(PKG.rglob("*.py")) + list((ROOT / "kernels").glob("*.py"))
+    return {_module_name(p): p for p in files if "__pycache__" not in p.parts}
+
+
+def _imports(path: Path, name: str, known: set[str]) -> list[tuple[str, int, bool]]:
+    """(imported gpu_dedup module, line, inside a function) of one source file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = []
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            targets = []
+            if isinstance(child, ast.Import):
+                targets = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - child.level + 1] + ([base] if base else []))
+                targets = [base] + [f"{base}.{a.name}" for a in child.names]
+            for t in targets:
+                while t and t not in known:
+                    t = t.rsplit(".", 1)[0] if "." in t else ""
+                if t and t != name:
+                    found.append((t, child.lineno, in_function))
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
+
+
+def _graph():
+    src = _sources()
+    known = set(src)
+    return src, {m: _imports(p, m, known) for m, p in src.items()}
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_imports_run_one_way():
+    _, graph = _graph()
+    wrong = []
+    for mod, edges in graph.items():
+        for target, line, _ in edges:
+            if target == "gpu_dedup":
+                continue  # the package itself (its version): a leaf for this purpose
+            if LAYERS[_part(target)] > LAYERS[_part(mod)]:
+                wrong.append(f"{mod}:{line} imports {target}")
+    assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycle():
+    _, graph = _graph()
+    adj = {m: {t for t, _, _ in e if t != "gpu_dedup"} for m, e in graph.items()}
+    index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def strong(v):  # Tarjan's strongly connected components (a few hundred nodes)
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in adj[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in adj:
+        if v not in index:
+            strong(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_every_package_is_shipped():
+    """Each folder of Python modules is a package that setup.py's discovery finds."""
+    import importlib.util
+    import runpy
+    from unittest import mock
+
+    with mock.patch("setuptools.setup") as setup:
+        runpy.run_path(str(ROOT / "setup.py"), run_name="__main__")
+    shipped = set(setup.call_args.kwargs["packages"])
+    folders = {p.parent for p in PKG.rglob("*.py") if "__pycache__" not in p.parts}
+    expected = {".".join(("gpu_dedup",) + f.relative_to(PKG).parts) if f != PKG else "gpu_dedup" for f in folders}
+    missing_init = sorted(str(f) for f in folders if not (f / "__init__.py").is_file())
+    assert not missing_init, f"folders without __init__.py (not shipped): {missing_init}"
+    assert expected | {"gpu_dedup.kernels", "gpu_dedup.configs"} == shipped
+    assert importlib.util.find_spec("gpu_dedup.bench.peers") is not None
+
+
+def test_no_module_named_like_the_standard_library():
+    import sys
+
+    names = {p.stem for p in PKG.rglob("*.py")} | {p.name for p in PKG.rglob("*") if p.is_dir()}
+    clash = sorted(n for n in names if n in sys.stdlib_module_names)
+    assert not clash, f"modules named like the standard library: {clash}"
+
+
+# entry points that import their commands on demand, so `gpu-dedup --help` and `import gpu_dedup` stay fast, and
+# the benchmarks, whose timed child processes count their own imports
+LAZY_OK = {"gpu_dedup.__init__", "gpu_dedup.cli", "gpu_dedup.bench.peers", "gpu_dedup.bench.gpu", "gpu_dedup.bench.stages"}
+# modules loaded when first used anywhere: compiled kernels (Numba compiles or loads them), the CUDA backend and
+# the large Unicode tables
+LAZY_TARGETS = {"gpu_dedup.kernels", "gpu_dedup.kernels.cpu", "gpu_dedup.kernels.cuda", "gpu_dedup.backends._gpu_impl",
+                "gpu_dedup.kernels.unicode_props", "gpu_dedup.kernels.unicode_tables"}
+
+
+def test_no_package_import_inside_a_function():
+    """Internal imports sit at the top of the module (none placed in a function to dodge a cycle)."""
+    _, graph = _graph()
+    inner = sorted({f"{m}:{line} imports {t}" for m, e in graph.items() if m not in LAZY_OK
+                    for t, line, in_function in e if in_function and t not in LAZY_TARGETS})
+    assert not inner, "imports inside functions:\n" + "\n".join(inner)
