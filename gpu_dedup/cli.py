@@ -292,6 +292,14 @@ def cmd_bench_index(args) -> int:
     return 0
 
 
+def cmd_bench_own_parser(args) -> int:
+    """The benchmarks with their own argument parser (``main(argv)``): the rest of the command line is theirs."""
+    from gpu_dedup.bench import cosine, gpu, signatures, stages
+
+    mains = {"stages": stages.main, "signatures": signatures.main, "cosine": cosine.main, "gpu": gpu.main}
+    return mains[args.bench](args.bench_args)
+
+
 def cmd_config(args) -> int:
     cfg = _config_from_args(args)
     bands, rows = cfg.layout
@@ -479,6 +487,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(b)
     b.set_defaults(func=cmd_bench_peers, quiet=False, verbose=0)
 
+    for name, text in (("stages", "read, normalize and write, each beside its own limit on the same data"),
+                       ("signatures", "signature stage per CPU second against rensa and datasketch; hash families"),
+                       ("cosine", "random-hyperplane LSH against FAISS and exact cosine on embeddings and text"),
+                       ("gpu", "signature throughput per backend: CPU, GPU, cuDF where usable")):
+        b = bench.add_parser(name, help=text + f" (gpu-dedup bench {name} --help)", add_help=False)
+        b.set_defaults(func=cmd_bench_own_parser, bench_args=[], quiet=True, verbose=0)
+
     p = sub.add_parser("index", help="build or inspect a persisted index")
     ix = p.add_subparsers(dest="index_command", required=True)
     b = ix.add_parser("build", help="deduplicate a corpus and persist it as an index (no shards written)")
@@ -563,7 +578,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if rest and getattr(args, "func", None) is not cmd_bench_own_parser:
+        parser.error("unrecognized arguments: " + " ".join(rest))
+    if rest:
+        args.bench_args = rest
     _setup_logging(args.verbose, args.quiet)
     try:
         return args.func(args)

@@ -2,7 +2,7 @@
 
 One command on a GPU machine (``pip install -e ".[cuda12]"`` first)::
 
-    python -m gpu_dedup.bench.gpu --out bench-results/gpu-signatures.json
+    gpu-dedup bench gpu --out bench-results/gpu-signatures.json
 
 runs, in one process on one planted corpus (``gpu_dedup.evaluation.sample``, normalized
 as the pipeline does): 100 k and 1 M documents x num_perm 128 and 260 x char
@@ -189,7 +189,7 @@ def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES
                     log(f"{n_docs:>9,} {kind + ':' + str(n):>8} {num_perm:>5} {name:>11} {sec:>9.3f} "
                         f"{mb / sec:>9.1f} {n_docs / sec:>12,.0f} {flag}")
     result = {
-        "benchmark": "gpu_dedup signature kernel (python -m gpu_dedup.bench.gpu)",
+        "benchmark": "gpu_dedup signature kernel (gpu-dedup bench gpu)",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": getattr(gpu, "device_name", None),
         "gpu_mode": getattr(gpu, "mode", None),
@@ -232,7 +232,7 @@ def markdown_table(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gpu_dedup.bench.gpu", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="gpu-dedup bench gpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--docs", type=int, nargs="+", default=[100_000, 1_000_000], help="corpus sizes (documents)")
     p.add_argument("--perms", type=int, nargs="+", default=[128, 260], help="num_perm values")
     p.add_argument("--shingles", nargs="+", default=list(SHINGLES), type=parse_shingle, help="e.g. char:5 word:5")

@@ -1,6 +1,6 @@
 """Signature stage alone, side by side in one process, one thread: gpu_dedup against rensa.
 
-    python -m gpu_dedup.bench.signatures [--docs 100000] [--repeats 5] [--results bench-results]
+    gpu-dedup bench signatures [--docs 100000] [--repeats 5] [--results bench-results]
 
 Both tools run in this process on one thread (``numba.set_num_threads(1)``,
 ``RAYON_NUM_THREADS=1``), alternating, ``--repeats`` times each; the best
@@ -264,7 +264,7 @@ def run(docs: int = 100_000, repeats: int = 5, results="bench-results", corpus=N
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gpu_dedup.bench.signatures", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="gpu-dedup bench signatures", description=__doc__.split("\n\n")[0])
     p.add_argument("--docs", type=int, default=100_000, help="planted corpus size (documents)")
     p.add_argument("--corpus", help="a Parquet corpus (id, text) instead of the planted one")
     p.add_argument("--repeats", type=int, default=5)

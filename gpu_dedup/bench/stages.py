@@ -1,6 +1,6 @@
 """Stage benchmark: read, normalize and write, each next to its own limit on the same data.
 
-    python -m gpu_dedup.bench.stages [--docs 100000] [--no-man] [--jsonl-mb 700] [--results DIR]
+    gpu-dedup bench stages [--docs 100000] [--no-man] [--jsonl-mb 700] [--results DIR]
 
 For each corpus (a planted corpus of ``--docs`` documents, and the Debian
 manual pages when /usr/share/man has them) the table gives, per stage, our
