@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -243,6 +242,8 @@ class Index:
     def exact_matches(self, keys: np.ndarray) -> np.ndarray:
         """Index doc with each key (len, h1, h2), or -1: the kept one (the survivor of the others,
         whatever the keep policy) where one is kept, else the smallest."""
+        import pandas as pd  # only runs against an index use it: a plain run does not import pandas
+
         out = np.full(keys.shape[0], -1, np.int64)
         if not self.segments or keys.shape[0] == 0:
             return out

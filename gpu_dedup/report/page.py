@@ -1,24 +1,18 @@
 """``report.html``: the human-readable page of a run, built from ``report.json`` alone.
 
-One self-contained file: CSS inline, figures as base64 PNGs (matplotlib's
-object API on the Agg canvas, so pyplot and a notebook's backend are left
-alone), no external URL, no script.  It shows the parameters, counts
+One self-contained file: CSS inline, figures as inline SVG (``report/svg.py``:
+a few milliseconds, no plotting library), no external URL, no script.  It shows the parameters, counts
 and seconds per stage, the S-curve of the chosen (bands, rows) with the
 threshold marked, bucket- and cluster-size histograms on log scales, chaining
 statistics, and sample texts side by side, the words that differ from the
 survivor highlighted: the largest clusters, the clusters with the most near
 duplicates, and the removed documents closest to the threshold.
-
-Without matplotlib (a stripped-down install) the page keeps every table and
-says where the figures would be and how to get them.
 """
 
 from __future__ import annotations
 
-import base64
 import difflib
 import html
-import io as _io
 import logging
 import re
 from pathlib import Path
@@ -26,12 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from gpu_dedup.curves import s_curve
+from gpu_dedup.report.svg import Chart, hbars
 from gpu_dedup.stages.write_shards import atomic_write_bytes
 
 log = logging.getLogger("gpu_dedup")
-
-NO_FIGURES = ("matplotlib is not installed, so this page has no figures (the tables below hold the same data); "
-              "install it with pip install matplotlib, then redraw this page with gpu-dedup report OUTPUT_DIR")
 
 _CSS = """
 body{font:14px/1.45 -apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;margin:0;color:#1d2430;
@@ -45,7 +37,7 @@ padding-bottom:4px}h3{font-size:14px;margin:16px 0 6px}
 .card b{display:block;font-size:19px}.card span{color:#5a6472;font-size:12px}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:16px;align-items:start}
 .panel{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:10px 12px}
-img{max-width:100%;height:auto;display:block}
+svg{max-width:100%;height:auto;display:block}
 table{border-collapse:collapse;font-size:12.5px;background:#fff}
 td,th{border:1px solid #dde1e7;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#eef0f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -66,45 +58,6 @@ ins{background:#c9f2c9;text-decoration:none}del{background:#f8caca;color:#8a1f1f
 # --------------------------------------------------------------------------- figures
 
 
-class _Figures:
-    """Figures drawn with matplotlib's object API on the Agg canvas: pyplot's global state
-    (and a notebook's backend) is never touched."""
-
-    def __init__(self, figure_cls):
-        self.Figure = figure_cls
-
-    def subplots(self, figsize):
-        fig = self.Figure(figsize=figsize)
-        return fig, fig.subplots()
-
-    def close(self, fig) -> None:
-        pass  # not registered with pyplot: garbage-collected
-
-
-def _matplotlib() -> _Figures | None:
-    try:
-        import matplotlib  # noqa: F401 - the package itself first: a submodule can outlive a removed package
-        from matplotlib.figure import Figure
-    except ImportError:
-        log.warning(NO_FIGURES)
-        return None
-    return _Figures(Figure)
-
-
-def _margins(fig) -> None:
-    """Fixed margins for a 6.2-inch-wide figure with axis labels and a title
-    (``tight_layout`` measured every text and cost more than the drawing)."""
-    h = fig.get_figheight()
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.62 / h, top=1 - 0.4 / h)
-
-
-def _png(fig, plt) -> str:
-    buf = _io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
 def _log_bins(max_size: int) -> np.ndarray:
     """Histogram edges for integer sizes >= 2: one bin per size up to 16, then 4 per octave."""
     if max_size <= 16:
@@ -114,102 +67,77 @@ def _log_bins(max_size: int) -> np.ndarray:
     return edges
 
 
-def _size_figure(plt, counts: dict, what: str, unit: str):
+def _size_figure(counts: dict, what: str, unit: str) -> str:
     sizes = np.asarray(counts.get("sizes", []), np.float64)
     n = np.asarray(counts.get("counts", []), np.float64)
     two = sizes >= 2  # a run against an index also groups lone documents (size 1) to meet the index
     sizes, n = sizes[two], n[two]
-    fig, ax = plt.subplots((6.2, 3.5))
+    alt = f"{what[:-1]} sizes"
     if sizes.shape[0] == 0:
-        ax.text(0.5, 0.5, f"no {what} with two or more documents", ha="center", va="center", transform=ax.transAxes)
-        ax.set_axis_off()
-        return fig
+        c = Chart(620, 300)
+        c.text(310, 150, f"no {what} with two or more documents", 12, "middle")
+        return c.svg(alt)
     edges = _log_bins(int(sizes.max()))
     hist = np.histogram(sizes, bins=edges, weights=n)[0]
-    ax.stairs(hist, edges, fill=True, color="#4c72b0", alpha=0.85)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    from matplotlib.ticker import FixedLocator, NullFormatter
-
+    c = Chart(620, 340, xlim=(edges[0], edges[-1]), ylim=(0.7, max(hist.max(), 1) * 1.6), xlog=True, ylog=True)
+    c.stairs(hist, edges, "#4c72b0")
     ticks = 2 ** np.arange(1, int(np.log2(max(sizes.max(), 2))) + 2)  # 2, 4, 8, ... as plain numbers
     ticks = ticks[ticks <= edges[-1] * 1.01]
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.set_xticklabels([f"{t:,}" for t in ticks], fontsize=8 if ticks.shape[0] > 10 else 9)
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_ylim(0.7, max(hist.max(), 1) * 1.6)
-    ax.set(xlabel=f"{what[:-1]} size (documents, log)", ylabel=f"{unit} (log)",
-           title=f"{int(n.sum()):,} {what}, largest {int(sizes.max()):,}")
-    ax.grid(True, which="major", alpha=0.3)
-    _margins(fig)
-    return fig
+    c.axes(xticks=ticks, xlabel=f"{what[:-1]} size (documents, log)", ylabel=f"{unit} (log)",
+           title=f"{int(n.sum()):,} {what}, largest {int(sizes.max()):,}", tick_size=8 if ticks.shape[0] > 10 else 10)
+    return c.svg(alt)
 
 
-def figures(report: dict) -> dict[str, str] | None:
-    """Base64 PNGs of the page's figures, or None when matplotlib is missing."""
-    plt = _matplotlib()
-    if plt is None:
-        return None
+def figures(report: dict) -> dict[str, str]:
+    """The page's figures as inline SVG markup, by name."""
     out = {}
     # seconds per stage
     stages = report.get("stages", {})
     names = list(stages)
     secs = [float(stages[k].get("seconds", 0.0)) for k in names]
-    fig, ax = plt.subplots((6.2, 0.32 * max(len(names), 3) + 1.0))
-    y = np.arange(len(names))
     colors = ["#b0b7c3" if stages[k].get("resumed") else "#4c72b0" for k in names]
-    ax.barh(y, secs, color=colors)
-    ax.set_yticks(y, names)
-    ax.invert_yaxis()
-    for yi, v in zip(y, secs):
-        ax.text(v, yi, f" {v:.2f}s", va="center", fontsize=8)
-    ax.set_xlim(0, max(secs + [1e-3]) * 1.18)
-    ax.set(xlabel="seconds", title=f"seconds per stage (wall {report.get('wall_seconds', 0):.2f}s"
-                                   + (", grey: resumed" if any(stages[k].get("resumed") for k in names) else "") + ")")
-    fig.subplots_adjust(left=0.19, right=0.97, bottom=0.8 / fig.get_figheight(), top=1 - 0.45 / fig.get_figheight())
-    out["stages"] = _png(fig, plt)
+    out["stages"] = hbars(names, secs, colors, f"seconds per stage (wall {report.get('wall_seconds', 0):.2f}s"
+                          + (", grey: resumed" if any(stages[k].get("resumed") for k in names) else "") + ")",
+                          "seconds", "seconds per stage")
     # S-curve
     lsh = report["lsh"]
     b, r, t = lsh["bands"], lsh["rows"], lsh["threshold"]
     s = np.linspace(0, 1, 401)
     p = s_curve(s, b, r)
-    fig, ax = plt.subplots((6.2, 3.8))
-    ax.plot(s, p, color="black", lw=2, label=f"P(candidate) = 1-(1-s^{r})^{b}")
+    c = Chart(620, 370, xlim=(0, 1), ylim=(-0.01, 1.01))
     lo, hi = s <= t, s >= t
-    ax.fill_between(s[lo], 0, p[lo], color="tab:orange", alpha=0.3,
-                    label=f"false-positive area {lsh['false_positive_area']:.4f}")
-    ax.fill_between(s[hi], p[hi], 1, color="tab:blue", alpha=0.25,
-                    label=f"false-negative area {lsh['false_negative_area']:.4f}")
+    c.area(s[lo], 0, p[lo], "#ff7f0e", 0.3, f"false-positive area {lsh['false_positive_area']:.4f}")
+    c.area(s[hi], p[hi], 1, "#1f77b4", 0.25, f"false-negative area {lsh['false_negative_area']:.4f}")
+    c.line(s, p, "black", 2, label=f"P(candidate) = 1-(1-s^{r})^{b}")
     pt = float(s_curve(t, b, r))
-    ax.axvline(t, color="tab:red", ls="--", lw=1.2, label=f"threshold {t}: P = {pt:.3f}")
-    ax.plot([t], [pt], "o", color="tab:red")
+    c.vline(t, "#d62728", label=f"threshold {t}: P = {pt:.3f}")
+    c.point(t, pt, "#d62728")
     vt = lsh.get("verify_threshold", t)
     if vt != t:
-        ax.axvline(vt, color="tab:purple", ls=":", lw=1.2, label=f"verify threshold {vt}")
-    ax.set(xlabel="Jaccard similarity s of a pair", ylabel="probability of sharing a bucket", xlim=(0, 1),
-           ylim=(-0.01, 1.01), title=f"S-curve: {b} bands x {r} rows ({lsh['num_perm']} permutations)")
-    ax.legend(fontsize=8, loc="upper left")
-    ax.grid(True, alpha=0.3)
-    _margins(fig)
-    out["s_curve"] = _png(fig, plt)
+        c.vline(vt, "#9467bd", dash="2,3", label=f"verify threshold {vt}")
+    c.axes(yticks=np.linspace(0, 1, 6), xlabel="Jaccard similarity s of a pair", ylabel="probability of sharing a bucket",
+           title=f"S-curve: {b} bands x {r} rows ({lsh['num_perm']} permutations)")
+    c.legend()
+    out["s_curve"] = c.svg("S-curve with the threshold")
     # bucket and cluster sizes
     hist = report.get("histograms", {})
     if "bucket_size_counts" in hist:
-        out["buckets"] = _png(_size_figure(plt, hist["bucket_size_counts"], "buckets", "buckets"), plt)
+        out["buckets"] = _size_figure(hist["bucket_size_counts"], "buckets", "buckets")
     if "cluster_size_counts" in hist:
-        out["clusters"] = _png(_size_figure(plt, hist["cluster_size_counts"], "clusters", "clusters"), plt)
+        out["clusters"] = _size_figure(hist["cluster_size_counts"], "clusters", "clusters")
     # similarity of removed near duplicates to their survivor (chaining)
     h = report.get("chaining", {}).get("similarity_to_survivor_histogram")
     if h and sum(h["counts"]):
-        fig, ax = plt.subplots((6.2, 3.5))
-        ax.stairs(h["counts"], h["edges"], fill=True, color="#55a868", alpha=0.85)
-        ax.axvline(lsh.get("verify_threshold", t), color="tab:red", ls="--", lw=1.2, label="threshold")
+        edges, counts = np.asarray(h["edges"], np.float64), np.asarray(h["counts"], np.float64)
+        c = Chart(620, 340, xlim=(edges[0], edges[-1]), ylim=(0, counts.max() * 1.08))
+        c.stairs(counts, edges, "#55a868")
+        c.vline(lsh.get("verify_threshold", t), "#d62728", label="threshold")
         ch = report["chaining"]
-        ax.set(xlabel="similarity to the cluster's survivor", ylabel="removed near duplicates",
+        c.axes(xlabel="similarity to the cluster's survivor", ylabel="removed near duplicates",
                title=f"chaining: {ch['below_threshold_to_survivor']:,} of {ch['near_duplicates_removed']:,} "
                      "below the threshold")
-        ax.legend(fontsize=8, loc="upper left")
-        _margins(fig)
-        out["chaining"] = _png(fig, plt)
+        c.legend()
+        out["chaining"] = c.svg("similarity to survivor")
     return out
 
 
@@ -296,11 +224,8 @@ class _Raw(str):
 
 
 def _img(figs, name: str, alt: str) -> str:
-    if figs is None:
-        return f'<p class="note">[figure: {_e(alt)} — {NO_FIGURES}]</p>'
-    if name not in figs:
-        return ""
-    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{figs[name]}">'
+    """The figure ``name`` (inline SVG), or nothing when the report has no data for it."""
+    return figs.get(name, "") if figs else ""
 
 
 def _doc_html(d: dict, body: str, label: str) -> str:
@@ -373,8 +298,8 @@ def closest_html(pairs: list | None, threshold: float) -> str:
 
 
 def render(report: dict, figs: dict | None | bool = True) -> str:
-    """The HTML page of ``report`` (a report.json dict).  ``figs``: True draws the figures
-    (when matplotlib is importable), or pass :func:`figures`' result, or None for none."""
+    """The HTML page of ``report`` (a report.json dict).  ``figs``: True draws the figures, or pass
+    :func:`figures`' result, or None for none."""
     if figs is True:
         figs = figures(report)
     c = report["counts"]
@@ -422,8 +347,6 @@ def render(report: dict, figs: dict | None | bool = True) -> str:
         f'{_e(cfg.get("verify", {}).get("method", ""))}; LSH {lsh["bands"]} bands x {lsh["rows"]} rows, '
         f'threshold {lsh["threshold"]}.</p>',
     ]
-    if figs is None:
-        out.append(f'<p class="warn">{_e(NO_FIGURES)}</p>')
     out += [
         "<h2>Stages</h2>",
         '<div class="grid"><div class="panel">' + _img(figs, "stages", "seconds per stage") + "</div>",

@@ -37,7 +37,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -196,6 +195,8 @@ def block_bands(sig: BlockSignatures, rows: np.ndarray, cfg: Config) -> BlockBan
 
 def long_frame(bands: BlockBands) -> pd.DataFrame:
     """(band, hash, doc) rows of a block's LSH rows."""
+    import pandas as pd  # the Dask executor's frames: a one-process run does not import pandas
+
     bh = bands.band_hashes
     nb = bh.shape[1]
     return pd.DataFrame({"band": np.tile(np.arange(nb, dtype=np.int32), bands.rows.shape[0]), "hash": bh.ravel(),
@@ -204,6 +205,8 @@ def long_frame(bands: BlockBands) -> pd.DataFrame:
 
 def partition_buckets(df: pd.DataFrame, min_size: int) -> pd.DataFrame:
     """Memberships of the buckets of one shuffle partition with at least ``min_size`` members."""
+    import pandas as pd  # the Dask executor's frames: a one-process run does not import pandas
+
     b = group_buckets(df["band"].to_numpy(np.int32), df["hash"].to_numpy(np.uint64), df["doc"].to_numpy(np.int64),
                       min_size=min_size)
     return pd.DataFrame({"band": np.repeat(b.band, b.sizes), "hash": np.repeat(b.hash, b.sizes), "doc": b.members})
@@ -211,11 +214,15 @@ def partition_buckets(df: pd.DataFrame, min_size: int) -> pd.DataFrame:
 
 def texts_frame(data: BlockData, rows: np.ndarray) -> pd.DataFrame:
     """Normalized texts of some rows of a block."""
+    import pandas as pd  # the Dask executor's frames: a one-process run does not import pandas
+
     return pd.DataFrame({"row": rows, "text": pd.arrays.ArrowExtensionArray(
         data.norm.take(pa.array(rows - data.block.row0)).cast(pa.large_string()))})
 
 
 def signature_frame(bands: BlockBands, rows: np.ndarray) -> pd.DataFrame:
+    import pandas as pd  # the Dask executor's frames: a one-process run does not import pandas
+
     sig = bands.values[np.searchsorted(bands.rows, rows)]
     frame = pd.DataFrame(sig, columns=[f"s{j}" for j in range(sig.shape[1])])
     frame.insert(0, "row", rows)
@@ -224,6 +231,8 @@ def signature_frame(bands: BlockBands, rows: np.ndarray) -> pd.DataFrame:
 
 def partition_similarity(df: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Scores of the merged pairs of one partition (both ends' texts or signatures side by side)."""
+    import pandas as pd  # the Dask executor's frames: a one-process run does not import pandas
+
     m = len(df)
     left, right = np.arange(m), np.arange(m) + m
     if cfg.verify.method == "exact":
@@ -446,6 +455,7 @@ class DaskExecutor:
     def buckets(self, bands, min_size: int):
         import dask
         import dask.dataframe as dd
+        import pandas as pd
 
         meta = pd.DataFrame({"band": np.zeros(0, np.int32), "hash": np.zeros(0, np.uint64), "doc": np.zeros(0, np.int64)})
         parts = [dask.delayed(long_frame)(f) for f in self.bands_]
@@ -462,6 +472,7 @@ class DaskExecutor:
         """Similarity of row pairs: a frame of the rows' texts (or signatures) merged onto both ends."""
         import dask
         import dask.dataframe as dd
+        import pandas as pd
 
         if prior_nodes:
             raise ConfigError("runs against an index run in one process for now; drop --workers / --scheduler")
