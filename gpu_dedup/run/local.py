@@ -226,12 +226,19 @@ class LocalExecutor:
 
     def bands(self, lsh_rows) -> BandData:
         rows, values, _ = self._sig
-        values = values[self.xp.searchsorted(rows, lsh_rows)]
-        b, r = self.cfg.layout
-        bh = band_hashes(values, b, r, _params(self.cfg), self.backend)
-        keep_sig = self.cfg.verify.method != "exact"  # signature estimates need the values later
-        self._bands = BandData(lsh_rows, self.xp.asarray(bh), values if keep_sig else None)
         self._sig = None
+        b, r = self.cfg.layout
+        # band hashes of every signed row, then the rows with shingles picked: a pick of the (n, bands) hashes,
+        # not a copy of the (n, permutations) signatures at the run's memory peak (no pick when all have shingles)
+        bh = self.xp.asarray(band_hashes(values, b, r, _params(self.cfg), self.backend))
+        whole = lsh_rows.shape[0] == rows.shape[0]
+        pick = None if whole else self.xp.searchsorted(rows, lsh_rows)
+        if pick is not None:
+            bh = bh[pick]
+        keep_sig = self.cfg.verify.method != "exact"  # signature estimates need the values later
+        sig = (values if pick is None else values[pick]) if keep_sig else None
+        del values
+        self._bands = BandData(lsh_rows, bh, sig)
         return self._bands
 
     def band_data(self, arrays: dict) -> BandData:
