@@ -130,13 +130,13 @@ def test_cli_report_redraws_the_page(demo_run, tmp_path, capsys):
     assert (tmp_path / "again.html").read_bytes() == original  # the page is a function of report.json
     (tmp_path / "r.json").write_bytes((out / "report.json").read_bytes())
     assert main(["report", str(tmp_path / "r.json")]) == 0 and (tmp_path / "r.html").read_bytes() == original
-    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert main(["report", str(tmp_path / "missing")]) == 3
     assert "cannot read" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("{not json")
-    assert main(["report", str(tmp_path / "bad.json")]) == 2
+    assert main(["report", str(tmp_path / "bad.json")]) == 3
     assert "is not valid JSON" in capsys.readouterr().err
     (tmp_path / "other.json").write_text('{"a": 1}')
-    assert main(["report", str(tmp_path / "other.json")]) == 2
+    assert main(["report", str(tmp_path / "other.json")]) == 3
     assert "not a gpu_dedup report.json" in capsys.readouterr().err
 
 

@@ -20,9 +20,9 @@ def _accounted(result, n):
     assert c["kept"] + c["removed"] == c["documents_read"] == n
 
 
-def test_missing_text_column_exits_2_naming_columns(tmp_path, capsys):
+def test_missing_text_column_exits_3_naming_columns(tmp_path, capsys):
     pq.write_table(pa.table({"id": [1], "body": ["x"]}), tmp_path / "a.parquet")
-    assert main(["run", str(tmp_path / "a.parquet"), "-o", str(tmp_path / "o")]) == 2
+    assert main(["run", str(tmp_path / "a.parquet"), "-o", str(tmp_path / "o")]) == 3
     err = capsys.readouterr().err
     assert "text column 'text' is not in shard" in err and "'id', 'body'" in err and "--text-column" in err
 
