@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from gpu_dedup.errors import (
     EXIT_INTERRUPTED,
     ConfigError,
     GpuDedupError,
+    InputError,
     ResourceError,
 )
 
@@ -585,8 +588,6 @@ def _fail(message: str, code: int) -> int:
 
 def _os_error(exc: OSError) -> GpuDedupError | None:
     """An OS error a user can act on (disk full, read-only, missing file) as one clear error; else None."""
-    import errno
-
     from gpu_dedup.stages.write_shards import write_error
 
     where = exc.filename if exc.filename is not None else "a file"
@@ -594,8 +595,6 @@ def _os_error(exc: OSError) -> GpuDedupError | None:
     if mapped is not exc:
         return mapped
     if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG):
-        from gpu_dedup.errors import InputError
-
         return InputError(f"cannot use {str(where)!r} ({exc.strerror}); check the path")
     if exc.errno == errno.ENOMEM:
         return ResourceError(f"out of memory ({exc.strerror}); free memory or split the input")
@@ -607,8 +606,6 @@ def _signal_to_interrupt(signum, frame):  # SIGTERM ends a run as Ctrl-C does: c
 
 
 def main(argv=None) -> int:
-    import signal
-
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.verbose, args.quiet)

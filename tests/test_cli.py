@@ -332,13 +332,15 @@ def test_workers_without_dask_installed_is_one_message(tmp_path, capsys, monkeyp
     assert not (tmp_path / "out" / "_SUCCESS").exists()
 
 
-def test_ctrl_c_is_one_line_exit_130_and_the_rerun_resumes(tmp_path):
+@pytest.mark.parametrize("how", ["interrupt", "terminate"])
+def test_ctrl_c_is_one_line_exit_130_and_the_rerun_resumes(tmp_path, how):
+    """Ctrl-C (SIGINT) and SIGTERM: one line, exit 130, checkpoints consistent (the rerun resumes)."""
     import os
 
     _small_corpus(tmp_path / "in")
     cmd = [sys.executable, "-m", "gpu_dedup", "run", str(tmp_path / "in"), "-o", str(tmp_path / "out"),
            "--backend", "cpu", "--id-column", "id", "-q"]
-    env = {**os.environ, "GPU_DEDUP_FAULT": "verify:interrupt"}
+    env = {**os.environ, "GPU_DEDUP_FAULT": f"verify:{how}"}
     stopped = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert stopped.returncode == 130, stopped.stderr
     assert stopped.stderr.strip().splitlines() == [stopped.stderr.strip()] and "interrupted" in stopped.stderr

@@ -17,7 +17,7 @@ commits.
 ``GPU_DEDUP_FAULT=<point>`` makes the process SIGKILL itself at that point
 (stage names, ``write:first-shard``, ``save:<unit>``, ``report:before-success``,
 ``commit:planned``, ``commit:renamed``, ``commit:before-success``; ``<point>:interrupt``
-sends SIGINT instead): the crash tests use it to kill runs inside every stage.
+and ``<point>:terminate`` send SIGINT / SIGTERM instead): the crash tests use it to kill runs inside every stage.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ def maybe_crash(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif fault == f"{point}:interrupt":
         os.kill(os.getpid(), signal.SIGINT)
+    elif fault == f"{point}:terminate":
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def run_fingerprint(cfg, shards) -> str:
@@ -126,6 +128,7 @@ class Checkpoints:
             log.warning("checkpoint %s is unreadable (%s); discarding it and computing its stages again",
                         self._path(unit), exc)
             self._path(unit).unlink(missing_ok=True)
+            self.resumed = [u for u in self.resumed if u != unit]
             raise CheckpointUnreadable(unit) from None
         return arrays, meta
 

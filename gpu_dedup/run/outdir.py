@@ -85,9 +85,9 @@ class OutputDir:
     def __init__(self, out, shards, inputs=(), *, duplicates: bool = True, shards_written: bool = True):
         self.out = Path(out)
         self.shards = list(shards)
-        self.inputs = [] if inputs is None or isinstance(inputs, list) and inputs and not \
-            isinstance(inputs[0], (str, os.PathLike)) else ([inputs] if isinstance(inputs, (str, os.PathLike))
-                                                          else list(inputs))
+        if isinstance(inputs, (str, os.PathLike)):
+            inputs = [inputs]
+        self.inputs = [i for i in (inputs or ()) if isinstance(i, (str, os.PathLike))]  # paths, dirs, globs
         self.names = [s.name for s in self.shards if s.format != "memory"] if shards_written else []
         self.published = [n for n in PUBLISHED if duplicates or n != DUPLICATES_NAME]
         self._fd = None
@@ -182,8 +182,6 @@ class OutputDir:
             if _inside(path, real / CHECKPOINT_DIR):
                 raise OutputError(f"input shard {s.path!r} lies in gpu_dedup's work directory of {str(out)!r}; "
                                   "give the input shards themselves")
-        if self.names and set(self.names) & set(self.published):  # pragma: no cover - refused above
-            raise OutputError("input shards are named like gpu_dedup's outputs")
 
     def _owned(self, manifest: dict) -> dict:
         files = dict(manifest.get("previous", {}))

@@ -99,3 +99,20 @@ def test_a_single_50_mb_document(tmp_path):
     assert result.kept.tolist() == [True, True, True]
     assert result.report["stages"]["signatures"]["shingles"] > 6_000_000
     _accounted(result, 3)
+
+
+def test_ill_formed_utf8_inside_a_cluster_is_shown_with_replacement_characters(tmp_path):
+    """The report's cluster examples decode ill-formed UTF-8 for display (U+FFFD); the outputs keep the bytes."""
+    doc = b"bad \xff\xfe bytes in a document that has several more words"
+    data = doc * 3 + b"another plain document with other words entirely"
+    offsets = np.array([0, len(doc), 2 * len(doc), 3 * len(doc), len(data)], np.int32)
+    texts = pa.StringArray.from_buffers(4, pa.py_buffer(offsets), pa.py_buffer(data))
+    ids = pa.StringArray.from_buffers(4, pa.py_buffer(np.array([0, 2, 4, 6, 8], np.int32)),
+                                      pa.py_buffer(b"a\xffb\xffc\xffd\xff"))
+    pq.write_table(pa.table({"id": ids, "text": texts}), tmp_path / "u.parquet")
+    result = run(tmp_path / "u.parquet", tmp_path / "out", CFG)
+    assert result.kept.tolist() == [True, False, False, True]
+    cluster = result.report["largest_clusters"][0]
+    assert cluster["survivor"]["text"].startswith("bad \ufffd\ufffd bytes") and cluster["survivor"]["id"] == "a\ufffd"
+    assert (tmp_path / "out" / "_SUCCESS").exists()
+    assert pq.read_table(tmp_path / "out" / "u.parquet").column("text").cast(pa.binary()).to_pylist()[0] == doc
