@@ -207,6 +207,14 @@ class OutputDir:
         """Refuse a run that would overwrite a file gpu_dedup did not write (or that changed since)."""
         manifest = self._manifest()
         owned = self._owned(manifest)
+        real = self.out.resolve()
+        for s in self.shards:  # an earlier run's output read back as an input (e.g. a recursive glob)
+            path = Path(s.path).resolve()
+            if s.format != "memory" and _inside(path, real) and str(path.relative_to(real)) in owned:
+                raise OutputError(
+                    f"input shard {s.path!r} is an output of an earlier gpu_dedup run in {str(self.out)!r}; "
+                    "the inputs must not include the output directory: narrow the input pattern or choose "
+                    "another -o")
         for name in self.names + self.published:
             path = self.out / name
             if not os.path.lexists(path):

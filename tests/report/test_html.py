@@ -5,6 +5,7 @@ import json
 import re
 import struct
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -99,16 +100,18 @@ def test_report_html_written_after_report_json_and_before_success(demo_run, tmp_
     written = []
     real = write_shards.atomic_write_bytes
 
-    def record(path, payload):
-        written.append(path.name)
-        return real(path, payload)
+    def record(path, payload, **kw):
+        written.append(Path(path).name)
+        return real(path, payload, **kw)
 
     from gpu_dedup.report import build, page
+    from gpu_dedup.run import outdir
 
-    for module in (write_shards, build, page):  # every writer of the three files
+    for module in (write_shards, build, page, outdir):  # every writer of the three files
         monkeypatch.setattr(module, "atomic_write_bytes", record)
     run(demo_run[0].output_dir.parent / "input", tmp_path / "out", CFG)
-    assert written[-3:] == ["report.json", "report.html", "_SUCCESS"]
+    assert [w for w in written if w in ("report.json", "report.html", "_SUCCESS")] == \
+        ["report.json", "report.html", "_SUCCESS"] and written[-1] == "_SUCCESS"
 
 
 def test_without_matplotlib_the_page_keeps_its_tables(demo_run, monkeypatch, caplog):

@@ -24,7 +24,7 @@ OUTPUTS = ["duplicates.parquet", "part-00000.parquet", "part-00001.parquet", "pa
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     d = tmp_path_factory.mktemp("kill")
-    sample = planted_corpus(n_docs=1500, n_clusters=80, words=(30, 120), edit_rate=(0, 0.04), seed=21)
+    sample = planted_corpus(n_docs=1000, n_clusters=60, words=(30, 120), edit_rate=(0, 0.04), seed=21)
     write_shards(sample.table.select(["id", "text"]), d / "in", shards=3)
     return d
 
@@ -97,7 +97,7 @@ def _kill_randomly(corpus: Path, tmp: Path, kills: int, extra=(), length=None):
 
 
 def test_random_kills_one_process_short(corpus, tmp_path):
-    _kill_randomly(corpus, tmp_path, kills=3)
+    _kill_randomly(corpus, tmp_path, kills=2)
 
 
 def test_random_kills_dask_workers_short(corpus, tmp_path):

@@ -161,6 +161,19 @@ def test_output_directory_inside_the_input_directory_is_refused(corpus, tmp_path
     assert sorted(p.name for p in inp.iterdir()) == ["a.parquet"]
 
 
+def test_an_earlier_runs_outputs_picked_up_by_a_glob_are_refused(corpus, tmp_path, capsys):
+    data = tmp_path / "data"
+    (data / "in").mkdir(parents=True)
+    for p in (corpus / "in").iterdir():
+        (data / "in" / p.name).write_bytes(p.read_bytes())
+    pattern = str(data / "**" / "*.parquet")
+    assert main(["run", pattern, "-o", str(data / "out"), "--backend", "cpu", "-q"]) == 0
+    before = _visible(data / "out")
+    assert main(["run", pattern, "-o", str(data / "out"), "--backend", "cpu", "-q"]) == 4
+    assert "is an output of an earlier gpu_dedup run" in capsys.readouterr().err
+    assert _visible(data / "out") == before
+
+
 def test_inputs_named_like_outputs_are_refused(tmp_path, capsys):
     inp = tmp_path / "in"
     inp.mkdir()
