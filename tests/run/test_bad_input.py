@@ -28,10 +28,11 @@ def test_missing_text_column_exits_3_naming_columns(tmp_path, capsys):
 
 
 def test_text_column_missing_in_one_shard_names_that_shard(tmp_path):
-    pq.write_table(pa.table({"id": [1], "text": ["x"]}), tmp_path / "a.parquet")
-    pq.write_table(pa.table({"id": [2], "content": ["y"]}), tmp_path / "b.parquet")
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"id": [1], "text": ["x"]}), tmp_path / "in" / "a.parquet")
+    pq.write_table(pa.table({"id": [2], "content": ["y"]}), tmp_path / "in" / "b.parquet")
     with pytest.raises(InputError, match=r"b\.parquet.*its columns are: 'id', 'content'"):
-        run(tmp_path, tmp_path / "out", CFG)
+        run(tmp_path / "in", tmp_path / "out", CFG)
 
 
 def test_invalid_utf8_is_hashed_as_replacement_and_written_verbatim(tmp_path):
@@ -70,9 +71,10 @@ def test_duplicate_ids_are_counted_and_every_row_processed(tmp_path, caplog):
 def test_shards_with_different_extra_columns_keep_their_own_schema(tmp_path):
     a = pa.table({"id": [1, 2], "text": ["alpha beta gamma delta epsilon", "zeta eta"], "url": ["u1", "u2"]})
     b = pa.table({"id": [3], "lang": ["en"], "text": ["alpha beta gamma delta epsilon"]})
-    pq.write_table(a, tmp_path / "a.parquet")
-    pq.write_table(b, tmp_path / "b.parquet")
-    result = run(tmp_path, tmp_path / "out", CFG)
+    (tmp_path / "in").mkdir()
+    pq.write_table(a, tmp_path / "in" / "a.parquet")
+    pq.write_table(b, tmp_path / "in" / "b.parquet")
+    result = run(tmp_path / "in", tmp_path / "out", CFG)
     assert pq.read_schema(tmp_path / "out" / "a.parquet").equals(a.schema)
     assert pq.read_schema(tmp_path / "out" / "b.parquet").equals(b.schema)
     assert pq.read_table(tmp_path / "out" / "b.parquet").num_rows == 0  # exact copy of a row in a.parquet
@@ -80,9 +82,10 @@ def test_shards_with_different_extra_columns_keep_their_own_schema(tmp_path):
 
 
 def test_empty_jsonl_shard_and_all_null_texts(tmp_path):
-    (tmp_path / "empty.jsonl").write_text("\n\n")
-    (tmp_path / "nulls.jsonl").write_text('{"id": 1, "text": null}\n{"id": 2, "text": null}\n')
-    result = run(tmp_path, tmp_path / "out", CFG)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "empty.jsonl").write_text("\n\n")
+    (tmp_path / "in" / "nulls.jsonl").write_text('{"id": 1, "text": null}\n{"id": 2, "text": null}\n')
+    result = run(tmp_path / "in", tmp_path / "out", CFG)
     assert result.report["counts"]["null_text"] == 2 and result.kept.tolist() == [True, True]
     assert (tmp_path / "out" / "empty.jsonl").read_text() == ""
     assert_accounted(result, [pa.table({"id": [1, 2]})])
