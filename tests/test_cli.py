@@ -94,7 +94,7 @@ def test_evaluate_missing_label_column_is_a_user_error(tmp_path, capsys):
     inp = _planted_dir(tmp_path, 200)
     rc = main(["evaluate", str(inp), "-o", str(tmp_path / "ev"), "--backend", "cpu", "--label-column", "nope"])
     err = capsys.readouterr().err
-    assert rc == 2 and "'nope' is not in shard" in err and "'cluster'" in err
+    assert rc == 3 and "'nope' is not in shard" in err and "'cluster'" in err
 
 
 STAGES = ("read", "normalize", "exact", "signatures", "bands", "buckets", "verify", "components", "select", "write")
