@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 
 import yaml
 
 from gpu_dedup.config import Config, preset_names
-from gpu_dedup.errors import GpuDedupError
+from gpu_dedup.errors import (
+    EXIT_CODES,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    ConfigError,
+    GpuDedupError,
+    InputError,
+    ResourceError,
+)
 
 log = logging.getLogger("gpu_dedup")
 
@@ -62,9 +72,14 @@ def _config_from_args(args) -> Config:
             overrides[key] = value
     for item in args.set:
         if "=" not in item:
-            raise GpuDedupError(f"--set {item!r} must look like KEY=VALUE, e.g. --set lsh.threshold=0.7")
+            raise ConfigError(f"--set {item!r} must look like KEY=VALUE, e.g. --set lsh.threshold=0.7")
         key, value = item.split("=", 1)
-        overrides[key.strip()] = yaml.safe_load(value)
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = str(exc).splitlines()[0]
+            raise ConfigError(f"--set {item!r}: the value {value!r} is not valid YAML ({problem}); quote strings "
+                              "that hold YAML punctuation, e.g. --set 'input.text_column=\"a: b\"'") from None
     return cfg.with_overrides(overrides) if overrides else cfg
 
 
@@ -417,8 +432,13 @@ class _Parser(argparse.ArgumentParser):
             self._mixing = False
 
 
+EXIT_STATUS = "exit status:\n" + "\n".join(f"  {code:>3}  {text}" for code, text in EXIT_CODES.items()) + \
+    "\nevery error a user can cause ends in one line on stderr naming the problem and the fix (-v adds detail)."
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpu-dedup", description="Near-duplicate removal with MinHash + LSH.")
+    parser = argparse.ArgumentParser(prog="gpu-dedup", description="Near-duplicate removal with MinHash + LSH.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_STATUS)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__import__('gpu_dedup').__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -576,6 +596,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fail(message: str, code: int) -> int:
+    print(f"gpu-dedup: error: {message}", file=sys.stderr)
+    return code
+
+
+def _os_error(exc: OSError) -> GpuDedupError | None:
+    """An OS error a user can act on (disk full, read-only, missing file) as one clear error; else None."""
+    from gpu_dedup.stages.write_shards import write_error
+
+    where = exc.filename if exc.filename is not None else "a file"
+    mapped = write_error(where, exc)
+    if mapped is not exc:
+        return mapped
+    if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG):
+        return InputError(f"cannot use {str(where)!r} ({exc.strerror}); check the path")
+    if exc.errno == errno.ENOMEM:
+        return ResourceError(f"out of memory ({exc.strerror}); free memory or split the input")
+    return None
+
+
+def _signal_to_interrupt(signum, frame):  # SIGTERM ends a run as Ctrl-C does: checkpoints stay consistent
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
@@ -584,11 +628,28 @@ def main(argv=None) -> int:
     if rest:
         args.bench_args = rest
     _setup_logging(args.verbose, args.quiet)
+    if argv is None:  # the gpu-dedup process itself (not a caller's main([...])): SIGTERM as Ctrl-C
+        signal.signal(signal.SIGTERM, _signal_to_interrupt)
     try:
         return args.func(args)
     except GpuDedupError as exc:
-        print(f"gpu-dedup: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        return _fail("interrupted; completed stages are checkpointed and the previous complete output (if any) is "
+                     "untouched: rerun the same command to resume", EXIT_INTERRUPTED)
+    except MemoryError as exc:
+        return _fail(f"out of memory ({exc or 'allocation failed'}); free memory, split the input into smaller "
+                     "shards or use --workers with a lower cluster.block_rows", ResourceError.exit_code)
+    except OSError as exc:
+        mapped = _os_error(exc)
+        if mapped is None:
+            raise
+        if args.verbose:
+            log.debug("details", exc_info=True)
+        return _fail(str(mapped), mapped.exit_code)
+    except Exception:
+        log.critical("internal error (a bug in gpu_dedup; please report it with this traceback):", exc_info=True)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -27,6 +28,10 @@ SIMILARITIES = ("jaccard", "cosine")
 TEXT_WEIGHTINGS = ("tf", "tfidf")
 BAD_VECTOR_POLICIES = ("error", "keep")
 COSINE_MAX_BITS = 4096
+# bounds checked before anything is allocated (the layout search alone is O(num_perm log num_perm) x 2001 floats)
+MAX_NUM_PERM = 1024
+MAX_NGRAM = 1024
+MAX_STAR_ROUNDS = 64
 COSINE_MAX_ROWS = 64  # a band is at most one 64-bit word: its hash is then exact (injective)
 
 
@@ -71,10 +76,10 @@ class MinHashConfig:
     seed: int = 42
 
     def __post_init__(self):
-        if self.num_perm < 1:
-            raise ConfigError(f"minhash.num_perm = {self.num_perm} must be >= 1 (typical: 64..512)")
-        if self.ngram < 1:
-            raise ConfigError(f"minhash.ngram = {self.ngram} must be >= 1 (typical: word 5, char 5..24)")
+        if not 1 <= self.num_perm <= MAX_NUM_PERM:
+            raise ConfigError(f"minhash.num_perm = {self.num_perm} must be in [1, {MAX_NUM_PERM}] (typical: 64..512)")
+        if not 1 <= self.ngram <= MAX_NGRAM:
+            raise ConfigError(f"minhash.ngram = {self.ngram} must be in [1, {MAX_NGRAM}] (typical: word 5, char 5..24)")
         _choice("minhash", "shingle", self.shingle, SHINGLE_KINDS)
         if not 0 <= self.seed < 2**64:
             raise ConfigError(f"minhash.seed = {self.seed} must be in [0, 2**64)")
@@ -115,12 +120,14 @@ class LSHConfig:
     def __post_init__(self):
         if not 0.0 < self.threshold <= 1.0:
             raise ConfigError(f"lsh.threshold = {self.threshold} must be in (0, 1]; e.g. 0.8")
-        if self.star_rounds < 1:
-            raise ConfigError(f"lsh.star_rounds = {self.star_rounds} must be >= 1 (1: plain star edges)")
+        if not 1 <= self.star_rounds <= MAX_STAR_ROUNDS:
+            raise ConfigError(f"lsh.star_rounds = {self.star_rounds} must be in [1, {MAX_STAR_ROUNDS}] "
+                              "(1: plain star edges; typical 3)")
         for name in ("bands", "rows"):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(f"lsh.{name} = {value} must be >= 1")
+            if value is not None and not 1 <= value <= MAX_NUM_PERM:
+                raise ConfigError(f"lsh.{name} = {value} must be in [1, {MAX_NUM_PERM}] (and bands * rows <= "
+                                  "minhash.num_perm)")
         if self.fp_weight < 0 or self.fn_weight < 0 or self.fp_weight + self.fn_weight <= 0:
             raise ConfigError(
                 f"lsh.fp_weight = {self.fp_weight}, lsh.fn_weight = {self.fn_weight}: "
@@ -387,7 +394,13 @@ class Config:
                     f"({', '.join(preset_names())})"
                 )
         try:
-            data = yaml.safe_load(p.read_text())
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: "
+                              f"{exc.object[exc.start:exc.start + 1]!r}); save it as UTF-8") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {str(p)!r} ({exc.strerror}); give a readable YAML file") \
+                from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
         if data is not None and not isinstance(data, dict):
@@ -428,6 +441,9 @@ def _sections() -> list[str]:
     return [f.name for f in dataclasses.fields(Config) if f.default_factory is not dataclasses.MISSING]
 
 
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
 def _check_type(where: str, value, hint):
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
@@ -444,6 +460,8 @@ def _check_type(where: str, value, hint):
     elif hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+            return float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
     elif hint is str:
         if isinstance(value, str):
             return value

@@ -20,10 +20,10 @@ def test_run_with_overrides(tmp_path, capsys):
     assert report["config"]["minhash"]["ngram"] == 3 and report["config"]["select"]["keep"] == "lowest_id"
 
 
-def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
+def test_user_errors_exit_with_their_code_and_one_line(tmp_path, capsys):
     rc = main(["run", str(tmp_path / "missing"), "-o", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert rc == 2 and "does not exist" in err and "Traceback" not in err
+    assert rc == 3 and "does not exist" in err and "Traceback" not in err
     rc = main(["config", "--set", "lsh.treshold=0.5"])
     assert rc == 2 and "valid keys: threshold" in capsys.readouterr().err
     rc = main(["config", "--set", "noequals"])
@@ -94,7 +94,7 @@ def test_evaluate_missing_label_column_is_a_user_error(tmp_path, capsys):
     inp = _planted_dir(tmp_path, 200)
     rc = main(["evaluate", str(inp), "-o", str(tmp_path / "ev"), "--backend", "cpu", "--label-column", "nope"])
     err = capsys.readouterr().err
-    assert rc == 2 and "'nope' is not in shard" in err and "'cluster'" in err
+    assert rc == 3 and "'nope' is not in shard" in err and "'cluster'" in err
 
 
 STAGES = ("read", "normalize", "exact", "signatures", "bands", "buckets", "verify", "components", "select", "write")
@@ -264,3 +264,101 @@ def test_run_summary_says_how_many_removed_documents_are_below_the_threshold(tmp
         if split == "false":
             assert f"{below:,} of {report['chaining']['near_duplicates_removed']:,} removed" in out
             assert "select.split_chains: true keeps them" in out
+
+
+# ---------------------------------------------------------------------- exit codes and one-line errors
+
+
+def _small_corpus(d):
+    from gpu_dedup.evaluation.sample import planted_corpus, write_shards
+
+    sample = planted_corpus(n_docs=300, n_clusters=20, words=(30, 80), edit_rate=(0, 0.04), seed=5)
+    write_shards(sample.table.select(["id", "text"]), d, shards=2)
+    return d
+
+
+def test_help_epilog_documents_the_exit_codes(capsys):
+    from gpu_dedup.errors import EXIT_CODES
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "exit status:" in out
+    for code, text in EXIT_CODES.items():
+        assert f"{code:>3}  {text[:30]}" in out
+
+
+def test_malformed_set_yaml_is_a_config_error(capsys):
+    assert main(["config", "--set", "input.text_column=[unclosed"]) == 2
+    err = capsys.readouterr().err
+    assert "is not valid YAML" in err and "--set" in err and "Traceback" not in err
+
+
+def test_a_yaml_file_that_is_not_utf8_is_a_config_error(tmp_path, capsys):
+    (tmp_path / "c.yaml").write_bytes(b"input:\n  text_column: caf\xe9\n")
+    assert main(["config", "-c", str(tmp_path / "c.yaml")]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err
+
+
+def test_exponent_floats_in_yaml_are_floats(tmp_path, capsys):
+    (tmp_path / "c.yaml").write_text("lsh:\n  threshold: 1e-1\nverify:\n  threshold: 5E-1\n")
+    assert main(["config", "-c", str(tmp_path / "c.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "threshold: 0.1" in out and "threshold: 0.5" in out
+    assert main(["config", "--set", "lsh.threshold=1e-3"]) == 0
+    assert "threshold: 0.001" in capsys.readouterr().out
+    assert main(["config", "--set", "lsh.threshold=abc"]) == 2
+
+
+def test_parameters_are_bounded_before_any_allocation(capsys):
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert main(["config", "--num-perm", "100000"]) == 2
+    err = capsys.readouterr().err
+    assert "minhash.num_perm = 100000 must be in [1, 1024]" in err
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: nothing large allocated
+    assert main(["config", "--set", "lsh.star_rounds=1000000"]) == 2
+    assert main(["config", "--set", "minhash.ngram=100000000"]) == 2
+
+
+def test_workers_without_dask_installed_is_one_message(tmp_path, capsys, monkeypatch):
+    _small_corpus(tmp_path / "in")
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    monkeypatch.setitem(sys.modules, "dask", None)
+    rc = main(["run", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--workers", "2", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "need Dask" in err and "pip install" in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+@pytest.mark.parametrize("how", ["interrupt", "terminate"])
+def test_ctrl_c_is_one_line_exit_130_and_the_rerun_resumes(tmp_path, how):
+    """Ctrl-C (SIGINT) and SIGTERM: one line, exit 130, checkpoints consistent (the rerun resumes)."""
+    import os
+
+    _small_corpus(tmp_path / "in")
+    cmd = [sys.executable, "-m", "gpu_dedup", "run", str(tmp_path / "in"), "-o", str(tmp_path / "out"),
+           "--backend", "cpu", "--id-column", "id", "-q"]
+    env = {**os.environ, "GPU_DEDUP_FAULT": f"verify:{how}"}
+    stopped = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert stopped.returncode == 130, stopped.stderr
+    assert stopped.stderr.strip().splitlines() == [stopped.stderr.strip()] and "interrupted" in stopped.stderr
+    env.pop("GPU_DEDUP_FAULT")
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["resumed_from_checkpoint"] == ["bands", "buckets", "exact"]
+
+
+def test_an_internal_error_exits_1(tmp_path, caplog, monkeypatch):
+    from gpu_dedup.run import sequence
+
+    _small_corpus(tmp_path / "in")
+
+    def bug(self):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(sequence._Sequence, "components", bug)
+    assert main(["run", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q"]) == 1
+    assert "internal error" in caplog.text and "ZeroDivisionError: a bug" in caplog.text

@@ -37,16 +37,19 @@ def test_wrong_types_and_values_are_named():
         LSHConfig(threshold=1.5)
     with pytest.raises(ConfigError, match="lsh.threshold = 0.0"):
         LSHConfig(threshold=0.0)
-    with pytest.raises(ConfigError, match="minhash.ngram = 0 must be >= 1"):
+    with pytest.raises(ConfigError, match=r"minhash.ngram = 0 must be in \[1, 1024\]"):
         MinHashConfig(ngram=0)
+    with pytest.raises(ConfigError, match=r"minhash.num_perm = 100000 must be in \[1, 1024\]"):
+        MinHashConfig(num_perm=100000)
     with pytest.raises(ConfigError, match="choose one of word, char"):
         MinHashConfig(shingle="token")
     with pytest.raises(ConfigError, match="exceeds minhash.num_perm = 64"):
         Config.from_dict({"minhash": {"num_perm": 64}, "lsh": {"bands": 10, "rows": 8}})
     with pytest.raises(ConfigError, match="num_perm = 128 is not a multiple of lsh.rows = 10, so lsh.bands cannot be derived; use num_perm = 130"):
         Config.from_dict({"lsh": {"rows": 10}})
-    with pytest.raises(ConfigError, match="lsh.bands = 0 must be >= 1"):
+    with pytest.raises(ConfigError, match=r"lsh.bands = 0 must be in \[1, 1024\]"):
         LSHConfig(bands=0)
+    assert Config.from_dict({"lsh": {"threshold": "1e-1"}}).lsh.threshold == 0.1  # YAML 1.1 reads 1e-1 as a string
     with pytest.raises(ConfigError, match="needs select.score_column"):
         Config.from_dict({"select": {"keep": "score"}})
 

@@ -250,7 +250,7 @@ def _documents(rows, survivor, kept, rep, similarity, text, ids, shard, shard_ro
     """Display data of a few dozen documents, by row."""
     take = pa.array(rows, pa.int64())
     texts = _display_texts(text.take(take), chars)
-    id_values = [_json_safe(v) for v in ids.take(take).to_pylist()] if ids is not None else None
+    id_values = [_json_safe(v) for v in _pylist(ids.take(take))] if ids is not None else None
     names = np.array(shard_names or [""], dtype=object)
     doc = {}
     for j, row in enumerate(rows.tolist()):  # a few dozen documents at most
@@ -263,10 +263,20 @@ def _documents(rows, survivor, kept, rep, similarity, text, ids, shard, shard_ro
     return doc
 
 
+def _pylist(values) -> list:
+    """Python values of an Arrow array; strings that hold ill-formed UTF-8 (Arrow does not validate what
+    it reads) are decoded with U+FFFD replacement characters for display instead of failing."""
+    t = values.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return [None if v is None else v.decode("utf-8", errors="replace")
+                for v in values.cast(pa.large_binary()).to_pylist()]
+    return values.to_pylist()
+
+
 def _display_texts(texts, chars: int) -> list[tuple]:
     """(text cut to ``chars`` characters or None, cut?, length in characters) of a few documents."""
     out = []
-    for v in texts.to_pylist():  # a few dozen documents at most
+    for v in _pylist(texts):  # a few dozen documents at most
         if isinstance(v, bytes):
             v = v.decode("utf-8", errors="replace")
         if v is None:

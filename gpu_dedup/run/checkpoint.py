@@ -3,15 +3,21 @@
 After each checkpointed stage its arrays go to ``<output>/.gpu_dedup_checkpoint/<unit>.npz``
 (written to a temporary name, then renamed: a half-written file is never
 read).  The directory holds a manifest with the run fingerprint: a hash of
-the configuration, the input files (path, size, modification time), the
-gpu_dedup version and the kernel sources.  A run whose fingerprint differs
+the configuration, the input files (path and identity: size, modification
+time and a digest of the Parquet footer or the first and last blocks, see
+:func:`gpu_dedup.stages.read_shards.shard_identity`), the gpu_dedup version
+and the kernel sources.  A run whose fingerprint differs
 (other inputs, other config, other code) never reuses a checkpoint: it
 deletes them and starts over.  ``restart=True`` (``--restart``) always does.
-The directory is removed when the run completes.
+A checkpoint that cannot be read (truncated, garbled) is discarded with a
+warning and its stages are computed again.  The directory also holds the
+staged outputs (see :mod:`gpu_dedup.run.outdir`); it is removed when the run
+commits.
 
 ``GPU_DEDUP_FAULT=<point>`` makes the process SIGKILL itself at that point
-(stage names, ``write:first-shard``, ``save:<unit>``, ``report:before-success``): the
-crash tests use it to kill runs inside every stage.
+(stage names, ``write:first-shard``, ``save:<unit>``, ``report:before-success``,
+``commit:planned``, ``commit:renamed``, ``commit:before-success``; ``<point>:interrupt``
+and ``<point>:terminate`` send SIGINT / SIGTERM instead): the crash tests use it to kill runs inside every stage.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import logging
 import os
 import shutil
 import signal
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +36,8 @@ import numpy as np
 from gpu_dedup import __version__
 from gpu_dedup.kernels.params import HASH_FAMILY_NAME
 from gpu_dedup.kernels.twin import kernel_digest
-from gpu_dedup.stages.write_shards import atomic_write_bytes
+from gpu_dedup.stages.read_shards import shard_identity
+from gpu_dedup.stages.write_shards import atomic_write_bytes, write_error
 
 log = logging.getLogger("gpu_dedup")
 
@@ -38,9 +46,15 @@ MANIFEST = "manifest.json"
 
 
 def maybe_crash(point: str) -> None:
-    """Fault injection for tests: SIGKILL this process if GPU_DEDUP_FAULT names ``point``."""
-    if os.environ.get("GPU_DEDUP_FAULT") == point:
+    """Fault injection for tests: SIGKILL this process if GPU_DEDUP_FAULT names ``point``
+    (``<point>:interrupt``: SIGINT, as Ctrl-C would)."""
+    fault = os.environ.get("GPU_DEDUP_FAULT")
+    if fault == point:
         os.kill(os.getpid(), signal.SIGKILL)
+    elif fault == f"{point}:interrupt":
+        os.kill(os.getpid(), signal.SIGINT)
+    elif fault == f"{point}:terminate":
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def run_fingerprint(cfg, shards) -> str:
@@ -49,9 +63,12 @@ def run_fingerprint(cfg, shards) -> str:
     h = hashlib.sha256()
     h.update(f"{cfg.fingerprint}\0{__version__}\0{HASH_FAMILY_NAME}\0{kernel_digest()}\0".encode())
     for s in shards:
-        st = os.stat(s.path)
-        h.update(f"{s.path}\0{s.name}\0{s.format}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        h.update(f"{s.path}\0{s.name}\0{s.format}\0{s.identity or shard_identity(s.path)}\0".encode())
     return h.hexdigest()[:32]
+
+
+class CheckpointUnreadable(Exception):
+    """A checkpoint file that cannot be read back (truncated or garbled): it is computed again."""
 
 
 class Checkpoints:
@@ -75,7 +92,6 @@ class Checkpoints:
                 shutil.rmtree(self.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         if not manifest.exists():
-
             atomic_write_bytes(manifest, json.dumps({"fingerprint": fingerprint}).encode())
         self.resumed = sorted(p.stem for p in self.dir.glob("*.npz"))
         if self.resumed:
@@ -89,24 +105,43 @@ class Checkpoints:
 
     def save(self, unit: str, arrays: dict, meta: dict) -> None:
         tmp = self.dir / f".{unit}.npz.tmp"
-        with open(tmp, "wb") as f:
-            np.savez(f, __meta__=np.array(json.dumps(meta)), **arrays)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, __meta__=np.array(json.dumps(meta)), **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise write_error(tmp, exc) from None
         maybe_crash(f"save:{unit}")
         os.replace(tmp, self._path(unit))
 
     def load(self, unit: str) -> tuple[dict, dict]:
-        with np.load(self._path(unit), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files if k != "__meta__"}
-            meta = json.loads(str(z["__meta__"]))
+        """The arrays and metadata of ``unit``; CheckpointUnreadable (after deleting it) when it is garbled."""
+        try:
+            with np.load(self._path(unit), allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files if k != "__meta__"}
+                meta = json.loads(str(z["__meta__"]))
+            if not isinstance(meta, dict) or "stages" not in meta or "counts" not in meta:
+                raise ValueError("metadata incomplete")
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+            log.warning("checkpoint %s is unreadable (%s); discarding it and computing its stages again",
+                        self._path(unit), exc)
+            self._path(unit).unlink(missing_ok=True)
+            self.resumed = [u for u in self.resumed if u != unit]
+            raise CheckpointUnreadable(unit) from None
         return arrays, meta
 
-    def mark(self, name: str) -> None:
-        (self.dir / f"{name}.done").touch()
+    def mark(self, name: str, record: dict | None = None) -> None:
+        atomic_write_bytes(self.dir / f"{name}.done", json.dumps(record or {}).encode(), tmp_dir=self.dir)
 
-    def marked(self, name: str) -> bool:
-        return (self.dir / f"{name}.done").exists()
+    def marked(self, name: str):
+        """The record saved with mark ``name`` ({} when it has none), or None when unmarked or unreadable."""
+        try:
+            data = json.loads((self.dir / f"{name}.done").read_text() or "{}")
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -125,11 +160,11 @@ class NoCheckpoints:
     def save(self, unit: str, arrays: dict, meta: dict) -> None:
         pass
 
-    def mark(self, name: str) -> None:
+    def mark(self, name: str, record: dict | None = None) -> None:
         pass
 
-    def marked(self, name: str) -> bool:
-        return False
+    def marked(self, name: str):
+        return None
 
     def remove(self) -> None:
         pass

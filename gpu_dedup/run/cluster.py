@@ -47,7 +47,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import BackendError, ConfigError, InputError, ResourceError
 from gpu_dedup.kernels.params import hash_params
 from gpu_dedup.run.checkpoint import NoCheckpoints
-from gpu_dedup.run.sequence import Job, RunResult, execute, prepare_output
+from gpu_dedup.run.sequence import Job, RunResult, execute, open_output
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
 from gpu_dedup.stages import read_shards, write_shards
 from gpu_dedup.stages.buckets import group_buckets
@@ -335,7 +335,9 @@ class _BlockColumn:
             order.append(sel)
         if not parts:
             return pa.array([], pa.large_string())
-        values = pa.concat_arrays([p.cast(pa.large_string()) for p in self.ex.client.gather(parts)])
+        got = self.ex.client.gather(parts)
+        binary = any(pa.types.is_binary(p.type) or pa.types.is_large_binary(p.type) for p in got)
+        values = pa.concat_arrays([p.cast(pa.large_binary() if binary else pa.large_string()) for p in got])
         inverse = np.empty(rows.shape[0], np.int64)
         inverse[np.concatenate(order)] = np.arange(rows.shape[0])
         return values.take(pa.array(inverse))
@@ -537,16 +539,21 @@ class DaskExecutor:
         raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")
 
 
-def run(shards, job: Job, restart: bool = False) -> RunResult:
-    """The sequence on a Dask cluster; the same RunResult as the single-process run."""
+def run(shards, job: Job, restart: bool = False, inputs=None) -> RunResult:
+    """The sequence on a Dask cluster; the same RunResult as the single-process run.
+
+    It keeps no checkpoints (blocks live on the workers): a killed run starts over, and
+    its output directory is locked, staged and published as a single-process run's."""
     cfg = job.cfg
     if job.prior is not None or job.sink is not None:
         raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")
     if cfg.backend == "auto":  # decided on the client without touching CUDA: GPU workers only when asked for
         cfg = replace(cfg, backend="cpu")
     job = replace(job, cfg=cfg)
+    od = None
     if job.out is not None:
-        prepare_output(job.out, shards)
+        od = open_output(job.out, shards, inputs, cfg, shards_written=job.write_shards, fresh=True)
+        job = replace(job, outdir=od)
     ex = DaskExecutor(shards, cfg)
     try:
         return execute(job, ex, NoCheckpoints(), StageLog())
@@ -564,3 +571,5 @@ def run(shards, job: Job, restart: bool = False) -> RunResult:
         ) from None
     finally:
         ex.close()
+        if od is not None:
+            od.close()

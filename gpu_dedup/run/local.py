@@ -11,9 +11,10 @@ hands :class:`LocalExecutor` to the one stage sequence
 Stages checkpoint their driver-side results into the output directory (see
 :mod:`gpu_dedup.run.checkpoint`); a killed run resumes where it stopped and
 recomputes what lives only in memory (the normalized texts) when a later
-stage needs it.  ``report.json``, ``report.html`` and then ``_SUCCESS`` are
-written last; all three are deleted when a run starts, so ``_SUCCESS`` marks
-a complete run.
+stage needs it.  The output directory is locked for the run and every output
+is staged, verified and then published (see :mod:`gpu_dedup.run.outdir`):
+``_SUCCESS`` marks a complete, verified run, and a failing run leaves the
+previous complete output as it was.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from gpu_dedup.run.checkpoint import (
     run_fingerprint,
 )
 from gpu_dedup.run.progress import chunks
-from gpu_dedup.run.sequence import Job, RunResult, execute, prepare_output
+from gpu_dedup.run.sequence import Job, RunResult, execute, open_output
 from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages import read_shards, write_shards
 from gpu_dedup.stages.buckets import buckets
@@ -78,14 +79,13 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, pr
     shards = read_shards.discover(inputs, cfg.input.format)
     job = Job(cfg, out, write_shards=write_shards, prior=prior, sink=sink)
     if cfg.cluster.enabled:
-        return cluster.run(shards, job, restart=restart)
-    if out is not None:
-        prepare_output(out, shards)
-    if out is not None and prior is None and sink is None:
-        ckpt = Checkpoints(out, run_fingerprint(cfg, shards), restart)
-    else:  # in memory, or against / into an index: nothing to resume
-        ckpt = NoCheckpoints()
-    return execute(job, LocalExecutor(shards, cfg), ckpt, StageLog())
+        return cluster.run(shards, job, restart=restart, inputs=inputs)
+    if out is None:
+        return execute(job, LocalExecutor(shards, cfg), NoCheckpoints(), StageLog())
+    resumable = prior is None and sink is None  # against / into an index: nothing to resume
+    with open_output(out, shards, inputs, cfg, shards_written=write_shards, fresh=not resumable) as od:
+        ckpt = Checkpoints(out, run_fingerprint(cfg, shards), restart) if resumable else NoCheckpoints()
+        return execute(replace(job, outdir=od), LocalExecutor(shards, cfg), ckpt, StageLog())
 
 
 # ---------------------------------------------------------------------- the executor
@@ -293,9 +293,9 @@ class LocalExecutor:
         written = 0
         for i, shard in enumerate(shards):  # one step per shard file
             keep = kept[starts[i] : starts[i + 1]]
-            if not ckpt.marked(f"shard-{i}"):
+            if not _staged(ckpt.marked(f"shard-{i}"), shard, out):
                 write_shards.write_shard(shard, keep, out, self.cfg.output.compression)
-                ckpt.mark(f"shard-{i}")
+                ckpt.mark(f"shard-{i}", {"name": shard.name, **write_shards.file_digest(out / shard.name)})
                 maybe_crash("write:first-shard")
             written += int(keep.sum())
             if progress is not None:
@@ -339,6 +339,19 @@ class _ShardTexts:
         inverse = np.empty(rows.shape[0], np.int64)
         inverse[np.concatenate(order)] = np.arange(rows.shape[0])
         return values.take(pa.array(inverse))
+
+
+def _staged(record, shard, out: Path) -> bool:
+    """Whether a resumed run's staged shard is still the file its mark recorded (else it is written again)."""
+    if not record or record.get("name") != shard.name:
+        return False
+    path = out / shard.name
+    try:
+        if path.stat().st_size != record.get("size"):
+            return False
+        return write_shards.file_digest(path)["sha256"] == record.get("sha256")
+    except OSError:
+        return False
 
 
 def _params(cfg: Config):

@@ -49,9 +49,9 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError
 from gpu_dedup.report.build import build_report, examples, write_report
 from gpu_dedup.report.page import write_html
-from gpu_dedup.run.checkpoint import maybe_crash
+from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
+from gpu_dedup.run.outdir import DUPLICATES_NAME, REPORT_HTML_NAME, REPORT_NAME, SUCCESS_NAME, OutputDir
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
-from gpu_dedup.stages import write_shards
 from gpu_dedup.stages.buckets import Buckets
 from gpu_dedup.stages.edges import Centres, Edges, star_rounds
 from gpu_dedup.stages.exact import exact_groups
@@ -60,10 +60,8 @@ from gpu_dedup.stages.write_shards import check_id_column, duplicates_table
 
 log = logging.getLogger("gpu_dedup")
 
-DUPLICATES_NAME = "duplicates.parquet"
-REPORT_NAME = "report.json"
-REPORT_HTML_NAME = "report.html"
-SUCCESS_NAME = "_SUCCESS"
+__all__ = ["Job", "RunResult", "execute", "open_output", "finish_output", "DUPLICATES_NAME", "REPORT_NAME",
+           "REPORT_HTML_NAME", "SUCCESS_NAME"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +74,12 @@ class Job:
     prior: object | None = None  # an opened index: its documents take part and always survive
     sink: object | None = None  # receives every document of this run (``append(**payload)``): an index
     examples: bool = True  # sample texts of the largest clusters in the report
+    outdir: OutputDir | None = None  # the locked output directory (see open_output); files go to its staging
+
+    @property
+    def target(self) -> Path | None:
+        """Where the outputs are written during the run: the staging directory, published at the end."""
+        return self.outdir.staging if self.outdir is not None else self.out
 
 
 @dataclass
@@ -117,8 +121,14 @@ class _Sequence:
     def _unit(self, unit: str, stages: tuple, compute):
         """Load checkpoint ``unit`` or run ``compute()`` (which times ``stages``) and save it."""
         xp = self.xp
+        loaded = None
         if self.ckpt.has(unit):
-            arrays, meta = self.ckpt.load(unit)
+            try:
+                loaded = self.ckpt.load(unit)
+            except CheckpointUnreadable:  # truncated or garbled: computed again (a warning says so)
+                loaded = None
+        if loaded is not None:
+            arrays, meta = loaded
             for name, entry in meta["stages"].items():
                 self.st.stages[name] = {**entry, "resumed": True}
             self.counts.update(meta["counts"])
@@ -396,12 +406,13 @@ class _Sequence:
                 similarity=to_host(self.similarity)[member], exact=rep == surv,
                 in_index=in_index if self.prior is not None else None)
             written = 0
-            if self.job.out is not None and self.job.write_shards:
-                written = self.ex.write(kept, self.job.out, self.ckpt, progress=info.progress.update)
+            target = self.job.target
+            if target is not None and self.job.write_shards:
+                written = self.ex.write(kept, target, self.ckpt, progress=info.progress.update)
             else:
                 written = int(kept.sum())
-            if cfg.output.duplicates_table and self.job.out is not None:
-                self.ex.write_table(self.job.out / DUPLICATES_NAME, duplicates)
+            if cfg.output.duplicates_table and target is not None:
+                self.ex.write_table(target / DUPLICATES_NAME, duplicates)
             info.update(rows_written=written, duplicates_rows=duplicates.num_rows)
         if written != self.counts["kept"]:  # pragma: no cover - guarded by tests
             raise RuntimeError(f"accounting error: {written} rows written but {self.counts['kept']} kept")
@@ -451,6 +462,15 @@ class _Sequence:
             report["index_out"] = str(self.job.sink.path)
         return report
 
+    def _expected_rows(self) -> dict:
+        """Rows each Parquet output must hold (verified before it is published)."""
+        kept = to_host(self.kept)
+        starts = np.cumsum([0] + [s.rows for s in self.corpus.shards])
+        rows = {DUPLICATES_NAME: self.duplicates.num_rows}
+        if self.job.write_shards:
+            rows.update({s.name: int(kept[starts[i]:starts[i + 1]].sum()) for i, s in enumerate(self.corpus.shards)})
+        return rows
+
     # ------------------------------------------------------------------ the sequence
     def run(self) -> RunResult:
         self.ex.prepare(self.st)
@@ -466,7 +486,7 @@ class _Sequence:
             self.index()
         report = self.report()
         if self.job.out is not None:
-            finish_output(self.job.out, report, self.ckpt)
+            finish_output(self.job, report, self.ckpt, self._expected_rows())
         c = self.counts
         against = f", {c['removed_against_index']} against the index" if "removed_against_index" in c else ""
         log.info("done: read %d, kept %d, removed %d (%d exact, %d near%s)", c["documents_read"], c["kept"],
@@ -487,28 +507,26 @@ class _Sequence:
 # ---------------------------------------------------------------------- the output directory
 
 
-def prepare_output(out: Path, shards) -> None:
-    """Create ``out``; refuse an output that would overwrite an input; unmark a previous result."""
-    out.mkdir(parents=True, exist_ok=True)
-    for shard in shards:
-        target = (out / shard.name).resolve()
-        if target == Path(shard.path).resolve():
-            raise InputError(
-                f"output {str(target)!r} would overwrite input shard {shard.path!r}; choose another output directory"
-            )
-    for marker in (out / SUCCESS_NAME, out / REPORT_NAME, out / REPORT_HTML_NAME):  # must not vouch for this run yet
-        if marker.exists():
-            marker.unlink()
-    for dirpath, _, files in os.walk(out):  # temporary files a killed run left behind
-        for f in files:
-            if f.startswith(".") and f.endswith(".tmp"):
-                os.unlink(os.path.join(dirpath, f))
+def open_output(out: Path, shards, inputs=None, cfg: Config | None = None, *, shards_written: bool = True,
+                fresh: bool = False) -> OutputDir:
+    """Lock ``out`` for this run and refuse what would collide (see :mod:`gpu_dedup.run.outdir`);
+    ``fresh``: a run that never resumes (its work directory starts empty).  The caller closes it."""
+    duplicates = cfg.output.duplicates_table if cfg is not None else True
+    return OutputDir(out, shards, inputs, duplicates=duplicates, shards_written=shards_written).open(fresh=fresh)
 
 
-def finish_output(out: Path, report: dict, ckpt) -> None:
-    """report.json, report.html, then ``_SUCCESS`` (the run's fingerprint): a complete output directory."""
-    write_report(out / REPORT_NAME, report)
-    write_html(out / REPORT_HTML_NAME, report)
+def finish_output(job: Job, report: dict, ckpt, expected_rows: dict | None = None) -> None:
+    """report.json and report.html staged, then every output verified and published, ``_SUCCESS`` last."""
+    od = job.outdir
+    if od is None:  # pragma: no cover - every file-based run opens its output directory
+        raise RuntimeError("a run with an output directory must open it with open_output")
+    write_report(od.staging / REPORT_NAME, report)
+    write_html(od.staging / REPORT_HTML_NAME, report)
     maybe_crash("report:before-success")
+    recorded = {}
+    for i, shard in enumerate(od.shards):  # digests taken when a resumable run staged its shards
+        rec = ckpt.marked(f"shard-{i}") if od.names else None
+        if rec and rec.get("name") == shard.name:
+            recorded[shard.name] = {"size": rec["size"], "sha256": rec["sha256"]}
+    od.commit(ckpt.fingerprint or report["fingerprint"], expected_rows or {}, recorded)
     ckpt.remove()
-    write_shards.atomic_write_bytes(out / SUCCESS_NAME, f"{ckpt.fingerprint or report['fingerprint']}\n".encode())

@@ -12,13 +12,32 @@ Writing filters each input shard by a keep-mask and writes it under the same
 relative name: Parquet keeps its schema (and schema metadata); JSONL keeps
 the kept lines byte for byte.  Every file is written to a temporary name in
 the output directory and renamed into place.
+
+**What a directory input reads.**  Walking a directory (or expanding a glob
+pattern) reads the files with a shard extension and skips every file *and
+directory* whose name starts with ``.`` or ``_`` (hidden files, ``_SUCCESS``,
+Spark's ``_temporary``, gpu_dedup's own ``.gpu_dedup_*`` bookkeeping).  A file
+named explicitly on the command line is read whatever its name.  Every input
+must be a regular file (symbolic links to one are followed): a FIFO, socket or
+device, a broken or looping link and a file name that is not valid UTF-8 are
+refused with a message naming the file.
+
+**Input identity.**  :func:`shard_identity` digests a file's size,
+modification time and content that changes with any rewrite (a Parquet
+file's footer; the first and last 64 KiB of any other file).  It is taken when
+the shard is discovered and checked again before anything is published: a
+file replaced during a run fails the run instead of ending in outputs that
+belong to neither version.
 """
 
 from __future__ import annotations
 
+import errno
 import glob
+import hashlib
 import logging
 import os
+import stat
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -28,7 +47,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from gpu_dedup.config import InputConfig
-from gpu_dedup.errors import InputError
+from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.kernels.lines import gather_lines, nonblank_lines
 
 log = logging.getLogger("gpu_dedup")
@@ -46,6 +65,7 @@ class Shard:
     rows: int = -1  # filled by read()
     size: int = 0  # bytes on disk (memory: bytes of the table)
     data: pa.Table | None = field(default=None, compare=False, repr=False)  # the table of a memory shard
+    identity: str = field(default="", compare=False, repr=False)  # shard_identity() when discovered
 
     def with_rows(self, rows: int) -> "Shard":
         return replace(self, rows=rows)
@@ -81,12 +101,90 @@ def _is_shard_name(name: str) -> bool:
     for ext in COMPRESSED_EXT:
         if low.endswith(ext):
             low = low[: -len(ext)]
-    return low.endswith(PARQUET_EXT + JSONL_EXT) and not os.path.basename(low).startswith((".", "_"))
+    return low.endswith(PARQUET_EXT + JSONL_EXT) and not _skipped(os.path.basename(low))
+
+
+def _skipped(name: str) -> bool:
+    """Hidden (``.``) and private (``_``: ``_SUCCESS``, ``_temporary``) names are skipped in directory walks."""
+    return name.startswith((".", "_"))
+
+
+IDENTITY_BLOCK = 1 << 16  # bytes hashed at each end of a non-Parquet file
+FOOTER_MAX = 1 << 22  # a Parquet footer larger than this is hashed by its last FOOTER_MAX bytes
+
+
+def shard_identity(path: str) -> str:
+    """Cheap digest of a file's identity: size, mtime and the bytes a rewrite changes (see module doc)."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            h = hashlib.sha256(f"{st.st_size}\0{st.st_mtime_ns}\0".encode())
+            size = st.st_size
+            footer = 0
+            if size >= 12 and path.lower().endswith(PARQUET_EXT):
+                f.seek(size - 8)
+                tail = f.read(8)
+                if tail[4:] == b"PAR1":
+                    footer = min(int.from_bytes(tail[:4], "little") + 8, size, FOOTER_MAX)
+            if footer:
+                f.seek(size - footer)
+                h.update(f.read(footer))
+            else:
+                h.update(f.read(IDENTITY_BLOCK))
+                if size > IDENTITY_BLOCK:
+                    f.seek(max(IDENTITY_BLOCK, size - IDENTITY_BLOCK))
+                    h.update(f.read(IDENTITY_BLOCK))
+    except OSError as exc:
+        raise InputError(f"cannot read input {path!r} ({exc.strerror}); check that it exists and is readable") \
+            from None
+    return h.hexdigest()[:32]
+
+
+def check_unchanged(shards) -> None:
+    """Raise InputError when an input file changed since it was discovered (identity differs)."""
+    for s in shards:
+        if s.identity and s.format != "memory" and shard_identity(s.path) != s.identity:
+            raise InputError(
+                f"input shard {s.path!r} changed during the run (its size, modification time or content differ "
+                "from when it was read); nothing was published for this run: rerun once the inputs are stable")
+
+
+def _checked_file(path: str, shown: str) -> int:
+    """Size of the regular file ``path``; an InputError naming ``shown`` for anything else."""
+    try:
+        shown.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"input file name {shown!r} is not valid UTF-8; rename it (e.g. convmv -f latin1 -t utf8) "
+                         "or move it out of the input directory") from None
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if os.path.islink(path):
+            kind = "a looping symbolic link" if exc.errno == errno.ELOOP else "a broken symbolic link"
+            raise InputError(f"input {shown!r} is {kind} ({exc.strerror}); fix or remove the link") from None
+        raise InputError(f"cannot read input {shown!r} ({exc.strerror}); check that it exists and is readable") \
+            from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        raise InputError(f"input {shown!r} is {kind}; gpu_dedup reads regular files only: write the data to a "
+                         "file first, or move it out of the input directory")
+    return st.st_size
+
+
+def _walk(root: str) -> list[str]:
+    """Shard files under ``root``, skipping hidden / private files and directories (sorted)."""
+    files = []
+    for dp, dirs, fs in os.walk(root, onerror=None, followlinks=False):
+        dirs[:] = [d for d in dirs if not _skipped(d)]
+        files += [os.path.join(dp, f) for f in fs if _is_shard_name(f)]
+    return sorted(files)
 
 
 def discover(inputs, fmt: str = "auto") -> list[Shard]:
     """Expand files, directories (recursively) and glob patterns into a sorted shard list
-    (a list of Shard objects, e.g. memory shards, is returned as it is)."""
+    (a list of Shard objects, e.g. memory shards, is returned as it is); see the module doc for
+    what a directory input reads."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     if isinstance(inputs, list) and inputs and all(isinstance(s, Shard) for s in inputs):
@@ -96,22 +194,23 @@ def discover(inputs, fmt: str = "auto") -> list[Shard]:
         item = os.fspath(item)
         if os.path.isdir(item):
             root = os.path.abspath(item)
-            files = sorted(
-                os.path.join(dp, f) for dp, _, fs in os.walk(root) for f in fs if _is_shard_name(f)
-            )
+            files = _walk(root)
             if not files:
                 raise InputError(
-                    f"input directory {item!r} holds no .parquet or .jsonl[.gz] files; point at the shard directory"
+                    f"input directory {item!r} holds no .parquet or .jsonl[.gz] files (names starting with . or _ "
+                    "are skipped); point at the shard directory"
                 )
             found += [(f, os.path.relpath(f, root)) for f in files]
-        elif os.path.isfile(item):
+        elif os.path.lexists(item) and not glob.has_magic(item):
             found.append((os.path.abspath(item), os.path.basename(item)))
         elif glob.has_magic(item):
-            files = sorted(f for f in glob.glob(item, recursive=True) if os.path.isfile(f))
-            if not files:
-                raise InputError(f"input pattern {item!r} matches no files")
             static = item[: min(item.index(c) for c in "*?[" if c in item)]
             base = os.path.abspath(os.path.dirname(static) if not static.endswith(os.sep) else static)
+            files = sorted(f for f in glob.glob(item, recursive=True)
+                           if not os.path.isdir(f)
+                           and not any(_skipped(p) for p in os.path.relpath(os.path.abspath(f), base).split(os.sep)))
+            if not files:
+                raise InputError(f"input pattern {item!r} matches no files (names starting with . or _ are skipped)")
             found += [(os.path.abspath(f), os.path.relpath(os.path.abspath(f), base)) for f in files]
         else:
             raise InputError(f"input path {item!r} does not exist; give a file, a directory or a glob pattern")
@@ -120,6 +219,7 @@ def discover(inputs, fmt: str = "auto") -> list[Shard]:
     names: dict[str, str] = {}
     shards = []
     for path, name in found:
+        size = _checked_file(path, path)
         if name in names and names[name] != path:
             raise InputError(
                 f"two inputs would be written under the same name {name!r}: {names[name]!r} and {path!r}; "
@@ -128,7 +228,7 @@ def discover(inputs, fmt: str = "auto") -> list[Shard]:
         if name in names:
             continue  # the same file named twice
         names[name] = path
-        shards.append(Shard(path, name, _format_of(path, fmt), size=os.path.getsize(path)))
+        shards.append(Shard(path, name, _format_of(path, fmt), size=size, identity=shard_identity(path)))
     return shards
 
 
@@ -143,8 +243,8 @@ def _read_bytes(path: str):
                 return f.read_buffer()
         with pa.input_stream(path, compression="detect") as f:
             return f.read_buffer()
-    except (OSError, pa.ArrowException) as exc:
-        raise InputError(f"cannot read shard {path!r}: {exc}") from None
+    except (OSError, pa.ArrowException, MemoryError) as exc:
+        raise read_error(path, exc, f"cannot read shard {path!r}: {exc}") from None
 
 
 def _jsonl_lines(raw):
@@ -260,18 +360,34 @@ def _read_jsonl(shard: Shard, wanted: dict | None = None) -> pa.Table | None:
 # --------------------------------------------------------------------------- Parquet
 
 
+def read_error(path: str, exc: BaseException, message: str) -> Exception:
+    """The error to raise for ``exc`` while reading ``path``: running out of memory (or disk) is the
+    machine's limit, not the shard's fault; anything else is the shard's (``message``)."""
+    if isinstance(exc, MemoryError):  # pa.ArrowMemoryError too
+        return ResourceError(f"ran out of memory reading shard {path!r} ({exc}); the shard itself may be fine: "
+                             "free memory, raise the memory limit, or split the input into smaller shards "
+                             "(with --workers: lower cluster.block_rows)")
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOMEM, errno.ENOSPC):
+        return ResourceError(f"out of resources reading shard {path!r} ({exc.strerror}); the shard itself may be "
+                             "fine: free memory or disk space and rerun")
+    return InputError(message)
+
+
 def _parquet_schema(shard: Shard) -> pa.Schema:
     try:
         return pq.read_schema(shard.path)
-    except (OSError, pa.ArrowException) as exc:
-        raise InputError(f"shard {shard.path!r} is not a readable Parquet file ({exc}); remove or replace it") from None
+    except (OSError, pa.ArrowException, MemoryError) as exc:
+        raise read_error(shard.path, exc, f"shard {shard.path!r} is not a readable Parquet file ({exc}); remove or "
+                         "replace it") from None
 
 
-def _read_parquet(shard: Shard, columns: list[str]) -> pa.Table:
+def _read_parquet(shard: Shard, columns: list[str], row_groups=None) -> pa.Table:
     try:
-        return pq.ParquetFile(shard.path).read(columns=columns)
-    except (OSError, pa.ArrowException) as exc:
-        raise InputError(f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or replace it") from None
+        f = pq.ParquetFile(shard.path)
+        return f.read(columns=columns) if row_groups is None else f.read_row_groups(list(row_groups), columns=columns)
+    except (OSError, pa.ArrowException, MemoryError) as exc:
+        raise read_error(shard.path, exc, f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or "
+                         "replace it") from None
 
 
 # --------------------------------------------------------------------------- corpus
@@ -338,14 +454,9 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
         for key, col in wanted.items():
             if col not in names:
                 raise _missing(shard, key, col, names)
+        _check_unique(shard, names, wanted)
         columns = list(dict.fromkeys(wanted.values()))
-        if row_groups is None:
-            table = _read_parquet(shard, columns)
-        else:
-            try:
-                table = pq.ParquetFile(shard.path).read_row_groups(list(row_groups), columns=columns)
-            except (OSError, pa.ArrowException) as exc:
-                raise InputError(f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or replace it") from None
+        table = _read_parquet(shard, columns, row_groups)
     else:
         table = _read_jsonl(shard, wanted)
         if table is None:  # no records
@@ -353,22 +464,44 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
         for key, col in wanted.items():
             if col not in table.column_names:
                 raise _missing(shard, key, col, table.column_names)
-    text = table.column(cfg.text_column)
+    if shard.format != "parquet":
+        _check_unique(shard, table.column_names, wanted)
+    text = _decoded(table.column(cfg.text_column))
     if not _text_type_ok(text.type):
         raise InputError(
             f"text column {cfg.text_column!r} of shard {shard.path!r} has type {text.type}; it must be a string column"
         )
     cols = {"text": _as_large_text(text)}
     if cfg.id_column:
-        cols["id"] = table.column(cfg.id_column)
+        ids = _decoded(table.column(cfg.id_column))
+        if pa.types.is_nested(ids.type) or pa.types.is_null(ids.type):
+            raise InputError(
+                f"id column {cfg.id_column!r} of shard {shard.path!r} has type {ids.type}; ids must be scalars "
+                "(integers or strings): choose another --id-column, or --no-id-column to name documents by row")
+        cols["id"] = ids
     if score_column:
-        score = table.column(score_column)
+        score = _decoded(table.column(score_column))
         if not (pa.types.is_integer(score.type) or pa.types.is_floating(score.type)):
             raise InputError(
                 f"score column {score_column!r} of shard {shard.path!r} has type {score.type}; it must be numeric"
             )
         cols["score"] = pc.cast(score, pa.float64())
     return pa.table(cols)
+
+
+def _check_unique(shard: Shard, names, wanted: dict) -> None:
+    for key, col in wanted.items():
+        count = list(names).count(col)
+        if count > 1:
+            raise InputError(f"shard {shard.path!r} has {count} columns named {col!r} (the {key} column); "
+                             "column names must be unique: rename or drop the extra ones")
+
+
+def _decoded(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A dictionary-encoded column (e.g. a pandas categorical) as its plain values."""
+    if pa.types.is_dictionary(col.type):
+        return pc.cast(col, col.type.value_type)
+    return col
 
 
 def check_id_type(shard: Shard, id_column: str, id_type, first: tuple | None):

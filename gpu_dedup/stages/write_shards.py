@@ -3,11 +3,15 @@
 Writing filters each input shard by a keep-mask and writes it under the same
 relative name: Parquet keeps its schema (and schema metadata); JSONL keeps
 the kept lines byte for byte.  Every file is written to a temporary name in
-the output directory and renamed into place.
+the output directory and renamed into place.  A write that fails (a full
+disk, a read-only directory) removes its temporary file and raises one clear
+error (:class:`~gpu_dedup.errors.ResourceError` / :class:`~gpu_dedup.errors.OutputError`).
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -16,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpu_dedup.errors import ConfigError, InputError
-from gpu_dedup.stages.read_shards import Shard, _gather_lines, _jsonl_lines, _read_bytes
+from gpu_dedup.errors import ConfigError, InputError, OutputError, ResourceError
+from gpu_dedup.stages.read_shards import Shard, _gather_lines, _jsonl_lines, _read_bytes, check_unchanged
 
 
 def _umask() -> int:
@@ -32,32 +36,66 @@ def _publish(tmp: str, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def atomic_write_bytes(path: str | Path, payload: bytes) -> None:
+def write_error(path, exc: OSError) -> Exception:
+    """One clear error for an OS error writing ``path``: disk full, read-only or not permitted; else ``exc``."""
+    code = getattr(exc, "errno", None)
+    text = str(exc)
+    if code in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text or "quota exceeded" in text.lower():
+        return ResourceError(f"disk full writing {str(path)!r} ({exc.strerror or text}); the partial file was removed "
+                             "and nothing was published for this run: free space (or choose another -o) and rerun")
+    if code in (errno.EROFS, errno.EACCES, errno.EPERM) or "Read-only file system" in text \
+            or "Permission denied" in text:
+        return OutputError(f"cannot write {str(path)!r} ({exc.strerror or text}); the output directory must be "
+                           "writable: choose another -o or fix its permissions")
+    return exc
+
+
+def _mkstemp(path: Path, tmp_dir) -> tuple[int, str]:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=tmp_dir or path.parent)
+    except OSError as exc:
+        raise write_error(path, exc) from None
+
+
+def atomic_write_bytes(path: str | Path, payload: bytes, tmp_dir=None) -> None:
+    """Write ``payload`` to a temporary file (in ``tmp_dir``, default beside ``path``), then rename it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _mkstemp(path, tmp_dir)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         _publish(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         _unlink(tmp)
+        if isinstance(exc, OSError):
+            raise write_error(path, exc) from None
         raise
 
 
 def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd") -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _mkstemp(path, None)
     os.close(fd)
     try:
         pq.write_table(table, tmp, compression=None if compression == "none" else compression)
         _publish(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         _unlink(tmp)
+        if isinstance(exc, OSError):
+            raise write_error(path, exc) from None
         raise
+
+
+def file_digest(path) -> dict:
+    """Size and SHA-256 of a file (what the output manifest records and ``_SUCCESS`` vouches for)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return {"size": os.path.getsize(path), "sha256": h.hexdigest()}
 
 
 def _unlink(path) -> None:
@@ -74,11 +112,15 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
     (``shard.data.filter(keep)``)."""
     if shard.format == "memory":
         return int(np.count_nonzero(keep))
+    check_unchanged([shard])  # the rows to keep were decided on what was read then
     target = Path(out_dir) / shard.name
     if shard.format == "parquet":
         try:
             table = pq.ParquetFile(shard.path).read()
         except (OSError, pa.ArrowException) as exc:
+            if isinstance(exc, MemoryError):
+                raise ResourceError(f"ran out of memory reading shard {shard.path!r} to write its kept rows ({exc}); "
+                                    "the shard itself may be fine: free memory or split the input") from None
             raise InputError(f"shard {shard.path!r} became unreadable during the run ({exc})") from None
         if table.num_rows != keep.shape[0]:
             raise InputError(

@@ -5,6 +5,7 @@ import json
 import re
 import struct
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -103,16 +104,18 @@ def test_report_html_written_after_report_json_and_before_success(demo_run, tmp_
     written = []
     real = write_shards.atomic_write_bytes
 
-    def record(path, payload):
-        written.append(path.name)
-        return real(path, payload)
+    def record(path, payload, **kw):
+        written.append(Path(path).name)
+        return real(path, payload, **kw)
 
     from gpu_dedup.report import build, page
+    from gpu_dedup.run import outdir
 
-    for module in (write_shards, build, page):  # every writer of the three files
+    for module in (write_shards, build, page, outdir):  # every writer of the three files
         monkeypatch.setattr(module, "atomic_write_bytes", record)
     run(demo_run[0].output_dir.parent / "input", tmp_path / "out", CFG)
-    assert written[-3:] == ["report.json", "report.html", "_SUCCESS"]
+    assert [w for w in written if w in ("report.json", "report.html", "_SUCCESS")] == \
+        ["report.json", "report.html", "_SUCCESS"] and written[-1] == "_SUCCESS"
 
 
 def test_figures_need_no_plotting_library(demo_run, monkeypatch):
@@ -147,13 +150,13 @@ def test_cli_report_redraws_the_page(demo_run, tmp_path, capsys):
     assert (tmp_path / "again.html").read_bytes() == original  # the page is a function of report.json
     (tmp_path / "r.json").write_bytes((out / "report.json").read_bytes())
     assert main(["report", str(tmp_path / "r.json")]) == 0 and (tmp_path / "r.html").read_bytes() == original
-    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert main(["report", str(tmp_path / "missing")]) == 3
     assert "cannot read" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("{not json")
-    assert main(["report", str(tmp_path / "bad.json")]) == 2
+    assert main(["report", str(tmp_path / "bad.json")]) == 3
     assert "is not valid JSON" in capsys.readouterr().err
     (tmp_path / "other.json").write_text('{"a": 1}')
-    assert main(["report", str(tmp_path / "other.json")]) == 2
+    assert main(["report", str(tmp_path / "other.json")]) == 3
     assert "not a gpu_dedup report.json" in capsys.readouterr().err
 
 

@@ -20,18 +20,19 @@ def _accounted(result, n):
     assert c["kept"] + c["removed"] == c["documents_read"] == n
 
 
-def test_missing_text_column_exits_2_naming_columns(tmp_path, capsys):
+def test_missing_text_column_exits_3_naming_columns(tmp_path, capsys):
     pq.write_table(pa.table({"id": [1], "body": ["x"]}), tmp_path / "a.parquet")
-    assert main(["run", str(tmp_path / "a.parquet"), "-o", str(tmp_path / "o")]) == 2
+    assert main(["run", str(tmp_path / "a.parquet"), "-o", str(tmp_path / "o")]) == 3
     err = capsys.readouterr().err
     assert "text column 'text' is not in shard" in err and "'id', 'body'" in err and "--text-column" in err
 
 
 def test_text_column_missing_in_one_shard_names_that_shard(tmp_path):
-    pq.write_table(pa.table({"id": [1], "text": ["x"]}), tmp_path / "a.parquet")
-    pq.write_table(pa.table({"id": [2], "content": ["y"]}), tmp_path / "b.parquet")
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"id": [1], "text": ["x"]}), tmp_path / "in" / "a.parquet")
+    pq.write_table(pa.table({"id": [2], "content": ["y"]}), tmp_path / "in" / "b.parquet")
     with pytest.raises(InputError, match=r"b\.parquet.*its columns are: 'id', 'content'"):
-        run(tmp_path, tmp_path / "out", CFG)
+        run(tmp_path / "in", tmp_path / "out", CFG)
 
 
 def test_invalid_utf8_is_hashed_as_replacement_and_written_verbatim(tmp_path):
@@ -70,9 +71,10 @@ def test_duplicate_ids_are_counted_and_every_row_processed(tmp_path, caplog):
 def test_shards_with_different_extra_columns_keep_their_own_schema(tmp_path):
     a = pa.table({"id": [1, 2], "text": ["alpha beta gamma delta epsilon", "zeta eta"], "url": ["u1", "u2"]})
     b = pa.table({"id": [3], "lang": ["en"], "text": ["alpha beta gamma delta epsilon"]})
-    pq.write_table(a, tmp_path / "a.parquet")
-    pq.write_table(b, tmp_path / "b.parquet")
-    result = run(tmp_path, tmp_path / "out", CFG)
+    (tmp_path / "in").mkdir()
+    pq.write_table(a, tmp_path / "in" / "a.parquet")
+    pq.write_table(b, tmp_path / "in" / "b.parquet")
+    result = run(tmp_path / "in", tmp_path / "out", CFG)
     assert pq.read_schema(tmp_path / "out" / "a.parquet").equals(a.schema)
     assert pq.read_schema(tmp_path / "out" / "b.parquet").equals(b.schema)
     assert pq.read_table(tmp_path / "out" / "b.parquet").num_rows == 0  # exact copy of a row in a.parquet
@@ -80,9 +82,10 @@ def test_shards_with_different_extra_columns_keep_their_own_schema(tmp_path):
 
 
 def test_empty_jsonl_shard_and_all_null_texts(tmp_path):
-    (tmp_path / "empty.jsonl").write_text("\n\n")
-    (tmp_path / "nulls.jsonl").write_text('{"id": 1, "text": null}\n{"id": 2, "text": null}\n')
-    result = run(tmp_path, tmp_path / "out", CFG)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "empty.jsonl").write_text("\n\n")
+    (tmp_path / "in" / "nulls.jsonl").write_text('{"id": 1, "text": null}\n{"id": 2, "text": null}\n')
+    result = run(tmp_path / "in", tmp_path / "out", CFG)
     assert result.report["counts"]["null_text"] == 2 and result.kept.tolist() == [True, True]
     assert (tmp_path / "out" / "empty.jsonl").read_text() == ""
     assert_accounted(result, [pa.table({"id": [1, 2]})])
@@ -99,3 +102,20 @@ def test_a_single_50_mb_document(tmp_path):
     assert result.kept.tolist() == [True, True, True]
     assert result.report["stages"]["signatures"]["shingles"] > 6_000_000
     _accounted(result, 3)
+
+
+def test_ill_formed_utf8_inside_a_cluster_is_shown_with_replacement_characters(tmp_path):
+    """The report's cluster examples decode ill-formed UTF-8 for display (U+FFFD); the outputs keep the bytes."""
+    doc = b"bad \xff\xfe bytes in a document that has several more words"
+    data = doc * 3 + b"another plain document with other words entirely"
+    offsets = np.array([0, len(doc), 2 * len(doc), 3 * len(doc), len(data)], np.int32)
+    texts = pa.StringArray.from_buffers(4, pa.py_buffer(offsets), pa.py_buffer(data))
+    ids = pa.StringArray.from_buffers(4, pa.py_buffer(np.array([0, 2, 4, 6, 8], np.int32)),
+                                      pa.py_buffer(b"a\xffb\xffc\xffd\xff"))
+    pq.write_table(pa.table({"id": ids, "text": texts}), tmp_path / "u.parquet")
+    result = run(tmp_path / "u.parquet", tmp_path / "out", CFG)
+    assert result.kept.tolist() == [True, False, False, True]
+    cluster = result.report["largest_clusters"][0]
+    assert cluster["survivor"]["text"].startswith("bad \ufffd\ufffd bytes") and cluster["survivor"]["id"] == "a\ufffd"
+    assert (tmp_path / "out" / "_SUCCESS").exists()
+    assert pq.read_table(tmp_path / "out" / "u.parquet").column("text").cast(pa.binary()).to_pylist()[0] == doc

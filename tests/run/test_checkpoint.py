@@ -115,17 +115,65 @@ def test_restart_ignores_checkpoints(corpus, tmp_path):
     assert_accounted(out, _inputs(corpus / "in"))
 
 
-@pytest.mark.parametrize("fault,extra", [("verify", ("--threshold", "0.7")), ("write:first-shard", ())])
-def test_killed_rerun_over_a_complete_run_leaves_no_completion_marker(corpus, tmp_path, fault, extra):
-    """A stale _SUCCESS / report from an earlier complete run never vouches for a rerun killed midway."""
+def _snapshot(d: Path) -> dict:
+    """Every visible file of an output directory, by relative name (bookkeeping files excluded)."""
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*"))
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(d).parts)}
+
+
+@pytest.mark.parametrize("fault,extra", [("verify", ("--threshold", "0.7")), ("write:first-shard", ()),
+                                         ("commit:planned", ("--threshold", "0.7"))])
+def test_killed_rerun_over_a_complete_run_keeps_the_previous_output(corpus, tmp_path, fault, extra):
+    """A rerun killed before it commits leaves the earlier complete output as it was (its _SUCCESS, reports and
+    shards agree with each other); the next run completes and publishes its own."""
     out = tmp_path / "out"
     shutil.copytree(corpus / "clean", out)  # an earlier complete run in the output directory
-    assert (out / "_SUCCESS").exists() and (out / "report.json").exists() and (out / "report.html").exists()
+    before = _snapshot(out)
+    assert "_SUCCESS" in before and "report.json" in before and "report.html" in before
     killed = _cli(corpus / "in", out, *extra, fault=fault)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert not (out / "_SUCCESS").exists()
-    assert not (out / "report.json").exists() and not (out / "report.html").exists()
+    assert _snapshot(out) == before  # (killed after planning its commit: the next run on the directory finishes it)
     again = _cli(corpus / "in", out, *extra)
     assert again.returncode == 0, again.stderr
     assert (out / "_SUCCESS").exists()
+    assert_accounted(out, _inputs(corpus / "in"))
+    ref = tmp_path / "ref"
+    run(corpus / "in", ref, Config.from_dict({**CFG, "lsh": {"threshold": float(extra[1]) if extra else 0.8}}))
+    _same_outputs(ref, out)
+
+
+@pytest.mark.parametrize("fault", ["commit:renamed", pytest.param("commit:before-success", marks=pytest.mark.slow)])
+def test_run_killed_during_its_commit_is_completed_by_the_next(corpus, tmp_path, fault):
+    out = tmp_path / "out"
+    killed = _cli(corpus / "in", out, fault=fault)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (out / "_SUCCESS").exists()
+    again = _cli(corpus / "in", out)
+    assert again.returncode == 0, again.stderr
+    assert (out / "_SUCCESS").exists() and not (out / CHECKPOINT_DIR).exists()
+    _same_outputs(corpus / "clean", out)
+
+
+def test_truncated_checkpoint_is_discarded_and_recomputed(corpus, tmp_path):
+    out = tmp_path / "out"
+    assert _cli(corpus / "in", out, fault="components").returncode == -signal.SIGKILL
+    npz = out / CHECKPOINT_DIR / "verify.npz"
+    npz.write_bytes(npz.read_bytes()[: npz.stat().st_size // 2])  # truncated (a full disk, a copy cut short)
+    again = _cli(corpus / "in", out)
+    assert again.returncode == 0, again.stderr
+    assert "unreadable" in again.stderr and "Traceback" not in again.stderr
+    assert json.loads((out / "report.json").read_text())["resumed_from_checkpoint"] == ["bands", "buckets", "exact"]
+    _same_outputs(corpus / "clean", out)
+
+
+def test_garbled_staged_shard_of_a_killed_run_is_written_again(corpus, tmp_path):
+    """A shard staged before a kill and damaged afterwards is never vouched for: the resumed run rewrites it."""
+    out = tmp_path / "out"
+    assert _cli(corpus / "in", out, fault="report:before-success").returncode == -signal.SIGKILL
+    staged = out / CHECKPOINT_DIR / "staged"
+    (staged / "part-00001.parquet").write_bytes(b"garbage")
+    (staged / "part-00002.parquet").unlink()
+    again = _cli(corpus / "in", out)
+    assert again.returncode == 0, again.stderr
+    _same_outputs(corpus / "clean", out)
     assert_accounted(out, _inputs(corpus / "in"))

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpu_dedup.config import Config
-from gpu_dedup.errors import InputError
+from gpu_dedup.errors import InputError, OutputError
 from gpu_dedup.evaluation.evaluate import cluster_pairs
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.run.local import run
@@ -69,7 +69,7 @@ def test_every_row_accounted_and_outputs_complete(planted, planted_run):
     result, _ = planted_run
     inputs = [pq.read_table(p) for p in sorted((d / "in").glob("*.parquet"))]
     assert_accounted(result, inputs)
-    out_names = sorted(p.name for p in (d / "out").iterdir())
+    out_names = sorted(p.name for p in (d / "out").iterdir() if p.name != ".gpu_dedup_manifest.json")
     assert out_names == ["_SUCCESS", "duplicates.parquet", "part-00000.parquet", "part-00001.parquet",
                          "part-00002.parquet", "report.html", "report.json"]  # no checkpoint directory left behind
     for p in (d / "in").glob("*.parquet"):
@@ -197,22 +197,26 @@ def test_zero_documents(tmp_path):
 
 def test_output_must_not_overwrite_inputs(tmp_path):
     pq.write_table(pa.table({"text": ["a"]}), tmp_path / "x.parquet")
-    with pytest.raises(InputError, match="would overwrite input shard"):
+    with pytest.raises(OutputError, match="inside the input directory"):
         run(tmp_path, tmp_path, Config(backend="cpu"))
+    with pytest.raises(OutputError, match="would overwrite input shard"):
+        run(tmp_path / "x.parquet", tmp_path, Config(backend="cpu"))
 
 
-def test_failed_run_leaves_no_completion_marker(tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "report.json").write_text("{}")  # a previous run's markers
-    (out / "report.html").write_text("<html></html>")
-    (out / "_SUCCESS").write_text("an earlier run\n")
+def test_failed_run_publishes_nothing_and_foreign_markers_are_refused(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "bad.parquet").write_bytes(b"garbage")
     with pytest.raises(InputError):
+        run(tmp_path / "in", tmp_path / "out", Config(backend="cpu"))
+    out = tmp_path / "out"
+    assert not [p for p in out.rglob("*") if not p.relative_to(out).parts[0].startswith(".")]
+    out = tmp_path / "out2"
+    out.mkdir()
+    (out / "report.json").write_text("{}")  # markers gpu_dedup did not write
+    (out / "_SUCCESS").write_text("another tool\n")
+    with pytest.raises(OutputError, match="was not written by gpu_dedup"):
         run(tmp_path / "in", out, Config(backend="cpu"))
-    assert not (out / "report.json").exists() and not (out / "report.html").exists()
-    assert not (out / "_SUCCESS").exists()
+    assert (out / "_SUCCESS").read_text() == "another tool\n" and (out / "report.json").read_text() == "{}"
 
 
 def test_jsonl_end_to_end_keeps_lines_verbatim(tmp_path):

@@ -1,0 +1,394 @@
+"""The output directory: what a run owns in it, and how it publishes its results.
+
+A run owns only what it creates.  :class:`OutputDir` enforces it:
+
+- **Lock.**  ``<out>/.gpu_dedup.lock`` is held with ``flock`` for the whole
+  run and names the holder (pid, host, start time).  A second run on the same
+  directory stops at once with :class:`~gpu_dedup.errors.OutputError`.  The
+  kernel releases the lock when its process dies (even by SIGKILL), so a lock
+  file left by a killed run is simply taken over; where ``flock`` is not
+  supported the file's pid is checked instead (a dead pid on this host is stale).
+- **Manifest.**  ``<out>/.gpu_dedup_manifest.json`` lists every file a run
+  published (relative name, size, SHA-256, modification time).  A run
+  overwrites or deletes only files listed there and unchanged since (same size
+  and modification time); any other file where it would write stops the run
+  before anything is written.  Files of an earlier run that the new run does not
+  produce (e.g. shards of inputs since removed) are deleted when the new run
+  commits.  Nothing else in the directory is touched.
+- **Collisions** are refused before anything is written: ``-o`` an existing
+  file, an output directory equal to or inside an input directory, an input
+  whose path is one the run would write, an input named like an output
+  (``duplicates.parquet``, ``report.json``, ...).
+- **Staging and commit.**  Every output (shards, ``duplicates.parquet``,
+  ``report.json``, ``report.html``) is written under
+  ``<out>/.gpu_dedup_checkpoint/staged/``.  The previous complete output
+  (its ``_SUCCESS`` and reports included) stays in place until the new run is
+  ready: :meth:`OutputDir.commit` re-checks the inputs' identity, verifies every
+  staged file (Parquet: footer and row count; all: size and SHA-256, against
+  the digest recorded when it was written), records the commit plan in the
+  manifest, then removes ``_SUCCESS``, renames the staged files into place,
+  deletes the previous run's files the new one does not produce, writes the
+  manifest and finally ``_SUCCESS``.  A run killed during the commit is rolled
+  forward by the next run on the directory (the plan is in the manifest).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gpu_dedup.errors import OutputError
+from gpu_dedup.run.checkpoint import CHECKPOINT_DIR, maybe_crash
+from gpu_dedup.stages.read_shards import PARQUET_EXT, check_unchanged
+from gpu_dedup.stages.write_shards import atomic_write_bytes, file_digest, write_error
+
+log = logging.getLogger("gpu_dedup")
+
+LOCK_NAME = ".gpu_dedup.lock"
+MANIFEST_NAME = ".gpu_dedup_manifest.json"
+STAGED = "staged"
+DUPLICATES_NAME = "duplicates.parquet"
+REPORT_NAME = "report.json"
+REPORT_HTML_NAME = "report.html"
+SUCCESS_NAME = "_SUCCESS"
+PUBLISHED = (DUPLICATES_NAME, REPORT_NAME, REPORT_HTML_NAME, SUCCESS_NAME)  # beside the shards
+BOOKKEEPING = (LOCK_NAME, MANIFEST_NAME, CHECKPOINT_DIR)
+
+
+def _inside(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class OutputDir:
+    """The output directory of one run (see the module doc); a context manager holding the lock."""
+
+    def __init__(self, out, shards, inputs=(), *, duplicates: bool = True, shards_written: bool = True):
+        self.out = Path(out)
+        self.shards = list(shards)
+        if isinstance(inputs, (str, os.PathLike)):
+            inputs = [inputs]
+        self.inputs = [i for i in (inputs or ()) if isinstance(i, (str, os.PathLike))]  # paths, dirs, globs
+        self.names = [s.name for s in self.shards if s.format != "memory"] if shards_written else []
+        self.published = [n for n in PUBLISHED if duplicates or n != DUPLICATES_NAME]
+        self._fd = None
+        self._created = False
+
+    @property
+    def work(self) -> Path:
+        return self.out / CHECKPOINT_DIR
+
+    @property
+    def staging(self) -> Path:
+        return self.work / STAGED
+
+    # ------------------------------------------------------------------ open / close
+    def __enter__(self) -> "OutputDir":
+        if self._fd is None:
+            self.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def open(self, fresh: bool = False) -> "OutputDir":
+        """Refuse collisions, take the lock, finish an interrupted commit, refuse foreign files.
+        ``fresh``: this run never resumes, so the previous run's work directory is discarded."""
+        self._check_collisions()
+        if not self.out.exists():
+            try:
+                self.out.mkdir(parents=True)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise write_error(self.out, exc) from None
+            else:
+                self._created = True
+        self._lock()
+        try:
+            self._sweep_temporaries()
+            manifest = self._manifest()
+            if manifest.get("state") == "committing":
+                self._roll_forward(manifest)
+            self._check_foreign()
+            if fresh and self.work.exists():
+                shutil.rmtree(self.work)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.out / LOCK_NAME)
+        except OSError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+        if self._created:  # a run refused before it wrote anything leaves no empty directory behind
+            try:
+                self.out.rmdir()
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------ checks
+    def _check_collisions(self) -> None:
+        out = self.out
+        if out.exists() and not out.is_dir():
+            raise OutputError(f"output {str(out)!r} exists and is not a directory; -o names a directory: choose "
+                              "another path or move the file away")
+        real = out.resolve()
+        for item in self.inputs:
+            item = os.fspath(item)
+            if os.path.isdir(item) and _inside(real, Path(item).resolve()):
+                raise OutputError(
+                    f"output directory {str(out)!r} is inside the input directory {item!r}: a later run would read "
+                    "its outputs as inputs; choose an output directory outside the inputs")
+        reserved = set(self.published) | set(BOOKKEEPING)
+        for s in self.shards:
+            if s.format == "memory":
+                continue
+            top = Path(s.name).parts[0]
+            if s.name in reserved or top in BOOKKEEPING:
+                raise OutputError(
+                    f"input shard {s.path!r} would be written as {s.name!r}, a name gpu_dedup uses for its own "
+                    f"output ({', '.join(self.published)}); rename the input file, or pass it inside a subdirectory")
+            path = Path(s.path).resolve()
+            if (real / s.name).resolve() == path:
+                raise OutputError(
+                    f"output {str(real / s.name)!r} would overwrite input shard {s.path!r}; choose another output "
+                    "directory")
+            if _inside(path, real / CHECKPOINT_DIR):
+                raise OutputError(f"input shard {s.path!r} lies in gpu_dedup's work directory of {str(out)!r}; "
+                                  "give the input shards themselves")
+
+    def _owned(self, manifest: dict) -> dict:
+        files = dict(manifest.get("previous", {}))
+        files.update(manifest.get("files", {}))
+        return files
+
+    def _unchanged(self, name: str, rec: dict) -> bool:
+        try:
+            st = os.stat(self.out / name)
+        except OSError:
+            return False
+        return st.st_size == rec.get("size") and st.st_mtime_ns == rec.get("mtime_ns")
+
+    def _our_success(self, manifest: dict) -> bool:
+        """_SUCCESS is written after the manifest: it is ours when it holds the manifest's fingerprint."""
+        try:
+            return bool(manifest.get("fingerprint")) and \
+                (self.out / SUCCESS_NAME).read_text() == f"{manifest['fingerprint']}\n"
+        except (OSError, UnicodeDecodeError):
+            return False
+
+    def _check_foreign(self) -> None:
+        """Refuse a run that would overwrite a file gpu_dedup did not write (or that changed since)."""
+        manifest = self._manifest()
+        owned = self._owned(manifest)
+        real = self.out.resolve()
+        for s in self.shards:  # an earlier run's output read back as an input (e.g. a recursive glob)
+            path = Path(s.path).resolve()
+            if s.format != "memory" and _inside(path, real) and str(path.relative_to(real)) in owned:
+                raise OutputError(
+                    f"input shard {s.path!r} is an output of an earlier gpu_dedup run in {str(self.out)!r}; "
+                    "the inputs must not include the output directory: narrow the input pattern or choose "
+                    "another -o")
+        for name in self.names + self.published:
+            path = self.out / name
+            if not os.path.lexists(path):
+                continue
+            if name == SUCCESS_NAME and self._our_success(manifest):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                raise OutputError(f"{str(path)!r} is a directory where gpu_dedup would write its output file "
+                                  f"{name!r}; move it away or choose another -o")
+            if name not in owned:
+                raise OutputError(
+                    f"{str(path)!r} exists and was not written by gpu_dedup (it is not in the output directory's "
+                    f"manifest {MANIFEST_NAME}); the run would overwrite it: move it away or choose an empty "
+                    "output directory")
+            if not self._unchanged(name, owned[name]):
+                raise OutputError(
+                    f"{str(path)!r} changed after gpu_dedup wrote it (size or modification time differ from its "
+                    f"manifest {MANIFEST_NAME}); the run would overwrite it: move it away, or delete it to let the "
+                    "run write it again")
+
+    # ------------------------------------------------------------------ lock
+    def _lock(self) -> None:
+        path = self.out / LOCK_NAME
+        for _ in range(10):  # the holder may unlink the file between our open and flock: retry on a new file
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise write_error(path, exc) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "unknown process"
+                os.close(fd)
+                raise OutputError(
+                    f"output directory {str(self.out)!r} is in use by another gpu-dedup run ({holder}); two runs "
+                    "cannot write one directory: wait for it to finish, or choose another -o") from None
+            except OSError as exc:  # no flock here (some network file systems): the holder's pid decides
+                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    os.close(fd)
+                    raise write_error(path, exc) from None
+                self._check_pid_lock(fd)
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started "
+                         f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+            self._fd = fd
+            return
+        raise OutputError(f"could not lock output directory {str(self.out)!r}: its lock file keeps changing; "
+                          "is another run starting there?")
+
+    def _check_pid_lock(self, fd: int) -> None:
+        text = os.read(fd, 4096).decode("utf-8", "replace")
+        parts = text.split()
+        if len(parts) >= 4 and parts[0] == "pid" and parts[1].isdigit():
+            pid, host = int(parts[1]), parts[3].rstrip(",")
+            if pid != os.getpid() and (host != socket.gethostname() or _pid_alive(pid)):
+                os.close(fd)
+                raise OutputError(
+                    f"output directory {str(self.out)!r} is in use by another gpu-dedup run ({text.strip()}); "
+                    f"wait for it, or delete {LOCK_NAME} there if that run is gone")
+
+    # ------------------------------------------------------------------ manifest
+    def _manifest(self) -> dict:
+        try:
+            data = json.loads((self.out / MANIFEST_NAME).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError):
+            log.warning("the manifest %s in %s is unreadable; files of earlier runs are treated as not "
+                        "gpu_dedup's", MANIFEST_NAME, self.out)
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _write_manifest(self, manifest: dict) -> None:
+        atomic_write_bytes(self.out / MANIFEST_NAME, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+
+    def _sweep_temporaries(self) -> None:
+        """Temporary files of the files this module writes at the top level, left by a killed run."""
+        for name in (MANIFEST_NAME, SUCCESS_NAME):
+            for p in self.out.glob(f".{name}.*.tmp"):
+                p.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ commit
+    def commit(self, fingerprint: str, expected_rows: dict, recorded: dict | None = None) -> dict:
+        """Publish the staged outputs (see the module doc); returns the manifest's file records.
+
+        ``expected_rows``: name -> rows each staged Parquet output must hold; ``recorded``:
+        name -> digest taken when the file was staged (a mismatch means it changed since)."""
+        check_unchanged(self.shards)
+        recorded = recorded or {}
+        files = {}
+        for name in self.names + [n for n in self.published if n != SUCCESS_NAME]:
+            staged = self.staging / name
+            if not staged.is_file():
+                raise OutputError(f"staged output {str(staged)!r} is missing; nothing was published: rerun "
+                                  "(with --restart if it happens again)")
+            digest = file_digest(staged)
+            if name in recorded and recorded[name] != digest:
+                raise OutputError(f"staged output {str(staged)!r} changed after it was written (size or SHA-256 "
+                                  "differ); nothing was published: rerun with --restart")
+            if name.lower().endswith(PARQUET_EXT):
+                try:
+                    rows = pq.read_metadata(staged).num_rows
+                except (OSError, pa.ArrowException) as exc:
+                    raise OutputError(f"staged output {str(staged)!r} is not a valid Parquet file ({exc}); nothing "
+                                      "was published: rerun with --restart") from None
+                if name in expected_rows and rows != expected_rows[name]:
+                    raise OutputError(f"staged output {str(staged)!r} holds {rows} rows, expected "
+                                      f"{expected_rows[name]}; nothing was published: rerun with --restart")
+            files[name] = digest
+        previous = self._owned(self._manifest())
+        plan = {"state": "committing", "fingerprint": fingerprint, "files": files,
+                "previous": {k: v for k, v in previous.items() if k not in files}}
+        self._write_manifest(plan)
+        maybe_crash("commit:planned")
+        return self._apply(plan)
+
+    def _apply(self, plan: dict) -> dict:
+        """Move the planned files into place, drop the previous run's others, then manifest and _SUCCESS."""
+        (self.out / SUCCESS_NAME).unlink(missing_ok=True)
+        files = plan["files"]
+        for name, rec in files.items():
+            staged, final = self.staging / name, self.out / name
+            if staged.is_file():
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staged, final)
+                maybe_crash("commit:renamed")
+            elif not (final.is_file() and file_digest(final) == {k: rec[k] for k in ("size", "sha256")}):
+                return self._abandon(plan)
+            rec["mtime_ns"] = os.stat(final).st_mtime_ns
+        for name, rec in plan["previous"].items():
+            if name in files or name == SUCCESS_NAME:
+                continue
+            if self._unchanged(name, rec):
+                (self.out / name).unlink()
+                self._prune_dirs(name)
+            elif os.path.lexists(self.out / name):
+                log.warning("%s was written by an earlier run but changed since; left in place", self.out / name)
+        if self.work.exists():
+            shutil.rmtree(self.work)
+        self._write_manifest({"state": "complete", "fingerprint": plan["fingerprint"], "files": files})
+        maybe_crash("commit:before-success")
+        atomic_write_bytes(self.out / SUCCESS_NAME, f"{plan['fingerprint']}\n".encode())
+        return files
+
+    def _abandon(self, plan: dict) -> dict:
+        log.warning("an interrupted commit in %s cannot be completed (a staged output is gone); its files are "
+                    "kept as gpu_dedup's and the next run writes them again", self.out)
+        owned = dict(plan["previous"])
+        for name, rec in plan["files"].items():
+            if os.path.lexists(self.out / name):
+                st = os.stat(self.out / name)
+                owned[name] = {**rec, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        self._write_manifest({"state": "incomplete", "fingerprint": plan["fingerprint"], "files": {},
+                              "previous": owned})
+        if self.work.exists():
+            shutil.rmtree(self.work)
+        return {}
+
+    def _roll_forward(self, manifest: dict) -> None:
+        log.warning("finishing the interrupted commit of an earlier run in %s", self.out)
+        self._apply(manifest)
+
+    def _prune_dirs(self, name: str) -> None:
+        parent = (self.out / name).parent
+        while parent != self.out and _inside(parent, self.out):
+            try:
+                parent.rmdir()
+            except OSError:
+                return
+            parent = parent.parent

@@ -1,0 +1,269 @@
+"""A run owns only what it creates: lock, manifest, collisions, staging and commit of the output directory."""
+
+import errno
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gpu_dedup.cli import main
+from gpu_dedup.config import Config
+from gpu_dedup.errors import InputError, OutputError, ResourceError
+from gpu_dedup.evaluation.sample import planted_corpus, write_shards
+from gpu_dedup.run import local
+from gpu_dedup.run.checkpoint import CHECKPOINT_DIR
+from gpu_dedup.run.local import run
+from gpu_dedup.run.outdir import LOCK_NAME, MANIFEST_NAME, OutputDir
+from gpu_dedup.stages import read_shards
+from tests.accounting import assert_accounted
+
+CFG = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+OUTPUTS = ["duplicates.parquet", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("outdir")
+    sample = planted_corpus(n_docs=300, n_clusters=20, words=(30, 80), edit_rate=(0, 0.04), seed=3)
+    write_shards(sample.table.select(["id", "text"]), d / "in", shards=3)
+    run(d / "in", d / "clean", CFG)
+    return d
+
+
+def _visible(d):
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*"))
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(d).parts)}
+
+
+def _inputs(d):
+    return [pq.read_table(p, columns=["id"]) for p in sorted(d.glob("*.parquet"))]
+
+
+# ---------------------------------------------------------------------- lock
+
+
+def test_a_second_run_on_a_locked_directory_stops_with_exit_4(corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    with OutputDir(out, read_shards.discover(corpus / "in")):  # another run holds the directory
+        assert main(["run", str(corpus / "in"), "-o", str(out), "--backend", "cpu", "-q"]) == 4
+        err = capsys.readouterr().err
+        assert "in use by another gpu-dedup run" in err and f"pid {os.getpid()}" in err and "Traceback" not in err
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]  # the refused run wrote nothing
+    assert not out.exists()  # the holder created it and left nothing behind
+
+
+def test_concurrent_runs_never_interleave(corpus, tmp_path):
+    """Two processes started together on one directory: one completes, the other stops with exit 4; the output
+    is exactly the completed run's."""
+    out = tmp_path / "out"
+    cmds = [[sys.executable, "-m", "gpu_dedup", "run", str(corpus / "in"), "-o", str(out), "--id-column", "id",
+             "--backend", "cpu", "-q", *extra] for extra in ([], ["--threshold", "0.6"])]
+    procs = [subprocess.Popen(c, stderr=subprocess.PIPE, text=True) for c in cmds]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    codes = sorted(rc for rc, _ in results)
+    assert codes == [0, 4], results
+    winner = [i for i, (rc, _) in enumerate(results) if rc == 0][0]
+    assert "in use by another gpu-dedup run" in [e for rc, e in results if rc == 4][0]
+    report = json.loads((out / "report.json").read_text())
+    assert report["config"]["lsh"]["threshold"] == (0.8 if winner == 0 else 0.6)
+    ref = tmp_path / "ref"
+    run(corpus / "in", ref, CFG.with_overrides({"lsh.threshold": report["config"]["lsh"]["threshold"]}))
+    for name in OUTPUTS:
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+
+
+def test_a_lock_file_left_by_a_killed_run_is_taken_over(corpus, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (out / LOCK_NAME).write_text(f"pid {dead.stdout.strip()} on {socket.gethostname()}, started 2020-01-01\n")
+    run(corpus / "in", out, CFG)
+    assert (out / "_SUCCESS").exists() and not (out / LOCK_NAME).exists()
+
+
+# ---------------------------------------------------------------------- ownership
+
+
+def test_files_the_run_did_not_write_are_never_touched(corpus, tmp_path):
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    mine = {"notes.txt": b"mine", ".draft.tmp": b"a temp file of another tool", "sub/.x.parquet.tmp": b"t",
+            "sub/keep.parquet": b"not a shard of this run"}
+    for name, data in mine.items():
+        (out / name).write_bytes(data)
+    run(corpus / "in", out, CFG)
+    run(corpus / "in", out, CFG.with_overrides({"lsh.threshold": 0.7}))  # a rerun over its own output
+    for name, data in mine.items():
+        assert (out / name).read_bytes() == data, name
+
+
+@pytest.mark.parametrize("name", ["part-00001.parquet", "duplicates.parquet", "report.json", "_SUCCESS"])
+def test_a_foreign_file_where_the_run_would_write_is_refused_before_anything_is_written(corpus, tmp_path, name,
+                                                                                       capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).write_bytes(b"the user's file")
+    assert main(["run", str(corpus / "in"), "-o", str(out), "--backend", "cpu", "-q"]) == 4
+    err = capsys.readouterr().err
+    assert "was not written by gpu_dedup" in err and name in err
+    assert sorted(p.name for p in out.iterdir()) == [name] and (out / name).read_bytes() == b"the user's file"
+
+
+def test_an_output_file_changed_by_the_user_is_not_overwritten(corpus, tmp_path):
+    out = tmp_path / "out"
+    run(corpus / "in", out, CFG)
+    (out / "report.json").write_text("my edited report")
+    with pytest.raises(OutputError, match="changed after gpu_dedup wrote it"):
+        run(corpus / "in", out, CFG)
+    assert (out / "report.json").read_text() == "my edited report"
+
+
+def test_stale_shards_of_an_earlier_run_are_removed_when_the_new_run_commits(corpus, tmp_path):
+    out = tmp_path / "out"
+    run(corpus / "in", out, CFG)
+    fewer = tmp_path / "fewer"
+    fewer.mkdir()
+    for name in ("part-00000.parquet", "part-00001.parquet"):
+        (fewer / name).write_bytes((corpus / "in" / name).read_bytes())
+    run(fewer, out, CFG)
+    assert not (out / "part-00002.parquet").exists()
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    assert sorted(manifest["files"]) == ["duplicates.parquet", "part-00000.parquet", "part-00001.parquet",
+                                         "report.html", "report.json"]
+    assert_accounted(out, _inputs(fewer))
+
+
+def test_a_failing_rerun_keeps_the_previous_complete_output(corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    run(corpus / "in", out, CFG)
+    before = _visible(out)
+    rc = main(["run", str(corpus / "in"), "-o", str(out), "--backend", "cpu", "--text-column", "txet", "-q"])
+    assert rc == 3 and "text column 'txet'" in capsys.readouterr().err
+    assert _visible(out) == before  # _SUCCESS, reports and shards of the earlier run, as they were
+
+
+# ---------------------------------------------------------------------- collisions
+
+
+def test_output_directory_inside_the_input_directory_is_refused(corpus, tmp_path, capsys):
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "a.parquet").write_bytes((corpus / "in" / "part-00000.parquet").read_bytes())
+    assert main(["run", str(inp), "-o", str(inp / "out"), "--backend", "cpu", "-q"]) == 4
+    assert "inside the input directory" in capsys.readouterr().err
+    assert main(["run", str(inp), "-o", str(inp), "--backend", "cpu", "-q"]) == 4
+    assert sorted(p.name for p in inp.iterdir()) == ["a.parquet"]
+
+
+def test_an_earlier_runs_outputs_picked_up_by_a_glob_are_refused(corpus, tmp_path, capsys):
+    data = tmp_path / "data"
+    (data / "in").mkdir(parents=True)
+    for p in (corpus / "in").iterdir():
+        (data / "in" / p.name).write_bytes(p.read_bytes())
+    pattern = str(data / "**" / "*.parquet")
+    assert main(["run", pattern, "-o", str(data / "out"), "--backend", "cpu", "-q"]) == 0
+    before = _visible(data / "out")
+    assert main(["run", pattern, "-o", str(data / "out"), "--backend", "cpu", "-q"]) == 4
+    assert "is an output of an earlier gpu_dedup run" in capsys.readouterr().err
+    assert _visible(data / "out") == before
+
+
+def test_inputs_named_like_outputs_are_refused(tmp_path, capsys):
+    inp = tmp_path / "in"
+    inp.mkdir()
+    pq.write_table(pa.table({"text": ["one two three four five six"]}), inp / "a.parquet")
+    pq.write_table(pa.table({"text": ["seven eight nine ten eleven"]}), inp / "duplicates.parquet")
+    (inp / "report.json").write_text('{"text": "a json lines shard"}\n')
+    assert main(["run", str(inp), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q"]) == 4
+    err = capsys.readouterr().err
+    assert "a name gpu_dedup uses for its own output" in err and "duplicates.parquet" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_that_is_an_existing_file_is_refused(corpus, tmp_path, capsys):
+    target = tmp_path / "file"
+    target.write_text("x")
+    assert main(["run", str(corpus / "in"), "-o", str(target), "--backend", "cpu", "-q"]) == 4
+    assert "is not a directory" in capsys.readouterr().err and target.read_text() == "x"
+
+
+def test_an_output_shard_that_would_overwrite_its_input_is_refused(corpus, tmp_path):
+    inp = tmp_path / "d"
+    inp.mkdir()
+    (inp / "a.parquet").write_bytes((corpus / "in" / "part-00000.parquet").read_bytes())
+    with pytest.raises(OutputError, match="would overwrite input shard"):
+        run(inp / "a.parquet", inp, CFG)
+
+
+# ---------------------------------------------------------------------- inputs changing, full disk, read-only
+
+
+def test_an_input_replaced_during_the_run_with_the_same_rows_fails_and_publishes_nothing(corpus, tmp_path,
+                                                                                         monkeypatch):
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for p in (corpus / "in").iterdir():
+        (inp / p.name).write_bytes(p.read_bytes())
+    swapped = pq.read_table(inp / "part-00001.parquet")
+    swapped = swapped.set_column(0, "id", pa.array([f"new-{i}" for i in range(swapped.num_rows)]))
+    original = local.normalize_counted
+
+    def normalize_and_swap(*args, **kwargs):  # a shard replaced during normalize: same texts, new ids
+        pq.write_table(swapped, inp / "part-00001.parquet")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(local, "normalize_counted", normalize_and_swap)
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match="changed during the run"):
+        run(inp, out, CFG)
+    assert not (out / "_SUCCESS").exists() and not [p for p in out.iterdir() if not p.name.startswith(".")]
+
+
+def test_full_disk_is_one_error_and_leaves_no_partial_file(corpus, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    run(corpus / "in", out, CFG)
+    before = _visible(out)
+    real = pq.write_table
+
+    def full(table, where, **kw):
+        real(table.slice(0, 1), where, **kw)  # a partial file, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", full)
+    rc = main(["run", str(corpus / "in"), "-o", str(out), "--backend", "cpu", "--id-column", "id", "--threshold",
+               "0.7", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 5 and "disk full writing" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not [p for p in out.rglob("*.tmp")]
+    assert _visible(out) == before  # the earlier complete output is untouched
+
+
+def test_read_only_output_directory_is_one_error(corpus, tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    monkeypatch.setattr(os, "open", read_only)
+    rc = main(["run", str(corpus / "in"), "-o", str(tmp_path / "ro"), "--backend", "cpu", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 4 and "Read-only file system" in err and "writable" in err and "Traceback" not in err
+
+
+def test_rerun_with_the_same_inputs_publishes_identical_files(corpus, tmp_path):
+    out = tmp_path / "out"
+    run(corpus / "in", out, CFG)
+    first = _visible(out)
+    time.sleep(0.01)
+    run(corpus / "in", out, CFG)
+    again = _visible(out)
+    for name in OUTPUTS:
+        assert first[name] == again[name] == (corpus / "clean" / name).read_bytes()
+    assert not (out / CHECKPOINT_DIR).exists() and not (out / LOCK_NAME).exists()

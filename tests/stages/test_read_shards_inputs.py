@@ -1,0 +1,137 @@
+"""What a run reads: directory policy, non-regular files, links, names, column types, identity, memory."""
+
+import os
+import threading
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gpu_dedup.config import InputConfig
+from gpu_dedup.errors import InputError, ResourceError
+from gpu_dedup.stages import read_shards
+from gpu_dedup.stages.read_shards import check_unchanged, discover, read, read_columns, shard_identity
+
+
+def _shard(path, **cols):
+    pq.write_table(pa.table(cols or {"text": ["a b c d e"]}), path)
+    return path
+
+
+def test_hidden_and_private_files_and_directories_are_skipped_alike(tmp_path):
+    for rel in ("a.parquet", "sub/b.parquet", ".hidden/c.parquet", "_temporary/0/d.parquet", ".e.parquet",
+                "_f.parquet", "sub/.git/g.parquet"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        _shard(tmp_path / rel)
+    assert [s.name for s in discover(tmp_path)] == ["a.parquet", os.path.join("sub", "b.parquet")]
+    assert [s.name for s in discover(str(tmp_path / "**" / "*.parquet"))] == ["a.parquet",
+                                                                              os.path.join("sub", "b.parquet")]
+    assert [s.name for s in discover(tmp_path / ".e.parquet")] == [".e.parquet"]  # named explicitly: read
+
+
+def test_a_fifo_among_the_inputs_is_refused_instead_of_hanging(tmp_path):
+    _shard(tmp_path / "a.parquet")
+    os.mkfifo(tmp_path / "b.jsonl")
+    result = {}
+
+    def go():
+        try:
+            discover(tmp_path)
+        except InputError as exc:
+            result["err"] = str(exc)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(20)
+    assert "FIFO" in result.get("err", "") and "b.jsonl" in result["err"]
+    with pytest.raises(InputError, match="FIFO"):
+        discover(tmp_path / "b.jsonl")
+
+
+def test_broken_and_looping_symlinks_are_named(tmp_path):
+    _shard(tmp_path / "a.parquet")
+    os.symlink(tmp_path / "gone.parquet", tmp_path / "broken.parquet")
+    with pytest.raises(InputError, match="broken symbolic link"):
+        discover(tmp_path)
+    os.unlink(tmp_path / "broken.parquet")
+    os.symlink(tmp_path / "loop2.parquet", tmp_path / "loop1.parquet")
+    os.symlink(tmp_path / "loop1.parquet", tmp_path / "loop2.parquet")
+    with pytest.raises(InputError, match="looping symbolic link"):
+        discover(tmp_path)
+    with pytest.raises(InputError, match="looping symbolic link"):
+        discover(tmp_path / "loop1.parquet")
+
+
+def test_a_file_name_that_is_not_utf8_is_refused_with_a_fix(tmp_path):
+    _shard(tmp_path / "a.parquet")
+    with open(os.path.join(os.fsencode(tmp_path), b"caf\xe9.parquet"), "wb") as f:
+        f.write((tmp_path / "a.parquet").read_bytes())
+    with pytest.raises(InputError, match="not valid UTF-8; rename it"):
+        discover(tmp_path)
+
+
+def test_dictionary_typed_text_and_id_columns_are_decoded(tmp_path):
+    texts = pa.array(["one two three", "four five six", "one two three"]).dictionary_encode()
+    ids = pa.array(["x", "y", "z"]).dictionary_encode()
+    pq.write_table(pa.table({"id": ids, "text": texts}), tmp_path / "cat.parquet")
+    c = read(tmp_path / "cat.parquet", InputConfig(id_column="id"))
+    assert c.text.to_pylist() == ["one two three", "four five six", "one two three"]
+    assert c.ids.to_pylist() == ["x", "y", "z"]
+
+
+@pytest.mark.parametrize("ids", [pa.array([[1], [2]]), pa.array([{"a": 1}, {"a": 2}])])
+def test_an_id_column_of_nested_type_is_refused(tmp_path, ids):
+    pq.write_table(pa.table({"id": ids, "text": ["a b", "c d"]}), tmp_path / "n.parquet")
+    with pytest.raises(InputError, match=r"ids must be scalars.*--no-id-column"):
+        read(tmp_path / "n.parquet", InputConfig(id_column="id"))
+
+
+def test_two_columns_named_like_the_text_column_are_refused(tmp_path):
+    table = pa.Table.from_arrays([pa.array(["a b"]), pa.array(["c d"])], names=["text", "text"])
+    pq.write_table(table, tmp_path / "dup.parquet")
+    with pytest.raises(InputError, match="2 columns named 'text'"):
+        read(tmp_path / "dup.parquet")
+
+
+def test_running_out_of_memory_does_not_blame_the_shard(tmp_path, monkeypatch):
+    _shard(tmp_path / "a.parquet")
+
+    class Exhausted:
+        def __init__(self, *a, **k):
+            raise pa.ArrowMemoryError("malloc of size 1073741824 failed")
+
+    monkeypatch.setattr(pq, "ParquetFile", Exhausted)
+    with pytest.raises(ResourceError) as info:
+        read(tmp_path / "a.parquet")
+    assert "may be fine" in str(info.value) and "corrupt" not in str(info.value)
+
+
+def test_identity_changes_when_a_shard_is_rewritten_with_the_same_size(tmp_path):
+    p = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "text": ["a b", "c d"]}), p)
+    shard = discover(p)[0]
+    assert shard.identity == shard_identity(str(p))
+    check_unchanged([shard])
+    size, mtime = p.stat().st_size, p.stat().st_mtime_ns
+    pq.write_table(pa.table({"id": [3, 4], "text": ["a b", "c d"]}), p)
+    assert p.stat().st_size == size
+    os.utime(p, ns=(mtime, mtime))  # even with the old modification time, the footer differs
+    with pytest.raises(InputError, match="changed during the run"):
+        check_unchanged([shard])
+
+
+def test_jsonl_identity_covers_both_ends(tmp_path):
+    p = tmp_path / "a.jsonl"
+    line = b'{"text": "x"}\n'
+    p.write_bytes(line * 20000)
+    before = shard_identity(str(p))
+    st = p.stat()
+    p.write_bytes(line * 19999 + b'{"text": "y"}\n')
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert shard_identity(str(p)) != before
+
+
+def test_read_columns_still_reads_row_groups(tmp_path):
+    pq.write_table(pa.table({"text": ["a", "b", "c", "d"]}), tmp_path / "g.parquet", row_group_size=2)
+    shard = discover(tmp_path / "g.parquet")[0]
+    assert read_columns(shard, InputConfig(), row_groups=[1]).column("text").to_pylist() == ["c", "d"]
