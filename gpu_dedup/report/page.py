@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_dedup.curves import s_curve
+from gpu_dedup.curves import curve_axis, curve_formula, family_curve
 from gpu_dedup.stages.write_shards import atomic_write_bytes
 
 log = logging.getLogger("gpu_dedup")
@@ -170,23 +170,26 @@ def figures(report: dict) -> dict[str, str] | None:
     # S-curve
     lsh = report["lsh"]
     b, r, t = lsh["bands"], lsh["rows"], lsh["threshold"]
+    fam = lsh.get("similarity", "jaccard")
+    curve = family_curve(fam)
     s = np.linspace(0, 1, 401)
-    p = s_curve(s, b, r)
+    p = curve(s, b, r)
     fig, ax = plt.subplots((6.2, 3.8))
-    ax.plot(s, p, color="black", lw=2, label=f"P(candidate) = 1-(1-s^{r})^{b}")
+    ax.plot(s, p, color="black", lw=2, label=f"P(candidate) = {curve_formula(fam, b, r)}")
     lo, hi = s <= t, s >= t
     ax.fill_between(s[lo], 0, p[lo], color="tab:orange", alpha=0.3,
                     label=f"false-positive area {lsh['false_positive_area']:.4f}")
     ax.fill_between(s[hi], p[hi], 1, color="tab:blue", alpha=0.25,
                     label=f"false-negative area {lsh['false_negative_area']:.4f}")
-    pt = float(s_curve(t, b, r))
+    pt = float(curve(t, b, r))
     ax.axvline(t, color="tab:red", ls="--", lw=1.2, label=f"threshold {t}: P = {pt:.3f}")
     ax.plot([t], [pt], "o", color="tab:red")
     vt = lsh.get("verify_threshold", t)
     if vt != t:
         ax.axvline(vt, color="tab:purple", ls=":", lw=1.2, label=f"verify threshold {vt}")
-    ax.set(xlabel="Jaccard similarity s of a pair", ylabel="probability of sharing a bucket", xlim=(0, 1),
-           ylim=(-0.01, 1.01), title=f"S-curve: {b} bands x {r} rows ({lsh['num_perm']} permutations)")
+    size = f"{lsh['num_perm']} permutations" if "num_perm" in lsh else f"{lsh.get('bits')} bits"
+    ax.set(xlabel=curve_axis(fam), ylabel="probability of sharing a bucket", xlim=(0, 1),
+           ylim=(-0.01, 1.01), title=f"S-curve: {b} bands x {r} rows ({size})")
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(True, alpha=0.3)
     _margins(fig)
