@@ -23,7 +23,12 @@ def _add_no_id_column(p: argparse.ArgumentParser) -> None:
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", help=f"YAML file or preset name ({', '.join(preset_names())})")
-    p.add_argument("--threshold", type=float, help="Jaccard threshold (lsh.threshold)")
+    p.add_argument("--threshold", type=float, help="Jaccard threshold, or cosine under --similarity cosine "
+                   "(lsh.threshold)")
+    p.add_argument("--similarity", choices=["jaccard", "cosine"],
+                   help="jaccard (MinHash of shingles) or cosine (random projections of vectors) (similarity)")
+    p.add_argument("--vector-column", help="with --similarity cosine: list<float> column of embeddings "
+                   "(input.vector_column); without it, tf-idf vectors of the text (cosine.text)")
     p.add_argument("--num-perm", type=int, help="MinHash permutations (minhash.num_perm)")
     p.add_argument("--ngram", type=int, help="shingle size (minhash.ngram)")
     p.add_argument("--shingle", choices=["word", "char"], help="shingle kind (minhash.shingle)")
@@ -45,6 +50,8 @@ def _config_from_args(args) -> Config:
     overrides = {}
     for flag, key in [
         ("threshold", "lsh.threshold"),
+        ("similarity", "similarity"),
+        ("vector_column", "input.vector_column"),
         ("num_perm", "minhash.num_perm"),
         ("ngram", "minhash.ngram"),
         ("shingle", "minhash.shingle"),

@@ -85,9 +85,17 @@ class Family:
     name = ""
     uses_text = True  # the normalized text is computed (exact keys, signatures or verification read it)
 
-    def __init__(self, cfg: Config, layout: tuple[int, int]):
+    def __init__(self, cfg: Config, rows_in_run: int | None = None):
         self.cfg = cfg
-        self.layout = layout
+        self.rows_in_run = rows_in_run
+        self._layout = None
+
+    @property
+    def layout(self) -> tuple[int, int]:
+        """(bands, rows) of this run (derived on first use)."""
+        if self._layout is None:
+            self._layout = self._derive_layout()
+        return self._layout
 
     # ---- rows --------------------------------------------------------------------------------
     def null_rows(self, table: pa.Table, vecs=None) -> np.ndarray:
@@ -143,6 +151,9 @@ class Family:
 class Jaccard(Family):
     name = "jaccard"
 
+    def _derive_layout(self):
+        return self.cfg.layout
+
     @property
     def keep_signatures(self):
         return self.cfg.verify.method != "exact"
@@ -191,11 +202,14 @@ class Cosine(Family):
 
     name = "cosine"
 
-    def __init__(self, cfg: Config, layout, idf=None):
-        super().__init__(cfg, layout)
+    def __init__(self, cfg: Config, rows_in_run: int | None = None, idf=None):
+        super().__init__(cfg, rows_in_run)
         self.idf = idf
         self.from_text = cfg.input.vector_column is None
         self.uses_text = self.from_text
+
+    def _derive_layout(self):
+        return self.cfg.cosine_layout_for(self.rows_in_run)
 
     keep_signatures = True  # packed bits are small (bits / 8 bytes a row): kept for the index and estimates
 
@@ -221,7 +235,7 @@ class Cosine(Family):
         for p_df, p_n in parts:  # one step per block
             df += p_df
             docs += p_n
-        return Cosine(self.cfg, self.layout, vectors.idf_table(df, docs, t.idf_bits))
+        return Cosine(self.cfg, self.rows_in_run, vectors.idf_table(df, docs, t.idf_bits))
 
     def exact_keys(self, data, backend="cpu"):
         if self.from_text:
@@ -311,7 +325,7 @@ def vector_keys(v: vectors.Vectors) -> np.ndarray:
 def family_for(cfg: Config, rows_in_run: int | None = None) -> Family:
     """The family of ``cfg.similarity``, with the (bands, rows) of a run over ``rows_in_run`` rows."""
     if cfg.similarity == "cosine":
-        return Cosine(cfg, cfg.cosine_layout_for(rows_in_run))
-    return Jaccard(cfg, cfg.layout)
+        return Cosine(cfg, rows_in_run)
+    return Jaccard(cfg, rows_in_run)
 
 
