@@ -338,6 +338,8 @@ def cmd_tune(args) -> int:
         args.output = TUNE_DIR
         if not args.quiet:
             print(f"writing tune.json and tune.png to {Path(TUNE_DIR).resolve()}/ (the default; -o DIR to choose)")
+    if cfg.similarity == "cosine":
+        return _tune_cosine(cfg, args)
     result = tune(cfg, top=args.top, output_dir=args.output, sample_inputs=args.sample, sample=args.sample_size,
                   seed=args.seed, confirm=args.confirm, floor=args.floor, plot=not args.no_plot)
     print(f"LSH layouts for threshold {cfg.lsh.threshold}, num_perm {cfg.minhash.num_perm}, "
@@ -353,6 +355,23 @@ def cmd_tune(args) -> int:
 
 
 TUNE_DIR = "gpu-dedup-tune"
+
+
+def _tune_cosine(cfg, args) -> int:
+    from gpu_dedup.evaluation.tune import format_cosine_table, tune_cosine
+
+    if args.sample:
+        raise GpuDedupError("tune --similarity cosine has no --sample yet; run gpu-dedup evaluate --similarity cosine "
+                            "on the corpus to measure a layout")
+    result = tune_cosine(cfg, top=args.top, rows_in_run=args.documents, output_dir=args.output,
+                         plot=not args.no_plot)
+    print(f"cosine LSH layouts for threshold {cfg.lsh.threshold}, {cfg.cosine.bits} bits, min_rows "
+          f"{result['min_rows']}, weights FP {cfg.lsh.fp_weight} / FN {cfg.lsh.fn_weight}:")
+    print(format_cosine_table(result["layouts"], cfg.lsh.threshold))
+    pick = result["pick"]
+    print(f"pick: cosine.bands={pick['bands']} cosine.rows={pick['rows']}; wrote tune.json"
+          f"{', tune.png' if 'png' in result else ''} in {Path(args.output)}/")
+    return 0
 
 
 def cmd_dataset(args) -> int:
@@ -537,6 +556,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fp-weight", type=float, help="weight of the false-positive area (lsh.fp_weight)")
     p.add_argument("--fn-weight", type=float, help="weight of the false-negative area (lsh.fn_weight)")
     p.add_argument("--top", type=int, default=6, help="cheapest layouts to list besides the pick's neighbours")
+    p.add_argument("--documents", type=int, help="with --similarity cosine: rows of the run (derives cosine.min_rows "
+                   "as the run does)")
     p.add_argument("-o", "--output", help=f"directory for tune.json and tune.png (default: {TUNE_DIR} in the "
                    "current directory)")
     p.add_argument("--sample", metavar="CORPUS", nargs="+", help="confirm the top layouts on a sample of this corpus")
