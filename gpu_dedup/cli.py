@@ -223,6 +223,7 @@ def cmd_index_info(args) -> int:
 def cmd_query(args) -> int:
     import json
 
+    import numpy as np
     import pyarrow as pa
 
     from gpu_dedup.errors import InputError
@@ -236,8 +237,23 @@ def cmd_query(args) -> int:
                          "query per line (or JSONL with --jsonl), or - for stdin") from None
     with stream:
         lines = [line.rstrip("\n") for line in stream]
-    texts = _jsonl_texts(lines, args.text_column, args.file) if args.jsonl else lines
-    matches = index.query(pa.array(texts, pa.large_string()), threshold=args.threshold, members=args.members)
+    by_vector = index.similarity == "cosine" and index.manifest["config"].get("source") == "vectors"
+    if by_vector:  # a cosine index of vectors: JSONL queries with a vector column
+        column = args.vector_column or index.manifest.get("vector_column") or "vector"
+        if not args.jsonl:
+            raise InputError(f"the index {args.index!r} holds vectors (similarity cosine): give JSONL queries "
+                             f"with --jsonl, each line an object with the vector in {column!r} (--vector-column)")
+        texts = _jsonl_texts(lines, column, args.file)
+        try:
+            vecs = np.asarray(texts, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise InputError(f"the {column!r} values of {args.file!r} are not lists of numbers of one length") from None
+        if vecs.ndim != 2:
+            raise InputError(f"the {column!r} values of {args.file!r} must be lists of numbers of one length")
+        matches = index.query(threshold=args.threshold, members=args.members, vectors=vecs)
+    else:
+        texts = _jsonl_texts(lines, args.text_column, args.file) if args.jsonl else lines
+        matches = index.query(pa.array(texts, pa.large_string()), threshold=args.threshold, members=args.members)
     found = [[] for _ in texts]
     for rec in matches.to_pylist():  # one JSON object per query, in input order, matches best first
         found[rec.pop("query")].append(rec)
@@ -526,6 +542,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", nargs="?", default="-", help="text file, one document per line (default: stdin)")
     p.add_argument("--jsonl", action="store_true", help="input lines are JSON objects; read --text-column")
     p.add_argument("--text-column", default="text")
+    p.add_argument("--vector-column", help="a cosine index of vectors: the JSONL key holding each query's vector "
+                   "(default: the index's input.vector_column)")
     p.add_argument("--threshold", type=float, help="minimum similarity (default: the index's threshold)")
     p.add_argument("--members", type=int, default=8, help="documents compared per matching index bucket")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")

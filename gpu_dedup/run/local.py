@@ -338,13 +338,15 @@ class LocalExecutor:
         write_shards.atomic_write_parquet(path, table, self.cfg.output.compression)
 
     def index_payload(self, bands: BandData, lsh_rows) -> dict:
-        self.strings  # noqa: B018 - normalized texts (recomputed after a resume)
+        if self.family.uses_text:
+            self.strings  # noqa: B018 - normalized texts (recomputed after a resume)
         full = None
         if bands.signatures is not None:
             sig = to_host(bands.signatures)
             full = np.zeros((self.corpus.n, sig.shape[1]), sig.dtype)
             full[to_host(lsh_rows)] = sig
-        return {"texts": self._norm, "band_hashes": to_host(bands.band_hashes), "signatures": full}
+        return {"texts": self._norm, "band_hashes": to_host(bands.band_hashes), "signatures": full,
+                "vectors": self.vectors.matrix if self.vectors is not None else None}
 
 
 class _ShardTexts:

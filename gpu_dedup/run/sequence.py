@@ -421,6 +421,7 @@ class _Sequence:
                 ids=ids, kept=to_host(self.kept), survivor=to_host(self.cluster), keys=to_host(keys),
                 texts=payload["texts"], band_docs=self.first_doc + to_host(self.lsh_rows),
                 band_hashes=payload["band_hashes"], signatures=payload["signatures"],
+                vectors=payload.get("vectors"), layout=self.family.layout,
                 centres=(to_host(self.bk.band[centres.bucket[own]]), to_host(self.bk.hash[centres.bucket[own]]),
                          to_host(centres.round[own]), to_host(self.node_doc[centres.doc[own]])))
             info.update(documents=self.job.sink.documents)

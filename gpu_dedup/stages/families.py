@@ -50,7 +50,7 @@ from gpu_dedup.stages.verify import (
     vector_norms,
 )
 
-VECTOR = "vector"  # the internal column name of the embeddings (input.vector_column) in a corpus table
+NO_KEY = np.uint64(2**64 - 1)  # exact-key length of a vector row without a direction: it matches nothing
 
 
 @dataclass
@@ -316,7 +316,7 @@ def vector_keys(v: vectors.Vectors) -> np.ndarray:
             h2 = projections.fmix64((h2 + w) * np.uint64(FM1) + np.uint64(j + 1))
     keys = np.column_stack([np.full(n, d, np.uint64), h1, h2])
     bad = np.flatnonzero(v.status != projections.OK)
-    keys[bad, 0] = np.uint64(2**64 - 1)
+    keys[bad, 0] = NO_KEY
     keys[bad, 1] = bad.astype(np.uint64)
     keys[bad, 2] = bad.astype(np.uint64)
     return keys
