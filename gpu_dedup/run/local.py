@@ -188,8 +188,8 @@ class LocalExecutor:
     def _load_vectors(self, parts, shards, n) -> Vectors:
         """The vector column of every shard (bad rows raise or are kept, per cosine.bad_vectors)."""
         mats, stats, dim = [], [], None
-        for i, row0, column in parts:  # one step per shard
-            v = self.family.load_vectors(column, shards[i].path, row0, dim)
+        for i, _, column in parts:  # one step per shard (rows in messages count from the shard's first)
+            v = self.family.load_vectors(column, shards[i].path, 0, dim)
             if len(v) and dim is None and (v.status != 3).any():
                 dim = v.dim
             mats.append(v.matrix)
