@@ -251,7 +251,11 @@ class Cosine(Family):
             sig = projections.text_signatures(data.strings, c.bits, c.seed, t.shingle, t.ngram, idf=self.idf, docs=docs)
         else:
             v = data.vectors
-            sig = projections.signatures(v.matrix[docs], c.bits, c.seed, status=v.status[docs])
+            if docs.shape[0] and int(docs[-1]) - int(docs[0]) + 1 == docs.shape[0]:  # a run of rows: a view
+                matrix, status = v.matrix[docs[0]:docs[-1] + 1], v.status[docs[0]:docs[-1] + 1]
+            else:
+                matrix, status = v.matrix[docs], v.status[docs]
+            sig = projections.signatures(matrix, c.bits, c.seed, status=status)
         return RowSignatures(sig.bits, sig.status == projections.OK, sig.status.astype(np.int64))
 
     def band_hashes(self, values, backend="cpu"):
