@@ -50,7 +50,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
+from gpu_dedup.api import dedup
 from gpu_dedup.backends import get_backend
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.bench import machine, write_results
@@ -191,10 +193,6 @@ def run_pipeline(x: np.ndarray, bits: int, bands: int, rows: int, threshold: flo
     """The integrated pipeline end to end: ``gpu_dedup.dedup`` of an in-memory Arrow table with the
     vectors (read, exact copies, signatures, bands, buckets, verify, components, split_chains,
     survivors, the duplicates table and the report), the same bits and (bands, rows)."""
-    import pyarrow as pa
-
-    from gpu_dedup.api import dedup
-
     table = pa.table({"emb": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), x.shape[1])})
     t0 = time.perf_counter()
     res = dedup(table, similarity="cosine", vector_column="emb", threshold=threshold, backend="cpu",

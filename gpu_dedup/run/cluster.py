@@ -461,6 +461,8 @@ class DaskExecutor:
 
     def _family(self):
         """The family with corpus statistics (summed over the blocks), scattered to the workers once."""
+        if self._prepared is None and not self.family.needs_stats:
+            self._prepared = (self.family, self.family)
         if self._prepared is None:
             stats = self.client.gather(self.client.map(block_stats, self._normalize(), family=self.family,
                                                        pure=False))

@@ -204,6 +204,8 @@ class LocalExecutor:
 
     def _family(self):
         """The family with its corpus statistics (document frequencies for tf-idf vectors of the text)."""
+        if self._prepared is None and not self.family.needs_stats:
+            self._prepared = self.family
         if self._prepared is None:
             data = self._data()
             st = self.family.stats(data)

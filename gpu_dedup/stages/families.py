@@ -28,11 +28,13 @@ and the report are the same code for both.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends import to_host
 from gpu_dedup.config import Config
 from gpu_dedup.curves import curve_section
 from gpu_dedup.kernels.cosine_scalar import FM1, GOLDEN
@@ -79,7 +81,7 @@ class RowSignatures:
     features: np.ndarray  # int64 per row: shingles (jaccard), or the status code (cosine)
 
 
-class Family:
+class Family(ABC):
     """Base: see the module docstring.  ``layout`` is (bands, rows) for this run."""
 
     name = ""
@@ -104,6 +106,8 @@ class Family:
             return np.asarray(vecs.status == projections.NULL_ROW)
         return np.asarray(table.column("text").is_null(), dtype=bool) if table.num_rows else np.zeros(0, bool)
 
+    needs_stats = False  # corpus-wide statistics (``stats`` of every block, then ``prepare``) are needed
+
     def prepare(self, parts: list) -> "Family":
         """The family with corpus-wide statistics (``stats`` of every block, in block order)."""
         return self
@@ -117,22 +121,34 @@ class Family:
     # ---- signatures and bands ------------------------------------------------------------------
     keep_signatures = False  # band data keeps the signature values (signature verification, an index)
 
+    @abstractmethod
+    def _derive_layout(self) -> tuple[int, int]:
+        """(bands, rows) for ``rows_in_run`` rows."""
+
+    @abstractmethod
     def signatures(self, data: RowData, docs, backend="cpu") -> RowSignatures:
-        raise NotImplementedError
+        """Signatures of rows ``docs`` of ``data``."""
 
+    @abstractmethod
+    def empty_values(self, xp=np):
+        """A (0, width) signature matrix of the family's dtype."""
+
+    @abstractmethod
     def band_hashes(self, values, backend="cpu"):
-        raise NotImplementedError
+        """(n, bands) uint64 band hashes of signature rows ``values``."""
 
+    @abstractmethod
     def signature_info(self, sig_features, usable) -> tuple[dict, dict]:
         """(stage info, run counts) of the signatures stage."""
-        raise NotImplementedError
 
     # ---- verification ---------------------------------------------------------------------------
+    @abstractmethod
     def exact_similarity(self, data: RowData, left, right, backend="cpu", progress=None):
-        raise NotImplementedError
+        """Exact similarity of row pairs of ``data``."""
 
+    @abstractmethod
     def signature_similarity(self, values, left, right, backend="cpu"):
-        raise NotImplementedError
+        """The similarity estimated from signature rows ``values``."""
 
     def pair_similarity(self, data: RowData | None, values, left, right, backend="cpu", progress=None):
         """Similarity of row pairs by ``verify.method``: exact (``data``) or from signatures (``values``)."""
@@ -207,6 +223,7 @@ class Cosine(Family):
         self.idf = idf
         self.from_text = cfg.input.vector_column is None
         self.uses_text = self.from_text
+        self.needs_stats = self.from_text and cfg.cosine.text.weighting == "tfidf" and idf is None
 
     def _derive_layout(self):
         return self.cfg.cosine_layout_for(self.rows_in_run)
@@ -260,7 +277,7 @@ class Cosine(Family):
 
     def band_hashes(self, values, backend="cpu"):
         b, r = self.layout
-        return projections.band_hashes(np.ascontiguousarray(values), b, r)
+        return projections.band_hashes(np.ascontiguousarray(to_host(values)), b, r)
 
     def empty_values(self, xp=np):
         return xp.zeros((0, self.cfg.cosine.bits // 64), dtype=xp.uint64)
@@ -286,7 +303,9 @@ class Cosine(Family):
         return out
 
     def signature_similarity(self, values, left, right, backend="cpu"):
-        return hamming_cosine(np.asarray(left, np.int64), np.asarray(right, np.int64), values)
+        """``cos(pi * hamming / bits)`` of packed signature rows (on the host: a popcount per word)."""
+        return hamming_cosine(np.asarray(to_host(left), np.int64), np.asarray(to_host(right), np.int64),
+                              np.ascontiguousarray(to_host(values)))
 
     def report_section(self, threshold, verify_threshold):
         out = super().report_section(threshold, verify_threshold)
