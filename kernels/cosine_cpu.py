@@ -86,9 +86,8 @@ def pack_signs(p, out):
         for w in range(words):
             acc = np.uint64(0)
             base = 64 * w
-            for b in range(64):
-                if p[i, base + b] >= 0:
-                    acc |= np.uint64(1) << np.uint64(b)
+            for b in range(64):  # branch-free: the loop vectorizes
+                acc |= np.uint64(p[i, base + b] >= 0) << np.uint64(b)
             out[i, w] = acc
 
 
