@@ -895,7 +895,7 @@ def summary(report: dict) -> str:
     """Human-readable lines about an evaluation."""
     c = report["corpus"]
     cosine = report.get("lsh", {}).get("similarity") == "cosine"
-    name, J = ("cosine", "cos") if cosine else ("Jaccard", "J")
+    name, J, family = ("cosine", "cos", "cosine (random-projection)") if cosine else ("Jaccard", "J", "MinHash")
     lines = [f"sample: {c['sample']:,} of {c['documents']:,} documents (seed {c['seed']}); "
              f"{c['exact_pairs_at_or_above_floor']:,} pairs with exact {name} >= {c['floor']} "
              f"(all-pairs {c['seconds']['all_pairs']:.1f}s)"]
@@ -904,7 +904,7 @@ def summary(report: dict) -> str:
         dev = [(abs(m - e), lo) for m, e, lo, c in zip(over["mean"], over["s_curve_mean"], over["bin_lo"],
                                                        over["distinct_text_pairs"]) if m is not None and c >= 100]
         worst = max(dev) if dev else (0.0, 0.0)
-        lines.append(f"candidate rate over {len(over['seeds'])} LSH seeds: the mean is within {worst[0]:.4f} of "
+        lines.append(f"candidate rate over {len(over['seeds'])} {family} seeds: the mean is within {worst[0]:.4f} of "
                      f"the S-curve in every bin with >= 100 pairs (largest gap in the bin from {worst[1]:.2f})")
     for name, r in report["runs"].items():
         p, v, m, cl = r["pairs"], r["verified_edges"], r["misses"], r["clusters"]
