@@ -469,6 +469,7 @@ def markdown(p: dict) -> str:
              f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB"
              + (" (shared with other jobs while measured)" if p.get("shared") else "")
              + (f"; seconds: the fastest of {p['repeat']} runs" if p.get("repeat", 1) > 1 else ""), "",
+             *([f"How it was run: {p['note']}", ""] if p.get("note") else []),
              f"Threshold {p['threshold']}. Recall: pairs with exact cosine >= threshold + 0.02 whose rows end "
              "in one cluster; edge recall: such pairs scored directly; output recall: such pairs with at least one "
              "row removed (not both left in the output). Precision: removed rows whose exact cosine to their "
@@ -544,6 +545,7 @@ def main(argv=None) -> int:
     ap.add_argument("--text-limit", type=int, default=None)
     ap.add_argument("--shared", action="store_true", help="note in the results that the machine was shared")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs per pipeline (the fastest is kept)")
+    ap.add_argument("--note", default=None, help="how the benchmark was run (written into the results)")
     a = ap.parse_args(argv)
     faiss = not a.no_faiss
     if faiss:
@@ -555,7 +557,7 @@ def main(argv=None) -> int:
     dims = [int(d) for d in a.dims.split(",") if d]
     bits_list = [int(b) for b in a.bits.split(",") if b]
     payload = {"date": _dt.date.today().isoformat(), "machine": machine(), "threshold": a.threshold,
-               "shared": a.shared, "repeat": a.repeat, "planted": []}
+               "shared": a.shared, "repeat": a.repeat, "planted": [], **({"note": a.note} if a.note else {})}
     with tempfile.TemporaryDirectory(prefix="gpu-dedup-cosine-", dir=a.workdir) as tmp:
         for dim in dims:  # a couple of dimensions
             print(f"planted embeddings: {a.rows:,} x {dim}")
