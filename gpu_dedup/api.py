@@ -50,6 +50,9 @@ ALIASES = {
     "split_chains": "select.split_chains",
     "exact_dedup": "exact_dedup",
     "backend": "backend",
+    "similarity": "similarity",
+    "vector_column": "input.vector_column",
+    "bits": "cosine.bits",
 }
 
 KINDS = ("pandas", "arrow", "cudf")
@@ -169,7 +172,11 @@ def dedup(frame, text: str = "text", id: str | None = None, config=None, **overr
     a YAML path or a preset name (``fineweb``); ``overrides``: shortcuts
     (``threshold``, ``num_perm``, ``ngram``, ``shingle``, ``bands``, ``rows``,
     ``verify``, ``keep``, ``score``, ``split_chains``, ``exact_dedup``,
-    ``backend``, ...) or dotted keys (``**{"lsh.threshold": 0.7}``).  The run is
+    ``backend``, ``similarity``, ``vector_column``, ``bits``, ...) or dotted keys
+    (``**{"lsh.threshold": 0.7}``).  ``similarity="cosine"`` deduplicates by the
+    cosine of the embeddings in ``vector_column`` (lists or arrays of floats;
+    the text column is then optional), or of tf-idf vectors of the text
+    without one.  The run is
     in memory: nothing is written.  Returns a :class:`DedupResult`.
     """
     kind = frame_kind(frame)
@@ -197,8 +204,11 @@ def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config) -> pa.
     """The text (and id / score) columns of ``frame`` as the Arrow table a memory shard reads;
     checks that the columns exist and that the text column holds strings."""
     names = _columns(frame, kind)
-    wanted = {"text": text, "id": id, "score": cfg.select.score_column if cfg.select.keep == "score" else None}
-    arg = {"text": "text=", "id": "id=", "score": "score= (select.score_column)"}
+    vec = cfg.input.vector_column
+    wanted = {"text": text if (vec is None or text in names) else None, "id": id,
+              "score": cfg.select.score_column if cfg.select.keep == "score" else None, "vector": vec}
+    arg = {"text": "text=", "id": "id=", "score": "score= (select.score_column)",
+           "vector": "vector_column= (input.vector_column)"}
     for what, col in wanted.items():
         if col is not None and col not in names:
             raise InputError(f"{what} column {col!r} is not in the frame; its columns are: "
@@ -206,6 +216,8 @@ def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config) -> pa.
     cols = list(dict.fromkeys(c for c in wanted.values() if c is not None))
     table = _to_arrow(frame, kind, cols)
     columns = {c: table.column(c) for c in cols}
+    if wanted["text"] is None:  # embeddings only
+        return pa.table(columns)
     columns[text] = _text_column(columns[text])
     ttype = columns[text].type
     if not (pa.types.is_string(ttype) or pa.types.is_large_string(ttype) or pa.types.is_binary(ttype)

@@ -33,7 +33,12 @@ def _add_no_id_column(p: argparse.ArgumentParser) -> None:
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", help=f"YAML file or preset name ({', '.join(preset_names())})")
-    p.add_argument("--threshold", type=float, help="Jaccard threshold (lsh.threshold)")
+    p.add_argument("--threshold", type=float, help="Jaccard threshold, or cosine under --similarity cosine "
+                   "(lsh.threshold)")
+    p.add_argument("--similarity", choices=["jaccard", "cosine"],
+                   help="jaccard (MinHash of shingles) or cosine (random projections of vectors) (similarity)")
+    p.add_argument("--vector-column", help="with --similarity cosine: list<float> column of embeddings "
+                   "(input.vector_column); without it, tf-idf vectors of the text (cosine.text)")
     p.add_argument("--num-perm", type=int, help="MinHash permutations (minhash.num_perm)")
     p.add_argument("--ngram", type=int, help="shingle size (minhash.ngram)")
     p.add_argument("--shingle", choices=["word", "char"], help="shingle kind (minhash.shingle)")
@@ -55,6 +60,8 @@ def _config_from_args(args) -> Config:
     overrides = {}
     for flag, key in [
         ("threshold", "lsh.threshold"),
+        ("similarity", "similarity"),
+        ("vector_column", "input.vector_column"),
         ("num_perm", "minhash.num_perm"),
         ("ngram", "minhash.ngram"),
         ("shingle", "minhash.shingle"),
@@ -231,6 +238,7 @@ def cmd_index_info(args) -> int:
 def cmd_query(args) -> int:
     import json
 
+    import numpy as np
     import pyarrow as pa
 
     from gpu_dedup.errors import InputError
@@ -244,8 +252,23 @@ def cmd_query(args) -> int:
                          "query per line (or JSONL with --jsonl), or - for stdin") from None
     with stream:
         lines = [line.rstrip("\n") for line in stream]
-    texts = _jsonl_texts(lines, args.text_column, args.file) if args.jsonl else lines
-    matches = index.query(pa.array(texts, pa.large_string()), threshold=args.threshold, members=args.members)
+    by_vector = index.similarity == "cosine" and index.manifest["config"].get("source") == "vectors"
+    if by_vector:  # a cosine index of vectors: JSONL queries with a vector column
+        column = args.vector_column or index.manifest.get("vector_column") or "vector"
+        if not args.jsonl:
+            raise InputError(f"the index {args.index!r} holds vectors (similarity cosine): give JSONL queries "
+                             f"with --jsonl, each line an object with the vector in {column!r} (--vector-column)")
+        texts = _jsonl_texts(lines, column, args.file)
+        try:
+            vecs = np.asarray(texts, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise InputError(f"the {column!r} values of {args.file!r} are not lists of numbers of one length") from None
+        if vecs.ndim != 2:
+            raise InputError(f"the {column!r} values of {args.file!r} must be lists of numbers of one length")
+        matches = index.query(threshold=args.threshold, members=args.members, vectors=vecs)
+    else:
+        texts = _jsonl_texts(lines, args.text_column, args.file) if args.jsonl else lines
+        matches = index.query(pa.array(texts, pa.large_string()), threshold=args.threshold, members=args.members)
     found = [[] for _ in texts]
     for rec in matches.to_pylist():  # one JSON object per query, in input order, matches best first
         found[rec.pop("query")].append(rec)
@@ -354,6 +377,8 @@ def cmd_tune(args) -> int:
         args.output = TUNE_DIR
         if not args.quiet:
             print(f"writing tune.json and tune.png to {Path(TUNE_DIR).resolve()}/ (the default; -o DIR to choose)")
+    if cfg.similarity == "cosine":
+        return _tune_cosine(cfg, args)
     result = tune(cfg, top=args.top, output_dir=args.output, sample_inputs=args.sample, sample=args.sample_size,
                   seed=args.seed, confirm=args.confirm, floor=args.floor, plot=not args.no_plot)
     print(f"LSH layouts for threshold {cfg.lsh.threshold}, num_perm {cfg.minhash.num_perm}, "
@@ -369,6 +394,23 @@ def cmd_tune(args) -> int:
 
 
 TUNE_DIR = "gpu-dedup-tune"
+
+
+def _tune_cosine(cfg, args) -> int:
+    from gpu_dedup.evaluation.tune import format_cosine_table, tune_cosine
+
+    if args.sample:
+        raise GpuDedupError("tune --similarity cosine has no --sample yet; run gpu-dedup evaluate --similarity cosine "
+                            "on the corpus to measure a layout")
+    result = tune_cosine(cfg, top=args.top, rows_in_run=args.documents, output_dir=args.output,
+                         plot=not args.no_plot)
+    print(f"cosine LSH layouts for threshold {cfg.lsh.threshold}, {cfg.cosine.bits} bits, min_rows "
+          f"{result['min_rows']}, weights FP {cfg.lsh.fp_weight} / FN {cfg.lsh.fn_weight}:")
+    print(format_cosine_table(result["layouts"], cfg.lsh.threshold))
+    pick = result["pick"]
+    print(f"pick: cosine.bands={pick['bands']} cosine.rows={pick['rows']}; wrote tune.json"
+          f"{', tune.png' if 'png' in result else ''} in {Path(args.output)}/")
+    return 0
 
 
 def cmd_dataset(args) -> int:
@@ -535,6 +577,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", nargs="?", default="-", help="text file, one document per line (default: stdin)")
     p.add_argument("--jsonl", action="store_true", help="input lines are JSON objects; read --text-column")
     p.add_argument("--text-column", default="text")
+    p.add_argument("--vector-column", help="a cosine index of vectors: the JSONL key holding each query's vector "
+                   "(default: the index's input.vector_column)")
     p.add_argument("--threshold", type=float, help="minimum similarity (default: the index's threshold)")
     p.add_argument("--members", type=int, default=8, help="documents compared per matching index bucket")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
@@ -565,6 +609,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fp-weight", type=float, help="weight of the false-positive area (lsh.fp_weight)")
     p.add_argument("--fn-weight", type=float, help="weight of the false-negative area (lsh.fn_weight)")
     p.add_argument("--top", type=int, default=6, help="cheapest layouts to list besides the pick's neighbours")
+    p.add_argument("--documents", type=int, help="with --similarity cosine: rows of the run (derives cosine.min_rows "
+                   "as the run does)")
     p.add_argument("-o", "--output", help=f"directory for tune.json and tune.png (default: {TUNE_DIR} in the "
                    "current directory)")
     p.add_argument("--sample", metavar="CORPUS", nargs="+", help="confirm the top layouts on a sample of this corpus")

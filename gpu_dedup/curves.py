@@ -134,3 +134,40 @@ def cosine_s_curve_points(bands: int, rows: int, step: float = 0.05, lo: float =
     """[[cosine, P(candidate)], ...] from ``lo`` to 1 (report.json / report.html / tune)."""
     s = np.round(np.arange(lo, 1.0 + step / 2, step), 6)
     return [[float(a), float(p)] for a, p in zip(s, cosine_s_curve(s, bands, rows))]
+
+
+# ---------------------------------------------------------------- per similarity family (report, tune, plots)
+
+CURVES = {
+    "jaccard": {"curve": s_curve, "axis": "Jaccard similarity s of a pair", "formula": "1-(1-s^{r})^{b}",
+                "areas": error_areas},
+    "cosine": {"curve": cosine_s_curve, "axis": "cosine similarity s of a pair",
+               "formula": "1-(1-(1-arccos(s)/pi)^{r})^{b}", "areas": cosine_error_areas},
+}
+
+
+def family_curve(similarity: str = "jaccard"):
+    """``P(candidate)`` as a function ``(s, bands, rows)`` for a similarity family."""
+    return CURVES[similarity or "jaccard"]["curve"]
+
+
+def curve_formula(similarity: str, bands: int, rows: int) -> str:
+    return CURVES[similarity or "jaccard"]["formula"].format(b=bands, r=rows)
+
+
+def curve_axis(similarity: str) -> str:
+    return CURVES[similarity or "jaccard"]["axis"]
+
+
+def curve_section(similarity: str, threshold: float, bands: int, rows: int) -> dict:
+    """The report's LSH numbers for a layout: P(candidate) at the threshold, the FP/FN areas, the S-curve."""
+    c = CURVES[similarity]
+    fp, fn = c["areas"](threshold, [bands], [rows])
+    if similarity == "cosine":
+        points = cosine_s_curve_points(bands, rows)
+    else:
+        points = s_curve_points(bands, rows)
+    return {"threshold": threshold, "bands": bands, "rows": rows,
+            "candidate_probability_at_threshold": round(float(c["curve"](threshold, bands, rows)), 6),
+            "false_positive_area": round(float(fp[0]), 6), "false_negative_area": round(float(fn[0]), 6),
+            "s_curve_formula": curve_formula(similarity, bands, rows), "s_curve": points}

@@ -77,6 +77,21 @@ def check_rows(x, status):
 
 
 @numba.njit(parallel=True, cache=True)
+def pack_signs(p, out):
+    """``out[i, w]`` bit ``b`` = ``[p[i, 64 w + b] >= 0]``: the packed signature of projection rows
+    (float32 or int64), as ``projections.pack_signs`` packs them with NumPy."""
+    n = p.shape[0]
+    words = out.shape[1]
+    for i in prange(n):
+        for w in range(words):
+            acc = np.uint64(0)
+            base = 64 * w
+            for b in range(64):  # branch-free: the loop vectorizes
+                acc |= np.uint64(p[i, base + b] >= 0) << np.uint64(b)
+            out[i, w] = acc
+
+
+@numba.njit(parallel=True, cache=True)
 def band_hashes(sig, bands, rows, out):
     """``out[i, b]`` = rule-5 hash of band ``b`` of signature row ``i``."""
     for i in prange(sig.shape[0]):

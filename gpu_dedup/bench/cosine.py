@@ -50,7 +50,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
+from gpu_dedup.api import dedup
 from gpu_dedup.backends import get_backend
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.bench import machine, write_results
@@ -61,8 +63,8 @@ from gpu_dedup.curves import (
     cosine_min_rows,
     cosine_s_curve,
 )
+from gpu_dedup.evaluation.evaluate import all_pairs_cosine, all_pairs_sparse_cosine
 from gpu_dedup.evaluation.sample import planted_embeddings
-from gpu_dedup.kernels.cosine_cpu import sparse_cosine_pairs
 from gpu_dedup.run.stagelog import peak_rss_mb
 from gpu_dedup.stages.components import components
 from gpu_dedup.stages.edges import Edges, star_rounds, unique_pairs
@@ -95,28 +97,9 @@ PRECISION_MARGIN = 0.05
 # ---------------------------------------------------------------- truth
 
 
-def truth_pairs(x: np.ndarray, floor: float, block: int = 4096):
-    """Every pair (i < j) with exact cosine >= ``floor``: blocked float32 products (a margin of
-    1e-3 for their rounding), re-scored by the exact float64 cosine.  Returns (left, right, cos)."""
-
-    norms = vector_norms(x)
-    safe = np.where(norms > 0, norms, 1.0).astype(np.float32)
-    xn = x / safe[:, None]
-    n = x.shape[0]
-    lefts, rights = [], []
-    for lo in range(0, n, block):  # n / block blocks, each one matrix product
-        hi = min(lo + block, n)
-        s = xn[lo:hi] @ xn[lo:].T
-        i, j = np.nonzero(s >= floor - 1e-3)
-        i, j = i + lo, j + lo  # j counts from lo: the upper triangle and the diagonal block
-        keep = j > i
-        lefts.append(i[keep])
-        rights.append(j[keep])
-    left = np.concatenate(lefts).astype(np.int64)
-    right = np.concatenate(rights).astype(np.int64)
-    cos = cosine_similarity(left, right, x, norms)
-    keep = cos >= floor
-    return left[keep], right[keep], cos[keep]
+def truth_pairs(x: np.ndarray, floor: float):
+    """Every pair (i < j) with exact cosine >= ``floor`` (:func:`gpu_dedup.evaluation.evaluate.all_pairs_cosine`)."""
+    return all_pairs_cosine(x, floor)
 
 
 # ---------------------------------------------------------------- pipelines
@@ -206,6 +189,25 @@ def run_faiss(x: np.ndarray, bits: int, bands: int, rows: int, threshold: float,
             "scored": int(left.shape[0]), "seconds": sec}
 
 
+def run_pipeline(x: np.ndarray, bits: int, bands: int, rows: int, threshold: float, seed: int = 42) -> dict:
+    """The integrated pipeline end to end: ``gpu_dedup.dedup`` of an in-memory Arrow table with the
+    vectors (read, exact copies, signatures, bands, buckets, verify, components, split_chains,
+    survivors, the duplicates table and the report), the same bits and (bands, rows)."""
+    table = pa.table({"emb": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), x.shape[1])})
+    t0 = time.perf_counter()
+    res = dedup(table, similarity="cosine", vector_column="emb", threshold=threshold, backend="cpu",
+                **{"cosine.bits": bits, "cosine.bands": bands, "cosine.rows": rows, "cosine.seed": seed})
+    total = time.perf_counter() - t0
+    st = res.report["stages"]
+    sec = {"signatures": st["signatures"]["seconds"], "band_hashes": st["bands"]["seconds"],
+           "buckets": st["buckets"]["seconds"], "edges_verified": st["verify"]["seconds"],
+           "components": st["components"]["seconds"], "split_chains": 0.0, "total": total,
+           "other": total - sum(v["seconds"] for v in st.values())}
+    e = res.edges
+    return {"labels": res.clusters, "split_labels": res.clusters, "left": e.src, "right": e.dst, "cos": e.similarity,
+            "scored": int(res.report["counts"]["candidate_edges"]), "seconds": sec}
+
+
 # ---------------------------------------------------------------- scoring
 
 
@@ -266,7 +268,7 @@ def _child(argv) -> int:
     a = p.parse_args(argv)
 
     x = np.load(a.vectors, mmap_mode=None)
-    fn = run_ours if a.tool == "gpu_dedup" else run_faiss
+    fn = {"gpu_dedup": run_ours, "faiss": run_faiss, "pipeline": run_pipeline}[a.tool]
     if a.warm:
         fn(x[:2000], a.bits, a.bands, a.rows, a.threshold, a.seed)
     rss0 = peak_rss_mb()
@@ -339,31 +341,10 @@ def collision_fidelity(dim: int, bits: int = 256, pairs: int = 2000, seed: int =
 # ---------------------------------------------------------------- real text (tf-idf SimHash)
 
 
-def text_truth(tv, floor: float, block: int = 1000):
-    """Every pair with exact cosine >= ``floor`` of sparse term vectors ``tv`` (vectors.TermVectors):
-    blocked sparse products of the L2-normalized rows, re-scored by the exact sparse cosine."""
-    from scipy.sparse import csr_matrix
-
-
-    n = len(tv)
-    _, col = np.unique(tv.features, return_inverse=True)
-    rows = np.repeat(np.arange(n), np.diff(tv.offsets))
-    norms = np.where(tv.norms > 0, tv.norms, 1.0)
-    x = csr_matrix((tv.weights / norms[rows], col.astype(np.int64), tv.offsets), shape=(n, int(col.max()) + 1))
-    xt = x.T.tocsr()
-    lefts, rights = [], []
-    for lo in range(0, n, block):  # n / block sparse products
-        s = (x[lo:lo + block] @ xt).tocoo()
-        i, j = s.row + lo, s.col
-        keep = (j > i) & (s.data >= floor - 1e-9)
-        lefts.append(i[keep])
-        rights.append(j[keep])
-    left = np.concatenate(lefts).astype(np.int64)
-    right = np.concatenate(rights).astype(np.int64)
-    cos = np.empty(left.shape[0], np.float64)
-    sparse_cosine_pairs(tv.offsets, tv.features, tv.weights, tv.norms, left, right, cos)
-    keep = cos >= floor
-    return left[keep], right[keep], cos[keep]
+def text_truth(tv, floor: float):
+    """Every pair with exact cosine >= ``floor`` of sparse term vectors
+    (:func:`gpu_dedup.evaluation.evaluate.all_pairs_sparse_cosine`)."""
+    return all_pairs_sparse_cosine(tv, floor)
 
 
 def run_text(path: str, threshold: float, bits: int, shingle: str = "word", ngram: int = 3, seed: int = 42,
@@ -438,7 +419,7 @@ def run_text(path: str, threshold: float, bits: int, shingle: str = "word", ngra
 
 
 def planted_run(rows: int, dim: int, bits_list, threshold: float, clusters: int, work: Path, seed: int = 0,
-                faiss: bool = True, repeat: int = 1, log=print) -> dict:
+                faiss: bool = True, repeat: int = 1, log=print, pipeline_bits: int | None = 1024) -> dict:
 
     pe = planted_embeddings(rows, dim, n_clusters=clusters, seed=seed)
     x = pe.vectors
@@ -453,7 +434,10 @@ def planted_run(rows: int, dim: int, bits_list, threshold: float, clusters: int,
     min_rows = cosine_min_rows(rows)
     for bits in bits_list:  # a few signature sizes
         bands, rws = cosine_layout(threshold, bits, min_rows=min_rows)
-        for tool in ("gpu_dedup", "faiss") if faiss else ("gpu_dedup",):
+        tools = ("gpu_dedup", "faiss") if faiss else ("gpu_dedup",)
+        if bits == pipeline_bits:
+            tools += ("pipeline",)
+        for tool in tools:
             r = run_child(tool, path, bits, bands, rws, threshold, 42, work, repeat)
             sc = score(r, truth, x, threshold)
             ss = score(r, truth, x, threshold, "split_labels")
@@ -485,12 +469,16 @@ def markdown(p: dict) -> str:
              f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB"
              + (" (shared with other jobs while measured)" if p.get("shared") else "")
              + (f"; seconds: the fastest of {p['repeat']} runs" if p.get("repeat", 1) > 1 else ""), "",
+             *([f"How it was run: {p['note']}", ""] if p.get("note") else []),
              f"Threshold {p['threshold']}. Recall: pairs with exact cosine >= threshold + 0.02 whose rows end "
              "in one cluster; edge recall: such pairs scored directly; output recall: such pairs with at least one "
              "row removed (not both left in the output). Precision: removed rows whose exact cosine to their "
              "survivor (the cluster's first row) is below threshold - 0.05. split_chains: the same run with "
              "select.split_chains (members unlike their survivor leave the cluster). Verified edges below the "
-             "threshold: 0 by construction (exact cosine).", ""]
+             "threshold: 0 by construction (exact cosine). pipeline: the integrated run end to end "
+             "(gpu_dedup.dedup of an in-memory Arrow table of the vectors: exact copies, signatures, bands, buckets, "
+             "verify, components, split_chains, survivors, duplicates table, report), its clusters after "
+             "split_chains.", ""]
     for pr in p["planted"]:
         lines += [f"## Planted embeddings: {pr['rows']:,} rows x {pr['dim']} dims, {pr['clusters']:,} clusters "
                   f"({pr['truth_pairs']:,} pairs >= t - 0.05; exact all-pairs {pr['truth_seconds']} s = "
@@ -557,6 +545,7 @@ def main(argv=None) -> int:
     ap.add_argument("--text-limit", type=int, default=None)
     ap.add_argument("--shared", action="store_true", help="note in the results that the machine was shared")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs per pipeline (the fastest is kept)")
+    ap.add_argument("--note", default=None, help="how the benchmark was run (written into the results)")
     a = ap.parse_args(argv)
     faiss = not a.no_faiss
     if faiss:
@@ -568,7 +557,7 @@ def main(argv=None) -> int:
     dims = [int(d) for d in a.dims.split(",") if d]
     bits_list = [int(b) for b in a.bits.split(",") if b]
     payload = {"date": _dt.date.today().isoformat(), "machine": machine(), "threshold": a.threshold,
-               "shared": a.shared, "repeat": a.repeat, "planted": []}
+               "shared": a.shared, "repeat": a.repeat, "planted": [], **({"note": a.note} if a.note else {})}
     with tempfile.TemporaryDirectory(prefix="gpu-dedup-cosine-", dir=a.workdir) as tmp:
         for dim in dims:  # a couple of dimensions
             print(f"planted embeddings: {a.rows:,} x {dim}")

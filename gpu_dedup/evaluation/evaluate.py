@@ -1,9 +1,16 @@
-"""Evaluation against exact Jaccard: ``gpu-dedup evaluate`` and its building blocks.
+"""Evaluation against the exact similarity: ``gpu-dedup evaluate`` and its building blocks.
+
+The truth is exact all-pairs Jaccard of shingle sets (``similarity: jaccard``)
+or exact all-pairs cosine (``similarity: cosine``: of the vectors, or of the
+tf / tf-idf vectors of the text) on a sample; the S-curve the candidate rates
+are compared with is the family's.
 
 - ``cluster_pairs``, ``pair_recall``, ``pair_precision``: pairs from cluster
   labels (enumerated per distinct cluster size, never per document).
 - ``all_pairs_jaccard``: every pair of shingle sets with exact Jaccard >= a
-  floor, from sparse incidence-matrix products in row blocks.
+  floor, from sparse incidence-matrix products in row blocks;
+  ``all_pairs_cosine`` / ``all_pairs_sparse_cosine``: every pair of dense or
+  sparse vectors with exact cosine >= a floor, from blocked products.
 - ``adjusted_rand_index``: from the contingency table of two labelings.
 - ``Evaluation`` / ``evaluate``: sample a corpus, run the real pipeline on the
   sample, and score the run (``score_run``) against the exact pairs: recall
@@ -25,16 +32,19 @@ from gpu_dedup import __version__
 from gpu_dedup.backends import get_backend
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.config import Config
-from gpu_dedup.curves import error_areas, s_curve
+from gpu_dedup.curves import curve_section, family_curve
 from gpu_dedup.errors import InputError
+from gpu_dedup.kernels.cosine_cpu import sparse_cosine_pairs
 from gpu_dedup.kernels.params import hash_params
 from gpu_dedup.report.plots import plot_evaluation
 from gpu_dedup.run.local import run as pipeline_run
 from gpu_dedup.stages import read_shards, write_shards
-from gpu_dedup.stages.exact import exact_groups, exact_keys
-from gpu_dedup.stages.lsh import band_hashes
-from gpu_dedup.stages.minhash import signatures
+from gpu_dedup.stages import vectors as vec
+from gpu_dedup.stages.exact import exact_groups
+from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import normalize, repair_utf8
+from gpu_dedup.stages.projections import OK
+from gpu_dedup.stages.verify import cosine_similarity, vector_norms
 from gpu_dedup.stages.write_shards import atomic_write_bytes
 
 
@@ -154,6 +164,63 @@ def all_pairs_jaccard(set_offsets, set_values, floor: float = 0.3, chunk_entries
     return left[order], right[order], sim[order]
 
 
+def all_pairs_cosine(x, floor: float, block: int = 4096):
+    """Every pair (i < j) of rows of ``x`` ((n, d) float32) with exact cosine >= ``floor``: blocked
+    float32 products of the normalized rows (a margin of 1e-3 for their rounding), re-scored by
+    the exact float64 cosine (``verify.cosine_similarity``).  Rows of norm 0 pair with nothing.
+    Returns (left, right, cosine) sorted by (left, right)."""
+    norms = vector_norms(x)
+    safe = np.where(norms > 0, norms, np.inf).astype(np.float32)
+    xn = x / safe[:, None]
+    n = x.shape[0]
+    lefts, rights = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for lo in range(0, n, block):  # n / block blocks, each one matrix product
+        hi = min(lo + block, n)
+        i, j = np.nonzero(xn[lo:hi] @ xn[lo:].T >= floor - 1e-3)
+        i, j = i + lo, j + lo  # j counts from lo: the upper triangle and the diagonal block
+        keep = j > i
+        lefts.append(i[keep])
+        rights.append(j[keep])
+    left = np.concatenate(lefts).astype(np.int64)
+    right = np.concatenate(rights).astype(np.int64)
+    cos = cosine_similarity(left, right, x, norms)
+    keep = cos >= floor
+    return _sorted_pairs(left[keep], right[keep], cos[keep])
+
+
+def all_pairs_sparse_cosine(tv, floor: float, block: int = 1000):
+    """Every pair with exact cosine >= ``floor`` of sparse term vectors ``tv`` (:class:`vectors.TermVectors`):
+    blocked sparse products of the normalized rows, re-scored by the exact sparse cosine."""
+    from scipy.sparse import csr_matrix
+
+    n = len(tv)
+    if tv.features.shape[0] == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
+    _, col = np.unique(tv.features, return_inverse=True)
+    rows = np.repeat(np.arange(n), np.diff(tv.offsets))
+    norms = np.where(tv.norms > 0, tv.norms, 1.0)
+    x = csr_matrix((tv.weights / norms[rows], col.astype(np.int64), tv.offsets), shape=(n, int(col.max()) + 1))
+    xt = x.T.tocsr()
+    lefts, rights = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for lo in range(0, n, block):  # n / block sparse products
+        s = (x[lo:lo + block] @ xt).tocoo()
+        i, j = s.row + lo, s.col
+        keep = (j > i) & (s.data >= floor - 1e-9)
+        lefts.append(i[keep])
+        rights.append(j[keep])
+    left = np.concatenate(lefts).astype(np.int64)
+    right = np.concatenate(rights).astype(np.int64)
+    cos = np.empty(left.shape[0], np.float64)
+    sparse_cosine_pairs(tv.offsets, tv.features, tv.weights, tv.norms, left, right, cos)
+    keep = cos >= floor
+    return _sorted_pairs(left[keep], right[keep], cos[keep])
+
+
+def _sorted_pairs(left, right, sim):
+    order = np.lexsort((right, left))
+    return left[order], right[order], sim[order]
+
+
 def adjusted_rand_index(a, b) -> float:
     """Adjusted Rand index of two labelings of the same items (Hubert & Arabie), vectorized.
 
@@ -206,19 +273,22 @@ BIN_STEP = 0.05
 
 @dataclass
 class Truth:
-    """The exact answer on a sample: every pair with Jaccard >= ``floor``, and the exact-copy groups."""
+    """The exact answer on a sample: every pair with similarity >= ``floor``, and the exact-copy groups.
+
+    ``jaccard`` holds the exact similarity of each pair: Jaccard, or cosine under ``similarity: cosine``."""
 
     n: int
     floor: float
     left: np.ndarray
     right: np.ndarray
     jaccard: np.ndarray
-    set_sizes: np.ndarray  # distinct shingles per document (0: null, empty or no shingle)
+    set_sizes: np.ndarray  # distinct shingles per document (0: null, empty or no shingle); cosine: 1 if signed
     null: np.ndarray  # null texts (never deduplicated)
     exact_rep: np.ndarray  # smallest row with the same normalized text (null texts: themselves)
     strings: object  # normalized StringBuffers
     labels: np.ndarray | None = None  # user labels (for ARI), None if not given
     seconds: dict = field(default_factory=dict)
+    rows: RowData | None = None  # what the family computes on (texts and/or vectors)
 
     def components(self, threshold: float) -> np.ndarray:
         """Ideal clusters: connected components of the pairs with J >= threshold and of exact copies."""
@@ -233,27 +303,60 @@ class Truth:
         return connected_components(graph, directed=False)[1]
 
 
-def exact_truth(texts, cfg: Config, floor: float = 0.3, labels=None, backend="cpu") -> Truth:
-    """Normalize ``texts`` like the pipeline does and compute every pair with Jaccard >= ``floor``."""
-    be = get_backend(backend)
-    t0 = time.perf_counter()
-    repaired, _ = repair_utf8(texts)
-    null = np.asarray(repaired.is_null(), dtype=bool)
-    strings = string_buffers(normalize(repaired, cfg.normalize))
-    n = len(strings)
+def _jaccard_pairs(family, rows: RowData, null, floor, be):
+    cfg = family.cfg
     params = hash_params(cfg.minhash.seed, cfg.minhash.num_perm)
-    offsets, values = map(_host, be.shingle_sets(strings, params, cfg.minhash.shingle, cfg.minhash.ngram))
+    offsets, values = map(_host, be.shingle_sets(rows.strings, params, cfg.minhash.shingle, cfg.minhash.ngram))
     if null.any():  # null texts never pair (the pipeline keeps them untouched)
         keep = np.repeat(~null, np.diff(offsets))
         values = values[keep]
         offsets = np.concatenate(([0], np.cumsum(np.where(null, 0, np.diff(offsets)))))
     t1 = time.perf_counter()
     left, right, jac = all_pairs_jaccard(offsets, values, floor)
+    return left, right, jac, np.diff(offsets), t1
+
+
+def _cosine_pairs(family, rows: RowData, null, floor, be):
+    if rows.vectors is not None:
+        v = rows.vectors
+        signed = (v.status == OK) & ~null
+        x = np.where(signed[:, None], v.matrix, 0.0).astype(np.float32)
+        t1 = time.perf_counter()
+        left, right, cos = all_pairs_cosine(x, floor)
+    else:
+        fam = family.prepare([family.stats(rows)] if family.stats(rows) is not None else [])
+        t = family.cfg.cosine.text
+        tv = vec.term_vectors(rows.strings, t.shingle, t.ngram, fam.idf)
+        signed = (tv.norms > 0) & ~null
+        t1 = time.perf_counter()
+        left, right, cos = all_pairs_sparse_cosine(tv, floor)
+        ok = signed[left] & signed[right]
+        left, right, cos = left[ok], right[ok], cos[ok]
+    return left, right, cos, signed.astype(np.int64), t1
+
+
+ALL_PAIRS = {"jaccard": _jaccard_pairs, "cosine": _cosine_pairs}
+
+
+def exact_truth(texts, cfg: Config, floor: float = 0.3, labels=None, backend="cpu", vectors=None) -> Truth:
+    """Normalize ``texts`` like the pipeline does and compute every pair with similarity >= ``floor``
+    (exact Jaccard, or exact cosine of ``vectors`` (:class:`gpu_dedup.stages.vectors.Vectors`) or of the
+    texts' term vectors under ``similarity: cosine``)."""
+    be = get_backend(backend)
+    t0 = time.perf_counter()
+    repaired, _ = repair_utf8(texts)
+    family = family_for(cfg, len(repaired))
+    strings = string_buffers(normalize(repaired, cfg.normalize)) if family.uses_text else None
+    rows = RowData(strings=strings, vectors=vectors)
+    null = family.null_rows(pa.table({"text": repaired}), vectors)
+    n = null.shape[0]
+    left, right, sim, sizes, t1 = ALL_PAIRS[family.name](family, rows, null, floor, be)
     t2 = time.perf_counter()
-    rep = exact_groups(_host(exact_keys(strings, cfg.minhash.seed, be)), np.arange(n), eligible=~null)
-    return Truth(n, floor, left, right, jac, np.diff(offsets), null, rep, strings,
+    rep = exact_groups(_host(family.exact_keys(rows, be)), np.arange(n), eligible=~null)
+    return Truth(n, floor, left, right, sim, sizes, null, rep, strings,
                  None if labels is None else np.asarray(labels),
-                 {"shingle_sets": round(t1 - t0, 3), "all_pairs": round(t2 - t1, 3)})
+                 {"shingle_sets" if family.name == "jaccard" else "vectors": round(t1 - t0, 3),
+                  "all_pairs": round(t2 - t1, 3)}, rows)
 
 
 def label_codes(labels) -> np.ndarray:
@@ -270,11 +373,17 @@ def label_codes(labels) -> np.ndarray:
     return np.where(valid, codes, -np.arange(1, n + 1))
 
 
-def _band_hash_matrix(strings, cfg: Config, docs, backend):
-    bands, rows = cfg.layout
-    params = hash_params(cfg.minhash.seed, cfg.minhash.num_perm)
-    sig = signatures(strings, cfg.minhash, num_perm=bands * rows, docs=docs, backend=backend)
-    return _host(band_hashes(_host(sig.values), bands, rows, params, backend))
+def _band_hash_matrix(truth: Truth, cfg: Config, docs, backend):
+    """Band hashes of rows ``docs`` of the sample, as the run on the sample computes them."""
+    family = family_for(cfg, truth.n)
+    rows = truth.rows if truth.rows is not None else RowData(strings=truth.strings)
+    st = family.stats(rows)
+    family = family.prepare([st] if st is not None else [])
+    sig = family.signatures(rows, docs, backend=backend)
+    return _host(family.band_hashes(_host(sig.values), backend))
+
+
+SEED_KEYS = {"jaccard": "minhash.seed", "cosine": "cosine.seed"}
 
 
 def _bins(floor: float):
@@ -287,7 +396,8 @@ def _bin_index(jac, edges_b):
 
 
 def candidate_rate_over_seeds(truth: Truth, cfg: Config, seeds, backend="cpu") -> dict:
-    """Candidate rate per similarity bin for several MinHash seeds (pairs of distinct texts, each once).
+    """Candidate rate per similarity bin for several LSH seeds (``minhash.seed``, or ``cosine.seed``
+    under cosine; pairs of distinct texts, each once).
 
     Pairs in a real corpus are not independent trials (a family of near-identical
     documents shares one outcome), so one seed's rate can sit many naive standard
@@ -295,7 +405,8 @@ def candidate_rate_over_seeds(truth: Truth, cfg: Config, seeds, backend="cpu") -
     and the mean over seeds what the hash family does on average.
     """
     n = truth.n
-    bands, rows = cfg.layout
+    bands, rows = family_for(cfg, n).layout
+    s_curve = family_curve(cfg.similarity)
     edges_b = _bins(truth.floor)
     er = truth.exact_rep
     _, once = np.unique(pair_keys(er[truth.left], er[truth.right], n), return_index=True)
@@ -307,7 +418,7 @@ def candidate_rate_over_seeds(truth: Truth, cfg: Config, seeds, backend="cpu") -
     row_of[nonempty] = np.arange(nonempty.shape[0])
     rates = []
     for seed in seeds:  # one signature pass per seed (a handful)
-        bh = _band_hash_matrix(truth.strings, cfg.with_overrides({"minhash.seed": int(seed)}), nonempty, backend)
+        bh = _band_hash_matrix(truth, cfg.with_overrides({SEED_KEYS[cfg.similarity]: int(seed)}), nonempty, backend)
         cand = shared_band(bh, row_of[left], row_of[right])
         rates.append(np.bincount(k, weights=cand, minlength=edges_b.shape[0]) / np.maximum(count, 1))
     rates = np.array(rates)
@@ -345,7 +456,8 @@ def score_run(truth: Truth, cluster, edges, cfg: Config, *, scored, rep=None, ba
     t0 = time.perf_counter()
     n = truth.n
     t = cfg.verify_threshold
-    bands, rows = cfg.layout
+    bands, rows = family_for(cfg, n).layout
+    s_curve = family_curve(cfg.similarity)
     left, right, jac = truth.left, truth.right, truth.jaccard
     cluster = np.asarray(cluster, np.int64)
     co = cluster[left] == cluster[right]
@@ -354,7 +466,7 @@ def score_run(truth: Truth, cluster, edges, cfg: Config, *, scored, rep=None, ba
     nonempty = np.flatnonzero(truth.set_sizes > 0)
     row_of = np.full(n, -1, np.int64)
     row_of[nonempty] = np.arange(nonempty.shape[0])
-    bh = _band_hash_matrix(truth.strings, cfg, nonempty, backend)
+    bh = _band_hash_matrix(truth, cfg, nonempty, backend)
     cand = shared_band(bh, row_of[left], row_of[right])
 
     # the run's representatives and scored candidate pairs, for the account of misses
@@ -614,16 +726,22 @@ class Evaluation:
         else:
             rows = np.arange(total)
         table = corpus.table.take(pa.array(rows))
+        vectors = None
+        if corpus.vectors is not None:  # the sample's vectors, as a list<float32> column "vector"
+            column = pa.chunked_array([c.cast(pa.list_(pa.float32())) for _, _, c in corpus.vectors],
+                                      pa.list_(pa.float32())).take(pa.array(rows))
+            table = table.append_column("vector", column)
+            vectors = vec.from_arrow(column, bad_vectors="keep")
         labels = None
         if label_column:
             lab = read_shards.read(shards, replace(cfg.input, id_column=label_column)).table.column("id")
             labels = label_codes(lab.take(pa.array(rows)))
         self.sample_dir = self.workdir / "sample"
         self.sample_dir.mkdir(parents=True, exist_ok=True)
-        cols = ["id", "text"] + (["score"] if score else [])
+        cols = ["id", "text"] + (["score"] if score else []) + (["vector"] if vectors is not None else [])
         write_shards.atomic_write_parquet(self.sample_dir / "sample.parquet", table.select(cols), "zstd")
         self.ids = table.column("id")
-        self.truth = exact_truth(table.column("text"), cfg, floor, labels, self.backend)
+        self.truth = exact_truth(table.column("text"), cfg, floor, labels, self.backend, vectors)
         self.info = {
             "inputs": [s.path for s in shards],
             "documents": total,
@@ -642,6 +760,8 @@ class Evaluation:
     def sample_config(self, cfg: Config | None = None) -> Config:
         cfg = cfg or self.cfg
         over = {"input.format": "parquet", "input.text_column": "text", "input.id_column": "id"}
+        if cfg.input.vector_column:
+            over["input.vector_column"] = "vector"
         if cfg.select.keep == "score":
             over["select.score_column"] = "score"
         return cfg.with_overrides(over)
@@ -654,7 +774,7 @@ class Evaluation:
         seconds = time.perf_counter() - t0
         section = score_run(self.truth, result.cluster, result.edges, cfg, scored=result.scored, rep=result.rep,
                             backend=self.backend)
-        bands, rows = cfg.layout
+        bands, rows = result.report["lsh"]["bands"], result.report["lsh"]["rows"]
         c = result.report["counts"]
         section["run"] = {
             "name": name,
@@ -717,8 +837,14 @@ def build_evaluation_report(ev: Evaluation, cfg: Config, runs: dict, wall: float
     import platform
 
 
-    bands, rows = cfg.layout
-    fp, fn = error_areas(cfg.lsh.threshold, [bands], [rows])
+    family = family_for(cfg, ev.truth.n)
+    bands, rows = family.layout
+    lsh = {k: v for k, v in curve_section(family.name, cfg.lsh.threshold, bands, rows).items() if k != "s_curve"}
+    lsh.update(similarity=family.name, verify_threshold=cfg.verify_threshold)
+    if family.name == "jaccard":
+        lsh["num_perm"] = cfg.minhash.num_perm
+    else:
+        lsh["bits"] = cfg.cosine.bits
     return {
         "gpu_dedup_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -726,9 +852,7 @@ def build_evaluation_report(ev: Evaluation, cfg: Config, runs: dict, wall: float
                     "processor": platform.processor() or platform.machine(), "cpus": _cpus(),
                     "backend": ev.backend.mode},
         "config": cfg.to_dict(),
-        "lsh": {"threshold": cfg.lsh.threshold, "verify_threshold": cfg.verify_threshold,
-                "num_perm": cfg.minhash.num_perm, "bands": bands, "rows": rows,
-                "false_positive_area": round(float(fp[0]), 6), "false_negative_area": round(float(fn[0]), 6)},
+        "lsh": lsh,
         "corpus": ev.info,
         "runs": runs,
         "wall_seconds": round(wall, 3),
@@ -770,15 +894,17 @@ def _json_default(x):
 def summary(report: dict) -> str:
     """Human-readable lines about an evaluation."""
     c = report["corpus"]
+    cosine = report.get("lsh", {}).get("similarity") == "cosine"
+    name, J, family = ("cosine", "cos", "cosine (random-projection)") if cosine else ("Jaccard", "J", "MinHash")
     lines = [f"sample: {c['sample']:,} of {c['documents']:,} documents (seed {c['seed']}); "
-             f"{c['exact_pairs_at_or_above_floor']:,} pairs with exact Jaccard >= {c['floor']} "
+             f"{c['exact_pairs_at_or_above_floor']:,} pairs with exact {name} >= {c['floor']} "
              f"(all-pairs {c['seconds']['all_pairs']:.1f}s)"]
     over = report.get("candidate_rate_over_seeds")
     if over:
         dev = [(abs(m - e), lo) for m, e, lo, c in zip(over["mean"], over["s_curve_mean"], over["bin_lo"],
                                                        over["distinct_text_pairs"]) if m is not None and c >= 100]
         worst = max(dev) if dev else (0.0, 0.0)
-        lines.append(f"candidate rate over {len(over['seeds'])} MinHash seeds: the mean is within {worst[0]:.4f} of "
+        lines.append(f"candidate rate over {len(over['seeds'])} {family} seeds: the mean is within {worst[0]:.4f} of "
                      f"the S-curve in every bin with >= 100 pairs (largest gap in the bin from {worst[1]:.2f})")
     for name, r in report["runs"].items():
         p, v, m, cl = r["pairs"], r["verified_edges"], r["misses"], r["clusters"]
@@ -786,8 +912,8 @@ def summary(report: dict) -> str:
         lines.append(f"[{name}] {r['run']['bands']} bands x {r['run']['rows']} rows, verify {r['run']['verify']}, "
                      f"split_chains {r['run']['split_chains']}: {r['run']['counts']['removed']:,} removed")
         lines.append(f"  recall: {_fmt(p['recall_at_threshold'])} of {p['pairs_at_or_above_threshold']:,} pairs with "
-                     f"J >= {t}; {_fmt(p['recall_at_threshold_plus_0.05'])} of "
-                     f"{p['pairs_at_or_above_threshold_plus_0.05']:,} with J >= {t + 0.05:.2f}")
+                     f"{J} >= {t}; {_fmt(p['recall_at_threshold_plus_0.05'])} of "
+                     f"{p['pairs_at_or_above_threshold_plus_0.05']:,} with {J} >= {t + 0.05:.2f}")
         lines.append(f"  precision: verified edges {_fmt(v['precision'])} ({v['edges']:,} edges); "
                      f"pairs in one cluster {_fmt(p['cluster_pair_precision'])} ({p['coclustered_pairs']:,} pairs)")
         lines.append(f"  misses: {m['pairs_missed']:,} = never candidate {m['never_candidate']:,} + "
@@ -800,10 +926,10 @@ def summary(report: dict) -> str:
                      f"{ch['below_threshold_to_survivor']:,} of {ch['near_duplicates_removed']:,} removed near "
                      f"duplicates below the threshold to their survivor")
         o = r["output"]
-        lines.append(f"  output: {o['kept']:,} kept; {o['duplicate_pairs_left_in_output']:,} pairs with J >= {t} left "
+        lines.append(f"  output: {o['kept']:,} kept; {o['duplicate_pairs_left_in_output']:,} pairs with {J} >= {t} left "
                      f"in it ({o['documents_in_output_with_a_duplicate']:,} documents); pairs not both kept "
-                     f"{_fmt(o.get('removal_recall_at_threshold'))} (J >= {t}), "
-                     f"{_fmt(o.get('removal_recall_at_threshold_plus_0.05'))} (J >= {t + 0.05:.2f})")
+                     f"{_fmt(o.get('removal_recall_at_threshold'))} ({J} >= {t}), "
+                     f"{_fmt(o.get('removal_recall_at_threshold_plus_0.05'))} ({J} >= {t + 0.05:.2f})")
         tg = r["targets"]
         lines.append("  targets: " + ", ".join(
             f"{k} {'met' if v['met'] else 'NOT met'}{'' if v.get('applies', True) else ' (does not apply)'}"

@@ -237,7 +237,8 @@ def format_cosine_table(rows: list[dict], threshold: float) -> str:
     return "\n".join(lines)
 
 
-def tune_cosine(cfg: Config, *, top: int = 6, rows_in_run: int | None = None, output_dir=None) -> dict:
+def tune_cosine(cfg: Config, *, top: int = 6, rows_in_run: int | None = None, output_dir=None,
+                plot: bool = True) -> dict:
     """Table of cosine layouts for ``cfg``'s threshold, ``cosine.bits``, weights and ``min_rows``
     (``cosine.min_rows``, or derived from ``rows_in_run`` as the pipeline does)."""
     t = cfg.lsh.threshold
@@ -262,4 +263,8 @@ def tune_cosine(cfg: Config, *, top: int = 6, rows_in_run: int | None = None, ou
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(out / "tune.json", (json.dumps(result, indent=2) + "\n").encode())
+        if plot:
+            png = plot_layouts(rows, t, out / "tune.png", similarity="cosine")
+            if png is not None:
+                result["png"] = str(png)
     return result

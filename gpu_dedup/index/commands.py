@@ -30,6 +30,7 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
     if against is not None:
         prior = against if isinstance(against, Index) else Index.open(against)
         prior.check(cfg)
+        cfg = prior.pinned(cfg)  # a cosine index's (bands, rows), not this run's own
         sink = prior if update_index else None
     elif index_out is not None:
         sink = IndexBuilder(index_out, cfg)

@@ -28,6 +28,15 @@ as a full dedup of everything would (see ``tests/test_index.py``).
 
 The fingerprint covers what changes hash values and matching (normalize,
 minhash, bands x rows); an index opened with another config fails at once.
+
+An index of ``similarity: cosine`` (the manifest's ``similarity``; absent:
+``jaccard``) holds, instead of MinHash values, the packed random-projection
+signatures (``signature``, uint64 words) and, with a vector column, the
+vectors (``vector``, fixed_size_list<float32>; ``text`` is then null); its
+fingerprint covers the cosine settings (bits, seed, the text vectors) and the
+(bands, rows) of the run that built it, which later runs and queries reuse.
+A Jaccard index cannot be queried or extended as a cosine one, nor the
+other way round.
 """
 
 from __future__ import annotations
@@ -49,14 +58,12 @@ from gpu_dedup.api import DedupResult
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError, InputError
-from gpu_dedup.kernels.params import HASH_FAMILY_NAME, hash_params
+from gpu_dedup.kernels.params import HASH_FAMILY_NAME
 from gpu_dedup.run.local import run
-from gpu_dedup.stages.exact import exact_keys
-from gpu_dedup.stages.lsh import band_hashes
-from gpu_dedup.stages.minhash import signatures
+from gpu_dedup.stages.families import NO_KEY, RowData, family_for
 from gpu_dedup.stages.normalize import normalize
 from gpu_dedup.stages.read_shards import memory_shard
-from gpu_dedup.stages.verify import exact_similarity
+from gpu_dedup.stages.vectors import Vectors, from_numpy
 from gpu_dedup.stages.write_shards import ROW, atomic_write_bytes
 
 FORMAT = "gpu_dedup-index"
@@ -64,14 +71,36 @@ FORMAT_VERSION = 2  # 2: hash family v2 (kernels/params.py HASH_FAMILY); the man
 MANIFEST = "manifest.json"
 
 
-def index_config(cfg: Config) -> dict:
-    bands, rows = cfg.layout
+def index_config(cfg: Config, layout: tuple[int, int] | None = None) -> dict:
+    """What an index's hashes and matching depend on.  Cosine: ``layout`` is the (bands, rows) of the
+    run that builds the index (default: ``cosine.bands`` / ``cosine.rows`` when both are given, else None)."""
     d = cfg.to_dict()
-    return {"normalize": d["normalize"], "minhash": d["minhash"], "bands": bands, "rows": rows}
+    if cfg.similarity != "cosine":
+        bands, rows = cfg.layout
+        return {"normalize": d["normalize"], "minhash": d["minhash"], "bands": bands, "rows": rows}
+    if layout is None and cfg.cosine.bands is not None and cfg.cosine.rows is not None:
+        layout = (cfg.cosine.bands, cfg.cosine.rows)
+    c = d["cosine"]
+    text = cfg.input.vector_column is None
+    out = {"similarity": "cosine", "source": "text" if text else "vectors",
+           "cosine": {"bits": c["bits"], "seed": c["seed"], **({"text": c["text"]} if text else {})},
+           "bands": layout[0] if layout else None, "rows": layout[1] if layout else None}
+    if text:
+        out["normalize"] = d["normalize"]
+    return out
 
 
-def index_fingerprint(cfg: Config) -> str:
-    return hashlib.sha256(json.dumps(index_config(cfg), sort_keys=True).encode()).hexdigest()[:16]
+def index_fingerprint(cfg: Config, layout: tuple[int, int] | None = None) -> str:
+    return _fingerprint(index_config(cfg, layout))
+
+
+def _fingerprint(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def index_similarity(manifest: dict) -> str:
+    """The similarity family of an index (indexes written before cosine existed are Jaccard)."""
+    return manifest.get("similarity", "jaccard")
 
 
 class IndexMismatchError(ConfigError):
@@ -116,14 +145,21 @@ class Index:
 
     # ---- lifecycle ----------------------------------------------------------
     @classmethod
-    def create(cls, path, cfg: Config) -> "Index":
+    def create(cls, path, cfg: Config, layout: tuple[int, int] | None = None) -> "Index":
+        """A new, empty index for ``cfg`` (cosine: ``layout`` is the (bands, rows) of the building run)."""
         p = Path(path)
         if (p / MANIFEST).exists():
             raise InputError(f"an index already exists in {str(p)!r}; open it, or remove it to build a new one")
+        check_indexable(cfg)
+        if cfg.similarity == "cosine" and layout is None:
+            layout = family_for(cfg).layout
         p.mkdir(parents=True, exist_ok=True)
+        config = index_config(cfg, layout)
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "hash_family": HASH_FAMILY_NAME,
-                    "fingerprint": index_fingerprint(cfg),
-                    "config": index_config(cfg), "id_column": cfg.input.id_column, "documents": 0, "segments": [],
+                    "similarity": cfg.similarity, "fingerprint": _fingerprint(config),
+                    "config": config, "threshold": cfg.lsh.threshold, "id_column": cfg.input.id_column,
+                    "vector_column": cfg.input.vector_column,
+                    "documents": 0, "segments": [],
                     "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         cls._write_manifest(p, manifest)
         return cls(p, manifest, [])
@@ -170,30 +206,69 @@ class Index:
 
         atomic_write_bytes(p / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
 
+    @property
+    def similarity(self) -> str:
+        return index_similarity(self.manifest)
+
     def check(self, cfg: Config) -> None:
-        if index_fingerprint(cfg) == self.manifest["fingerprint"]:
+        theirs = self.manifest["config"]
+        if cfg.similarity != self.similarity:
+            raise IndexMismatchError(
+                f"the index in {str(self.path)!r} was built with similarity {self.similarity!r} "
+                f"({'random-projection signatures' if self.similarity == 'cosine' else 'MinHash signatures'}); this "
+                f"run uses similarity {cfg.similarity!r}, whose signatures cannot be compared with them: run with "
+                f"--similarity {self.similarity}, or build a {cfg.similarity} index")
+        layout = (theirs["bands"], theirs["rows"]) if self.similarity == "cosine" else None
+        if cfg.similarity == "cosine" and (cfg.cosine.bands, cfg.cosine.rows) not in ((None, None), layout):
+            layout = (cfg.cosine.bands, cfg.cosine.rows)  # given explicitly: must be the index's
+        if index_fingerprint(cfg, layout) == self.manifest["fingerprint"]:
             return
-        mine, theirs = index_config(cfg), self.manifest["config"]
+        mine = index_config(cfg, layout)
         diffs = []
-        for section in ("normalize", "minhash"):
-            for k, v in theirs[section].items():
-                if mine[section].get(k) != v:
-                    diffs.append(f"{section}.{k}: index {v!r}, this run {mine[section].get(k)!r}")
+        for section in ("normalize", "minhash", "cosine"):
+            for k, v in theirs.get(section, {}).items():
+                if mine.get(section, {}).get(k) != v:
+                    diffs.append(f"{section}.{k}: index {v!r}, this run {mine.get(section, {}).get(k)!r}")
+        if mine.get("source") != theirs.get("source"):
+            diffs.append(f"vectors from: index {theirs.get('source')}, this run {mine.get('source')} "
+                         "(input.vector_column)")
+        prefix = "cosine" if self.similarity == "cosine" else "lsh"
         for k in ("bands", "rows"):
             if mine[k] != theirs[k]:
-                diffs.append(f"lsh.{k}: index {theirs[k]}, this run {mine[k]}")
+                diffs.append(f"{prefix}.{k}: index {theirs[k]}, this run {mine[k]}")
         raise IndexMismatchError(
             f"the config does not match the index in {str(self.path)!r} ({'; '.join(diffs)}); "
             f"run with the index's settings (`gpu-dedup index info {self.path}` prints them) or build a new index"
         )
 
     def config(self, base: Config = Config()) -> Config:
-        """``base`` with the index's normalize, minhash and (bands, rows) settings."""
+        """``base`` with the index's settings: normalize, minhash and (bands, rows); for a cosine
+        index its similarity, cosine settings and (bands, rows)."""
         c = self.manifest["config"]
         d = base.to_dict()
+        if "threshold" in self.manifest and base == Config():  # the threshold the index was built with
+            d["lsh"]["threshold"] = self.manifest["threshold"]
+        if self.similarity == "cosine":
+            d["similarity"] = "cosine"
+            d["cosine"].update(c["cosine"], bands=c["bands"], rows=c["rows"])
+            if "normalize" in c:
+                d["normalize"] = c["normalize"]
+            if c["source"] == "vectors" and not d["input"]["vector_column"]:
+                d["input"]["vector_column"] = "vector"
+            elif c["source"] == "text":
+                d["input"]["vector_column"] = None
+            return Config.from_dict(d)
         d["normalize"], d["minhash"] = c["normalize"], c["minhash"]
         d["lsh"]["bands"], d["lsh"]["rows"] = c["bands"], c["rows"]
         return Config.from_dict(d)
+
+    def pinned(self, cfg: Config) -> Config:
+        """``cfg`` with the index's (bands, rows) for a cosine index (a run derives them from its own
+        number of rows otherwise); ``cfg`` itself for a Jaccard index."""
+        if self.similarity != "cosine" or cfg.similarity != "cosine":
+            return cfg
+        c = self.manifest["config"]
+        return cfg.with_overrides({"cosine.bands": c["bands"], "cosine.rows": c["rows"]})
 
     @property
     def documents(self) -> int:
@@ -239,6 +314,12 @@ class Index:
         col = self._column("signature", docs)
         return np.asarray(col.flatten()).reshape(len(col), -1)
 
+    def vectors(self, docs) -> Vectors:
+        """The vectors of indexed documents (a cosine index built from a vector column)."""
+        col = self._column("vector", docs)
+        m = np.asarray(col.flatten(), np.float32).reshape(len(col), -1)
+        return Vectors(m, np.zeros(m.shape[0], np.int8))
+
     def exact_matches(self, keys: np.ndarray) -> np.ndarray:
         """Index doc with each key (len, h1, h2), or -1: the kept one (the survivor of the others,
         whatever the keep policy) where one is kept, else the smallest."""
@@ -258,7 +339,7 @@ class Index:
 
         idx = pd.MultiIndex.from_arrays([keys[:, 0], keys[:, 1], keys[:, 2]], names=["l", "a", "b"])
         found = self._keys.reindex(idx)
-        hit = found.notna().to_numpy()
+        hit = found.notna().to_numpy() & (keys[:, 0] != NO_KEY)  # rows without a direction match nothing
         out[hit] = found.to_numpy()[hit].astype(np.int64)
         return out
 
@@ -324,13 +405,20 @@ class Index:
         return np.concatenate(qs), np.concatenate(rs), np.concatenate(ds)
 
     # ---- writing --------------------------------------------------------------
-    def append(self, *, ids, kept, survivor, keys, texts, band_docs, band_hashes, centres, signatures=None) -> int:
+    def append(self, *, ids, kept, survivor, keys, texts, band_docs, band_hashes, centres, signatures=None,
+               vectors=None, layout=None) -> int:
         """Add documents as a new segment; ``survivor``, ``band_docs`` and the centres' docs are index
-        doc numbers; ``centres`` = (band, hash, round, doc) arrays of rounds >= 1.
+        doc numbers; ``centres`` = (band, hash, round, doc) arrays of rounds >= 1; ``vectors``: the
+        (n, d) float32 vectors (a cosine index of a vector column); ``layout``: the run's (bands, rows).
 
         Returns the doc number of the first added document.
         """
-        n = len(texts)
+        n = len(ids)
+        if texts is None:
+            texts = pa.nulls(n, pa.large_string())
+        c = self.manifest["config"]
+        if layout is not None and tuple(layout) != (c["bands"], c["rows"]):  # pragma: no cover - runs pin it
+            raise RuntimeError(f"run layout {tuple(layout)} differs from the index's {(c['bands'], c['rows'])}")
         first = self.documents
         name = f"seg-{len(self.segments):05d}"
         cols = {
@@ -345,6 +433,9 @@ class Index:
         }
         if signatures is not None:
             cols["signature"] = pa.FixedSizeListArray.from_arrays(pa.array(signatures.ravel()), signatures.shape[1])
+        if vectors is not None:
+            m = np.ascontiguousarray(vectors, np.float32)
+            cols["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(m.ravel()), m.shape[1])
         want = self.segments[0].docs.schema.field("id").type if self.segments else cols["id"].type
         if cols["id"].type != want and _same_kind(cols["id"].type, want):  # e.g. large_string from pandas
             try:
@@ -396,6 +487,7 @@ class Index:
         if cfg.cluster.enabled:
             raise ConfigError("Index.add() runs in one process; drop cluster.workers / cluster.scheduler")
         self.check(cfg)
+        cfg = self.pinned(cfg)
         table = api.frame_table(frame, kind, text, id, cfg)
         first = self.documents
         if first == 0:  # the first documents name the index's id column
@@ -414,27 +506,44 @@ class Index:
                 "fingerprint": self.manifest["fingerprint"], "config": self.manifest["config"]}
 
     # ---- online use ---------------------------------------------------------
-    def query(self, texts, threshold: float | None = None, members: int = 8, backend="cpu") -> pa.Table:
-        """Indexed documents similar to each text: one row per (query, match).
+    def query(self, texts=None, threshold: float | None = None, members: int = 8, backend="cpu",
+              vectors=None) -> pa.Table:
+        """Indexed documents similar to each query: one row per (query, match).
 
-        Candidates are exact-key matches and up to ``members`` documents of
-        every index bucket a query falls in; matches are verified by exact
-        Jaccard (signature estimate when the index has no texts) and kept
-        when similarity >= ``threshold`` (default: the index's config threshold 0.8).
+        Queries are ``texts`` or, for a cosine index of a vector column,
+        ``vectors`` (an (n, d) float array).  Candidates are exact-key
+        matches and up to ``members`` documents of every index bucket a query
+        falls in; matches are verified by the family's exact similarity
+        (Jaccard of shingle sets, or cosine) and kept when similarity >=
+        ``threshold`` (default: the index's config threshold).
 
         Columns: ``query`` (position in ``texts``), ``row`` (the indexed
         document's number), its id under the index's id column name (when the
-        index has one), ``similarity``, ``exact`` (same normalized text),
-        ``kept`` (the document survived its own dedup), ``cluster_id`` (the
-        row of its cluster's survivor) and, with ids, ``survivor_id``.  A
-        query without a match has no row.
+        index has one), ``similarity``, ``exact`` (same normalized text, or
+        same vector), ``kept`` (the document survived its own dedup),
+        ``cluster_id`` (the row of its cluster's survivor) and, with ids,
+        ``survivor_id``.  A query without a match has no row.
         """
 
         cfg = self.config()
+        family = family_for(cfg)
         t = cfg.lsh.threshold if threshold is None else threshold
-        norm = normalize(texts, cfg.normalize)
-        q = len(norm)
-        new = _new_doc_arrays(string_buffers(norm), cfg, backend)
+        by_vector = self.similarity == "cosine" and self.manifest["config"]["source"] == "vectors"
+        if by_vector:
+            if vectors is None:
+                raise InputError(f"the index in {str(self.path)!r} holds vectors (similarity cosine): query it with "
+                                 "vectors (Index.query(vectors=...), or gpu-dedup query --jsonl --vector-column NAME)")
+            mine = from_numpy(vectors, bad_vectors="keep", name="query vectors")
+            dim = self._vector_dim()
+            if dim is not None and mine.dim != dim:
+                raise InputError(f"query vectors have {mine.dim} dimensions; the index's have {dim}")
+            rows, q = RowData(vectors=mine), len(mine)
+        else:
+            if texts is None:
+                raise InputError(f"the index in {str(self.path)!r} indexes texts: query it with texts")
+            norm = normalize(texts, cfg.normalize)
+            rows, q = RowData(strings=string_buffers(norm)), len(norm)
+        new = _new_doc_arrays(rows, family, backend)
         qi, di = [], []
         exact = self.exact_matches(new["keys"])
         hit = np.flatnonzero(exact >= 0)
@@ -451,8 +560,13 @@ class Index:
             pairs = np.unique(np.column_stack([qa, da]), axis=0)
             qa, da = pairs[:, 0], pairs[:, 1]
         docs = np.unique(da)
-        texts_all = pa.concat_arrays([norm, self.texts(docs)]) if docs.shape[0] else norm
-        sim = exact_similarity(qa, q + np.searchsorted(docs, da), string_buffers(texts_all), cfg.minhash, backend)
+        if by_vector:
+            theirs = self.vectors(docs).matrix if docs.shape[0] else np.zeros((0, mine.dim), np.float32)
+            both = RowData(vectors=Vectors(np.concatenate([mine.matrix, theirs]), np.zeros(q + docs.shape[0], np.int8)))
+        else:
+            texts_all = pa.concat_arrays([norm, self.texts(docs)]) if docs.shape[0] else norm
+            both = RowData(strings=string_buffers(texts_all))
+        sim = family.exact_similarity(both, qa, q + np.searchsorted(docs, da), backend)
         is_exact = np.zeros(qa.shape[0], bool)
         if hit.shape[0]:
             is_exact = np.isin(qa * (self.documents + 1) + da, hit * (self.documents + 1) + exact[hit])
@@ -469,6 +583,11 @@ class Index:
         if name:
             cols["survivor_id"] = self.ids(surv)
         return pa.table(cols)
+
+    def _vector_dim(self) -> int | None:
+        for seg in self.segments:  # the first segment says
+            return seg.docs.schema.field("vector").type.list_size
+        return None
 
 
 def _take(chunks: list, starts: np.ndarray, rows: np.ndarray) -> pa.Array:
@@ -493,16 +612,12 @@ def _same_kind(a: pa.DataType, b: pa.DataType) -> bool:
     return any(k(a) and k(b) for k in kinds)
 
 
-def _new_doc_arrays(strings, cfg: Config, backend) -> dict:
-    """Exact keys of all documents; signatures and band hashes of those with shingles."""
-
-
-    keys = exact_keys(strings, cfg.minhash.seed, backend)
-    sig = signatures(strings, cfg.minhash, num_perm=cfg.signature_perms, backend=backend)
-    cand = np.flatnonzero(sig.shingles > 0)
-    bands, rows = cfg.layout
-    params = hash_params(cfg.minhash.seed, cfg.minhash.num_perm)
-    bh = band_hashes(sig.values[cand], bands, rows, params, backend)
+def _new_doc_arrays(rows: RowData, family, backend) -> dict:
+    """Exact keys of all queries; signatures and band hashes of those that have one."""
+    keys = family.exact_keys(rows, backend)
+    sig = family.signatures(rows, np.arange(len(rows), dtype=np.int64), backend=backend)
+    cand = np.flatnonzero(sig.usable)
+    bh = family.band_hashes(sig.values[cand], backend)
     return {"keys": keys, "cand": cand, "band_hashes": bh, "signatures": sig.values}
 
 
@@ -529,6 +644,7 @@ class IndexBuilder:
     def __init__(self, path, cfg: Config):
         self.path = Path(path)
         self.cfg = cfg
+        check_indexable(cfg)
         if (self.path / MANIFEST).exists():
             raise InputError(f"an index already exists in {str(self.path)!r}; open it with --against "
                              "(and --update-index), or remove it to build a new one")
@@ -539,5 +655,13 @@ class IndexBuilder:
         return 0 if self.index is None else self.index.documents
 
     def append(self, **payload) -> int:
-        self.index = Index.create(self.path, self.cfg)
+        self.index = Index.create(self.path, self.cfg, payload.get("layout"))
         return self.index.append(**payload)
+
+
+def check_indexable(cfg: Config) -> None:
+    """An index needs signatures that do not depend on the corpus: not tf-idf weights of the text."""
+    if cfg.similarity == "cosine" and cfg.input.vector_column is None and cfg.cosine.text.weighting == "tfidf":
+        raise ConfigError("an index of cosine vectors built from the text needs cosine.text.weighting: tf (tf-idf "
+                          "weights depend on the documents of each run, so later signatures would not match); "
+                          "--set cosine.text.weighting=tf, or index a vector column (--vector-column)")

@@ -17,7 +17,6 @@ import numpy as np
 import pyarrow as pa
 
 from gpu_dedup import __version__
-from gpu_dedup.curves import error_areas, s_curve, s_curve_points
 from gpu_dedup.stages.write_shards import atomic_write_bytes
 
 
@@ -55,10 +54,9 @@ def _quantiles(values) -> dict[str, float]:
 
 
 def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes, cluster_sizes, removed_similarity,
-                 threshold, wall_seconds, peak_rss_mb, largest_clusters=None, examples=None) -> dict:
-    bands, rows = cfg.layout
-    fp, fn = error_areas(cfg.lsh.threshold, [bands], [rows])
-    computed = cfg.signature_perms
+                 threshold, wall_seconds, peak_rss_mb, lsh: dict, largest_clusters=None, examples=None) -> dict:
+    """``lsh``: the similarity family's section (:meth:`gpu_dedup.stages.families.Family.report_section`):
+    layout, P(candidate) at the threshold, FP/FN areas, S-curve points."""
     below = int(np.count_nonzero(np.asarray(removed_similarity) < threshold))
     near = max(int(np.asarray(removed_similarity).shape[0]), 1)
     edges = np.round(np.linspace(0.0, 1.0, 21), 2)
@@ -72,25 +70,7 @@ def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes, cluster_
         "config": cfg.to_dict(),
         "inputs": [{"path": s.path, "name": s.name, "format": s.format, "rows": s.rows, "bytes": s.size}
                    for s in shards],
-        "lsh": {
-            "threshold": cfg.lsh.threshold,
-            "verify_threshold": threshold,
-            "num_perm": cfg.minhash.num_perm,
-            "bands": bands,
-            "rows": rows,
-            "permutations_computed": computed,
-            "permutations_not_computed": cfg.minhash.num_perm - computed,
-            "permutations_computed_but_unused_by_bands": computed - bands * rows,
-            "note": (
-                "only the bands*rows permutations the bands use are computed (verification reads the texts)"
-                if computed < cfg.minhash.num_perm
-                else "all permutations are computed; those beyond bands*rows serve the similarity estimate"
-            ),
-            "candidate_probability_at_threshold": round(float(s_curve(cfg.lsh.threshold, bands, rows)), 6),
-            "false_positive_area": round(float(fp[0]), 6),
-            "false_negative_area": round(float(fn[0]), 6),
-            "s_curve": s_curve_points(bands, rows),
-        },
+        "lsh": lsh,
         "counts": {**counts, "accounted": counts["kept"] + counts["removed"] == counts["documents_read"]},
         "stages": stages,
         "histograms": {
@@ -141,7 +121,8 @@ def summary(report: dict) -> str:
         f"kept {c['kept']:,}, removed {c['removed']:,} "
         f"({c['exact_duplicates']:,} exact copies, {c['near_duplicates']:,} near duplicates) "
         f"in {c['clusters']:,} clusters",
-        f"LSH: {lsh['bands']} bands x {lsh['rows']} rows of {lsh['num_perm']} permutations, "
+        f"LSH ({lsh.get('similarity', 'jaccard')}): {lsh['bands']} bands x {lsh['rows']} rows of "
+        + (f"{lsh['num_perm']} permutations, " if "num_perm" in lsh else f"{lsh.get('bits')} bits, ") +
         f"threshold {lsh['threshold']}; {c['candidate_edges']:,} candidate edges, "
         f"{c['verified_edges']:,} verified ({report['config']['verify']['method']})",
         "seconds: " + ", ".join(f"{k} {v['seconds']:.2f}" for k, v in report["stages"].items())

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_dedup.curves import s_curve
+from gpu_dedup.curves import curve_axis, curve_formula, family_curve
 from gpu_dedup.report.svg import Chart, hbars
 from gpu_dedup.stages.write_shards import atomic_write_bytes
 
@@ -102,21 +102,24 @@ def figures(report: dict) -> dict[str, str]:
     # S-curve
     lsh = report["lsh"]
     b, r, t = lsh["bands"], lsh["rows"], lsh["threshold"]
+    fam = lsh.get("similarity", "jaccard")
+    curve = family_curve(fam)
     s = np.linspace(0, 1, 401)
-    p = s_curve(s, b, r)
+    p = curve(s, b, r)
     c = Chart(620, 370, xlim=(0, 1), ylim=(-0.01, 1.01))
     lo, hi = s <= t, s >= t
     c.area(s[lo], 0, p[lo], "#ff7f0e", 0.3, f"false-positive area {lsh['false_positive_area']:.4f}")
     c.area(s[hi], p[hi], 1, "#1f77b4", 0.25, f"false-negative area {lsh['false_negative_area']:.4f}")
-    c.line(s, p, "black", 2, label=f"P(candidate) = 1-(1-s^{r})^{b}")
-    pt = float(s_curve(t, b, r))
+    c.line(s, p, "black", 2, label=f"P(candidate) = {curve_formula(fam, b, r)}")
+    pt = float(curve(t, b, r))
     c.vline(t, "#d62728", label=f"threshold {t}: P = {pt:.3f}")
     c.point(t, pt, "#d62728")
     vt = lsh.get("verify_threshold", t)
     if vt != t:
         c.vline(vt, "#9467bd", dash="2,3", label=f"verify threshold {vt}")
-    c.axes(yticks=np.linspace(0, 1, 6), xlabel="Jaccard similarity s of a pair", ylabel="probability of sharing a bucket",
-           title=f"S-curve: {b} bands x {r} rows ({lsh['num_perm']} permutations)")
+    size = f"{lsh['num_perm']} permutations" if "num_perm" in lsh else f"{lsh.get('bits')} bits"
+    c.axes(yticks=np.linspace(0, 1, 6), xlabel=curve_axis(fam), ylabel="probability of sharing a bucket",
+           title=f"S-curve: {b} bands x {r} rows ({size})")
     c.legend()
     out["s_curve"] = c.svg("S-curve with the threshold")
     # bucket and cluster sizes

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_dedup.curves import s_curve
+from gpu_dedup.curves import curve_axis, curve_formula, family_curve
 
 log = logging.getLogger("gpu_dedup")
 
@@ -40,10 +40,12 @@ def plot_evaluation(report: dict, path) -> Path | None:
         return None
     lsh = report["lsh"]
     b, r, t = lsh["bands"], lsh["rows"], lsh["verify_threshold"]
+    fam = lsh.get("similarity", "jaccard")
+    s_curve = family_curve(fam)
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
     s = np.linspace(0, 1, 201)
     ax = axes[0, 0]
-    ax.plot(s, s_curve(s, b, r), color="black", lw=1.5, label=f"theory 1-(1-s^{r})^{b}")
+    ax.plot(s, s_curve(s, b, r), color="black", lw=1.5, label=f"theory {curve_formula(fam, b, r)}")
     styles = ["o", "s", "^", "D"]
     drawn = set()
     for k, (name, run) in enumerate(report["runs"].items()):
@@ -78,17 +80,18 @@ def plot_evaluation(report: dict, path) -> Path | None:
         ax.errorbar(xs[has] + 0.008, mean, yerr=spread, fmt="D", ms=4, capsize=2, color="tab:green",
                     label=f"mean of {len(over['seeds'])} MinHash seeds (min-max)")
     ax.axvline(t, color="tab:red", ls="--", lw=1, label=f"threshold {t}")
-    ax.set(xlabel="exact Jaccard similarity of the pair", ylabel="fraction of pairs that are LSH candidates",
+    name = "cosine" if fam == "cosine" else "Jaccard"
+    ax.set(xlabel=f"exact {name} similarity of the pair", ylabel="fraction of pairs that are LSH candidates",
            title=f"candidate rate vs S-curve ({b} bands x {r} rows)", xlim=(0, 1.01), ylim=(-0.02, 1.02))
     ax.legend(fontsize=8, loc="upper left")
     ax2 = axes[0, 1]
     ax2.axvline(t, color="tab:red", ls="--", lw=1)
-    ax2.set(xlabel="exact Jaccard similarity (bin)", ylabel="fraction of pairs", ylim=(-0.02, 1.02),
+    ax2.set(xlabel=f"exact {name} similarity (bin)", ylabel="fraction of pairs", ylim=(-0.02, 1.02),
             title="pairs put in one cluster, per similarity bin")
     ax2.legend(fontsize=8, loc="upper left")
     ax3 = axes[1, 0]
     ax3.axvline(t, color="tab:red", ls="--", lw=1)
-    ax3.set(xlabel="exact Jaccard similarity (bin)", ylabel="pairs (log)", title="exact pairs per similarity bin")
+    ax3.set(xlabel=f"exact {name} similarity (bin)", ylabel="pairs (log)", title="exact pairs per similarity bin")
     ax4 = axes[1, 1]
     for name, run in report["runs"].items():
         h = run["chaining"]["similarity_to_survivor_histogram"]
@@ -96,12 +99,12 @@ def plot_evaluation(report: dict, path) -> Path | None:
                    label=f"{name} ({run['chaining']['below_threshold_to_survivor']:,} of "
                          f"{run['chaining']['near_duplicates_removed']:,} below threshold)")
     ax4.axvline(t, color="tab:red", ls="--", lw=1)
-    ax4.set(xlabel="exact Jaccard to the cluster's survivor", ylabel="removed near duplicates",
+    ax4.set(xlabel=f"exact {name} similarity to the cluster's survivor", ylabel="removed near duplicates",
             title="chaining: similarity of removed documents to their survivor")
     ax4.legend(fontsize=8, loc="upper left")
     c = report["corpus"]
     fig.suptitle(f"gpu_dedup evaluate: {c['sample']:,} of {c['documents']:,} documents, "
-                 f"{c['exact_pairs_at_or_above_floor']:,} exact pairs with J >= {c['floor']}", fontsize=11)
+                 f"{c['exact_pairs_at_or_above_floor']:,} exact pairs with {name} >= {c['floor']}", fontsize=11)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
@@ -109,8 +112,9 @@ def plot_evaluation(report: dict, path) -> Path | None:
     return path
 
 
-def plot_layouts(rows: list[dict], threshold: float, path) -> Path | None:
+def plot_layouts(rows: list[dict], threshold: float, path, similarity: str = "jaccard") -> Path | None:
     """S-curves of candidate (bands, rows) layouts; the pick drawn bold."""
+    s_curve = family_curve(similarity)
     plt = pyplot()
     if plt is None:
         return None
@@ -121,7 +125,8 @@ def plot_layouts(rows: list[dict], threshold: float, path) -> Path | None:
         ax.plot(s, s_curve(s, b, r), lw=2.5 if row["pick"] else 1, color="black" if row["pick"] else None,
                 label=f"{b} x {r}{' (pick)' if row['pick'] else ''}: cost {row['cost']:.4f}")
     ax.axvline(threshold, color="tab:red", ls="--", lw=1, label=f"threshold {threshold}")
-    ax.set(xlabel="Jaccard similarity s", ylabel="P(candidate) = 1-(1-s^r)^b", xlim=(0, 1), ylim=(-0.01, 1.01),
+    ax.set(xlabel=curve_axis(similarity), ylabel=f"P(candidate) = {curve_formula(similarity, 'b', 'r')}",
+           xlim=(0, 1), ylim=(-0.01, 1.01),
            title="LSH layouts (bands x rows)")
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()

@@ -16,7 +16,7 @@ between them.  A block is a shard, or consecutive Parquet row groups up to
   buckets, which the client gathers.
 - **verify / select**: each round's pairs are scored by merging a frame of the
   candidate documents' normalized texts (or signatures) onto both ends (Dask
-  merges) and running :func:`gpu_dedup.stages.verify.pair_similarity` per
+  merges) and running the similarity family's ``pair_similarity`` per
   merged partition; star edges, components and survivors run on the client
   over the gathered edge list.
 - **write**: workers filter and write the shards in parallel.
@@ -35,6 +35,7 @@ import logging
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -45,18 +46,18 @@ from gpu_dedup.backends import get_backend
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.config import Config
 from gpu_dedup.errors import BackendError, ConfigError, InputError, ResourceError
-from gpu_dedup.kernels.params import hash_params
 from gpu_dedup.run.checkpoint import NoCheckpoints
 from gpu_dedup.run.sequence import Job, RunResult, execute, open_output
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
 from gpu_dedup.stages import read_shards, write_shards
 from gpu_dedup.stages.buckets import group_buckets
-from gpu_dedup.stages.exact import exact_keys
-from gpu_dedup.stages.lsh import band_hashes
-from gpu_dedup.stages.minhash import signatures
+from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import normalize_counted
 from gpu_dedup.stages.survivors import text_lengths
-from gpu_dedup.stages.verify import pair_similarity
+from gpu_dedup.stages.vectors import Vectors
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("gpu_dedup")
 
@@ -121,16 +122,32 @@ class BlockData:
     strings: object = None  # normalized StringBuffers
     norm: object = None  # normalized texts (Arrow)
     invalid_utf8: int = 0
+    vectors: Vectors | None = None  # input.vector_column
+
+    def rows(self) -> RowData:
+        return RowData(strings=self.strings, vectors=self.vectors)
 
 
-def load_block(block: Block, shard, cfg: Config) -> BlockData:
+def load_block(block: Block, shard, cfg: Config, dim: int | None = None) -> BlockData:
     score = cfg.select.score_column if cfg.select.keep == "score" else None
     table = read_shards.read_columns(shard, cfg.input, score, block.row_groups)
     if table is None or table.num_rows != block.rows:
         rows = 0 if table is None else table.num_rows
         raise InputError(f"shard {shard.path!r} changed during the run ({rows} rows, expected {block.rows}); "
                          "inputs must not change during a run")
-    return BlockData(block, table)
+    vecs = None
+    if cfg.input.vector_column:  # vectors of the block (bad rows named by shard and row, per cosine.bad_vectors)
+        vecs = family_for(cfg).load_vectors(table.column("vector"), shard.path, block.shard_row0, dim)
+        table = table.drop_columns(["vector"])
+    return BlockData(block, table, vectors=vecs)
+
+
+def block_dim(data: BlockData) -> int | None:
+    """The vector length of a block (None: no vector column, or only null rows)."""
+    v = data.vectors
+    if v is None or not (v.status != 3).any():
+        return None
+    return v.dim
 
 
 def block_small(data: BlockData, cfg: Config) -> dict:
@@ -143,38 +160,44 @@ def block_small(data: BlockData, cfg: Config) -> dict:
         key = t.column("id").combine_chunks()
     elif cfg.select.keep == "score":
         key = t.column("score").combine_chunks()
-    return {"null": np.asarray(t.column("text").is_null(), dtype=bool),
+    return {"null": family_for(cfg).null_rows(t, data.vectors),
             "ids": t.column("id").combine_chunks() if cfg.input.id_column else None, "rank_key": key}
 
 
 def normalize_block(data: BlockData, cfg: Config) -> BlockData:
+    if not family_for(cfg).uses_text:
+        return data
     norm, invalid = normalize_counted(data.table.column("text"), cfg.normalize)
     return replace(data, strings=string_buffers(norm), norm=norm, invalid_utf8=invalid)
 
 
 def block_norm_info(data: BlockData) -> dict:
-    return {"invalid_utf8": data.invalid_utf8, "text_bytes": data.strings.nbytes}
+    return {"invalid_utf8": data.invalid_utf8, "text_bytes": data.strings.nbytes if data.strings is not None else 0}
 
 
-def block_keys(data: BlockData, cfg: Config) -> np.ndarray:
-    return exact_keys(data.strings, cfg.minhash.seed, cfg.backend)
+def block_keys(data: BlockData, family) -> np.ndarray:
+    return family.exact_keys(data.rows(), family.cfg.backend)
+
+
+def block_stats(data: BlockData, family):
+    return family.stats(data.rows())
 
 
 @dataclass
 class BlockSignatures:
     rows: np.ndarray  # global rows
     values: np.ndarray
-    shingles: np.ndarray
+    features: np.ndarray
+    usable: np.ndarray
 
 
-def block_signatures(data: BlockData, rows: np.ndarray, cfg: Config) -> BlockSignatures:
-    sig = signatures(data.strings, cfg.minhash, num_perm=cfg.signature_perms, docs=rows - data.block.row0,
-                     backend=cfg.backend)
-    return BlockSignatures(rows, sig.values, sig.shingles)
+def block_signatures(data: BlockData, rows: np.ndarray, family) -> BlockSignatures:
+    sig = family.signatures(data.rows(), rows - data.block.row0, backend=family.cfg.backend)
+    return BlockSignatures(rows, sig.values, sig.features, sig.usable)
 
 
-def block_shingles(sig: BlockSignatures) -> np.ndarray:
-    return sig.shingles
+def block_features(sig: BlockSignatures) -> tuple:
+    return sig.features, sig.usable
 
 
 @dataclass
@@ -184,13 +207,11 @@ class BlockBands:
     values: np.ndarray | None  # signatures, when verification compares them
 
 
-def block_bands(sig: BlockSignatures, rows: np.ndarray, cfg: Config) -> BlockBands:
-    """Band hashes (and, for signature verification, the values) of ``rows`` (those with shingles)."""
+def block_bands(sig: BlockSignatures, rows: np.ndarray, family) -> BlockBands:
+    """Band hashes (and, when the family keeps them, the values) of ``rows`` (those with a signature)."""
     values = sig.values[np.searchsorted(sig.rows, rows)]
-    b, r = cfg.layout
-    bh = band_hashes(values, b, r, hash_params(cfg.minhash.seed, cfg.minhash.num_perm),
-                     cfg.backend)
-    return BlockBands(rows, bh, values if cfg.verify.method != "exact" else None)
+    bh = family.band_hashes(values, family.cfg.backend)
+    return BlockBands(rows, bh, values if family.keep_signatures else None)
 
 
 def long_frame(bands: BlockBands) -> pd.DataFrame:
@@ -213,9 +234,14 @@ def partition_buckets(df: pd.DataFrame, min_size: int) -> pd.DataFrame:
 
 
 def texts_frame(data: BlockData, rows: np.ndarray) -> pd.DataFrame:
-    """Normalized texts of some rows of a block."""
+    """Normalized texts (or, with a vector column, the vectors: columns v0, v1, ...) of some rows of a block."""
     import pandas as pd  # the Dask executor's frames: a one-process run does not import pandas
 
+    if data.vectors is not None:
+        frame = pd.DataFrame(data.vectors.matrix[rows - data.block.row0],
+                             columns=[f"v{j}" for j in range(data.vectors.dim)])
+        frame.insert(0, "row", rows)
+        return frame
     return pd.DataFrame({"row": rows, "text": pd.arrays.ArrowExtensionArray(
         data.norm.take(pa.array(rows - data.block.row0)).cast(pa.large_string()))})
 
@@ -229,20 +255,27 @@ def signature_frame(bands: BlockBands, rows: np.ndarray) -> pd.DataFrame:
     return frame
 
 
-def partition_similarity(df: pd.DataFrame, cfg: Config) -> pd.DataFrame:
-    """Scores of the merged pairs of one partition (both ends' texts or signatures side by side)."""
+def partition_similarity(df: pd.DataFrame, family) -> pd.DataFrame:
+    """Scores of the merged pairs of one partition (both ends' texts, vectors or signatures side by side)."""
     import pandas as pd  # the Dask executor's frames: a one-process run does not import pandas
 
     m = len(df)
     left, right = np.arange(m), np.arange(m) + m
-    if cfg.verify.method == "exact":
+    be = family.cfg.backend
+
+    def both(prefix):
+        cols = [c for c in df.columns if c.startswith(prefix) and c.endswith("_a")]
+        return np.ascontiguousarray(np.vstack([df[cols].to_numpy(), df[[c[:-2] + "_b" for c in cols]].to_numpy()]))
+
+    if family.cfg.verify.method != "exact":
+        sim = family.pair_similarity(None, both("s"), left, right, be)
+    elif "text_a" in df.columns:
         texts = pa.concat_arrays([pa.array(df["text_a"]).cast(pa.large_string()),
                                   pa.array(df["text_b"]).cast(pa.large_string())]) if m else pa.array([], pa.large_string())
-        sim = pair_similarity(cfg, cfg.backend, left, right, texts=string_buffers(texts))
+        sim = family.pair_similarity(RowData(strings=string_buffers(texts)), None, left, right, be)
     else:
-        cols = [c for c in df.columns if c.startswith("s") and c.endswith("_a")]
-        sig = np.ascontiguousarray(np.vstack([df[cols].to_numpy(), df[[c[:-2] + "_b" for c in cols]].to_numpy()]))
-        sim = pair_similarity(cfg, cfg.backend, left, right, signatures=sig)
+        x = both("v").astype(np.float32)
+        sim = family.pair_similarity(RowData(vectors=Vectors(x, np.zeros(2 * m, np.int8))), None, left, right, be)
     return pd.DataFrame({"i": df["i"].to_numpy(np.int64), "sim": sim})
 
 
@@ -357,6 +390,8 @@ class DaskExecutor:
         self.normalized: list | None = None
         self.sigs: list = []
         self.shuffle_bytes = 0
+        self.family = None  # the similarity family (stages/families.py), sized by read()
+        self._prepared = None  # scattered family with corpus statistics, on first use
 
     # ---- setup ----------------------------------------------------------------
     def prepare(self, st: StageLog) -> None:
@@ -400,8 +435,17 @@ class DaskExecutor:
         shards = self.shards = [s.with_rows(i["rows"]) for s, i in zip(self.shards, infos)]
         self.blocks = plan_blocks(infos, cfg.cluster.block_rows)
         n = sum(i["rows"] for i in infos)
-        self.loaded = client.map(load_block, self.blocks, [shards[b.shard_index] for b in self.blocks], cfg=cfg,
-                                 pure=False)
+        self.family = family_for(cfg, n)
+        block_shards = [shards[b.shard_index] for b in self.blocks]
+        self.loaded = client.map(load_block, self.blocks, block_shards, cfg=cfg, pure=False)
+        if cfg.input.vector_column:  # one vector length for the whole corpus: the first block's with vectors
+            dims = client.gather(client.map(block_dim, self.loaded, pure=False))
+            dim = next((d for d in dims if d is not None), None)
+            redo = [k for k, d in enumerate(dims) if d is not None and d != dim]
+            for k, fut in zip(redo, client.map(load_block, [self.blocks[k] for k in redo],
+                                                [block_shards[k] for k in redo], cfg=cfg, dim=dim, pure=False)):
+                self.loaded[k] = fut  # rows of another length: an error, or kept as bad_length (cosine.bad_vectors)
+            client.gather([self.loaded[k] for k in redo])
         small = client.gather(client.map(block_small, self.loaded, cfg=cfg, pure=False))
         if progress is not None:
             progress(len(shards))
@@ -425,27 +469,46 @@ class DaskExecutor:
         return self.normalized
 
     def normalize(self) -> dict:
+        if not self.family.uses_text:
+            return {}
         self._normalize()
         return {"invalid_utf8": self.invalid_utf8}
 
+    def _family(self):
+        """The family with corpus statistics (summed over the blocks), scattered to the workers once."""
+        if self._prepared is None and not self.family.needs_stats:
+            self._prepared = (self.family, self.family)
+        if self._prepared is None:
+            stats = self.client.gather(self.client.map(block_stats, self._normalize(), family=self.family,
+                                                       pure=False))
+            fam = self.family.prepare([s for s in stats if s is not None])
+            self._prepared = (fam, self.client.scatter(fam, broadcast=True))
+        return self._prepared[1]
+
+    def _family_object(self):
+        self._family()
+        return self._prepared[0]
+
     # ---- per-document stages -------------------------------------------------------
     def exact_keys(self):
-        parts = self.client.gather(self.client.map(block_keys, self._normalize(), cfg=self.cfg, pure=False))
+        parts = self.client.gather(self.client.map(block_keys, self._normalize(), family=self.family, pure=False))
         return np.concatenate(parts) if parts else np.zeros((0, 3), np.uint64)
 
     def signatures(self, rows, progress=None):
         norm = self._normalize()
         per = self._per_block(np.asarray(rows, np.int64))
-        self.sigs = self.client.map(block_signatures, norm, per, cfg=self.cfg, pure=False)
-        parts = self.client.gather(self.client.map(block_shingles, self.sigs, pure=False))
+        self.sigs = self.client.map(block_signatures, norm, per, family=self._family(), pure=False)
+        parts = self.client.gather(self.client.map(block_features, self.sigs, pure=False))
         if progress is not None:
             progress(len(rows))
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, bool)
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def bands(self, lsh_rows):
         per = self._per_block(np.asarray(lsh_rows, np.int64))
-        self.shuffle_bytes = int(len(lsh_rows)) * self.cfg.layout[0] * (4 + 8 + 8)  # band, hash, doc per row
-        self.bands_ = self.client.map(block_bands, self.sigs, per, cfg=self.cfg, pure=False)
+        self.shuffle_bytes = int(len(lsh_rows)) * self.family.layout[0] * (4 + 8 + 8)  # band, hash, doc per row
+        self.bands_ = self.client.map(block_bands, self.sigs, per, family=self.family, pure=False)
         return self
 
     def arrays(self) -> dict:
@@ -489,13 +552,21 @@ class DaskExecutor:
         source = self._normalize() if exact else self.bands_
         parts = [dask.delayed(texts_frame if exact else signature_frame)(source[k], sel)
                  for k, sel in enumerate(per) if sel.shape[0]]
-        if exact:
+        if exact and self.family.uses_text:
             meta = pd.DataFrame({"row": np.zeros(0, np.int64),
                                  "text": pd.arrays.ArrowExtensionArray(pa.array([], pa.large_string()))})
+        elif exact:  # vectors
+            dim = self.client.submit(block_dim, self.loaded[0], pure=False).result() or 1
+            for k, sel in enumerate(per):  # the first block holding a row gives the width
+                if sel.shape[0]:
+                    dim = self.client.submit(block_dim, self.loaded[k], pure=False).result() or dim
+                    break
+            meta = pd.DataFrame(np.zeros((0, dim), np.float32), columns=[f"v{j}" for j in range(dim)])
+            meta.insert(0, "row", np.zeros(0, np.int64))
         else:
-            p = cfg.signature_perms
-            dtype = hash_params(cfg.minhash.seed, cfg.minhash.num_perm).signature_dtype
-            meta = pd.DataFrame(np.zeros((0, p), dtype), columns=[f"s{j}" for j in range(p)])
+            empty = self.family.empty_values()
+            p = empty.shape[1] if empty.shape[1] else 0
+            meta = pd.DataFrame(np.zeros((0, p), empty.dtype), columns=[f"s{j}" for j in range(p)])
             meta.insert(0, "row", np.zeros(0, np.int64))
         table = dd.from_delayed(parts, meta=meta, verify_meta=False)
         value_cols = [c for c in meta.columns if c != "row"]
@@ -505,7 +576,7 @@ class DaskExecutor:
         pairs = dd.from_pandas(pd.DataFrame({"src": left, "dst": right, "i": np.arange(left.shape[0])}),
                                npartitions=npart)
         merged = pairs.merge(side_a, on="src").merge(side_b, on="dst")
-        res = merged.map_partitions(partition_similarity, cfg, meta={"i": np.int64, "sim": np.float64}).compute()
+        res = merged.map_partitions(partition_similarity, self._family_object(), meta={"i": np.int64, "sim": np.float64}).compute()
         out[res["i"].to_numpy(np.int64)] = res["sim"].to_numpy(np.float64)
         if res.shape[0] != left.shape[0]:  # pragma: no cover - every row of a pair exists
             raise RuntimeError(f"similarity computed for {res.shape[0]} of {left.shape[0]} pairs")

@@ -31,7 +31,6 @@ from gpu_dedup.backends import get_backend, to_host
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError
-from gpu_dedup.kernels.params import hash_params
 from gpu_dedup.run import cluster
 from gpu_dedup.run.checkpoint import (
     Checkpoints,
@@ -44,12 +43,10 @@ from gpu_dedup.run.sequence import Job, RunResult, execute, open_output
 from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages import read_shards, write_shards
 from gpu_dedup.stages.buckets import buckets
-from gpu_dedup.stages.exact import exact_keys
-from gpu_dedup.stages.lsh import band_hashes
-from gpu_dedup.stages.minhash import signatures
+from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import normalize_counted
 from gpu_dedup.stages.survivors import text_lengths
-from gpu_dedup.stages.verify import pair_similarity
+from gpu_dedup.stages.vectors import Vectors
 
 log = logging.getLogger("gpu_dedup")
 
@@ -149,7 +146,10 @@ class LocalExecutor:
         self.st = None
         self._norm = None  # normalized texts (Arrow), computed on first use
         self._strings = None
-        self._sig = None  # (rows, values, shingles) of the last signatures call
+        self._sig = None  # (rows, values) of the last signatures call
+        self.family = None  # the similarity family (stages/families.py), sized by read()
+        self._prepared = None  # the family with corpus statistics (tf-idf), computed on first use
+        self.vectors = None  # Vectors of the corpus (input.vector_column)
         self._bands = None
         self._combined = {}  # node payloads including a prior's documents
         self.startup_seconds = 0.0
@@ -171,7 +171,10 @@ class LocalExecutor:
         c = read_shards.read(self.shards, cfg.input, score, progress=progress)
         table = c.table
         n = table.num_rows
-        null = np.asarray(table.column("text").is_null(), dtype=bool) if n else np.zeros(0, bool)
+        self.family = family_for(cfg, n)
+        if c.vectors is not None:
+            self.vectors = self._load_vectors(c.vectors, c.shards, n)
+        null = self.family.null_rows(table, self.vectors)
         key = None
         if cfg.select.keep == "longest" and n:
             key = text_lengths(table.column("text"))
@@ -181,6 +184,33 @@ class LocalExecutor:
             key = table.column("score")
         self.corpus = LocalCorpus(table, c.shards, n, self.xp.asarray(null), c.id_column, rank_key=key)
         return self.corpus
+
+    def _load_vectors(self, parts, shards, n) -> Vectors:
+        """The vector column of every shard (bad rows raise or are kept, per cosine.bad_vectors)."""
+        mats, stats, dim = [], [], None
+        for i, _, column in parts:  # one step per shard (rows in messages count from the shard's first)
+            v = self.family.load_vectors(column, shards[i].path, 0, dim)
+            if len(v) and dim is None and (v.status != 3).any():
+                dim = v.dim
+            mats.append(v.matrix)
+            stats.append(v.status)
+        if dim is not None:
+            mats = [m if m.shape[1] == dim else np.zeros((m.shape[0], dim), np.float32) for m in mats]
+        matrix = np.concatenate(mats) if mats else np.zeros((0, 1), np.float32)
+        return Vectors(matrix, np.concatenate(stats) if stats else np.zeros(0, np.int8))
+
+    def _data(self) -> RowData:
+        return RowData(strings=self.strings if self.family.uses_text else None, vectors=self.vectors)
+
+    def _family(self):
+        """The family with its corpus statistics (document frequencies for tf-idf vectors of the text)."""
+        if self._prepared is None and not self.family.needs_stats:
+            self._prepared = self.family
+        if self._prepared is None:
+            data = self._data()
+            st = self.family.stats(data)
+            self._prepared = self.family.prepare([st] if st is not None else [])
+        return self._prepared
 
     @property
     def strings(self):
@@ -196,47 +226,49 @@ class LocalExecutor:
         return self._strings
 
     def normalize(self) -> dict:
+        if not self.family.uses_text:
+            return {}
         self.strings  # noqa: B018
         return {"invalid_utf8": self._invalid}
 
     # ---- per-document stages -------------------------------------------------------
     def exact_keys(self):
-        return self.xp.asarray(exact_keys(self.strings, self.cfg.minhash.seed, self.backend))
+        return self.xp.asarray(self.family.exact_keys(self._data(), self.backend))
 
     def signatures(self, rows, progress=None):
-        """MinHash of ``rows``; returns their shingle counts and keeps the values for :meth:`bands`."""
-        cfg, xp = self.cfg, self.xp
-        strings = self.strings
+        """Signatures of ``rows`` (the family's); returns (features, usable) per row and keeps the
+        values for :meth:`bands`."""
+        xp = self.xp
+        fam, data = self._family(), self._data()
         m = rows.shape[0]
         values = None
-        shingles = xp.empty(m, dtype=xp.int64)
+        features = xp.empty(m, dtype=xp.int64)
+        usable = xp.empty(m, dtype=bool)
         for lo, hi in chunks(m, SIGNATURE_CHUNK):  # a few dozen kernel calls, for progress
-            sig = signatures(strings, cfg.minhash, num_perm=cfg.signature_perms, docs=to_host(rows[lo:hi]),
-                             backend=self.backend)
+            sig = fam.signatures(data, to_host(rows[lo:hi]), backend=self.backend)
             if values is None:
-                values = xp.empty((m, cfg.signature_perms), dtype=sig.values.dtype)
-            values[lo:hi], shingles[lo:hi] = xp.asarray(sig.values), xp.asarray(sig.shingles)
+                values = xp.empty((m, sig.values.shape[1]), dtype=sig.values.dtype)
+            values[lo:hi] = xp.asarray(sig.values)
+            features[lo:hi], usable[lo:hi] = xp.asarray(sig.features), xp.asarray(sig.usable)
             if progress is not None:
                 progress(hi - lo)
         if values is None:
-            dtype = hash_params(cfg.minhash.seed, cfg.minhash.num_perm).signature_dtype
-            values = xp.empty((0, cfg.signature_perms), dtype=dtype)
-        self._sig = (rows, values, shingles)
-        return shingles
+            values = fam.empty_values(xp)
+        self._sig = (rows, values)
+        return features, usable
 
     def bands(self, lsh_rows) -> BandData:
-        rows, values, _ = self._sig
+        rows, values = self._sig
         self._sig = None
-        b, r = self.cfg.layout
-        # band hashes of every signed row, then the rows with shingles picked: a pick of the (n, bands) hashes,
-        # not a copy of the (n, permutations) signatures at the run's memory peak (no pick when all have shingles)
-        bh = self.xp.asarray(band_hashes(values, b, r, _params(self.cfg), self.backend))
+        fam = self.family
+        # band hashes of every signed row, then the rows with features picked: a pick of the (n, bands) hashes,
+        # not a copy of the (n, permutations) signatures at the run's memory peak (no pick when all have features)
+        bh = self.xp.asarray(fam.band_hashes(values, self.backend))
         whole = lsh_rows.shape[0] == rows.shape[0]
         pick = None if whole else self.xp.searchsorted(rows, lsh_rows)
         if pick is not None:
             bh = bh[pick]
-        keep_sig = self.cfg.verify.method != "exact"  # signature estimates need the values later
-        sig = (values if pick is None else values[pick]) if keep_sig else None
+        sig = (values if pick is None else values[pick]) if fam.keep_signatures else None
         del values
         self._bands = BandData(lsh_rows, bh, sig)
         return self._bands
@@ -252,16 +284,16 @@ class LocalExecutor:
     def similarity(self, left, right, prior_nodes=None, progress=None):
         """Similarity of node pairs: nodes ``< m`` are a prior's documents, node ``m + r`` is row ``r``."""
         cfg, xp = self.cfg, self.xp
+        fam = self._family()
         m = prior_nodes[0] if prior_nodes else 0
         if cfg.verify.method == "exact":
-            texts = self.strings
+            data = self._data()
             if m:
-                key = ("texts", id(prior_nodes[1]), prior_nodes[2].tobytes())
+                key = ("rows", id(prior_nodes[1]), prior_nodes[2].tobytes())
                 if key not in self._combined:
-                    docs = prior_nodes[1].texts(prior_nodes[2]).cast(pa.large_string())
-                    self._combined = {key: string_buffers(pa.concat_arrays([docs, self._norm.cast(pa.large_string())]))}
-                texts = self._combined[key]
-            return pair_similarity(cfg, self.backend, left, right, texts=texts, progress=progress)
+                    self._combined = {key: self._with_prior(prior_nodes[1], prior_nodes[2], data)}
+                data = self._combined[key]
+            return fam.pair_similarity(data, None, left, right, self.backend, progress)
         bands = self._bands
         sig = bands.signatures
         if m:
@@ -274,7 +306,16 @@ class LocalExecutor:
             nodes = xp.asarray(nodes, dtype=xp.int64)
             return xp.where(nodes < m, nodes, m + xp.searchsorted(bands.rows, nodes - m))
 
-        return pair_similarity(cfg, self.backend, sig_row(left), sig_row(right), signatures=sig, progress=progress)
+        return fam.pair_similarity(None, sig, sig_row(left), sig_row(right), self.backend, progress)
+
+    def _with_prior(self, prior, docs, data: RowData) -> RowData:
+        """Rows of the indexed documents ``docs``, then this run's rows."""
+        if data.vectors is not None:
+            pv = prior.vectors(docs)
+            return RowData(vectors=Vectors(np.concatenate([pv.matrix, data.vectors.matrix]),
+                                           np.concatenate([pv.status, data.vectors.status])))
+        texts = prior.texts(docs).cast(pa.large_string())
+        return RowData(strings=string_buffers(pa.concat_arrays([texts, self._norm.cast(pa.large_string())])))
 
     # ---- outputs ---------------------------------------------------------------------
     def ids(self, rows) -> pa.Array:
@@ -306,13 +347,15 @@ class LocalExecutor:
         write_shards.atomic_write_parquet(path, table, self.cfg.output.compression)
 
     def index_payload(self, bands: BandData, lsh_rows) -> dict:
-        self.strings  # noqa: B018 - normalized texts (recomputed after a resume)
+        if self.family.uses_text:
+            self.strings  # noqa: B018 - normalized texts (recomputed after a resume)
         full = None
         if bands.signatures is not None:
             sig = to_host(bands.signatures)
             full = np.zeros((self.corpus.n, sig.shape[1]), sig.dtype)
             full[to_host(lsh_rows)] = sig
-        return {"texts": self._norm, "band_hashes": to_host(bands.band_hashes), "signatures": full}
+        return {"texts": self._norm, "band_hashes": to_host(bands.band_hashes), "signatures": full,
+                "vectors": self.vectors.matrix if self.vectors is not None else None}
 
 
 class _ShardTexts:
@@ -353,6 +396,3 @@ def _staged(record, shard, out: Path) -> bool:
     except OSError:
         return False
 
-
-def _params(cfg: Config):
-    return hash_params(cfg.minhash.seed, cfg.minhash.num_perm)

@@ -36,7 +36,6 @@ documents by their index number, input rows from ``first_doc`` on.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +45,6 @@ import pyarrow as pa
 
 from gpu_dedup.backends import to_host
 from gpu_dedup.config import Config
-from gpu_dedup.errors import InputError
 from gpu_dedup.report.build import build_report, examples, write_report
 from gpu_dedup.report.page import write_html
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
@@ -141,7 +139,7 @@ class _Sequence:
         return arrays
 
     def _similarity(self, left, right, progress=None):
-        """Similarity of node pairs (exact Jaccard of the texts, or the signature estimate)."""
+        """Similarity of node pairs (the family's exact similarity, or its signature estimate)."""
         return self.ex.similarity(left, right, self.prior_nodes, progress=progress)
 
     # ------------------------------------------------------------------ stages
@@ -150,6 +148,7 @@ class _Sequence:
         with self.st.stage("read", len(self.ex.shards), "shards") as info:
             corpus = self.corpus = self.ex.read(progress=info.progress.update)
             self.n = corpus.n
+            self.family = self.ex.family  # the similarity family, sized for this run (stages/families.py)
             info.update(documents=corpus.n, shards=len(corpus.shards), null_text=corpus.null_count,
                         duplicate_ids=corpus.duplicate_ids)
         if corpus.duplicate_ids:
@@ -190,21 +189,20 @@ class _Sequence:
         self.keys = a.get("keys")
 
     def signatures_and_bands(self):
-        """MinHash of the representatives that are not copies of an indexed document; band hashes."""
+        """Signatures (the family's) of the representatives that are not copies of an indexed
+        document; band hashes of those that have one."""
         xp, n = self.xp, self.n
 
         def compute():
             rows = xp.flatnonzero((self.rep_row == xp.arange(n)) & ~self.corpus.null & (self.match < 0))
             with self.st.stage("signatures", rows.shape[0]) as info:
-                shingles = self.ex.signatures(rows, progress=info.progress.update)
-                nonempty = shingles > 0
-                info.update(documents=int(rows.shape[0]), permutations=self.cfg.signature_perms,
-                            shingles=int(shingles.sum()), no_shingles=int((~nonempty).sum()))
-            counts = {"minhash_documents": int(rows.shape[0]), "no_shingles": int((~nonempty).sum())}
-            lsh_rows = rows[nonempty]
+                features, usable = self.ex.signatures(rows, progress=info.progress.update)
+                stage_info, counts = self.family.signature_info(to_host(features), to_host(usable))
+                info.update(**stage_info)
+            lsh_rows = rows[usable]
             with self.st.stage("bands", lsh_rows.shape[0]) as info:
                 bands = self.ex.bands(lsh_rows)
-                b, r = self.cfg.layout
+                b, r = self.family.layout
                 info.update(bands=b, rows=r)
             return {"lsh_rows": lsh_rows, **bands.arrays()}, counts
 
@@ -217,7 +215,7 @@ class _Sequence:
         xp, m_prior = self.xp, self.prior is not None
 
         def compute():
-            with self.st.stage("buckets", int(self.lsh_rows.shape[0]) * self.cfg.layout[0], "band hashes") as info:
+            with self.st.stage("buckets", int(self.lsh_rows.shape[0]) * self.family.layout[0], "band hashes") as info:
                 # with a prior, a lone new document still meets the index's documents of its bucket
                 bk = self.ex.buckets(self.bands, min_size=1 if m_prior else 2)
                 arrays = {"band": bk.band, "hash": bk.hash, "offsets": bk.offsets, "members": bk.members}
@@ -432,6 +430,7 @@ class _Sequence:
                 ids=ids, kept=to_host(self.kept), survivor=to_host(self.cluster), keys=to_host(keys),
                 texts=payload["texts"], band_docs=self.first_doc + to_host(self.lsh_rows),
                 band_hashes=payload["band_hashes"], signatures=payload["signatures"],
+                vectors=payload.get("vectors"), layout=self.family.layout,
                 centres=(to_host(self.bk.band[centres.bucket[own]]), to_host(self.bk.hash[centres.bucket[own]]),
                          to_host(centres.round[own]), to_host(self.node_doc[centres.doc[own]])))
             info.update(documents=self.job.sink.documents)
@@ -451,6 +450,7 @@ class _Sequence:
             cfg=cfg, backend=self.backend, shards=self.corpus.shards, counts=self.counts, stages=self.st.stages,
             bucket_sizes=to_host(self.bucket_sizes), cluster_sizes=to_host(sizes),
             removed_similarity=to_host(self.similarity[near]), threshold=cfg.verify_threshold,
+            lsh=self.family.report_section(cfg.lsh.threshold, cfg.verify_threshold),
             wall_seconds=time.perf_counter() - self.t_start, peak_rss_mb=peak_rss_mb(), examples=shown)
         report["resumed_from_checkpoint"] = self.ckpt.resumed
         report["run_fingerprint"] = self.ckpt.fingerprint

@@ -215,15 +215,22 @@ def project(q, r, xp=np):
     return out
 
 
-def pack_signs(p, xp=np):
+def pack_signs(p, xp=np, fast: bool | None = None):
     """``(n, D)`` projections -> ``(n, D // 64)`` uint64 words of ``[p >= 0]`` (bit j at bit j % 64 of word j // 64).
 
-    Packs the flattened row-major array (CuPy's ``packbits`` has no ``axis``);
+    NumPy: one Numba pass (``fast=None``); otherwise (CuPy, or ``fast=False``)
+    packs the flattened row-major array (CuPy's ``packbits`` has no ``axis``);
     with ``D`` a multiple of 64 each row is whole words, as ``axis=1`` would give.
     """
     n, nbits = p.shape
     if nbits % 64:
         raise ValueError(f"{nbits} bits per row: must be a multiple of 64")
+    if fast is None:
+        fast = xp is np
+    if fast:
+        out = np.empty((n, nbits // 64), np.uint64)
+        cpu.pack_signs(np.ascontiguousarray(p), out)
+        return out
     packed = xp.packbits((p >= 0).ravel(), bitorder="little")
     return packed.view(xp.uint64).reshape(n, nbits // 64)
 

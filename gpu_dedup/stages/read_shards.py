@@ -402,6 +402,7 @@ class Corpus:
     text_column: str
     id_column: str | None  # None: ids were generated
     score_column: str | None = None
+    vectors: list | None = None  # input.vector_column: (shard index, first row, column) per shard read
 
     def __len__(self) -> int:
         return self.table.num_rows
@@ -421,7 +422,7 @@ class Corpus:
 
 def _missing(shard: Shard, what: str, name: str, names) -> InputError:
     setting = {"text": "input.text_column (--text-column)", "id": "input.id_column (--id-column)",
-               "score": "select.score_column"}[what]
+               "score": "select.score_column", "vector": "input.vector_column (--vector-column)"}[what]
     return InputError(
         f"{what} column {name!r} is not in shard {shard.path!r}; its columns are: "
         f"{', '.join(map(repr, names)) or '(none)'}. Set {setting} to one of them"
@@ -442,8 +443,13 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
         wanted["id"] = cfg.id_column
     if score_column:
         wanted["score"] = score_column
+    if cfg.vector_column:
+        wanted["vector"] = cfg.vector_column
+    # with a vector column the text is optional (shown in the report when present)
+    optional = {"text"} if cfg.vector_column else set()
     if shard.format == "memory":
         table = shard.data
+        wanted = _present(wanted, optional, table.column_names)
         for key, col in wanted.items():
             if col not in table.column_names:
                 raise _missing(shard, key, col, table.column_names)
@@ -451,6 +457,7 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
             raise InputError("in-memory input has no row groups; it runs in one process")
     elif shard.format == "parquet":
         names = _parquet_schema(shard).names
+        wanted = _present(wanted, optional, names)
         for key, col in wanted.items():
             if col not in names:
                 raise _missing(shard, key, col, names)
@@ -461,12 +468,16 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
         table = _read_jsonl(shard, wanted)
         if table is None:  # no records
             return None
+        wanted = _present(wanted, optional, table.column_names)
         for key, col in wanted.items():
             if col not in table.column_names:
                 raise _missing(shard, key, col, table.column_names)
     if shard.format != "parquet":
         _check_unique(shard, table.column_names, wanted)
-    text = _decoded(table.column(cfg.text_column))
+    if "text" not in wanted:
+        text = pa.chunked_array([pa.nulls(table.num_rows, pa.large_string())])
+    else:
+        text = _decoded(table.column(cfg.text_column))
     if not _text_type_ok(text.type):
         raise InputError(
             f"text column {cfg.text_column!r} of shard {shard.path!r} has type {text.type}; it must be a string column"
@@ -486,6 +497,8 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
                 f"score column {score_column!r} of shard {shard.path!r} has type {score.type}; it must be numeric"
             )
         cols["score"] = pc.cast(score, pa.float64())
+    if cfg.vector_column:
+        cols["vector"] = table.column(cfg.vector_column)
     return pa.table(cols)
 
 
@@ -502,6 +515,11 @@ def _decoded(col: pa.ChunkedArray) -> pa.ChunkedArray:
     if pa.types.is_dictionary(col.type):
         return pc.cast(col, col.type.value_type)
     return col
+
+
+def _present(wanted: dict, optional: set, names) -> dict:
+    """``wanted`` without the optional columns the shard does not have."""
+    return {k: v for k, v in wanted.items() if k not in optional or v in names}
 
 
 def check_id_type(shard: Shard, id_column: str, id_type, first: tuple | None):
@@ -521,7 +539,7 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
 
     ``progress(1)`` is called after each shard."""
     shards = inputs if inputs and isinstance(inputs, list) and isinstance(inputs[0], Shard) else discover(inputs, cfg.format)
-    parts, out_shards = [], []
+    parts, out_shards, vector_parts = [], [], []
     first_id = None
     row0 = 0
     for i, shard in enumerate(shards):  # one step per shard file
@@ -545,12 +563,15 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
         cols["text"] = table.column("text")
         if score_column:
             cols["score"] = table.column("score")
+        if cfg.vector_column:
+            vector_parts.append((i, row0, table.column("vector")))
         parts.append(pa.table(cols))
         out_shards.append(shard.with_rows(n))
         row0 += n
     table = pa.concat_tables(parts) if parts else _empty_table(score_column is not None)
     log.info("read %d documents from %d shard(s)", table.num_rows, len(out_shards))
-    return Corpus(table, out_shards, cfg.text_column, cfg.id_column, score_column)
+    return Corpus(table, out_shards, cfg.text_column, cfg.id_column, score_column,
+                  vectors=vector_parts if cfg.vector_column else None)
 
 
 def _as_large_text(text: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -17,7 +17,7 @@ status are never bucketed, so they survive unchanged, and are counted:
 null row              kept, counted (``null``): no embedding was given
 zero vector           kept, counted (``zero_vector``): a cosine needs a direction
 NaN / inf / null      ``cosine.bad_vectors: error`` (default): InputError naming
-value inside a row    the first such row (global row number and shard) and the
+value inside a row    the first such row (its row in the shard, and the shard) and the
                       fix; ``keep``: kept, counted (``non_finite``)
 another length        as NaN/inf (``bad_length``)
 ====================  ==========================================================
@@ -102,8 +102,8 @@ def from_arrow(column, *, shard: str | None = None, row_offset: int = 0, bad_vec
                name: str = "vector column", dim: int | None = None) -> Vectors:
     """Vectors of an Arrow list/fixed_size_list<float> column (Array or ChunkedArray); see the module doc.
 
-    ``row_offset`` is added to row numbers in messages (the shard's first
-    global row); ``dim`` fixes the expected length (default: the first
+    ``row_offset`` is added to row numbers in messages (the pipeline passes the
+    row of the column's first value within its shard); ``dim`` fixes the expected length (default: the first
     non-null row's).
     """
     if bad_vectors not in ("error", "keep"):

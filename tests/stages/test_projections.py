@@ -301,3 +301,12 @@ def test_min_rows_keeps_unrelated_rows_out_of_buckets():
     assert cosine_min_rows(1_000_000) == 25
     assert cosine_min_rows(100_000, background=0.3) > 21
     assert cosine_min_rows(1) == 1
+
+
+def test_pack_signs_kernel_equals_the_array_lines():
+    """The Numba packing equals NumPy's packbits path, zeros (and -0.0) included, float32 and int64."""
+    rng = np.random.default_rng(4)
+    p = rng.integers(-3, 4, size=(37, 192)).astype(np.float32)
+    p[0, :5] = -0.0
+    for arr in (p, p.astype(np.int64)):
+        assert np.array_equal(pj.pack_signs(arr), pj.pack_signs(arr, fast=False))
