@@ -26,8 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_dedup.backends import get_backend, to_host
-from gpu_dedup.backends.strings import string_buffers
+from gpu_dedup.backends import get_backend, to_device, to_host, transfer_totals
+from gpu_dedup.backends.strings import StringBuffers, arrow_strings, string_buffers
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError
 from gpu_dedup.kernels.params import hash_params
@@ -46,7 +46,6 @@ from gpu_dedup.stages.buckets import buckets
 from gpu_dedup.stages.exact import exact_keys
 from gpu_dedup.stages.lsh import band_hashes
 from gpu_dedup.stages.minhash import signatures
-from gpu_dedup.stages.normalize import normalize_counted
 from gpu_dedup.stages.survivors import text_lengths
 from gpu_dedup.stages.verify import pair_similarity
 
@@ -138,7 +137,10 @@ class LocalExecutor:
     """The corpus in this process; stage kernels on the whole of it at once.
 
     On the CPU backend the corpus is a host Arrow table and the driver arrays
-    NumPy; on the GPU backend the backend's array module holds them.
+    NumPy.  On the GPU backend the normalized text (``StringBuffers`` of device
+    arrays), signatures, band hashes and every driver array live in device memory
+    (CuPy) when the corpus fits ``gpu.memory_limit``; a larger corpus keeps them in
+    host memory and runs the kernels in batches of at most a quarter of the limit.
     """
 
     def __init__(self, shards, cfg: Config):
@@ -146,8 +148,19 @@ class LocalExecutor:
         self.cfg = cfg
         self.backend = get_backend(cfg.backend)
         self.xp = getattr(self.backend, "xp", np)
+        self.memory_plan = None
+        self.batch_bytes = None  # text bytes per kernel batch (GPU, corpus above gpu.memory_limit)
+        plan = getattr(self.backend, "plan_memory", None)
+        if plan is not None:
+            self.memory_plan = plan(shards, cfg)
+            if not self.memory_plan["resident"]:
+                self.xp, self.batch_bytes = np, self.memory_plan["batch_bytes"]
+                log.info("gpu: the corpus (~%.1f GB on the device) exceeds gpu.memory_limit (%.1f GB): batches "
+                         "of %.1f GB of text", self.memory_plan["estimate_bytes"] / 1e9,
+                         self.memory_plan["memory_limit_bytes"] / 1e9, self.batch_bytes / 1e9)
+        self._transfers0 = transfer_totals()
         self.st = None
-        self._norm = None  # normalized texts (Arrow), computed on first use
+        self._norm = None  # normalized texts (host Arrow), made from the buffers when first asked for
         self._strings = None
         self._sig = None  # (rows, values, shingles) of the last signatures call
         self._bands = None
@@ -162,7 +175,11 @@ class LocalExecutor:
             self.startup_seconds = float(prepare(self.cfg) or 0.0)
 
     def report_extras(self) -> dict:
-        return {"kernel_prepare_seconds": round(self.startup_seconds, 3)} if self.startup_seconds else {}
+        out = {"kernel_prepare_seconds": round(self.startup_seconds, 3)} if self.startup_seconds else {}
+        if self.memory_plan is not None:
+            moved = {k: v - self._transfers0[k] for k, v in transfer_totals().items()}
+            out["gpu"] = {**self.memory_plan, **moved}
+        return out
 
     # ---- read / normalize -------------------------------------------------------
     def read(self, progress=None) -> LocalCorpus:
@@ -179,7 +196,7 @@ class LocalExecutor:
             key = table.column("id")
         elif cfg.select.keep == "score":
             key = table.column("score")
-        self.corpus = LocalCorpus(table, c.shards, n, self.xp.asarray(null), c.id_column, rank_key=key)
+        self.corpus = LocalCorpus(table, c.shards, n, to_device(null, self.xp), c.id_column, rank_key=key)
         return self.corpus
 
     @property
@@ -187,13 +204,36 @@ class LocalExecutor:
         """Normalized texts as kernel buffers (computed on first use, e.g. again after a resume)."""
         if self._strings is None:
             with self.st.stage("normalize", self.corpus.n) as info:
-                self._norm, invalid = normalize_counted(self.corpus.table.column("text"), self.cfg.normalize)
+                column = self.corpus.table.column("text")
+                if self.batch_bytes is None:  # the whole corpus at once, where the backend computes
+                    self._strings, invalid = self.backend.normalize_column(column, self.cfg.normalize)
+                else:
+                    self._strings, invalid = self._normalize_batches(column)
                 # the original texts are read again only where needed (written shards, report examples)
                 self.corpus.table = self.corpus.table.drop_columns(["text"])
-                self._strings = string_buffers(self._norm)
                 info.update(invalid_utf8=invalid, text_mb=round(self._strings.nbytes / 2**20, 1))
             self._invalid = invalid
         return self._strings
+
+    def _normalize_batches(self, column):
+        """Normalize ``column`` in slices of at most ``batch_bytes`` of text; the result stays on the host."""
+        parts, invalid = [], 0
+        for chunk in column.chunks:
+            for a, b in _byte_batches(string_buffers(chunk).offsets, self.batch_bytes):
+                buf, bad = self.backend.normalize_column(chunk.slice(a, b - a), self.cfg.normalize)
+                parts.append(arrow_strings(to_host(buf.offsets), to_host(buf.data)))
+                invalid += bad
+        norm = pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
+        return string_buffers(norm), invalid
+
+    @property
+    def norm(self) -> pa.Array:
+        """Normalized texts as a host Arrow array (for an index, or a prior's texts; copied from the
+        device once when they live there)."""
+        if self._norm is None:
+            s = self.strings
+            self._norm = arrow_strings(to_host(s.offsets), to_host(s.data))
+        return self._norm
 
     def normalize(self) -> dict:
         self.strings  # noqa: B018
@@ -210,8 +250,8 @@ class LocalExecutor:
         m = rows.shape[0]
         values = None
         shingles = xp.empty(m, dtype=xp.int64)
-        for lo, hi in chunks(m, SIGNATURE_CHUNK):  # a few dozen kernel calls, for progress
-            sig = signatures(strings, cfg.minhash, num_perm=cfg.signature_perms, docs=to_host(rows[lo:hi]),
+        for lo, hi in self._signature_batches(rows):  # a few dozen kernel calls, for progress
+            sig = signatures(strings, cfg.minhash, num_perm=cfg.signature_perms, docs=rows[lo:hi],
                              backend=self.backend)
             if values is None:
                 values = xp.empty((m, cfg.signature_perms), dtype=sig.values.dtype)
@@ -223,6 +263,19 @@ class LocalExecutor:
             values = xp.empty((0, cfg.signature_perms), dtype=dtype)
         self._sig = (rows, values, shingles)
         return shingles
+
+    def _signature_batches(self, rows):
+        """(lo, hi) slices of ``rows``: SIGNATURE_CHUNK documents, and under a GPU memory bound at most
+        ``batch_bytes`` of text each (rows ascend, so a slice's text is one span)."""
+        m = rows.shape[0]
+        if self.batch_bytes is None or m == 0:
+            return chunks(m, SIGNATURE_CHUNK)
+        lengths = self.strings.lengths[to_host(rows)]
+        ends = np.cumsum(lengths)
+        cuts = np.unique(np.concatenate(([0], np.searchsorted(ends, np.arange(self.batch_bytes, ends[-1],
+                                                                              self.batch_bytes)),
+                                         np.arange(0, m, SIGNATURE_CHUNK), [m])))
+        return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
 
     def bands(self, lsh_rows) -> BandData:
         rows, values, _ = self._sig
@@ -252,7 +305,8 @@ class LocalExecutor:
                 key = ("texts", id(prior_nodes[1]), prior_nodes[2].tobytes())
                 if key not in self._combined:
                     docs = prior_nodes[1].texts(prior_nodes[2]).cast(pa.large_string())
-                    self._combined = {key: string_buffers(pa.concat_arrays([docs, self._norm.cast(pa.large_string())]))}
+                    both = string_buffers(pa.concat_arrays([docs, self.norm.cast(pa.large_string())]))
+                    self._combined = {key: StringBuffers(to_device(both.offsets, xp), to_device(both.data, xp))}
                 texts = self._combined[key]
             return pair_similarity(cfg, self.backend, left, right, texts=texts, progress=progress)
         bands = self._bands
@@ -260,7 +314,7 @@ class LocalExecutor:
         if m:
             key = ("signatures", id(prior_nodes[1]), prior_nodes[2].tobytes())
             if key not in self._combined:
-                self._combined = {key: xp.concatenate((xp.asarray(prior_nodes[1].signatures(prior_nodes[2])), sig))}
+                self._combined = {key: xp.concatenate((to_device(prior_nodes[1].signatures(prior_nodes[2]), xp), sig))}
             sig = self._combined[key]
 
         def sig_row(nodes):
@@ -287,7 +341,8 @@ class LocalExecutor:
         for i, shard in enumerate(shards):  # one step per shard file
             keep = kept[starts[i] : starts[i + 1]]
             if not ckpt.marked(f"shard-{i}"):
-                write_shards.write_shard(shard, keep, out, self.cfg.output.compression)
+                write_shards.write_shard(shard, keep, out, self.cfg.output.compression,
+                                         device_writer=getattr(self.backend, "write_parquet", None))
                 ckpt.mark(f"shard-{i}")
                 maybe_crash("write:first-shard")
             written += int(keep.sum())
@@ -305,7 +360,7 @@ class LocalExecutor:
             sig = to_host(bands.signatures)
             full = np.zeros((self.corpus.n, sig.shape[1]), sig.dtype)
             full[to_host(lsh_rows)] = sig
-        return {"texts": self._norm, "band_hashes": to_host(bands.band_hashes), "signatures": full}
+        return {"texts": self.norm, "band_hashes": to_host(bands.band_hashes), "signatures": full}
 
 
 class _ShardTexts:
@@ -332,6 +387,18 @@ class _ShardTexts:
         inverse = np.empty(rows.shape[0], np.int64)
         inverse[np.concatenate(order)] = np.arange(rows.shape[0])
         return values.take(pa.array(inverse))
+
+
+def _byte_batches(offsets: np.ndarray, batch_bytes: int) -> list:
+    """(a, b) row slices of a string column with ``offsets`` (n + 1) holding at most ``batch_bytes``
+    of text each (a longer document is a slice of its own)."""
+    n = offsets.shape[0] - 1
+    if n <= 0:
+        return []
+    ends = offsets[1:] - offsets[0]
+    cuts = np.searchsorted(ends, np.arange(batch_bytes, int(ends[-1]), batch_bytes), side="right")
+    cuts = np.unique(np.concatenate(([0], cuts, [n])))
+    return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
 
 
 def _params(cfg: Config):
