@@ -222,7 +222,7 @@ class GPUConfig:
     verify) uploads at most a quarter of the limit.
     """
 
-    memory_limit: str = "auto"
+    memory_limit: str = "auto"  # a size such as "12GiB", "500MB" or "8000000000" (bytes)
 
     def __post_init__(self):
         if self.memory_limit != "auto":

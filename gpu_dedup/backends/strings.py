@@ -69,9 +69,9 @@ def string_buffers(texts) -> StringBuffers:
 def arrow_strings(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
     """A ``large_string`` Arrow array over host buffers ``offsets`` (n + 1) and ``data`` (no copy)."""
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    if offsets.shape[0] and offsets[0] != 0:
-        offsets = offsets - offsets[0]
     data = np.ascontiguousarray(data, dtype=np.uint8)
+    if offsets.shape[0] and offsets[0] != 0:
+        data, offsets = data[offsets[0]:], offsets - offsets[0]
     n = offsets.shape[0] - 1
     return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 

@@ -270,12 +270,8 @@ class LocalExecutor:
         m = rows.shape[0]
         if self.batch_bytes is None or m == 0:
             return chunks(m, SIGNATURE_CHUNK)
-        lengths = self.strings.lengths[to_host(rows)]
-        ends = np.cumsum(lengths)
-        cuts = np.unique(np.concatenate(([0], np.searchsorted(ends, np.arange(self.batch_bytes, ends[-1],
-                                                                              self.batch_bytes)),
-                                         np.arange(0, m, SIGNATURE_CHUNK), [m])))
-        return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+        offsets = np.concatenate(([0], np.cumsum(self.strings.lengths[to_host(rows)])))
+        return _byte_batches(offsets, self.batch_bytes, SIGNATURE_CHUNK)
 
     def bands(self, lsh_rows) -> BandData:
         rows, values, _ = self._sig
@@ -389,16 +385,18 @@ class _ShardTexts:
         return values.take(pa.array(inverse))
 
 
-def _byte_batches(offsets: np.ndarray, batch_bytes: int) -> list:
-    """(a, b) row slices of a string column with ``offsets`` (n + 1) holding at most ``batch_bytes``
-    of text each (a longer document is a slice of its own)."""
+def _byte_batches(offsets: np.ndarray, batch_bytes: int, max_rows: int | None = None) -> list:
+    """(a, b) row slices, in order, of rows whose bytes are ``offsets[k]..offsets[k+1]``, each holding at
+    most ``batch_bytes`` (a longer row is a slice of its own) and ``max_rows`` rows; one search per
+    slice, not a step per row."""
     n = offsets.shape[0] - 1
-    if n <= 0:
-        return []
-    ends = offsets[1:] - offsets[0]
-    cuts = np.searchsorted(ends, np.arange(batch_bytes, int(ends[-1]), batch_bytes), side="right")
-    cuts = np.unique(np.concatenate(([0], cuts, [n])))
-    return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+    out, a = [], 0
+    while a < n:
+        b = int(np.searchsorted(offsets, offsets[a] + batch_bytes, side="right")) - 1
+        b = max(a + 1, min(n, b, a + max_rows if max_rows else n))
+        out.append((a, b))
+        a = b
+    return out
 
 
 def _params(cfg: Config):
