@@ -23,6 +23,7 @@ from gpu_dedup.run import local
 from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages import read_shards
 from gpu_dedup.stages import write_shards as ws
+from tests.fake_columns import FakePlcColumn, fake_plc_column
 
 # ------------------------------------------------------------------ transfers
 
@@ -57,56 +58,12 @@ def test_cpu_report_counts_no_transfers(tmp_path):
 # ------------------------------------------------------------------ string column buffers
 
 
-class FakeDataType:
-    def __init__(self, name):
-        self._name = name
-
-    def id(self):
-        return type("TypeId", (), {"name": self._name})()
-
-
-class FakePlcColumn:
-    """What ``cudf.Series.to_pylibcudf()[0]`` gives for a strings column: chars in ``data()``, the
-    offsets column as ``children()[0]``, a row offset, an Arrow validity bitmap.  Buffers are NumPy
-    here (``np.asarray`` stands in for the CUDA array interface)."""
-
-    def __init__(self, offsets, chars, offset, size, mask=None, nulls=0):
-        self._offsets, self._chars, self._offset, self._size = offsets, chars, offset, size
-        self._mask, self._nulls = mask, nulls
-
-    def size(self):
-        return self._size
-
-    def offset(self):
-        return self._offset
-
-    def data(self):
-        return self._chars
-
-    def null_mask(self):
-        return self._mask
-
-    def null_count(self):
-        return self._nulls
-
-    def type(self):
-        return FakeDataType("STRING")
-
-    def children(self):
-        off = self._offsets
-        child = FakePlcColumn(None, off.view(np.uint8), 0, off.shape[0])
-        child.type = lambda: FakeDataType("INT64" if off.dtype == np.int64 else "INT32")
-        return [child]
-
-
 @pytest.mark.parametrize("large", [False, True])
 def test_column_buffers_of_a_cudf_like_column_equal_arrow(large):
     texts = ["alpha", None, "", "béta gamma", None, "δ", "last one"]
     arr = pa.array(texts, pa.large_string() if large else pa.string()).slice(2)  # a row offset of 2
-    validity, offsets_buf, data_buf = arr.buffers()
-    width = np.int64 if large else np.int32
-    col = FakePlcColumn(np.frombuffer(offsets_buf, width), np.frombuffer(data_buf, np.uint8), arr.offset, len(arr),
-                        np.frombuffer(validity, np.uint8), arr.null_count)
+    col = fake_plc_column(arr)
+    assert isinstance(col, FakePlcColumn) and col.offset() == 2
     off, chars, valid = column_buffers(col)
     want_off, want_chars, want_valid = column_buffers(arr)
     assert valid.tolist() == want_valid.tolist() == [t is not None for t in texts[2:]]
