@@ -29,9 +29,11 @@ the smallest node index of the component, as on the CPU.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from gpu_dedup.backends import array_module, count_transfer, on_device, to_host
 from gpu_dedup.backends.cpu import signature_values
@@ -95,10 +97,6 @@ def corpus_estimate(shards, text_column: str) -> tuple[int, int]:
     """(text bytes, documents) of ``shards`` from metadata: the text column's uncompressed size and
     the row count of Parquet files, the size of JSONL files (x4 when compressed, ~256 bytes a
     document), the table of in-memory shards.  Unreadable files count 0 (reading reports them)."""
-    import os
-
-    import pyarrow.parquet as pq
-
     text = rows = 0
     for shard in shards:
         try:
