@@ -210,6 +210,7 @@ def frame_module(array):
     """The frame module of ``array``'s memory: cuDF for device arrays, pandas for host arrays."""
     if on_device(array):
         import cudf
+        import dask_cudf  # noqa: F401  registers cuDF with Dask's dispatch (shuffle, concat) in this worker
 
         return cudf
     return pd
