@@ -82,6 +82,20 @@ def _bit_valid(xp, mask, offset: int, n: int):
     return ((mask[idx >> 3] >> (idx & 7).astype(xp.uint8)) & 1).astype(bool)
 
 
+def _bytes_view(buf, xp):
+    """A uint8 ``xp`` view of a column buffer: through the CUDA array interface (pylibcudf's
+    ``gpumemoryview``), or from its ``ptr`` / ``size`` for a buffer without one (CuPy only)."""
+    try:
+        arr = xp.asarray(buf)
+    except (TypeError, ValueError):
+        if not hasattr(buf, "ptr") or xp.__name__ != "cupy":
+            raise
+        size = int(getattr(buf, "size", getattr(buf, "nbytes", 0)))
+        mem = xp.cuda.UnownedMemory(int(buf.ptr), size, buf)
+        arr = xp.ndarray((size,), dtype=xp.uint8, memptr=xp.cuda.MemoryPointer(mem, 0))
+    return arr.reshape(-1).view(xp.uint8)
+
+
 def column_buffers(column, xp=np):
     """``(offsets, chars, valid)`` of a string column without copying its bytes.
 
@@ -108,10 +122,10 @@ def column_buffers(column, xp=np):
     off_col = kids[0]
     type_id = off_col.type().id()
     width = np.dtype(np.int64 if "INT64" in str(getattr(type_id, "name", type_id)) else np.int32)
-    offsets = xp.asarray(off_col.data()).view(width)[offset : offset + n + 1].astype(xp.int64)
+    offsets = _bytes_view(off_col.data(), xp).view(width)[offset : offset + n + 1].astype(xp.int64)
     chars = column.data()
-    chars = xp.asarray(chars).view(xp.uint8) if chars is not None else xp.zeros(0, dtype=xp.uint8)
+    chars = _bytes_view(chars, xp) if chars is not None else xp.zeros(0, dtype=xp.uint8)
     valid = None
     if column.null_count():
-        valid = _bit_valid(xp, xp.asarray(column.null_mask()).view(xp.uint8), offset, n)
+        valid = _bit_valid(xp, _bytes_view(column.null_mask(), xp), offset, n)
     return offsets, chars, valid
