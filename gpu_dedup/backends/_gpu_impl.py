@@ -33,12 +33,13 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup.backends import array_module, count_transfer, on_device, to_host
 from gpu_dedup.backends.cpu import signature_values
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
-from gpu_dedup.backends.strings import StringBuffers, column_buffers
+from gpu_dedup.backends.strings import StringBuffers, arrow_strings, column_buffers, string_buffers
 from gpu_dedup.backends.textnorm import slow_path
 from gpu_dedup.kernels import text as text_kernel
 from gpu_dedup.kernels.params import HashParams
@@ -202,7 +203,7 @@ class GPUBackend:
 
     def __init__(self, info: dict | None = None, *, xp=None, threads: int | None = None, span: int = SPAN,
                  seg_bytes: int = SEGMENT_BYTES, item_threads: int = ITEM_THREADS, max_blocks: int | None = None,
-                 perm_chunk: int = PERM_CHUNK):
+                 perm_chunk: int = PERM_CHUNK, compact_gap: int = 1 << 20):
         from numba import config as numba_config
         from numba import cuda
 
@@ -224,6 +225,7 @@ class GPUBackend:
         self.seg_bytes = int(seg_bytes)
         self.item_threads = int(item_threads)
         self.perm_chunk = int(perm_chunk)
+        self.compact_gap = int(compact_gap)  # host text: gather the selected documents when the span has more
         if self.simulator:
             self.device_name = "CUDA simulator"
             self.max_blocks = int(max_blocks or 4)
@@ -296,7 +298,9 @@ class GPUBackend:
 
     def _text(self, strings: StringBuffers, docs=None):
         """(count, starts, ends, bytes) of the selected documents, on the device.  Device strings are
-        read in place; host strings upload only the byte span the selection covers."""
+        read in place; host strings upload only the byte span the selection covers, or, when that span
+        holds more than ``compact_gap`` bytes besides twice the selection (scattered documents, e.g. a
+        verify chunk of a corpus kept on the host), only the selected documents (an Arrow take)."""
         xp = self.xp
         if on_device(strings.offsets):
             docs = xp.arange(len(strings), dtype=xp.int64) if docs is None else self._dev(docs, np.int64)
@@ -307,6 +311,10 @@ class GPUBackend:
         ends = strings.offsets[docs + 1].astype(np.int64)
         lo = int(starts.min()) if docs.shape[0] else 0
         hi = int(ends.max()) if docs.shape[0] else 0
+        if hi - lo > 2 * int((ends - starts).sum()) + self.compact_gap:
+            picked = string_buffers(arrow_strings(strings.offsets, strings.data).take(pa.array(docs)))
+            data = picked.data if picked.data.shape[0] else np.zeros(1, np.uint8)
+            return docs.shape[0], self._dev(picked.offsets[:-1]), self._dev(picked.offsets[1:]), self._dev(data)
         return docs.shape[0], self._dev(starts - lo), self._dev(ends - lo), self._span(strings.data, lo, hi)
 
     def _blocks(self, items: int, per_block: int = 1) -> int:

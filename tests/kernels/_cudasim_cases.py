@@ -396,3 +396,18 @@ def test_cudf_column_buffers_feed_normalize_and_minhash(cpu, gpu, large):
     got_sig, got_n = gpu.minhash(strings, params, "char", 3)
     want_sig, want_n = cpu.minhash(w, params, "char", 3)
     assert same(got_sig, want_sig) and same(got_n, want_n)
+
+
+def test_scattered_host_documents_are_gathered_before_upload(cpu):
+    """Host text whose selected documents are spread out is gathered (only their bytes go to the
+    device); results equal the CPU's."""
+    from gpu_dedup.backends._gpu_impl import GPUBackend
+
+    be = GPUBackend(threads=4, span=8, seg_bytes=24, item_threads=4, max_blocks=3, compact_gap=0)
+    buf = buffers([LOREM.encode() * 3, b"x", b"hello world again", LOREM.encode(), b"", "héllo wörld".encode()])
+    docs = np.array([0, 2, 5], np.int64)
+    params = hash_params(SEED, NUM_PERM)
+    assert same(be.minhash(buf, params, "char", 3, docs=docs)[0], cpu.minhash(buf, params, "char", 3, docs=docs)[0])
+    got = be.shingle_sets(buf, params, "word", 2, docs=docs)
+    want = cpu.shingle_sets(buf, params, "word", 2, docs=docs)
+    assert same(got[0], want[0]) and same(got[1], want[1])
