@@ -195,6 +195,59 @@ class ClusterConfig:
         return self.workers is not None or bool(self.scheduler)
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text) -> int:
+    """Bytes of a size such as ``"12GiB"``, ``"500MB"`` or ``1000000``; ValueError when it is not one."""
+    if isinstance(text, bool):
+        raise ValueError(text)
+    if isinstance(text, (int, float)):
+        if text < 0:
+            raise ValueError(text)
+        return int(text)
+    s = str(text).strip().lower().replace(" ", "")
+    num = s.rstrip("kmgtib")
+    unit = s[len(num):]
+    if not num or unit not in _SIZE_UNITS:
+        raise ValueError(text)
+    value = float(num)
+    if value < 0:
+        raise ValueError(text)
+    return int(value * _SIZE_UNITS[unit])
+
+
+@dataclass(frozen=True)
+class GPUConfig:
+    """Device memory of the GPU backend (single process).
+
+    ``memory_limit``: the most device memory a run plans to hold at once ("auto":
+    80 % of the device).  A corpus whose text, signatures and per-document arrays fit
+    stays on the device from read to write; a larger one runs in batches: its
+    normalized text stays in host memory and each kernel batch (normalize, signatures,
+    verify) uploads at most a quarter of the limit.
+    """
+
+    memory_limit: str = "auto"  # a size such as "12GiB", "500MB" or "8000000000" (bytes)
+
+    def __post_init__(self):
+        if self.memory_limit != "auto":
+            try:
+                size = parse_size(self.memory_limit)
+            except ValueError:
+                size = 0
+            if size < 2**20:
+                raise ConfigError(f"gpu.memory_limit = {self.memory_limit!r} is not a size of at least 1 MiB; "
+                                  "write e.g. 12GiB or 500MB, or auto (80% of the device's memory)")
+
+    def limit_bytes(self, device_bytes: int) -> int:
+        """The bound in bytes on a device with ``device_bytes`` of memory."""
+        if self.memory_limit == "auto":
+            return int(0.8 * device_bytes)
+        return parse_size(self.memory_limit)
+
+
 @dataclass(frozen=True)
 class TextVectorConfig:
     """Term-weight vectors built from the normalized text when ``similarity: cosine`` has no
@@ -302,6 +355,7 @@ class Config:
     select: SelectConfig = field(default_factory=SelectConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    gpu: GPUConfig = field(default_factory=GPUConfig)
     similarity: str = "jaccard"  # jaccard (MinHash) | cosine (random projections; see the cosine section)
     cosine: CosineConfig = field(default_factory=CosineConfig)
 
@@ -368,6 +422,7 @@ class Config:
         d = self.to_dict()
         d.pop("backend")
         d.pop("cluster")
+        d.pop("gpu")
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

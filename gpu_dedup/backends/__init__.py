@@ -60,19 +60,58 @@ def get_backend(name: str = "auto"):
 def array_module(*arrays):
     """NumPy, or CuPy when any of ``arrays`` is a CuPy array."""
     for a in arrays:
-        if type(a).__module__.split(".")[0] == "cupy":
+        if on_device(a):
             return importlib.import_module("cupy")
     import numpy
 
     return numpy
 
 
+def on_device(a) -> bool:
+    """Whether ``a`` is a CuPy (device) array."""
+    return type(a).__module__.split(".")[0] == "cupy"
+
+
+# ---------------------------------------------------------------- host <-> device traffic
+#
+# Every copy between host and device memory that gpu_dedup makes goes through
+# ``to_host`` / ``to_device`` (or the GPU backend's helpers, which call
+# ``count_transfer``), so a run can say how many bytes crossed the bus in each
+# stage (``report.json``: ``stages.NAME.host_to_device_bytes`` /
+# ``device_to_host_bytes``).  On the CPU backend nothing is counted.
+
+TRANSFERS = {"host_to_device_bytes": 0, "device_to_host_bytes": 0}
+
+
+def count_transfer(direction: str, nbytes: int) -> None:
+    """Add ``nbytes`` to the process-wide counter ``direction`` (a key of ``TRANSFERS``)."""
+    TRANSFERS[direction] += int(nbytes)
+
+
+def transfer_totals() -> dict:
+    """A copy of the counters (take two and subtract to get one stage's traffic)."""
+    return dict(TRANSFERS)
+
+
 def to_host(a):
-    """A NumPy array of ``a`` (a no-op for NumPy arrays; a device-to-host copy for CuPy)."""
+    """A NumPy array of ``a`` (a no-op for NumPy arrays; a counted device-to-host copy for CuPy)."""
     import numpy
 
     if isinstance(a, numpy.ndarray):
         return a
-    if hasattr(a, "get") and type(a).__module__.split(".")[0] == "cupy":
+    if hasattr(a, "get") and on_device(a):
+        count_transfer("device_to_host_bytes", a.nbytes)
         return a.get()
     return numpy.asarray(a)
+
+
+def to_device(a, xp):
+    """``a`` as an array of ``xp``: a counted host-to-device copy when ``xp`` is CuPy and ``a`` is on the
+    host; ``a`` itself when it already is an ``xp`` array."""
+    if xp.__name__ != "cupy" or on_device(a):
+        return xp.asarray(a)
+    import numpy
+
+    a = numpy.ascontiguousarray(a)
+    count_transfer("host_to_device_bytes", a.nbytes)
+    return xp.asarray(a)

@@ -1,12 +1,19 @@
 """GPU backend: the CUDA kernels of ``gpu_dedup.kernels.cuda`` behind the CPU backend's API.
 
-The pipeline is host-side today: every method takes host NumPy arrays /
-:class:`~gpu_dedup.backends.strings.StringBuffers`, copies what it needs to the device,
-runs the kernels and returns host NumPy arrays with the same dtypes and shapes
-as :class:`~gpu_dedup.backends.cpu.CPUBackend`, so results are interchangeable
-(and tested to be bit-identical).  The text buffer of the last
-``StringBuffers`` seen stays on the device, so the verify stage's repeated
-``shingle_sets`` calls copy it once.
+Every method has the CPU backend's arguments and results (same dtypes and
+shapes, bit-identical values), and results live where the inputs live:
+
+- **device in, device out**: given CuPy arrays / device
+  :class:`~gpu_dedup.backends.strings.StringBuffers` (what :meth:`GPUBackend.normalize_column`
+  returns, e.g. the buffers of a cuDF string column), the kernels read them in
+  place and the results stay on the device.  This is the single-process GPU run:
+  text, signatures, band hashes, buckets, edges and labels never leave the card.
+- **host in, host out**: given NumPy arrays, a method uploads what it needs
+  (for text, only the byte span the selected documents cover) and returns
+  NumPy arrays.  Batches of a corpus larger than the memory bound run so.
+
+Every copy between host and device is counted (``gpu_dedup.backends.count_transfer``),
+so ``report.json`` states the bytes each stage moved.
 
 Array allocation goes through ``self.xp``: CuPy on a real device, NumPy when
 the backend is built under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``),
@@ -22,13 +29,17 @@ the smallest node index of the component, as on the CPU.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from gpu_dedup.backends import array_module, count_transfer, on_device, to_host
 from gpu_dedup.backends.cpu import signature_values
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
-from gpu_dedup.backends.strings import StringBuffers
+from gpu_dedup.backends.strings import StringBuffers, arrow_strings, column_buffers, string_buffers
 from gpu_dedup.backends.textnorm import slow_path
 from gpu_dedup.kernels import text as text_kernel
 from gpu_dedup.kernels.params import HashParams
@@ -46,16 +57,20 @@ def signature_threads(num_perm: int) -> int:
     return int(min(512, max(64, -(-num_perm // 32) * 32)))
 
 
-def segment_table(starts: np.ndarray, ends: np.ndarray, seg_bytes: int):
+def segment_table(starts, ends, seg_bytes: int):
     """Cut documents [starts[k], ends[k]) into segments of at most ``seg_bytes``:
-    (document index, first byte, end byte) per segment; empty documents have none."""
-    lengths = ends - starts
-    nseg = (lengths + seg_bytes - 1) // seg_bytes
-    seg_doc = np.repeat(np.arange(starts.shape[0], dtype=np.int64), nseg)
-    within = np.arange(seg_doc.shape[0], dtype=np.int64) - np.repeat(np.cumsum(nseg) - nseg, nseg)
-    lo = starts[seg_doc] + within * seg_bytes
-    hi = np.minimum(lo + seg_bytes, ends[seg_doc])
-    return seg_doc, lo.astype(np.int64), hi.astype(np.int64)
+    (document index, first byte, end byte) per segment; empty documents have none.
+    Array code of the inputs' module (segment k's document is found by a search in the
+    running segment count, so it runs on CuPy as on NumPy)."""
+    xp = array_module(starts, ends)
+    nseg = (ends - starts + seg_bytes - 1) // seg_bytes
+    cum = xp.cumsum(nseg)
+    total = int(cum[-1]) if cum.shape[0] else 0
+    k = xp.arange(total, dtype=xp.int64)
+    seg_doc = xp.searchsorted(cum, k, side="right").astype(xp.int64)
+    lo = starts[seg_doc] + (k - (cum - nseg)[seg_doc]) * seg_bytes
+    hi = xp.minimum(lo + seg_bytes, ends[seg_doc])
+    return seg_doc, lo.astype(xp.int64), hi.astype(xp.int64)
 
 
 def sorted_unique_segments(xp, offsets, values):
@@ -77,6 +92,62 @@ def sorted_unique_segments(xp, offsets, values):
     out_offsets = xp.zeros(m + 1, dtype=xp.int64)
     out_offsets[1:] = xp.cumsum(unique)
     return out_offsets, v[keep]
+
+
+def corpus_estimate(shards, text_column: str) -> tuple[int, int]:
+    """(text bytes, documents) of ``shards`` from metadata: the text column's uncompressed size and
+    the row count of Parquet files, the size of JSONL files (x4 when compressed, ~256 bytes a
+    document), the table of in-memory shards.  Unreadable files count 0 (reading reports them)."""
+    text = rows = 0
+    for shard in shards:
+        try:
+            if shard.format == "memory":
+                rows += shard.data.num_rows
+                if text_column in shard.data.column_names:
+                    text += shard.data.column(text_column).nbytes
+            elif shard.format == "parquet":
+                meta = pq.ParquetFile(shard.path).metadata
+                rows += meta.num_rows
+                for g in range(meta.num_row_groups):
+                    group = meta.row_group(g)
+                    for c in range(group.num_columns):
+                        if group.column(c).path_in_schema == text_column:
+                            text += group.column(c).total_uncompressed_size
+            else:
+                compressed = os.path.splitext(str(shard.path))[1] in (".gz", ".zst", ".bz2", ".xz")
+                size = os.path.getsize(shard.path) * (4 if compressed else 1)
+                text += size
+                rows += size // 256
+        except Exception:  # an unreadable shard: the read stage reports it
+            continue
+    return int(text), int(rows)
+
+
+def setup_memory() -> dict:
+    """One RMM pool for cuDF, CuPy and the kernels, set up once per process.
+
+    Importing cuDF points CuPy at RMM's default resource (a plain ``cudaMalloc`` per
+    allocation); a pool makes the many short-lived arrays of the stages cheap.
+    ``rmm.reinitialize(pool_allocator=True)`` and ``cupy.cuda.set_allocator(rmm_cupy_allocator)``
+    (RMM's documented CuPy allocator, ``rmm.allocators.cupy``).  Without RMM, CuPy keeps its
+    own memory pool.  Returns what was set up (for the run's mode line)."""
+    if _MEMORY:
+        return _MEMORY
+    try:
+        import rmm
+        from rmm.allocators.cupy import rmm_cupy_allocator
+    except Exception:  # RMM not installed: CuPy's own pool
+        _MEMORY["allocator"] = "CuPy memory pool"
+        return _MEMORY
+    import cupy
+
+    rmm.reinitialize(pool_allocator=True)
+    cupy.cuda.set_allocator(rmm_cupy_allocator)
+    _MEMORY["allocator"] = "RMM pool (cuDF and CuPy)"
+    return _MEMORY
+
+
+_MEMORY: dict = {}
 
 
 def _minimum_at(labels, new, src, dst):
@@ -113,10 +184,6 @@ def components_xp(xp, src, dst, n: int, hook=_minimum_at):
         labels = new
 
 
-def _to_host(a) -> np.ndarray:
-    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
-
-
 @dataclass
 class DeviceText:
     """Normalized texts on the device (``xp`` arrays) and what it took to get them there."""
@@ -136,7 +203,7 @@ class GPUBackend:
 
     def __init__(self, info: dict | None = None, *, xp=None, threads: int | None = None, span: int = SPAN,
                  seg_bytes: int = SEGMENT_BYTES, item_threads: int = ITEM_THREADS, max_blocks: int | None = None,
-                 perm_chunk: int = PERM_CHUNK):
+                 perm_chunk: int = PERM_CHUNK, compact_gap: int = 1 << 20):
         from numba import config as numba_config
         from numba import cuda
 
@@ -158,6 +225,7 @@ class GPUBackend:
         self.seg_bytes = int(seg_bytes)
         self.item_threads = int(item_threads)
         self.perm_chunk = int(perm_chunk)
+        self.compact_gap = int(compact_gap)  # host text: gather the selected documents when the span has more
         if self.simulator:
             self.device_name = "CUDA simulator"
             self.max_blocks = int(max_blocks or 4)
@@ -166,7 +234,9 @@ class GPUBackend:
             name = device.name
             self.device_name = name.decode() if isinstance(name, bytes) else str(name)
             self.max_blocks = int(max_blocks or device.MULTIPROCESSOR_COUNT * 16)
-        self._strings_dev = None
+        self._span_dev = None  # (host bytes, lo, hi, device copy of bytes[lo:hi]) of the last host text
+        if not self.simulator:
+            self.memory = setup_memory()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -174,9 +244,12 @@ class GPUBackend:
     def mode(self) -> str:
         where = f"CUDA kernels (numba-cuda) on {self.device_name}"
         if self.info.get("frames") == "cudf":
-            frames = "cuDF installed (the pipeline still exchanges host pyarrow/NumPy frames with the backend)"
+            frames = "text, signatures, buckets and graphs in device memory; cuDF writes Parquet shards"
         else:
-            frames = "pyarrow frames (cuDF not installed)"
+            frames = "text, signatures, buckets and graphs in device memory (cuDF not installed: pyarrow writes)"
+        pool = getattr(self, "memory", {}).get("allocator")
+        if pool:
+            frames += f"; {pool}"
         comps = "cuGraph components" if self._cugraph() is not None else "CuPy components"
         return f"gpu: {where}, {frames}, {comps}"
 
@@ -196,28 +269,60 @@ class GPUBackend:
             self.xp.cuda.Device().synchronize()
 
     def _dev(self, a, dtype=None):
-        """A device copy (a real copy for NumPy too: the simulator writes every argument back)."""
-        return self.xp.array(np.ascontiguousarray(a, dtype=dtype))
+        """``a`` on the device as a contiguous array of ``dtype``: device arrays are used in place
+        (cast if needed); host arrays are copied, and the copy counted (under the simulator the copy
+        is a NumPy copy: it writes every argument back)."""
+        if on_device(a):
+            return self.xp.ascontiguousarray(a if dtype is None else a.astype(dtype, copy=False))
+        host = np.ascontiguousarray(a, dtype=dtype)
+        if self.xp is not np:
+            count_transfer("host_to_device_bytes", host.nbytes)
+        return self.xp.array(host)
 
     @staticmethod
     def _host(a) -> np.ndarray:
-        return _to_host(a)
+        return to_host(a)  # counted when ``a`` is on the device
 
-    def _data(self, strings: StringBuffers):
-        """Device copy of the text bytes, kept for the next call on the same buffers."""
-        if self._strings_dev is None or self._strings_dev[0] is not strings.data:
-            data = strings.data if strings.data.shape[0] else np.zeros(1, np.uint8)  # no zero-size arguments
-            self._strings_dev = (strings.data, self._dev(data, np.uint8))
-        return self._strings_dev[1]
+    def _out(self, a, device: bool):
+        """A result where the inputs were: left on the device, or copied to the host."""
+        return a if device else self._host(a)
+
+    def _span(self, data: np.ndarray, lo: int, hi: int):
+        """Device copy of host text bytes ``data[lo:hi]``; the last span is kept, so repeated calls
+        inside it (verify's chunks, signature batches of one span) copy nothing more."""
+        c = self._span_dev
+        if c is None or c[0] is not data or lo < c[1] or hi > c[2]:
+            part = data[lo:hi] if hi > lo else np.zeros(1, np.uint8)  # no zero-size arguments
+            c = self._span_dev = (data, lo, hi, self._dev(part, np.uint8))
+        return c[3][lo - c[1]:] if lo > c[1] else c[3]
+
+    def _text(self, strings: StringBuffers, docs=None):
+        """(count, starts, ends, bytes) of the selected documents, on the device.  Device strings are
+        read in place; host strings upload only the byte span the selection covers, or, when that span
+        holds more than ``compact_gap`` bytes besides twice the selection (scattered documents, e.g. a
+        verify chunk of a corpus kept on the host), only the selected documents (an Arrow take)."""
+        xp = self.xp
+        if on_device(strings.offsets):
+            docs = xp.arange(len(strings), dtype=xp.int64) if docs is None else self._dev(docs, np.int64)
+            data = strings.data if strings.data.shape[0] else xp.zeros(1, dtype=xp.uint8)
+            return docs.shape[0], strings.offsets[docs], strings.offsets[docs + 1], data
+        docs = np.arange(len(strings), dtype=np.int64) if docs is None else np.asarray(to_host(docs), np.int64)
+        starts = strings.offsets[docs].astype(np.int64)
+        ends = strings.offsets[docs + 1].astype(np.int64)
+        lo = int(starts.min()) if docs.shape[0] else 0
+        hi = int(ends.max()) if docs.shape[0] else 0
+        if hi - lo > 2 * int((ends - starts).sum()) + self.compact_gap:
+            picked = string_buffers(arrow_strings(strings.offsets, strings.data).take(pa.array(docs)))
+            data = picked.data if picked.data.shape[0] else np.zeros(1, np.uint8)
+            return docs.shape[0], self._dev(picked.offsets[:-1]), self._dev(picked.offsets[1:]), self._dev(data)
+        return docs.shape[0], self._dev(starts - lo), self._dev(ends - lo), self._span(strings.data, lo, hi)
 
     def _blocks(self, items: int, per_block: int = 1) -> int:
         return max(1, min(self.max_blocks, -(-items // per_block)))
 
-    def _select(self, strings: StringBuffers, docs):
-        if docs is None:
-            docs = np.arange(len(strings), dtype=np.int64)
-        docs = np.ascontiguousarray(docs, dtype=np.int64)
-        return docs, strings.offsets[docs].astype(np.int64), strings.offsets[docs + 1].astype(np.int64)
+    def _sig(self, sig):
+        """Signature values as a contiguous uint32 device matrix (checked as on the CPU when on the host)."""
+        return self._dev(sig, np.uint32) if on_device(sig) else self._dev(signature_values(sig))
 
     @staticmethod
     def _shingle_args(params: HashParams, shingle: str, ngram: int):
@@ -225,8 +330,8 @@ class GPUBackend:
                 np.uint64(params.word_base2))
 
     def _segments(self, starts, ends):
-        seg_doc, lo, hi = segment_table(starts, ends, self.seg_bytes)
-        return seg_doc.shape[0], (self._dev(seg_doc), self._dev(lo), self._dev(hi))
+        seg_doc, lo, hi = segment_table(starts, ends, self.seg_bytes)  # on the device
+        return seg_doc.shape[0], (seg_doc, lo, hi)
 
     def _count_pass(self, data, d_start, d_end, nseg, segs, sargs, threads):
         """Full-shingle counts and first token positions (count kernel)."""
@@ -249,20 +354,18 @@ class GPUBackend:
     def minhash(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, num_perm=None, docs=None):
         """Signatures (len(docs) x num_perm) and shingle counts of the selected documents."""
         out, counts = self.minhash_device(strings, params, shingle, ngram, num_perm, docs)
-        return self._host(out), self._host(counts)
+        device = on_device(strings.offsets)
+        return self._out(out, device), self._out(counts, device)
 
     def minhash_device(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, num_perm=None,
                        docs=None):
         """:meth:`minhash` with the results left on the device (``xp`` arrays)."""
         xp = self.xp
         num_perm = params.num_perm if num_perm is None else int(num_perm)
-        docs, starts, ends = self._select(strings, docs)
-        m = docs.shape[0]
+        m, d_start, d_end, data = self._text(strings, docs)
         if m == 0 or num_perm == 0:
             return xp.empty((m, num_perm), dtype=xp.uint32), xp.zeros(m, dtype=xp.int64)
-        data = self._data(strings)
-        d_start, d_end = self._dev(starts), self._dev(ends)
-        nseg, segs = self._segments(starts, ends)
+        nseg, segs = self._segments(d_start, d_end)
         sargs = self._shingle_args(params, shingle, ngram)
         a = self._dev(params.a[:num_perm], np.uint32)
         b = self._dev(params.b[:num_perm], np.uint32)
@@ -292,13 +395,11 @@ class GPUBackend:
     def shingle_sets(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, docs=None):
         """Sorted distinct shingle values of each selected document, as CSR (offsets, values)."""
         xp = self.xp
-        docs, starts, ends = self._select(strings, docs)
-        m = docs.shape[0]
+        device = on_device(strings.offsets)
+        m, d_start, d_end, data = self._text(strings, docs)
         if m == 0:
-            return np.zeros(1, np.int64), np.zeros(0, np.uint64)
-        data = self._data(strings)
-        d_start, d_end = self._dev(starts), self._dev(ends)
-        nseg, segs = self._segments(starts, ends)
+            return self._out(xp.zeros(1, dtype=xp.int64), device), self._out(xp.zeros(0, dtype=xp.uint64), device)
+        nseg, segs = self._segments(d_start, d_end)
         sargs = self._shingle_args(params, shingle, ngram)
         threads = self.threads or 128
         counts, first = self._count_pass(data, d_start, d_end, nseg, segs, sargs, threads)
@@ -315,57 +416,118 @@ class GPUBackend:
         if short.shape[0]:
             raw[raw_offsets[short]] = self._short_values(data, d_start, d_end, first, short, sargs)
         offsets, values = sorted_unique_segments(xp, raw_offsets, raw)
-        return self._host(offsets), self._host(values)
+        return self._out(offsets, device), self._out(values, device)
 
     def jaccard_pairs(self, set_offsets, set_values, left, right) -> np.ndarray:
-        e = len(left)
+        xp, e = self.xp, len(left)
+        device = on_device(set_values) or on_device(left)
         if e == 0:
-            return np.empty(0, np.float64)
-        out = self.xp.empty(e, dtype=self.xp.float64)
+            return self._out(xp.empty(0, dtype=xp.float64), device)
+        out = xp.empty(e, dtype=xp.float64)
         values = set_values if len(set_values) else np.zeros(1, np.uint64)
         t = self.item_threads
         self.k.jaccard_pairs[self._blocks(e, t), t](
             self._dev(set_offsets, np.int64), self._dev(values, np.uint64), self._dev(left, np.int64),
             self._dev(right, np.int64), out,
         )
-        return self._host(out)
+        return self._out(out, device)
 
     def signature_similarity(self, sig, left, right) -> np.ndarray:
-        e = len(left)
+        xp, e = self.xp, len(left)
+        device = on_device(sig) or on_device(left)
         if e == 0:
-            return np.empty(0, np.float64)
-        out = self.xp.empty(e, dtype=self.xp.float64)
+            return self._out(xp.empty(0, dtype=xp.float64), device)
+        out = xp.empty(e, dtype=xp.float64)
         t = self.item_threads
         self.k.signature_similarity[self._blocks(e, t), t](
-            self._dev(signature_values(sig)), self._dev(left, np.int64), self._dev(right, np.int64), out
+            self._sig(sig), self._dev(left, np.int64), self._dev(right, np.int64), out
         )
-        return self._host(out)
+        return self._out(out, device)
 
     def band_hashes(self, sig, bands: int, rows: int, band_base: int) -> np.ndarray:
         """One 64-bit hash per band of ``rows`` uint32 signature values: (n, bands) uint64."""
-        n = sig.shape[0]
+        xp, n, device = self.xp, sig.shape[0], on_device(sig)
         if n == 0 or bands == 0:
-            return np.empty((n, bands), np.uint64)
-        out = self.xp.empty((n, bands), dtype=self.xp.uint64)
+            return self._out(xp.empty((n, bands), dtype=xp.uint64), device)
+        out = xp.empty((n, bands), dtype=xp.uint64)
         t = self.item_threads
         self.k.band_hashes[self._blocks(n * bands, t), t](
-            self._dev(signature_values(sig)), np.int64(bands), np.int64(rows), np.uint64(band_base), out
+            self._sig(sig), np.int64(bands), np.int64(rows), np.uint64(band_base), out
         )
-        return self._host(out)
+        return self._out(out, device)
 
     def exact_hashes(self, strings: StringBuffers, seed1: int, seed2: int) -> np.ndarray:
         """Two 64-bit lanes of the exact-duplicate key of every document: (n, 2) uint64."""
-        n = len(strings)
+        xp, n, device = self.xp, len(strings), on_device(strings.offsets)
         if n == 0:
-            return np.empty((0, 2), np.uint64)
-        out = self.xp.empty((n, 2), dtype=self.xp.uint64)
+            return self._out(xp.empty((0, 2), dtype=xp.uint64), device)
+        out = xp.empty((n, 2), dtype=xp.uint64)
+        if device:
+            offsets = self._dev(strings.offsets, np.int64)
+            data = strings.data if strings.data.shape[0] else xp.zeros(1, dtype=xp.uint8)
+        else:  # the byte span of the documents, offsets shifted to it
+            lo, hi = int(strings.offsets[0]), int(strings.offsets[-1])
+            offsets, data = self._dev(strings.offsets - lo, np.int64), self._span(strings.data, lo, hi)
         t = self.item_threads
-        self.k.exact_hashes[self._blocks(n, t), t](
-            self._dev(strings.offsets, np.int64), self._data(strings), np.uint64(seed1), np.uint64(seed2), out
-        )
-        return self._host(out)
+        self.k.exact_hashes[self._blocks(n, t), t](offsets, data, np.uint64(seed1), np.uint64(seed2), out)
+        return self._out(out, device)
 
     # ------------------------------------------------------------------ text
+
+    def normalize_column(self, column, cfg):
+        """Normalized texts of a string column as device :class:`StringBuffers`, and the number
+        of documents with ill-formed UTF-8 (the CPU's ``normalize_counted``, bit for bit).
+
+        ``column``: a host Arrow array (its offsets and bytes are copied to the device once,
+        counted) or a cuDF Series / pylibcudf Column already on the device (its buffers are
+        read in place).  Under the simulator the buffers stay NumPy arrays."""
+        offsets, chars, valid = column_buffers(column, self.xp)
+        offsets, chars = self._dev(offsets, np.int64), self._dev(chars, np.uint8)
+        if valid is not None:
+            valid = self._dev(valid, np.bool_)
+        out = self.normalize(offsets, chars, cfg, valid)
+        return StringBuffers(out.offsets, out.chars), out.invalid_utf8
+
+    def write_parquet(self, src: str, keep, dst: str, compression: str) -> int | None:
+        """cuDF writer of the write stage: read Parquet shard ``src`` into device memory, keep the rows
+        of ``keep`` and write them to ``dst`` with ``compression``; None when cuDF is not installed, the
+        codec is one cuDF cannot write (gzip, brotli), or the shard changed its row count (the host
+        writer then writes, or reports the change)."""
+        codec = {"none": None, "snappy": "snappy", "zstd": "ZSTD", "lz4": "LZ4"}  # cudf.DataFrame.to_parquet
+        if self.info.get("frames") != "cudf" or compression not in codec:
+            return None
+        import cudf
+
+        frame = cudf.read_parquet(src)
+        if len(frame) != keep.shape[0]:
+            return None
+        mask = self._dev(keep, np.bool_)
+        kept = frame[cudf.Series(mask)] if len(frame) else frame
+        kept.to_parquet(dst, compression=codec[compression], index=False)
+        return int(len(kept))
+
+    def plan_memory(self, shards, cfg) -> dict:
+        """Where a single-process run of ``shards`` keeps its data under ``gpu.memory_limit``.
+
+        The estimate (from Parquet metadata, or the file size of JSONL) counts the text three
+        times (raw, normalized, the kernel's scratch) and, per document, its signature, band
+        hashes and ~100 bytes of driver arrays.  ``resident``: everything stays in device memory;
+        otherwise the run keeps its driver arrays and normalized text in host memory and each
+        kernel batch uploads at most ``batch_bytes`` of text (a quarter of the limit)."""
+        text, rows = corpus_estimate(shards, cfg.input.text_column)
+        b, r = cfg.layout
+        need = 3 * text + rows * (4 * cfg.signature_perms + 16 * b + 96)
+        device = self.device_memory()
+        limit = cfg.gpu.limit_bytes(device)
+        resident = self.simulator or need <= limit
+        return {"memory_limit_bytes": limit, "device_bytes": device, "estimate_bytes": int(need),
+                "resident": bool(resident), "batch_bytes": None if resident else max(1 << 20, limit // 4)}
+
+    def device_memory(self) -> int:
+        """Total memory of the current device in bytes (0 under the simulator)."""
+        if self.simulator:
+            return 0
+        return int(self.xp.cuda.runtime.memGetInfo()[1])
 
     def _text_tables(self, form: str):
         """Device copies of the property table of ``form`` (once per backend and form)."""
@@ -455,17 +617,18 @@ class GPUBackend:
 
     def components(self, src, dst, n: int) -> np.ndarray:
         """Connected components; label = smallest node index in the component."""
+        device = on_device(src)
         if n == 0:
-            return np.zeros(0, np.int64)
+            return self._out(self.xp.zeros(0, dtype=self.xp.int64), device)
         src = self._dev(src, np.int64)
         dst = self._dev(dst, np.int64)
         cugraph = None if self.simulator else self._cugraph()
         if cugraph is not None and src.shape[0]:
             try:
-                return self._host(self._components_cugraph(cugraph, src, dst, n))
+                return self._out(self._components_cugraph(cugraph, src, dst, n), device)
             except Exception as exc:  # pragma: no cover - needs cuGraph
                 log.warning("cuGraph components failed (%s); using the CuPy implementation", exc)
-        return self._host(components_xp(self.xp, src, dst, n, hook=self._hook))
+        return self._out(components_xp(self.xp, src, dst, n, hook=self._hook), device)
 
     def _components_cugraph(self, cugraph, src, dst, n):  # pragma: no cover - needs cuGraph
         import cudf

@@ -6,7 +6,8 @@ import numba
 import numpy as np
 
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
-from gpu_dedup.backends.strings import StringBuffers
+from gpu_dedup.backends.strings import StringBuffers, string_buffers
+from gpu_dedup.backends.textnorm import normalize_counted
 from gpu_dedup.kernels.params import HashParams
 
 
@@ -51,6 +52,13 @@ class CPUBackend:
         logs once when something compiles.  Returns the seconds spent (see ``backends/prepare.py``)."""
         seconds, _ = prepare_kernels(self, cfg)
         return seconds
+
+    @staticmethod
+    def normalize_column(column, cfg):
+        """Normalized texts of a string column as host :class:`StringBuffers`, and the number of
+        documents with ill-formed UTF-8 (the GPU backend's ``normalize_column`` on the host)."""
+        norm, invalid = normalize_counted(column, cfg)
+        return string_buffers(norm), invalid
 
     @staticmethod
     def _select(strings: StringBuffers, docs):

@@ -1,4 +1,10 @@
-"""Zero-copy views of Arrow string arrays as (offsets, bytes) for the kernels."""
+"""Zero-copy views of Arrow string arrays as (offsets, bytes) for the kernels.
+
+The same two buffers describe a cuDF string column on the device (an int32 or
+int64 offsets child and a uint8 chars buffer), so :class:`StringBuffers` holds
+either NumPy arrays (host) or CuPy arrays (device); :func:`column_buffers`
+takes them out of an Arrow array or a cuDF / pylibcudf column without copying.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,8 @@ import pyarrow as pa
 
 @dataclass(frozen=True)
 class StringBuffers:
-    """``offsets`` (int64, n + 1, absolute positions into ``data``) and ``data`` (uint8)."""
+    """``offsets`` (int64, n + 1, absolute positions into ``data``) and ``data`` (uint8): NumPy arrays
+    on the host, CuPy arrays on the device."""
 
     offsets: np.ndarray
     data: np.ndarray
@@ -20,7 +27,7 @@ class StringBuffers:
 
     @property
     def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
+        return self.offsets[1:] - self.offsets[:-1]
 
     @property
     def nbytes(self) -> int:
@@ -57,3 +64,68 @@ def string_buffers(texts) -> StringBuffers:
     offsets = offsets.astype(np.int64)
     data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     return StringBuffers(offsets, data)
+
+
+def arrow_strings(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
+    """A ``large_string`` Arrow array over host buffers ``offsets`` (n + 1) and ``data`` (no copy)."""
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    data = np.ascontiguousarray(data, dtype=np.uint8)
+    if offsets.shape[0] and offsets[0] != 0:
+        data, offsets = data[offsets[0]:], offsets - offsets[0]
+    n = offsets.shape[0] - 1
+    return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _bit_valid(xp, mask, offset: int, n: int):
+    """Bool per row from an Arrow/cuDF validity bitmap (least significant bit first)."""
+    idx = xp.arange(offset, offset + n, dtype=xp.int64)
+    return ((mask[idx >> 3] >> (idx & 7).astype(xp.uint8)) & 1).astype(bool)
+
+
+def _bytes_view(buf, xp):
+    """A uint8 ``xp`` view of a column buffer: through the CUDA array interface (pylibcudf's
+    ``gpumemoryview``), or from its ``ptr`` / ``size`` for a buffer without one (CuPy only)."""
+    try:
+        arr = xp.asarray(buf)
+    except (TypeError, ValueError):
+        if not hasattr(buf, "ptr") or xp.__name__ != "cupy":
+            raise
+        size = int(getattr(buf, "size", getattr(buf, "nbytes", 0)))
+        mem = xp.cuda.UnownedMemory(int(buf.ptr), size, buf)
+        arr = xp.ndarray((size,), dtype=xp.uint8, memptr=xp.cuda.MemoryPointer(mem, 0))
+    return arr.reshape(-1).view(xp.uint8)
+
+
+def column_buffers(column, xp=np):
+    """``(offsets, chars, valid)`` of a string column without copying its bytes.
+
+    ``column``: a pyarrow (chunked) array (host buffers, NumPy), or a cuDF Series or a
+    pylibcudf Column (device buffers, viewed as ``xp`` arrays through the CUDA array
+    interface: ``Series.to_pylibcudf()`` is zero-copy; a strings column keeps its chars in
+    ``data()`` and its offsets in ``child(0)``, int32 or int64).  ``offsets`` are absolute
+    positions into ``chars`` (the column's row offset applied); ``valid`` is a bool
+    array, or None when the column has no nulls.
+    """
+    if isinstance(column, (pa.Array, pa.ChunkedArray)):
+        arr = as_arrow_strings(column)
+        buf = string_buffers(arr)  # nulls read as empty
+        valid = None
+        if arr.null_count:
+            valid = np.asarray(arr.is_valid(), dtype=bool)
+        return buf.offsets, buf.data, valid
+    if hasattr(column, "to_pylibcudf"):  # a cudf.Series
+        column = column.to_pylibcudf()[0]
+    n, offset = column.size(), column.offset()
+    kids = column.children()
+    if n == 0 or not kids:
+        return xp.zeros(1, dtype=xp.int64), xp.zeros(0, dtype=xp.uint8), None
+    off_col = kids[0]
+    type_id = off_col.type().id()
+    width = np.dtype(np.int64 if "INT64" in str(getattr(type_id, "name", type_id)) else np.int32)
+    offsets = _bytes_view(off_col.data(), xp).view(width)[offset : offset + n + 1].astype(xp.int64)
+    chars = column.data()
+    chars = _bytes_view(chars, xp) if chars is not None else xp.zeros(0, dtype=xp.uint8)
+    valid = None
+    if column.null_count():
+        valid = _bit_valid(xp, _bytes_view(column.null_mask(), xp), offset, n)
+    return offsets, chars, valid

@@ -27,6 +27,15 @@ small per-document arrays (exact keys, ids, ranks, labels: ~80 bytes per
 document), the bucket memberships and the edge list, in host memory (it
 never starts a CUDA context).  Results are identical to the single-process
 run for any number of workers: every tie is broken by the global row.
+
+GPU workers (``--backend gpu``: a ``LocalCUDACluster``, one worker per visible
+GPU, checked on the client through NVML or ``CUDA_VISIBLE_DEVICES`` so that no
+CUDA context starts there): each block's normalized text, exact keys,
+signatures and band hashes are device arrays on its worker (the GPU backend
+returns results where its inputs are); the long (band, band hash, doc) frames
+are cuDF frames, shuffled by Dask (task shuffle) and grouped on the device; only
+the multi-member buckets and per-document values reach the client, as host
+arrays.  The same functions run on CPU workers with NumPy and pandas.
 """
 
 from __future__ import annotations
@@ -42,8 +51,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpu_dedup.backends import get_backend
-from gpu_dedup.backends.strings import string_buffers
+from gpu_dedup.backends import array_module, get_backend, on_device, to_device, to_host
+from gpu_dedup.backends.strings import arrow_strings, string_buffers
 from gpu_dedup.config import Config
 from gpu_dedup.errors import BackendError, ConfigError, InputError, ResourceError
 from gpu_dedup.run.checkpoint import NoCheckpoints
@@ -52,7 +61,6 @@ from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
 from gpu_dedup.stages import read_shards, write_shards
 from gpu_dedup.stages.buckets import group_buckets
 from gpu_dedup.stages.families import RowData, family_for
-from gpu_dedup.stages.normalize import normalize_counted
 from gpu_dedup.stages.survivors import text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
@@ -119,13 +127,17 @@ class BlockData:
 
     block: Block
     table: pa.Table  # text[, id][, score]
-    strings: object = None  # normalized StringBuffers
-    norm: object = None  # normalized texts (Arrow)
+    strings: object = None  # normalized StringBuffers (device arrays on a GPU worker)
     invalid_utf8: int = 0
     vectors: Vectors | None = None  # input.vector_column
 
     def rows(self) -> RowData:
         return RowData(strings=self.strings, vectors=self.vectors)
+
+    @property
+    def norm(self) -> pa.Array:
+        """Normalized texts as host Arrow (verification frames; copied from the device on a GPU worker)."""
+        return arrow_strings(to_host(self.strings.offsets), to_host(self.strings.data))
 
 
 def load_block(block: Block, shard, cfg: Config, dim: int | None = None) -> BlockData:
@@ -167,8 +179,8 @@ def block_small(data: BlockData, cfg: Config) -> dict:
 def normalize_block(data: BlockData, cfg: Config) -> BlockData:
     if not family_for(cfg).uses_text:
         return data
-    norm, invalid = normalize_counted(data.table.column("text"), cfg.normalize)
-    return replace(data, strings=string_buffers(norm), norm=norm, invalid_utf8=invalid)
+    strings, invalid = get_backend(cfg.backend).normalize_column(data.table.column("text"), cfg.normalize)
+    return replace(data, strings=strings, invalid_utf8=invalid)
 
 
 def block_norm_info(data: BlockData) -> dict:
@@ -176,7 +188,7 @@ def block_norm_info(data: BlockData) -> dict:
 
 
 def block_keys(data: BlockData, family) -> np.ndarray:
-    return family.exact_keys(data.rows(), family.cfg.backend)
+    return to_host(family.exact_keys(data.rows(), family.cfg.backend))
 
 
 def block_stats(data: BlockData, family):
@@ -197,7 +209,7 @@ def block_signatures(data: BlockData, rows: np.ndarray, family) -> BlockSignatur
 
 
 def block_features(sig: BlockSignatures) -> tuple:
-    return sig.features, sig.usable
+    return to_host(sig.features), to_host(sig.usable)
 
 
 @dataclass
@@ -209,28 +221,51 @@ class BlockBands:
 
 def block_bands(sig: BlockSignatures, rows: np.ndarray, family) -> BlockBands:
     """Band hashes (and, when the family keeps them, the values) of ``rows`` (those with a signature)."""
-    values = sig.values[np.searchsorted(sig.rows, rows)]
+    values = sig.values[to_device(np.searchsorted(sig.rows, rows), array_module(sig.values))]
     bh = family.band_hashes(values, family.cfg.backend)
     return BlockBands(rows, bh, values if family.keep_signatures else None)
 
 
-def long_frame(bands: BlockBands) -> pd.DataFrame:
-    """(band, hash, doc) rows of a block's LSH rows."""
+def frame_module(array):
+    """The frame module of ``array``'s memory: cuDF for device arrays, pandas for host arrays."""
+    if on_device(array):
+        import cudf
+        import dask_cudf  # noqa: F401  registers cuDF with Dask's dispatch (shuffle, concat) in this worker
+
+        return cudf
     import pandas as pd  # the Dask executor's frames: a one-process run does not import pandas
 
+    return pd
+
+
+def long_frame(bands: BlockBands):
+    """(band, hash, doc) rows of a block's LSH rows: a cuDF frame when the band hashes are on the device."""
     bh = bands.band_hashes
+    xp = array_module(bh)
     nb = bh.shape[1]
-    return pd.DataFrame({"band": np.tile(np.arange(nb, dtype=np.int32), bands.rows.shape[0]), "hash": bh.ravel(),
-                         "doc": np.repeat(bands.rows, nb)})
+    rows = to_device(bands.rows, xp)
+    return frame_module(bh).DataFrame({"band": xp.tile(xp.arange(nb, dtype=xp.int32), rows.shape[0]),
+                                       "hash": bh.ravel(), "doc": xp.repeat(rows, nb)})
 
 
-def partition_buckets(df: pd.DataFrame, min_size: int) -> pd.DataFrame:
-    """Memberships of the buckets of one shuffle partition with at least ``min_size`` members."""
-    import pandas as pd  # the Dask executor's frames: a one-process run does not import pandas
+def _column(frame, name: str, dtype):
+    """A frame column as an array of its memory (NumPy for pandas, CuPy for cuDF)."""
+    import pandas as pd
 
-    b = group_buckets(df["band"].to_numpy(np.int32), df["hash"].to_numpy(np.uint64), df["doc"].to_numpy(np.int64),
+    col = frame[name]
+    return col.to_numpy(dtype) if isinstance(frame, pd.DataFrame) else col.values.astype(dtype)
+
+
+def partition_buckets(df, min_size: int) -> pd.DataFrame:
+    """Memberships of the buckets of one shuffle partition with at least ``min_size`` members (pandas:
+    the client gathers them), grouped where the partition lives."""
+    import pandas as pd
+
+    b = group_buckets(_column(df, "band", np.int32), _column(df, "hash", np.uint64), _column(df, "doc", np.int64),
                       min_size=min_size)
-    return pd.DataFrame({"band": np.repeat(b.band, b.sizes), "hash": np.repeat(b.hash, b.sizes), "doc": b.members})
+    sizes = to_host(b.sizes)
+    return pd.DataFrame({"band": np.repeat(to_host(b.band), sizes), "hash": np.repeat(to_host(b.hash), sizes),
+                         "doc": to_host(b.members)})
 
 
 def texts_frame(data: BlockData, rows: np.ndarray) -> pd.DataFrame:
@@ -249,7 +284,7 @@ def texts_frame(data: BlockData, rows: np.ndarray) -> pd.DataFrame:
 def signature_frame(bands: BlockBands, rows: np.ndarray) -> pd.DataFrame:
     import pandas as pd  # the Dask executor's frames: a one-process run does not import pandas
 
-    sig = bands.values[np.searchsorted(bands.rows, rows)]
+    sig = to_host(bands.values[to_device(np.searchsorted(bands.rows, rows), array_module(bands.values))])
     frame = pd.DataFrame(sig, columns=[f"s{j}" for j in range(sig.shape[1])])
     frame.insert(0, "row", rows)
     return frame
@@ -306,11 +341,14 @@ def connect(cfg: Config):
         client = Client(c.scheduler)
         cluster = None
     elif cfg.backend == "gpu":
+        devices = gpu_devices(c.workers)  # before dask-cuda: a clear error, and no CUDA context here
         try:
             from dask_cuda import LocalCUDACluster
         except ImportError:
-            raise BackendError("GPU workers need dask-cuda (see README, GPU)") from None
-        cluster = LocalCUDACluster(n_workers=c.workers, memory_limit=c.memory_limit, dashboard_address=":0")
+            raise BackendError("GPU workers need dask-cuda and dask-cudf: pip install -e '.[cuda12]' (or "
+                               "'.[cuda13]') in the gpu_dedup checkout; README.md, section GPU") from None
+        cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, n_workers=c.workers, memory_limit=c.memory_limit,
+                                   dashboard_address=":0")
         client = Client(cluster)
     else:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -323,6 +361,47 @@ def connect(cfg: Config):
     if log.isEnabledFor(logging.INFO):  # -q: nothing
         print(f"Dask dashboard: {client.dashboard_link}", flush=True)
     return client, cluster
+
+
+def visible_gpus() -> list | None:
+    """The GPUs a local CUDA cluster may use, without creating a CUDA context: the entries of
+    ``CUDA_VISIBLE_DEVICES`` when it is set, else NVML's device count; None when neither says."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        ids = [d.strip() for d in env.split(",") if d.strip()]
+        out = []
+        for d in ids:  # CUDA stops at the first invalid entry (e.g. -1)
+            if d.lstrip("-").isdigit() and int(d) < 0:
+                break
+            out.append(d)
+        return out
+    try:
+        import pynvml  # NVML (nvidia-ml-py, a dask-cuda dependency) counts devices without a CUDA context
+
+        pynvml.nvmlInit()
+        try:
+            return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+
+
+def gpu_devices(workers: int) -> str | None:
+    """``CUDA_VISIBLE_DEVICES`` for a local CUDA cluster of ``workers`` workers (one per GPU); a
+    ConfigError when fewer GPUs are visible."""
+    gpus = visible_gpus()
+    if gpus is None:
+        return None  # dask-cuda finds the devices itself
+    if workers > len(gpus):
+        where = (f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}"
+                 if "CUDA_VISIBLE_DEVICES" in os.environ else "NVML")
+        raise ConfigError(f"--workers {workers} with --backend gpu asks for {workers} GPU workers (one per GPU), but "
+                          f"{len(gpus)} GPU(s) are visible ({where}); use --workers {max(1, len(gpus))} or fewer, or "
+                          "make more GPUs visible" if gpus else
+                          f"--workers {workers} with --backend gpu needs a GPU per worker, but no GPU is visible "
+                          f"({where}); run with --backend cpu, or make GPUs visible")
+    return ",".join(gpus[:workers])
 
 
 @dataclass
@@ -527,7 +606,9 @@ class DaskExecutor:
         if not parts:
             return group_buckets(np.zeros(0, np.int32), np.zeros(0, np.uint64), np.zeros(0, np.int64))
         long = dd.from_delayed(parts, meta=meta, verify_meta=False)
-        shuffled = long.shuffle(on=["band", "hash"], npartitions=max(1, len(self.blocks)))
+        # GPU workers' partitions are cuDF frames: the task shuffle dispatches on the partitions' type
+        method = "tasks" if self.cfg.backend == "gpu" else None
+        shuffled = long.shuffle(on=["band", "hash"], npartitions=max(1, len(self.blocks)), shuffle_method=method)
         multi = shuffled.map_partitions(partition_buckets, min_size, meta=meta).compute()
         return group_buckets(multi["band"].to_numpy(np.int32), multi["hash"].to_numpy(np.uint64),
                              multi["doc"].to_numpy(np.int64), min_size=min_size)

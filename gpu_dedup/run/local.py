@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_dedup.backends import get_backend, to_host
-from gpu_dedup.backends.strings import string_buffers
+from gpu_dedup.backends import get_backend, to_device, to_host, transfer_totals
+from gpu_dedup.backends.strings import StringBuffers, arrow_strings, string_buffers
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError
 from gpu_dedup.run import cluster
@@ -44,7 +44,6 @@ from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages import read_shards, write_shards
 from gpu_dedup.stages.buckets import buckets
 from gpu_dedup.stages.families import RowData, family_for
-from gpu_dedup.stages.normalize import normalize_counted
 from gpu_dedup.stages.survivors import text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
@@ -135,7 +134,10 @@ class LocalExecutor:
     """The corpus in this process; stage kernels on the whole of it at once.
 
     On the CPU backend the corpus is a host Arrow table and the driver arrays
-    NumPy; on the GPU backend the backend's array module holds them.
+    NumPy.  On the GPU backend the normalized text (``StringBuffers`` of device
+    arrays), signatures, band hashes and every driver array live in device memory
+    (CuPy) when the corpus fits ``gpu.memory_limit``; a larger corpus keeps them in
+    host memory and runs the kernels in batches of at most a quarter of the limit.
     """
 
     def __init__(self, shards, cfg: Config):
@@ -143,8 +145,19 @@ class LocalExecutor:
         self.cfg = cfg
         self.backend = get_backend(cfg.backend)
         self.xp = getattr(self.backend, "xp", np)
+        self.memory_plan = None
+        self.batch_bytes = None  # text bytes per kernel batch (GPU, corpus above gpu.memory_limit)
+        plan = getattr(self.backend, "plan_memory", None)
+        if plan is not None:
+            self.memory_plan = plan(shards, cfg)
+            if not self.memory_plan["resident"]:
+                self.xp, self.batch_bytes = np, self.memory_plan["batch_bytes"]
+                log.info("gpu: the corpus (~%.1f GB on the device) exceeds gpu.memory_limit (%.1f GB): batches "
+                         "of %.1f GB of text", self.memory_plan["estimate_bytes"] / 1e9,
+                         self.memory_plan["memory_limit_bytes"] / 1e9, self.batch_bytes / 1e9)
+        self._transfers0 = transfer_totals()
         self.st = None
-        self._norm = None  # normalized texts (Arrow), computed on first use
+        self._norm = None  # normalized texts (host Arrow), made from the buffers when first asked for
         self._strings = None
         self._sig = None  # (rows, values) of the last signatures call
         self.family = None  # the similarity family (stages/families.py), sized by read()
@@ -162,7 +175,11 @@ class LocalExecutor:
             self.startup_seconds = float(prepare(self.cfg) or 0.0)
 
     def report_extras(self) -> dict:
-        return {"kernel_prepare_seconds": round(self.startup_seconds, 3)} if self.startup_seconds else {}
+        out = {"kernel_prepare_seconds": round(self.startup_seconds, 3)} if self.startup_seconds else {}
+        if self.memory_plan is not None:
+            moved = {k: v - self._transfers0[k] for k, v in transfer_totals().items()}
+            out["gpu"] = {**self.memory_plan, **moved}
+        return out
 
     # ---- read / normalize -------------------------------------------------------
     def read(self, progress=None) -> LocalCorpus:
@@ -182,7 +199,7 @@ class LocalExecutor:
             key = table.column("id")
         elif cfg.select.keep == "score":
             key = table.column("score")
-        self.corpus = LocalCorpus(table, c.shards, n, self.xp.asarray(null), c.id_column, rank_key=key)
+        self.corpus = LocalCorpus(table, c.shards, n, to_device(null, self.xp), c.id_column, rank_key=key)
         return self.corpus
 
     def _load_vectors(self, parts, shards, n) -> Vectors:
@@ -217,13 +234,36 @@ class LocalExecutor:
         """Normalized texts as kernel buffers (computed on first use, e.g. again after a resume)."""
         if self._strings is None:
             with self.st.stage("normalize", self.corpus.n) as info:
-                self._norm, invalid = normalize_counted(self.corpus.table.column("text"), self.cfg.normalize)
+                column = self.corpus.table.column("text")
+                if self.batch_bytes is None:  # the whole corpus at once, where the backend computes
+                    self._strings, invalid = self.backend.normalize_column(column, self.cfg.normalize)
+                else:
+                    self._strings, invalid = self._normalize_batches(column)
                 # the original texts are read again only where needed (written shards, report examples)
                 self.corpus.table = self.corpus.table.drop_columns(["text"])
-                self._strings = string_buffers(self._norm)
                 info.update(invalid_utf8=invalid, text_mb=round(self._strings.nbytes / 2**20, 1))
             self._invalid = invalid
         return self._strings
+
+    def _normalize_batches(self, column):
+        """Normalize ``column`` in slices of at most ``batch_bytes`` of text; the result stays on the host."""
+        parts, invalid = [], 0
+        for chunk in column.chunks:
+            for a, b in _byte_batches(string_buffers(chunk).offsets, self.batch_bytes):
+                buf, bad = self.backend.normalize_column(chunk.slice(a, b - a), self.cfg.normalize)
+                parts.append(arrow_strings(to_host(buf.offsets), to_host(buf.data)))
+                invalid += bad
+        norm = pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
+        return string_buffers(norm), invalid
+
+    @property
+    def norm(self) -> pa.Array:
+        """Normalized texts as a host Arrow array (for an index, or a prior's texts; copied from the
+        device once when they live there)."""
+        if self._norm is None:
+            s = self.strings
+            self._norm = arrow_strings(to_host(s.offsets), to_host(s.data))
+        return self._norm
 
     def normalize(self) -> dict:
         if not self.family.uses_text:
@@ -244,8 +284,8 @@ class LocalExecutor:
         values = None
         features = xp.empty(m, dtype=xp.int64)
         usable = xp.empty(m, dtype=bool)
-        for lo, hi in chunks(m, SIGNATURE_CHUNK):  # a few dozen kernel calls, for progress
-            sig = fam.signatures(data, to_host(rows[lo:hi]), backend=self.backend)
+        for lo, hi in self._signature_batches(rows):  # a few dozen kernel calls, for progress
+            sig = fam.signatures(data, rows[lo:hi], backend=self.backend)
             if values is None:
                 values = xp.empty((m, sig.values.shape[1]), dtype=sig.values.dtype)
             values[lo:hi] = xp.asarray(sig.values)
@@ -256,6 +296,15 @@ class LocalExecutor:
             values = fam.empty_values(xp)
         self._sig = (rows, values)
         return features, usable
+
+    def _signature_batches(self, rows):
+        """(lo, hi) slices of ``rows``: SIGNATURE_CHUNK documents, and under a GPU memory bound at most
+        ``batch_bytes`` of text each (rows ascend, so a slice's text is one span)."""
+        m = rows.shape[0]
+        if self.batch_bytes is None or m == 0:
+            return chunks(m, SIGNATURE_CHUNK)
+        offsets = np.concatenate(([0], np.cumsum(self.strings.lengths[to_host(rows)])))
+        return _byte_batches(offsets, self.batch_bytes, SIGNATURE_CHUNK)
 
     def bands(self, lsh_rows) -> BandData:
         rows, values = self._sig
@@ -299,7 +348,7 @@ class LocalExecutor:
         if m:
             key = ("signatures", id(prior_nodes[1]), prior_nodes[2].tobytes())
             if key not in self._combined:
-                self._combined = {key: xp.concatenate((xp.asarray(prior_nodes[1].signatures(prior_nodes[2])), sig))}
+                self._combined = {key: xp.concatenate((to_device(prior_nodes[1].signatures(prior_nodes[2]), xp), sig))}
             sig = self._combined[key]
 
         def sig_row(nodes):
@@ -315,7 +364,8 @@ class LocalExecutor:
             return RowData(vectors=Vectors(np.concatenate([pv.matrix, data.vectors.matrix]),
                                            np.concatenate([pv.status, data.vectors.status])))
         texts = prior.texts(docs).cast(pa.large_string())
-        return RowData(strings=string_buffers(pa.concat_arrays([texts, self._norm.cast(pa.large_string())])))
+        both = string_buffers(pa.concat_arrays([texts, self.norm.cast(pa.large_string())]))
+        return RowData(strings=StringBuffers(to_device(both.offsets, self.xp), to_device(both.data, self.xp)))
 
     # ---- outputs ---------------------------------------------------------------------
     def ids(self, rows) -> pa.Array:
@@ -335,7 +385,8 @@ class LocalExecutor:
         for i, shard in enumerate(shards):  # one step per shard file
             keep = kept[starts[i] : starts[i + 1]]
             if not _staged(ckpt.marked(f"shard-{i}"), shard, out):
-                write_shards.write_shard(shard, keep, out, self.cfg.output.compression)
+                write_shards.write_shard(shard, keep, out, self.cfg.output.compression,
+                                         device_writer=getattr(self.backend, "write_parquet", None))
                 ckpt.mark(f"shard-{i}", {"name": shard.name, **write_shards.file_digest(out / shard.name)})
                 maybe_crash("write:first-shard")
             written += int(keep.sum())
@@ -354,7 +405,8 @@ class LocalExecutor:
             sig = to_host(bands.signatures)
             full = np.zeros((self.corpus.n, sig.shape[1]), sig.dtype)
             full[to_host(lsh_rows)] = sig
-        return {"texts": self._norm, "band_hashes": to_host(bands.band_hashes), "signatures": full,
+        texts = self.norm if self.family.uses_text else None
+        return {"texts": texts, "band_hashes": to_host(bands.band_hashes), "signatures": full,
                 "vectors": self.vectors.matrix if self.vectors is not None else None}
 
 
@@ -395,4 +447,18 @@ def _staged(record, shard, out: Path) -> bool:
         return write_shards.file_digest(path)["sha256"] == record.get("sha256")
     except OSError:
         return False
+
+
+def _byte_batches(offsets: np.ndarray, batch_bytes: int, max_rows: int | None = None) -> list:
+    """(a, b) row slices, in order, of rows whose bytes are ``offsets[k]..offsets[k+1]``, each holding at
+    most ``batch_bytes`` (a longer row is a slice of its own) and ``max_rows`` rows; one search per
+    slice, not a step per row."""
+    n = offsets.shape[0] - 1
+    out, a = [], 0
+    while a < n:
+        b = int(np.searchsorted(offsets, offsets[a] + batch_bytes, side="right")) - 1
+        b = max(a + 1, min(n, b, a + max_rows if max_rows else n))
+        out.append((a, b))
+        a = b
+    return out
 

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import to_host
+from gpu_dedup.backends import to_device, to_host
 from gpu_dedup.config import Config
 from gpu_dedup.report.build import build_report, examples, write_report
 from gpu_dedup.report.page import write_html
@@ -131,7 +131,7 @@ class _Sequence:
                 self.st.stages[name] = {**entry, "resumed": True}
             self.counts.update(meta["counts"])
             log.info("stage(s) %s: resumed from checkpoint", ", ".join(stages))
-            return {k: (xp.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in arrays.items()}
+            return {k: (to_device(v, xp) if isinstance(v, np.ndarray) else v) for k, v in arrays.items()}
         arrays, counts = compute()
         self.counts.update(counts)
         self.ckpt.save(unit, {k: to_host(v) for k, v in arrays.items()},
@@ -166,12 +166,12 @@ class _Sequence:
             counts = dict(self.ex.normalize())  # its own stage; what it counts is saved with this unit
             keys = self.ex.exact_keys() if (cfg.exact_dedup or self.job.sink is not None) else None
             with self.st.stage("exact", n) as info:
-                ranks = xp.asarray(ranks_from_keys(cfg.select.keep, n, length=self.corpus.rank_key,
-                                                   ids=self.corpus.rank_key, score=self.corpus.rank_key))
+                ranks = to_device(ranks_from_keys(cfg.select.keep, n, length=self.corpus.rank_key,
+                                                  ids=self.corpus.rank_key, score=self.corpus.rank_key), xp)
                 null = self.corpus.null
                 match = xp.full(n, -1, dtype=xp.int64)  # index document each row is an exact copy of
                 if self.prior is not None and cfg.exact_dedup and n:
-                    match = xp.asarray(self.prior.exact_matches(to_host(keys)))
+                    match = to_device(self.prior.exact_matches(to_host(keys)), xp)
                     match[null] = -1
                 if cfg.exact_dedup:
                     rep = exact_groups(keys, ranks, eligible=~null & (match < 0))
@@ -220,7 +220,7 @@ class _Sequence:
                 bk = self.ex.buckets(self.bands, min_size=1 if m_prior else 2)
                 arrays = {"band": bk.band, "hash": bk.hash, "offsets": bk.offsets, "members": bk.members}
                 if m_prior:
-                    cq, cr, cd = (xp.asarray(x) for x in self.prior.bucket_centres(to_host(bk.band),
+                    cq, cr, cd = (to_device(x, xp) for x in self.prior.bucket_centres(to_host(bk.band),
                                                                                   to_host(bk.hash)))
                     arrays.update(centre_bucket=cq, centre_round=cr, centre_doc=cd)
                 info.update(buckets=len(bk), memberships=int(bk.members.shape[0]))

@@ -8,6 +8,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from gpu_dedup.backends import transfer_totals
 from gpu_dedup.run.checkpoint import maybe_crash
 from gpu_dedup.run.progress import Progress
 
@@ -65,6 +66,7 @@ class StageLog:
         """Time stage ``name`` over ``total`` items of ``unit``; the body advances
         ``info.progress`` per chunk (or not at all: a stage that ends counts every item done)."""
         t0 = time.perf_counter()
+        moved0 = transfer_totals()
         info = StageInfo()
         prog = info.progress = Progress(name, total, unit, stream=self.stream, log_close=False)
         if not prog.tty:
@@ -79,7 +81,9 @@ class StageLog:
         prog.finish()
         prog.close()
         seconds = time.perf_counter() - t0
-        self.stages[name] = {"seconds": round(seconds, 4), "rss_mb": round(rss_mb(), 1), **info}
+        # host<->device bytes of this stage (GPU backend only: nothing is counted on the CPU)
+        moved = {k: v - moved0[k] for k, v in transfer_totals().items() if v != moved0[k]}
+        self.stages[name] = {"seconds": round(seconds, 4), "rss_mb": round(rss_mb(), 1), **info, **moved}
         details = " ".join(f"{k}={v}" for k, v in info.items())
         counts = prog.counts()
         # on a terminal the progress line said it all; the details stay one -v away

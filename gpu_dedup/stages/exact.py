@@ -20,7 +20,8 @@ def exact_keys(texts, seed: int = 42, backend="cpu") -> np.ndarray:
     params = hash_params(seed, 0)
     buffers = texts if hasattr(texts, "offsets") else string_buffers(texts)
     hashes = get_backend(backend).exact_hashes(buffers, params.exact_seed1, params.exact_seed2)
-    return np.column_stack([buffers.lengths.astype(np.uint64), hashes])
+    xp = array_module(hashes)  # device buffers give device keys
+    return xp.column_stack([buffers.lengths.astype(xp.uint64), hashes])
 
 
 def exact_groups(keys, ranks, eligible=None):

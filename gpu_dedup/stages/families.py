@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import to_host
+from gpu_dedup.backends import on_device, to_host
+from gpu_dedup.backends.strings import StringBuffers
 from gpu_dedup.config import Config
 from gpu_dedup.curves import curve_section
 from gpu_dedup.kernels.cosine_scalar import FM1, GOLDEN
@@ -241,7 +242,7 @@ class Cosine(Family):
         t = self.cfg.cosine.text
         if not self.from_text or t.weighting != "tfidf":
             return None
-        return vectors.document_frequencies(data.strings, t.shingle, t.ngram, t.idf_bits)
+        return vectors.document_frequencies(host_strings(data.strings), t.shingle, t.ngram, t.idf_bits)
 
     def prepare(self, parts):
         t = self.cfg.cosine.text
@@ -262,10 +263,10 @@ class Cosine(Family):
     # ---- signatures and bands
     def signatures(self, data, docs, backend="cpu"):
         c = self.cfg.cosine
-        docs = np.asarray(docs, np.int64)
+        docs = np.asarray(to_host(docs), np.int64)
         if self.from_text:
             t = c.text
-            sig = projections.text_signatures(data.strings, c.bits, c.seed, t.shingle, t.ngram, idf=self.idf, docs=docs)
+            sig = projections.text_signatures(host_strings(data.strings), c.bits, c.seed, t.shingle, t.ngram, idf=self.idf, docs=docs)
         else:
             v = data.vectors
             if docs.shape[0] and int(docs[-1]) - int(docs[0]) + 1 == docs.shape[0]:  # a run of rows: a view
@@ -296,8 +297,10 @@ class Cosine(Family):
     def exact_similarity(self, data, left, right, backend="cpu", progress=None):
         if self.from_text:
             t = self.cfg.cosine.text
-            return text_cosine_similarity(left, right, data.strings, t.shingle, t.ngram, self.idf, progress=progress)
-        out = cosine_similarity(left, right, data.vectors.matrix, data.vector_norms())
+            return text_cosine_similarity(np.asarray(to_host(left), np.int64), np.asarray(to_host(right), np.int64),
+                                          host_strings(data.strings), t.shingle, t.ngram, self.idf, progress=progress)
+        out = cosine_similarity(np.asarray(to_host(left), np.int64), np.asarray(to_host(right), np.int64),
+                                data.vectors.matrix, data.vector_norms())
         if progress is not None:
             progress(len(left))
         return out
@@ -317,6 +320,14 @@ class Cosine(Family):
         if self.from_text:
             out["text_vectors"] = {"shingle": c.text.shingle, "ngram": c.text.ngram, "weighting": c.text.weighting}
         return out
+
+
+
+def host_strings(strings: StringBuffers) -> StringBuffers:
+    """Kernel buffers on the host (cosine's text vectors are built by the CPU kernels)."""
+    if strings is None or not on_device(strings.offsets):
+        return strings
+    return StringBuffers(to_host(strings.offsets), to_host(strings.data))
 
 
 def vector_keys(v: vectors.Vectors) -> np.ndarray:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu_dedup.backends import get_backend
+from gpu_dedup.backends import array_module, get_backend, to_host
 from gpu_dedup.config import MinHashConfig
 from gpu_dedup.kernels.params import hash_params
 from gpu_dedup.stages.edges import Edges
@@ -23,25 +23,27 @@ CHUNK_BYTES = 256 << 20  # text bytes whose shingle sets are held at once (~8x t
 def exact_similarity(left, right, texts, cfg: MinHashConfig, backend="cpu", chunk_bytes: int = CHUNK_BYTES,
                      progress=None):
     """Exact Jaccard of shingle sets for pairs of rows of ``texts`` (StringBuffers);
-    ``progress(k)`` is called after each chunk of ``k`` pairs."""
+    ``progress(k)`` is called after each chunk of ``k`` pairs.  Array code of the texts'
+    module: on device buffers (GPU backend) the pairs, sets and scores stay on the device."""
     be = get_backend(backend)
-    left = np.asarray(left, np.int64)
-    right = np.asarray(right, np.int64)
-    out = np.empty(left.shape[0], np.float64)
+    xp = array_module(texts.offsets)
+    left = xp.asarray(left, dtype=xp.int64)
+    right = xp.asarray(right, dtype=xp.int64)
+    out = xp.empty(left.shape[0], dtype=xp.float64)
     if left.shape[0] == 0:
         return out
     params = hash_params(cfg.seed, cfg.num_perm)
     lengths = texts.lengths
-    order = np.argsort(left, kind="stable")
-    cost = np.cumsum(lengths[left[order]] + lengths[right[order]] + 64)
+    order = xp.argsort(left, kind="stable")
+    cost = xp.cumsum(lengths[left[order]] + lengths[right[order]] + 64)
     chunk_of = cost // max(chunk_bytes, 1)
-    bounds = np.flatnonzero(np.diff(chunk_of)) + 1
+    bounds = to_host(xp.flatnonzero(xp.diff(chunk_of)) + 1)  # chunk boundaries: a few numbers
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, order.shape[0]]):  # few chunks, not per document
         sel = order[lo:hi]
         l, r = left[sel], right[sel]
-        nodes = np.unique(np.concatenate((l, r)))
+        nodes = xp.unique(xp.concatenate((l, r)))
         set_offsets, set_values = be.shingle_sets(texts, params, cfg.shingle, cfg.ngram, docs=nodes)
-        out[sel] = be.jaccard_pairs(set_offsets, set_values, np.searchsorted(nodes, l), np.searchsorted(nodes, r))
+        out[sel] = be.jaccard_pairs(set_offsets, set_values, xp.searchsorted(nodes, l), xp.searchsorted(nodes, r))
         if progress is not None:
             progress(sel.shape[0])
     return out

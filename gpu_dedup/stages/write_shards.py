@@ -105,15 +105,50 @@ def _unlink(path) -> None:
         pass
 
 
-def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression: str = "zstd") -> int:
+def _same_schema(written: pa.Schema, source: pa.Schema) -> bool:
+    """Same fields and types, and no schema metadata of the source's own that ``written`` lacks
+    (pandas' and Arrow's bookkeeping keys aside)."""
+    own = {k: v for k, v in (source.metadata or {}).items() if k not in (b"pandas", b"ARROW:schema")}
+    kept = written.metadata or {}
+    return written.remove_metadata().equals(source.remove_metadata()) and all(kept.get(k) == v
+                                                                               for k, v in own.items())
+
+
+def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str, writer) -> int | None:
+    """The GPU backend's Parquet writer (cuDF: read, filter and write in device memory) into a
+    temporary file, published when the written schema is the input's; None (nothing written)
+    when the writer cannot write this codec or the schema would change."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        rows = writer(shard.path, keep, tmp, compression)
+        if rows is None or not _same_schema(pq.read_schema(tmp), pq.read_schema(shard.path)):
+            _unlink(tmp)
+            return None
+        _publish(tmp, target)
+        return rows
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression: str = "zstd",
+                device_writer=None) -> int:
     """Write the kept rows of one input shard under its name in ``out_dir``; return rows written.
 
     A memory shard is not written: its kept rows are the caller's to take
-    (``shard.data.filter(keep)``)."""
+    (``shard.data.filter(keep)``).  ``device_writer(path, keep, tmp, compression)``: the GPU
+    backend's Parquet writer (cuDF), tried first for Parquet shards; returns the rows written
+    or None where it cannot keep the codec or schema (pyarrow writes the shard then)."""
     if shard.format == "memory":
         return int(np.count_nonzero(keep))
     check_unchanged([shard])  # the rows to keep were decided on what was read then
     target = Path(out_dir) / shard.name
+    if shard.format == "parquet" and device_writer is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        rows = _write_parquet_on_device(shard, keep, target, compression, device_writer)
+        if rows is not None:
+            return rows
     if shard.format == "parquet":
         try:
             table = pq.ParquetFile(shard.path).read()

@@ -39,3 +39,25 @@ def test_bench_auto_says_why_gpu_is_not_measured(tmp_path, monkeypatch):
 def test_bench_rejects_bad_shingle_spec():
     with pytest.raises(SystemExit):
         bench_gpu.main(["--shingles", "chars5"])
+
+
+def test_bench_end_to_end_suite_writes_json_and_markdown(tmp_path, capsys):
+    out = tmp_path / "e2e.json"
+    rc = bench_gpu.main(["--suite", "end-to-end", "--e2e-docs", "150", "--e2e-backends", "cpu", "--out", str(out),
+                         "--workdir", str(tmp_path)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    (row,) = res["end_to_end"]
+    assert row["backend"] == "cpu" and row["docs"] == 150 and row["docs_per_s"] > 0 and row["gb_per_s"] > 0
+    assert row["transfers"] == {} and row["cpu_threads"] >= 1 and "signatures" in row["stage_seconds"]
+    env = res["environment"]
+    assert env["date"] and env["cores"] >= 1 and "numba" in env["versions"]
+    md = (tmp_path / "e2e.md").read_text()
+    assert "## End to end" in md and "| 150 |" in md
+    assert "## End to end" in capsys.readouterr().out
+
+
+def test_bench_dask_suite_without_gpu_workers_says_what_is_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert bench_gpu.main(["--suite", "dask", "--e2e-docs", "40", "--workdir", str(tmp_path)]) == 2
+    assert "error:" in capsys.readouterr().err

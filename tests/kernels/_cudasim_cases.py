@@ -373,3 +373,41 @@ def test_normalize_equals_cpu(gpu, form, lowercase):
     assert same(got.offsets, w.offsets) and bytes(got.chars) == bytes(w.data)
     assert got.invalid_utf8 == bad
     assert got.slow_docs > 0 and got.bytes_to_host > 0 and got.bytes_to_device > 0
+
+
+@pytest.mark.parametrize("large", (False, True))
+def test_cudf_column_buffers_feed_normalize_and_minhash(cpu, gpu, large):
+    """The buffer handoff of a cuDF strings column (int32 or int64 offsets child, chars in data(), a
+    row offset, a validity bitmap) into the normalization and signature kernels, bit for bit against
+    the CPU path from Arrow."""
+    from gpu_dedup.config import NormalizeConfig
+    from gpu_dedup.stages.normalize import normalize_counted
+    from tests.fake_columns import fake_plc_column
+
+    cfg = NormalizeConfig()
+    texts = ["skipped", None] + [d.decode("utf-8", "replace") for d in NORM_DOCS[:8]] + [None, "Hello,  World!"]
+    arr = pa.array(texts, pa.large_string() if large else pa.string()).slice(1)
+    strings, bad = gpu.normalize_column(fake_plc_column(arr), cfg)
+    want, want_bad = normalize_counted(arr, cfg)
+    w = string_buffers(want)
+    assert same(strings.offsets, w.offsets) and bytes(strings.data[: int(strings.offsets[-1])]) == bytes(w.data)
+    assert bad == want_bad
+    params = hash_params(SEED, NUM_PERM)
+    got_sig, got_n = gpu.minhash(strings, params, "char", 3)
+    want_sig, want_n = cpu.minhash(w, params, "char", 3)
+    assert same(got_sig, want_sig) and same(got_n, want_n)
+
+
+def test_scattered_host_documents_are_gathered_before_upload(cpu):
+    """Host text whose selected documents are spread out is gathered (only their bytes go to the
+    device); results equal the CPU's."""
+    from gpu_dedup.backends._gpu_impl import GPUBackend
+
+    be = GPUBackend(threads=4, span=8, seg_bytes=24, item_threads=4, max_blocks=3, compact_gap=0)
+    buf = buffers([LOREM.encode() * 3, b"x", b"hello world again", LOREM.encode(), b"", "héllo wörld".encode()])
+    docs = np.array([0, 2, 5], np.int64)
+    params = hash_params(SEED, NUM_PERM)
+    assert same(be.minhash(buf, params, "char", 3, docs=docs)[0], cpu.minhash(buf, params, "char", 3, docs=docs)[0])
+    got = be.shingle_sets(buf, params, "word", 2, docs=docs)
+    want = cpu.shingle_sets(buf, params, "word", 2, docs=docs)
+    assert same(got[0], want[0]) and same(got[1], want[1])

@@ -146,3 +146,44 @@ def test_workers_killed_by_memory_name_the_settings_to_change(corpus, tmp_path, 
     with pytest.raises(ResourceError, match=r"memory limit 1GiB, cluster.block_rows = 100,000.*lower cluster.block_rows \(e.g. --set cluster.block_rows=25000\)"):
         run(corpus / "in", tmp_path / "out", cfg)
     assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+# ------------------------------------------------------------------ GPU workers: one per visible GPU
+
+
+def test_visible_gpus_from_cuda_visible_devices(monkeypatch):
+    from gpu_dedup.run import cluster
+
+    for env, want in (("0,1,2", ["0", "1", "2"]), ("", []), ("3", ["3"]), ("0,-1,1", ["0"]),
+                      ("GPU-8f3e,GPU-aa01", ["GPU-8f3e", "GPU-aa01"])):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", env)
+        assert cluster.visible_gpus() == want, env
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert cluster.gpu_devices(2) == "4,5"
+
+
+@pytest.mark.parametrize("env, message", [
+    ("0", "asks for 2 GPU workers (one per GPU), but 1 GPU(s) are visible (CUDA_VISIBLE_DEVICES='0'); use --workers 1"),
+    ("", "needs a GPU per worker, but no GPU is visible (CUDA_VISIBLE_DEVICES=''); run with --backend cpu"),
+])
+def test_more_gpu_workers_than_gpus_is_one_clear_error_and_no_cuda_on_the_client(tmp_path, env, message):
+    """Checked before dask-cuda starts anything, and the client imports neither CuPy nor numba.cuda."""
+    sample = planted_corpus(n_docs=20, n_clusters=2, words=(5, 10), seed=1)
+    write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=1)
+    code = (
+        "import sys\n"
+        "from gpu_dedup.config import Config\n"
+        "from gpu_dedup.errors import ConfigError\n"
+        "from gpu_dedup.run.local import run\n"
+        "cfg = Config.from_dict({'backend': 'gpu', 'cluster': {'workers': 2}})\n"
+        "try:\n"
+        f"    run({str(tmp_path / 'in')!r}, {str(tmp_path / 'out')!r}, cfg)\n"
+        "except ConfigError as exc:\n"
+        "    print('ERROR', exc)\n"
+        "print('CUDA', sorted(m for m in sys.modules if m == 'cupy' or m.startswith('numba.cuda') or m == 'cudf'))\n"
+    )
+    env_vars = {**__import__("os").environ, "CUDA_VISIBLE_DEVICES": env}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_vars, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert message in proc.stdout, proc.stdout
+    assert "CUDA []" in proc.stdout, proc.stdout

@@ -1,0 +1,148 @@
+"""The device-resident GPU path on a real GPU (every test is marked ``gpu``: skipped without a device).
+
+Run on a GPU machine with ``pytest -m gpu`` (and the whole suite with
+``pytest --backend gpu``).  The CPU-side lines of the same path are tested in
+``test_device_path.py``; the kernels under the simulator in tests/kernels.
+"""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gpu_dedup.backends import get_backend, on_device, to_host
+from gpu_dedup.backends.strings import column_buffers, string_buffers
+from gpu_dedup.config import Config, NormalizeConfig
+from gpu_dedup.errors import ConfigError
+from gpu_dedup.evaluation.sample import planted_corpus, write_shards
+from gpu_dedup.run.local import run
+from gpu_dedup.stages.normalize import normalize_counted
+
+pytestmark = pytest.mark.gpu
+
+TEXTS = ["First  Document, with Punctuation!", None, "", "Ünïcödé ﬁ ligature", "dup text", "dup text", None,
+         "bad utf8 follows"] * 50
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return get_backend("gpu")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("device")
+    sample = planted_corpus(n_docs=3000, n_clusters=150, words=(40, 200), edit_rate=(0, 0.05), seed=5)
+    write_shards(sample.table.select(["id", "text"]), d / "in", shards=3)
+    return d
+
+
+def _tables_equal(a, b, names):
+    for name in names:
+        ta, tb = pq.read_table(a / name), pq.read_table(b / name)
+        assert ta.schema.remove_metadata().equals(tb.schema.remove_metadata()), name
+        assert ta.equals(tb), name
+
+
+def test_cudf_column_buffers_are_device_views(gpu):
+    cudf = pytest.importorskip("cudf")
+    import cupy
+
+    series = cudf.Series(TEXTS).iloc[3:]  # a row offset
+    off, chars, valid = column_buffers(series, cupy)
+    assert on_device(off) and on_device(chars) and on_device(valid)
+    arr = pa.array(TEXTS[3:], pa.large_string())
+    want_off, want_chars, want_valid = column_buffers(arr)
+    assert to_host(valid).tolist() == want_valid.tolist()
+    o, c = to_host(off), to_host(chars)
+    assert [bytes(c[o[k]:o[k + 1]]) for k in range(len(arr)) if want_valid[k]] == \
+        [t.encode() for t in TEXTS[3:] if t is not None]
+
+
+def test_normalize_of_a_cudf_column_equals_cpu(gpu):
+    cudf = pytest.importorskip("cudf")
+
+    cfg = NormalizeConfig()
+    strings, bad = gpu.normalize_column(cudf.Series(TEXTS), cfg)
+    assert on_device(strings.offsets) and on_device(strings.data)
+    want, want_bad = normalize_counted(pa.array(TEXTS), cfg)
+    w = string_buffers(want)
+    assert np.array_equal(to_host(strings.offsets), w.offsets) and bytes(to_host(strings.data)) == bytes(w.data)
+    assert bad == want_bad
+
+
+def test_rmm_pool_backs_cupy(gpu):
+    rmm = pytest.importorskip("rmm")
+    import cupy
+    from rmm.allocators.cupy import rmm_cupy_allocator
+
+    assert gpu.memory["allocator"].startswith("RMM pool")
+    assert cupy.cuda.get_allocator() is rmm_cupy_allocator
+    resource = rmm.mr.get_current_device_resource()
+    assert "Pool" in type(resource).__name__, type(resource)
+
+
+def test_results_stay_on_the_device(gpu):
+    import cupy
+
+    strings, _ = gpu.normalize_column(pa.array(TEXTS), NormalizeConfig())
+    from gpu_dedup.kernels.params import hash_params
+
+    p = hash_params(42, 64)
+    sig, n = gpu.minhash(strings, p, "char", 5, docs=cupy.arange(10))
+    assert on_device(sig) and on_device(n)
+    bh = gpu.band_hashes(sig, 8, 8, p.band_base)
+    assert on_device(bh)
+    offs, vals = gpu.shingle_sets(strings, p, "char", 5, docs=cupy.arange(10))
+    assert on_device(offs) and on_device(gpu.jaccard_pairs(offs, vals, cupy.arange(5), cupy.arange(5, 10)))
+    assert on_device(gpu.components(cupy.arange(3), cupy.arange(1, 4), 10))
+    host_sig, _ = gpu.minhash(string_buffers(normalize_counted(pa.array(TEXTS), NormalizeConfig())[0]), p, "char", 5,
+                              docs=np.arange(10))
+    assert isinstance(host_sig, np.ndarray) and np.array_equal(host_sig, to_host(sig))
+
+
+def test_single_gpu_run_is_device_resident_and_equals_cpu(corpus):
+    cfg = {"input": {"id_column": "id"}, "minhash": {"num_perm": 128}}
+    c = run(corpus / "in", corpus / "cpu", Config.from_dict({**cfg, "backend": "cpu"}))
+    g = run(corpus / "in", corpus / "gpu", Config.from_dict({**cfg, "backend": "gpu"}))
+    assert g.report["gpu"]["resident"] is True
+    assert np.array_equal(c.kept, g.kept) and c.report["counts"] == g.report["counts"]
+    assert (corpus / "cpu" / "duplicates.parquet").read_bytes() == (corpus / "gpu" / "duplicates.parquet").read_bytes()
+    _tables_equal(corpus / "cpu", corpus / "gpu", [s.name for s in c.shards])
+    stages = g.report["stages"]
+    text_bytes = sum(len(t.as_py().encode()) for s in c.shards for t in pq.read_table(s.path).column("text"))
+    assert stages["normalize"]["host_to_device_bytes"] >= text_bytes  # the text crosses once ...
+    signature_bytes = 3000 * 128 * 4
+    for name in ("signatures", "bands", "buckets", "verify", "components", "select"):  # ... and nothing big after
+        moved = stages[name].get("device_to_host_bytes", 0) + stages[name].get("host_to_device_bytes", 0)
+        assert moved < signature_bytes // 4, (name, moved)
+
+
+def test_run_above_the_memory_limit_runs_in_batches_and_equals_cpu(corpus):
+    cfg = {"input": {"id_column": "id"}, "gpu": {"memory_limit": "1MiB"}}
+    c = run(corpus / "in", corpus / "cpu-b", Config.from_dict({**cfg, "backend": "cpu"}))
+    g = run(corpus / "in", corpus / "gpu-b", Config.from_dict({**cfg, "backend": "gpu"}))
+    assert g.report["gpu"]["resident"] is False and g.report["gpu"]["batch_bytes"] == 1 << 20
+    assert (corpus / "cpu-b" / "duplicates.parquet").read_bytes() == \
+        (corpus / "gpu-b" / "duplicates.parquet").read_bytes()
+    _tables_equal(corpus / "cpu-b", corpus / "gpu-b", [s.name for s in c.shards])
+
+
+def test_dask_cuda_one_worker_equals_single_process(corpus):
+    pytest.importorskip("dask_cuda")
+    pytest.importorskip("dask_cudf")
+    cfg = {"backend": "gpu", "input": {"id_column": "id"}}
+    one = run(corpus / "in", corpus / "single", Config.from_dict(cfg))
+    dist = run(corpus / "in", corpus / "dask", Config.from_dict({**cfg, "cluster": {"workers": 1}}))
+    assert np.array_equal(one.kept, dist.kept) and one.report["counts"] == dist.report["counts"]
+    assert (corpus / "single" / "duplicates.parquet").read_bytes() == \
+        (corpus / "dask" / "duplicates.parquet").read_bytes()
+    _tables_equal(corpus / "single", corpus / "dask", [s.name for s in one.shards])
+
+
+def test_dask_cuda_more_workers_than_gpus_is_a_clear_error(corpus):
+    import cupy
+
+    n = cupy.cuda.runtime.getDeviceCount()
+    with pytest.raises(ConfigError, match=f"asks for {n + 1} GPU workers.*{n} GPU\\(s\\) are visible.*--workers {n}"):
+        run(corpus / "in", corpus / "too-many", Config.from_dict({"backend": "gpu", "cluster": {"workers": n + 1}}))

@@ -1,0 +1,206 @@
+"""The host-side lines of the device-resident GPU path, run on the CPU.
+
+The GPU run keeps text, signatures, band hashes and driver arrays in device
+memory; what moves host<->device is counted per stage; a corpus above
+``gpu.memory_limit`` runs in batches; cuDF writes Parquet shards when it keeps
+the schema.  Everything here runs without a device: the CuPy / cuDF
+counterparts are the ``gpu``-marked tests of ``test_device_gpu.py``.
+"""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gpu_dedup import backends
+from gpu_dedup.backends import count_transfer, to_device, to_host, transfer_totals
+from gpu_dedup.backends._gpu_impl import corpus_estimate
+from gpu_dedup.backends.strings import arrow_strings, column_buffers, string_buffers
+from gpu_dedup.config import Config
+from gpu_dedup.errors import ConfigError
+from gpu_dedup.evaluation.sample import planted_corpus, write_shards
+from gpu_dedup.run import local
+from gpu_dedup.run.stagelog import StageLog
+from gpu_dedup.stages import read_shards
+from gpu_dedup.stages import write_shards as ws
+from tests.fake_columns import FakePlcColumn, fake_plc_column
+
+# ------------------------------------------------------------------ transfers
+
+
+def test_numpy_arrays_cross_no_bus():
+    before = transfer_totals()
+    a = np.arange(10)
+    assert to_host(a) is a and to_device(a, np) is not None
+    assert transfer_totals() == before
+
+
+def test_stage_log_records_the_bytes_a_stage_moved(monkeypatch):
+    monkeypatch.setattr(backends, "TRANSFERS", {"host_to_device_bytes": 5, "device_to_host_bytes": 7})
+    st = StageLog()
+    with st.stage("quiet"):
+        pass
+    with st.stage("busy"):
+        count_transfer("host_to_device_bytes", 1000)
+        count_transfer("device_to_host_bytes", 24)
+    assert "host_to_device_bytes" not in st.stages["quiet"] and "device_to_host_bytes" not in st.stages["quiet"]
+    assert st.stages["busy"]["host_to_device_bytes"] == 1000 and st.stages["busy"]["device_to_host_bytes"] == 24
+
+
+def test_cpu_report_counts_no_transfers(tmp_path, request):
+    if request.config.getoption("--backend") == "gpu":
+        pytest.skip("the CPU backend's report (under --backend gpu the name cpu runs the GPU backend)")
+    sample = planted_corpus(n_docs=60, n_clusters=5, words=(10, 30), seed=2)
+    write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=2)
+    res = local.run(tmp_path / "in", tmp_path / "out", Config.from_dict({"backend": "cpu"}))
+    assert "gpu" not in res.report
+    assert not any("host_to_device_bytes" in s or "device_to_host_bytes" in s for s in res.report["stages"].values())
+
+
+# ------------------------------------------------------------------ string column buffers
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_column_buffers_of_a_cudf_like_column_equal_arrow(large):
+    texts = ["alpha", None, "", "béta gamma", None, "δ", "last one"]
+    arr = pa.array(texts, pa.large_string() if large else pa.string()).slice(2)  # a row offset of 2
+    col = fake_plc_column(arr)
+    assert isinstance(col, FakePlcColumn) and col.offset() == 2
+    off, chars, valid = column_buffers(col)
+    want_off, want_chars, want_valid = column_buffers(arr)
+    assert valid.tolist() == want_valid.tolist() == [t is not None for t in texts[2:]]
+    # nulls: cuDF's may span bytes, Arrow's here are filled with "" -- compare the valid rows' bytes
+    got = [bytes(chars[off[k]:off[k + 1]]) if valid[k] else None for k in range(len(arr))]
+    assert got == [None if t is None else t.encode() for t in texts[2:]]
+    assert off.dtype == np.int64 and want_off.dtype == np.int64 and want_chars.dtype == np.uint8
+
+
+def test_arrow_strings_round_trip_of_sliced_buffers():
+    arr = pa.array(["x", "yz", "", "ünï"], pa.large_string())
+    buf = string_buffers(arr.slice(1))
+    assert arrow_strings(buf.offsets, buf.data).equals(arr.slice(1).cast(pa.large_string()))
+    assert len(arrow_strings(np.zeros(1, np.int64), np.zeros(0, np.uint8))) == 0
+
+
+# ------------------------------------------------------------------ gpu.memory_limit and batches
+
+
+def test_memory_limit_is_validated_and_leaves_the_fingerprint():
+    assert Config.from_dict({"gpu": {"memory_limit": "12GiB"}}).gpu.limit_bytes(0) == 12 * 2**30
+    assert Config().gpu.limit_bytes(80 * 10**9) == 64 * 10**9
+    for bad in ("lots", "-3GB", "12 parsecs", "100"):
+        with pytest.raises(ConfigError, match="gpu.memory_limit.*12GiB"):
+            Config.from_dict({"gpu": {"memory_limit": bad}})
+    assert Config.from_dict({"gpu": {"memory_limit": "2GB"}}).fingerprint == Config().fingerprint
+
+
+def test_byte_batches_cover_every_row_once_within_the_bound():
+    lengths = np.array([5, 0, 30, 7, 7, 7, 100, 1, 1], np.int64)
+    offsets = np.concatenate(([3], 3 + np.cumsum(lengths)))
+    batches = local._byte_batches(offsets, 20)
+    assert [a for a, _ in batches] == [0] + [b for _, b in batches][:-1] and batches[-1][1] == lengths.shape[0]
+    for a, b in batches:  # within the bound, or a single longer document
+        assert lengths[a:b].sum() <= 20 or b - a == 1
+    assert local._byte_batches(np.zeros(1, np.int64), 20) == []
+    assert local._byte_batches(offsets, 1000, max_rows=4) == [(0, 4), (4, 8), (8, 9)]
+
+
+def test_corpus_estimate_reads_metadata(tmp_path):
+    sample = planted_corpus(n_docs=50, n_clusters=5, words=(10, 30), seed=4)
+    table = sample.table.select(["id", "text"])
+    write_shards(table, tmp_path / "p", shards=2)
+    write_shards(table, tmp_path / "j", shards=1, fmt="jsonl")
+    text_bytes = sum(len(t.encode()) for t in table.column("text").to_pylist())
+    text, rows = corpus_estimate(read_shards.discover(tmp_path / "p"), "text")
+    assert rows == 50 and 0.5 * text_bytes < text < 3 * text_bytes
+    text, rows = corpus_estimate(read_shards.discover(tmp_path / "j"), "text")
+    assert text >= text_bytes and rows >= 1
+    text, rows = corpus_estimate([read_shards.memory_shard(table)], "text")
+    assert rows == 50 and text >= text_bytes
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "x.parquet").write_bytes(b"not parquet")
+    assert corpus_estimate(read_shards.discover(tmp_path / "bad"), "text") == (0, 0)
+
+
+@pytest.mark.parametrize("verify", ["exact", "signature"])
+def test_batched_run_equals_the_whole_corpus_run(tmp_path, monkeypatch, verify):
+    """The batches a GPU run takes above gpu.memory_limit (normalize and signatures in slices of a
+    byte bound) give the outputs of the whole-corpus run, byte for byte."""
+    sample = planted_corpus(n_docs=300, n_clusters=20, words=(20, 80), edit_rate=(0, 0.05), seed=8)
+    write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=3)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "verify": {"method": verify}})
+    whole = local.run(tmp_path / "in", tmp_path / "whole", cfg)
+    cpu = backends.get_backend("cpu")
+    calls = []
+
+    def plan(shards, cfg):
+        calls.append(len(shards))
+        return {"memory_limit_bytes": 4096, "device_bytes": 0, "estimate_bytes": 10**6, "resident": False,
+                "batch_bytes": 1500}
+
+    normalize = cpu.normalize_column
+    slices = []
+
+    def counted(column, cfg):
+        slices.append(len(column))
+        return normalize(column, cfg)
+
+    monkeypatch.setattr(cpu, "plan_memory", plan, raising=False)
+    monkeypatch.setattr(cpu, "normalize_column", counted)
+    monkeypatch.setattr(local, "SIGNATURE_CHUNK", 64)
+    batched = local.run(tmp_path / "in", tmp_path / "batched", cfg)
+    assert calls == [3] and len(slices) > 10 and sum(slices) == 300
+    assert batched.report["gpu"]["resident"] is False and batched.report["gpu"]["batch_bytes"] == 1500
+    for name in ["duplicates.parquet"] + [s.name for s in whole.shards]:
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "batched" / name).read_bytes(), name
+    assert whole.report["counts"] == batched.report["counts"] and whole.report["counts"]["removed"] > 0
+
+
+# ------------------------------------------------------------------ the device writer of Parquet shards
+
+
+def _shard(tmp_path):
+    table = pa.table({"id": pa.array([1, 2, 3, 4], pa.int64()), "text": pa.array(["a", "b", "c", "d"],
+                                                                                   pa.large_string())})
+    table = table.replace_schema_metadata({b"origin": b"crawl-7"})
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "s.parquet")
+    return read_shards.discover(tmp_path / "in")[0], table
+
+
+def test_device_writer_used_when_it_keeps_the_schema(tmp_path):
+    shard, table = _shard(tmp_path)
+    keep = np.array([True, False, True, True])
+    calls = []
+
+    def writer(src, keep, dst, compression):  # what cuDF does, here with pyarrow: read, filter, write
+        calls.append(compression)
+        pq.write_table(pq.read_table(src).filter(pa.array(keep)), dst)
+        return int(keep.sum())
+
+    assert ws.write_shard(shard, keep, tmp_path / "out", "zstd", device_writer=writer) == 3
+    assert calls == ["zstd"]
+    got = pq.read_table(tmp_path / "out" / "s.parquet")
+    assert got.equals(table.filter(pa.array(keep))) and got.schema.metadata[b"origin"] == b"crawl-7"
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("change", ["type", "metadata", "declines"])
+def test_device_writer_falls_back_when_it_would_change_the_shard(tmp_path, change):
+    shard, table = _shard(tmp_path)
+    keep = np.array([False, True, True, False])
+
+    def writer(src, keep, dst, compression):
+        if change == "declines":
+            return None  # e.g. a codec cuDF cannot write
+        t = pq.read_table(src).filter(pa.array(keep))
+        t = t.cast(pa.schema([("id", pa.int64()), ("text", pa.string())])) if change == "type" else \
+            t.replace_schema_metadata({b"pandas": b"{}"})
+        pq.write_table(t, dst)
+        return t.num_rows
+
+    assert ws.write_shard(shard, keep, tmp_path / "out", "zstd", device_writer=writer) == 2
+    got = pq.read_table(tmp_path / "out" / "s.parquet")
+    assert got.equals(table.filter(pa.array(keep))) and got.schema.metadata[b"origin"] == b"crawl-7"
+    assert got.schema.field("text").type == pa.large_string()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["s.parquet"]
