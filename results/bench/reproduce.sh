@@ -7,9 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=results/bench
 work=(${WORK:+--workdir "$WORK"})
-python3 -m gpu_dedup bench peers --results "$out" "${work[@]}"                    # issue 8: peers, scaling
-python3 -m gpu_dedup bench index --results "$out" "${work[@]}"                    # issue 4: 1 M-document index
-python3 -m gpu_dedup bench skew --results "$out" "${work[@]}"                     # issue 5: 10% boilerplate, 10% empty
-python3 -m gpu_dedup bench workers --results "$out" "${work[@]}"                  # issue 9: 1 process vs 1, 2 workers
+python3 -m gpu_dedup bench peers --results "$out" "${work[@]}"  # peers, scaling
+python3 -m gpu_dedup bench index --results "$out" "${work[@]}"  # 1 M-document index
+python3 -m gpu_dedup bench skew --results "$out" "${work[@]}"  # 10% boilerplate, 10% empty
+python3 -m gpu_dedup bench workers --results "$out" "${work[@]}"  # 1 process vs 1, 2 workers
 python3 -m gpu_dedup bench workers --documents 1500000 --workers 2 --memory-limit 1.5GiB --block-rows 20000 \
-  --results "$out" "${work[@]}"                                                     # issue 9: workers under a memory limit
+  --results "$out" "${work[@]}"  # workers under a memory limit

@@ -43,7 +43,22 @@ def cluster4():
 
 def _identical(a, b, names):
     for name in names:
-        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+        if (a / name).read_bytes() != (b / name).read_bytes():
+            pytest.fail(f"{name} differs between {a.name} and {b.name}: {_table_diff(a / name, b / name)}")
+
+
+def _table_diff(pa_path, pb_path) -> str:
+    """Which rows and columns of two Parquet files differ (the byte comparison alone does not say)."""
+    ta, tb = pq.read_table(pa_path), pq.read_table(pb_path)
+    if ta.schema != tb.schema or ta.num_rows != tb.num_rows:
+        return f"schemas/rows {ta.schema} {ta.num_rows} vs {tb.schema} {tb.num_rows}"
+    out = []
+    for c in ta.column_names:
+        x, y = ta.column(c).to_pylist(), tb.column(c).to_pylist()
+        bad = [i for i in range(len(x)) if x[i] != y[i]]
+        if bad:
+            out.append(f"{c}: {len(bad)} rows, first {[(i, x[i], y[i]) for i in bad[:3]]}")
+    return "; ".join(out) or "same values, different bytes (metadata or encoding)"
 
 
 def _names(d):
