@@ -341,7 +341,12 @@ def test_ctrl_c_is_one_line_exit_130_and_the_rerun_resumes(tmp_path, how):
     cmd = [sys.executable, "-m", "gpu_dedup", "run", str(tmp_path / "in"), "-o", str(tmp_path / "out"),
            "--backend", "cpu", "--id-column", "id", "-q"]
     env = {**os.environ, "GPU_DEDUP_FAULT": f"verify:{how}"}
-    stopped = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    import signal
+
+    # a job started in the background by a non-interactive shell inherits SIGINT ignored (and Python then
+    # keeps it ignored): give the child the default disposition, as a terminal's foreground job has
+    stopped = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert stopped.returncode == 130, stopped.stderr
     assert stopped.stderr.strip().splitlines() == [stopped.stderr.strip()] and "interrupted" in stopped.stderr
     env.pop("GPU_DEDUP_FAULT")

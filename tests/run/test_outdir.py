@@ -212,13 +212,14 @@ def test_an_input_replaced_during_the_run_with_the_same_rows_fails_and_publishes
         (inp / p.name).write_bytes(p.read_bytes())
     swapped = pq.read_table(inp / "part-00001.parquet")
     swapped = swapped.set_column(0, "id", pa.array([f"new-{i}" for i in range(swapped.num_rows)]))
-    original = local.normalize_counted
+    backend = local.get_backend("cpu")
+    original = backend.normalize_column
 
     def normalize_and_swap(*args, **kwargs):  # a shard replaced during normalize: same texts, new ids
         pq.write_table(swapped, inp / "part-00001.parquet")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(local, "normalize_counted", normalize_and_swap)
+    monkeypatch.setattr(backend, "normalize_column", normalize_and_swap)
     out = tmp_path / "out"
     with pytest.raises(InputError, match="changed during the run"):
         run(inp, out, CFG)
