@@ -1,6 +1,6 @@
 """A persisted index for incremental dedup and online queries.
 
-Layout of an index directory (format ``gpu_dedup-index``, version 1)::
+Layout of an index directory (format ``gpu_dedup-index``, version 2)::
 
     manifest.json          format, format_version, fingerprint, config, documents, segments
     seg-00000/docs.arrow   doc, id, kept, survivor, key_len, key_h1, key_h2, text[, signature]

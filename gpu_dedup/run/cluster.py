@@ -56,7 +56,7 @@ from gpu_dedup.backends.strings import arrow_strings, string_buffers
 from gpu_dedup.config import Config
 from gpu_dedup.errors import BackendError, ConfigError, InputError, ResourceError
 from gpu_dedup.run.checkpoint import NoCheckpoints
-from gpu_dedup.run.sequence import Job, RunResult, execute, open_output
+from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_output
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
 from gpu_dedup.stages import read_shards, write_shards
 from gpu_dedup.stages.buckets import group_buckets
@@ -405,7 +405,7 @@ def gpu_devices(workers: int) -> str | None:
 
 
 @dataclass
-class ClusterCorpus:
+class ClusterCorpus(CorpusCounts):
     shards: list
     n: int
     null: np.ndarray
@@ -413,14 +413,6 @@ class ClusterCorpus:
     id_column: str | None
     rank_key: object
     duplicate_ids: int
-
-    @property
-    def null_count(self) -> int:
-        return int(self.null.sum())
-
-    @property
-    def id_generated(self) -> bool:
-        return self.id_column is None
 
     def shard_rows(self):
         sizes = [s.rows for s in self.shards]

@@ -39,7 +39,7 @@ from gpu_dedup.run.checkpoint import (
     run_fingerprint,
 )
 from gpu_dedup.run.progress import chunks
-from gpu_dedup.run.sequence import Job, RunResult, execute, open_output
+from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_output
 from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages import read_shards, write_shards
 from gpu_dedup.stages.buckets import buckets
@@ -88,7 +88,7 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, pr
 
 
 @dataclass
-class LocalCorpus:
+class LocalCorpus(CorpusCounts):
     """What the sequence sees of the corpus read in this process."""
 
     table: pa.Table  # read_shards.Corpus.table: row, shard, shard_row, id, text[, score]
@@ -96,14 +96,6 @@ class LocalCorpus:
     n: int
     null: np.ndarray  # bool per row (backend array)
     id_column: str | None
-
-    @property
-    def null_count(self) -> int:
-        return int(self.null.sum())
-
-    @property
-    def id_generated(self) -> bool:
-        return self.id_column is None
 
     @property
     def duplicate_ids(self) -> int:

@@ -58,8 +58,21 @@ from gpu_dedup.stages.write_shards import check_id_column, duplicates_table
 
 log = logging.getLogger("gpu_dedup")
 
-__all__ = ["Job", "RunResult", "execute", "open_output", "finish_output", "DUPLICATES_NAME", "REPORT_NAME",
+__all__ = ["CorpusCounts", "Job", "RunResult", "execute", "open_output", "finish_output", "DUPLICATES_NAME", "REPORT_NAME",
            "REPORT_HTML_NAME", "SUCCESS_NAME"]
+
+
+class CorpusCounts:
+    """What every executor's corpus answers alike (``null``: a bool per row; ``id_column``: None when
+    the ids are generated)."""
+
+    @property
+    def null_count(self) -> int:
+        return int(self.null.sum())
+
+    @property
+    def id_generated(self) -> bool:
+        return self.id_column is None
 
 
 @dataclass(frozen=True)

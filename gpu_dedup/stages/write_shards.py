@@ -58,35 +58,38 @@ def _mkstemp(path: Path, tmp_dir) -> tuple[int, str]:
         raise write_error(path, exc) from None
 
 
-def atomic_write_bytes(path: str | Path, payload: bytes, tmp_dir=None) -> None:
-    """Write ``payload`` to a temporary file (in ``tmp_dir``, default beside ``path``), then rename it."""
-    path = Path(path)
+def _atomically(path: Path, tmp_dir, write) -> None:
+    """``write(fd, tmp)`` fills a temporary file (in ``tmp_dir``, default beside ``path``), which is then
+    renamed to ``path``; on any failure the temporary file is removed and an OS error becomes one message."""
     fd, tmp = _mkstemp(path, tmp_dir)
     try:
+        write(fd, tmp)
+        _publish(tmp, path)
+    except BaseException as exc:
+        _unlink(tmp)
+        if isinstance(exc, OSError):
+            raise write_error(path, exc) from None
+        raise
+
+
+def atomic_write_bytes(path: str | Path, payload: bytes, tmp_dir=None) -> None:
+    """Write ``payload`` to a temporary file (in ``tmp_dir``, default beside ``path``), then rename it."""
+
+    def write(fd, tmp):
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        _publish(tmp, path)
-    except BaseException as exc:
-        _unlink(tmp)
-        if isinstance(exc, OSError):
-            raise write_error(path, exc) from None
-        raise
+
+    _atomically(Path(path), tmp_dir, write)
 
 
 def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd") -> None:
-    path = Path(path)
-    fd, tmp = _mkstemp(path, None)
-    os.close(fd)
-    try:
+    def write(fd, tmp):
+        os.close(fd)
         pq.write_table(table, tmp, compression=None if compression == "none" else compression)
-        _publish(tmp, path)
-    except BaseException as exc:
-        _unlink(tmp)
-        if isinstance(exc, OSError):
-            raise write_error(path, exc) from None
-        raise
+
+    _atomically(Path(path), None, write)
 
 
 def file_digest(path) -> dict:
