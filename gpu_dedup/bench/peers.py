@@ -59,7 +59,7 @@ from gpu_dedup.bench import growth_exponent, machine, run_cli_job, write_results
 from gpu_dedup.bench.workers import make_corpus
 
 TOOLS = ("gpu_dedup", "rensa", "datasketch")
-SPLIT = "gpu_dedup+split_chains"  # the same run with select.split_chains: true (no member unlike its survivor)
+PLAIN = "gpu_dedup+plain_components"  # select.split_chains: false (one survivor per connected component, as the peers)
 SIG_TOOLS = ("gpu_dedup", "rensa", "rensa_hashes", "datasketch")
 
 # ---------------------------------------------------------------- child side (one tool, one process)
@@ -364,7 +364,7 @@ def end_to_end(name, corpus: Path, cfg, tools, work: Path, quality_sample: int, 
             backend = "gpu" if tool.endswith("[gpu]") else "cpu"
             conf = work / "config.yaml"
             conf.write_text(cfg.to_yaml())
-            extra = ["--set", "select.split_chains=true"] if tool == SPLIT else []
+            extra = ["--set", "select.split_chains=false"] if tool == PLAIN else []
             rep = run_cli_job(corpus, out, ["-c", conf, "--backend", backend, "--id-column", "id", "--restart", *extra])
             wall = time.perf_counter() - t0
             removed_ids = _ours_removed(out)
@@ -426,7 +426,7 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
     m = machine()
     tools = [t for t in tools if _importable(t)]
     if "gpu_dedup" in tools:
-        tools.insert(tools.index("gpu_dedup") + 1, SPLIT)
+        tools.insert(tools.index("gpu_dedup") + 1, PLAIN)
         if _gpu_usable():
             tools.insert(tools.index("gpu_dedup") + 1, "gpu_dedup[gpu]")
     e2e, scaling = [], []
@@ -457,7 +457,7 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
             e2e += rows
             if name.startswith("planted"):
                 scaling += rows
-            for t in ("gpu_dedup", "gpu_dedup[gpu]", SPLIT):  # their output shards: disk, not results
+            for t in ("gpu_dedup", "gpu_dedup[gpu]", PLAIN):  # their output shards: disk, not results
                 if t in tools:
                     shutil.rmtree(tmp / f"{name}-{t}", ignore_errors=True)
         sig_corpus = min((c for c in corpora if c[0].startswith("planted")), key=lambda c: abs(c[2] - sig_docs))
