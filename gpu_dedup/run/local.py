@@ -416,8 +416,8 @@ class _ShardTexts:
         parts, order = [], []
         for k in np.unique(owner):  # one read per shard holding a row (a report shows a few dozen texts)
             sel = np.flatnonzero(owner == k)
-            table = read_shards.read_columns(shards[k], replace(self.cfg.input, id_column=None))
-            parts.append(table.column("text").take(pa.array(rows[sel] - starts[k])).combine_chunks())
+            table = read_shards.read_rows(shards[k], replace(self.cfg.input, id_column=None), rows[sel] - starts[k])
+            parts.append(table.column("text").combine_chunks())
             order.append(sel)
         if not parts:
             return pa.array([], pa.large_string())

@@ -390,6 +390,27 @@ def _read_parquet(shard: Shard, columns: list[str], row_groups=None) -> pa.Table
                          "replace it") from None
 
 
+def read_rows(shard: Shard, cfg: InputConfig, rows) -> pa.Table:
+    """The columns of rows ``rows`` (shard-relative, any order) of one shard, in that order.  A Parquet
+    shard reads only the row groups that hold them (a report's examples: a few dozen rows)."""
+    rows = np.asarray(rows, np.int64)
+    if shard.format != "parquet":
+        return read_columns(shard, cfg).take(pa.array(rows))
+    try:
+        meta = pq.ParquetFile(shard.path).metadata
+    except (OSError, pa.ArrowException, MemoryError) as exc:
+        raise read_error(shard.path, exc, f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or "
+                         "replace it") from None
+    sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], np.int64)  # per row group
+    starts = np.concatenate(([0], np.cumsum(sizes)))
+    group_of = np.searchsorted(starts, rows, side="right") - 1
+    groups = np.unique(group_of)
+    table = read_columns(shard, cfg, row_groups=groups.tolist())
+    first = np.concatenate(([0], np.cumsum(sizes[groups])))  # where each read group starts in ``table``
+    k = np.searchsorted(groups, group_of)
+    return table.take(pa.array(rows - starts[group_of] + first[k]))
+
+
 # --------------------------------------------------------------------------- corpus
 
 

@@ -231,3 +231,25 @@ def test_line_scanner_and_gather_equal_python(tmp_path):
     assert list(zip(starts.tolist(), ends.tolist())) == want
     assert bytes(gather_lines(data, starts, ends)) == b"a\n b \r\nlast\n"
     assert bytes(gather_lines(data, starts, ends, newline=False)) == b"a b \rlast"
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_read_rows_reads_only_the_row_groups_of_the_rows(tmp_path, fmt, monkeypatch):
+    texts = [f"document {i}" for i in range(1000)]
+    if fmt == "parquet":
+        path = tmp_path / "a.parquet"
+        pq.write_table(pa.table({"id": list(range(1000)), "text": texts}), path, row_group_size=100)
+    else:
+        path = tmp_path / "a.jsonl"
+        path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
+    shard = read_shards.discover([path])[0]
+    cfg = InputConfig(id_column="id")
+    read = []
+    real = read_shards.read_columns
+    monkeypatch.setattr(read_shards, "read_columns", lambda *a, **k: read.append(k.get("row_groups")) or real(*a, **k))
+    rows = np.array([999, 5, 450, 0, 451, 5])  # any order, repeats, several row groups
+    got = read_shards.read_rows(shard, cfg, rows)
+    assert got.column("text").to_pylist() == [texts[r] for r in rows]
+    assert got.column("id").to_pylist() == rows.tolist()
+    if fmt == "parquet":
+        assert read == [[0, 4, 9]]  # 3 of the 10 row groups
