@@ -20,6 +20,8 @@ previous complete output as it was.
 from __future__ import annotations
 
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -371,20 +373,30 @@ class LocalExecutor:
         return self.corpus.table.column(name)
 
     def write(self, kept: np.ndarray, out: Path, ckpt, progress=None) -> int:
+        """Write every shard's kept rows.  Shards are independent files: on the CPU up to one per core is
+        read, filtered, compressed and digested at a time (pyarrow and hashlib release the GIL); the
+        checkpoint marks follow in shard order."""
         shards = self.corpus.shards
         starts = np.cumsum([0] + [s.rows for s in shards])
-        written = 0
-        for i, shard in enumerate(shards):  # one step per shard file
-            keep = kept[starts[i] : starts[i + 1]]
-            if not _staged(ckpt.marked(f"shard-{i}"), shard, out):
-                write_shards.write_shard(shard, keep, out, self.cfg.output.compression,
-                                         device_writer=getattr(self.backend, "write_parquet", None))
-                ckpt.mark(f"shard-{i}", {"name": shard.name, **write_shards.file_digest(out / shard.name)})
+        keeps = [kept[starts[i] : starts[i + 1]] for i in range(len(shards))]
+        todo = [i for i, shard in enumerate(shards) if not _staged(ckpt.marked(f"shard-{i}"), shard, out)]
+        device_writer = getattr(self.backend, "write_parquet", None)
+
+        def write_one(i):
+            write_shards.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,
+                                     device_writer=device_writer)
+            return {"name": shards[i].name, **write_shards.file_digest(out / shards[i].name)}
+
+        threads = 1 if device_writer is not None else max(1, min(len(todo), os.cpu_count() or 1, 4))
+        with ThreadPoolExecutor(threads) as pool:
+            for i, record in zip(todo, pool.map(write_one, todo)):  # in shard order
+                ckpt.mark(f"shard-{i}", record)
                 maybe_crash("write:first-shard")
-            written += int(keep.sum())
-            if progress is not None:
-                progress(1)
-        return written
+                if progress is not None:
+                    progress(1)
+        if progress is not None and len(todo) < len(shards):
+            progress(len(shards) - len(todo))  # written by an earlier, resumed run
+        return int(sum(int(k.sum()) for k in keeps))
 
     def write_table(self, path: Path, table: pa.Table) -> None:
         write_shards.atomic_write_parquet(path, table, self.cfg.output.compression)
