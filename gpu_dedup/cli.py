@@ -17,6 +17,7 @@ from gpu_dedup.errors import (
     EXIT_CODES,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
+    EXIT_TARGETS,
     ConfigError,
     GpuDedupError,
     InputError,
@@ -362,7 +363,7 @@ def cmd_evaluate(args) -> int:
                   if not v["met"] and v.get("applies", True)]
         if failed:
             print("targets not met: " + "; ".join(failed), file=sys.stderr)
-            return 1
+            return EXIT_TARGETS
     return 0
 
 
@@ -598,7 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plot", action="store_true", help="write no PNG")
     p.add_argument("--keep-runs", action="store_true", help="keep the pipeline outputs on the sample (OUTPUT/runs)")
     p.add_argument("--require-targets", action="store_true",
-                   help="exit 1 when a target is missed (precision 1.0 of verified edges, recall >= 0.99 at t+0.05)")
+                   help="exit 6 when a target is missed (precision 1.0 of verified edges, recall >= 0.99 at t+0.05)")
     _add_config_args(p)
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("-v", "--verbose", action="count", default=0)

@@ -10,6 +10,7 @@ EXIT_USAGE = 2
 EXIT_INPUT = 3
 EXIT_OUTPUT = 4
 EXIT_RESOURCES = 5
+EXIT_TARGETS = 6
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES = {
@@ -20,6 +21,7 @@ EXIT_CODES = {
     EXIT_OUTPUT: "output conflict (output directory locked by another run, holds files gpu_dedup did not "
                  "write, collides with an input, or is not writable)",
     EXIT_RESOURCES: "out of resources (disk full, out of memory, Dask workers died)",
+    EXIT_TARGETS: "evaluate --require-targets: the evaluation ran and a quality target was missed",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C / SIGINT / SIGTERM); rerun the same command to resume",
 }
 

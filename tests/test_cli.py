@@ -87,7 +87,7 @@ def test_evaluate_require_targets_fails_on_a_poor_layout(tmp_path, capsys):
     inp = _planted_dir(tmp_path)
     rc = main(["evaluate", str(inp), "-o", str(tmp_path / "ev"), "--sample", "0", "--backend", "cpu", "--bands", "1",
                "--rows", "40", "--no-plot", "--require-targets", "-q"])
-    assert rc == 1 and "recall_at_threshold_plus_0.05_at_least_0.99" in capsys.readouterr().err
+    assert rc == 6 and "recall_at_threshold_plus_0.05_at_least_0.99" in capsys.readouterr().err
 
 
 def test_evaluate_missing_label_column_is_a_user_error(tmp_path, capsys):
