@@ -227,11 +227,18 @@ class GPUConfig:
     stays on the device from read to write; a larger one runs in batches: its
     normalized text stays in host memory and each kernel batch (normalize, signatures,
     verify) uploads at most a quarter of the limit.
+
+    ``reader``: ``cudf`` reads the text columns of Parquet shards straight into device
+    memory when cuDF is installed, the corpus fits the limit and every text column is a
+    UTF-8 string column; otherwise (or with ``pyarrow``) pyarrow reads them on the host
+    and the text is copied to the device once.  The report's ``gpu.reader`` says which ran.
     """
 
     memory_limit: str = "auto"  # a size such as "12GiB", "500MB" or "8000000000" (bytes)
+    reader: str = "cudf"  # Parquet text columns: cuDF reads them into device memory; pyarrow: on the host
 
     def __post_init__(self):
+        _choice("gpu", "reader", self.reader, ("cudf", "pyarrow"))
         if self.memory_limit != "auto":
             try:
                 size = parse_size(self.memory_limit)

@@ -32,6 +32,9 @@ class FakePlcColumn:
     def size(self):
         return self._size
 
+    def __len__(self):  # as a cudf.Series has
+        return self._size
+
     def offset(self):
         return self._offset
 

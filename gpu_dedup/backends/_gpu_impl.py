@@ -41,6 +41,7 @@ from gpu_dedup.backends.cpu import signature_values
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
 from gpu_dedup.backends.strings import StringBuffers, arrow_strings, column_buffers, string_buffers
 from gpu_dedup.backends.textnorm import slow_path
+from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.kernels import text as text_kernel
 from gpu_dedup.kernels.params import HashParams
 
@@ -244,7 +245,8 @@ class GPUBackend:
     def mode(self) -> str:
         where = f"CUDA kernels (numba-cuda) on {self.device_name}"
         if self.info.get("frames") == "cudf":
-            frames = "text, signatures, buckets and graphs in device memory; cuDF writes Parquet shards"
+            frames = ("cuDF reads Parquet text columns and writes shards; text, signatures, buckets and graphs "
+                      "in device memory")
         else:
             frames = "text, signatures, buckets and graphs in device memory (cuDF not installed: pyarrow writes)"
         pool = getattr(self, "memory", {}).get("allocator")
@@ -487,6 +489,33 @@ class GPUBackend:
             valid = self._dev(valid, np.bool_)
         out = self.normalize(offsets, chars, cfg, valid)
         return StringBuffers(out.offsets, out.chars), out.invalid_utf8
+
+    def text_reader(self, cfg):
+        """The reader of Parquet text columns into device memory (:meth:`read_text`) for a run with
+        ``cfg``, or None: cuDF not installed, ``gpu.reader: pyarrow``, or the simulator."""
+        if self.info.get("frames") != "cudf" or cfg.gpu.reader != "cudf" or self.simulator:
+            return None
+        return self.read_text
+
+    def read_text(self, path: str, column: str):
+        """The string column ``column`` of Parquet file ``path`` as a cuDF Series in device memory
+        (``cudf.read_parquet``).  The column chunks' compressed bytes are what crosses the bus
+        (counted as host->device bytes of the read stage)."""
+        import cudf
+
+        meta = pq.ParquetFile(path).metadata
+        names = [meta.schema.column(j).path.split(".")[0] for j in range(meta.num_columns)]
+        chunks = [j for j, name in enumerate(names) if name == column]
+        count_transfer("host_to_device_bytes", sum(meta.row_group(g).column(j).total_compressed_size
+                                                   for g in range(meta.num_row_groups) for j in chunks))
+        try:
+            return cudf.read_parquet(path, columns=[column])[column]
+        except MemoryError as exc:  # RMM out of device memory
+            raise ResourceError(f"out of device memory reading the text of shard {path!r} ({exc}); set "
+                                "gpu.memory_limit lower (the run then goes in batches) or gpu.reader: pyarrow") from None
+        except (OSError, RuntimeError, ValueError) as exc:  # libcudf's errors
+            raise InputError(f"cuDF could not read text column {column!r} of shard {path!r} ({exc}); replace "
+                             "the shard, or set gpu.reader: pyarrow to read it on the host") from None
 
     def write_parquet(self, src: str, keep, dst: str, compression: str) -> int | None:
         """cuDF writer of the write stage: read Parquet shard ``src`` into device memory, keep the rows

@@ -6,7 +6,7 @@ import numba
 import numpy as np
 
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
-from gpu_dedup.backends.strings import StringBuffers, string_buffers
+from gpu_dedup.backends.strings import RawText, StringBuffers, raw_arrow, string_buffers
 from gpu_dedup.backends.textnorm import normalize_counted
 from gpu_dedup.kernels.params import HashParams
 
@@ -57,6 +57,8 @@ class CPUBackend:
     def normalize_column(column, cfg):
         """Normalized texts of a string column as host :class:`StringBuffers`, and the number of
         documents with ill-formed UTF-8 (the GPU backend's ``normalize_column`` on the host)."""
+        if isinstance(column, RawText):
+            column = raw_arrow(column)
         norm, invalid = normalize_counted(column, cfg)
         return string_buffers(norm), invalid
 

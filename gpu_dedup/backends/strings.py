@@ -106,6 +106,8 @@ def column_buffers(column, xp=np):
     positions into ``chars`` (the column's row offset applied); ``valid`` is a bool
     array, or None when the column has no nulls.
     """
+    if isinstance(column, RawText):
+        return column.offsets, column.chars, column.valid
     if isinstance(column, (pa.Array, pa.ChunkedArray)):
         arr = as_arrow_strings(column)
         buf = string_buffers(arr)  # nulls read as empty
@@ -129,3 +131,89 @@ def column_buffers(column, xp=np):
     if column.null_count():
         valid = _bit_valid(xp, _bytes_view(column.null_mask(), xp), offset, n)
     return offsets, chars, valid
+
+
+@dataclass(frozen=True)
+class RawText:
+    """The texts of one or more string columns as read (not normalized), as one buffer set:
+    ``offsets`` (int64, n + 1, absolute positions into ``chars``), ``chars`` (uint8) and ``valid``
+    (bool per row, or None when no row is null); NumPy or CuPy arrays.  ``owner``: the columns
+    the buffers may view (kept alive with them)."""
+
+    offsets: np.ndarray
+    chars: np.ndarray
+    valid: np.ndarray | None
+    owner: object = None
+
+    def __len__(self) -> int:
+        return self.offsets.shape[0] - 1
+
+    def null(self, xp=np):
+        """Bool per row: the row's text is null."""
+        n = len(self)
+        return xp.zeros(n, dtype=bool) if self.valid is None else ~self.valid
+
+
+def raw_text(columns, xp=np) -> RawText:
+    """The string columns ``columns`` (cuDF Series, pylibcudf Columns or Arrow arrays) one after
+    another as one :class:`RawText` of ``xp`` arrays.  One column is viewed in place; several are
+    concatenated (one copy of their bytes, one step per column)."""
+    parts = [column_buffers(c, xp) for c in columns]
+    if len(parts) == 1:
+        offsets, chars, valid = parts[0]
+        return RawText(offsets, chars, valid, owner=tuple(columns))
+    offs, chunks, valids, base = [], [], [], 0
+    any_null = any(valid is not None for _, _, valid in parts)
+    for offsets, chars, valid in parts:  # one step per column (a shard)
+        n = offsets.shape[0] - 1
+        if n == 0:
+            continue
+        lo, hi = int(offsets[0]), int(offsets[-1])
+        offs.append(offsets[:-1] - lo + base)
+        chunks.append(chars[lo:hi])
+        if any_null:
+            valids.append(valid if valid is not None else xp.ones(n, dtype=bool))
+        base += hi - lo
+    offs.append(xp.asarray([base], dtype=xp.int64))
+    chars = xp.concatenate(chunks) if chunks else xp.zeros(0, dtype=xp.uint8)
+    valid = (xp.concatenate(valids) if valids else xp.zeros(0, dtype=bool)) if any_null else None
+    return RawText(xp.concatenate(offs).astype(xp.int64), chars, valid)
+
+
+def raw_arrow(raw: RawText) -> pa.Array:
+    """A host :class:`RawText` as a ``large_string`` Arrow array (nulls where ``valid`` is False)."""
+    arr = arrow_strings(np.asarray(raw.offsets), np.asarray(raw.chars))
+    if raw.valid is None or len(arr) == 0:
+        return arr
+    bitmap = pa.array(np.asarray(raw.valid, dtype=bool), pa.bool_()).buffers()[1]
+    _, off_buf, data_buf = arr.buffers()
+    return pa.Array.from_buffers(pa.large_string(), len(arr), [bitmap, off_buf, data_buf])
+
+
+LENGTH_CHUNK = 1 << 26  # bytes per step of :func:`code_point_lengths` (bounds its scratch to 8x this)
+
+
+def code_point_lengths(raw: RawText, xp=np, chunk: int = LENGTH_CHUNK):
+    """Code points of each text (-1 for nulls), as Arrow's ``utf8_length`` counts them (every
+    byte that is not a UTF-8 continuation byte ``10xxxxxx``), in steps of about ``chunk`` bytes."""
+    n = len(raw)
+    out = xp.zeros(n, dtype=xp.int64)
+    if n == 0:
+        return out
+    lo, hi = int(raw.offsets[0]), int(raw.offsets[-1])
+    cuts = xp.searchsorted(raw.offsets, xp.arange(lo, hi, max(1, chunk), dtype=xp.int64), side="right") - 1
+    cuts = [int(c) for c in cuts.tolist()] if hasattr(cuts, "tolist") else list(cuts)
+    bounds = sorted(set(cuts + [0, n]))
+    for a, b in zip(bounds[:-1], bounds[1:]):  # one step per chunk of bytes, not per document
+        if b <= a:
+            continue
+        off = raw.offsets[a : b + 1]
+        start = int(off[0])
+        starts = ((raw.chars[start : int(off[-1])] & 0xC0) != 0x80).astype(xp.int64)
+        total = xp.zeros(starts.shape[0] + 1, dtype=xp.int64)
+        total[1:] = xp.cumsum(starts)
+        rel = off - start
+        out[a:b] = total[rel[1:]] - total[rel[:-1]]
+    if raw.valid is not None:
+        out = xp.where(raw.valid, out, -1)
+    return out

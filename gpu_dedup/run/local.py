@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpu_dedup.backends import get_backend, to_device, to_host, transfer_totals
-from gpu_dedup.backends.strings import StringBuffers, arrow_strings, string_buffers
+from gpu_dedup.backends.strings import StringBuffers, arrow_strings, code_point_lengths, raw_text, string_buffers
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError
 from gpu_dedup.run import cluster
@@ -153,6 +153,8 @@ class LocalExecutor:
         self.st = None
         self._norm = None  # normalized texts (host Arrow), made from the buffers when first asked for
         self._strings = None
+        self._raw = None  # RawText of the text columns a device reader read (until normalized)
+        self.reader = None  # "cudf" when a device reader read the text columns, else "pyarrow"
         self._sig = None  # (rows, values) of the last signatures call
         self.family = None  # the similarity family (stages/families.py), sized by read()
         self._prepared = None  # the family with corpus statistics (tf-idf), computed on first use
@@ -172,29 +174,46 @@ class LocalExecutor:
         out = {"kernel_prepare_seconds": round(self.startup_seconds, 3)} if self.startup_seconds else {}
         if self.memory_plan is not None:
             moved = {k: v - self._transfers0[k] for k, v in transfer_totals().items()}
-            out["gpu"] = {**self.memory_plan, **moved}
+            out["gpu"] = {**self.memory_plan, "reader": self.reader or "pyarrow", **moved}
         return out
 
     # ---- read / normalize -------------------------------------------------------
     def read(self, progress=None) -> LocalCorpus:
         cfg = self.cfg
         score = cfg.select.score_column if cfg.select.keep == "score" else None
-        c = read_shards.read(self.shards, cfg.input, score, progress=progress)
+        reader = self._text_reader(score)
+        self.reader = "cudf" if reader is not None else "pyarrow"
+        c = read_shards.read(self.shards, cfg.input, score, progress=progress, text_reader=reader)
         table = c.table
         n = table.num_rows
         self.family = family_for(cfg, n)
         if c.vectors is not None:
             self.vectors = self._load_vectors(c.vectors, c.shards, n)
-        null = self.family.null_rows(table, self.vectors)
+        if c.device_text is not None:  # text columns read into device memory: one buffer set
+            self._raw = raw_text(c.device_text, self.xp)
+            c.device_text = None
+            null = self._raw.null(self.xp)
+        else:
+            null = self.family.null_rows(table, self.vectors)
         key = None
         if cfg.select.keep == "longest" and n:
-            key = text_lengths(table.column("text"))
+            key = text_lengths(table.column("text")) if self._raw is None else \
+                pa.array(to_host(code_point_lengths(self._raw, self.xp)))
         elif cfg.select.keep == "lowest_id":
             key = table.column("id")
         elif cfg.select.keep == "score":
             key = table.column("score")
         self.corpus = LocalCorpus(table, c.shards, n, to_device(null, self.xp), c.id_column, rank_key=key)
         return self.corpus
+
+    def _text_reader(self, score):
+        """The backend's reader of Parquet text columns into device memory, when this run can use it
+        (whole corpus on the device, every shard a Parquet file with a UTF-8 text column); else None."""
+        make = getattr(self.backend, "text_reader", None)
+        reader = make(self.cfg) if make is not None and self.batch_bytes is None else None
+        if reader is None or not read_shards.device_readable(self.shards, self.cfg.input, score):
+            return None
+        return reader
 
     def _load_vectors(self, parts, shards, n) -> Vectors:
         """The vector column of every shard (bad rows raise or are kept, per cosine.bad_vectors)."""
@@ -228,13 +247,17 @@ class LocalExecutor:
         """Normalized texts as kernel buffers (computed on first use, e.g. again after a resume)."""
         if self._strings is None:
             with self.st.stage("normalize", self.corpus.n) as info:
-                column = self.corpus.table.column("text")
-                if self.batch_bytes is None:  # the whole corpus at once, where the backend computes
-                    self._strings, invalid = self.backend.normalize_column(column, self.cfg.normalize)
+                if self._raw is not None:  # read into device memory: normalized there
+                    self._strings, invalid = self.backend.normalize_column(self._raw, self.cfg.normalize)
+                    self._raw = None
                 else:
-                    self._strings, invalid = self._normalize_batches(column)
-                # the original texts are read again only where needed (written shards, report examples)
-                self.corpus.table = self.corpus.table.drop_columns(["text"])
+                    column = self.corpus.table.column("text")
+                    if self.batch_bytes is None:  # the whole corpus at once, where the backend computes
+                        self._strings, invalid = self.backend.normalize_column(column, self.cfg.normalize)
+                    else:
+                        self._strings, invalid = self._normalize_batches(column)
+                    # the original texts are read again only where needed (written shards, report examples)
+                    self.corpus.table = self.corpus.table.drop_columns(["text"])
                 info.update(invalid_utf8=invalid, text_mb=round(self._strings.nbytes / 2**20, 1))
             self._invalid = invalid
         return self._strings

@@ -424,6 +424,7 @@ class Corpus:
     id_column: str | None  # None: ids were generated
     score_column: str | None = None
     vectors: list | None = None  # input.vector_column: (shard index, first row, column) per shard read
+    device_text: list | None = None  # text columns in device memory, one per shard (a device reader's)
 
     def __len__(self) -> int:
         return self.table.num_rows
@@ -455,10 +456,12 @@ def _text_type_ok(t: pa.DataType) -> bool:
                               pa.types.is_large_binary, pa.types.is_null))
 
 
-def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None, row_groups=None):
+def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None, row_groups=None,
+                 skip_text: bool = False):
     """The validated text (and id, score) columns of one shard, or of some of its
     Parquet row groups, as a table with columns ``text``[, ``id``][, ``score``];
-    None for a JSONL shard without records."""
+    None for a JSONL shard without records.  ``skip_text``: a Parquet shard's text
+    column is checked in the schema but not read (a device reader reads it)."""
     wanted = {"text": cfg.text_column}
     if cfg.id_column:
         wanted["id"] = cfg.id_column
@@ -483,8 +486,14 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
             if col not in names:
                 raise _missing(shard, key, col, names)
         _check_unique(shard, names, wanted)
-        columns = list(dict.fromkeys(wanted.values()))
+        columns = list(dict.fromkeys(c for k, c in wanted.items() if not (skip_text and k == "text")))
         table = _read_parquet(shard, columns, row_groups)
+        if skip_text:
+            text_type = _parquet_schema(shard).field(cfg.text_column).type
+            if not text_readable_on_device(text_type):
+                raise InputError(f"text column {cfg.text_column!r} of shard {shard.path!r} has type {text_type}; "
+                                 "the device reader takes string columns only")  # pragma: no cover - checked first
+            wanted = {k: v for k, v in wanted.items() if k != "text"}
     else:
         table = _read_jsonl(shard, wanted)
         if table is None:  # no records
@@ -495,15 +504,16 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
                 raise _missing(shard, key, col, table.column_names)
     if shard.format != "parquet":
         _check_unique(shard, table.column_names, wanted)
-    if "text" not in wanted:
-        text = pa.chunked_array([pa.nulls(table.num_rows, pa.large_string())])
-    else:
-        text = _decoded(table.column(cfg.text_column))
-    if not _text_type_ok(text.type):
-        raise InputError(
-            f"text column {cfg.text_column!r} of shard {shard.path!r} has type {text.type}; it must be a string column"
-        )
-    cols = {"text": _as_large_text(text)}
+    cols = {}
+    if not skip_text:
+        if "text" not in wanted:
+            text = pa.chunked_array([pa.nulls(table.num_rows, pa.large_string())])
+        else:
+            text = _decoded(table.column(cfg.text_column))
+        if not _text_type_ok(text.type):
+            raise InputError(f"text column {cfg.text_column!r} of shard {shard.path!r} has type {text.type}; "
+                             "it must be a string column")
+        cols["text"] = _as_large_text(text)
     if cfg.id_column:
         ids = _decoded(table.column(cfg.id_column))
         if pa.types.is_nested(ids.type) or pa.types.is_null(ids.type):
@@ -520,7 +530,7 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
         cols["score"] = pc.cast(score, pa.float64())
     if cfg.vector_column:
         cols["vector"] = table.column(cfg.vector_column)
-    return pa.table(cols)
+    return pa.table(cols) if cols else pa.table({"_rows": pa.nulls(table.num_rows)})
 
 
 def _check_unique(shard: Shard, names, wanted: dict) -> None:
@@ -555,16 +565,50 @@ def check_id_type(shard: Shard, id_column: str, id_type, first: tuple | None):
     return first
 
 
-def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = None, progress=None) -> Corpus:
+def text_readable_on_device(text_type: pa.DataType) -> bool:
+    """Whether a device reader (cuDF) takes a Parquet text column of this type as it is: UTF-8
+    strings (binary columns, dictionary-typed schemas and all-null columns are read on the host)."""
+    return pa.types.is_string(text_type) or pa.types.is_large_string(text_type)
+
+
+def device_readable(shards, cfg: InputConfig, score_column: str | None = None) -> bool:
+    """Whether every shard's text column can be read by a device reader: all shards are Parquet
+    files whose text column is a UTF-8 string column used for nothing else (no vector column)."""
+    if not shards or cfg.vector_column or cfg.text_column in (cfg.id_column, score_column):
+        return False
+    for shard in shards:  # one schema (footer) read per shard
+        if shard.format != "parquet":
+            return False
+        schema = _parquet_schema(shard)
+        if schema.names.count(cfg.text_column) != 1:
+            return False  # missing or repeated: the host read reports it
+        if not text_readable_on_device(schema.field(cfg.text_column).type):
+            return False
+    return True
+
+
+def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = None, progress=None,
+         text_reader=None) -> Corpus:
     """Read every shard's id, text (and score) columns into one corpus table.
 
+    ``text_reader(path, column)``: reads the text column of a Parquet shard into device
+    memory (cuDF) instead; the corpus then holds those columns (``device_text``, one per
+    shard) and its table has no ``text`` column.  Only when :func:`device_readable`.
     ``progress(1)`` is called after each shard."""
     shards = inputs if inputs and isinstance(inputs, list) and isinstance(inputs[0], Shard) else discover(inputs, cfg.format)
-    parts, out_shards, vector_parts = [], [], []
+    parts, out_shards, vector_parts, device_text = [], [], [], []
     first_id = None
     row0 = 0
     for i, shard in enumerate(shards):  # one step per shard file
-        table = read_columns(shard, cfg, score_column)
+        table = read_columns(shard, cfg, score_column, skip_text=text_reader is not None)
+        if text_reader is not None:
+            column = text_reader(shard.path, cfg.text_column)
+            rows = len(column)
+            if rows != table.num_rows:
+                raise InputError(f"shard {shard.path!r} gave {table.num_rows} rows to pyarrow but {rows} text rows "
+                                 "to cuDF; it changed while being read or is corrupt: rerun, or set "
+                                 "gpu.reader: pyarrow")
+            device_text.append(column)
         if progress is not None:
             progress(1)
         if table is None:
@@ -581,7 +625,8 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
             cols["id"] = table.column("id")
         else:
             cols["id"] = cols["row"]
-        cols["text"] = table.column("text")
+        if text_reader is None:
+            cols["text"] = table.column("text")
         if score_column:
             cols["score"] = table.column("score")
         if cfg.vector_column:
@@ -590,9 +635,13 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
         out_shards.append(shard.with_rows(n))
         row0 += n
     table = pa.concat_tables(parts) if parts else _empty_table(score_column is not None)
-    log.info("read %d documents from %d shard(s)", table.num_rows, len(out_shards))
+    if text_reader is not None and "text" in table.column_names:
+        table = table.drop_columns(["text"])
+    log.info("read %d documents from %d shard(s)%s", table.num_rows, len(out_shards),
+             " (text columns into device memory)" if text_reader is not None else "")
     return Corpus(table, out_shards, cfg.text_column, cfg.id_column, score_column,
-                  vectors=vector_parts if cfg.vector_column else None)
+                  vectors=vector_parts if cfg.vector_column else None,
+                  device_text=device_text if text_reader is not None else None)
 
 
 def _as_large_text(text: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -101,17 +101,25 @@ def test_results_stay_on_the_device(gpu):
     assert isinstance(host_sig, np.ndarray) and np.array_equal(host_sig, to_host(sig))
 
 
-def test_single_gpu_run_is_device_resident_and_equals_cpu(corpus):
-    cfg = {"input": {"id_column": "id"}, "minhash": {"num_perm": 128}}
-    c = run(corpus / "in", corpus / "cpu", Config.from_dict({**cfg, "backend": "cpu"}))
-    g = run(corpus / "in", corpus / "gpu", Config.from_dict({**cfg, "backend": "gpu"}))
-    assert g.report["gpu"]["resident"] is True
+@pytest.mark.parametrize("reader", ["pyarrow", "cudf"])
+def test_single_gpu_run_is_device_resident_and_equals_cpu(corpus, reader):
+    if reader == "cudf":
+        pytest.importorskip("cudf")
+    cfg = {"input": {"id_column": "id"}, "minhash": {"num_perm": 128}, "gpu": {"reader": reader}}
+    c = run(corpus / "in", corpus / f"cpu-{reader}", Config.from_dict({**cfg, "backend": "cpu"}))
+    g = run(corpus / "in", corpus / f"gpu-{reader}", Config.from_dict({**cfg, "backend": "gpu"}))
+    assert g.report["gpu"]["resident"] is True and g.report["gpu"]["reader"] == reader
     assert np.array_equal(c.kept, g.kept) and c.report["counts"] == g.report["counts"]
-    assert (corpus / "cpu" / "duplicates.parquet").read_bytes() == (corpus / "gpu" / "duplicates.parquet").read_bytes()
-    _tables_equal(corpus / "cpu", corpus / "gpu", [s.name for s in c.shards])
+    assert (corpus / f"cpu-{reader}" / "duplicates.parquet").read_bytes() == \
+        (corpus / f"gpu-{reader}" / "duplicates.parquet").read_bytes()
+    _tables_equal(corpus / f"cpu-{reader}", corpus / f"gpu-{reader}", [s.name for s in c.shards])
     stages = g.report["stages"]
     text_bytes = sum(len(t.as_py().encode()) for s in c.shards for t in pq.read_table(s.path).column("text"))
-    assert stages["normalize"]["host_to_device_bytes"] >= text_bytes  # the text crosses once ...
+    if reader == "pyarrow":
+        assert stages["normalize"]["host_to_device_bytes"] >= text_bytes  # the text crosses once ...
+    else:  # cuDF reads the compressed column chunks into device memory and decodes them there
+        assert 0 < stages["read"]["host_to_device_bytes"] < text_bytes
+        assert stages["normalize"].get("host_to_device_bytes", 0) < 3000 * 8
     signature_bytes = 3000 * 128 * 4
     for name in ("signatures", "bands", "buckets", "verify", "components", "select"):  # ... and nothing big after
         moved = stages[name].get("device_to_host_bytes", 0) + stages[name].get("host_to_device_bytes", 0)
@@ -146,3 +154,17 @@ def test_dask_cuda_more_workers_than_gpus_is_a_clear_error(corpus):
     n = cupy.cuda.runtime.getDeviceCount()
     with pytest.raises(ConfigError, match=f"asks for {n + 1} GPU workers.*{n} GPU\\(s\\) are visible.*--workers {n}"):
         run(corpus / "in", corpus / "too-many", Config.from_dict({"backend": "gpu", "cluster": {"workers": n + 1}}))
+
+
+def test_cudf_reader_with_nulls_and_the_longest_policy_equals_cpu(tmp_path):
+    pytest.importorskip("cudf")
+    texts = [t if t != "bad utf8 follows" else "longer " * 9 for t in TEXTS]
+    for k in range(2):
+        (tmp_path / "in").mkdir(exist_ok=True)
+        pq.write_table(pa.table({"text": pa.array(texts[k::2], pa.string())}), tmp_path / "in" / f"p{k}.parquet")
+    cfg = {"select": {"keep": "longest"}, "exact_dedup": False}
+    c = run(tmp_path / "in", tmp_path / "cpu", Config.from_dict({**cfg, "backend": "cpu"}))
+    g = run(tmp_path / "in", tmp_path / "gpu", Config.from_dict({**cfg, "backend": "gpu"}))
+    assert g.report["gpu"]["reader"] == "cudf" and g.report["counts"] == c.report["counts"]
+    assert (tmp_path / "cpu" / "duplicates.parquet").read_bytes() == (tmp_path / "gpu" / "duplicates.parquet").read_bytes()
+    _tables_equal(tmp_path / "cpu", tmp_path / "gpu", ["p0.parquet", "p1.parquet"])

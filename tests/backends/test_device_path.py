@@ -7,17 +7,27 @@ the schema.  Everything here runs without a device: the CuPy / cuDF
 counterparts are the ``gpu``-marked tests of ``test_device_gpu.py``.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from gpu_dedup import backends
 from gpu_dedup.backends import count_transfer, to_device, to_host, transfer_totals
 from gpu_dedup.backends._gpu_impl import corpus_estimate
-from gpu_dedup.backends.strings import arrow_strings, column_buffers, string_buffers
+from gpu_dedup.backends.strings import (
+    arrow_strings,
+    code_point_lengths,
+    column_buffers,
+    raw_arrow,
+    raw_text,
+    string_buffers,
+)
 from gpu_dedup.config import Config
-from gpu_dedup.errors import ConfigError
+from gpu_dedup.errors import ConfigError, InputError
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.run import local
 from gpu_dedup.run.stagelog import StageLog
@@ -204,3 +214,151 @@ def test_device_writer_falls_back_when_it_would_change_the_shard(tmp_path, chang
     assert got.equals(table.filter(pa.array(keep))) and got.schema.metadata[b"origin"] == b"crawl-7"
     assert got.schema.field("text").type == pa.large_string()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["s.parquet"]
+
+
+# ------------------------------------------------------------------ text columns read into device memory
+
+
+def test_raw_text_of_several_columns_equals_their_concatenation():
+    parts = [pa.array(["a", None, "béta"], pa.string()).slice(1), pa.array([], pa.large_string()),
+             pa.array(["", "xyz", None, "δδ"], pa.large_string()), pa.array(["no nulls"], pa.string())]
+    for cols in ([fake_plc_column(p) for p in parts], parts, [fake_plc_column(parts[2])]):
+        raw = raw_text(cols)
+        want = pa.concat_arrays([p.cast(pa.large_string()) for p in (parts if len(cols) > 1 else parts[2:3])])
+        assert len(raw) == len(want) and raw.null().tolist() == [not v for v in want.is_valid().to_pylist()]
+        assert raw_arrow(raw).equals(want)
+    empty = raw_text([])
+    assert len(empty) == 0 and raw_arrow(empty).equals(pa.array([], pa.large_string()))
+
+
+def test_code_point_lengths_equal_arrow_utf8_length_in_small_chunks():
+    texts = ["", None, "abc", "Ünïcödé ﬁ", "\U0001f600 smile", None, "x" * 40]
+    arr = pa.array(texts, pa.large_string())
+    bad = pa.array([b"ok\xff\xfe", b"\xc3", b"\xe2\x82"], pa.large_binary())  # ill-formed UTF-8
+    for column in (arr, arr.slice(2), bad):
+        want = pc.fill_null(pc.utf8_length(column.cast(pa.large_string(), safe=False) if column.type == pa.large_binary()
+                                           else column), -1).to_pylist()
+        for chunk in (1, 3, 1 << 26):
+            assert code_point_lengths(raw_text([column]), chunk=chunk).tolist() == want
+
+
+def _reader_on(monkeypatch, calls, rows=None):
+    """The CPU backend with a stand-in device reader: pyarrow reads the column, handed over as a
+    pylibcudf-like column (what cuDF's reader gives, on host buffers)."""
+    cpu = backends.get_backend("cpu")
+
+    def read_text(path, column):
+        calls.append(path)
+        arr = pq.read_table(path, columns=[column]).column(column).combine_chunks()
+        return fake_plc_column(arr if rows is None else arr.slice(0, rows))
+
+    monkeypatch.setattr(cpu, "text_reader", lambda cfg: read_text if cfg.gpu.reader == "cudf" else None,
+                        raising=False)
+    return cpu
+
+
+@pytest.mark.parametrize("keep", ["first", "longest"])
+def test_device_read_run_equals_the_host_read_run(tmp_path, monkeypatch, keep):
+    sample = planted_corpus(n_docs=400, n_clusters=30, words=(20, 80), edit_rate=(0, 0.05), seed=12)
+    table = sample.table.select(["id", "text"])
+    text = table.column("text").to_pylist()
+    for k in range(0, 400, 37):
+        text[k] = None  # null texts take no part
+    text[5] = "Ünïcödé " * 30
+    table = table.set_column(1, "text", pa.array(text, pa.string()))
+    write_shards(table, tmp_path / "in", shards=3)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "select": {"keep": keep}})
+    host = local.run(tmp_path / "in", tmp_path / "host", cfg)
+    calls = []
+    _reader_on(monkeypatch, calls)
+    device = local.run(tmp_path / "in", tmp_path / "device", cfg)
+    assert len(calls) == 3  # one read per shard
+    for name in ["duplicates.parquet"] + [s.name for s in host.shards]:
+        assert (tmp_path / "host" / name).read_bytes() == (tmp_path / "device" / name).read_bytes(), name
+    assert host.report["counts"] == device.report["counts"] and host.report["counts"]["removed"] > 0
+    assert host.report["largest_clusters"] == device.report["largest_clusters"]  # examples read from the shards
+    calls.clear()
+    local.run(tmp_path / "in", tmp_path / "off", cfg.with_overrides({"gpu.reader": "pyarrow"}))
+    assert calls == []
+
+
+def test_device_read_only_where_every_text_column_is_utf8_parquet(tmp_path):
+    sample = planted_corpus(n_docs=40, n_clusters=5, words=(5, 20), seed=3)
+    table = sample.table.select(["id", "text"])
+    write_shards(table, tmp_path / "p", shards=2)
+    write_shards(table, tmp_path / "j", shards=1, fmt="jsonl")
+    (tmp_path / "b").mkdir()
+    pq.write_table(table.set_column(1, "text", table.column("text").cast(pa.binary())), tmp_path / "b" / "x.parquet")
+    (tmp_path / "d").mkdir()
+    pq.write_table(table.set_column(1, "text", table.column("text").dictionary_encode()), tmp_path / "d" / "x.parquet")
+    cfg = Config().input
+    assert read_shards.device_readable(read_shards.discover(tmp_path / "p"), cfg)
+    for other in ("j", "b", "d"):
+        assert not read_shards.device_readable(read_shards.discover(tmp_path / other), cfg), other
+    shards = read_shards.discover(tmp_path / "p")
+    assert not read_shards.device_readable(shards, replace(cfg, vector_column="emb"))
+    assert not read_shards.device_readable(shards, replace(cfg, id_column="text"))
+    assert not read_shards.device_readable([], cfg)
+
+
+def test_device_read_is_not_used_for_a_batched_run(tmp_path, monkeypatch):
+    sample = planted_corpus(n_docs=60, n_clusters=5, words=(10, 30), seed=2)
+    write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=2)
+    calls = []
+    cpu = _reader_on(monkeypatch, calls)
+    monkeypatch.setattr(cpu, "plan_memory", lambda shards, cfg: {
+        "memory_limit_bytes": 4096, "device_bytes": 0, "estimate_bytes": 10**6, "resident": False,
+        "batch_bytes": 1500}, raising=False)
+    res = local.run(tmp_path / "in", tmp_path / "out", Config.from_dict({"backend": "cpu"}))
+    assert calls == [] and res.report["gpu"]["reader"] == "pyarrow"
+
+
+def test_device_read_row_count_mismatch_is_an_input_error(tmp_path, monkeypatch):
+    sample = planted_corpus(n_docs=60, n_clusters=5, words=(10, 30), seed=2)
+    write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=1)
+    _reader_on(monkeypatch, [], rows=10)
+    with pytest.raises(InputError, match="gave 60 rows to pyarrow but 10 text rows to cuDF.*gpu.reader: pyarrow"):
+        local.run(tmp_path / "in", tmp_path / "out", Config.from_dict({"backend": "cpu"}))
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_gpu_reader_is_validated_and_leaves_the_fingerprint():
+    assert Config.from_dict({"gpu": {"reader": "pyarrow"}}).fingerprint == Config().fingerprint
+    with pytest.raises(ConfigError, match="gpu.reader = 'arrow' is not valid; choose one of cudf, pyarrow"):
+        Config.from_dict({"gpu": {"reader": "arrow"}})
+
+
+@pytest.mark.parametrize("outcome", ["ok", "corrupt", "oom"])
+def test_read_text_counts_the_compressed_chunks_and_maps_cudf_errors(tmp_path, monkeypatch, outcome):
+    """``GPUBackend.read_text`` with a stand-in ``cudf`` module: the column's compressed chunk bytes are
+    counted as crossing the bus; libcudf's errors become one-line input / resource errors."""
+    import sys
+    import types
+
+    from gpu_dedup.backends._gpu_impl import GPUBackend
+    from gpu_dedup.errors import ResourceError
+
+    table = pa.table({"id": pa.array(range(500)), "text": pa.array([f"text number {i} " * 5 for i in range(500)])})
+    pq.write_table(table, tmp_path / "s.parquet", row_group_size=200)
+    meta = pq.ParquetFile(tmp_path / "s.parquet").metadata
+    want = sum(meta.row_group(g).column(1).total_compressed_size for g in range(meta.num_row_groups))
+
+    def read_parquet(path, columns):
+        if outcome == "corrupt":
+            raise RuntimeError("CUDF failure at: parquet reader: invalid page header")
+        if outcome == "oom":
+            raise MemoryError("std::bad_alloc: out_of_memory: RMM failure")
+        return {c: fake_plc_column(pq.read_table(path, columns=[c]).column(c).combine_chunks()) for c in columns}
+
+    monkeypatch.setitem(sys.modules, "cudf", types.SimpleNamespace(read_parquet=read_parquet))
+    before = transfer_totals()["host_to_device_bytes"]
+    if outcome == "ok":
+        col = GPUBackend.read_text(None, str(tmp_path / "s.parquet"), "text")
+        assert len(col) == 500 and transfer_totals()["host_to_device_bytes"] - before == want > 0
+    elif outcome == "corrupt":
+        with pytest.raises(InputError, match="cuDF could not read text column 'text' of shard .*invalid page header.*"
+                                             "gpu.reader: pyarrow"):
+            GPUBackend.read_text(None, str(tmp_path / "s.parquet"), "text")
+    else:
+        with pytest.raises(ResourceError, match="out of device memory reading the text.*gpu.memory_limit"):
+            GPUBackend.read_text(None, str(tmp_path / "s.parquet"), "text")
