@@ -66,7 +66,7 @@ step_bench_signatures() {
 }
 
 step_bench_e2e() {
-  $PY -m gpu_dedup.bench.gpu --suite end-to-end --e2e-docs $E2E_DOCS --e2e-backends cpu gpu --workdir /tmp \
+  $PY -m gpu_dedup.bench.gpu --suite end-to-end --e2e-docs $E2E_DOCS --e2e-backends cpu gpu gpu-pyarrow --workdir /tmp \
     --out "$1/end-to-end.json" > "$1/log.txt" 2>&1
 }
 
