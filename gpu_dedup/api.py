@@ -25,13 +25,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends import get_backend
+from gpu_dedup.backends.strings import is_string_column
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError, InputError
 from gpu_dedup.report.build import summary, write_report
 from gpu_dedup.report.page import render, write_html
 from gpu_dedup.run.local import run
 from gpu_dedup.stages.edges import Edges
-from gpu_dedup.stages.read_shards import memory_shard
+from gpu_dedup.stages.read_shards import Shard, memory_shard
 from gpu_dedup.stages.write_shards import ROW
 
 # keyword shortcuts for the most used config keys (any dotted key works too: **{"lsh.threshold": 0.7})
@@ -184,9 +186,7 @@ def dedup(frame, text: str = "text", id: str | None = None, config=None, **overr
     if cfg.cluster.enabled:
         raise ConfigError("dedup() runs in one process; drop cluster.workers / cluster.scheduler "
                           "(use gpu-dedup run --workers on shards for a Dask cluster)")
-    table = frame_table(frame, kind, text, id, cfg)
-
-    result = run([memory_shard(table, name=f"{kind} frame")], None, cfg)
+    result = run([frame_shard(frame, kind, text, id, cfg)], None, cfg)
 
     kept = result.kept
     dup = frame_duplicates(result.duplicates, id)
@@ -200,9 +200,28 @@ def dedup(frame, text: str = "text", id: str | None = None, config=None, **overr
     )
 
 
-def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config) -> pa.Table:
+def frame_shard(frame, kind: str, text: str, id: str | None, cfg: Config) -> Shard:
+    """The in-memory shard of ``frame``'s text (and id / score) columns.  A cuDF frame's text column
+    stays in device memory where the GPU backend reads text there (``gpu.reader: cudf``); every
+    other column, and the text otherwise, is copied to the host."""
+    device = kind == "cudf" and _device_text(frame, text, id, cfg)
+    table = frame_table(frame, kind, text, id, cfg, skip_text=device)
+    return memory_shard(table, name=f"{kind} frame", text=frame[text] if device else None)
+
+
+def _device_text(frame, text: str, id: str | None, cfg: Config) -> bool:
+    """Whether the run keeps a cuDF frame's text column ``text`` on the device."""
+    score = cfg.select.score_column if cfg.select.keep == "score" else None
+    if cfg.input.vector_column or text in (id, score) or text not in _columns(frame, "cudf"):
+        return False
+    make = getattr(get_backend(cfg.backend), "text_reader", None)
+    return make is not None and make(cfg) is not None and is_string_column(frame[text])
+
+
+def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config, skip_text: bool = False) -> pa.Table:
     """The text (and id / score) columns of ``frame`` as the Arrow table a memory shard reads;
-    checks that the columns exist and that the text column holds strings."""
+    checks that the columns exist and that the text column holds strings.  ``skip_text``: the
+    text column stays out (a device column the caller hands over)."""
     names = _columns(frame, kind)
     vec = cfg.input.vector_column
     wanted = {"text": text if (vec is None or text in names) else None, "id": id,
@@ -213,11 +232,11 @@ def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config) -> pa.
         if col is not None and col not in names:
             raise InputError(f"{what} column {col!r} is not in the frame; its columns are: "
                              f"{', '.join(map(repr, names)) or '(none)'}. Pass {arg[what]}one of them")
-    cols = list(dict.fromkeys(c for c in wanted.values() if c is not None))
-    table = _to_arrow(frame, kind, cols)
+    cols = list(dict.fromkeys(c for k, c in wanted.items() if c is not None and not (skip_text and k == "text")))
+    table = _to_arrow(frame, kind, cols) if cols else pa.table({"_rows": pa.nulls(len(frame))})
     columns = {c: table.column(c) for c in cols}
-    if wanted["text"] is None:  # embeddings only
-        return pa.table(columns)
+    if wanted["text"] is None or skip_text:  # embeddings only, or the text stays on the device
+        return pa.table(columns) if columns else table
     columns[text] = _text_column(columns[text])
     ttype = columns[text].type
     if not (pa.types.is_string(ttype) or pa.types.is_large_string(ttype) or pa.types.is_binary(ttype)

@@ -1,5 +1,6 @@
 """The DataFrame API (gpu_dedup.dedup) and the step-by-step stage functions (gpu_dedup.stages)."""
 
+import json
 import sys
 import types
 
@@ -14,6 +15,7 @@ from gpu_dedup import Config, stages
 from gpu_dedup.errors import ConfigError, InputError
 from gpu_dedup.evaluation.sample import planted_corpus
 from gpu_dedup.index.commands import run
+from tests.fake_columns import fake_plc_column
 
 CPU = {"backend": "cpu"}
 
@@ -97,7 +99,12 @@ class _FakeCudfFrame:
         return self.pdf.columns
 
     def __getitem__(self, cols):
+        if isinstance(cols, str):  # a column: its pylibcudf-like view (device buffers stand-in)
+            return fake_plc_column(pa.array(self.pdf[cols], pa.large_string()))
         return _FakeCudfFrame(self.pdf[cols])
+
+    def __len__(self):
+        return len(self.pdf)
 
     def to_arrow(self):
         _FAKE_LOG.append(list(self.pdf.columns))
@@ -132,6 +139,50 @@ def test_cudf_like_frame_round_trips_without_importing_cudf(frame, monkeypatch):
     tag, table = res.duplicates
     assert tag == "cudf frame" and isinstance(table, pa.Table) and table.column_names[0] == "id"
     assert (res.kept == gpu_dedup.dedup(frame, id="id", backend="cpu").kept).all()
+
+
+@pytest.mark.parametrize("keep", ["first", "longest"])
+def test_cudf_like_frame_text_stays_on_the_device_where_the_backend_reads_it(frame, monkeypatch, keep):
+    """With a backend that reads text into device memory (GPU, ``gpu.reader: cudf``; here the CPU
+    backend with a stand-in), only the id column of a cuDF frame is copied to the host; the text
+    column's buffers go to normalization as they are; report examples copy only their rows."""
+    from gpu_dedup.backends import get_backend
+
+    fake = types.ModuleType("cudf")
+    fake.DataFrame = types.SimpleNamespace(from_arrow=lambda t: ("cudf frame", t))
+    monkeypatch.setitem(sys.modules, "cudf", fake)
+    monkeypatch.setattr(get_backend("cpu"), "text_reader", lambda cfg: (lambda path, column: None)
+                        if cfg.gpu.reader == "cudf" else None, raising=False)
+    small = frame.head(400)
+    _FAKE_LOG.clear()
+    res = gpu_dedup.dedup(_FakeCudfFrame(small), text="text", id="id", backend="cpu", keep=keep)
+    assert _FAKE_LOG == [["id"]]  # the text did not leave the device
+    want = gpu_dedup.dedup(pa.Table.from_pandas(small, preserve_index=False), id="id", backend="cpu", keep=keep)
+    assert (res.kept == want.kept).all() and (res.clusters == want.clusters).all()
+    assert res.duplicates[1].equals(want.duplicates)
+    shown = json.dumps(res.report["largest_clusters"]).replace('"cudf frame"', '"arrow frame"')  # the shard's name
+    assert shown == json.dumps(want.report["largest_clusters"]) and want.report["counts"]["removed"] > 0
+    _FAKE_LOG.clear()
+    gpu_dedup.dedup(_FakeCudfFrame(small), text="text", id="id", backend="cpu", **{"gpu.reader": "pyarrow"})
+    assert _FAKE_LOG == [["text", "id"]]  # gpu.reader: pyarrow copies the text as before
+
+
+def test_cudf_like_frame_text_is_copied_once_for_a_batched_gpu_run(frame, monkeypatch):
+    """A corpus above gpu.memory_limit runs with its text on the host: the device column is copied."""
+    from gpu_dedup.backends import get_backend
+
+    fake = types.ModuleType("cudf")
+    fake.DataFrame = types.SimpleNamespace(from_arrow=lambda t: ("cudf frame", t))
+    monkeypatch.setitem(sys.modules, "cudf", fake)
+    cpu = get_backend("cpu")
+    monkeypatch.setattr(cpu, "text_reader", lambda cfg: (lambda path, column: None), raising=False)
+    monkeypatch.setattr(cpu, "plan_memory", lambda shards, cfg: {
+        "memory_limit_bytes": 4096, "device_bytes": 0, "estimate_bytes": 10**6, "resident": False,
+        "batch_bytes": 3000}, raising=False)
+    small = frame.head(300)
+    res = gpu_dedup.dedup(_FakeCudfFrame(small), text="text", id="id", backend="cpu")
+    assert res.report["gpu"]["reader"] == "pyarrow"
+    assert (res.kept == gpu_dedup.dedup(small, id="id", backend="cpu").kept).all()
 
 
 def test_config_forms_and_overrides(frame):

@@ -95,7 +95,7 @@ def sorted_unique_segments(xp, offsets, values):
     return out_offsets, v[keep]
 
 
-def corpus_estimate(shards, text_column: str) -> tuple[int, int]:
+def corpus_estimate(shards, text_column: str, xp=np) -> tuple[int, int]:
     """(text bytes, documents) of ``shards`` from metadata: the text column's uncompressed size and
     the row count of Parquet files, the size of JSONL files (x4 when compressed, ~256 bytes a
     document), the table of in-memory shards.  Unreadable files count 0 (reading reports them)."""
@@ -106,6 +106,9 @@ def corpus_estimate(shards, text_column: str) -> tuple[int, int]:
                 rows += shard.data.num_rows
                 if text_column in shard.data.column_names:
                     text += shard.data.column(text_column).nbytes
+                elif shard.text is not None:  # a cuDF frame's text column, in device memory
+                    offsets = column_buffers(shard.text, xp)[0]
+                    text += int(offsets[-1] - offsets[0]) + 8 * len(shard.text)
             elif shard.format == "parquet":
                 meta = pq.ParquetFile(shard.path).metadata
                 rows += meta.num_rows
@@ -543,7 +546,7 @@ class GPUBackend:
         hashes and ~100 bytes of driver arrays.  ``resident``: everything stays in device memory;
         otherwise the run keeps its driver arrays and normalized text in host memory and each
         kernel batch uploads at most ``batch_bytes`` of text (a quarter of the limit)."""
-        text, rows = corpus_estimate(shards, cfg.input.text_column)
+        text, rows = corpus_estimate(shards, cfg.input.text_column, self.xp)
         b, r = cfg.layout
         need = 3 * text + rows * (4 * cfg.signature_perms + 16 * b + 96)
         device = self.device_memory()

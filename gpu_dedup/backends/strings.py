@@ -190,6 +190,28 @@ def raw_arrow(raw: RawText) -> pa.Array:
     return pa.Array.from_buffers(pa.large_string(), len(arr), [bitmap, off_buf, data_buf])
 
 
+def is_string_column(column) -> bool:
+    """Whether a cuDF Series or pylibcudf Column holds strings (its type id is STRING)."""
+    try:
+        if hasattr(column, "to_pylibcudf"):
+            column = column.to_pylibcudf()[0]
+        tid = column.type().id()
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return str(getattr(tid, "name", tid)).split(".")[-1] == "STRING"
+
+
+def host_strings(column, rows=None) -> pa.Array:
+    """A string column (cuDF Series, pylibcudf Column or Arrow array), or its rows ``rows``, as a
+    host ``large_string`` Arrow array.  A cuDF Series gathers the rows on the device and copies only
+    those (``Series.iloc``, ``to_arrow``)."""
+    if hasattr(column, "to_arrow") and hasattr(column, "iloc"):  # a cudf.Series
+        part = column if rows is None else column.iloc[np.asarray(rows, np.int64)]
+        return as_arrow_strings(part.to_arrow()).cast(pa.large_string())
+    arr = raw_arrow(raw_text([column]))
+    return arr if rows is None else arr.take(pa.array(np.asarray(rows, np.int64)))
+
+
 LENGTH_CHUNK = 1 << 26  # bytes per step of :func:`code_point_lengths` (bounds its scratch to 8x this)
 
 

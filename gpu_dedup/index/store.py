@@ -62,7 +62,6 @@ from gpu_dedup.kernels.params import HASH_FAMILY_NAME
 from gpu_dedup.run.local import run
 from gpu_dedup.stages.families import NO_KEY, RowData, family_for
 from gpu_dedup.stages.normalize import normalize
-from gpu_dedup.stages.read_shards import memory_shard
 from gpu_dedup.stages.vectors import Vectors, from_numpy
 from gpu_dedup.stages.write_shards import ROW, atomic_write_bytes
 
@@ -488,11 +487,11 @@ class Index:
             raise ConfigError("Index.add() runs in one process; drop cluster.workers / cluster.scheduler")
         self.check(cfg)
         cfg = self.pinned(cfg)
-        table = api.frame_table(frame, kind, text, id, cfg)
+        shard = api.frame_shard(frame, kind, text, id, cfg)
         first = self.documents
         if first == 0:  # the first documents name the index's id column
             self.manifest = {**self.manifest, "id_column": id}
-        result = run([memory_shard(table, name=f"{kind} frame")], None, cfg, prior=self, sink=self)
+        result = run([shard], None, cfg, prior=self, sink=self)
         dup = api.frame_duplicates(result.duplicates, id)
         return AddResult(deduplicated=api.take_rows(frame, kind, result.kept), duplicates=api.like(dup, kind),
                          clusters=result.cluster, kept=result.kept, report=result.report, edges=result.edges,

@@ -46,6 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from gpu_dedup.backends.strings import host_strings
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.kernels.lines import gather_lines, nonblank_lines
@@ -66,6 +67,7 @@ class Shard:
     size: int = 0  # bytes on disk (memory: bytes of the table)
     data: pa.Table | None = field(default=None, compare=False, repr=False)  # the table of a memory shard
     identity: str = field(default="", compare=False, repr=False)  # shard_identity() when discovered
+    text: object = field(default=None, compare=False, repr=False)  # a memory shard's text column on the device
 
     def with_rows(self, rows: int) -> "Shard":
         return replace(self, rows=rows)
@@ -74,9 +76,10 @@ class Shard:
 MEMORY_PATH = "<memory>"
 
 
-def memory_shard(table: pa.Table, name: str = "memory") -> Shard:
-    """A virtual shard over an in-memory Arrow table (read by :func:`read_columns`, never written)."""
-    return Shard(MEMORY_PATH, name, "memory", size=table.nbytes, data=table)
+def memory_shard(table: pa.Table, name: str = "memory", text=None) -> Shard:
+    """A virtual shard over an in-memory Arrow table (read by :func:`read_columns`, never written).
+    ``text``: its text column in device memory (a cuDF Series), kept out of ``table``."""
+    return Shard(MEMORY_PATH, name, "memory", size=table.nbytes, data=table, text=text)
 
 
 def _format_of(path: str, fmt: str) -> str:
@@ -394,6 +397,9 @@ def read_rows(shard: Shard, cfg: InputConfig, rows) -> pa.Table:
     """The columns of rows ``rows`` (shard-relative, any order) of one shard, in that order.  A Parquet
     shard reads only the row groups that hold them (a report's examples: a few dozen rows)."""
     rows = np.asarray(rows, np.int64)
+    if shard.format == "memory" and shard.text is not None:  # only these rows leave the device
+        table = read_columns(shard, cfg, skip_text=True).take(pa.array(rows))
+        return table.add_column(0, "text", host_strings(shard.text, rows))
     if shard.format != "parquet":
         return read_columns(shard, cfg).take(pa.array(rows))
     try:
@@ -473,6 +479,11 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
     optional = {"text"} if cfg.vector_column else set()
     if shard.format == "memory":
         table = shard.data
+        if shard.text is not None:
+            if skip_text:
+                wanted = {k: v for k, v in wanted.items() if k != "text"}
+            else:  # the device column, copied to the host (a run that reads its text there)
+                table = table.append_column(cfg.text_column, host_strings(shard.text))
         wanted = _present(wanted, optional, table.column_names)
         for key, col in wanted.items():
             if col not in table.column_names:
@@ -573,10 +584,13 @@ def text_readable_on_device(text_type: pa.DataType) -> bool:
 
 def device_readable(shards, cfg: InputConfig, score_column: str | None = None) -> bool:
     """Whether every shard's text column can be read by a device reader: all shards are Parquet
-    files whose text column is a UTF-8 string column used for nothing else (no vector column)."""
+    files whose text column is a UTF-8 string column used for nothing else (no vector column), or
+    memory shards whose text is already in device memory."""
     if not shards or cfg.vector_column or cfg.text_column in (cfg.id_column, score_column):
         return False
     for shard in shards:  # one schema (footer) read per shard
+        if shard.format == "memory" and shard.text is not None:
+            continue  # already in device memory
         if shard.format != "parquet":
             return False
         schema = _parquet_schema(shard)
@@ -602,7 +616,7 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
     for i, shard in enumerate(shards):  # one step per shard file
         table = read_columns(shard, cfg, score_column, skip_text=text_reader is not None)
         if text_reader is not None:
-            column = text_reader(shard.path, cfg.text_column)
+            column = shard.text if shard.format == "memory" else text_reader(shard.path, cfg.text_column)
             rows = len(column)
             if rows != table.num_rows:
                 raise InputError(f"shard {shard.path!r} gave {table.num_rows} rows to pyarrow but {rows} text rows "

@@ -168,3 +168,16 @@ def test_cudf_reader_with_nulls_and_the_longest_policy_equals_cpu(tmp_path):
     assert g.report["gpu"]["reader"] == "cudf" and g.report["counts"] == c.report["counts"]
     assert (tmp_path / "cpu" / "duplicates.parquet").read_bytes() == (tmp_path / "gpu" / "duplicates.parquet").read_bytes()
     _tables_equal(tmp_path / "cpu", tmp_path / "gpu", ["p0.parquet", "p1.parquet"])
+
+
+def test_dedup_of_a_cudf_frame_keeps_its_text_on_the_device_and_equals_pandas():
+    cudf = pytest.importorskip("cudf")
+    import gpu_dedup
+
+    sample = planted_corpus(n_docs=2000, n_clusters=100, words=(30, 120), edit_rate=(0, 0.05), seed=9)
+    pdf = sample.table.select(["id", "text"]).to_pandas()
+    res = gpu_dedup.dedup(cudf.DataFrame.from_pandas(pdf), id="id", backend="gpu")
+    want = gpu_dedup.dedup(pdf, id="id", backend="cpu")
+    assert (res.kept == want.kept).all() and res.report["gpu"]["reader"] == "cudf"
+    assert res.report["stages"]["normalize"].get("host_to_device_bytes", 0) < len(pdf) * 8
+    assert res.deduplicated.to_pandas().reset_index(drop=True).equals(pdf[want.kept].reset_index(drop=True))

@@ -22,6 +22,8 @@ from gpu_dedup.backends.strings import (
     arrow_strings,
     code_point_lengths,
     column_buffers,
+    host_strings,
+    is_string_column,
     raw_arrow,
     raw_text,
     string_buffers,
@@ -362,3 +364,13 @@ def test_read_text_counts_the_compressed_chunks_and_maps_cudf_errors(tmp_path, m
     else:
         with pytest.raises(ResourceError, match="out of device memory reading the text.*gpu.memory_limit"):
             GPUBackend.read_text(None, str(tmp_path / "s.parquet"), "text")
+
+
+def test_is_string_column_and_host_strings_of_device_columns():
+    arr = pa.array(["a", None, "ünï", ""], pa.large_string())
+    assert is_string_column(fake_plc_column(arr)) and not is_string_column(arr) and not is_string_column(object())
+    ints = fake_plc_column(arr)
+    ints.type = lambda: type("T", (), {"id": lambda self: type("I", (), {"name": "INT64"})()})()
+    assert not is_string_column(ints)
+    assert host_strings(fake_plc_column(arr)).equals(arr)
+    assert host_strings(fake_plc_column(arr), [3, 1, 2]).equals(pa.array(["", None, "ünï"], pa.large_string()))
