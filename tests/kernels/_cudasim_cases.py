@@ -326,6 +326,49 @@ def test_pipeline_gpu_equals_cpu(tmp_path):
     assert os.path.exists(tmp_path / "gpu" / "report.json")
 
 
+def test_pipeline_with_text_read_into_device_memory_equals_cpu(tmp_path, monkeypatch):
+    """The GPU run whose text columns a device reader reads (cuDF's, here a stand-in giving
+    pylibcudf-like columns): raw buffers concatenated, null flags and ``longest`` lengths from them,
+    normalized by the simulated kernel; outputs equal the CPU run's."""
+    import pyarrow.parquet as pq
+
+    from gpu_dedup import backends as registry
+    from gpu_dedup.backends._gpu_impl import GPUBackend
+    from gpu_dedup.config import Config
+    from gpu_dedup.evaluation.sample import planted_corpus
+    from gpu_dedup.run.local import run
+    from tests.fake_columns import fake_plc_column
+
+    sample = planted_corpus(n_docs=40, n_clusters=6, cluster_size=(2, 4), words=(8, 25), edit_rate=(0.0, 0.1), seed=5)
+    texts = sample.table.column("text").to_pylist()
+    texts[3], texts[17], texts[30] = None, "Ünïcödé  naïve " * 4, None
+    table = sample.table.select(["id"]).append_column("text", pa.array(texts, pa.string()))
+    (tmp_path / "in").mkdir()
+    for k, (lo, hi) in enumerate([(0, 15), (15, 15), (15, 40)]):  # shards of 15, 0 and 25 rows
+        pq.write_table(table.slice(lo, hi - lo), tmp_path / "in" / f"part-{k}.parquet")
+    reads = []
+
+    def read_text(path, column):
+        reads.append(path)
+        return fake_plc_column(pq.read_table(path, columns=[column]).column(column).combine_chunks())
+
+    be = GPUBackend(threads=8, span=32, seg_bytes=64, item_threads=8, max_blocks=4)
+    monkeypatch.setattr(be, "text_reader", lambda cfg: read_text)
+    cfg = {"input": {"id_column": "id"}, "minhash": {"num_perm": 16, "ngram": 3}, "lsh": {"threshold": 0.6},
+           "select": {"keep": "longest"}}
+    registry._CACHE["gpu"] = be
+    try:
+        c = run(tmp_path / "in", tmp_path / "cpu", Config.from_dict({**cfg, "backend": "cpu"}))
+        g = run(tmp_path / "in", tmp_path / "gpu", Config.from_dict({**cfg, "backend": "gpu"}))
+    finally:
+        registry._CACHE.pop("gpu", None)
+    assert len(reads) == 3 and g.report["gpu"]["reader"] == "cudf"
+    assert np.array_equal(c.kept, g.kept) and c.report["counts"] == g.report["counts"]
+    assert c.report["counts"]["removed"] > 0 and c.duplicates.equals(g.duplicates)
+    for shard in c.shards:
+        assert pq.read_table(tmp_path / "cpu" / shard.name).equals(pq.read_table(tmp_path / "gpu" / shard.name))
+
+
 def test_gpu_benchmark_path(monkeypatch):
     """The benchmark's GPU measurements (end to end and device-resident) run and match the CPU."""
     from gpu_dedup import backends as registry
