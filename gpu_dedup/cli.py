@@ -78,6 +78,8 @@ def _config_from_args(args) -> Config:
         value = getattr(args, flag, None)
         if value is not None:
             overrides[key] = value
+    if getattr(args, "no_shards", False):
+        overrides["output.shards"] = False
     for item in args.set:
         if "=" not in item:
             raise ConfigError(f"--set {item!r} must look like KEY=VALUE, e.g. --set lsh.threshold=0.7")
@@ -194,7 +196,9 @@ def cmd_run(args) -> int:
                  against=args.against, update_index=args.update_index)
     if not args.quiet:
         print(summary(result.report))
-        print(f"outputs in {result.output_dir}/ (deduplicated shards, duplicates.parquet, report.json, report.html)")
+        written = (["deduplicated shards"] if cfg.output.shards else []) + \
+            (["duplicates.parquet"] if cfg.output.duplicates_table else []) + ["report.json", "report.html"]
+        print(f"outputs in {result.output_dir}/ ({', '.join(written)})")
     return 0
 
 
@@ -493,6 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index-out", help="also write a persisted index of the inputs to this directory")
     p.add_argument("--against", metavar="INDEX", help="deduplicate against a persisted index (indexed documents win)")
     p.add_argument("--update-index", action="store_true", help="with --against: append the inputs to the index")
+    p.add_argument("--no-shards", action="store_true",
+                   help="write no deduplicated shards, only duplicates.parquet (which rows to remove) and the report "
+                        "(output.shards: false)")
     _add_config_args(p)
     _add_no_id_column(p)
     p.add_argument("-q", "--quiet", action="store_true")

@@ -367,3 +367,27 @@ def test_an_internal_error_exits_1(tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(sequence._Sequence, "components", bug)
     assert main(["run", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q"]) == 1
     assert "internal error" in caplog.text and "ZeroDivisionError: a bug" in caplog.text
+
+
+def test_run_no_shards_writes_only_the_duplicates_table_and_the_report(tmp_path, capsys):
+    inp = _planted_dir(tmp_path)
+    assert main(["run", str(inp), "-o", str(tmp_path / "full"), "--backend", "cpu", "-q"]) == 0
+    assert main(["run", str(inp), "-o", str(tmp_path / "ids"), "--backend", "cpu", "--no-shards"]) == 0
+    out = capsys.readouterr().out
+    assert "(duplicates.parquet, report.json, report.html)" in out and "deduplicated shards" not in out
+    names = sorted(p.name for p in (tmp_path / "ids").iterdir() if not p.name.startswith("."))
+    assert names == ["_SUCCESS", "duplicates.parquet", "report.html", "report.json"]
+    assert (tmp_path / "ids" / "duplicates.parquet").read_bytes() == (tmp_path / "full" / "duplicates.parquet").read_bytes()
+    # the same directory again with shards, then without: the earlier run's shards go at the commit
+    assert main(["run", str(inp), "-o", str(tmp_path / "ids"), "--backend", "cpu", "-q"]) == 0
+    assert sorted(p.name for p in (tmp_path / "ids").glob("*.parquet")) == sorted(
+        p.name for p in (tmp_path / "full").glob("*.parquet"))
+    assert main(["run", str(inp), "-o", str(tmp_path / "ids"), "--backend", "cpu", "-q", "--no-shards"]) == 0
+    assert sorted(p.name for p in (tmp_path / "ids").glob("*.parquet")) == ["duplicates.parquet"]
+
+
+def test_no_shards_and_no_duplicates_table_is_a_config_error(tmp_path, capsys):
+    inp = _planted_dir(tmp_path, 40)
+    rc = main(["run", str(inp), "-o", str(tmp_path / "o"), "--no-shards", "--set", "output.duplicates_table=false"])
+    assert rc == 2 and "output.shards and output.duplicates_table are both false" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

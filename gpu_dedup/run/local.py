@@ -75,6 +75,7 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, pr
     if not cfg.cluster.enabled:
         get_backend(cfg.backend)  # a backend that cannot run here fails before anything is read
     shards = read_shards.discover(inputs, cfg.input.format)
+    write_shards = write_shards and cfg.output.shards
     job = Job(cfg, out, write_shards=write_shards, prior=prior, sink=sink)
     if cfg.cluster.enabled:
         return cluster.run(shards, job, restart=restart, inputs=inputs)
