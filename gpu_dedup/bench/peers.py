@@ -6,7 +6,10 @@ rows, threshold), each tool in a child process of its own (its own peak RSS,
 its imports and start-up counted):
 
 * **End to end**: Parquet shards on disk -> the set of removed document ids.
-  gpu_dedup runs ``gpu-dedup run``.  The peers are used the way their own
+  gpu_dedup runs ``gpu-dedup run --no-shards`` (it writes ``duplicates.parquet``,
+  the report and its manifest); the row ``gpu_dedup+shards`` is the default
+  ``gpu-dedup run``, which also writes the deduplicated shards (a job the peers
+  leave to their user).  The peers are used the way their own
   documentation shows, with the shingling they need written in Python and
   counted in their time, as a user pays it: texts lowercased and split on
   whitespace into word n-grams (or character n-grams); datasketch builds
@@ -60,6 +63,8 @@ from gpu_dedup.bench.workers import make_corpus
 
 TOOLS = ("gpu_dedup", "rensa", "datasketch")
 PLAIN = "gpu_dedup+plain_components"  # select.split_chains: false (one survivor per connected component, as the peers)
+SHARDS = "gpu_dedup+shards"  # the default run: the deduplicated shards written too (the peers write removed ids only)
+EVERY_SIZE = ("gpu_dedup", "gpu_dedup[gpu]", SHARDS)  # run at every size (the peers up to --peer-max-docs)
 SIG_TOOLS = ("gpu_dedup", "rensa", "rensa_hashes", "datasketch")
 
 # ---------------------------------------------------------------- child side (one tool, one process)
@@ -365,6 +370,8 @@ def end_to_end(name, corpus: Path, cfg, tools, work: Path, quality_sample: int, 
             conf = work / "config.yaml"
             conf.write_text(cfg.to_yaml())
             extra = ["--set", "select.split_chains=false"] if tool == PLAIN else []
+            if tool != SHARDS:  # the peers' workload: shards in, removed ids out
+                extra.append("--no-shards")
             rep = run_cli_job(corpus, out, ["-c", conf, "--backend", backend, "--id-column", "id", "--restart", *extra])
             wall = time.perf_counter() - t0
             removed_ids = _ours_removed(out)
@@ -427,6 +434,7 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
     tools = [t for t in tools if _importable(t)]
     if "gpu_dedup" in tools:
         tools.insert(tools.index("gpu_dedup") + 1, PLAIN)
+        tools.insert(tools.index("gpu_dedup") + 1, SHARDS)
         if _gpu_usable():
             tools.insert(tools.index("gpu_dedup") + 1, "gpu_dedup[gpu]")
     e2e, scaling = [], []
@@ -452,12 +460,12 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
             if t in ("gpu_dedup", "gpu_dedup[gpu]"):
                 run_cli_job(warm, tmp / "warm-up-out", ["--backend", "gpu" if t.endswith("[gpu]") else "cpu", "--restart"])
         for name, path, n in corpora:
-            use = [t for t in tools if t in ("gpu_dedup", "gpu_dedup[gpu]") or n <= peer_max_docs]
+            use = [t for t in tools if t in EVERY_SIZE or n <= peer_max_docs]
             rows = end_to_end(name, path, cfg, use, tmp, quality_sample, quality_max_docs)
             e2e += rows
             if name.startswith("planted"):
                 scaling += rows
-            for t in ("gpu_dedup", "gpu_dedup[gpu]", PLAIN):  # their output shards: disk, not results
+            for t in (*EVERY_SIZE, PLAIN):  # their output directories: disk, not results
                 if t in tools:
                     shutil.rmtree(tmp / f"{name}-{t}", ignore_errors=True)
         sig_corpus = min((c for c in corpora if c[0].startswith("planted")), key=lambda c: abs(c[2] - sig_docs))
@@ -574,7 +582,8 @@ def markdown(p: dict) -> str:
              f"Parameters for every tool: {par['num_perm']} permutations, {par['shingle']} {par['ngram']}-grams, "
              f"{par['bands']} bands x {par['rows']} rows, threshold {par['threshold']}; gpu_dedup verifies "
              f"candidates ({par['verify']}), {par['hash_bits']}-bit hashes.", "",
-             "**End to end** (Parquet shards -> removed ids; each tool in its own process, start-up included):", "",
+             "**End to end** (Parquet shards -> removed ids; each tool in its own process, start-up included; "
+             f"`{SHARDS}` also writes the deduplicated shards, which no peer does):", "",
              "| corpus | tool | docs | seconds | docs/s | MB/s | peak RSS MiB | candidate pairs | removed "
              "| recall (J>=t) | recall (J>=t+0.05) | precision | its time / gpu_dedup's |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

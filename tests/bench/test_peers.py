@@ -86,7 +86,11 @@ def test_tiny_run_writes_tables_figure_and_scores(tmp_path):
     res = tmp_path / "res"
     payload = peers.run(sizes=(600,), real=None, quality_sample=300, sig_docs=600, datasketch_sig_docs=200,
                         results=res, workdir=tmp_path)
-    assert {r["tool"] for r in payload["end_to_end"]} == {"gpu_dedup", peers.PLAIN, "rensa", "datasketch"}
+    assert {r["tool"] for r in payload["end_to_end"]} == {"gpu_dedup", peers.SHARDS, peers.PLAIN, "rensa",
+                                                          "datasketch"}
+    by = {r["tool"]: r for r in payload["end_to_end"]}
+    assert by["gpu_dedup"]["removed"] == by[peers.SHARDS]["removed"]  # the same run, with or without its shards
+    assert by[peers.SHARDS]["stages"]["write"] > by["gpu_dedup"]["stages"]["write"]
     for r in payload["end_to_end"]:
         assert r["documents"] == 600 and r["removed"] > 0
         assert 0.0 <= r["recall"] <= 1.0 and 0.0 <= r["precision"] <= 1.0
