@@ -33,7 +33,7 @@ from gpu_dedup.report.build import summary, write_report
 from gpu_dedup.report.page import render, write_html
 from gpu_dedup.run.local import run
 from gpu_dedup.stages.edges import Edges
-from gpu_dedup.stages.read_shards import Shard, memory_shard
+from gpu_dedup.stages.read_shards import Shard, memory_shard, rows_only
 from gpu_dedup.stages.write_shards import ROW
 
 # keyword shortcuts for the most used config keys (any dotted key works too: **{"lsh.threshold": 0.7})
@@ -233,7 +233,7 @@ def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config, skip_t
             raise InputError(f"{what} column {col!r} is not in the frame; its columns are: "
                              f"{', '.join(map(repr, names)) or '(none)'}. Pass {arg[what]}one of them")
     cols = list(dict.fromkeys(c for k, c in wanted.items() if c is not None and not (skip_text and k == "text")))
-    table = _to_arrow(frame, kind, cols) if cols else pa.table({"_rows": pa.nulls(len(frame))})
+    table = _to_arrow(frame, kind, cols) if cols else rows_only(len(frame))
     columns = {c: table.column(c) for c in cols}
     if wanted["text"] is None or skip_text:  # embeddings only, or the text stays on the device
         return pa.table(columns) if columns else table

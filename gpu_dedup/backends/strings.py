@@ -177,7 +177,7 @@ def raw_text(columns, xp=np) -> RawText:
     offs.append(xp.asarray([base], dtype=xp.int64))
     chars = xp.concatenate(chunks) if chunks else xp.zeros(0, dtype=xp.uint8)
     valid = (xp.concatenate(valids) if valids else xp.zeros(0, dtype=bool)) if any_null else None
-    return RawText(xp.concatenate(offs).astype(xp.int64), chars, valid)
+    return RawText(xp.concatenate(offs), chars, valid)
 
 
 def raw_arrow(raw: RawText) -> pa.Array:
@@ -201,7 +201,7 @@ def is_string_column(column) -> bool:
     return str(getattr(tid, "name", tid)).split(".")[-1] == "STRING"
 
 
-def host_strings(column, rows=None) -> pa.Array:
+def arrow_column(column, rows=None) -> pa.Array:
     """A string column (cuDF Series, pylibcudf Column or Arrow array), or its rows ``rows``, as a
     host ``large_string`` Arrow array.  A cuDF Series gathers the rows on the device and copies only
     those (``Series.iloc``, ``to_arrow``)."""
@@ -224,8 +224,7 @@ def code_point_lengths(raw: RawText, xp=np, chunk: int = LENGTH_CHUNK):
         return out
     lo, hi = int(raw.offsets[0]), int(raw.offsets[-1])
     cuts = xp.searchsorted(raw.offsets, xp.arange(lo, hi, max(1, chunk), dtype=xp.int64), side="right") - 1
-    cuts = [int(c) for c in cuts.tolist()] if hasattr(cuts, "tolist") else list(cuts)
-    bounds = sorted(set(cuts + [0, n]))
+    bounds = sorted(set(cuts.tolist() + [0, n]))
     for a, b in zip(bounds[:-1], bounds[1:]):  # one step per chunk of bytes, not per document
         if b <= a:
             continue

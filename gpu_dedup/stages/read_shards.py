@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from gpu_dedup.backends.strings import host_strings
+from gpu_dedup.backends.strings import arrow_column
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.kernels.lines import gather_lines, nonblank_lines
@@ -399,7 +399,7 @@ def read_rows(shard: Shard, cfg: InputConfig, rows) -> pa.Table:
     rows = np.asarray(rows, np.int64)
     if shard.format == "memory" and shard.text is not None:  # only these rows leave the device
         table = read_columns(shard, cfg, skip_text=True).take(pa.array(rows))
-        return table.add_column(0, "text", host_strings(shard.text, rows))
+        return table.add_column(0, "text", arrow_column(shard.text, rows))
     if shard.format != "parquet":
         return read_columns(shard, cfg).take(pa.array(rows))
     try:
@@ -466,8 +466,8 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
                  skip_text: bool = False):
     """The validated text (and id, score) columns of one shard, or of some of its
     Parquet row groups, as a table with columns ``text``[, ``id``][, ``score``];
-    None for a JSONL shard without records.  ``skip_text``: a Parquet shard's text
-    column is checked in the schema but not read (a device reader reads it)."""
+    None for a JSONL shard without records.  ``skip_text``: the text column is checked
+    to be there but not read (a device reader reads it; see :func:`device_readable`)."""
     wanted = {"text": cfg.text_column}
     if cfg.id_column:
         wanted["id"] = cfg.id_column
@@ -479,11 +479,10 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
     optional = {"text"} if cfg.vector_column else set()
     if shard.format == "memory":
         table = shard.data
-        if shard.text is not None:
-            if skip_text:
-                wanted = {k: v for k, v in wanted.items() if k != "text"}
-            else:  # the device column, copied to the host (a run that reads its text there)
-                table = table.append_column(cfg.text_column, host_strings(shard.text))
+        if shard.text is not None and not skip_text:  # the device column, copied to the host
+            table = table.append_column(cfg.text_column, arrow_column(shard.text))
+        if skip_text:
+            wanted.pop("text")
         wanted = _present(wanted, optional, table.column_names)
         for key, col in wanted.items():
             if col not in table.column_names:
@@ -497,14 +496,9 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
             if col not in names:
                 raise _missing(shard, key, col, names)
         _check_unique(shard, names, wanted)
-        columns = list(dict.fromkeys(c for k, c in wanted.items() if not (skip_text and k == "text")))
-        table = _read_parquet(shard, columns, row_groups)
-        if skip_text:
-            text_type = _parquet_schema(shard).field(cfg.text_column).type
-            if not text_readable_on_device(text_type):
-                raise InputError(f"text column {cfg.text_column!r} of shard {shard.path!r} has type {text_type}; "
-                                 "the device reader takes string columns only")  # pragma: no cover - checked first
-            wanted = {k: v for k, v in wanted.items() if k != "text"}
+        if skip_text:  # present and unique: the device reader reads it
+            wanted.pop("text")
+        table = _read_parquet(shard, list(dict.fromkeys(wanted.values())), row_groups)
     else:
         table = _read_jsonl(shard, wanted)
         if table is None:  # no records
@@ -541,7 +535,13 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
         cols["score"] = pc.cast(score, pa.float64())
     if cfg.vector_column:
         cols["vector"] = table.column(cfg.vector_column)
-    return pa.table(cols) if cols else pa.table({"_rows": pa.nulls(table.num_rows)})
+    return pa.table(cols) if cols else rows_only(table.num_rows)
+
+
+def rows_only(n: int) -> pa.Table:
+    """A table of ``n`` rows holding no data (one all-null column, so that it can still be sliced
+    and taken from): what is left when every wanted column is read elsewhere."""
+    return pa.table({"_rows": pa.nulls(n)})
 
 
 def _check_unique(shard: Shard, names, wanted: dict) -> None:
@@ -576,12 +576,6 @@ def check_id_type(shard: Shard, id_column: str, id_type, first: tuple | None):
     return first
 
 
-def text_readable_on_device(text_type: pa.DataType) -> bool:
-    """Whether a device reader (cuDF) takes a Parquet text column of this type as it is: UTF-8
-    strings (binary columns, dictionary-typed schemas and all-null columns are read on the host)."""
-    return pa.types.is_string(text_type) or pa.types.is_large_string(text_type)
-
-
 def device_readable(shards, cfg: InputConfig, score_column: str | None = None) -> bool:
     """Whether every shard's text column can be read by a device reader: all shards are Parquet
     files whose text column is a UTF-8 string column used for nothing else (no vector column), or
@@ -596,7 +590,8 @@ def device_readable(shards, cfg: InputConfig, score_column: str | None = None) -
         schema = _parquet_schema(shard)
         if schema.names.count(cfg.text_column) != 1:
             return False  # missing or repeated: the host read reports it
-        if not text_readable_on_device(schema.field(cfg.text_column).type):
+        text_type = schema.field(cfg.text_column).type  # UTF-8 only: binary, dictionary, null go to the host
+        if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
             return False
     return True
 

@@ -19,10 +19,10 @@ from gpu_dedup import backends
 from gpu_dedup.backends import count_transfer, to_device, to_host, transfer_totals
 from gpu_dedup.backends._gpu_impl import corpus_estimate
 from gpu_dedup.backends.strings import (
+    arrow_column,
     arrow_strings,
     code_point_lengths,
     column_buffers,
-    host_strings,
     is_string_column,
     raw_arrow,
     raw_text,
@@ -366,11 +366,11 @@ def test_read_text_counts_the_compressed_chunks_and_maps_cudf_errors(tmp_path, m
             GPUBackend.read_text(None, str(tmp_path / "s.parquet"), "text")
 
 
-def test_is_string_column_and_host_strings_of_device_columns():
+def test_is_string_column_and_arrow_column_of_device_columns():
     arr = pa.array(["a", None, "ünï", ""], pa.large_string())
     assert is_string_column(fake_plc_column(arr)) and not is_string_column(arr) and not is_string_column(object())
     ints = fake_plc_column(arr)
     ints.type = lambda: type("T", (), {"id": lambda self: type("I", (), {"name": "INT64"})()})()
     assert not is_string_column(ints)
-    assert host_strings(fake_plc_column(arr)).equals(arr)
-    assert host_strings(fake_plc_column(arr), [3, 1, 2]).equals(pa.array(["", None, "ünï"], pa.large_string()))
+    assert arrow_column(fake_plc_column(arr)).equals(arr)
+    assert arrow_column(fake_plc_column(arr), [3, 1, 2]).equals(pa.array(["", None, "ünï"], pa.large_string()))
