@@ -248,16 +248,15 @@ class LocalExecutor:
         """Normalized texts as kernel buffers (computed on first use, e.g. again after a resume)."""
         if self._strings is None:
             with self.st.stage("normalize", self.corpus.n) as info:
-                if self._raw is not None:  # read into device memory: normalized there
-                    self._strings, invalid = self.backend.normalize_column(self._raw, self.cfg.normalize)
-                    self._raw = None
+                # the text read into device memory (only for a run that is not batched), or the host column
+                column = self._raw if self._raw is not None else self.corpus.table.column("text")
+                if self.batch_bytes is None:  # the whole corpus at once, where the backend computes
+                    self._strings, invalid = self.backend.normalize_column(column, self.cfg.normalize)
                 else:
-                    column = self.corpus.table.column("text")
-                    if self.batch_bytes is None:  # the whole corpus at once, where the backend computes
-                        self._strings, invalid = self.backend.normalize_column(column, self.cfg.normalize)
-                    else:
-                        self._strings, invalid = self._normalize_batches(column)
-                    # the original texts are read again only where needed (written shards, report examples)
+                    self._strings, invalid = self._normalize_batches(column)
+                # the original texts are read again only where needed (written shards, report examples)
+                self._raw = None
+                if "text" in self.corpus.table.column_names:
                     self.corpus.table = self.corpus.table.drop_columns(["text"])
                 info.update(invalid_utf8=invalid, text_mb=round(self._strings.nbytes / 2**20, 1))
             self._invalid = invalid
