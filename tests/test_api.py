@@ -124,13 +124,18 @@ class _FakeCudfFrame:
 _FAKE_LOG: list = []
 
 
+def _fake_cudf_module(monkeypatch):
+    """A ``cudf`` module with just ``DataFrame.from_arrow`` (tagging what it is given)."""
+    fake = types.ModuleType("cudf")
+    fake.DataFrame = types.SimpleNamespace(from_arrow=lambda t: ("cudf frame", t))
+    monkeypatch.setitem(sys.modules, "cudf", fake)
+
+
 def test_cudf_like_frame_round_trips_without_importing_cudf(frame, monkeypatch):
     sys.modules.pop("cudf", None)
     gpu_dedup.dedup(frame.head(50), id="id", backend="cpu")
     assert "cudf" not in sys.modules  # pandas input never imports cuDF
-    fake = types.ModuleType("cudf")
-    fake.DataFrame = types.SimpleNamespace(from_arrow=lambda t: ("cudf frame", t))
-    monkeypatch.setitem(sys.modules, "cudf", fake)
+    _fake_cudf_module(monkeypatch)
     _FAKE_LOG.clear()
     res = gpu_dedup.dedup(_FakeCudfFrame(frame), text="text", id="id", backend="cpu")
     assert _FAKE_LOG == [["text", "id"]]  # only the needed columns leave the device
@@ -148,9 +153,7 @@ def test_cudf_like_frame_text_stays_on_the_device_where_the_backend_reads_it(fra
     column's buffers go to normalization as they are; report examples copy only their rows."""
     from gpu_dedup.backends import get_backend
 
-    fake = types.ModuleType("cudf")
-    fake.DataFrame = types.SimpleNamespace(from_arrow=lambda t: ("cudf frame", t))
-    monkeypatch.setitem(sys.modules, "cudf", fake)
+    _fake_cudf_module(monkeypatch)
     monkeypatch.setattr(get_backend("cpu"), "text_reader", lambda cfg: (lambda path, column: None)
                         if cfg.gpu.reader == "cudf" else None, raising=False)
     small = frame.head(400)
@@ -171,9 +174,7 @@ def test_cudf_like_frame_text_is_copied_once_for_a_batched_gpu_run(frame, monkey
     """A corpus above gpu.memory_limit runs with its text on the host: the device column is copied."""
     from gpu_dedup.backends import get_backend
 
-    fake = types.ModuleType("cudf")
-    fake.DataFrame = types.SimpleNamespace(from_arrow=lambda t: ("cudf frame", t))
-    monkeypatch.setitem(sys.modules, "cudf", fake)
+    _fake_cudf_module(monkeypatch)
     cpu = get_backend("cpu")
     monkeypatch.setattr(cpu, "text_reader", lambda cfg: (lambda path, column: None), raising=False)
     monkeypatch.setattr(cpu, "plan_memory", lambda shards, cfg: {
