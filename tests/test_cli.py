@@ -378,6 +378,9 @@ def test_run_no_shards_writes_only_the_duplicates_table_and_the_report(tmp_path,
     names = sorted(p.name for p in (tmp_path / "ids").iterdir() if not p.name.startswith("."))
     assert names == ["_SUCCESS", "duplicates.parquet", "report.html", "report.json"]
     assert (tmp_path / "ids" / "duplicates.parquet").read_bytes() == (tmp_path / "full" / "duplicates.parquet").read_bytes()
+    full, ids = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("full", "ids"))
+    assert full["stages"]["write"]["rows_written"] == full["counts"]["kept"] > 0
+    assert ids["stages"]["write"]["rows_written"] == 0 and ids["counts"]["kept"] == full["counts"]["kept"]
     # the same directory again with shards, then without: the earlier run's shards go at the commit
     assert main(["run", str(inp), "-o", str(tmp_path / "ids"), "--backend", "cpu", "-q"]) == 0
     assert sorted(p.name for p in (tmp_path / "ids").glob("*.parquet")) == sorted(

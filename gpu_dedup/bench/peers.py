@@ -376,7 +376,8 @@ def end_to_end(name, corpus: Path, cfg, tools, work: Path, quality_sample: int, 
             wall = time.perf_counter() - t0
             removed_ids = _ours_removed(out)
             r = {"seconds": wall, "peak_rss_mb": rep["peak_rss_mb"], "candidates": rep["counts"].get("candidate_edges"),
-                 "stages": {k: v["seconds"] for k, v in rep["stages"].items()}, "pipeline_seconds": rep["wall_seconds"]}
+                 "stages": {k: v["seconds"] for k, v in rep["stages"].items()}, "pipeline_seconds": rep["wall_seconds"],
+                 "rows_written": rep["stages"]["write"].get("rows_written")}
         else:
             r = _child(["e2e", tool, corpus, json.dumps(_params(cfg)), f"{out}.parquet"])
             import pyarrow.parquet as pq
@@ -388,7 +389,8 @@ def end_to_end(name, corpus: Path, cfg, tools, work: Path, quality_sample: int, 
                          "seconds": round(r["seconds"], 2), "docs_per_s": round(n / r["seconds"]),
                          "mb_per_s": round(text_mb / r["seconds"], 2), "peak_rss_mb": round(r["peak_rss_mb"]),
                          "removed": int(mask.sum()), "candidates": r.get("candidates"), "_mask": mask,
-                         **({"stages": r["stages"], "pipeline_seconds": r["pipeline_seconds"]} if "stages" in r else {})})
+                         **({"stages": r["stages"], "pipeline_seconds": r["pipeline_seconds"],
+                             "rows_written": r["rows_written"]} if "stages" in r else {})})
         print(f"  {name:>16} {tool:<14} {r['seconds']:8.2f} s  removed {int(mask.sum()):,}", flush=True)
     if n <= quality_max_docs and n > 0:
         rng = np.random.default_rng(seed)

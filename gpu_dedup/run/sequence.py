@@ -416,17 +416,15 @@ class _Sequence:
                 kept=kept[member], cluster=cluster,
                 similarity=to_host(self.similarity)[member], exact=rep == surv,
                 in_index=in_index if self.prior is not None else None)
-            written = 0
+            written = 0  # rows in deduplicated shards: none in memory or with output.shards false
             target = self.job.target
             if target is not None and self.job.write_shards:
                 written = self.ex.write(kept, target, self.ckpt, progress=info.progress.update)
-            else:
-                written = int(kept.sum())
+                if written != self.counts["kept"]:  # pragma: no cover - guarded by tests
+                    raise RuntimeError(f"accounting error: {written} rows written but {self.counts['kept']} kept")
             if cfg.output.duplicates_table and target is not None:
                 self.ex.write_table(target / DUPLICATES_NAME, duplicates)
             info.update(rows_written=written, duplicates_rows=duplicates.num_rows)
-        if written != self.counts["kept"]:  # pragma: no cover - guarded by tests
-            raise RuntimeError(f"accounting error: {written} rows written but {self.counts['kept']} kept")
         self.duplicates = duplicates
         self.node_doc = node_doc
 

@@ -90,7 +90,9 @@ def test_tiny_run_writes_tables_figure_and_scores(tmp_path):
                                                           "datasketch"}
     by = {r["tool"]: r for r in payload["end_to_end"]}
     assert by["gpu_dedup"]["removed"] == by[peers.SHARDS]["removed"]  # the same run, with or without its shards
-    assert by[peers.SHARDS]["stages"]["write"] > by["gpu_dedup"]["stages"]["write"]
+    kept = 600 - by[peers.SHARDS]["removed"]
+    assert by[peers.SHARDS]["rows_written"] == kept  # it wrote the deduplicated shards ...
+    assert by["gpu_dedup"]["rows_written"] == by[peers.PLAIN]["rows_written"] == 0  # ... the peers' workload none
     for r in payload["end_to_end"]:
         assert r["documents"] == 600 and r["removed"] > 0
         assert 0.0 <= r["recall"] <= 1.0 and 0.0 <= r["precision"] <= 1.0
