@@ -6,7 +6,7 @@
 #     bash results/gpu/run-on-device.sh STEP [STEP ...]      # or: all
 #
 # Steps (results under $OUT/STEP/, $OUT defaults to results/gpu/out):
-#   env         device, driver, versions; the project installed without dependencies; imports checked
+#   env         device, driver, versions; imports checked (every step first makes gpu_dedup importable)
 #   test-gpu    pytest -m gpu: the gpu-marked tests (cuDF handoff, residency, RMM, batches, Dask-CUDA)
 #   test-sim    the CUDA simulator cases and the PTX compile check (CPU-side; proves the image's numba-cuda)
 #   test-backend  pytest --backend gpu over the stage, run and backend tests (every CPU test on the GPU backend)
@@ -25,12 +25,21 @@ mkdir -p "$OUT"
 TIMEOUT=""  # pytest-timeout, where the image has it
 $PY -c "import pytest_timeout" 2>/dev/null && TIMEOUT="--timeout 900"
 
+# gpu_dedup.kernels and gpu_dedup.configs are the checkout's top-level kernels/ and configs/ (setup.py maps
+# them): an editable install provides them, or, where the machine has no setuptools >= 77 to build one,
+# links in this checkout.  Checked before every step: a fresh machine has neither.
+ensure_project() {
+  importable() { $PY -c "import gpu_dedup.kernels, gpu_dedup.configs" 2>/dev/null; }
+  importable && return 0
+  $PY -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip-install.txt" 2>&1
+  importable && return 0
+  ln -sfn ../kernels gpu_dedup/kernels && ln -sfn ../configs gpu_dedup/configs
+  echo "editable install failed: linked gpu_dedup/kernels and gpu_dedup/configs" >> "$OUT/pip-install.txt"
+  importable || echo "gpu_dedup.kernels is still not importable: see $OUT/pip-install.txt"
+}
+
 step_env() {
   nvidia-smi > "$1/nvidia-smi.txt" 2>&1
-  if ! $PY -c "import gpu_dedup.kernels" 2>/dev/null; then
-    $PY -m pip install -q --no-deps --no-build-isolation -e . > "$1/pip-install.txt" 2>&1 || \
-      $PY -m pip install -q --no-deps --no-build-isolation --target /tmp/site-project . >> "$1/pip-install.txt" 2>&1
-  fi
   $PY - <<'PY' > "$1/versions.txt" 2>&1
 import importlib
 for mod in ("gpu_dedup", "numpy", "pandas", "pyarrow", "numba", "numba_cuda", "cupy", "cudf", "rmm", "dask",
@@ -77,6 +86,7 @@ step_bench_dask() {
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && { sed -n '2,20p' "$0"; exit 2; }
 [ "${steps[0]}" = all ] && steps=(env test-gpu test-sim test-backend bench-signatures bench-e2e bench-dask)
+ensure_project
 for s in "${steps[@]}"; do
   fn="step_${s//-/_}"
   if ! declare -F "$fn" > /dev/null; then echo "unknown step $s"; exit 2; fi
