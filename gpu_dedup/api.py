@@ -123,7 +123,7 @@ def _to_arrow(frame, kind: str, cols: list[str]) -> pa.Table:
     if kind == "arrow":
         return frame.select(cols)
     if kind == "cudf":
-        return frame[cols].to_arrow().select(cols)  # device -> host copy of these columns only
+        return frame[cols].to_arrow(preserve_index=False)  # device -> host copy of these columns only
     arrays = {}
     for c in cols:
         try:

@@ -99,16 +99,20 @@ class _FakeCudfFrame:
         return self.pdf.columns
 
     def __getitem__(self, cols):
-        if isinstance(cols, str):  # a column: its pylibcudf-like view (device buffers stand-in)
-            return fake_plc_column(pa.array(self.pdf[cols], pa.large_string()))
+        if isinstance(cols, str):  # a column: a cudf.Series
+            return _FakeCudfSeries(pa.array(self.pdf[cols], pa.large_string()))
         return _FakeCudfFrame(self.pdf[cols])
 
     def __len__(self):
         return len(self.pdf)
 
-    def to_arrow(self):
+    def to_arrow(self, preserve_index=None):
         _FAKE_LOG.append(list(self.pdf.columns))
-        return pa.Table.from_pandas(self.pdf, preserve_index=True)  # cuDF adds the index too
+        table = pa.Table.from_pandas(self.pdf, preserve_index=False)
+        if preserve_index is not False and not isinstance(self.pdf.index, pd.RangeIndex):
+            # as cuDF: any other index becomes a column, named "index" when the index has no name
+            table = table.append_column(self.pdf.index.name or "index", pa.array(self.pdf.index))
+        return table
 
     @property
     def iloc(self):
@@ -121,7 +125,38 @@ class _FakeCudfFrame:
         return _ILoc()
 
 
+class _FakeCudfSeries:
+    """Just enough of a cudf.Series of strings: to_pylibcudf() (a zero-copy (Column, metadata) pair; the
+    column here is a pylibcudf-like view of host buffers), len(), iloc (a gather) and to_arrow()."""
+
+    __module__ = "cudf.core.series"
+
+    def __init__(self, arr: pa.Array):
+        self.arr = arr
+
+    def __len__(self):
+        return len(self.arr)
+
+    def to_pylibcudf(self):
+        return fake_plc_column(self.arr), {"name": None}
+
+    @property
+    def iloc(self):
+        outer = self
+
+        class _ILoc:
+            def __getitem__(self, idx):
+                return _FakeCudfSeries(outer.arr.take(pa.array(np.asarray(idx, np.int64))))
+
+        return _ILoc()
+
+    def to_arrow(self):
+        _SERIES_TO_HOST.append(len(self.arr))
+        return self.arr
+
+
 _FAKE_LOG: list = []
+_SERIES_TO_HOST: list = []  # rows each text Series copied to the host
 
 
 def _fake_cudf_module(monkeypatch):
@@ -146,6 +181,16 @@ def test_cudf_like_frame_round_trips_without_importing_cudf(frame, monkeypatch):
     assert (res.kept == gpu_dedup.dedup(frame, id="id", backend="cpu").kept).all()
 
 
+def test_cudf_like_frame_with_an_index_and_a_column_named_index(frame, monkeypatch):
+    """A non-range index is not a column of the run: a user column named "index" is the id column as given."""
+    _fake_cudf_module(monkeypatch)
+    small = frame.head(200).rename(columns={"id": "index"})
+    small.index = np.arange(200)[::-1] * 10  # not a RangeIndex: cuDF's to_arrow() would add it as "index"
+    res = gpu_dedup.dedup(_FakeCudfFrame(small), text="text", id="index", backend="cpu")
+    want = gpu_dedup.dedup(pa.Table.from_pandas(small, preserve_index=False), id="index", backend="cpu")
+    assert (res.kept == want.kept).all() and res.duplicates[1].equals(want.duplicates)
+
+
 @pytest.mark.parametrize("keep", ["first", "longest"])
 def test_cudf_like_frame_text_stays_on_the_device_where_the_backend_reads_it(frame, monkeypatch, keep):
     """With a backend that reads text into device memory (GPU, ``gpu.reader: cudf``; here the CPU
@@ -158,8 +203,10 @@ def test_cudf_like_frame_text_stays_on_the_device_where_the_backend_reads_it(fra
                         if cfg.gpu.reader == "cudf" else None, raising=False)
     small = frame.head(400)
     _FAKE_LOG.clear()
+    _SERIES_TO_HOST.clear()
     res = gpu_dedup.dedup(_FakeCudfFrame(small), text="text", id="id", backend="cpu", keep=keep)
-    assert _FAKE_LOG == [["id"]]  # the text did not leave the device
+    assert _FAKE_LOG == [["id"]]  # the text did not leave the device ...
+    assert len(_SERIES_TO_HOST) == 1 and 0 < _SERIES_TO_HOST[0] < len(small) // 4  # ... but the examples' rows
     want = gpu_dedup.dedup(pa.Table.from_pandas(small, preserve_index=False), id="id", backend="cpu", keep=keep)
     assert (res.kept == want.kept).all() and (res.clusters == want.clusters).all()
     assert res.duplicates[1].equals(want.duplicates)
@@ -181,8 +228,10 @@ def test_cudf_like_frame_text_is_copied_once_for_a_batched_gpu_run(frame, monkey
         "memory_limit_bytes": 4096, "device_bytes": 0, "estimate_bytes": 10**6, "resident": False,
         "batch_bytes": 3000}, raising=False)
     small = frame.head(300)
+    _SERIES_TO_HOST.clear()
     res = gpu_dedup.dedup(_FakeCudfFrame(small), text="text", id="id", backend="cpu")
     assert res.report["gpu"]["reader"] == "pyarrow"
+    assert _SERIES_TO_HOST[0] == len(small) and _SERIES_TO_HOST.count(len(small)) == 1  # once, then examples
     assert (res.kept == gpu_dedup.dedup(small, id="id", backend="cpu").kept).all()
 
 
