@@ -523,19 +523,29 @@ class GPUBackend:
     def write_parquet(self, src: str, keep, dst: str, compression: str) -> int | None:
         """cuDF writer of the write stage: read Parquet shard ``src`` into device memory, keep the rows
         of ``keep`` and write them to ``dst`` with ``compression``; None when cuDF is not installed, the
-        codec is one cuDF cannot write (gzip, brotli), or the shard changed its row count (the host
-        writer then writes, or reports the change)."""
+        codec is one cuDF cannot write (gzip, brotli), cuDF cannot read or write this shard (a type it
+        lacks, device memory), or the shard changed its row count (the host writer then writes, or
+        reports the change).
+
+        cuDF marks a column without nulls ``required`` unless told otherwise; the columns are written
+        nullable where the input's are all nullable (as pyarrow writes them), so that the schema stays
+        the input's and the caller's schema check passes."""
         codec = {"none": None, "snappy": "snappy", "zstd": "ZSTD", "lz4": "LZ4"}  # cudf.DataFrame.to_parquet
         if self.info.get("frames") != "cudf" or compression not in codec:
             return None
         import cudf
 
-        frame = cudf.read_parquet(src)
-        if len(frame) != keep.shape[0]:
+        nullable = all(field.nullable for field in pq.read_schema(src))
+        try:
+            frame = cudf.read_parquet(src)
+            if len(frame) != keep.shape[0]:
+                return None
+            mask = self._dev(keep, np.bool_)
+            kept = frame[cudf.Series(mask)] if len(frame) else frame
+            kept.to_parquet(dst, compression=codec[compression], index=False, force_nullable_schema=nullable)
+        except (MemoryError, RuntimeError, ValueError, NotImplementedError, TypeError) as exc:  # libcudf's errors
+            log.debug("cuDF did not write %s (%s): pyarrow writes it", src, exc)
             return None
-        mask = self._dev(keep, np.bool_)
-        kept = frame[cudf.Series(mask)] if len(frame) else frame
-        kept.to_parquet(dst, compression=codec[compression], index=False)
         return int(len(kept))
 
     def plan_memory(self, shards, cfg) -> dict:

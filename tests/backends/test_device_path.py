@@ -366,6 +366,69 @@ def test_read_text_counts_the_compressed_chunks_and_maps_cudf_errors(tmp_path, m
             GPUBackend.read_text(None, str(tmp_path / "s.parquet"), "text")
 
 
+class _FakeCudfParquetFrame:
+    """What cuDF's Parquet writer does with nullability: a column is written ``required`` unless it holds
+    nulls or ``force_nullable_schema`` is set (cudf/io/parquet.py, to_parquet)."""
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+
+    def __len__(self):
+        return self.table.num_rows
+
+    def __getitem__(self, mask):
+        return _FakeCudfParquetFrame(self.table.filter(pa.array(np.asarray(mask.values, np.bool_))))
+
+    def to_parquet(self, path, compression, index, force_nullable_schema=False):
+        assert index is False
+        fields = [f.with_nullable(force_nullable_schema or self.table.column(f.name).null_count > 0)
+                  for f in self.table.schema]
+        pq.write_table(self.table.cast(pa.schema(fields)), path, compression=compression or "none")
+        self.written.append(ws.file_digest(path))
+
+    written: list = []  # digests of the files it wrote
+
+
+@pytest.mark.parametrize("source", ["nullable", "required", "unreadable"])
+def test_cudf_writer_keeps_the_input_schema_or_leaves_the_shard_to_pyarrow(tmp_path, monkeypatch, source):
+    """The GPU backend's shard writer with a stand-in ``cudf``: columns come out as nullable as the input's,
+    so cuDF's file is published; where cuDF cannot read the shard, pyarrow writes it."""
+    import sys
+    import types
+
+    from gpu_dedup.backends._gpu_impl import GPUBackend
+
+    table = pa.table({"id": pa.array(range(300), pa.int64()), "text": pa.array([f"doc {i}" for i in range(300)])})
+    if source == "required":  # e.g. written by Spark: fields marked not null
+        table = table.cast(pa.schema([f.with_nullable(False) for f in table.schema]))
+    src = tmp_path / "in" / "s.parquet"
+    src.parent.mkdir()
+    pq.write_table(table, src)
+    calls = []
+    _FakeCudfParquetFrame.written.clear()
+
+    def read_parquet(path):
+        calls.append(path)
+        if source == "unreadable":
+            raise RuntimeError("CUDF failure at: parquet reader: unsupported type")
+        return _FakeCudfParquetFrame(pq.read_table(path))
+
+    monkeypatch.setitem(sys.modules, "cudf", types.SimpleNamespace(
+        read_parquet=read_parquet, Series=lambda values: types.SimpleNamespace(values=values)))
+    backend = types.SimpleNamespace(info={"frames": "cudf"}, _dev=lambda a, dtype: np.asarray(a, dtype))
+    keep = np.arange(300) % 3 != 0
+    shard = read_shards.discover(str(src))[0]
+    rows = ws.write_shard(shard, keep, tmp_path / "out", "zstd",
+                          device_writer=lambda *a: GPUBackend.write_parquet(backend, *a))
+    out = tmp_path / "out" / "s.parquet"
+    assert rows == 200 and calls == [str(src)]
+    assert pq.read_schema(out).remove_metadata().equals(pq.read_schema(src).remove_metadata())
+    assert pq.read_table(out).equals(pq.read_table(src).filter(pa.array(keep)))
+    assert list((tmp_path / "out").iterdir()) == [out]  # no temporary file left behind
+    published = _FakeCudfParquetFrame.written[-1:] == [ws.file_digest(out)]
+    assert published == (source != "unreadable")  # cuDF's file, or pyarrow's where cuDF could not read
+
+
 def test_is_string_column_and_arrow_column_of_device_columns():
     arr = pa.array(["a", None, "ünï", ""], pa.large_string())
     assert is_string_column(fake_plc_column(arr)) and not is_string_column(arr) and not is_string_column(object())
