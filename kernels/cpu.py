@@ -22,8 +22,12 @@ with no horizontal reduction.
 Arrays handed to the scalar twins are *borrowed* (``_borrow``: the same
 view without its memory owner) inside the kernels: Numba reference-counts
 array arguments of every call with atomic increments, which would otherwise
-cost more than hashing a word.  The kernel's own argument keeps the memory
-alive for the whole call.
+cost more than hashing a word.  Only the kernel's own arguments are borrowed:
+they stay alive for the whole call.  A scratch array allocated inside the
+kernel is passed as itself (one count per task): a borrowed view does not keep
+its memory, which Numba frees after the array's last use, i.e. before the task
+that writes into it would run wherever the allocation is not hoisted out of
+the loop.
 """
 
 import numba
@@ -250,7 +254,7 @@ def minhash_word(offsets, data, docs, tasks, n, base, base_n1, word_base, word_b
         keys = np.empty((2, 2 * KEYS), np.uint32)
         sigs = np.empty((2, num_perm), np.uint32)
         _signature_task(offsets, text, docs, tasks[t], tasks[t + 1], True, n, base, base_n1, word_base, word_base2,
-                        mul, add, _borrow(rings), _borrow(keys), _borrow(sigs), rows, shingles)
+                        mul, add, rings, keys, sigs, rows, shingles)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -263,7 +267,7 @@ def minhash_char(offsets, data, docs, tasks, n, base, base_n1, word_base, word_b
         keys = np.empty((2, 2 * KEYS), np.uint32)
         sigs = np.empty((2, num_perm), np.uint32)
         _signature_task(offsets, text, docs, tasks[t], tasks[t + 1], False, n, base, base_n1, word_base, word_base2,
-                        mul, add, _borrow(rings), _borrow(keys), _borrow(sigs), rows, shingles)
+                        mul, add, rings, keys, sigs, rows, shingles)
 
 
 @numba.njit(cache=True, _nrt=False)
@@ -318,7 +322,7 @@ def shingle_values_word(offsets, data, docs, tasks, n, base, base_n1, word_base,
         ring = np.empty(max(n, 1), np.uint64)
         buf = np.empty(BATCH, np.uint64)
         _values_task(offsets, text, docs, tasks[t], tasks[t + 1], True, n, base, base_n1, word_base, word_base2,
-                     _borrow(ring), _borrow(buf), count_only, set_offsets, vals, counts)
+                     ring, buf, count_only, set_offsets, vals, counts)
         if not count_only:
             for k in range(tasks[t], tasks[t + 1]):
                 counts[k] = _sort_unique(values, set_offsets[k], set_offsets[k + 1])
@@ -333,7 +337,7 @@ def shingle_values_char(offsets, data, docs, tasks, n, base, base_n1, word_base,
         ring = np.empty(max(n, 1), np.uint64)
         buf = np.empty(BATCH, np.uint64)
         _values_task(offsets, text, docs, tasks[t], tasks[t + 1], False, n, base, base_n1, word_base, word_base2,
-                     _borrow(ring), _borrow(buf), count_only, set_offsets, vals, counts)
+                     ring, buf, count_only, set_offsets, vals, counts)
         if not count_only:
             for k in range(tasks[t], tasks[t + 1]):
                 counts[k] = _sort_unique(values, set_offsets[k], set_offsets[k + 1])

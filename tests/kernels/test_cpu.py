@@ -488,3 +488,24 @@ def test_exact_hashes_random_bytes(cpu_backend, docs):
     hp = hash_params(SEED, 1)
     got = cpu_backend.exact_hashes(buffers(docs), hp.exact_seed1, hp.exact_seed2)
     assert [(len(d), *g) for d, g in zip(docs, got.tolist())] == [ref.exact_key(d, prm) for d in docs]
+
+
+def test_only_kernel_arguments_are_borrowed():
+    """``_borrow`` drops a view's memory owner: Numba frees an array after its last use, so a borrowed view of
+    an array the kernel allocated would outlive its memory.  Only the kernels' own arguments (alive for the
+    whole call) may be borrowed."""
+    import ast
+    import inspect
+
+    from gpu_dedup.kernels import cpu
+
+    tree = ast.parse(inspect.getsource(cpu))
+    borrowed = []
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        params = {a.arg for a in fn.args.args}
+        for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
+            if isinstance(call.func, ast.Name) and call.func.id == "_borrow":
+                arg = call.args[0]
+                borrowed.append((fn.name, ast.unparse(arg), isinstance(arg, ast.Name) and arg.id in params))
+    assert borrowed, "no _borrow call found: the check reads the wrong module"
+    assert [b for b in borrowed if not b[2]] == []
