@@ -44,6 +44,8 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import logging
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -57,7 +59,7 @@ from gpu_dedup import api
 from gpu_dedup.api import DedupResult
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.config import Config
-from gpu_dedup.errors import ConfigError, InputError
+from gpu_dedup.errors import ConfigError, InputError, OutputError
 from gpu_dedup.kernels.params import HASH_FAMILY_NAME
 from gpu_dedup.run.local import run
 from gpu_dedup.stages.families import NO_KEY, RowData, family_for
@@ -68,6 +70,9 @@ from gpu_dedup.stages.write_shards import ROW, atomic_write_bytes
 FORMAT = "gpu_dedup-index"
 FORMAT_VERSION = 2  # 2: hash family v2 (kernels/params.py HASH_FAMILY); the manifest names the family
 MANIFEST = "manifest.json"
+SEGMENT_FILES = ("docs.arrow", "bands.arrow", "centers.arrow")
+
+log = logging.getLogger("gpu_dedup")
 
 
 def index_config(cfg: Config, layout: tuple[int, int] | None = None) -> dict:
@@ -172,8 +177,11 @@ class Index:
         try:
             manifest = json.loads((p / MANIFEST).read_text())
         except ValueError as exc:
-            raise InputError(f"index manifest {str(p / MANIFEST)!r} is not valid JSON ({exc})") from None
-        if manifest.get("format") != FORMAT:
+            raise InputError(f"index manifest {str(p / MANIFEST)!r} is not valid JSON ({exc}); restore it from a "
+                             "backup or rebuild the index (gpu-dedup index build CORPUS -o NEW_INDEX_DIR)") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            if not isinstance(manifest, dict):
+                manifest = {"format": type(manifest).__name__}
             raise InputError(f"{str(p)!r} holds {manifest.get('format')!r}, not a {FORMAT!r} index; give an index "
                              "directory built by `gpu-dedup index build` or `gpu-dedup run ... --index-out DIR`")
         family = manifest.get("hash_family", "v1 (exact arithmetic mod 2^61-1)")
@@ -183,22 +191,37 @@ class Index:
                 f"{manifest.get('format_version')}); this gpu_dedup hashes with family {HASH_FAMILY_NAME} (format "
                 f"version {FORMAT_VERSION}), so its signatures and band hashes cannot be compared: rebuild the index "
                 f"from its corpus (gpu-dedup index build CORPUS -o NEW_INDEX_DIR)")
+        try:
+            segments = cls._load_segments(p, manifest)
+        except (OSError, KeyError, TypeError, ValueError, pa.ArrowException) as exc:
+            what = f"missing {exc}" if isinstance(exc, KeyError) else (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise InputError(f"the index in {str(p)!r} is damaged ({what}); restore it from a backup or rebuild it "
+                             "from its corpus (gpu-dedup index build CORPUS -o NEW_INDEX_DIR)") from None
+        index = cls(p, manifest, segments)
+        if cfg is not None:
+            index.check(cfg)
+        return index
+
+    @staticmethod
+    def _load_segments(p: Path, manifest: dict) -> list:
+        """The segments the manifest lists, memory-mapped; raises on a manifest or segment that is not whole."""
+        for key in ("fingerprint", "documents", "segments"):
+            manifest[key]  # KeyError: reported as missing
         segments, first = [], 0
+        nb = int(manifest["config"]["bands"])
         for name in manifest["segments"]:  # one step per segment
             docs = _read_ipc(p / name / "docs.arrow")
             bands = _read_ipc(p / name / "bands.arrow")
             centres = _read_ipc(p / name / "centers.arrow")
-            nb = manifest["config"]["bands"]
             start = np.searchsorted(np.asarray(bands.column("band")), np.arange(nb + 1)).astype(np.int64)
             cstart = np.searchsorted(np.asarray(centres.column("band")), np.arange(nb + 1)).astype(np.int64)
             segments.append(_Segment(name, docs, np.asarray(bands.column("hash")), np.asarray(bands.column("doc")),
                                      start, np.asarray(centres.column("hash")), np.asarray(centres.column("round")),
                                      np.asarray(centres.column("doc")), cstart, first))
             first += docs.num_rows
-        index = cls(p, manifest, segments)
-        if cfg is not None:
-            index.check(cfg)
-        return index
+        if first != int(manifest["documents"]):
+            raise ValueError(f"its segments hold {first} documents, its manifest says {manifest['documents']}")
+        return segments
 
     @staticmethod
     def _write_manifest(p: Path, manifest: dict) -> None:
@@ -450,16 +473,21 @@ class Index:
         h = np.asarray(band_hashes, np.uint64).ravel()
         order = np.lexsort((doc, h, band))
         tmp = self.path / f".{name}.tmp"
+        self._discard_unlisted(name)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        _write_ipc(tmp / "docs.arrow", pa.table(cols))
-        _write_ipc(tmp / "bands.arrow", pa.table({"band": band[order], "hash": h[order], "doc": doc[order]}))
-        cb, ch, cr, cd = (np.asarray(x) for x in centres)
-        corder = np.lexsort((cd, cr, ch, cb))
-        _write_ipc(tmp / "centers.arrow", pa.table({
-            "band": pa.array(cb[corder].astype(np.int32)), "hash": pa.array(ch[corder].astype(np.uint64)),
-            "round": pa.array(cr[corder].astype(np.int32)), "doc": pa.array(cd[corder].astype(np.int64))}))
-        os.replace(tmp, self.path / name)
+        try:
+            _write_ipc(tmp / "docs.arrow", pa.table(cols))
+            _write_ipc(tmp / "bands.arrow", pa.table({"band": band[order], "hash": h[order], "doc": doc[order]}))
+            cb, ch, cr, cd = (np.asarray(x) for x in centres)
+            corder = np.lexsort((cd, cr, ch, cb))
+            _write_ipc(tmp / "centers.arrow", pa.table({
+                "band": pa.array(cb[corder].astype(np.int32)), "hash": pa.array(ch[corder].astype(np.uint64)),
+                "round": pa.array(cr[corder].astype(np.int32)), "doc": pa.array(cd[corder].astype(np.int64))}))
+            os.replace(tmp, self.path / name)
+        except BaseException:  # e.g. a full disk: no half-written segment is left behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         manifest = dict(self.manifest)
         manifest["segments"] = list(self.manifest["segments"]) + [name]
         manifest["documents"] = first + n
@@ -468,6 +496,19 @@ class Index:
         fresh = Index.open(self.path)
         self.manifest, self.segments, self._keys = fresh.manifest, fresh.segments, None
         return first
+
+    def _discard_unlisted(self, name: str) -> None:
+        """Remove segment ``name`` when it exists but the manifest does not list it: what an append killed
+        between renaming its segment into place and writing the manifest leaves (never visible to readers).
+        Anything there but a segment of this index's files is refused, not deleted."""
+        seg = self.path / name
+        if not os.path.lexists(seg) or name in self.manifest["segments"]:
+            return
+        if not seg.is_dir() or seg.is_symlink() or not set(os.listdir(seg)) <= set(SEGMENT_FILES):
+            raise OutputError(f"{str(seg)!r} is in the index directory {str(self.path)!r} but is not a segment it "
+                              "lists, and the next segment would be written there; move it out of the index directory")
+        log.warning("removing %s: a segment an interrupted append left unlisted in the index manifest", seg)
+        shutil.rmtree(seg)
 
     def add(self, frame, text: str = "text", id: str | None = None, config=None, **overrides) -> "AddResult":
         """Deduplicate the rows of ``frame`` against the index, then append all of them.
@@ -509,8 +550,9 @@ class Index:
               vectors=None) -> pa.Table:
         """Indexed documents similar to each query: one row per (query, match).
 
-        Queries are ``texts`` or, for a cosine index of a vector column,
-        ``vectors`` (an (n, d) float array).  Candidates are exact-key
+        Queries are ``texts`` (a list or array of strings; one string is one
+        query) or, for a cosine index of a vector column, ``vectors`` (an
+        (n, d) float array).  Candidates are exact-key
         matches and up to ``members`` documents of every index bucket a query
         falls in; matches are verified by the family's exact similarity
         (Jaccard of shingle sets, or cosine) and kept when similarity >=
@@ -523,7 +565,13 @@ class Index:
         ``cluster_id`` (the row of its cluster's survivor) and, with ids,
         ``survivor_id``.  A query without a match has no row.
         """
-
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not math.isfinite(threshold) or not 0 < threshold <= 1):
+            raise ConfigError(f"query threshold = {threshold!r} must be a number in (0, 1]; e.g. 0.8 (default: the "
+                              "index's)")
+        if isinstance(members, bool) or not isinstance(members, (int, np.integer)) or members < 0:
+            raise ConfigError(f"query members = {members!r} must be an integer >= 0 (documents compared per "
+                              "matching bucket; default 8)")
         cfg = self.config()
         family = family_for(cfg)
         t = cfg.lsh.threshold if threshold is None else threshold
@@ -540,6 +588,13 @@ class Index:
         else:
             if texts is None:
                 raise InputError(f"the index in {str(self.path)!r} indexes texts: query it with texts")
+            if isinstance(texts, (str, bytes)):  # one query, not one query per character
+                texts = [texts]
+            if isinstance(texts, (list, tuple)):
+                bad = next((t for t in texts if t is not None and not isinstance(t, (str, bytes))), None)
+                if bad is not None:
+                    raise InputError(f"queries must be strings; query {texts.index(bad)} is a {type(bad).__name__} "
+                                     f"({bad!r:.40}): convert it, e.g. [str(t) for t in texts]")
             norm = normalize(texts, cfg.normalize)
             rows, q = RowData(strings=string_buffers(norm)), len(norm)
         new = _new_doc_arrays(rows, family, backend)
@@ -644,9 +699,20 @@ class IndexBuilder:
         self.path = Path(path)
         self.cfg = cfg
         check_indexable(cfg)
-        if (self.path / MANIFEST).exists():
-            raise InputError(f"an index already exists in {str(self.path)!r}; open it with --against "
-                             "(and --update-index), or remove it to build a new one")
+        p = self.path
+        if os.path.lexists(p) and not p.is_dir():
+            raise OutputError(f"index directory {str(p)!r} exists and is not a directory; --index-out (index build "
+                              "-o) names a directory: choose another path or move the file away")
+        if (p / MANIFEST).exists():
+            if _is_index_manifest(p / MANIFEST):
+                raise InputError(f"an index already exists in {str(p)!r}; open it with --against "
+                                 "(and --update-index), or remove it to build a new one")
+            raise OutputError(f"{str(p / MANIFEST)!r} is not a gpu_dedup index manifest, and building an index in "
+                              f"{str(p)!r} would overwrite it; choose a new or empty directory for the index")
+        for name in (FIRST_SEGMENT, f".{FIRST_SEGMENT}.tmp"):
+            if os.path.lexists(p / name):
+                raise OutputError(f"{str(p / name)!r} exists, and building an index in {str(p)!r} would overwrite "
+                                  "it; choose a new or empty directory for the index")
         self.index = None
 
     @property
@@ -654,8 +720,31 @@ class IndexBuilder:
         return 0 if self.index is None else self.index.documents
 
     def append(self, **payload) -> int:
-        self.index = Index.create(self.path, self.cfg, payload.get("layout"))
-        return self.index.append(**payload)
+        created = not self.path.exists()
+        try:
+            self.index = Index.create(self.path, self.cfg, payload.get("layout"))
+            return self.index.append(**payload)
+        except BaseException:  # no empty or half-built index is left behind as if it were one
+            self.index = None
+            (self.path / MANIFEST).unlink(missing_ok=True)
+            for name in (FIRST_SEGMENT, f".{FIRST_SEGMENT}.tmp"):
+                shutil.rmtree(self.path / name, ignore_errors=True)
+            if created:
+                try:
+                    self.path.rmdir()
+                except OSError:
+                    pass
+            raise
+
+
+FIRST_SEGMENT = "seg-00000"
+
+
+def _is_index_manifest(path: Path) -> bool:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def check_indexable(cfg: Config) -> None:

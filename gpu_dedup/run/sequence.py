@@ -431,6 +431,7 @@ class _Sequence:
     def index(self):
         """Hand every document of this run to the sink (an index being built or updated)."""
         m = self.m
+        maybe_crash("index:before-append")
         with self.st.stage("index", self.n) as info:
             keys = self.keys if self.keys is not None else self.ex.exact_keys()
             centres = self.centres
@@ -467,8 +468,9 @@ class _Sequence:
         report["run_fingerprint"] = self.ckpt.fingerprint
         report.update(self.ex.report_extras())
         if self.prior is not None:
-            report["index"] = {"path": str(self.prior.path), "documents_before": self.first_doc,
-                               "updated": self.job.sink is self.prior, "documents_after": self.prior.documents}
+            updated = self.job.sink is self.prior  # appended after the report is published (see run)
+            report["index"] = {"path": str(self.prior.path), "documents_before": self.first_doc, "updated": updated,
+                               "documents_after": self.first_doc + self.n if updated else self.prior.documents}
         elif self.job.sink is not None:
             report["index_out"] = str(self.job.sink.path)
         return report
@@ -493,11 +495,14 @@ class _Sequence:
         self.components()
         self.select()
         self.write()
-        if self.job.sink is not None:
-            self.index()
         report = self.report()
         if self.job.out is not None:
             finish_output(self.job, report, self.ckpt, self._expected_rows())
+        if self.job.sink is not None:
+            # after the outputs are published: a run killed or failing before its commit leaves the index as it
+            # was, so rerunning the same command neither appends the documents twice nor matches them against
+            # their own earlier copies; one killed after its commit recomputes the same outputs and appends
+            self.index()
         c = self.counts
         against = f", {c['removed_against_index']} against the index" if "removed_against_index" in c else ""
         log.info("done: read %d, kept %d, removed %d (%d exact, %d near%s)", c["documents_read"], c["kept"],

@@ -312,3 +312,118 @@ def test_index_of_another_hash_family_fails_naming_it_and_the_fix(batches, tmp_p
         Index.open(tmp_path / "index")
     with pytest.raises(InputError, match="rebuild the index"):
         run(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "index")
+
+
+def _cli_run(*args, fault=None):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "GPU_DEDUP_FAULT"}
+    if fault:
+        env["GPU_DEDUP_FAULT"] = fault
+    return subprocess.run([sys.executable, "-m", "gpu_dedup", *map(str, args), "--backend", "cpu", "-q"], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("fault", ["report:before-success", "commit:before-success", "index:before-append"])
+def test_an_update_index_run_killed_before_it_finishes_reruns_to_the_same_outputs_and_index(batches, tmp_path, fault):
+    """The index is appended to after the outputs are published: a run killed before then leaves the index
+    as it was, so the rerun the error message asks for neither appends the documents twice nor removes
+    every document as a copy of its own earlier append."""
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "want_ix")
+    want = run(batches / "b", tmp_path / "want", cfg, against=tmp_path / "want_ix", update_index=True)
+    run(batches / "a", tmp_path / "out_a2", cfg, index_out=tmp_path / "ix")
+    args = ("run", batches / "b", "-o", tmp_path / "out", "--id-column", "id", "--against", tmp_path / "ix",
+            "--update-index")
+    assert _cli_run(*args, fault=fault).returncode == -9
+    done = _cli_run(*args)
+    assert done.returncode == 0, done.stderr
+    assert Index.open(tmp_path / "ix").documents == Index.open(tmp_path / "want_ix").documents == 1600
+    for name in ["duplicates.parquet"] + sorted(p.name for p in (tmp_path / "want").glob("b-*")):
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "want" / name).read_bytes(), name
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["counts"]["removed"] == want.report["counts"]["removed"] < 800
+    assert report["index"]["documents_after"] == 1600
+
+
+def test_an_index_run_killed_before_it_finishes_reruns(batches, tmp_path):
+    args = ("run", batches / "a", "-o", tmp_path / "out", "--id-column", "id", "--index-out", tmp_path / "ix")
+    assert _cli_run(*args, fault="report:before-success").returncode == -9
+    assert not (tmp_path / "ix").exists()
+    done = _cli_run(*args)
+    assert done.returncode == 0, done.stderr
+    assert Index.open(tmp_path / "ix").documents == 800
+
+
+def test_building_an_index_never_overwrites_what_it_did_not_write(batches, tmp_path):
+    from gpu_dedup.errors import OutputError
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    (tmp_path / "manifest").mkdir()
+    (tmp_path / "manifest" / "manifest.json").write_text("mine\n")
+    (tmp_path / "segment").mkdir()
+    (tmp_path / "segment" / "seg-00000").write_text("mine\n")
+    (tmp_path / "file").write_text("mine\n")
+    for where, text in (("manifest", "is not a gpu_dedup index manifest"), ("segment", "seg-00000' exists"),
+                        ("file", "exists and is not a directory")):
+        with pytest.raises(OutputError, match=text):
+            run(batches / "a", tmp_path / f"out-{where}", cfg, index_out=tmp_path / where)
+    assert (tmp_path / "manifest" / "manifest.json").read_text() == "mine\n"
+    assert (tmp_path / "segment" / "seg-00000").read_text() == "mine\n"
+    assert sorted(p.name for p in (tmp_path / "segment").iterdir()) == ["seg-00000"]
+    assert (tmp_path / "file").read_text() == "mine\n"
+    with pytest.raises(OutputError, match="is inside the input directory"):
+        run(batches / "a", tmp_path / "out-inside", cfg, index_out=batches / "a" / "ix")
+    assert not (batches / "a" / "ix").exists()
+
+
+def test_a_failing_index_build_leaves_no_index_behind(batches, tmp_path, monkeypatch):
+    import gpu_dedup.index.store as store
+
+    def full_disk(path, table):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "_write_ipc", full_disk)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    with pytest.raises(OSError):
+        run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")
+    assert not (tmp_path / "ix").exists()  # no empty index that a rerun would call "already exists"
+    monkeypatch.undo()
+    run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")
+    assert Index.open(tmp_path / "ix").documents == 800
+
+
+def test_a_segment_left_unlisted_by_a_killed_append_is_replaced(batches, tmp_path):
+    import shutil
+
+    from gpu_dedup.errors import OutputError
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    shutil.copytree(tmp_path / "ix" / "seg-00000", tmp_path / "ix" / "seg-00001")  # renamed, manifest not written
+    run(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix", update_index=True)
+    index = Index.open(tmp_path / "ix")
+    assert index.documents == 1600 and [s.name for s in index.segments] == ["seg-00000", "seg-00001"]
+    (tmp_path / "ix" / "seg-00002").mkdir()
+    (tmp_path / "ix" / "seg-00002" / "notes.txt").write_text("mine\n")
+    with pytest.raises(OutputError, match="is not a segment it lists"):
+        run(batches / "c", tmp_path / "out_c", cfg, against=tmp_path / "ix", update_index=True)
+    assert (tmp_path / "ix" / "seg-00002" / "notes.txt").read_text() == "mine\n"
+    assert Index.open(tmp_path / "ix").documents == 1600
+
+
+def test_query_takes_one_string_as_one_query_and_refuses_other_types(batches, tmp_path):
+    from gpu_dedup.errors import ConfigError
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")
+    index = Index.open(tmp_path / "ix")
+    text = pq.read_table(batches / "a").column("text")[0].as_py()
+    one = index.query(text)
+    assert one.num_rows >= 1 and set(one.column("query").to_pylist()) == {0}
+    with pytest.raises(InputError, match="queries must be strings; query 1 is a int"):
+        index.query([text, 5])
+    with pytest.raises(ConfigError, match="must be a number in"):
+        index.query([text], threshold="0.8")
+    with pytest.raises(ConfigError, match="members = -1"):
+        index.query([text], members=-1)
