@@ -33,11 +33,12 @@ from gpu_dedup.backends import get_backend
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.config import Config
 from gpu_dedup.curves import curve_section, family_curve
-from gpu_dedup.errors import InputError
+from gpu_dedup.errors import ConfigError, InputError
 from gpu_dedup.kernels.cosine_cpu import sparse_cosine_pairs
 from gpu_dedup.kernels.params import hash_params
 from gpu_dedup.report.plots import plot_evaluation
 from gpu_dedup.run.local import run as pipeline_run
+from gpu_dedup.run.outdir import check_report_files
 from gpu_dedup.stages import read_shards, write_shards
 from gpu_dedup.stages import vectors as vec
 from gpu_dedup.stages.exact import exact_groups
@@ -690,6 +691,7 @@ def _quantiles(values) -> dict:
 DEFAULT_SAMPLE = 10_000
 EVAL_JSON = "evaluation.json"
 EVAL_PNG = "evaluation.png"
+EVAL_KEYS = ("gpu_dedup_version", "corpus", "runs")  # what marks an evaluation.json gpu_dedup wrote
 
 
 class Evaluation:
@@ -708,9 +710,9 @@ class Evaluation:
                  floor: float = 0.3, label_column: str | None = None):
 
         if sample < 0:
-            raise ValueError(f"sample = {sample} must be >= 0 (0: the whole corpus)")
+            raise ConfigError(f"sample = {sample} must be >= 0 (0: the whole corpus); e.g. --sample 10000")
         if not 0.0 < floor <= cfg.verify_threshold:
-            raise ValueError(f"floor = {floor} must be in (0, threshold = {cfg.verify_threshold}]; e.g. 0.3")
+            raise ConfigError(f"floor = {floor} must be in (0, threshold = {cfg.verify_threshold}]; e.g. --floor 0.3")
         t0 = time.perf_counter()
         self.cfg = cfg
         self.workdir = Path(workdir)
@@ -734,7 +736,11 @@ class Evaluation:
             vectors = vec.from_arrow(column, bad_vectors="keep")
         labels = None
         if label_column:
-            lab = read_shards.read(shards, replace(cfg.input, id_column=label_column)).table.column("id")
+            try:
+                lab = read_shards.read(shards, replace(cfg.input, id_column=label_column)).table.column("id")
+            except InputError as exc:  # read as the id column: name the option the user gave
+                raise InputError(str(exc).replace("id column", "label column", 1).replace(
+                    "input.id_column (--id-column)", "--label-column").replace("ids must", "labels must")) from None
             labels = label_codes(lab.take(pa.array(rows)))
         self.sample_dir = self.workdir / "sample"
         self.sample_dir.mkdir(parents=True, exist_ok=True)
@@ -810,7 +816,9 @@ def evaluate(inputs, cfg: Config = Config(), *, output_dir=None, sample: int = D
     t0 = time.perf_counter()
     floor = min(0.3, cfg.verify_threshold) if floor is None else floor
     if lsh_seeds < 1:
-        raise ValueError(f"lsh_seeds = {lsh_seeds} must be >= 1 (1: the configured seed only)")
+        raise ConfigError(f"lsh_seeds = {lsh_seeds} must be >= 1 (1: the configured seed only); e.g. --lsh-seeds 8")
+    if output_dir is not None:  # before the work: never overwrite a file of the user's, nor write into the inputs
+        check_report_files(output_dir, EVAL_JSON, EVAL_PNG, EVAL_KEYS, inputs)
     with tempfile.TemporaryDirectory(prefix="gpu-dedup-eval-") as tmp:
         work = Path(output_dir) / "runs" if (keep_runs and output_dir) else Path(tmp)
         ev = Evaluation(inputs, cfg, work, sample=sample, seed=seed, floor=floor, label_column=label_column)
@@ -874,6 +882,7 @@ def write_evaluation(report: dict, output_dir, plot: bool = True) -> dict:
 
 
     out = Path(output_dir)
+    check_report_files(out, EVAL_JSON, EVAL_PNG, EVAL_KEYS)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / EVAL_JSON}
     atomic_write_bytes(paths["json"], (json.dumps(report, indent=2, default=_json_default) + "\n").encode())

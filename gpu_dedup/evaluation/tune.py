@@ -19,7 +19,11 @@ from gpu_dedup.config import Config
 from gpu_dedup.curves import error_areas, optimal_layout, s_curve
 from gpu_dedup.evaluation.evaluate import Evaluation
 from gpu_dedup.report.plots import plot_layouts
+from gpu_dedup.run.outdir import check_report_files
 from gpu_dedup.stages.write_shards import atomic_write_bytes
+
+
+TUNE_KEYS = ("threshold", "pick", "layouts")  # what marks a tune.json gpu_dedup wrote
 
 
 def s_points(threshold: float) -> list[float]:
@@ -86,6 +90,8 @@ def tune(cfg: Config, *, top: int = 6, output_dir=None, sample_inputs=None, samp
          confirm: int = 3, floor: float | None = None, plot: bool = True) -> dict:
     """Table of layouts for ``cfg``'s threshold, num_perm and weights; optionally confirmed on a sample."""
     t = cfg.lsh.threshold
+    if output_dir is not None:  # before the work: never overwrite a file of the user's, nor write into the inputs
+        check_report_files(output_dir, "tune.json", "tune.png", TUNE_KEYS, sample_inputs)
     rows = candidate_layouts(t, cfg.minhash.num_perm, cfg.lsh.fp_weight, cfg.lsh.fn_weight, top)
     pick = next(r for r in rows if r["pick"])
     result = {
@@ -242,6 +248,8 @@ def tune_cosine(cfg: Config, *, top: int = 6, rows_in_run: int | None = None, ou
     """Table of cosine layouts for ``cfg``'s threshold, ``cosine.bits``, weights and ``min_rows``
     (``cosine.min_rows``, or derived from ``rows_in_run`` as the pipeline does)."""
     t = cfg.lsh.threshold
+    if output_dir is not None:
+        check_report_files(output_dir, "tune.json", "tune.png", TUNE_KEYS)
     min_rows = cfg.cosine.min_rows
     if min_rows is None:
         min_rows = cosine_min_rows(rows_in_run) if rows_in_run else 1

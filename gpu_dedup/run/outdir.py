@@ -120,7 +120,11 @@ class OutputDir:
             except FileExistsError:
                 pass
             except OSError as exc:
-                raise write_error(self.out, exc) from None
+                mapped = write_error(self.out, exc)
+                if mapped is exc:  # a parent that is a file, or a path no directory can be made at (/proc/...)
+                    raise OutputError(f"cannot create output directory {str(self.out)!r} ({exc.strerror or exc}); "
+                                      "choose an -o whose parent is a writable directory") from None
+                raise mapped from None
             else:
                 self._created = True
         self._lock()
@@ -392,3 +396,35 @@ class OutputDir:
             except OSError:
                 return
             parent = parent.parent
+
+
+def check_report_files(out, json_name: str, png_name: str, keys: tuple, inputs=None) -> None:
+    """Before ``evaluate`` / ``tune`` write ``json_name`` and ``png_name`` into ``out``: refuse (exit 4) an
+    existing file there that gpu_dedup did not write (its JSON lacks ``keys``; the picture counts as ours
+    only beside our JSON, which is always written first), and an ``out`` inside an input directory (a
+    later run would read the .json as an input shard)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"output {str(out)!r} exists and is not a directory; -o names a directory: choose "
+                          "another path or move the file away")
+    items = [inputs] if isinstance(inputs, (str, os.PathLike)) else (inputs or ())
+    real = out.resolve()
+    for item in items:
+        if isinstance(item, (str, os.PathLike)) and os.path.isdir(item) and _inside(real, Path(item).resolve()):
+            raise OutputError(f"output directory {str(out)!r} is inside the input directory {os.fspath(item)!r}: a "
+                              f"later run would read {json_name} as an input shard; choose an output directory "
+                              "outside the inputs")
+    ours = False
+    path = out / json_name
+    if os.path.lexists(path):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            ours = isinstance(data, dict) and all(k in data for k in keys)
+        except (OSError, ValueError):
+            ours = False
+        if not ours:
+            raise OutputError(f"{str(path)!r} exists and was not written by gpu_dedup; it would be overwritten: "
+                              "choose another -o or move the file away")
+    if os.path.lexists(out / png_name) and not ours:
+        raise OutputError(f"{str(out / png_name)!r} exists and was not written by gpu_dedup (no {json_name} of "
+                          "gpu_dedup beside it); it would be overwritten: choose another -o or move the file away")

@@ -367,3 +367,45 @@ def test_blank_texts_are_exact_copies_not_false_pairs(tmp_path):
         ideal = [0, 1, 1, 1, 4, 4, 6, 7]
         pred = ideal if exact else [0, 1, 2, 3, 4, 4, 6, 7]
         assert run["clusters"]["ari_vs_ideal_components"] == pytest.approx(adjusted_rand_index(pred, ideal))
+
+
+def test_evaluate_never_overwrites_files_it_did_not_write_nor_writes_into_its_inputs(planted_eval, tmp_path):
+    from gpu_dedup.errors import OutputError
+
+    d, _ = planted_eval
+    cfg = Config(backend="cpu")
+    (tmp_path / "json").mkdir()
+    (tmp_path / "json" / "evaluation.json").write_text('{"mine": 1}\n')
+    (tmp_path / "png").mkdir()
+    (tmp_path / "png" / "evaluation.png").write_bytes(b"mine")
+    with pytest.raises(OutputError, match="evaluation.json' exists and was not written by gpu_dedup"):
+        evaluate(d / "in", cfg, output_dir=tmp_path / "json", sample=50, plot=False)
+    with pytest.raises(OutputError, match="evaluation.png' exists and was not written by gpu_dedup"):
+        evaluate(d / "in", cfg, output_dir=tmp_path / "png", sample=50, plot=False)
+    assert (tmp_path / "json" / "evaluation.json").read_text() == '{"mine": 1}\n'
+    assert (tmp_path / "png" / "evaluation.png").read_bytes() == b"mine"
+    with pytest.raises(OutputError, match="is inside the input directory"):  # its .json would be read as a shard
+        evaluate(d / "in", cfg, output_dir=d / "in", sample=50, plot=False)
+    assert not (d / "in" / "evaluation.json").exists()
+    evaluate(d / "in", cfg, output_dir=tmp_path / "ours", sample=50, plot=False)
+    evaluate(d / "in", cfg, output_dir=tmp_path / "ours", sample=50, plot=False)  # its own file: rewritten
+
+
+def test_a_missing_label_column_names_the_option(planted_eval, tmp_path):
+    from gpu_dedup.errors import InputError
+
+    d, _ = planted_eval
+    with pytest.raises(InputError) as exc:
+        evaluate(d / "in", Config(backend="cpu"), sample=50, plot=False, label_column="nope")
+    assert "label column 'nope' is not in shard" in str(exc.value) and "--label-column" in str(exc.value)
+    assert "id_column" not in str(exc.value)
+
+
+def test_bad_evaluate_arguments_are_configuration_errors(planted_eval, capsys):
+    from gpu_dedup.cli import main
+
+    d, _ = planted_eval
+    for extra in (["--sample", "-1"], ["--floor", "2"], ["--lsh-seeds", "0"]):
+        assert main(["evaluate", str(d / "in"), "-o", str(d / "bad"), "--backend", "cpu", "-q", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -79,3 +79,15 @@ def test_bad_threshold():
     with pytest.raises(ValueError, match="threshold = 1.5 must be in"):
         candidate_layouts(1.5, 128)
     assert np.isfinite(candidate_layouts(1.0, 8)[0]["cost"])
+
+
+def test_tune_never_overwrites_a_file_it_did_not_write(tmp_path, capsys):
+    from gpu_dedup.errors import OutputError
+
+    (tmp_path / "tune.json").write_text('{"mine": 1}\n')
+    with pytest.raises(OutputError, match="tune.json' exists and was not written by gpu_dedup"):
+        tune(Config(backend="cpu"), output_dir=tmp_path, plot=False)
+    assert main(["tune", "-o", str(tmp_path), "-q"]) == 4
+    assert (tmp_path / "tune.json").read_text() == '{"mine": 1}\n'
+    tune(Config(backend="cpu"), output_dir=tmp_path / "ours", plot=False)
+    tune(Config(backend="cpu"), output_dir=tmp_path / "ours", plot=False)  # its own file: rewritten

@@ -268,3 +268,13 @@ def test_rerun_with_the_same_inputs_publishes_identical_files(corpus, tmp_path):
     for name in OUTPUTS:
         assert first[name] == again[name] == (corpus / "clean" / name).read_bytes()
     assert not (out / CHECKPOINT_DIR).exists() and not (out / LOCK_NAME).exists()
+
+
+def test_an_output_directory_that_cannot_be_created_is_an_output_error(corpus, tmp_path, capsys):
+    (tmp_path / "a-file").write_text("mine\n")
+    for out in (tmp_path / "a-file" / "out", "/proc/gpu-dedup-cannot-be-here"):
+        rc = main(["run", str(corpus / "in"), "-o", str(out), "--backend", "cpu", "-q"])
+        err = capsys.readouterr().err
+        assert rc == 4, err
+        assert f"cannot create output directory {str(out)!r}" in err and "choose an -o" in err
+    assert (tmp_path / "a-file").read_text() == "mine\n"
