@@ -28,7 +28,7 @@ import pyarrow as pa
 from gpu_dedup.backends import get_backend
 from gpu_dedup.backends.strings import is_string_column
 from gpu_dedup.config import Config
-from gpu_dedup.errors import ConfigError, InputError
+from gpu_dedup.errors import ConfigError, InputError, OutputError
 from gpu_dedup.report.build import summary, write_report
 from gpu_dedup.report.page import render, write_html
 from gpu_dedup.run.local import run
@@ -85,6 +85,9 @@ class DedupResult:
     def save_report(self, directory) -> Path:
         """Write report.json and report.html into ``directory``; returns the HTML path."""
         d = Path(directory)
+        if d.exists() and not d.is_dir():
+            raise OutputError(f"save_report({str(directory)!r}): the path exists and is not a directory; give a "
+                              "directory for report.json and report.html")
         d.mkdir(parents=True, exist_ok=True)
         write_report(d / "report.json", self.report)
         return write_html(d / "report.html", self.report)
@@ -231,7 +234,7 @@ def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config, skip_t
     for what, col in wanted.items():
         if col is not None and col not in names:
             raise InputError(f"{what} column {col!r} is not in the frame; its columns are: "
-                             f"{', '.join(map(repr, names)) or '(none)'}. Pass {arg[what]}one of them")
+                             f"{', '.join(map(repr, names)) or '(none)'}. Pass one of them as {arg[what]}")
     cols = list(dict.fromkeys(c for k, c in wanted.items() if c is not None and not (skip_text and k == "text")))
     table = _to_arrow(frame, kind, cols) if cols else rows_only(len(frame))
     columns = {c: table.column(c) for c in cols}

@@ -273,6 +273,11 @@ def cmd_query(args) -> int:
         matches = index.query(threshold=args.threshold, members=args.members, vectors=vecs)
     else:
         texts = _jsonl_texts(lines, args.text_column, args.file) if args.jsonl else lines
+        for number, text in enumerate(texts, 1):
+            if text is not None and not isinstance(text, str):
+                raise InputError(f"query {number} of {args.file!r} has a {type(text).__name__} in "
+                                 f"{args.text_column!r} ({json.dumps(text)[:40]}), not a string; give the text as a "
+                                 "JSON string")
         matches = index.query(pa.array(texts, pa.large_string()), threshold=args.threshold, members=args.members)
     found = [[] for _ in texts]
     for rec in matches.to_pylist():  # one JSON object per query, in input order, matches best first
@@ -655,11 +660,12 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def _os_error(exc: OSError) -> GpuDedupError | None:
-    """An OS error a user can act on (disk full, read-only, missing file) as one clear error; else None."""
+def _os_error(exc: OSError, output=None) -> GpuDedupError | None:
+    """An OS error a user can act on (disk full, read-only, missing file) as one clear error; else None.
+    ``output``: the command's output path, named when the error does not say which file (Arrow's writers)."""
     from gpu_dedup.stages.write_shards import write_error
 
-    where = exc.filename if exc.filename is not None else "a file"
+    where = exc.filename if exc.filename is not None else (f"a file in {output}" if output else "a file")
     mapped = write_error(where, exc)
     if mapped is not exc:
         return mapped
@@ -668,6 +674,19 @@ def _os_error(exc: OSError) -> GpuDedupError | None:
     if exc.errno == errno.ENOMEM:
         return ResourceError(f"out of memory ({exc.strerror}); free memory or split the input")
     return None
+
+
+PATH_OPTIONS = {"output": "-o", "index_out": "--index-out", "against": "--against", "index": "INDEX", "config": "-c"}
+
+
+def _refuse_empty_paths(args) -> None:
+    """An empty path (often an unset shell variable, -o "$OUT") would mean the current directory; refuse it."""
+    for attr, flag in PATH_OPTIONS.items():
+        value = getattr(args, attr, None)
+        if value == "" and attr != "config":  # -c "" is the default config
+            dot = f"{flag} ." if flag.startswith("-") else "."
+            raise ConfigError(f"{flag} is given the empty path {value!r} (an unset shell variable?); give a path "
+                              f"({dot} for the current directory)")
 
 
 def _signal_to_interrupt(signum, frame):  # SIGTERM ends a run as Ctrl-C does: checkpoints stay consistent
@@ -685,6 +704,7 @@ def main(argv=None) -> int:
     if argv is None:  # the gpu-dedup process itself (not a caller's main([...])): SIGTERM as Ctrl-C
         signal.signal(signal.SIGTERM, _signal_to_interrupt)
     try:
+        _refuse_empty_paths(args)
         return args.func(args)
     except GpuDedupError as exc:
         return _fail(str(exc), exc.exit_code)
@@ -695,7 +715,7 @@ def main(argv=None) -> int:
         return _fail(f"out of memory ({exc or 'allocation failed'}); free memory, split the input into smaller "
                      "shards or use --workers with a lower cluster.block_rows", ResourceError.exit_code)
     except OSError as exc:
-        mapped = _os_error(exc)
+        mapped = _os_error(exc, getattr(args, "index_out", None) or getattr(args, "output", None))
         if mapped is None:
             raise
         if args.verbose:

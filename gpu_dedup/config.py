@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import numbers
 import re
 import types
 import typing
@@ -37,7 +38,8 @@ COSINE_MAX_ROWS = 64  # a band is at most one 64-bit word: its hash is then exac
 
 def _choice(section: str, name: str, value, choices) -> None:
     if value not in choices:
-        raise ConfigError(f"{section}.{name} = {value!r} is not valid; choose one of {', '.join(map(str, choices))}")
+        key = f"{section}.{name}" if section else name  # top-level keys (backend, similarity) have no section
+        raise ConfigError(f"{key} = {value!r} is not valid; choose one of {', '.join(map(str, choices))}")
 
 
 @dataclass(frozen=True)
@@ -454,6 +456,9 @@ class Config:
             preset = _presets_dir() / f"{path}.yaml"
             if preset.is_file():
                 p = preset
+            elif p.exists():
+                raise ConfigError(f"config file {str(path)!r} is a directory, not a file; give a YAML file or a "
+                                  f"preset name ({', '.join(preset_names())})")
             else:
                 raise ConfigError(
                     f"config file {str(path)!r} does not exist; give a YAML path or a preset name "
@@ -468,7 +473,8 @@ class Config:
             raise ConfigError(f"cannot read config file {str(p)!r} ({exc.strerror}); give a readable YAML file") \
                 from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
+            raise ConfigError(f"config file {str(p)!r} is not valid YAML: {_yaml_problem(exc)}; fix the file "
+                              "(quote values that hold ':', '#', '{' or '[')") from None
         if data is not None and not isinstance(data, dict):
             raise ConfigError(f"config file {str(p)!r} must hold a mapping of keys, not {type(data).__name__}")
         return cls.from_dict(data)
@@ -490,6 +496,13 @@ class Config:
                 node = node[part]
             node[parts[-1]] = value
         return Config.from_dict(data)
+
+
+def _yaml_problem(exc) -> str:
+    """A YAML parser error on one line: what is wrong and where (line and column, 1-based)."""
+    problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+    mark = getattr(exc, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
 
 
 def _presets_dir() -> Path:
@@ -520,11 +533,11 @@ def _check_type(where: str, value, hint):
     if hint is bool:
         if isinstance(value, bool):
             return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif hint is int:  # numbers.Integral: also NumPy integers (np.int64(64)), stored as int
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value).__name__ != "bool_":
+            return int(value)
+    elif hint is float:  # numbers.Real: also NumPy floats (np.float32(0.8)), stored as float
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and type(value).__name__ != "bool_":
             return float(value)
         if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
             return float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string

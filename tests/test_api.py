@@ -329,3 +329,17 @@ def test_in_memory_pipeline_run_refuses_file_features(sample, tmp_path):
         run([shard], None, Config(backend="cpu"), index_out=tmp_path / "index")
     with pytest.raises(InputError, match=r"text column 'body' is not in shard '<memory>'"):
         run([shard], None, Config.from_dict({"backend": "cpu", "input": {"text_column": "body"}}))
+
+
+def test_a_missing_score_column_names_the_argument_and_save_report_refuses_a_file(tmp_path):
+    from gpu_dedup.errors import OutputError
+
+    df = pd.DataFrame({"text": ["a b c d e f", "a b c d e f"], "url": ["x", "y"]})
+    with pytest.raises(InputError) as exc:
+        gpu_dedup.dedup(df, keep="score", score="nope", backend="cpu")
+    assert str(exc.value).endswith("Pass one of them as score= (select.score_column)")
+    res = gpu_dedup.dedup(df, backend="cpu")
+    (tmp_path / "file").write_text("mine\n")
+    with pytest.raises(OutputError, match="exists and is not a directory"):
+        res.save_report(tmp_path / "file")
+    assert (tmp_path / "file").read_text() == "mine\n"

@@ -394,3 +394,77 @@ def test_no_shards_and_no_duplicates_table_is_a_config_error(tmp_path, capsys):
     rc = main(["run", str(inp), "-o", str(tmp_path / "o"), "--no-shards", "--set", "output.duplicates_table=false"])
     assert rc == 2 and "output.shards and output.duplicates_table are both false" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_scheduler_address_that_is_not_one_is_a_usage_error(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    inp = _small_corpus(tmp_path / "in")
+    for address in ("nonsense", "tcp://:", "foo://host:1"):
+        rc = main(["run", str(inp), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q", "--scheduler", address])
+        err = capsys.readouterr().err
+        assert rc == 2, err
+        assert f"cannot connect to the Dask scheduler {address!r}" in err and "tcp://HOST:PORT" in err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_output_path_is_refused_instead_of_writing_into_the_current_directory(tmp_path, capsys,
+                                                                                      monkeypatch):
+    inp = _small_corpus(tmp_path / "in")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    for argv in (["run", str(inp), "-o", "", "--backend", "cpu"], ["index", "build", str(inp), "-o", ""],
+                 ["evaluate", str(inp), "-o", "", "--backend", "cpu", "--no-plot"],
+                 ["run", str(inp), "-o", "out", "--against", ""], ["query", ""]):
+        assert main(argv) == 2, argv
+        assert "is given the empty path ''" in capsys.readouterr().err
+    assert list(cwd.iterdir()) == []
+
+
+def test_a_yaml_syntax_error_is_one_line_and_a_directory_is_not_called_missing(tmp_path, capsys):
+    (tmp_path / "c.yaml").write_text("lsh: {threshold: 0.7\n")
+    assert main(["config", "-c", str(tmp_path / "c.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "is not valid YAML" in err and "line 2, column 1" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "d.yaml").mkdir()
+    assert main(["config", "-c", str(tmp_path / "d.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory, not a file" in err and "does not exist" not in err
+
+
+def test_query_options_and_non_string_jsonl_texts_are_user_errors(tmp_path, capsys, monkeypatch):
+    import io
+
+    inp = _small_corpus(tmp_path / "in")
+    assert main(["index", "build", str(inp), "-o", str(tmp_path / "ix"), "-q"]) == 0
+    for extra, code, text in ((["--threshold", "2"], 2, "query threshold = 2.0 must be a number in (0, 1]"),
+                              (["--members", "-1"], 2, "query members = -1 must be an integer >= 0"),
+                              (["--jsonl"], 3, "query 1 of '-' has a int in 'text' (5), not a string")):
+        monkeypatch.setattr(sys, "stdin", io.StringIO('{"text": 5}\n'))
+        assert main(["query", str(tmp_path / "ix"), *extra]) == code, extra
+        err = capsys.readouterr().err
+        assert text in err and "Traceback" not in err
+
+
+def test_a_damaged_index_is_one_error_naming_it(tmp_path, capsys, monkeypatch):
+    import io
+    import shutil
+
+    inp = _small_corpus(tmp_path / "in")
+    assert main(["index", "build", str(inp), "-o", str(tmp_path / "ix"), "-q"]) == 0
+    damage = {
+        "list-manifest": lambda p: (p / "manifest.json").write_text("[1, 2]"),
+        "no-segments": lambda p: (p / "manifest.json").write_text(json.dumps(
+            {k: v for k, v in json.loads((p / "manifest.json").read_text()).items() if k != "segments"})),
+        "truncated-segment": lambda p: (p / "seg-00000" / "docs.arrow").write_bytes(
+            (p / "seg-00000" / "docs.arrow").read_bytes()[:100]),
+        "missing-segment-file": lambda p: (p / "seg-00000" / "bands.arrow").unlink(),
+    }
+    for name, hurt in damage.items():
+        shutil.copytree(tmp_path / "ix", tmp_path / name)
+        hurt(tmp_path / name)
+        monkeypatch.setattr(sys, "stdin", io.StringIO("some text\n"))
+        assert main(["query", str(tmp_path / name)]) == 3, name
+        err = capsys.readouterr().err
+        assert str(tmp_path / name) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -96,3 +96,23 @@ def test_removed_hash_bits_key_explains_itself(tmp_path):
         with pytest.raises(ConfigError, match=r"minhash\.hash_bits = (64|32) is no longer a setting.*32-bit.*delete"):
             make()
     assert Config().minhash.hash_bits == 32 and "hash_bits" not in Config().to_dict()["minhash"]
+
+
+def test_top_level_choice_errors_name_the_key_without_a_leading_dot():
+    for key, value in (("backend", "tpu"), ("similarity", "euclid")):
+        with pytest.raises(ConfigError) as exc:
+            Config.from_dict({key: value})
+        assert str(exc.value).startswith(f"{key} = {value!r} is not valid; choose one of")
+
+
+def test_numpy_scalars_are_accepted_as_numbers_and_stored_as_python_numbers():
+    np = pytest.importorskip("numpy")
+    cfg = Config.from_dict({"lsh": {"threshold": np.float32(0.75)}, "minhash": {"num_perm": np.int64(64)}})
+    assert cfg.minhash.num_perm == 64 and type(cfg.minhash.num_perm) is int
+    assert type(cfg.lsh.threshold) is float and abs(cfg.lsh.threshold - 0.75) < 1e-7
+    assert cfg.fingerprint == Config.from_dict({"lsh": {"threshold": float(np.float32(0.75))},
+                                                "minhash": {"num_perm": 64}}).fingerprint
+    with pytest.raises(ConfigError, match="wrong type; expected int"):
+        Config.from_dict({"minhash": {"num_perm": np.bool_(True)}})
+    with pytest.raises(ConfigError, match="wrong type; expected int"):
+        Config.from_dict({"minhash": {"num_perm": np.float64(64.0)}})

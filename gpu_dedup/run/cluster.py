@@ -338,7 +338,13 @@ def connect(cfg: Config):
                            "checkout (or pip install 'dask[distributed,dataframe]')") from None
     c = cfg.cluster
     if c.scheduler:
-        client = Client(c.scheduler)
+        try:
+            client = Client(c.scheduler)
+        except (OSError, ValueError, TypeError) as e:  # unreachable, or not an address (no port, bad scheme)
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise BackendError(f"cannot connect to the Dask scheduler {c.scheduler!r} ({reason}); give its "
+                               "address as tcp://HOST:PORT (--scheduler, cluster.scheduler) and check that it "
+                               "runs, or use --workers N for a local cluster") from None
         cluster = None
     elif cfg.backend == "gpu":
         devices = gpu_devices(c.workers)  # before dask-cuda: a clear error, and no CUDA context here

@@ -515,9 +515,12 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
             text = pa.chunked_array([pa.nulls(table.num_rows, pa.large_string())])
         else:
             text = _decoded(table.column(cfg.text_column))
+        if str(text.type) in ("string_view", "binary_view"):  # Arrow's view layouts of the same bytes
+            text = pc.cast(text, pa.large_string() if str(text.type) == "string_view" else pa.large_binary())
         if not _text_type_ok(text.type):
             raise InputError(f"text column {cfg.text_column!r} of shard {shard.path!r} has type {text.type}; "
-                             "it must be a string column")
+                             "it must be a string column: convert it to strings, or set input.text_column "
+                             "(--text-column) to the column that holds the text")
         cols["text"] = _as_large_text(text)
     if cfg.id_column:
         ids = _decoded(table.column(cfg.id_column))
@@ -525,6 +528,8 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
             raise InputError(
                 f"id column {cfg.id_column!r} of shard {shard.path!r} has type {ids.type}; ids must be scalars "
                 "(integers or strings): choose another --id-column, or --no-id-column to name documents by row")
+        if str(ids.type) in ("string_view", "binary_view"):  # the same ids in a type Arrow can count and take
+            ids = pc.cast(ids, pa.large_string() if str(ids.type) == "string_view" else pa.large_binary())
         cols["id"] = ids
     if score_column:
         score = _decoded(table.column(score_column))

@@ -165,7 +165,7 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
                 f"shard {shard.path!r} had {keep.shape[0]} rows when read and {table.num_rows} now; "
                 "inputs must not change during a run"
             )
-        kept = table.filter(pa.array(keep))
+        kept = _filter_rows(table, pa.array(keep), shard.path)
         atomic_write_parquet(target, kept, compression)
         return kept.num_rows
     raw = _read_bytes(shard.path)
@@ -178,6 +178,29 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
     body = _gather_lines(data, starts[keep], ends[keep])
     atomic_write_bytes(target, _compress_like(shard.path, body))
     return int(keep.sum())
+
+
+_VIEWS = {"string_view": pa.large_string(), "binary_view": pa.large_binary()}
+
+
+def _filter_rows(table: pa.Table, mask: pa.Array, path: str) -> pa.Table:
+    """``table.filter(mask)``, also for columns of Arrow's view types (string_view, binary_view), which
+    Arrow cannot filter: they are filtered as large strings / binaries and cast back, so the shard keeps
+    its schema."""
+    try:
+        return table.filter(mask)
+    except pa.ArrowNotImplementedError:
+        pass
+    columns = []
+    for field, col in zip(table.schema, table.columns):
+        try:
+            columns.append(col.filter(mask))
+        except pa.ArrowNotImplementedError as exc:
+            if str(field.type) not in _VIEWS:
+                raise InputError(f"column {field.name!r} of shard {path!r} has type {field.type}, whose rows Arrow "
+                                 f"cannot select ({exc}); rewrite the shard with that column in a plain type") from None
+            columns.append(col.cast(_VIEWS[str(field.type)]).filter(mask).cast(field.type))
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 def _compress_like(path: str, body: bytes) -> bytes:

@@ -119,3 +119,25 @@ def test_ill_formed_utf8_inside_a_cluster_is_shown_with_replacement_characters(t
     assert cluster["survivor"]["text"].startswith("bad \ufffd\ufffd bytes") and cluster["survivor"]["id"] == "a\ufffd"
     assert (tmp_path / "out" / "_SUCCESS").exists()
     assert pq.read_table(tmp_path / "out" / "u.parquet").column("text").cast(pa.binary()).to_pylist()[0] == doc
+
+
+@pytest.mark.parametrize("kind", ["string_view", "binary_view"])
+def test_columns_of_arrow_view_types_are_read_and_written_back_in_their_type(tmp_path, kind):
+    """Arrow cannot filter or take view columns: the text and id are read as large strings and the
+    shards keep their schema (view columns filtered as large strings and cast back)."""
+    texts = ["one two three four five six seven"] * 3 + ["eight nine ten eleven twelve thirteen fourteen"]
+    view = getattr(pa, kind)()
+    as_view = (lambda v: pa.array(v, view)) if kind == "string_view" else \
+        (lambda v: pa.array([x.encode() for x in v], view))
+    table = pa.table({"id": pa.array(["a", "b", "c", "d"], pa.string_view()), "text": as_view(texts),
+                      "note": as_view(["n1", "n2", "n3", "n4"])})
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "x.parquet")
+    result = run(tmp_path / "in", tmp_path / "out", CFG)
+    _accounted(result, 4)
+    out = pq.read_table(tmp_path / "out" / "x.parquet")
+    assert out.schema == table.schema
+    note = table.column("note").to_pylist()
+    assert out.column("id").to_pylist() == ["a", "d"] and out.column("note").to_pylist() == [note[0], note[3]]
+    dup = pq.read_table(tmp_path / "out" / "duplicates.parquet")
+    assert sorted(dup.column("id").to_pylist()) == ["a", "b", "c"]
