@@ -200,8 +200,8 @@ def discover(inputs, fmt: str = "auto") -> list[Shard]:
             files = _walk(root)
             if not files:
                 raise InputError(
-                    f"input directory {item!r} holds no .parquet or .jsonl[.gz] files (names starting with . or _ "
-                    "are skipped); point at the shard directory"
+                    f"input directory {item!r} holds no .parquet or .jsonl[.gz] files (nor .pq, .json, .ndjson; "
+                    "names starting with . or _ are skipped); point at the shard directory"
                 )
             found += [(f, os.path.relpath(f, root)) for f in files]
         elif os.path.lexists(item) and not glob.has_magic(item):
