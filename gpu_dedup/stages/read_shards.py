@@ -360,6 +360,17 @@ def _read_jsonl(shard: Shard, wanted: dict | None = None) -> pa.Table | None:
     return table
 
 
+def _check_json_float_ids(shard: Shard, column: str, ids) -> None:
+    """JSON integers beyond int64 are parsed as doubles, which keep only 53 bits: such ids would not be
+    kept verbatim (distinct ids could even collapse into one), so they are refused."""
+    big = pc.max(pc.abs(ids)).as_py()
+    if big is not None and big >= 2.0**53:
+        raise InputError(
+            f"id column {column!r} of shard {shard.path!r} holds numbers as large as {big:.6g}, beyond what a JSON "
+            "reader keeps exactly (integers beyond 2**63 are read as floating point, losing digits); write the ids "
+            "as JSON strings, or use --no-id-column to name documents by row")
+
+
 # --------------------------------------------------------------------------- Parquet
 
 
@@ -530,6 +541,8 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
                 "(integers or strings): choose another --id-column, or --no-id-column to name documents by row")
         if str(ids.type) in ("string_view", "binary_view"):  # the same ids in a type Arrow can count and take
             ids = pc.cast(ids, pa.large_string() if str(ids.type) == "string_view" else pa.large_binary())
+        if shard.format == "jsonl" and pa.types.is_floating(ids.type):
+            _check_json_float_ids(shard, cfg.id_column, ids)
         cols["id"] = ids
     if score_column:
         score = _decoded(table.column(score_column))

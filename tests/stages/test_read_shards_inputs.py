@@ -135,3 +135,19 @@ def test_read_columns_still_reads_row_groups(tmp_path):
     pq.write_table(pa.table({"text": ["a", "b", "c", "d"]}), tmp_path / "g.parquet", row_group_size=2)
     shard = discover(tmp_path / "g.parquet")[0]
     assert read_columns(shard, InputConfig(), row_groups=[1]).column("text").to_pylist() == ["c", "d"]
+
+
+def test_json_ids_beyond_int64_are_refused_not_rounded(tmp_path):
+    """pyarrow reads JSON integers beyond int64 as doubles: 30 distinct ids would become one rounded float."""
+    big = tmp_path / "big.jsonl"
+    big.write_text("".join(f'{{"id": {2**70 + i}, "text": "document {i}"}}\n' for i in range(30)))
+    with pytest.raises(InputError, match=r"id column 'id' of shard .*big.jsonl.* as large as 1\.18059e\+21.*JSON "
+                                         r"strings.*--no-id-column"):
+        read(discover(str(big)), InputConfig(id_column="id"))
+    ok = tmp_path / "ok.jsonl"  # float ids a double holds exactly, and int64 ids, stay as they are
+    ok.write_text("".join(f'{{"id": {i + 0.5}, "text": "a"}}\n' for i in range(3)))
+    assert read(discover(str(ok)), InputConfig(id_column="id")).table.column("id").to_pylist() == [0.5, 1.5, 2.5]
+    wide = tmp_path / "wide.jsonl"
+    wide.write_text("".join(f'{{"id": {2**62 + i}, "text": "b"}}\n' for i in range(3)))
+    assert read(discover(str(wide)), InputConfig(id_column="id")).table.column("id").to_pylist() == [
+        2**62, 2**62 + 1, 2**62 + 2]
