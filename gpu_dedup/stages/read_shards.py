@@ -37,6 +37,7 @@ import glob
 import hashlib
 import logging
 import os
+import re
 import stat
 from dataclasses import dataclass, field, replace
 
@@ -351,13 +352,42 @@ def _read_jsonl(shard: Shard, wanted: dict | None = None) -> pa.Table | None:
         try:
             table = _parse_json(body)
         except pa.ArrowException as exc:
-            raise InputError(f"shard {shard.path!r} is not valid JSON Lines: {exc}") from None
+            raise InputError(f"shard {shard.path!r} is not valid JSON Lines: {_bad_line(data, starts, ends, exc)}") \
+                from None
     if table.num_rows != starts.shape[0]:
         raise InputError(
             f"shard {shard.path!r}: {starts.shape[0]} non-blank lines but {table.num_rows} JSON records; "
             "each line must hold exactly one JSON object"
         )
     return table
+
+
+def _bad_line(data, starts, ends, exc) -> str:
+    """Where a JSON Lines buffer fails to parse: ``line N: <the parser's reason>; fix or remove that line``.
+    Found by halving the non-blank lines (pyarrow's own row number counts records of its parse block);
+    when no single line fails (fields whose types disagree across lines) the parser's message as it is."""
+    def fails(lo, hi):
+        try:
+            _parse_json(pa.py_buffer(_gather_lines(data, starts[lo:hi], ends[lo:hi])))
+            return None
+        except pa.ArrowException as e:
+            return e
+
+    lo, hi = 0, starts.shape[0]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fails(lo, mid) is not None:
+            hi = mid
+        elif fails(mid, hi) is not None:
+            lo = mid
+        else:
+            return f"{exc}; fields must keep one type across lines"
+    err = fails(lo, hi) if hi > lo else None
+    if err is None:
+        return str(exc)
+    line = int(np.count_nonzero(data[: starts[lo]] == 0x0A)) + 1
+    reason = re.sub(r"\.? in row \d+$", "", str(err).strip())
+    return f"line {line}: {reason}; fix or remove that line"
 
 
 def _check_json_float_ids(shard: Shard, column: str, ids) -> None:

@@ -105,10 +105,20 @@ def test_jsonl_blank_lines_gzip_and_verbatim_write(tmp_path):
         assert f.read() == lines[0] + "\n" + lines[2] + "\n"
 
 
-def test_invalid_jsonl_is_reported(tmp_path):
+def test_invalid_jsonl_is_reported_with_its_line_number(tmp_path):
     (tmp_path / "x.jsonl").write_text('{"text": "ok"}\n{not json}\n')
-    with pytest.raises(InputError, match="x.jsonl.*not valid JSON Lines"):
+    with pytest.raises(InputError, match=r"x.jsonl.*not valid JSON Lines: line 2: .*; fix or remove that line"):
         read_shards.read([tmp_path / "x.jsonl"])
+    # the line in the file (blank lines counted), far past pyarrow's parse blocks' own row numbers
+    body = "".join(f'{{"text": "document {i}"}}\n' + ("\n" if i % 1000 == 0 else "") for i in range(60_000))
+    bad = body.split("\n")
+    bad[50_123] = '{"text": "unterminated}'
+    (tmp_path / "y.jsonl").write_text("\n".join(bad))
+    with pytest.raises(InputError, match=r"y.jsonl.*: line 50124: .*fix or remove that line"):
+        read_shards.read([tmp_path / "y.jsonl"])
+    (tmp_path / "z.jsonl").write_text('{"text": "a"}\n{"text": 5}\n')  # no one line is wrong
+    with pytest.raises(InputError, match=r"z.jsonl.*changed from string to number.*keep one type across lines"):
+        read_shards.read([tmp_path / "z.jsonl"])
 
 
 def test_parquet_write_keeps_schema_and_metadata(tmp_path):
