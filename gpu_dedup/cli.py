@@ -676,14 +676,15 @@ def _os_error(exc: OSError, output=None) -> GpuDedupError | None:
     return None
 
 
-PATH_OPTIONS = {"output": "-o", "index_out": "--index-out", "against": "--against", "index": "INDEX", "config": "-c"}
+# path arguments an empty string must not stand for (-c "" is allowed: the default config)
+PATH_OPTIONS = {"output": "-o", "index_out": "--index-out", "against": "--against", "index": "INDEX"}
 
 
 def _refuse_empty_paths(args) -> None:
     """An empty path (often an unset shell variable, -o "$OUT") would mean the current directory; refuse it."""
     for attr, flag in PATH_OPTIONS.items():
         value = getattr(args, attr, None)
-        if value == "" and attr != "config":  # -c "" is the default config
+        if value == "":
             dot = f"{flag} ." if flag.startswith("-") else "."
             raise ConfigError(f"{flag} is given the empty path {value!r} (an unset shell variable?); give a path "
                               f"({dot} for the current directory)")

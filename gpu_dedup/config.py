@@ -534,10 +534,10 @@ def _check_type(where: str, value, hint):
         if isinstance(value, bool):
             return value
     elif hint is int:  # numbers.Integral: also NumPy integers (np.int64(64)), stored as int
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value).__name__ != "bool_":
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
     elif hint is float:  # numbers.Real: also NumPy floats (np.float32(0.8)), stored as float
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) and type(value).__name__ != "bool_":
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return float(value)
         if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
             return float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string

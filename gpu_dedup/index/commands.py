@@ -7,13 +7,11 @@ documents always survive) and, with ``update_index=True``, appends them to it.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from gpu_dedup.config import Config
-from gpu_dedup.errors import ConfigError, OutputError
+from gpu_dedup.errors import ConfigError
 from gpu_dedup.index.store import Index, IndexBuilder
 from gpu_dedup.run import local
+from gpu_dedup.run.outdir import check_output_path
 from gpu_dedup.run.sequence import RunResult
 
 
@@ -36,20 +34,6 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
         cfg = prior.pinned(cfg)  # a cosine index's (bands, rows), not this run's own
         sink = prior if update_index else None
     elif index_out is not None:
-        _check_outside_inputs(index_out, inputs)
+        check_output_path(index_out, inputs, "its manifest.json as an input shard", "index directory", "--index-out")
         sink = IndexBuilder(index_out, cfg)
     return local.run(inputs, output_dir, cfg, restart=restart, prior=prior, sink=sink, write_shards=write_shards)
-
-
-def _check_outside_inputs(index_out, inputs) -> None:
-    """An index directory inside an input directory would be read back as input (its manifest.json is a
-    .json file, which a directory walk reads as JSON Lines): refused before anything is written."""
-    real = Path(index_out).resolve()
-    items = [inputs] if isinstance(inputs, (str, os.PathLike)) else (inputs or ())
-    for item in items:
-        if isinstance(item, (str, os.PathLike)) and os.path.isdir(item):
-            top = Path(item).resolve()
-            if real == top or top in real.parents:
-                raise OutputError(f"index directory {str(index_out)!r} is inside the input directory "
-                                  f"{os.fspath(item)!r}: a later run would read its manifest.json as an input "
-                                  "shard; choose an index directory outside the inputs")

@@ -62,6 +62,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError, InputError, OutputError
 from gpu_dedup.kernels.params import HASH_FAMILY_NAME
 from gpu_dedup.run.local import run
+from gpu_dedup.run.outdir import check_output_path
 from gpu_dedup.stages.families import NO_KEY, RowData, family_for
 from gpu_dedup.stages.normalize import normalize
 from gpu_dedup.stages.vectors import Vectors, from_numpy
@@ -71,6 +72,11 @@ FORMAT = "gpu_dedup-index"
 FORMAT_VERSION = 2  # 2: hash family v2 (kernels/params.py HASH_FAMILY); the manifest names the family
 MANIFEST = "manifest.json"
 SEGMENT_FILES = ("docs.arrow", "bands.arrow", "centers.arrow")
+
+
+def segment_name(k: int) -> str:
+    """The directory of segment ``k`` (0: the one a build writes)."""
+    return f"seg-{k:05d}"
 
 log = logging.getLogger("gpu_dedup")
 
@@ -205,8 +211,9 @@ class Index:
     @staticmethod
     def _load_segments(p: Path, manifest: dict) -> list:
         """The segments the manifest lists, memory-mapped; raises on a manifest or segment that is not whole."""
-        for key in ("fingerprint", "documents", "segments"):
-            manifest[key]  # KeyError: reported as missing
+        missing = [key for key in ("fingerprint", "documents", "segments", "config") if key not in manifest]
+        if missing:
+            raise KeyError(missing[0])
         segments, first = [], 0
         nb = int(manifest["config"]["bands"])
         for name in manifest["segments"]:  # one step per segment
@@ -442,7 +449,7 @@ class Index:
         if layout is not None and tuple(layout) != (c["bands"], c["rows"]):  # pragma: no cover - runs pin it
             raise RuntimeError(f"run layout {tuple(layout)} differs from the index's {(c['bands'], c['rows'])}")
         first = self.documents
-        name = f"seg-{len(self.segments):05d}"
+        name = segment_name(len(self.segments))
         cols = {
             "doc": pa.array(np.arange(first, first + n, dtype=np.int64)),
             "id": ids,
@@ -700,16 +707,14 @@ class IndexBuilder:
         self.cfg = cfg
         check_indexable(cfg)
         p = self.path
-        if os.path.lexists(p) and not p.is_dir():
-            raise OutputError(f"index directory {str(p)!r} exists and is not a directory; --index-out (index build "
-                              "-o) names a directory: choose another path or move the file away")
+        check_output_path(p, None, "", "index directory", "--index-out (index build -o)")
         if (p / MANIFEST).exists():
             if _is_index_manifest(p / MANIFEST):
                 raise InputError(f"an index already exists in {str(p)!r}; open it with --against "
                                  "(and --update-index), or remove it to build a new one")
             raise OutputError(f"{str(p / MANIFEST)!r} is not a gpu_dedup index manifest, and building an index in "
                               f"{str(p)!r} would overwrite it; choose a new or empty directory for the index")
-        for name in (FIRST_SEGMENT, f".{FIRST_SEGMENT}.tmp"):
+        for name in (segment_name(0), f".{segment_name(0)}.tmp"):
             if os.path.lexists(p / name):
                 raise OutputError(f"{str(p / name)!r} exists, and building an index in {str(p)!r} would overwrite "
                                   "it; choose a new or empty directory for the index")
@@ -727,7 +732,7 @@ class IndexBuilder:
         except BaseException:  # no empty or half-built index is left behind as if it were one
             self.index = None
             (self.path / MANIFEST).unlink(missing_ok=True)
-            for name in (FIRST_SEGMENT, f".{FIRST_SEGMENT}.tmp"):
+            for name in (segment_name(0), f".{segment_name(0)}.tmp"):
                 shutil.rmtree(self.path / name, ignore_errors=True)
             if created:
                 try:
@@ -736,8 +741,6 @@ class IndexBuilder:
                     pass
             raise
 
-
-FIRST_SEGMENT = "seg-00000"
 
 
 def _is_index_manifest(path: Path) -> bool:

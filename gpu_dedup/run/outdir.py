@@ -159,16 +159,8 @@ class OutputDir:
     # ------------------------------------------------------------------ checks
     def _check_collisions(self) -> None:
         out = self.out
-        if out.exists() and not out.is_dir():
-            raise OutputError(f"output {str(out)!r} exists and is not a directory; -o names a directory: choose "
-                              "another path or move the file away")
+        check_output_path(out, self.inputs, "its outputs as inputs")
         real = out.resolve()
-        for item in self.inputs:
-            item = os.fspath(item)
-            if os.path.isdir(item) and _inside(real, Path(item).resolve()):
-                raise OutputError(
-                    f"output directory {str(out)!r} is inside the input directory {item!r}: a later run would read "
-                    "its outputs as inputs; choose an output directory outside the inputs")
         reserved = set(self.published) | set(BOOKKEEPING)
         for s in self.shards:
             if s.format == "memory":
@@ -398,22 +390,29 @@ class OutputDir:
             parent = parent.parent
 
 
+def check_output_path(out, inputs, read_back: str, what: str = "output directory", flag: str = "-o") -> None:
+    """Refuse (exit 4), before anything is written, an output directory ``out`` that exists as a file or lies
+    inside a directory among ``inputs`` (a path, or a list of them; globs and files are not directories), where
+    a later run would read ``read_back``."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{what} {str(out)!r} exists and is not a directory; {flag} names a directory: choose "
+                          "another path or move the file away")
+    items = [inputs] if isinstance(inputs, (str, os.PathLike)) else (inputs or ())
+    real = out.resolve()
+    for item in items:
+        if isinstance(item, (str, os.PathLike)) and os.path.isdir(item) and _inside(real, Path(item).resolve()):
+            raise OutputError(f"{what} {str(out)!r} is inside the input directory {os.fspath(item)!r}: a later run "
+                              f"would read {read_back}; choose a {what} outside the inputs")
+
+
 def check_report_files(out, json_name: str, png_name: str, keys: tuple, inputs=None) -> None:
     """Before ``evaluate`` / ``tune`` write ``json_name`` and ``png_name`` into ``out``: refuse (exit 4) an
     existing file there that gpu_dedup did not write (its JSON lacks ``keys``; the picture counts as ours
     only beside our JSON, which is always written first), and an ``out`` inside an input directory (a
     later run would read the .json as an input shard)."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"output {str(out)!r} exists and is not a directory; -o names a directory: choose "
-                          "another path or move the file away")
-    items = [inputs] if isinstance(inputs, (str, os.PathLike)) else (inputs or ())
-    real = out.resolve()
-    for item in items:
-        if isinstance(item, (str, os.PathLike)) and os.path.isdir(item) and _inside(real, Path(item).resolve()):
-            raise OutputError(f"output directory {str(out)!r} is inside the input directory {os.fspath(item)!r}: a "
-                              f"later run would read {json_name} as an input shard; choose an output directory "
-                              "outside the inputs")
+    check_output_path(out, inputs, f"{json_name} as an input shard")
     ours = False
     path = out / json_name
     if os.path.lexists(path):

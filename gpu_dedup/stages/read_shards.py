@@ -382,12 +382,22 @@ def _bad_line(data, starts, ends, exc) -> str:
             lo = mid
         else:
             return f"{exc}; fields must keep one type across lines"
-    err = fails(lo, hi) if hi > lo else None
+    err = fails(lo, hi)  # the one line left (a shard without lines returns before parsing)
     if err is None:
         return str(exc)
     line = int(np.count_nonzero(data[: starts[lo]] == 0x0A)) + 1
     reason = re.sub(r"\.? in row \d+$", "", str(err).strip())
     return f"line {line}: {reason}; fix or remove that line"
+
+
+VIEW_TYPES = {"string_view": pa.large_string(), "binary_view": pa.large_binary()}  # Arrow's views -> the same bytes
+
+
+def without_views(col):
+    """A column of an Arrow view type (string_view, binary_view), which many Arrow kernels (take, filter,
+    count) lack, as the large string / binary of the same values; any other column as it is."""
+    plain = VIEW_TYPES.get(str(col.type))
+    return col if plain is None else col.cast(plain)
 
 
 def _check_json_float_ids(shard: Shard, column: str, ids) -> None:
@@ -556,8 +566,7 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
             text = pa.chunked_array([pa.nulls(table.num_rows, pa.large_string())])
         else:
             text = _decoded(table.column(cfg.text_column))
-        if str(text.type) in ("string_view", "binary_view"):  # Arrow's view layouts of the same bytes
-            text = pc.cast(text, pa.large_string() if str(text.type) == "string_view" else pa.large_binary())
+        text = without_views(text)
         if not _text_type_ok(text.type):
             raise InputError(f"text column {cfg.text_column!r} of shard {shard.path!r} has type {text.type}; "
                              "it must be a string column: convert it to strings, or set input.text_column "
@@ -569,8 +578,7 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
             raise InputError(
                 f"id column {cfg.id_column!r} of shard {shard.path!r} has type {ids.type}; ids must be scalars "
                 "(integers or strings): choose another --id-column, or --no-id-column to name documents by row")
-        if str(ids.type) in ("string_view", "binary_view"):  # the same ids in a type Arrow can count and take
-            ids = pc.cast(ids, pa.large_string() if str(ids.type) == "string_view" else pa.large_binary())
+        ids = without_views(ids)
         if shard.format == "jsonl" and pa.types.is_floating(ids.type):
             _check_json_float_ids(shard, cfg.id_column, ids)
         cols["id"] = ids

@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup.errors import ConfigError, InputError, OutputError, ResourceError
-from gpu_dedup.stages.read_shards import Shard, _gather_lines, _jsonl_lines, _read_bytes, check_unchanged
+from gpu_dedup.stages.read_shards import (VIEW_TYPES, Shard, _gather_lines, _jsonl_lines, _read_bytes,
+                                         check_unchanged, without_views)
 
 
 def _umask() -> int:
@@ -180,9 +181,6 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
     return int(keep.sum())
 
 
-_VIEWS = {"string_view": pa.large_string(), "binary_view": pa.large_binary()}
-
-
 def _filter_rows(table: pa.Table, mask: pa.Array, path: str) -> pa.Table:
     """``table.filter(mask)``, also for columns of Arrow's view types (string_view, binary_view), which
     Arrow cannot filter: they are filtered as large strings / binaries and cast back, so the shard keeps
@@ -196,10 +194,10 @@ def _filter_rows(table: pa.Table, mask: pa.Array, path: str) -> pa.Table:
         try:
             columns.append(col.filter(mask))
         except pa.ArrowNotImplementedError as exc:
-            if str(field.type) not in _VIEWS:
+            if str(field.type) not in VIEW_TYPES:
                 raise InputError(f"column {field.name!r} of shard {path!r} has type {field.type}, whose rows Arrow "
                                  f"cannot select ({exc}); rewrite the shard with that column in a plain type") from None
-            columns.append(col.cast(_VIEWS[str(field.type)]).filter(mask).cast(field.type))
+            columns.append(without_views(col).filter(mask).cast(field.type))
     return pa.Table.from_arrays(columns, schema=table.schema)
 
 
