@@ -6,9 +6,16 @@ as a plain function.  Both load on first use, so ``import gpu_dedup`` stays ligh
 """
 
 from gpu_dedup.config import Config
-from gpu_dedup.errors import BackendError, ConfigError, GpuDedupError, InputError, OutputError, ResourceError
+from gpu_dedup.errors import (
+    BackendError,
+    ConfigError,
+    GpuDedupError,
+    InputError,
+    OutputError,
+    ResourceError,
+)
 
-__version__ = "0.1.0"
+from gpu_dedup.version import __version__
 
 __all__ = ["Config", "ConfigError", "InputError", "OutputError", "ResourceError", "BackendError", "GpuDedupError", "__version__", "dedup",
            "DedupResult", "stages"]

@@ -11,7 +11,7 @@
 
 The frame is a pandas DataFrame, a pyarrow Table or a cuDF DataFrame; the
 text (and id / score) columns go to the pipeline as an in-memory Arrow table
-(:func:`gpu_dedup.stages.read_shards.memory_shard`) and the run writes nothing: no shard, no
+(:func:`gpu_dedup.stages.storage.memory_shard`) and the run writes nothing: no shard, no
 table, no checkpoint.  ``deduplicated`` is the input frame filtered by the
 kept mask, so every other column comes back untouched.  cuDF is never
 imported unless a cuDF frame is given.
@@ -33,8 +33,8 @@ from gpu_dedup.report.build import summary, write_report
 from gpu_dedup.report.page import render, write_html
 from gpu_dedup.run.local import run
 from gpu_dedup.stages.edges import Edges
-from gpu_dedup.stages.read_shards import Shard, memory_shard, rows_only
-from gpu_dedup.stages.write_shards import ROW
+from gpu_dedup.stages.write import ROW
+from gpu_dedup.storage import Shard, memory_shard, rows_only
 
 # keyword shortcuts for the most used config keys (any dotted key works too: **{"lsh.threshold": 0.7})
 ALIASES = {

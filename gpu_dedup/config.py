@@ -88,13 +88,13 @@ class MinHashConfig:
 
     @property
     def hash_bits(self) -> int:
-        """Width of the signature values: always 32 (hash family v2, kernels/scalar.py). Not a setting."""
+        """Width of the signature values: always 32 (hash family v2, kernels/hash_scalar.py). Not a setting."""
         return 32
 
 
 # keys that existed once: a config that still sets one gets this explanation instead of "unknown key"
 REMOVED_KEYS = {
-    "minhash.hash_bits": "signature values are always 32-bit since hash family v2 (kernels/scalar.py); "
+    "minhash.hash_bits": "signature values are always 32-bit since hash family v2 (kernels/hash_scalar.py); "
                          "delete the key from the config",
 }
 

@@ -4,6 +4,8 @@ Every class carries the process exit status ``gpu-dedup`` ends with when it
 is raised (:data:`EXIT_CODES` is the documented table).
 """
 
+import errno
+
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USAGE = 2
@@ -61,3 +63,33 @@ class ResourceError(GpuDedupError, RuntimeError):
     """The job does not fit the resources it was given (e.g. a Dask worker's memory limit, a full disk)."""
 
     exit_code = EXIT_RESOURCES
+
+
+# ---------------------------------------------------------------- OS errors as one message
+
+
+def read_error(path: str, exc: BaseException, message: str) -> Exception:
+    """The error to raise for ``exc`` while reading ``path``: running out of memory (or disk) is the
+    machine's limit, not the shard's fault; anything else is the shard's (``message``)."""
+    if isinstance(exc, MemoryError):  # pa.ArrowMemoryError too
+        return ResourceError(f"ran out of memory reading shard {path!r} ({exc}); the shard itself may be fine: "
+                             "free memory, raise the memory limit, or split the input into smaller shards "
+                             "(with --workers: lower cluster.block_rows)")
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOMEM, errno.ENOSPC):
+        return ResourceError(f"out of resources reading shard {path!r} ({exc.strerror}); the shard itself may be "
+                             "fine: free memory or disk space and rerun")
+    return InputError(message)
+
+
+def write_error(path, exc: OSError) -> Exception:
+    """One clear error for an OS error writing ``path``: disk full, read-only or not permitted; else ``exc``."""
+    code = getattr(exc, "errno", None)
+    text = str(exc)
+    if code in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text or "quota exceeded" in text.lower():
+        return ResourceError(f"disk full writing {str(path)!r} ({exc.strerror or text}); the partial file was removed "
+                             "and nothing was published for this run: free space (or choose another -o) and rerun")
+    if code in (errno.EROFS, errno.EACCES, errno.EPERM) or "Read-only file system" in text \
+            or "Permission denied" in text:
+        return OutputError(f"cannot write {str(path)!r} ({exc.strerror or text}); the output directory must be "
+                           "writable: choose another -o or fix its permissions")
+    return exc

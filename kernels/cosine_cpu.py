@@ -9,9 +9,9 @@ absolute positions into ``data`` uint8); ``docs`` selects the documents and
 
 import numba
 import numpy as np
-from gpu_dedup.kernels import cosine_scalar
-from gpu_dedup.kernels.cosine_scalar import ONE, ZERO
-from gpu_dedup.kernels.twin import compile_twins, kernel_digest
+from . import cosine_scalar
+from .cosine_scalar import ONE, ZERO
+from .twin import compile_twins, kernel_digest
 from numba import prange
 
 dev = compile_twins(numba.njit(cache=True), module=cosine_scalar)
@@ -240,7 +240,7 @@ def _guard_cache() -> None:
     """
     import os
 
-    tag = f"gpu_dedup-cosine_cpu-{kernel_digest(['cosine_scalar.py', 'scalar.py', 'twin.py'])[:16]}.stamp"
+    tag = f"gpu_dedup-cosine_cpu-{kernel_digest(['cosine_scalar.py', 'hash_scalar.py', 'twin.py'])[:16]}.stamp"
     dirs: dict[str, list[str]] = {}
     for obj in globals().values():
         cache = getattr(obj, "_cache", None)

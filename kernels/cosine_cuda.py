@@ -27,9 +27,9 @@ The ``*_device`` helpers launch a kernel on arrays of an array module ``xp``
 import math
 
 import numpy as np
-from gpu_dedup.kernels import cosine_scalar
-from gpu_dedup.kernels.cosine_scalar import GAUSS8
-from gpu_dedup.kernels.twin import compile_twins
+from . import cosine_scalar
+from .cosine_scalar import GAUSS8
+from .twin import compile_twins
 from numba import cuda, types
 
 dev = compile_twins(cuda.jit(device=True), module=cosine_scalar)

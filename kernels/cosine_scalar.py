@@ -65,7 +65,7 @@ Arithmetic on hashes is modulo 2**64 (uint64 wrap-around is the definition).
 """
 
 import numpy as np
-from gpu_dedup.kernels.scalar import I64, REPLACEMENT, decode_utf8, is_space  # noqa: F401  (twins compile them here)
+from .hash_scalar import I64, REPLACEMENT, decode_utf8, is_space  # noqa: F401  (twins compile them here)
 
 U64 = np.uint64
 I32 = np.int32

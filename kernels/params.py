@@ -1,6 +1,6 @@
 """Host-side hash parameters: every random constant derives from ``seed``.
 
-Hash family v2 (specified in ``kernels/scalar.py``).  The draw order is part
+Hash family v2 (specified in ``kernels/hash_scalar.py``).  The draw order is part
 of the specification: splitmix64(seed) yields, in order,
 
 1. ``shingle_base``, ``word_base``, ``band_base``: each ``(z & ~7) | 5``

@@ -1,4 +1,4 @@
-"""CPU outer loops (Numba ``njit(parallel=True)``) around :mod:`.text`.
+"""CPU outer loops (Numba ``njit(parallel=True)``) around :mod:`.text_scalar`.
 
 Documents are ``data[doc_start[k]:doc_end[k]]``; ``tasks`` splits the
 documents into byte-balanced runs that ``prange`` hands to threads.
@@ -6,8 +6,8 @@ documents into byte-balanced runs that ``prange`` hands to threads.
 
 import numba
 import numpy as np
-from gpu_dedup.kernels import text
-from gpu_dedup.kernels.twin import compile_twins, guard_cache
+from . import text_scalar as text
+from .twin import compile_twins, guard_cache
 from numba import prange
 
 dev = compile_twins(numba.njit(cache=True), module=text)
@@ -57,4 +57,4 @@ def byte_tasks(doc_start: np.ndarray, doc_end: np.ndarray, parts: int) -> np.nda
     return np.unique(np.concatenate(([0], cuts, [n]))).astype(np.int64)
 
 
-guard_cache(globals(), __file__, sources=("scalar.py", "text.py", "twin.py"))
+guard_cache(globals(), __file__, sources=("hash_scalar.py", "text_scalar.py", "twin.py"))

@@ -1,4 +1,4 @@
-"""Compile the scalar math of :mod:`.scalar` for one target.
+"""Compile the scalar math of :mod:`.hash_scalar` for one target.
 
 ``compile_twins(jit)`` clones every function listed in
 ``scalar.DEVICE_FUNCTIONS`` into a fresh globals dict and wraps it with
@@ -9,7 +9,7 @@ compiled twins of the same target.  ``numba.njit`` and
 
 import types
 
-from gpu_dedup.kernels import scalar
+from . import hash_scalar as scalar
 
 
 def compile_twins(jit, module=scalar, special=None, replace=None):
@@ -50,11 +50,11 @@ def kernel_digest(names=None) -> str:
     return digest.hexdigest()
 
 
-def guard_cache(namespace: dict, module_file: str, sources=("scalar.py", "twin.py")) -> None:
+def guard_cache(namespace: dict, module_file: str, sources=("hash_scalar.py", "twin.py")) -> None:
     """Drop stale on-disk cache entries of the kernels defined in ``module_file``.
 
     Numba invalidates a cached function only when its own source file changes,
-    but these kernels inline twins compiled from ``scalar.py``: an edit there
+    but these kernels inline twins compiled from ``hash_scalar.py``: an edit there
     would leave stale machine code in the cache.  A stamp file named after a
     digest of every kernel source sits in the cache directory; when it is
     missing, this module's cache entries are deleted before anything loads

@@ -5,7 +5,7 @@ root on ``sys.path`` and test modules import the oracle as
 ``from tests import reference as ref``.
 
 GPU runs: tests marked ``gpu`` need a real CUDA device and are skipped, with
-the reason ``gpu_dedup.backends.gpu.probe()`` gives, where there is none (and
+the reason ``gpu_dedup.backends.gpu_probe.probe()`` gives, where there is none (and
 always under the CUDA simulator).  ``--backend gpu`` runs the whole suite on
 the GPU backend: every test that asks for the CPU backend (``backend="cpu"``,
 ``Config(backend="cpu")``, the ``cpu_backend`` fixture) gets the GPU backend
@@ -27,7 +27,7 @@ def gpu_unavailable() -> str | None:
     """Why no real GPU run is possible here, or None when one is."""
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
         return "NUMBA_ENABLE_CUDASIM is set (the simulator is not a device)"
-    from gpu_dedup.backends.gpu import probe
+    from gpu_dedup.backends.gpu_probe import probe
     from gpu_dedup.errors import BackendError
 
     try:

@@ -1,7 +1,7 @@
 """Slow, independent pure-Python oracle of the gpu_dedup hashing specification.
 
 This module re-implements hash family v2, specified in the docstrings of
-``kernels/scalar.py`` and ``kernels/params.py``, with plain Python ints and
+``kernels/hash_scalar.py`` and ``kernels/params.py``, with plain Python ints and
 ``str`` only.  It deliberately imports nothing from ``gpu_dedup`` (nor NumPy):
 it is the yardstick the kernels are measured against, so it must not share
 their code or their bugs.  Speed is irrelevant; clarity is the point.

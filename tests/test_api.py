@@ -318,7 +318,7 @@ def test_stages_step_by_step_equal_dedup(sample, method):
 
 
 def test_in_memory_pipeline_run_refuses_file_features(sample, tmp_path):
-    from gpu_dedup.stages.read_shards import memory_shard
+    from gpu_dedup.storage import memory_shard
 
     shard = memory_shard(sample.table.select(["text"]))
     res = run([shard], None, Config(backend="cpu"))

@@ -228,7 +228,7 @@ def test_dask_chatter_is_silenced_unless_verbose(tmp_path):
 def test_shuffle_chatter_filter_drops_only_the_routine_lines():
     import logging
 
-    from gpu_dedup.cli import _ShuffleChatter
+    from gpu_dedup.cli import _ShuffleChatter  # noqa: F401
 
     f = _ShuffleChatter()
 

@@ -12,10 +12,12 @@ PKG = ROOT / "gpu_dedup"
 # layer of each top-level part of the package: a module imports only from its own layer or below
 LAYERS = {
     "kernels": 0,
+    "version": 0,
     "errors": 0,
     "curves": 1,
     "config": 2,
     "backends": 3,
+    "storage": 3.5,  # shard files: discovery, identity, formats, atomic writes
     "stages": 4,
     "report": 5,
     "run": 6,
@@ -151,10 +153,10 @@ def test_no_module_named_like_the_standard_library():
 
 # entry points that import their commands on demand, so `gpu-dedup --help` and `import gpu_dedup` stay fast, and
 # the benchmarks, whose timed child processes count their own imports
-LAZY_OK = {"gpu_dedup.__init__", "gpu_dedup.cli", "gpu_dedup.bench.peers", "gpu_dedup.bench.gpu", "gpu_dedup.bench.stages"}
+LAZY_OK = {"gpu_dedup.__init__", "gpu_dedup.cli", "gpu_dedup.cli.commands", "gpu_dedup.cli.parser", "gpu_dedup.bench.peers", "gpu_dedup.bench.gpu", "gpu_dedup.bench.stages"}
 # modules loaded when first used anywhere: compiled kernels (Numba compiles or loads them), the CUDA backend and
 # the large Unicode tables
-LAZY_TARGETS = {"gpu_dedup.kernels", "gpu_dedup.kernels.cpu", "gpu_dedup.kernels.cuda", "gpu_dedup.backends._gpu_impl",
+LAZY_TARGETS = {"gpu_dedup.kernels", "gpu_dedup.kernels.hash_cpu", "gpu_dedup.kernels.hash_cuda", "gpu_dedup.backends.gpu",
                 "gpu_dedup.kernels.unicode_props", "gpu_dedup.kernels.unicode_tables"}
 
 

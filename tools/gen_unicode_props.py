@@ -5,7 +5,7 @@ Run from the repository root (a maintainer tool; not part of the installed packa
     pip install unicodedata2==17.0.1        # Unicode 17.0.0, the version pyarrow 26's utf8proc implements
     python tools/gen_unicode_props.py       # needs Python 3.11 (its unicodedata is Unicode 14.0.0)
 
-The kernel (``kernels/text.py``) normalizes a document by itself only when every
+The kernel (``kernels/text_scalar.py``) normalizes a document by itself only when every
 code point of it is *stable* for the configured form: the form maps the code
 point to itself and it can never compose with or reorder against a neighbour
 that is stable too.  Everything else goes through utf8proc (pyarrow), which

@@ -18,7 +18,7 @@ log = logging.getLogger("gpu_dedup")
 
 _REGISTRY = {
     "cpu": "gpu_dedup.backends.cpu",
-    "gpu": "gpu_dedup.backends.gpu",
+    "gpu": "gpu_dedup.backends.gpu_probe",
 }
 _CACHE: dict[str, object] = {}
 _AUTO_FALLBACK: list[str] = []  # why ``auto`` chose the CPU, once it has (said once per process)

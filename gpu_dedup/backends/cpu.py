@@ -1,4 +1,4 @@
-"""CPU backend: Numba kernels (``gpu_dedup.kernels.cpu``), NumPy arrays, SciPy graphs."""
+"""CPU backend: Numba kernels (``gpu_dedup.kernels.hash_cpu``), NumPy arrays, SciPy graphs."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class CPUBackend:
     name = "cpu"
 
     def __init__(self):
-        from gpu_dedup.kernels import cpu as kernels
+        from gpu_dedup.kernels import hash_cpu as kernels
 
         self.k = kernels
         self.xp = np

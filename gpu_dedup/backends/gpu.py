@@ -1,47 +1,685 @@
-"""GPU backend: CUDA twins of the kernels (``gpu_dedup.kernels.cuda``).
+"""GPU backend: the CUDA kernels of ``gpu_dedup.kernels.hash_cuda`` behind the CPU backend's API.
 
-Imported only when the GPU backend is asked for.  ``create()`` checks, in
-order, that CuPy and numba-cuda import and that a CUDA device answers; the
-error names what is missing and the command that installs it.
+Every method has the CPU backend's arguments and results (same dtypes and
+shapes, bit-identical values), and results live where the inputs live:
+
+- **device in, device out**: given CuPy arrays / device
+  :class:`~gpu_dedup.backends.strings.StringBuffers` (what :meth:`GPUBackend.normalize_column`
+  returns, e.g. the buffers of a cuDF string column), the kernels read them in
+  place and the results stay on the device.  This is the single-process GPU run:
+  text, signatures, band hashes, buckets, edges and labels never leave the card.
+- **host in, host out**: given NumPy arrays, a method uploads what it needs
+  (for text, only the byte span the selected documents cover) and returns
+  NumPy arrays.  Batches of a corpus larger than the memory bound run so.
+
+Every copy between host and device is counted (``gpu_dedup.backends.count_transfer``),
+so ``report.json`` states the bytes each stage moved.
+
+Array allocation goes through ``self.xp``: CuPy on a real device, NumPy when
+the backend is built under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``),
+where kernels accept host arrays.  That is how CI runs this very class
+without a GPU (``tests/kernels/_cudasim_cases.py``).
+
+Components: cuGraph's weakly connected components when cuGraph imports, else
+:func:`components_xp` (label propagation with pointer jumping, on CuPy; the
+same function runs on NumPy in the tests).  Labels are canonical either way:
+the smallest node index of the component, as on the CPU.
 """
 
 from __future__ import annotations
 
-from gpu_dedup.errors import BackendError
+import logging
+import os
+from dataclasses import dataclass
 
-# gpu_dedup is installed from its checkout (it is not on a package registry), so the extras are named from there
-EXTRA_HINT = ("install the GPU packages matching your CUDA driver from the gpu_dedup checkout: "
-              "pip install -e '.[cuda12]' (or '.[cuda13]'); README.md, section GPU, has the set-up")
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gpu_dedup.backends import array_module, count_transfer, on_device, to_host
+from gpu_dedup.backends.cpu import signature_values
+from gpu_dedup.backends.prepare import prepare as prepare_kernels
+from gpu_dedup.backends.strings import StringBuffers, arrow_strings, column_buffers, string_buffers
+from gpu_dedup.backends.textnorm import slow_path
+from gpu_dedup.errors import InputError, ResourceError
+from gpu_dedup.kernels import text_scalar as text_kernel
+from gpu_dedup.kernels.params import HashParams
+
+log = logging.getLogger("gpu_dedup")
+
+SEGMENT_BYTES = 1 << 15  # a document is cut into segments of this many bytes (one block each)
+SPAN = 1024  # byte positions hashed per round of a block (shared buffer of this many values)
+PERM_CHUNK = 8192  # permutations per launch (shared memory: (chunk + span) * 4 bytes <= 48 KiB)
+ITEM_THREADS = 256  # block size of the thread-per-item kernels
 
 
-def probe() -> dict:
-    """What the GPU backend would run on; raises BackendError naming what is missing."""
+def signature_threads(num_perm: int) -> int:
+    """Block size of the signature kernel: one permutation per thread, a warp multiple, 64..512."""
+    return int(min(512, max(64, -(-num_perm // 32) * 32)))
+
+
+def segment_table(starts, ends, seg_bytes: int):
+    """Cut documents [starts[k], ends[k]) into segments of at most ``seg_bytes``:
+    (document index, first byte, end byte) per segment; empty documents have none.
+    Array code of the inputs' module (segment k's document is found by a search in the
+    running segment count, so it runs on CuPy as on NumPy)."""
+    xp = array_module(starts, ends)
+    nseg = (ends - starts + seg_bytes - 1) // seg_bytes
+    cum = xp.cumsum(nseg)
+    total = int(cum[-1]) if cum.shape[0] else 0
+    k = xp.arange(total, dtype=xp.int64)
+    seg_doc = xp.searchsorted(cum, k, side="right").astype(xp.int64)
+    lo = starts[seg_doc] + (k - (cum - nseg)[seg_doc]) * seg_bytes
+    hi = xp.minimum(lo + seg_bytes, ends[seg_doc])
+    return seg_doc, lo.astype(xp.int64), hi.astype(xp.int64)
+
+
+def sorted_unique_segments(xp, offsets, values):
+    """Sort each segment ``values[offsets[k]:offsets[k+1]]`` and drop repeats; returns
+    the CSR (offsets, values) of the distinct values.  Two stable sorts (by value,
+    then by segment) instead of a per-segment loop; ``xp`` is NumPy or CuPy."""
+    m = offsets.shape[0] - 1
+    total = values.shape[0]
+    seg = xp.searchsorted(offsets[1:], xp.arange(total, dtype=xp.int64), side="right")
+    o1 = xp.argsort(values, kind="stable")
+    o2 = xp.argsort(seg[o1], kind="stable")
+    order = o1[o2]
+    v = values[order]
+    s = seg[order]
+    keep = xp.ones(total, dtype=bool)
+    if total > 1:
+        keep[1:] = (v[1:] != v[:-1]) | (s[1:] != s[:-1])
+    unique = xp.bincount(s[keep], minlength=m) if total else xp.zeros(m, dtype=xp.int64)
+    out_offsets = xp.zeros(m + 1, dtype=xp.int64)
+    out_offsets[1:] = xp.cumsum(unique)
+    return out_offsets, v[keep]
+
+
+def corpus_estimate(shards, text_column: str, xp=np) -> tuple[int, int]:
+    """(text bytes, documents) of ``shards`` from metadata: the text column's uncompressed size and
+    the row count of Parquet files, the size of JSONL files (x4 when compressed, ~256 bytes a
+    document), the table of in-memory shards.  Unreadable files count 0 (reading reports them)."""
+    text = rows = 0
+    for shard in shards:
+        try:
+            if shard.format == "memory":
+                rows += shard.data.num_rows
+                if text_column in shard.data.column_names:
+                    text += shard.data.column(text_column).nbytes
+                elif shard.text is not None:  # a cuDF frame's text column, in device memory
+                    offsets = column_buffers(shard.text, xp)[0]
+                    text += int(offsets[-1] - offsets[0]) + 8 * len(shard.text)
+            elif shard.format == "parquet":
+                meta = pq.ParquetFile(shard.path).metadata
+                rows += meta.num_rows
+                for g in range(meta.num_row_groups):
+                    group = meta.row_group(g)
+                    for c in range(group.num_columns):
+                        if group.column(c).path_in_schema == text_column:
+                            text += group.column(c).total_uncompressed_size
+            else:
+                compressed = os.path.splitext(str(shard.path))[1] in (".gz", ".zst", ".bz2", ".xz")
+                size = os.path.getsize(shard.path) * (4 if compressed else 1)
+                text += size
+                rows += size // 256
+        except Exception:  # an unreadable shard: the read stage reports it
+            continue
+    return int(text), int(rows)
+
+
+def setup_memory() -> dict:
+    """One RMM pool for cuDF, CuPy and the kernels, set up once per process.
+
+    Importing cuDF points CuPy at RMM's default resource (a plain ``cudaMalloc`` per
+    allocation); a pool makes the many short-lived arrays of the stages cheap.
+    ``rmm.reinitialize(pool_allocator=True)`` and ``cupy.cuda.set_allocator(rmm_cupy_allocator)``
+    (RMM's documented CuPy allocator, ``rmm.allocators.cupy``).  Without RMM, CuPy keeps its
+    own memory pool.  Returns what was set up (for the run's mode line)."""
+    if _MEMORY:
+        return _MEMORY
     try:
-        import cupy
-    except Exception as exc:  # ImportError, or a CUDA library that fails to load
-        raise BackendError(f"GPU backend needs CuPy, which is not importable ({exc}); {EXTRA_HINT}") from None
-    try:
-        import numba_cuda  # noqa: F401  the numba-cuda package: numba's built-in CUDA target is deprecated
+        import rmm
+        from rmm.allocators.cupy import rmm_cupy_allocator
+    except Exception:  # RMM not installed: CuPy's own pool
+        _MEMORY["allocator"] = "CuPy memory pool"
+        return _MEMORY
+    import cupy
+
+    rmm.reinitialize(pool_allocator=True)
+    cupy.cuda.set_allocator(rmm_cupy_allocator)
+    _MEMORY["allocator"] = "RMM pool (cuDF and CuPy)"
+    return _MEMORY
+
+
+_MEMORY: dict = {}
+
+
+def _minimum_at(labels, new, src, dst):
+    """NumPy hooking step of :func:`components_xp`."""
+    lu = labels[src]
+    lv = labels[dst]
+    m = np.minimum(lu, lv)
+    for target in (lu, lv, src, dst):
+        np.minimum.at(new, target, m)
+
+
+def components_xp(xp, src, dst, n: int, hook=_minimum_at):
+    """Connected components by min-label hooking and pointer jumping.
+
+    Each sweep lowers, for every edge (u, v) with m = min(L[u], L[v]), the
+    labels of u, v and of the roots L[u], L[v] to m (``hook``), then jumps
+    pointers (L = L[L]) until every node points at a root.  Labels only
+    decrease and always name a node of the same component; at the fixed point
+    both ends of every edge share one root, the component's smallest node.
+    """
+    labels = xp.arange(n, dtype=xp.int64)
+    if n == 0 or src.shape[0] == 0:
+        return labels
+    while True:
+        new = labels.copy()
+        hook(labels, new, src, dst)
+        while True:
+            jumped = new[new]
+            if bool((jumped == new).all()):
+                break
+            new = jumped
+        if bool((new == labels).all()):
+            return labels
+        labels = new
+
+
+@dataclass
+class DeviceText:
+    """Normalized texts on the device (``xp`` arrays) and what it took to get them there."""
+
+    offsets: object  # int64, n + 1, from 0
+    chars: object  # uint8
+    invalid_utf8: int  # documents that had ill-formed UTF-8
+    slow_docs: int  # documents normalized on the host (an unstable code point, or repair first)
+    bytes_to_host: int  # host<->device traffic of the fallback (bytes)
+    bytes_to_device: int
+
+
+class GPUBackend:
+    """Same entry points, arguments and results as ``CPUBackend``; kernels on the device."""
+
+    name = "gpu"
+
+    def __init__(self, info: dict | None = None, *, xp=None, threads: int | None = None, span: int = SPAN,
+                 seg_bytes: int = SEGMENT_BYTES, item_threads: int = ITEM_THREADS, max_blocks: int | None = None,
+                 perm_chunk: int = PERM_CHUNK, compact_gap: int = 1 << 20):
+        from numba import config as numba_config
         from numba import cuda
-    except Exception as exc:
-        raise BackendError(f"GPU backend needs numba-cuda, which is not importable ({exc}); {EXTRA_HINT}") from None
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:
-        raise BackendError(f"no CUDA device is usable ({exc}); run with backend: cpu") from None
-    if count == 0 or not cuda.is_available():
-        raise BackendError("no CUDA device found (CuPy and numba-cuda are installed); run with backend: cpu")
-    try:
-        import cudf  # noqa: F401
 
-        frames = "cudf"
-    except Exception:
-        frames = "pyarrow"
-    return {"devices": count, "frames": frames}
+        from gpu_dedup.kernels import hash_cuda as kernels
 
+        self.k = kernels
+        self.simulator = bool(numba_config.ENABLE_CUDASIM)
+        # small batches (a verify chunk, a few pairs) legitimately launch small grids
+        numba_config.CUDA_LOW_OCCUPANCY_WARNINGS = False
+        if xp is None:
+            if self.simulator:
+                xp = np
+            else:
+                import cupy as xp
+        self.xp = xp
+        self.info = dict(info or {})
+        self.threads = threads  # None: signature_threads(num_perm)
+        self.span = int(span)
+        self.seg_bytes = int(seg_bytes)
+        self.item_threads = int(item_threads)
+        self.perm_chunk = int(perm_chunk)
+        self.compact_gap = int(compact_gap)  # host text: gather the selected documents when the span has more
+        if self.simulator:
+            self.device_name = "CUDA simulator"
+            self.max_blocks = int(max_blocks or 4)
+        else:
+            device = cuda.get_current_device()
+            name = device.name
+            self.device_name = name.decode() if isinstance(name, bytes) else str(name)
+            self.max_blocks = int(max_blocks or device.MULTIPROCESSOR_COUNT * 16)
+        self._span_dev = None  # (host bytes, lo, hi, device copy of bytes[lo:hi]) of the last host text
+        if not self.simulator:
+            self.memory = setup_memory()
 
-def create():
-    info = probe()
-    from gpu_dedup.backends._gpu_impl import GPUBackend
+    # ------------------------------------------------------------------ plumbing
 
-    return GPUBackend(info)
+    @property
+    def mode(self) -> str:
+        where = f"CUDA kernels (numba-cuda) on {self.device_name}"
+        if self.info.get("frames") == "cudf":
+            frames = ("cuDF reads Parquet text columns and writes shards; text, signatures, buckets and graphs "
+                      "in device memory")
+        else:
+            frames = "text, signatures, buckets and graphs in device memory (cuDF not installed: pyarrow writes)"
+        pool = getattr(self, "memory", {}).get("allocator")
+        if pool:
+            frames += f"; {pool}"
+        comps = "cuGraph components" if self._cugraph() is not None else "CuPy components"
+        return f"gpu: {where}, {frames}, {comps}"
+
+    def prepare(self, cfg) -> float:
+        """Compile the CUDA kernels a run with ``cfg`` launches, before the first stage (numba-cuda
+        compiles a kernel at its first launch in each process), on a tiny sample; logs once when
+        something compiles.  Returns the seconds spent.  Nothing to do under the simulator."""
+        if self.simulator:
+            return 0.0
+        seconds, _ = prepare_kernels(self, cfg)
+        self.synchronize()
+        return seconds
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work (for timings)."""
+        if self.xp is not np:
+            self.xp.cuda.Device().synchronize()
+
+    def _dev(self, a, dtype=None):
+        """``a`` on the device as a contiguous array of ``dtype``: device arrays are used in place
+        (cast if needed); host arrays are copied, and the copy counted (under the simulator the copy
+        is a NumPy copy: it writes every argument back)."""
+        if on_device(a):
+            return self.xp.ascontiguousarray(a if dtype is None else a.astype(dtype, copy=False))
+        host = np.ascontiguousarray(a, dtype=dtype)
+        if self.xp is not np:
+            count_transfer("host_to_device_bytes", host.nbytes)
+        return self.xp.array(host)
+
+    @staticmethod
+    def _host(a) -> np.ndarray:
+        return to_host(a)  # counted when ``a`` is on the device
+
+    def _out(self, a, device: bool):
+        """A result where the inputs were: left on the device, or copied to the host."""
+        return a if device else self._host(a)
+
+    def _span(self, data: np.ndarray, lo: int, hi: int):
+        """Device copy of host text bytes ``data[lo:hi]``; the last span is kept, so repeated calls
+        inside it (verify's chunks, signature batches of one span) copy nothing more."""
+        c = self._span_dev
+        if c is None or c[0] is not data or lo < c[1] or hi > c[2]:
+            part = data[lo:hi] if hi > lo else np.zeros(1, np.uint8)  # no zero-size arguments
+            c = self._span_dev = (data, lo, hi, self._dev(part, np.uint8))
+        return c[3][lo - c[1]:] if lo > c[1] else c[3]
+
+    def _text(self, strings: StringBuffers, docs=None):
+        """(count, starts, ends, bytes) of the selected documents, on the device.  Device strings are
+        read in place; host strings upload only the byte span the selection covers, or, when that span
+        holds more than ``compact_gap`` bytes besides twice the selection (scattered documents, e.g. a
+        verify chunk of a corpus kept on the host), only the selected documents (an Arrow take)."""
+        xp = self.xp
+        if on_device(strings.offsets):
+            docs = xp.arange(len(strings), dtype=xp.int64) if docs is None else self._dev(docs, np.int64)
+            data = strings.data if strings.data.shape[0] else xp.zeros(1, dtype=xp.uint8)
+            return docs.shape[0], strings.offsets[docs], strings.offsets[docs + 1], data
+        docs = np.arange(len(strings), dtype=np.int64) if docs is None else np.asarray(to_host(docs), np.int64)
+        starts = strings.offsets[docs].astype(np.int64)
+        ends = strings.offsets[docs + 1].astype(np.int64)
+        lo = int(starts.min()) if docs.shape[0] else 0
+        hi = int(ends.max()) if docs.shape[0] else 0
+        if hi - lo > 2 * int((ends - starts).sum()) + self.compact_gap:
+            picked = string_buffers(arrow_strings(strings.offsets, strings.data).take(pa.array(docs)))
+            data = picked.data if picked.data.shape[0] else np.zeros(1, np.uint8)
+            return docs.shape[0], self._dev(picked.offsets[:-1]), self._dev(picked.offsets[1:]), self._dev(data)
+        return docs.shape[0], self._dev(starts - lo), self._dev(ends - lo), self._span(strings.data, lo, hi)
+
+    def _blocks(self, items: int, per_block: int = 1) -> int:
+        return max(1, min(self.max_blocks, -(-items // per_block)))
+
+    def _sig(self, sig):
+        """Signature values as a contiguous uint32 device matrix (checked as on the CPU when on the host)."""
+        return self._dev(sig, np.uint32) if on_device(sig) else self._dev(signature_values(sig))
+
+    @staticmethod
+    def _shingle_args(params: HashParams, shingle: str, ngram: int):
+        return (shingle == "word", np.int64(ngram), np.uint64(params.shingle_base), np.uint64(params.word_base),
+                np.uint64(params.word_base2))
+
+    def _segments(self, starts, ends):
+        seg_doc, lo, hi = segment_table(starts, ends, self.seg_bytes)  # on the device
+        return seg_doc.shape[0], (seg_doc, lo, hi)
+
+    def _count_pass(self, data, d_start, d_end, nseg, segs, sargs, threads):
+        """Full-shingle counts and first token positions (count kernel)."""
+        xp = self.xp
+        counts = xp.zeros(d_start.shape[0], dtype=xp.int64)
+        first = d_end.copy()
+        if nseg:
+            self.k.count_segments[self._blocks(nseg), threads](data, d_start, d_end, *segs, *sargs, counts, first)
+        return counts, first
+
+    def _short_values(self, data, d_start, d_end, first, short, sargs):
+        xvals = self.xp.empty(short.shape[0], dtype=self.xp.uint64)
+        if short.shape[0]:
+            t = self.item_threads
+            self.k.short_values[self._blocks(short.shape[0], t), t](short, data, d_start, d_end, first, *sargs, xvals)
+        return xvals
+
+    # ------------------------------------------------------------------ kernels
+
+    def minhash(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, num_perm=None, docs=None):
+        """Signatures (len(docs) x num_perm) and shingle counts of the selected documents."""
+        out, counts = self.minhash_device(strings, params, shingle, ngram, num_perm, docs)
+        device = on_device(strings.offsets)
+        return self._out(out, device), self._out(counts, device)
+
+    def minhash_device(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, num_perm=None,
+                       docs=None):
+        """:meth:`minhash` with the results left on the device (``xp`` arrays)."""
+        xp = self.xp
+        num_perm = params.num_perm if num_perm is None else int(num_perm)
+        m, d_start, d_end, data = self._text(strings, docs)
+        if m == 0 or num_perm == 0:
+            return xp.empty((m, num_perm), dtype=xp.uint32), xp.zeros(m, dtype=xp.int64)
+        nseg, segs = self._segments(d_start, d_end)
+        sargs = self._shingle_args(params, shingle, ngram)
+        a = self._dev(params.a[:num_perm], np.uint32)
+        b = self._dev(params.b[:num_perm], np.uint32)
+        out = xp.full((m, num_perm), params.sentinel, dtype=xp.uint32)
+        counts = xp.zeros(m, dtype=xp.int64)
+        first = d_end.copy()
+        threads = self.threads or signature_threads(min(num_perm, self.perm_chunk))
+        for p0 in range(0, num_perm, self.perm_chunk):  # one launch unless num_perm > perm_chunk
+            p1 = min(num_perm, p0 + self.perm_chunk)
+            whole = p0 == 0 and p1 == num_perm
+            part = out if whole else xp.full((m, p1 - p0), params.sentinel, dtype=xp.uint32)
+            c, f = (counts, first) if p0 == 0 else (xp.zeros(m, dtype=xp.int64), d_end.copy())
+            if nseg:
+                shared = (p1 - p0 + self.span) * 4
+                self.k.minhash_segments[self._blocks(nseg), threads, 0, shared](
+                    data, d_start, d_end, *segs, *sargs, a[p0:p1], b[p0:p1], np.int64(self.span), part, c, f
+                )
+            if not whole:
+                out[:, p0:p1] = part
+        short = xp.flatnonzero((counts == 0) & (first < d_end)).astype(xp.int64)
+        if short.shape[0]:
+            xvals = self._short_values(data, d_start, d_end, first, short, sargs)
+            t = self.item_threads
+            self.k.short_signatures[self._blocks(short.shape[0] * num_perm, t), t](short, xvals, a, b, out, counts)
+        return out, counts
+
+    def shingle_sets(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, docs=None):
+        """Sorted distinct shingle values of each selected document, as CSR (offsets, values)."""
+        xp = self.xp
+        device = on_device(strings.offsets)
+        m, d_start, d_end, data = self._text(strings, docs)
+        if m == 0:
+            return self._out(xp.zeros(1, dtype=xp.int64), device), self._out(xp.zeros(0, dtype=xp.uint64), device)
+        nseg, segs = self._segments(d_start, d_end)
+        sargs = self._shingle_args(params, shingle, ngram)
+        threads = self.threads or 128
+        counts, first = self._count_pass(data, d_start, d_end, nseg, segs, sargs, threads)
+        is_short = (counts == 0) & (first < d_end)
+        raw_offsets = xp.zeros(m + 1, dtype=xp.int64)
+        raw_offsets[1:] = xp.cumsum(counts + is_short.astype(xp.int64))
+        raw = xp.empty(int(raw_offsets[-1]), dtype=xp.uint64)
+        if nseg and raw.shape[0]:
+            cursor = raw_offsets[:-1].copy()
+            self.k.emit_segments[self._blocks(nseg), threads, 0, self.span * 8](
+                data, d_start, d_end, *segs, *sargs, np.int64(self.span), cursor, raw
+            )
+        short = xp.flatnonzero(is_short).astype(xp.int64)
+        if short.shape[0]:
+            raw[raw_offsets[short]] = self._short_values(data, d_start, d_end, first, short, sargs)
+        offsets, values = sorted_unique_segments(xp, raw_offsets, raw)
+        return self._out(offsets, device), self._out(values, device)
+
+    def jaccard_pairs(self, set_offsets, set_values, left, right) -> np.ndarray:
+        xp, e = self.xp, len(left)
+        device = on_device(set_values) or on_device(left)
+        if e == 0:
+            return self._out(xp.empty(0, dtype=xp.float64), device)
+        out = xp.empty(e, dtype=xp.float64)
+        values = set_values if len(set_values) else np.zeros(1, np.uint64)
+        t = self.item_threads
+        self.k.jaccard_pairs[self._blocks(e, t), t](
+            self._dev(set_offsets, np.int64), self._dev(values, np.uint64), self._dev(left, np.int64),
+            self._dev(right, np.int64), out,
+        )
+        return self._out(out, device)
+
+    def signature_similarity(self, sig, left, right) -> np.ndarray:
+        xp, e = self.xp, len(left)
+        device = on_device(sig) or on_device(left)
+        if e == 0:
+            return self._out(xp.empty(0, dtype=xp.float64), device)
+        out = xp.empty(e, dtype=xp.float64)
+        t = self.item_threads
+        self.k.signature_similarity[self._blocks(e, t), t](
+            self._sig(sig), self._dev(left, np.int64), self._dev(right, np.int64), out
+        )
+        return self._out(out, device)
+
+    def band_hashes(self, sig, bands: int, rows: int, band_base: int) -> np.ndarray:
+        """One 64-bit hash per band of ``rows`` uint32 signature values: (n, bands) uint64."""
+        xp, n, device = self.xp, sig.shape[0], on_device(sig)
+        if n == 0 or bands == 0:
+            return self._out(xp.empty((n, bands), dtype=xp.uint64), device)
+        out = xp.empty((n, bands), dtype=xp.uint64)
+        t = self.item_threads
+        self.k.band_hashes[self._blocks(n * bands, t), t](
+            self._sig(sig), np.int64(bands), np.int64(rows), np.uint64(band_base), out
+        )
+        return self._out(out, device)
+
+    def exact_hashes(self, strings: StringBuffers, seed1: int, seed2: int) -> np.ndarray:
+        """Two 64-bit lanes of the exact-duplicate key of every document: (n, 2) uint64."""
+        xp, n, device = self.xp, len(strings), on_device(strings.offsets)
+        if n == 0:
+            return self._out(xp.empty((0, 2), dtype=xp.uint64), device)
+        out = xp.empty((n, 2), dtype=xp.uint64)
+        if device:
+            offsets = self._dev(strings.offsets, np.int64)
+            data = strings.data if strings.data.shape[0] else xp.zeros(1, dtype=xp.uint8)
+        else:  # the byte span of the documents, offsets shifted to it
+            lo, hi = int(strings.offsets[0]), int(strings.offsets[-1])
+            offsets, data = self._dev(strings.offsets - lo, np.int64), self._span(strings.data, lo, hi)
+        t = self.item_threads
+        self.k.exact_hashes[self._blocks(n, t), t](offsets, data, np.uint64(seed1), np.uint64(seed2), out)
+        return self._out(out, device)
+
+    # ------------------------------------------------------------------ text
+
+    def normalize_column(self, column, cfg):
+        """Normalized texts of a string column as device :class:`StringBuffers`, and the number
+        of documents with ill-formed UTF-8 (the CPU's ``normalize_counted``, bit for bit).
+
+        ``column``: a host Arrow array (its offsets and bytes are copied to the device once,
+        counted) or a cuDF Series / pylibcudf Column already on the device (its buffers are
+        read in place).  Under the simulator the buffers stay NumPy arrays."""
+        offsets, chars, valid = column_buffers(column, self.xp)
+        offsets, chars = self._dev(offsets, np.int64), self._dev(chars, np.uint8)
+        if valid is not None:
+            valid = self._dev(valid, np.bool_)
+        out = self.normalize(offsets, chars, cfg, valid)
+        return StringBuffers(out.offsets, out.chars), out.invalid_utf8
+
+    def text_reader(self, cfg):
+        """The reader of Parquet text columns into device memory (:meth:`read_text`) for a run with
+        ``cfg``, or None: cuDF not installed, ``gpu.reader: pyarrow``, or the simulator."""
+        if self.info.get("frames") != "cudf" or cfg.gpu.reader != "cudf" or self.simulator:
+            return None
+        return self.read_text
+
+    def read_text(self, path: str, column: str):
+        """The string column ``column`` of Parquet file ``path`` as a cuDF Series in device memory
+        (``cudf.read_parquet``).  The column chunks' compressed bytes are what crosses the bus
+        (counted as host->device bytes of the read stage)."""
+        import cudf
+
+        meta = pq.ParquetFile(path).metadata
+        names = [meta.schema.column(j).path.split(".")[0] for j in range(meta.num_columns)]
+        chunks = [j for j, name in enumerate(names) if name == column]
+        count_transfer("host_to_device_bytes", sum(meta.row_group(g).column(j).total_compressed_size
+                                                   for g in range(meta.num_row_groups) for j in chunks))
+        try:
+            return cudf.read_parquet(path, columns=[column])[column]
+        except MemoryError as exc:  # RMM out of device memory
+            raise ResourceError(f"out of device memory reading the text of shard {path!r} ({exc}); set "
+                                "gpu.memory_limit lower (the run then goes in batches) or gpu.reader: pyarrow") from None
+        except (OSError, RuntimeError, ValueError) as exc:  # libcudf's errors
+            raise InputError(f"cuDF could not read text column {column!r} of shard {path!r} ({exc}); replace "
+                             "the shard, or set gpu.reader: pyarrow to read it on the host") from None
+
+    def write_parquet(self, src: str, keep, dst: str, compression: str) -> int | None:
+        """cuDF writer of the write stage: read Parquet shard ``src`` into device memory, keep the rows
+        of ``keep`` and write them to ``dst`` with ``compression``; None when cuDF is not installed, the
+        codec is one cuDF cannot write (gzip, brotli), cuDF cannot read or write this shard (a type it
+        lacks, device memory), or the shard changed its row count (the host writer then writes, or
+        reports the change).
+
+        cuDF marks a column without nulls ``required`` unless told otherwise; the columns are written
+        nullable where the input's are all nullable (as pyarrow writes them), so that the schema stays
+        the input's and the caller's schema check passes."""
+        codec = {"none": None, "snappy": "snappy", "zstd": "ZSTD", "lz4": "LZ4"}  # cudf.DataFrame.to_parquet
+        if self.info.get("frames") != "cudf" or compression not in codec:
+            return None
+        import cudf
+
+        nullable = all(field.nullable for field in pq.read_schema(src))
+        try:
+            frame = cudf.read_parquet(src)
+            if len(frame) != keep.shape[0]:
+                return None
+            mask = self._dev(keep, np.bool_)
+            kept = frame[cudf.Series(mask)] if len(frame) else frame
+            kept.to_parquet(dst, compression=codec[compression], index=False, force_nullable_schema=nullable)
+        except (MemoryError, RuntimeError, ValueError, NotImplementedError, TypeError) as exc:  # libcudf's errors
+            log.debug("cuDF did not write %s (%s): pyarrow writes it", src, exc)
+            return None
+        return int(len(kept))
+
+    def plan_memory(self, shards, cfg) -> dict:
+        """Where a single-process run of ``shards`` keeps its data under ``gpu.memory_limit``.
+
+        The estimate (from Parquet metadata, or the file size of JSONL) counts the text three
+        times (raw, normalized, the kernel's scratch) and, per document, its signature, band
+        hashes and ~100 bytes of driver arrays.  ``resident``: everything stays in device memory;
+        otherwise the run keeps its driver arrays and normalized text in host memory and each
+        kernel batch uploads at most ``batch_bytes`` of text (a quarter of the limit)."""
+        text, rows = corpus_estimate(shards, cfg.input.text_column, self.xp)
+        b, r = cfg.layout
+        need = 3 * text + rows * (4 * cfg.signature_perms + 16 * b + 96)
+        device = self.device_memory()
+        limit = cfg.gpu.limit_bytes(device)
+        resident = self.simulator or need <= limit
+        return {"memory_limit_bytes": limit, "device_bytes": device, "estimate_bytes": int(need),
+                "resident": bool(resident), "batch_bytes": None if resident else max(1 << 20, limit // 4)}
+
+    def device_memory(self) -> int:
+        """Total memory of the current device in bytes (0 under the simulator)."""
+        if self.simulator:
+            return 0
+        return int(self.xp.cuda.runtime.memGetInfo()[1])
+
+    def _text_tables(self, form: str):
+        """Device copies of the property table of ``form`` (once per backend and form)."""
+        cache = self.__dict__.setdefault("_tables_dev", {})
+        if form not in cache:
+            stage1, stage2 = text_kernel.property_table(form)
+            cache[form] = (self._dev(stage1, np.uint16), self._dev(stage2, np.uint64))
+        return cache[form]
+
+    def _gather(self, src_values, src, lengths, dst, dst_values) -> None:
+        if src.shape[0]:
+            self.k.gather_segments[self._blocks(src.shape[0]), self.item_threads](src_values, src, lengths, dst,
+                                                                                  dst_values)
+
+    def normalize(self, offsets, chars, cfg, valid=None) -> DeviceText:
+        """Normalize device string buffers (``offsets`` int32/int64 n + 1, ``chars`` uint8, the
+        layout of a cuDF / Arrow string column; ``valid``: optional bool mask, nulls read as
+        empty) into new device buffers, byte-identical to the CPU's ``normalize_counted``.
+
+        The one-pass kernel of ``kernels/text_scalar.py`` runs a thread per document; only the
+        documents it hands back (an unstable code point, or ill-formed UTF-8 whose
+        replacement does not fit) cross the bus, go through the host's slow path
+        (``gpu_dedup.backends.textnorm.slow_path``: repair, utf8proc, the same kernel) and
+        come back; their bytes are counted in the result.
+        """
+        xp = self.xp
+        need = text_kernel.need_mask(cfg.unicode, cfg.lowercase)
+        offsets = xp.asarray(offsets).astype(xp.int64)
+        n = offsets.shape[0] - 1
+        starts = xp.ascontiguousarray(offsets[:-1])
+        ends = xp.ascontiguousarray(offsets[1:])
+        if valid is not None:
+            ends = xp.where(xp.asarray(valid, dtype=bool), ends, starts)
+        if chars.shape[0] == 0:
+            chars = xp.zeros(1, dtype=xp.uint8)  # no zero-size kernel arguments
+        out = xp.empty(chars.shape[0], dtype=xp.uint8)
+        lengths = xp.zeros(n, dtype=xp.int64)
+        status = xp.zeros(n, dtype=xp.int64)
+        if n:
+            stage1, stage2 = self._text_tables(cfg.unicode)
+            act = self._dev(text_kernel.ascii_actions(cfg.lowercase, cfg.punctuation, cfg.whitespace), np.int64)
+            t = self.item_threads
+            self.k.normalize_texts[self._blocks(n, t), t](
+                chars, starts, ends, stage1, stage2, act, np.int64(need), bool(cfg.lowercase),
+                bool(cfg.punctuation), bool(cfg.whitespace), out, starts, lengths, status)
+        slow_mask = (status & (text_kernel.UNSTABLE | text_kernel.OVERFLOW)) != 0
+        invalid = int(((~slow_mask) & ((status & text_kernel.INVALID) != 0)).sum())
+        slow = xp.flatnonzero(slow_mask).astype(xp.int64)
+        m = int(slow.shape[0])
+        down = up = 0
+        if m:
+            seg_len = ends[slow] - starts[slow]
+            seg_off = xp.zeros(m + 1, dtype=xp.int64)
+            seg_off[1:] = xp.cumsum(seg_len)
+            seg = xp.empty(max(1, int(seg_off[-1])), dtype=xp.uint8)
+            self._gather(chars, starts[slow], seg_len, seg_off[:-1], seg)
+            host_seg, host_off = self._host(seg)[: int(seg_off[-1])], self._host(seg_off)
+            down = host_seg.nbytes + host_off.nbytes
+            fb, fb_off, bad = slow_path(host_seg, host_off, cfg)
+            invalid += bad
+            fb_dev = self._dev(fb if fb.shape[0] else np.zeros(1, np.uint8), np.uint8)
+            fb_off_dev = self._dev(fb_off, np.int64)
+            up = fb.nbytes + fb_off.nbytes
+            lengths[slow] = fb_off_dev[1:] - fb_off_dev[:-1]
+        new_offsets = xp.zeros(n + 1, dtype=xp.int64)
+        new_offsets[1:] = xp.cumsum(lengths)
+        result = xp.empty(max(1, int(new_offsets[-1])), dtype=xp.uint8)
+        ok = xp.flatnonzero(~slow_mask).astype(xp.int64)
+        self._gather(out, starts[ok], lengths[ok], new_offsets[ok], result)
+        if m:
+            self._gather(fb_dev, fb_off_dev[:-1], lengths[slow], new_offsets[slow], result)
+        return DeviceText(new_offsets, result[: int(new_offsets[-1])], invalid, m, down, up)
+
+    # ------------------------------------------------------------------ graphs and frames
+
+    @staticmethod
+    def _cugraph():
+        try:
+            import cugraph
+        except Exception:
+            return None
+        return cugraph
+
+    def _hook(self, labels, new, src, dst):
+        t = self.item_threads
+        self.k.hook_min[self._blocks(src.shape[0], t), t](labels, new, src, dst)
+
+    def components(self, src, dst, n: int) -> np.ndarray:
+        """Connected components; label = smallest node index in the component."""
+        device = on_device(src)
+        if n == 0:
+            return self._out(self.xp.zeros(0, dtype=self.xp.int64), device)
+        src = self._dev(src, np.int64)
+        dst = self._dev(dst, np.int64)
+        cugraph = None if self.simulator else self._cugraph()
+        if cugraph is not None and src.shape[0]:
+            try:
+                return self._out(self._components_cugraph(cugraph, src, dst, n), device)
+            except Exception as exc:  # pragma: no cover - needs cuGraph
+                log.warning("cuGraph components failed (%s); using the CuPy implementation", exc)
+        return self._out(components_xp(self.xp, src, dst, n, hook=self._hook), device)
+
+    def _components_cugraph(self, cugraph, src, dst, n):  # pragma: no cover - needs cuGraph
+        import cudf
+
+        xp = self.xp
+        g = cugraph.Graph(directed=False)
+        g.from_cudf_edgelist(cudf.DataFrame({"src": src, "dst": dst}), source="src", destination="dst")
+        wcc = cugraph.weakly_connected_components(g)
+        wcc["root"] = wcc.groupby("labels")["vertex"].transform("min")
+        labels = xp.arange(n, dtype=xp.int64)
+        labels[xp.asarray(wcc["vertex"].values, dtype=xp.int64)] = xp.asarray(wcc["root"].values, dtype=xp.int64)
+        return labels

@@ -1,6 +1,6 @@
 """Host implementation of text normalization (the CPU path and the GPU path's fallback).
 
-See ``gpu_dedup.stages.normalize`` for the definition and ``kernels/text.py``
+See ``gpu_dedup.stages.normalize`` for the definition and ``kernels/text_scalar.py``
 for the one-pass kernel.  This module sits in the backends layer so that the
 GPU backend can send its unstable documents through the very same host code.
 """
@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from gpu_dedup.backends.strings import as_arrow_strings, string_buffers
 from gpu_dedup.config import NormalizeConfig
-from gpu_dedup.kernels import text as tk
+from gpu_dedup.kernels import text_scalar as tk
 from gpu_dedup.kernels import text_cpu
 
 
@@ -45,7 +45,7 @@ def repair_utf8(texts) -> tuple[pa.Array, int]:
             return pc.cast(arr, pa.large_string()), 0
         except pa.ArrowInvalid:
             pass
-    from gpu_dedup.kernels import cpu as kernels
+    from gpu_dedup.kernels import hash_cpu as kernels
 
     validity = arr.is_valid()
     buffers = string_buffers(arr)

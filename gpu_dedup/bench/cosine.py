@@ -75,7 +75,7 @@ from gpu_dedup.stages.projections import (
     signatures,
     text_signatures,
 )
-from gpu_dedup.stages.survivors import split_chains
+from gpu_dedup.stages.selection import split_chains
 from gpu_dedup.stages.vectors import (
     document_frequencies,
     idf_table,

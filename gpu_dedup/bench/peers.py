@@ -341,7 +341,7 @@ def _importable(tool: str) -> bool:
 
 def _gpu_usable() -> bool:
     try:
-        from gpu_dedup.backends.gpu import probe
+        from gpu_dedup.backends.gpu_probe import probe
 
         probe()
         return True
@@ -538,7 +538,7 @@ def _ratios(e2e, sig) -> dict:
     return out
 
 
-# integer operations per permutation of one shingle key (hash family v2, kernels/scalar.py): a 32-bit
+# integer operations per permutation of one shingle key (hash family v2, kernels/hash_scalar.py): a 32-bit
 # multiply, an add and the running minimum, in 32-bit vector lanes
 OPS_PER_PERM = 3
 LANES = 16  # 32-bit lanes of a 512-bit vector (AVX-512); a 256-bit unit halves this

@@ -16,7 +16,7 @@ jobs the wall time of a one-thread call includes time the thread waited.
 Same corpus (the planted corpus of ``bench peers``), word 5-grams, 128
 permutations.  A second table times the permutation step alone for three
 families on the same random keys (the choice behind hash family v2,
-``kernels/scalar.py``): 32-bit affine maps (v2), 64-bit multiply-shift
+``kernels/hash_scalar.py``): 32-bit affine maps (v2), 64-bit multiply-shift
 ``((a*x + b) mod 2**64) >> 32`` on 64-bit keys, and Dietzfelbinger's
 multiply-add-shift of a 32-bit key with 64-bit ``a, b``; each as explicit
 vector code (16 permutations per operation, eight keys per pass, the
@@ -67,7 +67,7 @@ def _timed(fn, repeats: int):
 
 
 LANES = 16  # permutations per explicit vector operation (one AVX-512 register of 64-bit values)
-KEYS = 8  # keys folded per pass, as in the production sweep (kernels/cpu.py)
+KEYS = 8  # keys folded per pass, as in the production sweep (kernels/hash_cpu.py)
 
 
 def _family_intrinsic(family: str):

@@ -7,13 +7,13 @@ manual pages when /usr/share/man has them) the table gives, per stage, our
 throughput, the limit's throughput on the same bytes in the same process, and
 their ratio:
 
-* read Parquet: ``read_shards.read`` of one shard against
+* read Parquet: ``read`` of one shard against
   ``pyarrow.parquet.read_table`` of the same file and the same columns;
-* read JSONL: ``read_shards.read`` against reading the file's bytes;
+* read JSONL: ``read`` against reading the file's bytes;
 * normalize: ``normalize_counted`` (the default NFKC, lowercase, punctuation,
   whitespace) against a memory copy of the text bytes and against one
   ``decode_utf8`` pass over every document (parallel, like ours);
-* write Parquet: ``write_shards.write_shard`` (reads the shard, filters it,
+* write Parquet: ``storage.write_shard`` (reads the shard, filters it,
   writes it) against the same three steps in plain pyarrow calls, against
   ``pyarrow.parquet.write_table`` of the same kept table with the same codec
   (no read, no filter), and against zstd of the same text bytes;
@@ -48,8 +48,8 @@ from gpu_dedup.config import InputConfig, NormalizeConfig
 from gpu_dedup.evaluation.sample import planted_corpus
 from gpu_dedup.kernels.text_cpu import dev as _text_dev
 from gpu_dedup.stages.normalize import normalize_counted, raw_buffers, repair_utf8
-from gpu_dedup.stages.read_shards import discover, read
-from gpu_dedup.stages.write_shards import write_shard
+from gpu_dedup.stages.read import read
+from gpu_dedup.storage import discover, write_shard
 
 _decode = _text_dev.decode_utf8
 
@@ -161,7 +161,7 @@ def bench_corpus(name: str, table: pa.Table, tmp: Path, repeat: int) -> list[dic
 _CHILD = r"""
 import sys
 from gpu_dedup.config import InputConfig
-from gpu_dedup.stages.read_shards import discover, read_columns
+from gpu_dedup.storage import discover, read_columns
 t = read_columns(discover([sys.argv[1]])[0], InputConfig(text_column="text", id_column="id"))
 with open("/proc/self/status") as f:
     hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
@@ -174,7 +174,7 @@ def jsonl_peak_memory(tmp: Path, target_mb: int) -> dict:
     base = planted_corpus(20_000, 400, seed=3).table.select(["id", "text"])
     one = write_jsonl(base, tmp / "unit.jsonl").stat().st_size
     path = write_jsonl(base, tmp / "big.jsonl", repeat=max(1, round(target_mb * 1e6 / one)))
-    baseline = subprocess.run([sys.executable, "-c", "import gpu_dedup.stages.read_shards, gpu_dedup.kernels.lines\n"
+    baseline = subprocess.run([sys.executable, "-c", "import gpu_dedup.stages.read, gpu_dedup.kernels.lines_cpu\n"
                                "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')) * 1024)"],
                               capture_output=True, text=True, check=True)
     t = time.perf_counter()

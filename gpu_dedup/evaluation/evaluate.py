@@ -28,7 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_dedup import __version__
+from gpu_dedup import storage
+from gpu_dedup.version import __version__
 from gpu_dedup.backends import get_backend
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.config import Config
@@ -39,14 +40,14 @@ from gpu_dedup.kernels.params import hash_params
 from gpu_dedup.report.plots import plot_evaluation
 from gpu_dedup.run.local import run as pipeline_run
 from gpu_dedup.run.outdir import check_report_files
-from gpu_dedup.stages import read_shards, write_shards
 from gpu_dedup.stages import vectors as vec
 from gpu_dedup.stages.exact import exact_groups
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import normalize, repair_utf8
 from gpu_dedup.stages.projections import OK
+from gpu_dedup.stages.read import read
 from gpu_dedup.stages.verify import cosine_similarity, vector_norms
-from gpu_dedup.stages.write_shards import atomic_write_bytes
+from gpu_dedup.storage import atomic_write_bytes
 
 
 def cluster_pairs(labels, ignore=None, max_pairs: int = 50_000_000):
@@ -718,8 +719,8 @@ class Evaluation:
         self.workdir = Path(workdir)
         self.backend = get_backend(cfg.backend)
         score = cfg.select.score_column if cfg.select.keep == "score" else None
-        shards = read_shards.discover(inputs, cfg.input.format)
-        corpus = read_shards.read(shards, cfg.input, score)
+        shards = storage.discover(inputs, cfg.input.format)
+        corpus = read(shards, cfg.input, score)
         total = len(corpus)
         if total == 0:
             raise InputError(f"the corpus {inputs!r} has no documents; nothing to evaluate")
@@ -737,7 +738,7 @@ class Evaluation:
         labels = None
         if label_column:
             try:
-                lab = read_shards.read(shards, replace(cfg.input, id_column=label_column)).table.column("id")
+                lab = read(shards, replace(cfg.input, id_column=label_column)).table.column("id")
             except InputError as exc:  # read as the id column: name the option the user gave
                 raise InputError(str(exc).replace("id column", "label column", 1).replace(
                     "input.id_column (--id-column)", "--label-column").replace("ids must", "labels must")) from None
@@ -745,7 +746,7 @@ class Evaluation:
         self.sample_dir = self.workdir / "sample"
         self.sample_dir.mkdir(parents=True, exist_ok=True)
         cols = ["id", "text"] + (["score"] if score else []) + (["vector"] if vectors is not None else [])
-        write_shards.atomic_write_parquet(self.sample_dir / "sample.parquet", table.select(cols), "zstd")
+        storage.atomic_write_parquet(self.sample_dir / "sample.parquet", table.select(cols), "zstd")
         self.ids = table.column("id")
         self.truth = exact_truth(table.column("text"), cfg, floor, labels, self.backend, vectors)
         self.info = {

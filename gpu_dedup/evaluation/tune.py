@@ -20,8 +20,7 @@ from gpu_dedup.curves import error_areas, optimal_layout, s_curve
 from gpu_dedup.evaluation.evaluate import Evaluation
 from gpu_dedup.report.plots import plot_layouts
 from gpu_dedup.run.outdir import check_report_files
-from gpu_dedup.stages.write_shards import atomic_write_bytes
-
+from gpu_dedup.storage import atomic_write_bytes
 
 TUNE_KEYS = ("threshold", "pick", "layouts")  # what marks a tune.json gpu_dedup wrote
 

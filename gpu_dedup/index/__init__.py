@@ -1,11 +1,13 @@
-"""A persisted index for incremental dedup and online queries (see :mod:`gpu_dedup.index.store`)."""
+"""A persisted index for incremental dedup and online queries.
 
-from gpu_dedup.index.store import (
-    AddResult,
-    Index,
-    IndexBuilder,
-    IndexMismatchError,
-    index_fingerprint,
-)
+``format`` is the on-disk layout (manifest, segments, fingerprints), ``store``
+opens, reads and appends to an index (:class:`Index`, :class:`IndexBuilder`),
+``query`` answers online queries, ``add`` deduplicates a DataFrame against an
+index and appends it, and ``commands`` are the CLI's index runs.
+"""
+
+from gpu_dedup.index.add import AddResult
+from gpu_dedup.index.format import IndexMismatchError, index_fingerprint
+from gpu_dedup.index.store import Index, IndexBuilder
 
 __all__ = ["Index", "IndexBuilder", "IndexMismatchError", "AddResult", "index_fingerprint"]

@@ -42,106 +42,45 @@ other way round.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import logging
-import math
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_dedup import api
-from gpu_dedup.api import DedupResult
-from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.config import Config
-from gpu_dedup.errors import ConfigError, InputError, OutputError
+from gpu_dedup.errors import InputError, OutputError
+from gpu_dedup.index.add import AddResult, add
+from gpu_dedup.index.format import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    SEGMENT_FILES,
+    IndexMismatchError,
+    Segment,
+    check_indexable,
+    fingerprint_of,
+    index_config,
+    index_fingerprint,
+    index_similarity,
+    is_index_manifest,
+    read_ipc,
+    same_kind,
+    segment_name,
+    write_ipc,
+)
+from gpu_dedup.index.query import query
 from gpu_dedup.kernels.params import HASH_FAMILY_NAME
-from gpu_dedup.run.local import run
 from gpu_dedup.run.outdir import check_output_path
-from gpu_dedup.stages.families import NO_KEY, RowData, family_for
-from gpu_dedup.stages.normalize import normalize
-from gpu_dedup.stages.vectors import Vectors, from_numpy
-from gpu_dedup.stages.write_shards import ROW, atomic_write_bytes
-
-FORMAT = "gpu_dedup-index"
-FORMAT_VERSION = 2  # 2: hash family v2 (kernels/params.py HASH_FAMILY); the manifest names the family
-MANIFEST = "manifest.json"
-SEGMENT_FILES = ("docs.arrow", "bands.arrow", "centers.arrow")
-
-
-def segment_name(k: int) -> str:
-    """The directory of segment ``k`` (0: the one a build writes)."""
-    return f"seg-{k:05d}"
+from gpu_dedup.stages.families import NO_KEY, family_for
+from gpu_dedup.stages.vectors import Vectors
+from gpu_dedup.storage import atomic_write_bytes
 
 log = logging.getLogger("gpu_dedup")
-
-
-def index_config(cfg: Config, layout: tuple[int, int] | None = None) -> dict:
-    """What an index's hashes and matching depend on.  Cosine: ``layout`` is the (bands, rows) of the
-    run that builds the index (default: ``cosine.bands`` / ``cosine.rows`` when both are given, else None)."""
-    d = cfg.to_dict()
-    if cfg.similarity != "cosine":
-        bands, rows = cfg.layout
-        return {"normalize": d["normalize"], "minhash": d["minhash"], "bands": bands, "rows": rows}
-    if layout is None and cfg.cosine.bands is not None and cfg.cosine.rows is not None:
-        layout = (cfg.cosine.bands, cfg.cosine.rows)
-    c = d["cosine"]
-    text = cfg.input.vector_column is None
-    out = {"similarity": "cosine", "source": "text" if text else "vectors",
-           "cosine": {"bits": c["bits"], "seed": c["seed"], **({"text": c["text"]} if text else {})},
-           "bands": layout[0] if layout else None, "rows": layout[1] if layout else None}
-    if text:
-        out["normalize"] = d["normalize"]
-    return out
-
-
-def index_fingerprint(cfg: Config, layout: tuple[int, int] | None = None) -> str:
-    return _fingerprint(index_config(cfg, layout))
-
-
-def _fingerprint(config: dict) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def index_similarity(manifest: dict) -> str:
-    """The similarity family of an index (indexes written before cosine existed are Jaccard)."""
-    return manifest.get("similarity", "jaccard")
-
-
-class IndexMismatchError(ConfigError):
-    """The configuration does not match the one the index was built with."""
-
-
-@dataclass
-class _Segment:
-    name: str
-    docs: pa.Table
-    band_hash: np.ndarray
-    band_doc: np.ndarray
-    band_start: np.ndarray  # offsets of each band's run, length bands + 1
-    centre_hash: np.ndarray
-    centre_round: np.ndarray
-    centre_doc: np.ndarray
-    centre_start: np.ndarray
-    first_doc: int
-
-    @property
-    def n(self) -> int:
-        return self.docs.num_rows
-
-
-def _write_ipc(path: Path, table: pa.Table) -> None:
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table, max_chunksize=1 << 16)
-
-
-def _read_ipc(path: Path) -> pa.Table:
-    return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
 
 
 class Index:
@@ -166,7 +105,7 @@ class Index:
         p.mkdir(parents=True, exist_ok=True)
         config = index_config(cfg, layout)
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "hash_family": HASH_FAMILY_NAME,
-                    "similarity": cfg.similarity, "fingerprint": _fingerprint(config),
+                    "similarity": cfg.similarity, "fingerprint": fingerprint_of(config),
                     "config": config, "threshold": cfg.lsh.threshold, "id_column": cfg.input.id_column,
                     "vector_column": cfg.input.vector_column,
                     "documents": 0, "segments": [],
@@ -217,12 +156,12 @@ class Index:
         segments, first = [], 0
         nb = int(manifest["config"]["bands"])
         for name in manifest["segments"]:  # one step per segment
-            docs = _read_ipc(p / name / "docs.arrow")
-            bands = _read_ipc(p / name / "bands.arrow")
-            centres = _read_ipc(p / name / "centers.arrow")
+            docs = read_ipc(p / name / "docs.arrow")
+            bands = read_ipc(p / name / "bands.arrow")
+            centres = read_ipc(p / name / "centers.arrow")
             start = np.searchsorted(np.asarray(bands.column("band")), np.arange(nb + 1)).astype(np.int64)
             cstart = np.searchsorted(np.asarray(centres.column("band")), np.arange(nb + 1)).astype(np.int64)
-            segments.append(_Segment(name, docs, np.asarray(bands.column("hash")), np.asarray(bands.column("doc")),
+            segments.append(Segment(name, docs, np.asarray(bands.column("hash")), np.asarray(bands.column("doc")),
                                      start, np.asarray(centres.column("hash")), np.asarray(centres.column("round")),
                                      np.asarray(centres.column("doc")), cstart, first))
             first += docs.num_rows
@@ -466,7 +405,7 @@ class Index:
             m = np.ascontiguousarray(vectors, np.float32)
             cols["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(m.ravel()), m.shape[1])
         want = self.segments[0].docs.schema.field("id").type if self.segments else cols["id"].type
-        if cols["id"].type != want and _same_kind(cols["id"].type, want):  # e.g. large_string from pandas
+        if cols["id"].type != want and same_kind(cols["id"].type, want):  # e.g. large_string from pandas
             try:
                 cols["id"] = pc.cast(cols["id"], want)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -484,11 +423,11 @@ class Index:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
-            _write_ipc(tmp / "docs.arrow", pa.table(cols))
-            _write_ipc(tmp / "bands.arrow", pa.table({"band": band[order], "hash": h[order], "doc": doc[order]}))
+            write_ipc(tmp / "docs.arrow", pa.table(cols))
+            write_ipc(tmp / "bands.arrow", pa.table({"band": band[order], "hash": h[order], "doc": doc[order]}))
             cb, ch, cr, cd = (np.asarray(x) for x in centres)
             corder = np.lexsort((cd, cr, ch, cb))
-            _write_ipc(tmp / "centers.arrow", pa.table({
+            write_ipc(tmp / "centers.arrow", pa.table({
                 "band": pa.array(cb[corder].astype(np.int32)), "hash": pa.array(ch[corder].astype(np.uint64)),
                 "round": pa.array(cr[corder].astype(np.int32)), "doc": pa.array(cd[corder].astype(np.int64))}))
             os.replace(tmp, self.path / name)
@@ -517,33 +456,10 @@ class Index:
         log.warning("removing %s: a segment an interrupted append left unlisted in the index manifest", seg)
         shutil.rmtree(seg)
 
-    def add(self, frame, text: str = "text", id: str | None = None, config=None, **overrides) -> "AddResult":
-        """Deduplicate the rows of ``frame`` against the index, then append all of them.
-
-        What ``gpu-dedup run NEW --against INDEX --update-index`` does, for a
-        pandas DataFrame, a pyarrow Table or a cuDF DataFrame, with the
-        conventions of :func:`gpu_dedup.dedup` (``text``, ``id``, ``config``,
-        ``overrides``).  Without ``config`` the index's own settings are used;
-        a config that changes hashes or matching fails with
-        :class:`IndexMismatchError`.  Indexed documents always survive; every
-        row is appended, removed ones included.  Returns an :class:`AddResult`.
-        """
-
-        kind = api.frame_kind(frame)
-        cfg = api.config_of(self.config() if config is None else config, text, id, overrides)
-        if cfg.cluster.enabled:
-            raise ConfigError("Index.add() runs in one process; drop cluster.workers / cluster.scheduler")
-        self.check(cfg)
-        cfg = self.pinned(cfg)
-        shard = api.frame_shard(frame, kind, text, id, cfg)
-        first = self.documents
-        if first == 0:  # the first documents name the index's id column
-            self.manifest = {**self.manifest, "id_column": id}
-        result = run([shard], None, cfg, prior=self, sink=self)
-        dup = api.frame_duplicates(result.duplicates, id)
-        return AddResult(deduplicated=api.take_rows(frame, kind, result.kept), duplicates=api.like(dup, kind),
-                         clusters=result.cluster, kept=result.kept, report=result.report, edges=result.edges,
-                         first_doc=first)
+    def add(self, frame, text: str = "text", id: str | None = None, config=None, **overrides) -> AddResult:
+        """Deduplicate the rows of ``frame`` against the index, then append all of them (see
+        :func:`gpu_dedup.index.add.add`)."""
+        return add(self, frame, text, id, config, **overrides)
 
     def info(self) -> dict:
         size = sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
@@ -555,95 +471,8 @@ class Index:
     # ---- online use ---------------------------------------------------------
     def query(self, texts=None, threshold: float | None = None, members: int = 8, backend="cpu",
               vectors=None) -> pa.Table:
-        """Indexed documents similar to each query: one row per (query, match).
-
-        Queries are ``texts`` (a list or array of strings; one string is one
-        query) or, for a cosine index of a vector column, ``vectors`` (an
-        (n, d) float array).  Candidates are exact-key
-        matches and up to ``members`` documents of every index bucket a query
-        falls in; matches are verified by the family's exact similarity
-        (Jaccard of shingle sets, or cosine) and kept when similarity >=
-        ``threshold`` (default: the index's config threshold).
-
-        Columns: ``query`` (position in ``texts``), ``row`` (the indexed
-        document's number), its id under the index's id column name (when the
-        index has one), ``similarity``, ``exact`` (same normalized text, or
-        same vector), ``kept`` (the document survived its own dedup),
-        ``cluster_id`` (the row of its cluster's survivor) and, with ids,
-        ``survivor_id``.  A query without a match has no row.
-        """
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                                      or not math.isfinite(threshold) or not 0 < threshold <= 1):
-            raise ConfigError(f"query threshold = {threshold!r} must be a number in (0, 1]; e.g. 0.8 (default: the "
-                              "index's)")
-        if isinstance(members, bool) or not isinstance(members, (int, np.integer)) or members < 0:
-            raise ConfigError(f"query members = {members!r} must be an integer >= 0 (documents compared per "
-                              "matching bucket; default 8)")
-        cfg = self.config()
-        family = family_for(cfg)
-        t = cfg.lsh.threshold if threshold is None else threshold
-        by_vector = self.similarity == "cosine" and self.manifest["config"]["source"] == "vectors"
-        if by_vector:
-            if vectors is None:
-                raise InputError(f"the index in {str(self.path)!r} holds vectors (similarity cosine): query it with "
-                                 "vectors (Index.query(vectors=...), or gpu-dedup query --jsonl --vector-column NAME)")
-            mine = from_numpy(vectors, bad_vectors="keep", name="query vectors")
-            dim = self._vector_dim()
-            if dim is not None and mine.dim != dim:
-                raise InputError(f"query vectors have {mine.dim} dimensions; the index's have {dim}")
-            rows, q = RowData(vectors=mine), len(mine)
-        else:
-            if texts is None:
-                raise InputError(f"the index in {str(self.path)!r} indexes texts: query it with texts")
-            if isinstance(texts, (str, bytes)):  # one query, not one query per character
-                texts = [texts]
-            if isinstance(texts, (list, tuple)):
-                bad = next((t for t in texts if t is not None and not isinstance(t, (str, bytes))), None)
-                if bad is not None:
-                    raise InputError(f"queries must be strings; query {texts.index(bad)} is a {type(bad).__name__} "
-                                     f"({bad!r:.40}): convert it, e.g. [str(t) for t in texts]")
-            norm = normalize(texts, cfg.normalize)
-            rows, q = RowData(strings=string_buffers(norm)), len(norm)
-        new = _new_doc_arrays(rows, family, backend)
-        qi, di = [], []
-        exact = self.exact_matches(new["keys"])
-        hit = np.flatnonzero(exact >= 0)
-        qi.append(hit)
-        di.append(exact[hit])
-        if new["cand"].shape[0]:
-            bands = new["band_hashes"].shape[1]
-            band = np.tile(np.arange(bands), new["cand"].shape[0])
-            hq, hd = self.bucket_members(band, new["band_hashes"].ravel(), members)
-            qi.append(new["cand"][hq // bands])
-            di.append(hd)
-        qa, da = np.concatenate(qi), np.concatenate(di)
-        if qa.shape[0]:
-            pairs = np.unique(np.column_stack([qa, da]), axis=0)
-            qa, da = pairs[:, 0], pairs[:, 1]
-        docs = np.unique(da)
-        if by_vector:
-            theirs = self.vectors(docs).matrix if docs.shape[0] else np.zeros((0, mine.dim), np.float32)
-            both = RowData(vectors=Vectors(np.concatenate([mine.matrix, theirs]), np.zeros(q + docs.shape[0], np.int8)))
-        else:
-            texts_all = pa.concat_arrays([norm, self.texts(docs)]) if docs.shape[0] else norm
-            both = RowData(strings=string_buffers(texts_all))
-        sim = family.exact_similarity(both, qa, q + np.searchsorted(docs, da), backend)
-        is_exact = np.zeros(qa.shape[0], bool)
-        if hit.shape[0]:
-            is_exact = np.isin(qa * (self.documents + 1) + da, hit * (self.documents + 1) + exact[hit])
-            sim[is_exact] = 1.0
-        keep = sim >= t
-        qa, da, sim, is_exact = qa[keep], da[keep], sim[keep], is_exact[keep]
-        surv = self.survivors(da)
-        name = self.id_column
-        cols = {"query": pa.array(qa, pa.int64()), ROW: pa.array(da, pa.int64())}
-        if name:
-            cols[name] = self.ids(da)
-        cols.update(similarity=pa.array(sim), exact=pa.array(is_exact), kept=pa.array(self.kept(da)),
-                    cluster_id=pa.array(np.asarray(surv, np.int64), pa.int64()))
-        if name:
-            cols["survivor_id"] = self.ids(surv)
-        return pa.table(cols)
+        """Indexed documents similar to each query (see :func:`gpu_dedup.index.query.query`)."""
+        return query(self, texts, threshold, members, backend, vectors)
 
     def _vector_dim(self) -> int | None:
         for seg in self.segments:  # the first segment says
@@ -666,37 +495,6 @@ def _take(chunks: list, starts: np.ndarray, rows: np.ndarray) -> pa.Array:
     return pa.concat_arrays(parts).take(pa.array(inverse))
 
 
-def _same_kind(a: pa.DataType, b: pa.DataType) -> bool:
-    """Both string, both binary or both integer types (ids that differ only in width)."""
-    kinds = (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
-             lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), pa.types.is_integer)
-    return any(k(a) and k(b) for k in kinds)
-
-
-def _new_doc_arrays(rows: RowData, family, backend) -> dict:
-    """Exact keys of all queries; signatures and band hashes of those that have one."""
-    keys = family.exact_keys(rows, backend)
-    sig = family.signatures(rows, np.arange(len(rows), dtype=np.int64), backend=backend)
-    cand = np.flatnonzero(sig.usable)
-    bh = family.band_hashes(sig.values[cand], backend)
-    return {"keys": keys, "cand": cand, "band_hashes": bh, "signatures": sig.values}
-
-
-@dataclass(repr=False)
-class AddResult(DedupResult):
-    """What :meth:`Index.add` returns: :class:`gpu_dedup.api.DedupResult`'s fields, in index terms.
-
-    ``kept`` / ``removed``: per row of the frame; ``deduplicated``: the kept
-    rows; ``duplicates``: one row per frame row that was removed or has
-    copies (``row``: position in the frame, ``cluster_id`` = the survivor's index doc number,
-    ``survivor_id`` with an id column, ``in_index``: the survivor is an earlier indexed
-    document); ``clusters``: the index doc number of each row's survivor;
-    ``edges``: verified edges between index doc numbers.  The frame's rows
-    are index documents ``first_doc .. first_doc + len(frame) - 1``.
-    """
-
-    first_doc: int = 0
-
 
 class IndexBuilder:
     """The sink of ``run --index-out DIR``: creates the index at ``path`` when the run hands it its
@@ -709,7 +507,7 @@ class IndexBuilder:
         p = self.path
         check_output_path(p, None, "", "index directory", "--index-out (index build -o)")
         if (p / MANIFEST).exists():
-            if _is_index_manifest(p / MANIFEST):
+            if is_index_manifest(p / MANIFEST):
                 raise InputError(f"an index already exists in {str(p)!r}; open it with --against "
                                  "(and --update-index), or remove it to build a new one")
             raise OutputError(f"{str(p / MANIFEST)!r} is not a gpu_dedup index manifest, and building an index in "
@@ -743,16 +541,3 @@ class IndexBuilder:
 
 
 
-def _is_index_manifest(path: Path) -> bool:
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get("format") == FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def check_indexable(cfg: Config) -> None:
-    """An index needs signatures that do not depend on the corpus: not tf-idf weights of the text."""
-    if cfg.similarity == "cosine" and cfg.input.vector_column is None and cfg.cosine.text.weighting == "tfidf":
-        raise ConfigError("an index of cosine vectors built from the text needs cosine.text.weighting: tf (tf-idf "
-                          "weights depend on the documents of each run, so later signatures would not match); "
-                          "--set cosine.text.weighting=tf, or index a vector column (--vector-column)")

@@ -16,8 +16,8 @@ import platform
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup import __version__
-from gpu_dedup.stages.write_shards import atomic_write_bytes
+from gpu_dedup.version import __version__
+from gpu_dedup.storage import atomic_write_bytes
 
 
 def log2_histogram(sizes) -> dict[str, int]:

@@ -21,7 +21,7 @@ import numpy as np
 
 from gpu_dedup.curves import curve_axis, curve_formula, family_curve
 from gpu_dedup.report.svg import Chart, hbars
-from gpu_dedup.stages.write_shards import atomic_write_bytes
+from gpu_dedup.storage import atomic_write_bytes
 
 log = logging.getLogger("gpu_dedup")
 

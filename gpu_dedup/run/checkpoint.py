@@ -5,7 +5,7 @@ After each checkpointed stage its arrays go to ``<output>/.gpu_dedup_checkpoint/
 read).  The directory holds a manifest with the run fingerprint: a hash of
 the configuration, the input files (path and identity: size, modification
 time and a digest of the Parquet footer or the first and last blocks, see
-:func:`gpu_dedup.stages.read_shards.shard_identity`), the gpu_dedup version
+:func:`gpu_dedup.stages.storage.shard_identity`), the gpu_dedup version
 and the kernel sources.  A run whose fingerprint differs
 (other inputs, other config, other code) never reuses a checkpoint: it
 deletes them and starts over.  ``restart=True`` (``--restart``) always does.
@@ -33,11 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_dedup import __version__
+from gpu_dedup.version import __version__
+from gpu_dedup.errors import write_error
 from gpu_dedup.kernels.params import HASH_FAMILY_NAME
 from gpu_dedup.kernels.twin import kernel_digest
-from gpu_dedup.stages.read_shards import shard_identity
-from gpu_dedup.stages.write_shards import atomic_write_bytes, write_error
+from gpu_dedup.storage import atomic_write_bytes, shard_identity
 
 log = logging.getLogger("gpu_dedup")
 

@@ -29,8 +29,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpu_dedup import storage
 from gpu_dedup.backends import get_backend, to_device, to_host, transfer_totals
-from gpu_dedup.backends.strings import StringBuffers, arrow_strings, code_point_lengths, raw_text, string_buffers
+from gpu_dedup.backends.strings import (
+    StringBuffers,
+    arrow_strings,
+    code_point_lengths,
+    raw_text,
+    string_buffers,
+)
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError
 from gpu_dedup.run import cluster
@@ -43,10 +50,10 @@ from gpu_dedup.run.checkpoint import (
 from gpu_dedup.run.progress import chunks
 from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_output
 from gpu_dedup.run.stagelog import StageLog
-from gpu_dedup.stages import read_shards, write_shards
 from gpu_dedup.stages.buckets import buckets
 from gpu_dedup.stages.families import RowData, family_for
-from gpu_dedup.stages.survivors import text_lengths
+from gpu_dedup.stages.read import read
+from gpu_dedup.stages.selection import text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
 log = logging.getLogger("gpu_dedup")
@@ -66,7 +73,7 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, pr
     ``append(**payload)`` receives every document of the run (an index being
     built, or ``prior`` itself to update it).  Runs with either keep no
     checkpoints.  ``output_dir=None``: an in-memory run (``inputs`` are usually
-    :func:`gpu_dedup.stages.read_shards.memory_shard` shards): nothing is written.
+    :func:`gpu_dedup.stages.storage.memory_shard` shards): nothing is written.
     """
     out = None if output_dir is None else Path(output_dir)
     if out is None and (cfg.cluster.enabled or (sink is not None and sink is not prior)):
@@ -74,7 +81,7 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, pr
                           "index; drop cluster.workers / cluster.scheduler and index_out, or give an output_dir")
     if not cfg.cluster.enabled:
         get_backend(cfg.backend)  # a backend that cannot run here fails before anything is read
-    shards = read_shards.discover(inputs, cfg.input.format)
+    shards = storage.discover(inputs, cfg.input.format)
     write_shards = write_shards and cfg.output.shards
     job = Job(cfg, out, write_shards=write_shards, prior=prior, sink=sink)
     if cfg.cluster.enabled:
@@ -94,7 +101,7 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, pr
 class LocalCorpus(CorpusCounts):
     """What the sequence sees of the corpus read in this process."""
 
-    table: pa.Table  # read_shards.Corpus.table: row, shard, shard_row, id, text[, score]
+    table: pa.Table  # Corpus.table: row, shard, shard_row, id, text[, score]
     shards: list
     n: int
     null: np.ndarray  # bool per row (backend array)
@@ -184,7 +191,7 @@ class LocalExecutor:
         score = cfg.select.score_column if cfg.select.keep == "score" else None
         reader = self._text_reader(score)
         self.reader = "cudf" if reader is not None else "pyarrow"
-        c = read_shards.read(self.shards, cfg.input, score, progress=progress, text_reader=reader)
+        c = read(self.shards, cfg.input, score, progress=progress, text_reader=reader)
         table = c.table
         n = table.num_rows
         self.family = family_for(cfg, n)
@@ -212,7 +219,7 @@ class LocalExecutor:
         (whole corpus on the device, every shard a Parquet file with a UTF-8 text column); else None."""
         make = getattr(self.backend, "text_reader", None)
         reader = make(self.cfg) if make is not None and self.batch_bytes is None else None
-        if reader is None or not read_shards.device_readable(self.shards, self.cfg.input, score):
+        if reader is None or not storage.device_readable(self.shards, self.cfg.input, score):
             return None
         return reader
 
@@ -406,9 +413,9 @@ class LocalExecutor:
         device_writer = getattr(self.backend, "write_parquet", None)
 
         def write_one(i):
-            write_shards.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,
+            storage.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,
                                      device_writer=device_writer)
-            return {"name": shards[i].name, **write_shards.file_digest(out / shards[i].name)}
+            return {"name": shards[i].name, **storage.file_digest(out / shards[i].name)}
 
         threads = 1 if device_writer is not None else max(1, min(len(todo), os.cpu_count() or 1, 4))
         with ThreadPoolExecutor(threads) as pool:
@@ -422,7 +429,7 @@ class LocalExecutor:
         return int(sum(int(k.sum()) for k in keeps))
 
     def write_table(self, path: Path, table: pa.Table) -> None:
-        write_shards.atomic_write_parquet(path, table, self.cfg.output.compression)
+        storage.atomic_write_parquet(path, table, self.cfg.output.compression)
 
     def index_payload(self, bands: BandData, lsh_rows) -> dict:
         if self.family.uses_text:
@@ -451,7 +458,7 @@ class _ShardTexts:
         parts, order = [], []
         for k in np.unique(owner):  # one read per shard holding a row (a report shows a few dozen texts)
             sel = np.flatnonzero(owner == k)
-            table = read_shards.read_rows(shards[k], replace(self.cfg.input, id_column=None), rows[sel] - starts[k])
+            table = storage.read_rows(shards[k], replace(self.cfg.input, id_column=None), rows[sel] - starts[k])
             parts.append(table.column("text").combine_chunks())
             order.append(sel)
         if not parts:
@@ -471,7 +478,7 @@ def _staged(record, shard, out: Path) -> bool:
     try:
         if path.stat().st_size != record.get("size"):
             return False
-        return write_shards.file_digest(path)["sha256"] == record.get("sha256")
+        return storage.file_digest(path)["sha256"] == record.get("sha256")
     except OSError:
         return False
 

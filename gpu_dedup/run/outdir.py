@@ -47,10 +47,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpu_dedup.errors import OutputError
+from gpu_dedup.errors import OutputError, write_error
 from gpu_dedup.run.checkpoint import CHECKPOINT_DIR, maybe_crash
-from gpu_dedup.stages.read_shards import PARQUET_EXT, check_unchanged
-from gpu_dedup.stages.write_shards import atomic_write_bytes, file_digest, write_error
+from gpu_dedup.storage import (
+    PARQUET_EXT,
+    atomic_write_bytes,
+    check_unchanged,
+    file_digest,
+)
 
 log = logging.getLogger("gpu_dedup")
 

@@ -48,13 +48,19 @@ from gpu_dedup.config import Config
 from gpu_dedup.report.build import build_report, examples, write_report
 from gpu_dedup.report.page import write_html
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
-from gpu_dedup.run.outdir import DUPLICATES_NAME, REPORT_HTML_NAME, REPORT_NAME, SUCCESS_NAME, OutputDir
+from gpu_dedup.run.outdir import (
+    DUPLICATES_NAME,
+    REPORT_HTML_NAME,
+    REPORT_NAME,
+    SUCCESS_NAME,
+    OutputDir,
+)
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
 from gpu_dedup.stages.buckets import Buckets
 from gpu_dedup.stages.edges import Centres, Edges, star_rounds
 from gpu_dedup.stages.exact import exact_groups
-from gpu_dedup.stages.survivors import ranks_from_keys, split_chains, survivors
-from gpu_dedup.stages.write_shards import check_id_column, duplicates_table
+from gpu_dedup.stages.selection import ranks_from_keys, split_chains, survivors
+from gpu_dedup.stages.write import check_id_column, duplicates_table
 
 log = logging.getLogger("gpu_dedup")
 

@@ -34,11 +34,11 @@ from gpu_dedup.stages.buckets import Buckets, buckets
 from gpu_dedup.stages.components import components
 from gpu_dedup.stages.edges import Centres, Edges, edges, star_rounds
 from gpu_dedup.stages.exact import exact_groups, exact_keys
-from gpu_dedup.stages.lsh import band_hashes
+from gpu_dedup.stages.bands import band_hashes
 from gpu_dedup.stages.minhash import Signatures, estimate_jaccard, signatures
 from gpu_dedup.stages.normalize import normalize, repair_utf8
-from gpu_dedup.stages.read_shards import memory_shard, read
-from gpu_dedup.stages.survivors import (
+from gpu_dedup.stages.read import read
+from gpu_dedup.stages.selection import (
     policy_ranks,
     ranks_from_keys,
     split_chains,
@@ -50,6 +50,7 @@ from gpu_dedup.stages.verify import (
     signature_similarity,
     verify,
 )
+from gpu_dedup.storage import memory_shard
 
 __all__ = [
     "read", "memory_shard", "normalize", "repair_utf8", "string_buffers", "StringBuffers",

@@ -1,6 +1,6 @@
 """Exact-duplicate stage: documents whose normalized text is byte-identical.
 
-Each document gets a key (byte length, two 64-bit hash lanes: kernels/scalar.py,
+Each document gets a key (byte length, two 64-bit hash lanes: kernels/hash_scalar.py,
 step 6); documents with equal keys form a group and the group's representative
 is its best-ranked member.  Only representatives go on to the MinHash stages;
 the others follow their representative's cluster.

@@ -14,7 +14,7 @@ signature                     MinHash values (uint32)            packed sign bit
                                                                  hyperplanes (uint64 words)
 row without a signature       no shingle                         zero / NaN / other-length vector, empty text
 (bands, rows)                 ``cfg.layout``                     ``cfg.cosine_layout_for(rows of the run)``
-band hashes                   ``stages.lsh.band_hashes``         ``stages.projections.band_hashes``
+band hashes                   ``stages.bands.band_hashes``         ``stages.projections.band_hashes``
 exact similarity              Jaccard of shingle sets            exact cosine (dense, or sparse tf-idf)
 signature similarity          fraction of equal values           ``cos(pi * hamming / D)``
 S-curve                       ``1-(1-s^r)^b``                    ``1-(1-(1-arccos(s)/pi)^r)^b``
@@ -42,7 +42,7 @@ from gpu_dedup.kernels.cosine_scalar import FM1, GOLDEN
 from gpu_dedup.kernels.params import hash_params
 from gpu_dedup.stages import projections, vectors
 from gpu_dedup.stages.exact import exact_keys
-from gpu_dedup.stages.lsh import band_hashes as minhash_band_hashes
+from gpu_dedup.stages.bands import band_hashes as minhash_band_hashes
 from gpu_dedup.stages.minhash import signatures as minhash_signatures
 from gpu_dedup.stages.verify import (
     cosine_similarity,

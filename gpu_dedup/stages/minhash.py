@@ -1,7 +1,7 @@
 """Signatures stage (map): shingles -> shingle hash -> num_perm permutations -> min.
 
 The kernel reads the Arrow string buffers (offsets + UTF-8 bytes) directly;
-the math is specified in ``kernels/scalar.py``.
+the math is specified in ``kernels/hash_scalar.py``.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from gpu_dedup import backends
+from gpu_dedup import backends, storage
 from gpu_dedup.backends import count_transfer, to_device, to_host, transfer_totals
-from gpu_dedup.backends._gpu_impl import corpus_estimate
+from gpu_dedup.backends.gpu import corpus_estimate
 from gpu_dedup.backends.strings import (
     arrow_column,
     arrow_strings,
@@ -33,8 +33,6 @@ from gpu_dedup.errors import ConfigError, InputError
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.run import local
 from gpu_dedup.run.stagelog import StageLog
-from gpu_dedup.stages import read_shards
-from gpu_dedup.stages import write_shards as ws
 from tests.fake_columns import FakePlcColumn, fake_plc_column
 
 # ------------------------------------------------------------------ transfers
@@ -123,15 +121,15 @@ def test_corpus_estimate_reads_metadata(tmp_path):
     write_shards(table, tmp_path / "p", shards=2)
     write_shards(table, tmp_path / "j", shards=1, fmt="jsonl")
     text_bytes = sum(len(t.encode()) for t in table.column("text").to_pylist())
-    text, rows = corpus_estimate(read_shards.discover(tmp_path / "p"), "text")
+    text, rows = corpus_estimate(storage.discover(tmp_path / "p"), "text")
     assert rows == 50 and 0.5 * text_bytes < text < 3 * text_bytes
-    text, rows = corpus_estimate(read_shards.discover(tmp_path / "j"), "text")
+    text, rows = corpus_estimate(storage.discover(tmp_path / "j"), "text")
     assert text >= text_bytes and rows >= 1
-    text, rows = corpus_estimate([read_shards.memory_shard(table)], "text")
+    text, rows = corpus_estimate([storage.memory_shard(table)], "text")
     assert rows == 50 and text >= text_bytes
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "x.parquet").write_bytes(b"not parquet")
-    assert corpus_estimate(read_shards.discover(tmp_path / "bad"), "text") == (0, 0)
+    assert corpus_estimate(storage.discover(tmp_path / "bad"), "text") == (0, 0)
 
 
 @pytest.mark.parametrize("verify", ["exact", "signature"])
@@ -177,7 +175,7 @@ def _shard(tmp_path):
     table = table.replace_schema_metadata({b"origin": b"crawl-7"})
     (tmp_path / "in").mkdir()
     pq.write_table(table, tmp_path / "in" / "s.parquet")
-    return read_shards.discover(tmp_path / "in")[0], table
+    return storage.discover(tmp_path / "in")[0], table
 
 
 def test_device_writer_used_when_it_keeps_the_schema(tmp_path):
@@ -190,7 +188,7 @@ def test_device_writer_used_when_it_keeps_the_schema(tmp_path):
         pq.write_table(pq.read_table(src).filter(pa.array(keep)), dst)
         return int(keep.sum())
 
-    assert ws.write_shard(shard, keep, tmp_path / "out", "zstd", device_writer=writer) == 3
+    assert storage.write_shard(shard, keep, tmp_path / "out", "zstd", device_writer=writer) == 3
     assert calls == ["zstd"]
     got = pq.read_table(tmp_path / "out" / "s.parquet")
     assert got.equals(table.filter(pa.array(keep))) and got.schema.metadata[b"origin"] == b"crawl-7"
@@ -211,7 +209,7 @@ def test_device_writer_falls_back_when_it_would_change_the_shard(tmp_path, chang
         pq.write_table(t, dst)
         return t.num_rows
 
-    assert ws.write_shard(shard, keep, tmp_path / "out", "zstd", device_writer=writer) == 2
+    assert storage.write_shard(shard, keep, tmp_path / "out", "zstd", device_writer=writer) == 2
     got = pq.read_table(tmp_path / "out" / "s.parquet")
     assert got.equals(table.filter(pa.array(keep))) and got.schema.metadata[b"origin"] == b"crawl-7"
     assert got.schema.field("text").type == pa.large_string()
@@ -294,13 +292,13 @@ def test_device_read_only_where_every_text_column_is_utf8_parquet(tmp_path):
     (tmp_path / "d").mkdir()
     pq.write_table(table.set_column(1, "text", table.column("text").dictionary_encode()), tmp_path / "d" / "x.parquet")
     cfg = Config().input
-    assert read_shards.device_readable(read_shards.discover(tmp_path / "p"), cfg)
+    assert storage.device_readable(storage.discover(tmp_path / "p"), cfg)
     for other in ("j", "b", "d"):
-        assert not read_shards.device_readable(read_shards.discover(tmp_path / other), cfg), other
-    shards = read_shards.discover(tmp_path / "p")
-    assert not read_shards.device_readable(shards, replace(cfg, vector_column="emb"))
-    assert not read_shards.device_readable(shards, replace(cfg, id_column="text"))
-    assert not read_shards.device_readable([], cfg)
+        assert not storage.device_readable(storage.discover(tmp_path / other), cfg), other
+    shards = storage.discover(tmp_path / "p")
+    assert not storage.device_readable(shards, replace(cfg, vector_column="emb"))
+    assert not storage.device_readable(shards, replace(cfg, id_column="text"))
+    assert not storage.device_readable([], cfg)
 
 
 def test_device_read_is_not_used_for_a_batched_run(tmp_path, monkeypatch):
@@ -337,7 +335,7 @@ def test_read_text_counts_the_compressed_chunks_and_maps_cudf_errors(tmp_path, m
     import sys
     import types
 
-    from gpu_dedup.backends._gpu_impl import GPUBackend
+    from gpu_dedup.backends.gpu import GPUBackend
     from gpu_dedup.errors import ResourceError
 
     table = pa.table({"id": pa.array(range(500)), "text": pa.array([f"text number {i} " * 5 for i in range(500)])})
@@ -384,7 +382,7 @@ class _FakeCudfParquetFrame:
         fields = [f.with_nullable(force_nullable_schema or self.table.column(f.name).null_count > 0)
                   for f in self.table.schema]
         pq.write_table(self.table.cast(pa.schema(fields)), path, compression=compression or "none")
-        self.written.append(ws.file_digest(path))
+        self.written.append(storage.file_digest(path))
 
     written: list = []  # digests of the files it wrote
 
@@ -396,7 +394,7 @@ def test_cudf_writer_keeps_the_input_schema_or_leaves_the_shard_to_pyarrow(tmp_p
     import sys
     import types
 
-    from gpu_dedup.backends._gpu_impl import GPUBackend
+    from gpu_dedup.backends.gpu import GPUBackend
 
     table = pa.table({"id": pa.array(range(300), pa.int64()), "text": pa.array([f"doc {i}" for i in range(300)])})
     if source == "required":  # e.g. written by Spark: fields marked not null
@@ -417,15 +415,15 @@ def test_cudf_writer_keeps_the_input_schema_or_leaves_the_shard_to_pyarrow(tmp_p
         read_parquet=read_parquet, Series=lambda values: types.SimpleNamespace(values=values)))
     backend = types.SimpleNamespace(info={"frames": "cudf"}, _dev=lambda a, dtype: np.asarray(a, dtype))
     keep = np.arange(300) % 3 != 0
-    shard = read_shards.discover(str(src))[0]
-    rows = ws.write_shard(shard, keep, tmp_path / "out", "zstd",
+    shard = storage.discover(str(src))[0]
+    rows = storage.write_shard(shard, keep, tmp_path / "out", "zstd",
                           device_writer=lambda *a: GPUBackend.write_parquet(backend, *a))
     out = tmp_path / "out" / "s.parquet"
     assert rows == 200 and calls == [str(src)]
     assert pq.read_schema(out).remove_metadata().equals(pq.read_schema(src).remove_metadata())
     assert pq.read_table(out).equals(pq.read_table(src).filter(pa.array(keep)))
     assert list((tmp_path / "out").iterdir()) == [out]  # no temporary file left behind
-    published = _FakeCudfParquetFrame.written[-1:] == [ws.file_digest(out)]
+    published = _FakeCudfParquetFrame.written[-1:] == [storage.file_digest(out)]
     assert published == (source != "unreadable")  # cuDF's file, or pyarrow's where cuDF could not read
 
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_dedup.backends import to_host
-from gpu_dedup.backends._gpu_impl import (
+from gpu_dedup.backends.gpu import (
     components_xp,
     segment_table,
     signature_threads,
@@ -46,7 +46,7 @@ def fake_cupy(count=None, error=None):
 
 
 def probe_error(monkeypatch, cupy=None, numba_cuda=True) -> str:
-    from gpu_dedup.backends import gpu
+    from gpu_dedup.backends import gpu_probe as gpu
 
     monkeypatch.setitem(sys.modules, "cupy", cupy)  # None: "import cupy" raises ImportError
     if not numba_cuda:  # numba's deprecated built-in numba.cuda may still import: the package is what counts
@@ -279,7 +279,7 @@ def _index_content(path):
     """Manifest counts and every segment's docs, bands and centres tables."""
     import json
 
-    from gpu_dedup.index.store import _read_ipc
+    from gpu_dedup.index.format import read_ipc as _read_ipc
 
     manifest = json.loads((path / "manifest.json").read_text())
     return (manifest["fingerprint"], manifest["documents"],

@@ -19,7 +19,7 @@ CHILD = textwrap.dedent("""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(message)s")
     from gpu_dedup.backends import get_backend
     from gpu_dedup.config import Config
-    from gpu_dedup.kernels import cpu as k
+    from gpu_dedup.kernels import hash_cpu as k
     cfg = Config.from_dict(json.loads(sys.argv[1]))
     be = get_backend("cpu")
     seconds = be.prepare(cfg)

@@ -13,7 +13,8 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.index.commands import run
-from gpu_dedup.index.store import Index, IndexMismatchError, index_fingerprint
+from gpu_dedup.index.format import IndexMismatchError, index_fingerprint
+from gpu_dedup.index.store import Index
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +165,7 @@ def test_cli_build_info_query_and_half_written_segment(batches, tmp_path):
 
 def _segments(path):
     """Every segment's docs, bands and centres tables (the whole index content) and the manifest's counts."""
-    from gpu_dedup.index.store import _read_ipc
+    from gpu_dedup.index.format import read_ipc as _read_ipc
 
     manifest = json.loads((path / "manifest.json").read_text())
     tables = {(seg, part): _read_ipc(path / seg / f"{part}.arrow")
@@ -383,7 +384,7 @@ def test_a_failing_index_build_leaves_no_index_behind(batches, tmp_path, monkeyp
     def full_disk(path, table):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(store, "_write_ipc", full_disk)
+    monkeypatch.setattr(store, "write_ipc", full_disk)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
     with pytest.raises(OSError):
         run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")

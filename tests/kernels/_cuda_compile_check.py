@@ -1,4 +1,4 @@
-"""Compile every CUDA kernel of ``gpu_dedup.kernels.cuda`` to PTX with the real
+"""Compile every CUDA kernel of ``gpu_dedup.kernels.hash_cuda`` to PTX with the real
 numba-cuda compiler (NVVM) -- no device needed.  This catches what the simulator
 cannot: typing that only fails on the CUDA target (e.g. uint64 mixed with int64
 promoting to float64), unsupported constructs, and (with ptxas) spills.
@@ -24,7 +24,7 @@ CC = (8, 0)
 # device functions ask the current device for its compute capability; there may be none
 dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=CC)
 
-from gpu_dedup.kernels import cuda as k  # noqa: E402
+from gpu_dedup.kernels import hash_cuda as k  # noqa: E402
 
 u8, i64, u32, u64, f64 = t.uint8[::1], t.int64[::1], t.uint32[::1], t.uint64[::1], t.float64[::1]
 u64_2d, u32_2d = t.uint64[:, ::1], t.uint32[:, ::1]
@@ -41,7 +41,7 @@ SIGNATURES = {  # the argument types GPUBackend launches each kernel with
     "jaccard_pairs": [(i64, u64, i64, i64, f64)],
     "signature_similarity": [(u32_2d, i64, i64, f64)],
     "hook_min": [(i64, i64, i64, i64)],
-    # text normalization (kernels/text.py): data, starts, ends, stage1, stage2, ascii actions, need, flags, out...
+    # text normalization (kernels/text_scalar.py): data, starts, ends, stage1, stage2, ascii actions, need, flags, out...
     "normalize_texts": [(u8, i64, i64, t.uint16[::1], u64, i64, I, B, B, B, u8, i64, i64, i64)],
     "gather_segments": [(u8, i64, i64, i64, u8)],
 }

@@ -40,7 +40,7 @@ pytestmark = [
     pytest.mark.skipif(not numba_config.ENABLE_CUDASIM,
                        reason="run with NUMBA_ENABLE_CUDASIM=1 (tests/kernels/test_cuda_sim.py does)"),
     # the simulator runs the scalar source on NumPy scalars, which warn when a product wraps: hash family v2
-    # is defined modulo 2**64 (kernels/scalar.py), so wrapping is the specified result, not an error
+    # is defined modulo 2**64 (kernels/hash_scalar.py), so wrapping is the specified result, not an error
     pytest.mark.filterwarnings("ignore:overflow encountered in scalar:RuntimeWarning"),
 ]
 
@@ -82,7 +82,7 @@ def cpu():
 
 @pytest.fixture(scope="module")
 def gpu():
-    from gpu_dedup.backends._gpu_impl import GPUBackend
+    from gpu_dedup.backends.gpu import GPUBackend
 
     be = GPUBackend(threads=4, span=8, seg_bytes=24, item_threads=4, max_blocks=3)
     assert be.xp is np and be.simulator and "CUDA simulator" in be.mode
@@ -114,7 +114,7 @@ def test_minhash_equals_cpu(cpu, gpu, kind, n):
 
 def test_minhash_launch_geometries(cpu, gpu):
     """Odd block sizes, 1-byte rounds, segments cutting through multi-byte code points, one block."""
-    from gpu_dedup.backends._gpu_impl import GPUBackend
+    from gpu_dedup.backends.gpu import GPUBackend
 
     hp = hash_params(SEED, 5)
     buf = buffers([DOCS[k] for k in (1, 6, 8, 9, 11, 15, 16)])
@@ -129,7 +129,7 @@ def test_minhash_launch_geometries(cpu, gpu):
 
 
 def test_minhash_permutation_chunks_and_prefix(cpu, gpu):
-    from gpu_dedup.backends._gpu_impl import GPUBackend
+    from gpu_dedup.backends.gpu import GPUBackend
 
     hp = hash_params(SEED, 9)
     buf = buffers(DOCS[:13])
@@ -300,7 +300,7 @@ def test_pipeline_gpu_equals_cpu(tmp_path):
     import pyarrow.parquet as pq
 
     from gpu_dedup import backends as registry
-    from gpu_dedup.backends._gpu_impl import GPUBackend
+    from gpu_dedup.backends.gpu import GPUBackend
     from gpu_dedup.config import Config
     from gpu_dedup.evaluation.sample import planted_corpus, write_shards
     from gpu_dedup.run.local import run
@@ -333,7 +333,7 @@ def test_pipeline_with_text_read_into_device_memory_equals_cpu(tmp_path, monkeyp
     import pyarrow.parquet as pq
 
     from gpu_dedup import backends as registry
-    from gpu_dedup.backends._gpu_impl import GPUBackend
+    from gpu_dedup.backends.gpu import GPUBackend
     from gpu_dedup.config import Config
     from gpu_dedup.evaluation.sample import planted_corpus
     from gpu_dedup.run.local import run
@@ -372,7 +372,7 @@ def test_pipeline_with_text_read_into_device_memory_equals_cpu(tmp_path, monkeyp
 def test_gpu_benchmark_path(monkeypatch):
     """The benchmark's GPU measurements (end to end and device-resident) run and match the CPU."""
     from gpu_dedup import backends as registry
-    from gpu_dedup.backends._gpu_impl import GPUBackend
+    from gpu_dedup.backends.gpu import GPUBackend
     from gpu_dedup.bench import gpu as bench_gpu
 
     monkeypatch.setitem(registry._CACHE, "gpu", GPUBackend(threads=8, span=32, seg_bytes=64, item_threads=8,
@@ -444,7 +444,7 @@ def test_cudf_column_buffers_feed_normalize_and_minhash(cpu, gpu, large):
 def test_scattered_host_documents_are_gathered_before_upload(cpu):
     """Host text whose selected documents are spread out is gathered (only their bytes go to the
     device); results equal the CPU's."""
-    from gpu_dedup.backends._gpu_impl import GPUBackend
+    from gpu_dedup.backends.gpu import GPUBackend
 
     be = GPUBackend(threads=4, span=8, seg_bytes=24, item_threads=4, max_blocks=3, compact_gap=0)
     buf = buffers([LOREM.encode() * 3, b"x", b"hello world again", LOREM.encode(), b"", "héllo wörld".encode()])

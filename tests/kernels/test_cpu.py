@@ -497,7 +497,7 @@ def test_only_kernel_arguments_are_borrowed():
     import ast
     import inspect
 
-    from gpu_dedup.kernels import cpu
+    from gpu_dedup.kernels import hash_cpu as cpu
 
     tree = ast.parse(inspect.getsource(cpu))
     borrowed = []

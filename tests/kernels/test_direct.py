@@ -10,8 +10,8 @@ those of the sequential definition, including ill-formed UTF-8.
 
 import numpy as np
 import pytest
-from gpu_dedup.kernels import scalar
-from gpu_dedup.kernels.cpu import dev
+from gpu_dedup.kernels import hash_scalar as scalar
+from gpu_dedup.kernels.hash_cpu import dev
 from gpu_dedup.kernels.params import hash_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -1,4 +1,4 @@
-"""Scalar hash math of ``gpu_dedup.kernels.scalar`` against Python-int math.
+"""Scalar hash math of ``gpu_dedup.kernels.hash_scalar`` against Python-int math.
 
 Every function is checked twice: as the plain Python source over NumPy
 scalars (``scalar``) and as its compiled CPU twin (``cpu.dev``).  Hash family
@@ -10,8 +10,8 @@ import random
 
 import numpy as np
 import pytest
-from gpu_dedup.kernels import scalar
-from gpu_dedup.kernels.cpu import dev
+from gpu_dedup.kernels import hash_scalar as scalar
+from gpu_dedup.kernels.hash_cpu import dev
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

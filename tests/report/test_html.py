@@ -1,9 +1,7 @@
 """report.html: self-contained, real figures, written before _SUCCESS; the report.json data it shows."""
 
-import base64
 import json
 import re
-import struct
 import time
 from pathlib import Path
 
@@ -12,12 +10,12 @@ import pyarrow as pa
 import pytest
 
 import gpu_dedup
+from gpu_dedup import storage
 from gpu_dedup.config import Config
 from gpu_dedup.demo import make_sample
 from gpu_dedup.report import page as report_html
 from gpu_dedup.report.page import diff_words, render
 from gpu_dedup.run.local import run
-from gpu_dedup.stages import write_shards
 
 CFG = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
 
@@ -102,7 +100,7 @@ def test_report_json_holds_what_the_page_shows(demo_run):
 
 def test_report_html_written_after_report_json_and_before_success(demo_run, tmp_path, monkeypatch):
     written = []
-    real = write_shards.atomic_write_bytes
+    real = storage.atomic_write_bytes
 
     def record(path, payload, **kw):
         written.append(Path(path).name)
@@ -110,8 +108,9 @@ def test_report_html_written_after_report_json_and_before_success(demo_run, tmp_
 
     from gpu_dedup.report import build, page
     from gpu_dedup.run import outdir
+    from gpu_dedup.storage import atomic
 
-    for module in (write_shards, build, page, outdir):  # every writer of the three files
+    for module in (atomic, build, page, outdir):  # every writer of the three files
         monkeypatch.setattr(module, "atomic_write_bytes", record)
     run(demo_run[0].output_dir.parent / "input", tmp_path / "out", CFG)
     assert [w for w in written if w in ("report.json", "report.html", "_SUCCESS")] == \

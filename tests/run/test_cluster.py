@@ -167,7 +167,7 @@ def test_workers_killed_by_memory_name_the_settings_to_change(corpus, tmp_path, 
 
 
 def test_visible_gpus_from_cuda_visible_devices(monkeypatch):
-    from gpu_dedup.run import cluster
+    from gpu_dedup.run.cluster import connection as cluster
 
     for env, want in (("0,1,2", ["0", "1", "2"]), ("", []), ("3", ["3"]), ("0,-1,1", ["0"]),
                       ("GPU-8f3e,GPU-aa01", ["GPU-8f3e", "GPU-aa01"])):

@@ -17,7 +17,8 @@ from gpu_dedup.errors import ConfigError, InputError
 from gpu_dedup.evaluation.evaluate import evaluate
 from gpu_dedup.evaluation.sample import planted_embeddings
 from gpu_dedup.index.commands import run as index_run
-from gpu_dedup.index.store import Index, IndexMismatchError
+from gpu_dedup.index.format import IndexMismatchError
+from gpu_dedup.index.store import Index
 from gpu_dedup.run.local import run
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.vectors import from_numpy

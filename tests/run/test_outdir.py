@@ -12,15 +12,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from gpu_dedup import storage
 from gpu_dedup.cli import main
 from gpu_dedup.config import Config
-from gpu_dedup.errors import InputError, OutputError, ResourceError
+from gpu_dedup.errors import InputError, OutputError
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.run import local
 from gpu_dedup.run.checkpoint import CHECKPOINT_DIR
 from gpu_dedup.run.local import run
 from gpu_dedup.run.outdir import LOCK_NAME, MANIFEST_NAME, OutputDir
-from gpu_dedup.stages import read_shards
 from tests.accounting import assert_accounted
 
 CFG = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
@@ -50,7 +50,7 @@ def _inputs(d):
 
 def test_a_second_run_on_a_locked_directory_stops_with_exit_4(corpus, tmp_path, capsys):
     out = tmp_path / "out"
-    with OutputDir(out, read_shards.discover(corpus / "in")):  # another run holds the directory
+    with OutputDir(out, storage.discover(corpus / "in")):  # another run holds the directory
         assert main(["run", str(corpus / "in"), "-o", str(out), "--backend", "cpu", "-q"]) == 4
         err = capsys.readouterr().err
         assert "in use by another gpu-dedup run" in err and f"pid {os.getpid()}" in err and "Traceback" not in err

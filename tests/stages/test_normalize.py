@@ -69,7 +69,7 @@ def test_valid_text_passes_through_unchanged():
 
 import numpy as np
 import pyarrow.compute as pc
-from gpu_dedup.kernels import text as tk
+from gpu_dedup.kernels import text_scalar as tk
 
 from gpu_dedup.stages.normalize import normalize_counted, raw_buffers
 

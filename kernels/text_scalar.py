@@ -30,7 +30,7 @@ Block 0 is ASCII, so ``stage2[b]`` is byte ``b``'s entry.
 from functools import lru_cache
 
 import numpy as np
-from gpu_dedup.kernels.scalar import I64, REPLACEMENT, decode_utf8, is_space  # noqa: F401 (compiled here)
+from .hash_scalar import I64, REPLACEMENT, decode_utf8, is_space  # noqa: F401 (compiled here)
 
 STABLE_NFC = 1
 STABLE_NFKC = 2
@@ -86,8 +86,8 @@ def property_table(unicode_form: str = "none"):
     """(stage1 uint16[0x2200], stage2 uint64[blocks * 128]) with the singleton mappings of
     ``unicode_form`` (none: no mapping), built once per process and form."""
     if unicode_form not in _TABLES:
-        from gpu_dedup.kernels import unicode_props as up
-        from gpu_dedup.kernels.unicode_tables import PUNCTUATION_RANGES
+        from . import unicode_props as up
+        from .unicode_tables import PUNCTUATION_RANGES
 
         flags = np.zeros(0x110000, np.uint64)
         for bit, ranges in ((STABLE_NFC, up.NFC_STABLE), (STABLE_NFKC, up.NFKC_STABLE), (STABLE_NFD, up.NFD_STABLE),

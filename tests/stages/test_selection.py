@@ -2,7 +2,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpu_dedup.config import SelectConfig
-from gpu_dedup.stages.survivors import policy_ranks, survivors
+from gpu_dedup.stages.selection import policy_ranks, survivors
 
 
 def _table(**cols):
@@ -44,7 +44,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from gpu_dedup.backends import get_backend  # noqa: E402
-from gpu_dedup.stages.survivors import split_chains  # noqa: E402
+from gpu_dedup.stages.selection import split_chains  # noqa: E402
 
 
 def _run_split(n, edges, sim, ranks=None, rep=None, t=0.8):

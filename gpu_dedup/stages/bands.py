@@ -1,4 +1,4 @@
-"""Bands stage: one 64-bit hash per band of ``rows`` 32-bit signature values (see kernels/scalar.py, step 5).
+"""Bands stage: one 64-bit hash per band of ``rows`` 32-bit signature values (see kernels/hash_scalar.py, step 5).
 
 The S-curve and the (bands, rows) layout live in :mod:`gpu_dedup.curves`.
 """
@@ -10,7 +10,7 @@ from gpu_dedup.curves import error_areas, optimal_layout, s_curve, s_curve_point
 
 
 def band_hashes(signatures, bands: int, rows: int, params, backend="cpu"):
-    """One 64-bit hash per band: an (n, bands) uint64 array (see kernels/scalar.py, step 5)."""
+    """One 64-bit hash per band: an (n, bands) uint64 array (see kernels/hash_scalar.py, step 5)."""
 
     if signatures.shape[1] < bands * rows:
         raise ValueError(

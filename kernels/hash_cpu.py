@@ -32,8 +32,8 @@ the loop.
 
 import numba
 import numpy as np
-from gpu_dedup.kernels.scalar import SENTINEL
-from gpu_dedup.kernels.twin import compile_twins, guard_cache
+from .hash_scalar import SENTINEL
+from .twin import compile_twins, guard_cache
 from llvmlite import ir
 from numba import prange, types
 from numba.core import cgutils

@@ -9,8 +9,8 @@ import pytest
 
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError, ResourceError
-from gpu_dedup.stages import read_shards
-from gpu_dedup.stages.read_shards import check_unchanged, discover, read, read_columns, shard_identity
+from gpu_dedup.stages.read import read
+from gpu_dedup.storage import check_unchanged, discover, read_columns, shard_identity
 
 
 def _shard(path, **cols):

@@ -41,7 +41,6 @@ arrays.  The same functions run on CPU workers with NumPy and pandas.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,17 +50,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from gpu_dedup import storage
 from gpu_dedup.backends import array_module, get_backend, on_device, to_device, to_host
 from gpu_dedup.backends.strings import arrow_strings, string_buffers
 from gpu_dedup.config import Config
-from gpu_dedup.errors import BackendError, ConfigError, InputError, ResourceError
+from gpu_dedup.errors import ConfigError, InputError, ResourceError
 from gpu_dedup.run.checkpoint import NoCheckpoints
+from gpu_dedup.run.cluster.connection import connect
 from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_output
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
-from gpu_dedup.stages import read_shards, write_shards
 from gpu_dedup.stages.buckets import group_buckets
 from gpu_dedup.stages.families import RowData, family_for
-from gpu_dedup.stages.survivors import text_lengths
+from gpu_dedup.stages.selection import text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
 if TYPE_CHECKING:
@@ -83,16 +83,16 @@ class Block:
     row_groups: tuple | None  # Parquet row groups; None: the whole shard
 
 
-def inspect_shard(shard: read_shards.Shard, cfg: Config) -> dict:
+def inspect_shard(shard: storage.Shard, cfg: Config) -> dict:
     """Rows, id type and row-group sizes of one shard; validates its columns."""
     score = cfg.select.score_column if cfg.select.keep == "score" else None
     if shard.format == "parquet":
-        table = read_shards.read_columns(shard, cfg.input, score, row_groups=[])  # validates names and types, reads 0 rows
+        table = storage.read_columns(shard, cfg.input, score, row_groups=[])  # validates names and types, reads 0 rows
         meta = pq.ParquetFile(shard.path).metadata
         groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         id_type = table.column("id").type if cfg.input.id_column else None
         return {"rows": int(sum(groups)), "row_groups": groups, "id_type": id_type}
-    table = read_shards.read_columns(shard, cfg.input, score)
+    table = storage.read_columns(shard, cfg.input, score)
     if table is None:
         return {"rows": 0, "row_groups": None, "id_type": None}
     return {"rows": table.num_rows, "row_groups": None,
@@ -142,7 +142,7 @@ class BlockData:
 
 def load_block(block: Block, shard, cfg: Config, dim: int | None = None) -> BlockData:
     score = cfg.select.score_column if cfg.select.keep == "score" else None
-    table = read_shards.read_columns(shard, cfg.input, score, block.row_groups)
+    table = storage.read_columns(shard, cfg.input, score, block.row_groups)
     if table is None or table.num_rows != block.rows:
         rows = 0 if table is None else table.num_rows
         raise InputError(f"shard {shard.path!r} changed during the run ({rows} rows, expected {block.rows}); "
@@ -319,7 +319,7 @@ def take_texts(data: BlockData, rows: np.ndarray) -> pa.Array:
 
 
 def write_block_shard(shard, keep: np.ndarray, out: str, compression: str) -> int:
-    return write_shards.write_shard(shard, keep, out, compression)
+    return storage.write_shard(shard, keep, out, compression)
 
 
 def worker_peak_rss() -> float:
@@ -327,87 +327,6 @@ def worker_peak_rss() -> float:
 
 
 # --------------------------------------------------------------------------- the executor
-
-
-def connect(cfg: Config):
-    """A client for ``cluster.scheduler``, or a local cluster of ``cluster.workers`` workers."""
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError:
-        raise BackendError("--workers / --scheduler need Dask: pip install -e '.[dask]' in the gpu_dedup "
-                           "checkout (or pip install 'dask[distributed,dataframe]')") from None
-    c = cfg.cluster
-    if c.scheduler:
-        try:
-            client = Client(c.scheduler)
-        except (OSError, ValueError, TypeError) as e:  # unreachable, or not an address (no port, bad scheme)
-            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise BackendError(f"cannot connect to the Dask scheduler {c.scheduler!r} ({reason}); give its "
-                               "address as tcp://HOST:PORT (--scheduler, cluster.scheduler) and check that it "
-                               "runs, or use --workers N for a local cluster") from None
-        cluster = None
-    elif cfg.backend == "gpu":
-        devices = gpu_devices(c.workers)  # before dask-cuda: a clear error, and no CUDA context here
-        try:
-            from dask_cuda import LocalCUDACluster
-        except ImportError:
-            raise BackendError("GPU workers need dask-cuda and dask-cudf: pip install -e '.[cuda12]' (or "
-                               "'.[cuda13]') in the gpu_dedup checkout; README.md, section GPU") from None
-        cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, n_workers=c.workers, memory_limit=c.memory_limit,
-                                   dashboard_address=":0")
-        client = Client(cluster)
-    else:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        threads = max(1, cores // c.workers)
-        cluster = LocalCluster(n_workers=c.workers, threads_per_worker=1, processes=True,
-                               memory_limit=c.memory_limit, dashboard_address=":0",
-                               env={"NUMBA_NUM_THREADS": str(threads)})
-        client = Client(cluster)
-    log.info("Dask dashboard: %s (%d workers)", client.dashboard_link, len(client.scheduler_info()["workers"]))
-    if log.isEnabledFor(logging.INFO):  # -q: nothing
-        print(f"Dask dashboard: {client.dashboard_link}", flush=True)
-    return client, cluster
-
-
-def visible_gpus() -> list | None:
-    """The GPUs a local CUDA cluster may use, without creating a CUDA context: the entries of
-    ``CUDA_VISIBLE_DEVICES`` when it is set, else NVML's device count; None when neither says."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        ids = [d.strip() for d in env.split(",") if d.strip()]
-        out = []
-        for d in ids:  # CUDA stops at the first invalid entry (e.g. -1)
-            if d.lstrip("-").isdigit() and int(d) < 0:
-                break
-            out.append(d)
-        return out
-    try:
-        import pynvml  # NVML (nvidia-ml-py, a dask-cuda dependency) counts devices without a CUDA context
-
-        pynvml.nvmlInit()
-        try:
-            return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return None
-
-
-def gpu_devices(workers: int) -> str | None:
-    """``CUDA_VISIBLE_DEVICES`` for a local CUDA cluster of ``workers`` workers (one per GPU); a
-    ConfigError when fewer GPUs are visible."""
-    gpus = visible_gpus()
-    if gpus is None:
-        return None  # dask-cuda finds the devices itself
-    if workers > len(gpus):
-        where = (f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}"
-                 if "CUDA_VISIBLE_DEVICES" in os.environ else "NVML")
-        raise ConfigError(f"--workers {workers} with --backend gpu asks for {workers} GPU workers (one per GPU), but "
-                          f"{len(gpus)} GPU(s) are visible ({where}); use --workers {max(1, len(gpus))} or fewer, or "
-                          "make more GPUs visible" if gpus else
-                          f"--workers {workers} with --backend gpu needs a GPU per worker, but no GPU is visible "
-                          f"({where}); run with --backend cpu, or make GPUs visible")
-    return ",".join(gpus[:workers])
 
 
 @dataclass
@@ -508,7 +427,7 @@ class DaskExecutor:
         first = None
         for shard, inf in zip(self.shards, infos):
             if cfg.input.id_column and inf["id_type"] is not None:
-                first = read_shards.check_id_type(shard, cfg.input.id_column, inf["id_type"], first)
+                first = storage.check_id_type(shard, cfg.input.id_column, inf["id_type"], first)
         shards = self.shards = [s.with_rows(i["rows"]) for s, i in zip(self.shards, infos)]
         self.blocks = plan_blocks(infos, cfg.cluster.block_rows)
         n = sum(i["rows"] for i in infos)
@@ -683,7 +602,7 @@ class DaskExecutor:
         return int(sum(written))
 
     def write_table(self, path: Path, table: pa.Table) -> None:
-        write_shards.atomic_write_parquet(path, table, self.cfg.output.compression)
+        storage.atomic_write_parquet(path, table, self.cfg.output.compression)
 
     def index_payload(self, bands, lsh_rows) -> dict:
         raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")

@@ -1,10 +1,10 @@
 """CUDA outer loops (``numba.cuda.jit``) around the scalar twins.
 
-The hash math is the one of :mod:`.scalar`, compiled here with
+The hash math is the one of :mod:`.hash_scalar`, compiled here with
 ``numba.cuda.jit(device=True)`` by :func:`.twin.compile_twins`; this module
 only adds the GPU outer loops.  Under ``NUMBA_ENABLE_CUDASIM=1`` every kernel
 runs in Numba's CUDA simulator, on NumPy arrays, which is how CI checks them
-bit for bit against :mod:`.cpu` without a GPU.
+bit for bit against :mod:`.hash_cpu` without a GPU.
 
 Strings are the Arrow (or cuDF) string buffers: ``data`` (uint8, UTF-8) and
 per document ``doc_start`` / ``doc_end`` (int64 absolute byte positions into
@@ -71,8 +71,8 @@ then by document) and drops repeats.  ``band_hashes`` is a thread per
 and ``signature_similarity`` a thread per pair; all grid-stride.
 """
 
-from gpu_dedup.kernels.scalar import SENTINEL
-from gpu_dedup.kernels.twin import compile_twins
+from .hash_scalar import SENTINEL
+from .twin import compile_twins
 from numba import cuda, types
 
 dev = compile_twins(cuda.jit(device=True))
@@ -325,9 +325,9 @@ def hook_min(labels, new, src, dst):
 
 
 # ----------------------------------------------------------------------------- text normalization
-# The one-pass normalization of kernels/text.py (the CPU compiles the same source in text_cpu.py).
+# The one-pass normalization of kernels/text_scalar.py (the CPU compiles the same source in text_cpu.py).
 
-from gpu_dedup.kernels import text as _text  # noqa: E402
+from . import text_scalar as _text  # noqa: E402
 
 tdev = compile_twins(cuda.jit(device=True), module=_text)
 _normalize_text = tdev.normalize_text
@@ -336,7 +336,7 @@ _normalize_text = tdev.normalize_text
 @cuda.jit
 def normalize_texts(data, doc_start, doc_end, stage1, stage2, ascii_action, need, lowercase, remove_punct,
                     collapse_ws, out, out_start, lengths, status):
-    """Thread per document (grid-stride): ``kernels.text.normalize_text`` of document k into
+    """Thread per document (grid-stride): ``kernels.text_scalar.normalize_text`` of document k into
     ``out[out_start[k]:]`` (room: its input length); bytes written and status per document."""
     for k in range(cuda.grid(1), doc_start.shape[0], cuda.gridsize(1)):
         n, s = _normalize_text(data, doc_start[k], doc_end[k], stage1, stage2, ascii_action, need, lowercase,

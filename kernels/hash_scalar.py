@@ -1,8 +1,8 @@
 """Scalar hash math of gpu_dedup: written once, compiled twice.
 
 Every function in ``DEVICE_FUNCTIONS`` is plain Python over NumPy integer
-scalars. :mod:`gpu_dedup.kernels.cpu` compiles them with ``numba.njit`` and
-:mod:`gpu_dedup.kernels.cuda` with ``numba.cuda.jit(device=True)``; only the
+scalars. :mod:`gpu_dedup.kernels.hash_cpu` compiles them with ``numba.njit`` and
+:mod:`gpu_dedup.kernels.hash_cuda` with ``numba.cuda.jit(device=True)``; only the
 outer loops (threads, blocks, prange) differ between the two targets.  Under
 ``NUMBA_ENABLE_CUDASIM=1`` the CUDA twins run as these very functions.
 

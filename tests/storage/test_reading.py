@@ -6,9 +6,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from gpu_dedup import storage
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError
-from gpu_dedup.stages import read_shards, write_shards
+from gpu_dedup.stages.read import read
+from gpu_dedup.storage import columns, jsonl
 
 
 def _pq(path, **cols):
@@ -22,70 +24,70 @@ def test_discover_files_dirs_globs(tmp_path):
     _pq(tmp_path / "d" / "sub" / "a.parquet", text=["y"])
     (tmp_path / "d" / "notes.txt").write_text("ignored")
     (tmp_path / "d" / "c.jsonl").write_text('{"text": "z"}\n')
-    shards = read_shards.discover([tmp_path / "d"])
+    shards = storage.discover([tmp_path / "d"])
     assert [s.name for s in shards] == ["b.parquet", "c.jsonl", "sub/a.parquet"]
     assert [s.format for s in shards] == ["parquet", "jsonl", "parquet"]
-    assert [s.name for s in read_shards.discover(str(tmp_path / "d" / "**" / "*.parquet"))] == ["b.parquet", "sub/a.parquet"]
-    assert [s.name for s in read_shards.discover(tmp_path / "d" / "b.parquet")] == ["b.parquet"]
+    assert [s.name for s in storage.discover(str(tmp_path / "d" / "**" / "*.parquet"))] == ["b.parquet", "sub/a.parquet"]
+    assert [s.name for s in storage.discover(tmp_path / "d" / "b.parquet")] == ["b.parquet"]
 
 
 def test_discover_errors(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
-        read_shards.discover([tmp_path / "nope.parquet"])
+        storage.discover([tmp_path / "nope.parquet"])
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="holds no .parquet or .jsonl"):
-        read_shards.discover([tmp_path / "empty"])
+        storage.discover([tmp_path / "empty"])
     with pytest.raises(InputError, match="matches no files"):
-        read_shards.discover([str(tmp_path / "*.parquet")])
+        storage.discover([str(tmp_path / "*.parquet")])
     _pq(tmp_path / "a" / "x.parquet", text=["1"])
     _pq(tmp_path / "b" / "x.parquet", text=["2"])
     with pytest.raises(InputError, match="same name 'x.parquet'"):
-        read_shards.discover([tmp_path / "a" / "x.parquet", tmp_path / "b" / "x.parquet"])
+        storage.discover([tmp_path / "a" / "x.parquet", tmp_path / "b" / "x.parquet"])
     (tmp_path / "data.csv").write_text("text\nx\n")
     with pytest.raises(InputError, match="cannot tell the format"):
-        read_shards.discover([tmp_path / "data.csv"])
+        storage.discover([tmp_path / "data.csv"])
 
 
 def test_read_keeps_ids_verbatim_and_generates_when_absent(tmp_path):
     _pq(tmp_path / "a.parquet", text=["a", "b"], uid=pa.array([10**15, -3], pa.int64()))
     _pq(tmp_path / "b.parquet", text=["c"], uid=pa.array([7], pa.int64()))
-    c = read_shards.read([tmp_path], InputConfig(id_column="uid"))
+    c = read([tmp_path], InputConfig(id_column="uid"))
     assert c.ids.to_pylist() == [10**15, -3, 7] and c.ids.type == pa.int64()
     assert np.asarray(c.table.column("row")).tolist() == [0, 1, 2]
     assert np.asarray(c.table.column("shard_row")).tolist() == [0, 1, 0]
-    g = read_shards.read([tmp_path])
+    g = read([tmp_path])
     assert g.id_generated and g.ids.to_pylist() == [0, 1, 2]
 
 
 def test_missing_columns_name_the_existing_ones(tmp_path):
     _pq(tmp_path / "a.parquet", body=["x"], url=["u"])
     with pytest.raises(InputError, match=r"text column 'text' is not in shard .*its columns are: 'body', 'url'"):
-        read_shards.read([tmp_path])
+        read([tmp_path])
     with pytest.raises(InputError, match=r"id column 'uid' is not in shard"):
-        read_shards.read([tmp_path], InputConfig(text_column="body", id_column="uid"))
+        read([tmp_path], InputConfig(text_column="body", id_column="uid"))
 
 
 def test_mixed_id_types_across_shards(tmp_path):
     _pq(tmp_path / "a.parquet", text=["x"], uid=pa.array([1]))
     _pq(tmp_path / "b.parquet", text=["y"], uid=pa.array(["1"]))
     with pytest.raises(InputError, match="mixed schemas across shards"):
-        read_shards.read([tmp_path], InputConfig(id_column="uid"))
+        read([tmp_path], InputConfig(id_column="uid"))
 
 
 def test_non_string_text_column(tmp_path):
     _pq(tmp_path / "a.parquet", text=pa.array([1, 2]))
     with pytest.raises(InputError, match="has type int64; it must be a string column"):
-        read_shards.read([tmp_path])
+        read([tmp_path])
 
 
 def test_corrupt_and_truncated_parquet_name_the_file(tmp_path):
     good = _pq(tmp_path / "good.parquet", text=["x"] * 100)
     (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(InputError, match=r"bad.parquet.*not a readable Parquet file"):
-        read_shards.read([tmp_path])
+        read([tmp_path])
     (tmp_path / "bad.parquet").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     with pytest.raises(InputError, match="bad.parquet"):
-        read_shards.read([tmp_path])
+        read([tmp_path])
 
 
 def test_jsonl_blank_lines_gzip_and_verbatim_write(tmp_path):
@@ -95,12 +97,12 @@ def test_jsonl_blank_lines_gzip_and_verbatim_write(tmp_path):
     src.parent.mkdir()
     with gzip.open(src, "wt", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    c = read_shards.read([src], InputConfig(id_column="id"))
+    c = read([src], InputConfig(id_column="id"))
     assert c.ids.to_pylist() == ["a", "b", "c"]
     assert c.text.to_pylist() == ["héllo", "world", None]
     shard = c.shards[0]
     assert shard.rows == 3
-    write_shards.write_shard(shard, np.array([True, True, False]), tmp_path / "out")
+    storage.write_shard(shard, np.array([True, True, False]), tmp_path / "out")
     with gzip.open(tmp_path / "out" / "s.jsonl.gz", "rt", encoding="utf-8") as f:
         assert f.read() == lines[0] + "\n" + lines[2] + "\n"
 
@@ -108,17 +110,17 @@ def test_jsonl_blank_lines_gzip_and_verbatim_write(tmp_path):
 def test_invalid_jsonl_is_reported_with_its_line_number(tmp_path):
     (tmp_path / "x.jsonl").write_text('{"text": "ok"}\n{not json}\n')
     with pytest.raises(InputError, match=r"x.jsonl.*not valid JSON Lines: line 2: .*; fix or remove that line"):
-        read_shards.read([tmp_path / "x.jsonl"])
+        read([tmp_path / "x.jsonl"])
     # the line in the file (blank lines counted), far past pyarrow's parse blocks' own row numbers
     body = "".join(f'{{"text": "document {i}"}}\n' + ("\n" if i % 1000 == 0 else "") for i in range(60_000))
     bad = body.split("\n")
     bad[50_123] = '{"text": "unterminated}'
     (tmp_path / "y.jsonl").write_text("\n".join(bad))
     with pytest.raises(InputError, match=r"y.jsonl.*: line 50124: .*fix or remove that line"):
-        read_shards.read([tmp_path / "y.jsonl"])
+        read([tmp_path / "y.jsonl"])
     (tmp_path / "z.jsonl").write_text('{"text": "a"}\n{"text": 5}\n')  # no one line is wrong
     with pytest.raises(InputError, match=r"z.jsonl.*changed from string to number.*keep one type across lines"):
-        read_shards.read([tmp_path / "z.jsonl"])
+        read([tmp_path / "z.jsonl"])
 
 
 def test_parquet_write_keeps_schema_and_metadata(tmp_path):
@@ -127,8 +129,8 @@ def test_parquet_write_keeps_schema_and_metadata(tmp_path):
     src = tmp_path / "in" / "p.parquet"
     src.parent.mkdir()
     pq.write_table(table, src)
-    shard = read_shards.read([src]).shards[0]
-    assert write_shards.write_shard(shard, np.array([True, False, True]), tmp_path / "out") == 2
+    shard = read([src]).shards[0]
+    assert storage.write_shard(shard, np.array([True, False, True]), tmp_path / "out") == 2
     out = pq.read_table(tmp_path / "out" / "p.parquet")
     assert out.schema.equals(table.schema, check_metadata=True)
     assert out.column("n").to_pylist() == [1, 3]
@@ -136,14 +138,14 @@ def test_parquet_write_keeps_schema_and_metadata(tmp_path):
 
 def test_input_changed_during_run_is_detected(tmp_path):
     src = _pq(tmp_path / "in" / "p.parquet", text=["a", "b"])
-    shard = read_shards.read([src]).shards[0]
+    shard = read([src]).shards[0]
     _pq(src, text=["a", "b", "c"])
     with pytest.raises(InputError, match="changed during the run"):
-        write_shards.write_shard(shard, np.array([True, True]), tmp_path / "out")
+        storage.write_shard(shard, np.array([True, True]), tmp_path / "out")
 
 
 def test_atomic_write_leaves_no_temp_files(tmp_path):
-    write_shards.atomic_write_bytes(tmp_path / "r.json", json.dumps({"a": 1}).encode())
+    storage.atomic_write_bytes(tmp_path / "r.json", json.dumps({"a": 1}).encode())
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
@@ -153,8 +155,8 @@ def test_outputs_get_the_umask_mode_not_mkstemp_0600(tmp_path):
 
     old = os.umask(0o022)
     try:
-        write_shards.atomic_write_bytes(tmp_path / "a.json", b"{}")
-        write_shards.atomic_write_parquet(tmp_path / "b.parquet", pa.table({"x": [1]}))
+        storage.atomic_write_bytes(tmp_path / "a.json", b"{}")
+        storage.atomic_write_parquet(tmp_path / "b.parquet", pa.table({"x": [1]}))
     finally:
         os.umask(old)
     for name in ("a.json", "b.parquet"):
@@ -176,8 +178,8 @@ def test_jsonl_reads_only_wanted_fields_with_the_types_of_a_full_read(tmp_path):
              for i in range(2000)]
     path = tmp_path / "a.jsonl"
     path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in lines) + "\n")
-    shard = read_shards.discover([str(path)])[0]
-    got = read_shards.read_columns(shard, InputConfig(text_column="text", id_column="id"), score_column="score")
+    shard = storage.discover([str(path)])[0]
+    got = storage.read_columns(shard, InputConfig(text_column="text", id_column="id"), score_column="score")
     assert got.column_names == ["text", "id", "score"]
     assert got.column("text").to_pylist() == [r["text"] for r in lines]
     assert got.column("id").type == pa.int64() and got.column("id").to_pylist() == list(range(2000))
@@ -189,50 +191,50 @@ def test_jsonl_reads_only_wanted_fields_with_the_types_of_a_full_read(tmp_path):
     plain.write_text("\n".join(json.dumps({k: v for k, v in r.items() if k != "meta"}, ensure_ascii=False)
                                for r in lines) + "\n")
     full = _full_read(plain)
-    got = read_shards.read_columns(read_shards.discover([str(plain)])[0], InputConfig(text_column="text", id_column="id"))
+    got = storage.read_columns(storage.discover([str(plain)])[0], InputConfig(text_column="text", id_column="id"))
     assert got.column("id").type == full.column("id").type and got.column("id").equals(full.column("id"))
 
 
 def test_jsonl_sample_types_disagreeing_with_later_lines_fall_back_to_full_inference(tmp_path, monkeypatch):
-    monkeypatch.setattr(read_shards, "SAMPLE_BYTES", 64)
+    monkeypatch.setattr(jsonl, "SAMPLE_BYTES", 64)
     rows = [{"id": i, "text": "x"} for i in range(50)] + [{"id": "late-string", "text": "y"}]
     rows += [{"text": "no id"}] + [{"id": 7, "text": None}]
     path = tmp_path / "b.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    shard = read_shards.discover([str(path)])[0]
+    shard = storage.discover([str(path)])[0]
     cfg = InputConfig(text_column="text", id_column="id")
     try:
         want = _full_read(path)
     except pa.ArrowInvalid:  # pyarrow itself cannot unify int and string ids: so do we, with our message
         with pytest.raises(InputError):
-            read_shards.read_columns(shard, cfg)
+            storage.read_columns(shard, cfg)
         return
-    got = read_shards.read_columns(shard, cfg)
+    got = storage.read_columns(shard, cfg)
     assert got.column("id").to_pylist() == want.column("id").to_pylist()
 
 
 def test_jsonl_field_missing_from_the_sample_is_found_later(tmp_path, monkeypatch):
-    monkeypatch.setattr(read_shards, "SAMPLE_BYTES", 16)
+    monkeypatch.setattr(jsonl, "SAMPLE_BYTES", 16)
     rows = [{"text": "a"}] * 20 + [{"text": "b", "doc_id": "z"}]
     path = tmp_path / "c.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))  # no final newline
-    got = read_shards.read_columns(read_shards.discover([str(path)])[0], InputConfig(text_column="text", id_column="doc_id"))
+    got = storage.read_columns(storage.discover([str(path)])[0], InputConfig(text_column="text", id_column="doc_id"))
     assert got.column("id").to_pylist() == [None] * 20 + ["z"]
 
 
 def test_jsonl_whitespace_lines_crlf_and_two_objects_on_a_line(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_bytes(b'{"text": "a"}\r\n  \t\r\n\n{"text": "b"}\r\n   ')
-    got = read_shards.read_columns(read_shards.discover([str(path)])[0], InputConfig(text_column="text"))
+    got = storage.read_columns(storage.discover([str(path)])[0], InputConfig(text_column="text"))
     assert got.column("text").to_pylist() == ["a", "b"]
     bad = tmp_path / "e.jsonl"
     bad.write_bytes(b'{"text": "a"} {"text": "b"}\n{"text": "c"}\n')
     with pytest.raises(InputError, match="exactly one JSON object"):
-        read_shards.read_columns(read_shards.discover([str(bad)])[0], InputConfig(text_column="text"))
+        storage.read_columns(storage.discover([str(bad)])[0], InputConfig(text_column="text"))
 
 
 def test_line_scanner_and_gather_equal_python(tmp_path):
-    from gpu_dedup.kernels.lines import gather_lines, nonblank_lines
+    from gpu_dedup.kernels.lines_cpu import gather_lines, nonblank_lines
 
     raw = b'a\n\n  \n b \r\n\t\nlast'
     data = np.frombuffer(raw, np.uint8)
@@ -252,13 +254,13 @@ def test_read_rows_reads_only_the_row_groups_of_the_rows(tmp_path, fmt, monkeypa
     else:
         path = tmp_path / "a.jsonl"
         path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
-    shard = read_shards.discover([path])[0]
+    shard = storage.discover([path])[0]
     cfg = InputConfig(id_column="id")
     read = []
-    real = read_shards.read_columns
-    monkeypatch.setattr(read_shards, "read_columns", lambda *a, **k: read.append(k.get("row_groups")) or real(*a, **k))
+    real = storage.read_columns
+    monkeypatch.setattr(columns, "read_columns", lambda *a, **k: read.append(k.get("row_groups")) or real(*a, **k))
     rows = np.array([999, 5, 450, 0, 451, 5])  # any order, repeats, several row groups
-    got = read_shards.read_rows(shard, cfg, rows)
+    got = storage.read_rows(shard, cfg, rows)
     assert got.column("text").to_pylist() == [texts[r] for r in rows]
     assert got.column("id").to_pylist() == rows.tolist()
     if fmt == "parquet":

@@ -1,0 +1,360 @@
+"""The subcommands of ``gpu-dedup``: one ``cmd_*`` function each, called with the parsed arguments."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import yaml
+
+from gpu_dedup.config import Config
+from gpu_dedup.errors import (
+    EXIT_TARGETS,
+    ConfigError,
+    GpuDedupError,
+    InputError,
+)
+
+log = logging.getLogger("gpu_dedup")
+
+
+AUTO_ID = "id"  # an input column of this name names the documents when no id column is configured
+
+
+def _config_from_args(args) -> Config:
+    cfg = Config.from_yaml(args.config) if args.config else Config()
+    overrides = {}
+    for flag, key in [
+        ("threshold", "lsh.threshold"),
+        ("similarity", "similarity"),
+        ("vector_column", "input.vector_column"),
+        ("num_perm", "minhash.num_perm"),
+        ("ngram", "minhash.ngram"),
+        ("shingle", "minhash.shingle"),
+        ("bands", "lsh.bands"),
+        ("rows", "lsh.rows"),
+        ("verify", "verify.method"),
+        ("backend", "backend"),
+        ("workers", "cluster.workers"),
+        ("scheduler", "cluster.scheduler"),
+        ("text_column", "input.text_column"),
+        ("id_column", "input.id_column"),
+    ]:
+        value = getattr(args, flag, None)
+        if value is not None:
+            overrides[key] = value
+    if getattr(args, "no_shards", False):
+        overrides["output.shards"] = False
+    for item in args.set:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r} must look like KEY=VALUE, e.g. --set lsh.threshold=0.7")
+        key, value = item.split("=", 1)
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = str(exc).splitlines()[0]
+            raise ConfigError(f"--set {item!r}: the value {value!r} is not valid YAML ({problem}); quote strings "
+                              "that hold YAML punctuation, e.g. --set 'input.text_column=\"a: b\"'") from None
+    return cfg.with_overrides(overrides) if overrides else cfg
+
+
+def _with_id_column(args, cfg: Config) -> Config:
+    """``run`` and ``index build`` without an id column configured: with ``--against``, the index's id
+    column; else an input column named ``id`` when every shard has one of one type (said once, at INFO).
+    ``--no-id-column`` keeps row numbers only."""
+    if cfg.input.id_column is not None or args.no_id_column:
+        return cfg
+    against = getattr(args, "against", None)
+    if against is not None:
+        try:
+            name = json.loads((Path(against) / "manifest.json").read_text(encoding="utf-8")).get("id_column", "id")
+        except (OSError, ValueError, AttributeError):
+            return cfg  # not an index: the run says so
+        if name:
+            log.info("using the input column %r as document ids, as the index %s does (--id-column)", name, against)
+            return cfg.with_overrides({"input.id_column": name})
+        return cfg
+    from gpu_dedup.storage import discover, id_column_type
+
+    try:
+        shards = discover(args.inputs, cfg.input.format)
+    except GpuDedupError:
+        return cfg  # the run reports it
+    types = {id_column_type(s, AUTO_ID) for s in shards}
+    if len(types) != 1 or None in types:
+        if len(types) > 1 and None not in types:
+            log.info("the input column %r has different types across shards (%s); documents are named by row "
+                     "number (--id-column %s after making it one type)", AUTO_ID, ", ".join(sorted(types)), AUTO_ID)
+        return cfg
+    log.info("using the input column %r as document ids (duplicates.parquet keeps it verbatim beside 'row'); "
+             "--id-column COLUMN picks another, --no-id-column none", AUTO_ID)
+    return cfg.with_overrides({"input.id_column": AUTO_ID})
+
+
+def cmd_run(args) -> int:
+    from gpu_dedup.index.commands import run
+    from gpu_dedup.report.build import summary
+
+    cfg = _with_id_column(args, _config_from_args(args))
+    result = run(args.inputs, args.output, cfg, restart=args.restart, index_out=args.index_out,
+                 against=args.against, update_index=args.update_index)
+    if not args.quiet:
+        print(summary(result.report))
+        written = (["deduplicated shards"] if cfg.output.shards else []) + \
+            (["duplicates.parquet"] if cfg.output.duplicates_table else []) + ["report.json", "report.html"]
+        print(f"outputs in {result.output_dir}/ ({', '.join(written)})")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from gpu_dedup.demo import run_demo
+
+    cfg = _config_from_args(args)
+    return run_demo(Path(args.output), cfg, docs=args.docs, quiet=args.quiet)
+
+
+def cmd_bench_skew(args) -> int:
+    from gpu_dedup.bench import skew
+
+    skew.run(args.sizes, args.results, args.workdir)
+    return 0
+
+
+def cmd_index_build(args) -> int:
+    import tempfile
+
+    from gpu_dedup.index.commands import run
+
+    cfg = _with_id_column(args, _config_from_args(args))
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run(args.inputs, tmp, cfg, index_out=args.output, write_shards=False)
+    c = result.report["counts"]
+    if not args.quiet:
+        print(f"indexed {c['documents_read']:,} documents ({c['kept']:,} kept, {c['removed']:,} duplicates) "
+              f"in {args.output}")
+    return 0
+
+
+def cmd_index_info(args) -> int:
+    import json
+
+    from gpu_dedup.index.store import Index
+
+    print(json.dumps(Index.open(args.index).info(), indent=2))
+    return 0
+
+
+def cmd_query(args) -> int:
+    import json
+
+    import numpy as np
+    import pyarrow as pa
+
+    from gpu_dedup.index.store import Index
+
+    index = Index.open(args.index)
+    try:
+        stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"cannot read the queries in {args.file!r} ({exc.strerror}); give a text file, one "
+                         "query per line (or JSONL with --jsonl), or - for stdin") from None
+    with stream:
+        lines = [line.rstrip("\n") for line in stream]
+    by_vector = index.similarity == "cosine" and index.manifest["config"].get("source") == "vectors"
+    if by_vector:  # a cosine index of vectors: JSONL queries with a vector column
+        column = args.vector_column or index.manifest.get("vector_column") or "vector"
+        if not args.jsonl:
+            raise InputError(f"the index {args.index!r} holds vectors (similarity cosine): give JSONL queries "
+                             f"with --jsonl, each line an object with the vector in {column!r} (--vector-column)")
+        texts = _jsonl_texts(lines, column, args.file)
+        try:
+            vecs = np.asarray(texts, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise InputError(f"the {column!r} values of {args.file!r} are not lists of numbers of one length") from None
+        if vecs.ndim != 2:
+            raise InputError(f"the {column!r} values of {args.file!r} must be lists of numbers of one length")
+        matches = index.query(threshold=args.threshold, members=args.members, vectors=vecs)
+    else:
+        texts = _jsonl_texts(lines, args.text_column, args.file) if args.jsonl else lines
+        for number, text in enumerate(texts, 1):
+            if text is not None and not isinstance(text, str):
+                raise InputError(f"query {number} of {args.file!r} has a {type(text).__name__} in "
+                                 f"{args.text_column!r} ({json.dumps(text)[:40]}), not a string; give the text as a "
+                                 "JSON string")
+        matches = index.query(pa.array(texts, pa.large_string()), threshold=args.threshold, members=args.members)
+    found = [[] for _ in texts]
+    for rec in matches.to_pylist():  # one JSON object per query, in input order, matches best first
+        found[rec.pop("query")].append(rec)
+    for q, recs in enumerate(found):
+        recs.sort(key=lambda r: (-r["similarity"], r["row"]))
+        print(json.dumps({"query": q, "matches": recs}, default=str))
+    if not args.quiet:
+        hit = sum(1 for recs in found if recs)
+        t = args.threshold if args.threshold is not None else index.config().lsh.threshold
+        print(f"{hit:,} of {len(texts):,} queries matched an indexed document (similarity >= {t}); "
+              f"{len(texts) - hit:,} had no match", file=sys.stderr)
+    return 0
+
+
+def _jsonl_texts(lines: list[str], column: str, source: str) -> list:
+    """The ``column`` of each non-blank JSON line; a line that is no JSON object with it is an InputError."""
+
+    texts = []
+    for number, line in enumerate(lines, 1):  # queries: a few thousand lines at most
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise InputError(f"line {number} of {source!r} is not valid JSON ({exc}); give one JSON object per "
+                             "line, or drop --jsonl for plain text (one query per line)") from None
+        if not isinstance(record, dict) or column not in record:
+            raise InputError(f"line {number} of {source!r} has no {column!r} field; name the text field with "
+                             "--text-column")
+        texts.append(record[column])
+    return texts
+
+
+def cmd_bench_workers(args) -> int:
+    from gpu_dedup.bench import workers
+
+    workers.run(args.documents, args.workers, args.memory_limit, args.block_rows, args.results, args.workdir)
+    return 0
+
+
+def cmd_bench_peers(args) -> int:
+    from gpu_dedup.bench import peers
+
+    cfg = _config_from_args(args)
+    if args.backend is None:
+        cfg = cfg.with_overrides({"backend": "cpu"})
+    peers.run(sizes=args.sizes, peer_max_docs=args.peer_max_docs, real=None if args.real == "none" else args.real,
+              tools=args.tools, quality_sample=args.quality_sample, quality_max_docs=args.quality_max_docs,
+              sig_docs=args.signature_docs, datasketch_sig_docs=args.datasketch_signature_docs,
+              results=args.results, workdir=args.workdir, config=cfg)
+    return 0
+
+
+def cmd_bench_index(args) -> int:
+    from gpu_dedup.bench import index
+
+    index.run(args.documents, args.queries, args.single, args.results, args.workdir)
+    return 0
+
+
+def cmd_bench_own_parser(args) -> int:
+    """The benchmarks with their own argument parser (``main(argv)``): the rest of the command line is theirs."""
+    from gpu_dedup.bench import cosine, gpu, signatures, stages
+
+    mains = {"stages": stages.main, "signatures": signatures.main, "cosine": cosine.main, "gpu": gpu.main}
+    return mains[args.bench](args.bench_args)
+
+
+def cmd_config(args) -> int:
+    cfg = _config_from_args(args)
+    bands, rows = cfg.layout
+    print(cfg.to_yaml(), end="")
+    print(f"# derived: bands={bands} rows={rows} permutations_computed={cfg.signature_perms} "
+          f"verify_threshold={cfg.verify_threshold} fingerprint={cfg.fingerprint}")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from gpu_dedup.evaluation.evaluate import evaluate, summary
+
+    cfg = _config_from_args(args)
+    report = evaluate(args.inputs, cfg, output_dir=args.output, sample=args.sample, seed=args.seed, floor=args.floor,
+                      label_column=args.label_column, compare_split_chains=args.compare_split_chains,
+                      plot=not args.no_plot, keep_runs=args.keep_runs, lsh_seeds=args.lsh_seeds)
+    print(summary(report))
+    written = sorted(p.name for p in Path(args.output).glob("evaluation.*"))
+    print(f"wrote {', '.join(written)} in {Path(args.output)}/")
+    if args.require_targets:
+        failed = [f"{name}: {k}" for name, r in report["runs"].items() for k, v in r["targets"].items()
+                  if not v["met"] and v.get("applies", True)]
+        if failed:
+            print("targets not met: " + "; ".join(failed), file=sys.stderr)
+            return EXIT_TARGETS
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from gpu_dedup.evaluation.tune import format_empirical, format_table, tune
+
+    cfg = _config_from_args(args)
+    overrides = {k: v for k, v in (("lsh.fp_weight", args.fp_weight), ("lsh.fn_weight", args.fn_weight)) if v is not None}
+    if overrides:
+        cfg = cfg.with_overrides(overrides)
+    if args.output is None:  # the default directory, in the current one: say so before anything is written
+        args.output = TUNE_DIR
+        if not args.quiet:
+            print(f"writing tune.json and tune.png to {Path(TUNE_DIR).resolve()}/ (the default; -o DIR to choose)")
+    if cfg.similarity == "cosine":
+        return _tune_cosine(cfg, args)
+    result = tune(cfg, top=args.top, output_dir=args.output, sample_inputs=args.sample, sample=args.sample_size,
+                  seed=args.seed, confirm=args.confirm, floor=args.floor, plot=not args.no_plot)
+    print(f"LSH layouts for threshold {cfg.lsh.threshold}, num_perm {cfg.minhash.num_perm}, "
+          f"weights FP {cfg.lsh.fp_weight} / FN {cfg.lsh.fn_weight}:")
+    print(format_table(result["layouts"], cfg.lsh.threshold))
+    if "empirical" in result:
+        print(format_empirical(result["empirical"]))
+    pick = result["pick"]
+    print(f"pick: lsh.bands={pick['bands']} lsh.rows={pick['rows']}"
+          + (f"; wrote tune.json{', tune.png' if 'png' in result else ''} in {Path(args.output)}/"
+             if args.output else ""))
+    return 0
+
+
+TUNE_DIR = "gpu-dedup-tune"
+
+
+def _tune_cosine(cfg, args) -> int:
+    from gpu_dedup.evaluation.tune import format_cosine_table, tune_cosine
+
+    if args.sample:
+        raise GpuDedupError("tune --similarity cosine has no --sample yet; run gpu-dedup evaluate --similarity cosine "
+                            "on the corpus to measure a layout")
+    result = tune_cosine(cfg, top=args.top, rows_in_run=args.documents, output_dir=args.output,
+                         plot=not args.no_plot)
+    print(f"cosine LSH layouts for threshold {cfg.lsh.threshold}, {cfg.cosine.bits} bits, min_rows "
+          f"{result['min_rows']}, weights FP {cfg.lsh.fp_weight} / FN {cfg.lsh.fn_weight}:")
+    print(format_cosine_table(result["layouts"], cfg.lsh.threshold))
+    pick = result["pick"]
+    print(f"pick: cosine.bands={pick['bands']} cosine.rows={pick['rows']}; wrote tune.json"
+          f"{', tune.png' if 'png' in result else ''} in {Path(args.output)}/")
+    return 0
+
+
+def cmd_dataset(args) -> int:
+    from gpu_dedup.evaluation.datasets import build
+
+    info = build(args.name, args.output)
+    print(f"{info['dataset']}: {info['documents']:,} documents, {info['text_mb']} MB of text -> {info['path']}")
+    if args.info:
+        from gpu_dedup.storage import atomic_write_bytes
+
+        Path(args.info).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(args.info, (json.dumps(info, indent=2) + "\n").encode())
+    return 0
+
+
+def cmd_report(args) -> int:
+    from gpu_dedup.report.page import write_html
+
+    src = Path(args.report)
+    if src.is_dir():
+        src = src / "report.json"
+    try:
+        report = json.loads(src.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read {str(src)!r} ({exc.strerror}); give a report.json or the output directory "
+                         "of a run") from None
+    except ValueError as exc:
+        raise InputError(f"{str(src)!r} is not valid JSON ({exc}); give the report.json a run wrote") from None
+    if not isinstance(report, dict) or "counts" not in report or "lsh" not in report:
+        raise InputError(f"{str(src)!r} is not a gpu_dedup report.json (no counts / lsh sections)")
+    out = write_html(Path(args.output) if args.output else src.with_suffix(".html"), report)
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,56 @@
+"""``Index.add``: a DataFrame deduplicated against an index, then appended to it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpu_dedup import api
+from gpu_dedup.api import DedupResult
+from gpu_dedup.errors import ConfigError
+from gpu_dedup.run.local import run
+
+
+def add(index, frame, text: str = "text", id: str | None = None, config=None, **overrides) -> "AddResult":
+    """Deduplicate the rows of ``frame`` against the index, then append all of them.
+
+    What ``gpu-dedup run NEW --against INDEX --update-index`` does, for a
+    pandas DataFrame, a pyarrow Table or a cuDF DataFrame, with the
+    conventions of :func:`gpu_dedup.dedup` (``text``, ``id``, ``config``,
+    ``overrides``).  Without ``config`` the index's own settings are used;
+    a config that changes hashes or matching fails with
+    :class:`IndexMismatchError`.  Indexed documents always survive; every
+    row is appended, removed ones included.  Returns an :class:`AddResult`.
+    """
+
+    kind = api.frame_kind(frame)
+    cfg = api.config_of(index.config() if config is None else config, text, id, overrides)
+    if cfg.cluster.enabled:
+        raise ConfigError("Index.add() runs in one process; drop cluster.workers / cluster.scheduler")
+    index.check(cfg)
+    cfg = index.pinned(cfg)
+    shard = api.frame_shard(frame, kind, text, id, cfg)
+    first = index.documents
+    if first == 0:  # the first documents name the index's id column
+        index.manifest = {**index.manifest, "id_column": id}
+    result = run([shard], None, cfg, prior=index, sink=index)
+    dup = api.frame_duplicates(result.duplicates, id)
+    return AddResult(deduplicated=api.take_rows(frame, kind, result.kept), duplicates=api.like(dup, kind),
+                     clusters=result.cluster, kept=result.kept, report=result.report, edges=result.edges,
+                     first_doc=first)
+
+
+@dataclass(repr=False)
+class AddResult(DedupResult):
+    """What :meth:`Index.add` returns: :class:`gpu_dedup.api.DedupResult`'s fields, in index terms.
+
+    ``kept`` / ``removed``: per row of the frame; ``deduplicated``: the kept
+    rows; ``duplicates``: one row per frame row that was removed or has
+    copies (``row``: position in the frame, ``cluster_id`` = the survivor's index doc number,
+    ``survivor_id`` with an id column, ``in_index``: the survivor is an earlier indexed
+    document); ``clusters``: the index doc number of each row's survivor;
+    ``edges``: verified edges between index doc numbers.  The frame's rows
+    are index documents ``first_doc .. first_doc + len(frame) - 1``.
+    """
+
+    first_doc: int = 0
+

@@ -1,0 +1,66 @@
+"""Write stage: the duplicates table, and the id-column names it may not take.
+
+The deduplicated shards themselves are written by :func:`gpu_dedup.storage.write_shard`
+(each input shard's kept rows, under its name, atomically).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from gpu_dedup.errors import ConfigError
+
+# Column names gpu_dedup gives the documents it reports (duplicates.parquet, the DataFrame API's duplicates,
+# index queries): ``row`` numbers documents (0-based, in input order across the shards; it continues an index's
+# numbering in a run against an index).  A user's id column keeps its own name beside them.
+ROW = "row"
+RESERVED_COLUMNS = (ROW, "cluster_id", "kept", "similarity", "match", "survivor_id", "in_index", "shard", "shard_row",
+                    "query", "exact")
+
+
+def check_id_column(name: str | None) -> None:
+    """Refuse a user id column whose name gpu_dedup's outputs already use for something else."""
+    if name in RESERVED_COLUMNS:
+        raise ConfigError(
+            f"id column {name!r} has the name of a column gpu_dedup writes ({', '.join(RESERVED_COLUMNS)}); "
+            "choose another id column, or none: every document is numbered in the column 'row' anyway")
+
+
+def duplicates_table(*, rows, shard_starts, shard_names, kept, cluster, similarity, exact, first_row=0, ids=None,
+                     survivor_ids=None, id_column=None, in_index=None) -> pa.Table:
+    """The duplicates table: one row per member of a cluster of two or more documents, in row order.
+
+    Every argument but the shard layout is per member (host arrays / Arrow):
+    ``rows`` the input row (the ``row`` column is ``first_row + rows``: the
+    document's number across runs against an index), ``ids`` /
+    ``survivor_ids`` the user ids (column ``id_column``) of the member and of
+    its survivor, or None when the input has no id column, ``cluster`` the
+    survivor's document number, ``exact`` whether it has the survivor's
+    normalized text, ``in_index`` (runs against an index) whether the
+    survivor is an indexed document.
+    """
+    rows = np.asarray(rows, np.int64)
+    kept = np.asarray(kept, bool)
+    shard = np.searchsorted(np.asarray(shard_starts), rows, side="right") - 1
+    names = np.array(shard_names or [""], dtype=object)
+    match = np.where(kept, "kept", np.where(exact, "exact", "near"))
+    cols = {}
+    if ids is not None:
+        check_id_column(id_column)
+        cols[id_column] = ids
+    cols[ROW] = pa.array(first_row + rows, pa.int64())
+    cols.update({
+        "cluster_id": pa.array(np.asarray(cluster, np.int64), pa.int64()),
+        "kept": pa.array(kept),
+        "similarity": pa.array(np.asarray(similarity).astype(np.float32)),
+        "match": pa.array(match, pa.string()),
+    })
+    if survivor_ids is not None:
+        cols["survivor_id"] = survivor_ids
+    if in_index is not None:
+        cols["in_index"] = pa.array(np.asarray(in_index, bool))
+    cols["shard"] = pa.array(names[shard] if rows.shape[0] else [], pa.string())
+    cols["shard_row"] = pa.array(rows - np.asarray(shard_starts)[shard] if rows.shape[0] else [], pa.int64())
+    return pa.table(cols)
+

@@ -1,0 +1,51 @@
+"""Shard files: everything gpu_dedup knows about the files it reads and writes.
+
+============  ====================================================================
+module        what it holds
+============  ====================================================================
+discovery     files, directories and globs -> a sorted list of :class:`Shard`
+identity      a digest that changes when a shard is rewritten (checked before publishing)
+jsonl         JSON Lines bytes, line scanning, parsing, bad-line reports, compression
+parquet       Parquet schema and row-group reads; what a device reader can read
+columns       the validated ``text`` / ``id`` / ``score`` / ``vector`` columns of one shard
+filter        a shard's kept rows written under its name (schema or bytes kept)
+atomic        temporary file + rename for every output; file digests
+============  ====================================================================
+
+The stages read and write rows through these functions (:mod:`gpu_dedup.stages.read`,
+:mod:`gpu_dedup.stages.write`); nothing here knows about deduplication.
+"""
+
+from gpu_dedup.storage.atomic import (
+    atomic_write_bytes,
+    atomic_write_parquet,
+    file_digest,
+)
+from gpu_dedup.storage.columns import (
+    VIEW_TYPES,
+    check_id_type,
+    id_column_type,
+    read_columns,
+    read_rows,
+    rows_only,
+    without_views,
+)
+from gpu_dedup.storage.discovery import (
+    COMPRESSED_EXT,
+    JSONL_EXT,
+    MEMORY_PATH,
+    PARQUET_EXT,
+    Shard,
+    discover,
+    memory_shard,
+)
+from gpu_dedup.storage.filter import write_shard
+from gpu_dedup.storage.identity import check_unchanged, shard_identity
+from gpu_dedup.storage.parquet import device_readable, parquet_schema
+
+__all__ = [
+    "Shard", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT", "COMPRESSED_EXT",
+    "shard_identity", "check_unchanged", "read_columns", "read_rows", "rows_only", "check_id_type",
+    "without_views", "VIEW_TYPES", "id_column_type", "device_readable", "parquet_schema", "write_shard", "atomic_write_bytes",
+    "atomic_write_parquet", "file_digest",
+]

@@ -1,0 +1,90 @@
+"""Atomic writes: every output file is written to a temporary name, then renamed into place.
+
+A write that fails (a full disk, a read-only directory) removes its temporary
+file and raises one clear error (:class:`~gpu_dedup.errors.ResourceError` /
+:class:`~gpu_dedup.errors.OutputError`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gpu_dedup.errors import write_error
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def publish(tmp: str, path: Path) -> None:
+    """Give the temporary file the mode a plain open() would (0666 minus umask), then rename it."""
+    os.chmod(tmp, 0o666 & ~_umask())
+    os.replace(tmp, path)
+
+
+def _mkstemp(path: Path, tmp_dir) -> tuple[int, str]:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=tmp_dir or path.parent)
+    except OSError as exc:
+        raise write_error(path, exc) from None
+
+
+def _atomically(path: Path, tmp_dir, write) -> None:
+    """``write(fd, tmp)`` fills a temporary file (in ``tmp_dir``, default beside ``path``), which is then
+    renamed to ``path``; on any failure the temporary file is removed and an OS error becomes one message."""
+    fd, tmp = _mkstemp(path, tmp_dir)
+    try:
+        write(fd, tmp)
+        publish(tmp, path)
+    except BaseException as exc:
+        unlink(tmp)
+        if isinstance(exc, OSError):
+            raise write_error(path, exc) from None
+        raise
+
+
+def atomic_write_bytes(path: str | Path, payload: bytes, tmp_dir=None) -> None:
+    """Write ``payload`` to a temporary file (in ``tmp_dir``, default beside ``path``), then rename it."""
+
+    def write(fd, tmp):
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+
+    _atomically(Path(path), tmp_dir, write)
+
+
+def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd") -> None:
+    def write(fd, tmp):
+        os.close(fd)
+        pq.write_table(table, tmp, compression=None if compression == "none" else compression)
+
+    _atomically(Path(path), None, write)
+
+
+def file_digest(path) -> dict:
+    """Size and SHA-256 of a file (what the output manifest records and ``_SUCCESS`` vouches for)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return {"size": os.path.getsize(path), "sha256": h.hexdigest()}
+
+
+def unlink(path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+

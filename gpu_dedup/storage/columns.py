@@ -1,0 +1,225 @@
+"""The validated columns of one shard: ``text``[, ``id``][, ``score``][, ``vector``], whatever its format.
+
+Column names come from :class:`~gpu_dedup.config.InputConfig`; a missing,
+repeated or mistyped column is one :class:`~gpu_dedup.errors.InputError`
+naming the shard, the column and the setting to change.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from gpu_dedup.backends.strings import arrow_column
+from gpu_dedup.config import InputConfig
+from gpu_dedup.errors import InputError, read_error
+from gpu_dedup.storage.discovery import Shard
+from gpu_dedup.storage.jsonl import check_json_float_ids, read_jsonl
+from gpu_dedup.storage.parquet import parquet_schema, read_parquet
+
+VIEW_TYPES = {"string_view": pa.large_string(), "binary_view": pa.large_binary()}  # Arrow's views -> the same bytes
+
+
+def without_views(col):
+    """A column of an Arrow view type (string_view, binary_view), which many Arrow kernels (take, filter,
+    count) lack, as the large string / binary of the same values; any other column as it is."""
+    plain = VIEW_TYPES.get(str(col.type))
+    return col if plain is None else col.cast(plain)
+
+
+def read_rows(shard: Shard, cfg: InputConfig, rows) -> pa.Table:
+    """The columns of rows ``rows`` (shard-relative, any order) of one shard, in that order.  A Parquet
+    shard reads only the row groups that hold them (a report's examples: a few dozen rows)."""
+    rows = np.asarray(rows, np.int64)
+    if shard.format == "memory" and shard.text is not None:  # only these rows leave the device
+        table = read_columns(shard, cfg, skip_text=True).take(pa.array(rows))
+        return table.add_column(0, "text", arrow_column(shard.text, rows))
+    if shard.format != "parquet":
+        return read_columns(shard, cfg).take(pa.array(rows))
+    try:
+        meta = pq.ParquetFile(shard.path).metadata
+    except (OSError, pa.ArrowException, MemoryError) as exc:
+        raise read_error(shard.path, exc, f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or "
+                         "replace it") from None
+    sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], np.int64)  # per row group
+    starts = np.concatenate(([0], np.cumsum(sizes)))
+    group_of = np.searchsorted(starts, rows, side="right") - 1
+    groups = np.unique(group_of)
+    table = read_columns(shard, cfg, row_groups=groups.tolist())
+    first = np.concatenate(([0], np.cumsum(sizes[groups])))  # where each read group starts in ``table``
+    k = np.searchsorted(groups, group_of)
+    return table.take(pa.array(rows - starts[group_of] + first[k]))
+
+
+
+def _missing(shard: Shard, what: str, name: str, names) -> InputError:
+    setting = {"text": "input.text_column (--text-column)", "id": "input.id_column (--id-column)",
+               "score": "select.score_column", "vector": "input.vector_column (--vector-column)"}[what]
+    return InputError(
+        f"{what} column {name!r} is not in shard {shard.path!r}; its columns are: "
+        f"{', '.join(map(repr, names)) or '(none)'}. Set {setting} to one of them"
+    )
+
+
+def _text_type_ok(t: pa.DataType) -> bool:
+    return any(f(t) for f in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+                              pa.types.is_large_binary, pa.types.is_null))
+
+
+def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None, row_groups=None,
+                 skip_text: bool = False):
+    """The validated text (and id, score) columns of one shard, or of some of its
+    Parquet row groups, as a table with columns ``text``[, ``id``][, ``score``];
+    None for a JSONL shard without records.  ``skip_text``: the text column is checked
+    to be there but not read (a device reader reads it; see :func:`device_readable`)."""
+    wanted = {"text": cfg.text_column}
+    if cfg.id_column:
+        wanted["id"] = cfg.id_column
+    if score_column:
+        wanted["score"] = score_column
+    if cfg.vector_column:
+        wanted["vector"] = cfg.vector_column
+    # with a vector column the text is optional (shown in the report when present)
+    optional = {"text"} if cfg.vector_column else set()
+    if shard.format == "memory":
+        table = shard.data
+        if shard.text is not None and not skip_text:  # the device column, copied to the host
+            table = table.append_column(cfg.text_column, arrow_column(shard.text))
+        if skip_text:
+            wanted.pop("text")
+        wanted = _present(wanted, optional, table.column_names)
+        for key, col in wanted.items():
+            if col not in table.column_names:
+                raise _missing(shard, key, col, table.column_names)
+        if row_groups is not None:
+            raise InputError("in-memory input has no row groups; it runs in one process")
+    elif shard.format == "parquet":
+        names = parquet_schema(shard).names
+        wanted = _present(wanted, optional, names)
+        for key, col in wanted.items():
+            if col not in names:
+                raise _missing(shard, key, col, names)
+        _check_unique(shard, names, wanted)
+        if skip_text:  # present and unique: the device reader reads it
+            wanted.pop("text")
+        table = read_parquet(shard, list(dict.fromkeys(wanted.values())), row_groups)
+    else:
+        table = read_jsonl(shard, wanted)
+        if table is None:  # no records
+            return None
+        wanted = _present(wanted, optional, table.column_names)
+        for key, col in wanted.items():
+            if col not in table.column_names:
+                raise _missing(shard, key, col, table.column_names)
+    if shard.format != "parquet":
+        _check_unique(shard, table.column_names, wanted)
+    cols = {}
+    if not skip_text:
+        if "text" not in wanted:
+            text = pa.chunked_array([pa.nulls(table.num_rows, pa.large_string())])
+        else:
+            text = _decoded(table.column(cfg.text_column))
+        text = without_views(text)
+        if not _text_type_ok(text.type):
+            raise InputError(f"text column {cfg.text_column!r} of shard {shard.path!r} has type {text.type}; "
+                             "it must be a string column: convert it to strings, or set input.text_column "
+                             "(--text-column) to the column that holds the text")
+        cols["text"] = _as_large_text(text)
+    if cfg.id_column:
+        ids = _decoded(table.column(cfg.id_column))
+        if pa.types.is_nested(ids.type) or pa.types.is_null(ids.type):
+            raise InputError(
+                f"id column {cfg.id_column!r} of shard {shard.path!r} has type {ids.type}; ids must be scalars "
+                "(integers or strings): choose another --id-column, or --no-id-column to name documents by row")
+        ids = without_views(ids)
+        if shard.format == "jsonl" and pa.types.is_floating(ids.type):
+            check_json_float_ids(shard, cfg.id_column, ids)
+        cols["id"] = ids
+    if score_column:
+        score = _decoded(table.column(score_column))
+        if not (pa.types.is_integer(score.type) or pa.types.is_floating(score.type)):
+            raise InputError(
+                f"score column {score_column!r} of shard {shard.path!r} has type {score.type}; it must be numeric"
+            )
+        cols["score"] = pc.cast(score, pa.float64())
+    if cfg.vector_column:
+        cols["vector"] = table.column(cfg.vector_column)
+    return pa.table(cols) if cols else rows_only(table.num_rows)
+
+
+def rows_only(n: int) -> pa.Table:
+    """A table of ``n`` rows holding no data (one all-null column, so that it can still be sliced
+    and taken from): what is left when every wanted column is read elsewhere."""
+    return pa.table({"_rows": pa.nulls(n)})
+
+
+def _check_unique(shard: Shard, names, wanted: dict) -> None:
+    for key, col in wanted.items():
+        count = list(names).count(col)
+        if count > 1:
+            raise InputError(f"shard {shard.path!r} has {count} columns named {col!r} (the {key} column); "
+                             "column names must be unique: rename or drop the extra ones")
+
+
+def _decoded(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A dictionary-encoded column (e.g. a pandas categorical) as its plain values."""
+    if pa.types.is_dictionary(col.type):
+        return pc.cast(col, col.type.value_type)
+    return col
+
+
+def _present(wanted: dict, optional: set, names) -> dict:
+    """``wanted`` without the optional columns the shard does not have."""
+    return {k: v for k, v in wanted.items() if k not in optional or v in names}
+
+
+def check_id_type(shard: Shard, id_column: str, id_type, first: tuple | None):
+    """Raise when the id column's type differs from the first shard's; returns the (type, path) to compare with."""
+    if first is None:
+        return (id_type, shard.path)
+    if id_type != first[0]:
+        raise InputError(
+            f"id column {id_column!r} has type {id_type} in shard {shard.path!r} but {first[0]} in "
+            f"{first[1]!r}; mixed schemas across shards: make the id column one type in every shard"
+        )
+    return first
+
+
+
+def _as_large_text(text: pa.ChunkedArray) -> pa.ChunkedArray:
+    if pa.types.is_null(text.type):  # JSONL shard whose texts are all null
+        return pc.cast(text, pa.large_string())
+    if pa.types.is_string(text.type):
+        return pc.cast(text, pa.large_string())
+    if pa.types.is_binary(text.type):
+        return pc.cast(text, pa.large_binary())
+    return text
+
+
+def id_column_type(shard: Shard, name: str) -> str | None:
+    """The type of column ``name`` in a shard (Parquet: its schema; JSONL: the first record, where
+    'any' stands for JSON's types), or None when the shard has no such column of an id-like type."""
+    try:
+        if shard.format == "parquet":
+            schema = pq.read_schema(shard.path)
+            if name not in schema.names:
+                return None
+            t = schema.field(name).type
+            ok = (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                  or pa.types.is_binary(t) or pa.types.is_large_binary(t))
+            return str(t) if ok else None
+        if shard.format == "jsonl":
+            with pa.input_stream(shard.path, compression="detect") as f:
+                head = f.read(1 << 16)
+            for line in head.split(b"\n")[:-1] or [head]:  # the first complete record
+                if line.strip():
+                    record = json.loads(line)
+                    value = record.get(name) if isinstance(record, dict) else None
+                    return "any" if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+    except (OSError, ValueError, pa.ArrowException):
+        return None  # the run reports an unreadable shard
+    return None
