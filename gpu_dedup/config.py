@@ -189,12 +189,23 @@ class ClusterConfig:
     scheduler: str | None = None  # address of a running Dask scheduler to join instead
     memory_limit: str = "auto"  # per local worker, Dask syntax: "2GiB"
     block_rows: int = 250_000  # rows per partition (Parquet row groups are grouped up to this)
+    shuffle: str | None = None  # how rows move between workers: null (small: as futures; large: Dask's p2p
+    # shuffle), or always one of Dask's: p2p, tasks
+    # connected components: up to this many verified edges, one worker runs union-find over all of them;
+    # above, large-star / small-star rounds over shuffles (no worker ever holds every edge)
+    components_gathered_edges: int = 2_000_000
 
     def __post_init__(self):
         if self.workers is not None and self.workers < 1:
             raise ConfigError(f"cluster.workers = {self.workers} must be >= 1 (or null for one process)")
         if self.block_rows < 1:
             raise ConfigError(f"cluster.block_rows = {self.block_rows} must be >= 1")
+        if self.shuffle not in (None, "p2p", "tasks"):
+            raise ConfigError(f"cluster.shuffle = {self.shuffle!r} must be null (automatic), p2p or tasks")
+        if isinstance(self.components_gathered_edges, bool) or not isinstance(self.components_gathered_edges, int) \
+                or self.components_gathered_edges < 0:
+            raise ConfigError(f"cluster.components_gathered_edges = {self.components_gathered_edges!r} must be an "
+                              "integer >= 0 (0: always the distributed large-star / small-star rounds)")
 
     @property
     def enabled(self) -> bool:

@@ -57,11 +57,13 @@ def maybe_crash(point: str) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def run_fingerprint(cfg, shards) -> str:
-    """Identity of a run's results: config (not the backend), inputs, code."""
+def run_fingerprint(cfg, shards, executor: str = "local") -> str:
+    """Identity of a run's checkpoints: config (not the backend), inputs, code, and how the executor cut the
+    corpus into parts (``executor``: ``local``, or the Dask executor's block size), since a part saved by one
+    cannot be read back by another."""
 
     h = hashlib.sha256()
-    h.update(f"{cfg.fingerprint}\0{__version__}\0{HASH_FAMILY_NAME}\0{kernel_digest()}\0".encode())
+    h.update(f"{cfg.fingerprint}\0{__version__}\0{HASH_FAMILY_NAME}\0{kernel_digest()}\0{executor}\0".encode())
     for s in shards:
         h.update(f"{s.path}\0{s.name}\0{s.format}\0{s.identity or shard_identity(s.path)}\0".encode())
     return h.hexdigest()[:32]

@@ -38,7 +38,7 @@ def _mkstemp(path: Path, tmp_dir) -> tuple[int, str]:
         raise write_error(path, exc) from None
 
 
-def _atomically(path: Path, tmp_dir, write) -> None:
+def atomically(path: Path, tmp_dir, write) -> None:
     """``write(fd, tmp)`` fills a temporary file (in ``tmp_dir``, default beside ``path``), which is then
     renamed to ``path``; on any failure the temporary file is removed and an OS error becomes one message."""
     fd, tmp = _mkstemp(path, tmp_dir)
@@ -61,7 +61,7 @@ def atomic_write_bytes(path: str | Path, payload: bytes, tmp_dir=None) -> None:
             f.flush()
             os.fsync(f.fileno())
 
-    _atomically(Path(path), tmp_dir, write)
+    atomically(Path(path), tmp_dir, write)
 
 
 def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd") -> None:
@@ -69,7 +69,7 @@ def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "
         os.close(fd)
         pq.write_table(table, tmp, compression=None if compression == "none" else compression)
 
-    _atomically(Path(path), None, write)
+    atomically(Path(path), None, write)
 
 
 def file_digest(path) -> dict:

@@ -143,7 +143,7 @@ def test_workers_killed_by_memory_name_the_settings_to_change(corpus, tmp_path, 
     from distributed.scheduler import KilledWorker
 
     from gpu_dedup.errors import ResourceError
-    from gpu_dedup.run import cluster as dist
+    from gpu_dedup.run.cluster import executor as dist
 
     class DyingClient:  # every task's workers die, as under a too-small memory limit
         def map(self, *args, **kwargs):

@@ -1,0 +1,135 @@
+"""Moving frames between Dask workers: one primitive, :func:`route`, over Dask's own shuffle.
+
+A part is a future holding a frame (a dict of 1-D arrays; Arrow arrays for
+ids and payloads).  ``route`` adds to each frame its rows' destination and
+their origin (source part, position), turns the parts into a Dask DataFrame
+(pandas partitions; cuDF ones when the columns live on a GPU) and repartitions
+it by destination with ``set_index(divisions=0..n)``, which runs Dask's
+peer-to-peer shuffle (``dataframe.shuffle.method``: p2p by default on a
+distributed cluster, ``cluster.shuffle`` chooses).  Each destination then
+restores the rows' order (by source part, then position), so a route is
+deterministic whatever the workers and the arrival order.  The client builds
+graphs and holds one future per partition; the rows go from worker to worker.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import pyarrow as pa
+
+from gpu_dedup.backends import on_device, to_host
+from gpu_dedup.stages import frames
+
+TAGS = ("_dest", "_src", "_pos")
+
+
+def to_df(frame: dict):
+    """A frame as a DataFrame: cuDF when its arrays are on the device, else pandas (Arrow columns as
+    pandas' Arrow-backed arrays)."""
+    if any(on_device(v) for v in frame.values() if not isinstance(v, (pa.Array, pa.ChunkedArray))):
+        import cudf  # noqa: PLC0415  GPU workers only
+        import dask_cudf  # noqa: F401,PLC0415  registers cuDF with Dask's dispatch in this worker
+
+        return cudf.DataFrame({k: (cudf.Series(v) if not isinstance(v, (pa.Array, pa.ChunkedArray))
+                                   else cudf.Series.from_arrow(v)) for k, v in frame.items()})
+    import pandas as pd  # noqa: PLC0415  the Dask executor's frames: a one-process run does not import pandas
+
+    cols = {}
+    for k, v in frame.items():
+        if isinstance(v, pa.ChunkedArray):
+            v = v.combine_chunks()
+        cols[k] = pd.arrays.ArrowExtensionArray(v) if isinstance(v, pa.Array) else v
+    return pd.DataFrame(cols) if cols else pd.DataFrame()
+
+
+def from_df(df) -> dict:
+    """A DataFrame's columns as a frame (NumPy / CuPy arrays; Arrow arrays for Arrow-backed columns)."""
+    import pandas as pd  # noqa: PLC0415
+
+    out = {}
+    if isinstance(df, pd.DataFrame):
+        for c in df.columns:
+            col = df[c]
+            if isinstance(col.dtype, pd.ArrowDtype):
+                arr = pa.array(col.array)
+                out[c] = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+            else:
+                out[c] = col.to_numpy()
+        return out
+    for c in df.columns:  # cuDF
+        col = df[c]
+        out[c] = col.to_arrow() if col.dtype == "object" else col.values
+    return out
+
+
+def prepare(obj, src: int, dest, n: int, explode=None, explode_kw=None, **kw):
+    """A part ready to move: exploded into a frame if it is none, with ``_dest``, ``_src`` and ``_pos``."""
+    frame = explode(obj, **(explode_kw or {})) if explode is not None else obj
+    size = frames.size(frame)
+    xp = frames.module_of(frame) if frame else np
+    d = dest(frame, n, **kw) if size else xp.zeros(0, dtype=xp.int64)
+    out = {**frame, "_dest": xp.asarray(d, dtype=xp.int64), "_src": xp.full(size, src, dtype=xp.int64),
+           "_pos": xp.arange(size, dtype=xp.int64)}
+    return to_df(out)
+
+
+def empty(df):
+    return df.iloc[:0]
+
+
+def finish(df) -> dict:
+    """A routed partition: rows in (source part, position) order, tags dropped."""
+    frame = from_df(df.reset_index())
+    frame = frames.sort_by(frame, "_src", "_pos")
+    return {k: v for k, v in frame.items() if k not in TAGS}
+
+
+DIRECT_PIECES = 4096  # up to this many (source, destination) pieces, rows move as futures (see route)
+
+
+def split(obj, src: int, dest, n: int, explode=None, explode_kw=None, **kw) -> list:
+    """A part cut into the ``n`` pieces its rows go to, each a frame with ``_src`` and ``_pos``."""
+    frame = explode(obj, **(explode_kw or {})) if explode is not None else obj
+    size = frames.size(frame)
+    xp = frames.module_of(frame) if frame else np
+    d = xp.asarray(dest(frame, n, **kw), dtype=xp.int64) if size else xp.zeros(0, dtype=xp.int64)
+    tagged = {**frame, "_src": xp.full(size, src, dtype=xp.int64), "_pos": xp.arange(size, dtype=xp.int64)}
+    order = xp.argsort(d, kind="stable")
+    bounds = to_host(xp.searchsorted(d[order], xp.arange(n + 1)))
+    return [frames.take(tagged, order[bounds[k]:bounds[k + 1]]) for k in range(n)]
+
+
+def gather_pieces(*pieces) -> dict:
+    """One destination's pieces, in source order, tags dropped."""
+    frame = frames.concat(list(pieces))
+    return {k: v for k, v in frame.items() if k not in TAGS}
+
+
+def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuffle_method=None, **kw) -> list:
+    """Rows of ``parts`` to ``n`` partitions by ``dest(frame, n, **kw)``; a list of ``n`` futures.
+
+    Up to DIRECT_PIECES (source, destination) pieces (and unless ``shuffle_method`` names one of Dask's),
+    each source is cut into its pieces by one task and each destination gathers its pieces: a few hundred
+    small tasks and no DataFrame graph.  Above, Dask's shuffle (p2p by default) moves them."""
+    import dask  # noqa: PLC0415
+    import dask.dataframe as dd  # noqa: PLC0415
+
+    if shuffle_method is None and len(parts) * n <= DIRECT_PIECES:
+        m = len(parts)
+        cut = client.map(split, parts, range(m), dest=dest, n=n, explode=explode, explode_kw=explode_kw, pure=False,
+                         **kw)
+        flat = client.map(operator.getitem, cut * n, [k for k in range(n) for _ in range(m)], pure=False)
+        # destination k gathers piece k of every source, in source order
+        return client.map(gather_pieces, *[[flat[k * m + j] for k in range(n)] for j in range(m)], pure=False)
+    ready = [client.submit(prepare, p, i, dest, n, explode=explode, explode_kw=explode_kw, pure=False, **kw)
+             for i, p in enumerate(parts)]
+    meta = client.submit(empty, ready[0], pure=False).result()
+    ddf = dd.from_delayed([dask.delayed(f) for f in ready], meta=meta, verify_meta=False)
+    with dask.config.set({"dataframe.shuffle.method": shuffle_method} if shuffle_method else {}):
+        routed = ddf.set_index("_dest", divisions=list(range(n + 1)), sorted=False)
+        out = client.compute(routed.to_delayed())
+    if len(out) != n:  # pragma: no cover - set_index keeps the divisions it is given
+        raise RuntimeError(f"routing made {len(out)} partitions, not {n}")
+    return client.map(finish, out, pure=False)
