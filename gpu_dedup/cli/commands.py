@@ -220,7 +220,8 @@ def _jsonl_texts(lines: list[str], column: str, source: str) -> list:
 def cmd_bench_workers(args) -> int:
     from gpu_dedup.bench import workers
 
-    workers.run(args.documents, args.workers, args.memory_limit, args.block_rows, args.results, args.workdir)
+    workers.run(args.documents, args.workers, args.memory_limit, args.block_rows, args.results, args.workdir,
+                args.boilerplate, args.single_up_to)
     return 0
 
 

@@ -11,6 +11,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError
 from gpu_dedup.index.store import Index, IndexBuilder
 from gpu_dedup.run import local
+from gpu_dedup.run.contract import one_process_only
 from gpu_dedup.run.outdir import check_output_path
 from gpu_dedup.run.sequence import RunResult
 
@@ -25,8 +26,8 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
                           "(--against DIR --update-index appends to the existing index)")
     if update_index and against is None:
         raise ConfigError("--update-index appends to the index given by --against; add --against DIR")
-    if (index_out is not None or against is not None) and cfg.cluster.enabled:
-        raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")
+    if (index_out is not None or update_index) and cfg.cluster.enabled:
+        raise one_process_only("writing an index (--index-out, --update-index)")
     prior = sink = None
     if against is not None:
         prior = against if isinstance(against, Index) else Index.open(against)

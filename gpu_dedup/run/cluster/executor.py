@@ -58,6 +58,14 @@ SAMPLE_PER_BLOCK = 256  # keys each block offers for the rank sort's splitters
 COMPONENTS_GATHERED_EDGES = 2_000_000  # up to this many edges, one worker runs union-find over all of them
 
 
+class _ClientSide:
+    """What the client says of the backend: the workers run the kernels."""
+
+    def __init__(self, cfg: Config):
+        self.name = cfg.backend
+        self.mode = f"dask: {cfg.backend} workers"
+
+
 class ClusterCorpus(CorpusCounts):
     def __init__(self, shards, n, null_count, id_column, duplicate_ids):
         self.shards, self.n, self.null_count, self.id_column = shards, n, null_count, id_column
@@ -73,7 +81,7 @@ class DaskExecutor:
         self.shards = shards
         self.cfg = cfg
         self.prior = prior if prior is not None else NoPrior()
-        self.backend = get_backend("cpu")  # the client's kernels (report numbers): no CUDA context here
+        self.backend = _ClientSide(cfg)  # the client runs no kernels (and starts no CUDA context)
         self.part_backend = cfg.backend  # resolved on each worker
         self.client = self.cluster = None
         self.blocks: list = []
@@ -94,6 +102,10 @@ class DaskExecutor:
     def prepare(self, st: StageLog) -> None:
         self.st = st
         self.connect()
+        self.client.run(routing.moved, reset=True)
+        # each worker loads (the first time after install: compiles) the kernels this config uses
+        seconds = self.client.run(_prepare_worker, self.cfg)
+        self.startup_seconds = max(seconds.values(), default=0.0)
 
     def close(self) -> None:
         if self.client is not None:
@@ -103,7 +115,8 @@ class DaskExecutor:
 
     def report_extras(self) -> dict:
         peaks = self.client.run(peak_rss_mb)
-        return {"cluster": {
+        moved = self.client.run(routing.moved)
+        return {"kernel_prepare_seconds": round(self.startup_seconds, 3), "cluster": {
             "workers": len(peaks),
             "scheduler": self.cfg.cluster.scheduler or "local",
             "dashboard": self.client.dashboard_link,
@@ -112,6 +125,8 @@ class DaskExecutor:
             "blocks": len(self.blocks),
             "partitions": self.partitions,
             "routes": self.routes,
+            "shuffled_rows": sum(m["rows"] for m in moved.values()),
+            "shuffle_mb": round(sum(m["bytes"] for m in moved.values()) / 2**20, 2),
         }}
 
     # ---- read / normalize -------------------------------------------------------
@@ -399,6 +414,11 @@ class DaskExecutor:
 # --------------------------------------------------------------------------- worker functions
 
 
+def _prepare_worker(cfg: Config) -> float:
+    prepare = getattr(get_backend(cfg.backend), "prepare", None)
+    return float(prepare(cfg) or 0.0) if prepare is not None else 0.0
+
+
 def _call_with_index(fn, part_index: int, *args, **kw):
     return fn(*args, part_index=part_index, **kw)
 
@@ -498,7 +518,10 @@ def _sortable(key: pa.Array, keep: str):
         v = np.asarray(key.cast(pa.float64()).fill_null(0).to_numpy(zero_copy_only=False), np.float64)
         last |= np.isnan(v)
         return -v, last
-    v = key.to_numpy(zero_copy_only=False)
+    valid = key.drop_null()
+    if len(valid) == 0:
+        return np.zeros(len(key)), np.ones(len(key), bool)
+    v = key.fill_null(valid[0]).to_numpy(zero_copy_only=False)  # a null's place is the last range anyway
     if v.dtype.kind == "f":
         last |= np.isnan(v)
     return v, last

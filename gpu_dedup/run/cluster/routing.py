@@ -23,6 +23,20 @@ from gpu_dedup.backends import on_device, to_host
 from gpu_dedup.stages import frames
 
 TAGS = ("_dest", "_src", "_pos")
+MOVED = {"rows": 0, "bytes": 0}  # what this worker process cut or handed to a shuffle (see moved())
+
+
+def _count(frame: dict) -> None:
+    MOVED["rows"] += frames.size(frame)
+    MOVED["bytes"] += sum(int(v.nbytes) for v in frame.values())
+
+
+def moved(reset: bool = False) -> dict:
+    """Rows and bytes this worker has routed (``reset``: start counting again)."""
+    out = dict(MOVED)
+    if reset:
+        MOVED.update(rows=0, bytes=0)
+    return out
 
 
 def to_df(frame: dict):
@@ -72,6 +86,7 @@ def prepare(obj, src: int, dest, n: int, explode=None, explode_kw=None, **kw):
     d = dest(frame, n, **kw) if size else xp.zeros(0, dtype=xp.int64)
     out = {**frame, "_dest": xp.asarray(d, dtype=xp.int64), "_src": xp.full(size, src, dtype=xp.int64),
            "_pos": xp.arange(size, dtype=xp.int64)}
+    _count(out)
     return to_df(out)
 
 
@@ -96,6 +111,7 @@ def split(obj, src: int, dest, n: int, explode=None, explode_kw=None, **kw) -> l
     xp = frames.module_of(frame) if frame else np
     d = xp.asarray(dest(frame, n, **kw), dtype=xp.int64) if size else xp.zeros(0, dtype=xp.int64)
     tagged = {**frame, "_src": xp.full(size, src, dtype=xp.int64), "_pos": xp.arange(size, dtype=xp.int64)}
+    _count(tagged)
     order = xp.argsort(d, kind="stable")
     bounds = to_host(xp.searchsorted(d[order], xp.arange(n + 1)))
     return [frames.take(tagged, order[bounds[k]:bounds[k + 1]]) for k in range(n)]
