@@ -95,6 +95,9 @@ def _order_statistic(ex, parts, fn, k: int, lo: float, hi: float) -> float:
         got = ex.collect(_narrow, parts, values=fn, chain=chain, lo=lo, hi=hi)
         hist = np.sum([g["hist"] for g in got], axis=0)
         inside = int(hist.sum())
+        present = [g for g in got if g["n"]]
+        if present and min(g["min"] for g in present) == max(g["max"] for g in present):
+            return float(present[0]["min"])  # every value left is the same one
         if inside <= GATHER_AT_MOST or lo == hi or not np.isfinite(hi - lo):
             values = np.sort(np.concatenate([g["values"] for g in ex.collect(_narrow, parts, values=fn, chain=chain,
                                                                            lo=lo, hi=hi, gather=True)]))
@@ -120,7 +123,8 @@ def _narrow(part, values, chain, lo: float, hi: float, gather: bool = False) -> 
         v = v[_bins(v, c_lo, c_hi) == j]
     if gather:
         return {"values": v}
-    return {"hist": np.bincount(_bins(v, lo, hi), minlength=NARROW_BINS)}
+    return {"hist": np.bincount(_bins(v, lo, hi), minlength=NARROW_BINS), "n": int(v.shape[0]),
+            "min": float(v.min()) if v.shape[0] else 0.0, "max": float(v.max()) if v.shape[0] else 0.0}
 
 
 def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes: dict, cluster_sizes: dict,

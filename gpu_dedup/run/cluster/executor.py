@@ -629,7 +629,7 @@ def _merge_parts(paths: list, path: str, compression: str) -> None:
         os.close(fd)
         with pq.ParquetWriter(tmp, schema, compression=None if compression == "none" else compression) as w:
             pending: list = []
-            count = 0
+            count = written = 0
             for p in paths:  # one part at a time
                 t = pq.read_table(p)
                 pending.append(t)
@@ -637,9 +637,10 @@ def _merge_parts(paths: list, path: str, compression: str) -> None:
                 while count >= ROW_GROUP:
                     whole = pa.concat_tables(pending)
                     w.write_table(whole.slice(0, ROW_GROUP).combine_chunks(), row_group_size=ROW_GROUP)
+                    written += ROW_GROUP
                     rest = whole.slice(ROW_GROUP)
                     pending, count = [rest], rest.num_rows
-            if count or not paths:
+            if count or not written:  # the rest; an empty table is one empty row group, as write_table writes
                 whole = pa.concat_tables(pending) if pending else schema.empty_table()
                 w.write_table(whole.combine_chunks(), row_group_size=ROW_GROUP)
 
