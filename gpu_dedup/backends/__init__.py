@@ -2,7 +2,10 @@
 
 Stage code asks ``get_backend(name)`` for an object with the kernel entry
 points (``minhash``, ``band_hashes``, ``exact_hashes``, ``shingle_sets``,
-``jaccard_pairs``, ``signature_similarity``, ``components``).  The GPU
+``jaccard_pairs``, ``signature_similarity``, ``components``, ``normalize_column``)
+and the capabilities every backend declares (:class:`Backend`: its array module,
+kernel loading, a memory plan, a device text reader, a device Parquet writer),
+so executors ask for a capability instead of probing for attributes.  The GPU
 module (and with it CuPy / cuDF) is imported only when the GPU backend is
 asked for, so a CPU install never needs them.
 """
@@ -12,9 +15,33 @@ from __future__ import annotations
 import importlib
 import logging
 
+import numpy
+
 from gpu_dedup.errors import BackendError
 
 log = logging.getLogger("gpu_dedup")
+
+class Backend:
+    """What every backend declares besides its kernels; the defaults are the host's (nothing on a device)."""
+
+    name = ""
+    device = False  # arrays live in device memory
+    xp = numpy  # the array module of this backend's arrays (CuPy on a GPU)
+
+    def prepare(self, cfg) -> float:
+        """Load (or compile) the kernels ``cfg`` uses; the seconds it took."""
+        return 0.0
+
+    def plan_memory(self, shards, cfg) -> dict | None:
+        """How a one-process run fits the device (None: no device memory to plan)."""
+        return None
+
+    def text_reader(self, cfg):
+        """A reader of Parquet text columns into device memory (``reader(path, column)``), or None."""
+        return None
+
+    write_parquet = None  # a Parquet writer of kept rows in device memory (``(src, keep, dst, codec)``), or None
+
 
 _REGISTRY = {
     "cpu": "gpu_dedup.backends.cpu",

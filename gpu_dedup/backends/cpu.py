@@ -5,6 +5,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from gpu_dedup.backends import Backend
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
 from gpu_dedup.backends.strings import RawText, StringBuffers, raw_arrow, string_buffers
 from gpu_dedup.backends.textnorm import normalize_counted
@@ -34,7 +35,7 @@ def signature_values(sig) -> np.ndarray:
     return np.ascontiguousarray(sig)
 
 
-class CPUBackend:
+class CPUBackend(Backend):
     name = "cpu"
 
     def __init__(self):

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpu_dedup.backends import array_module, count_transfer, on_device, to_host
+from gpu_dedup.backends import Backend, array_module, count_transfer, on_device, to_host
 from gpu_dedup.backends.cpu import signature_values
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
 from gpu_dedup.backends.strings import StringBuffers, arrow_strings, column_buffers, string_buffers
@@ -200,7 +200,7 @@ class DeviceText:
     bytes_to_device: int
 
 
-class GPUBackend:
+class GPUBackend(Backend):
     """Same entry points, arguments and results as ``CPUBackend``; kernels on the device."""
 
     name = "gpu"

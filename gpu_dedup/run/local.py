@@ -139,12 +139,11 @@ class LocalExecutor:
         self.prior = prior if prior is not None else NoPrior()
         self.backend = get_backend(cfg.backend)
         self.part_backend = self.backend  # what partition functions run on
-        self.xp = getattr(self.backend, "xp", np)
+        self.xp = self.backend.xp
         self.memory_plan = None
         self.batch_bytes = None  # text bytes per kernel batch (GPU, corpus above gpu.memory_limit)
-        plan = getattr(self.backend, "plan_memory", None)
-        if plan is not None:
-            self.memory_plan = plan(shards, cfg)
+        self.memory_plan = self.backend.plan_memory(shards, cfg)
+        if self.memory_plan is not None:
             if not self.memory_plan["resident"]:
                 self.xp, self.batch_bytes = np, self.memory_plan["batch_bytes"]
                 log.info("gpu: the corpus (~%.1f GB on the device) exceeds gpu.memory_limit (%.1f GB): batches "
@@ -166,9 +165,8 @@ class LocalExecutor:
     # ---- setup ----------------------------------------------------------------
     def prepare(self, st: StageLog) -> None:
         self.st = st
-        prepare = getattr(self.backend, "prepare", None)
-        if prepare is not None:  # load (or, the first time after install, compile) the kernels this config uses
-            self.startup_seconds = float(prepare(self.cfg) or 0.0)
+        # load (or, the first time after install, compile) the kernels this config uses
+        self.startup_seconds = float(self.backend.prepare(self.cfg) or 0.0)
 
     def close(self) -> None:
         pass
@@ -213,8 +211,7 @@ class LocalExecutor:
     def _text_reader(self, score):
         """The backend's reader of Parquet text columns into device memory, when this run can use it
         (whole corpus on the device, every shard a Parquet file with a UTF-8 text column); else None."""
-        make = getattr(self.backend, "text_reader", None)
-        reader = make(self.cfg) if make is not None and self.batch_bytes is None else None
+        reader = self.backend.text_reader(self.cfg) if self.batch_bytes is None else None
         if reader is None or not storage.device_readable(self.shards, self.cfg.input, score):
             return None
         return reader
@@ -478,7 +475,7 @@ class LocalExecutor:
         starts = shard_starts(shards)
         keeps = [kept[starts[i] : starts[i + 1]] for i in range(len(shards))]
         todo = [i for i, shard in enumerate(shards) if not _staged(ckpt.marked(f"shard-{i}"), shard, out)]
-        device_writer = getattr(self.backend, "write_parquet", None)
+        device_writer = self.backend.write_parquet
 
         def write_one(i):
             storage.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,

@@ -415,8 +415,7 @@ class DaskExecutor:
 
 
 def _prepare_worker(cfg: Config) -> float:
-    prepare = getattr(get_backend(cfg.backend), "prepare", None)
-    return float(prepare(cfg) or 0.0) if prepare is not None else 0.0
+    return float(get_backend(cfg.backend).prepare(cfg) or 0.0)
 
 
 def _call_with_index(fn, part_index: int, *args, **kw):
@@ -581,7 +580,7 @@ def _load_part(path: str, backend) -> dict:
         part = {k: z[k] for k in z.files}
     if "__none__" in part:
         return None
-    xp = getattr(get_backend(backend), "xp", np)
+    xp = get_backend(backend).xp
     return {k: xp.asarray(v) for k, v in part.items()}
 
 

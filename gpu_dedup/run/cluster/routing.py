@@ -17,9 +17,8 @@ from __future__ import annotations
 import operator
 
 import numpy as np
-import pyarrow as pa
 
-from gpu_dedup.backends import on_device, to_host
+from gpu_dedup.backends import frame_kinds, to_host
 from gpu_dedup.stages import frames
 
 TAGS = ("_dest", "_src", "_pos")
@@ -40,42 +39,13 @@ def moved(reset: bool = False) -> dict:
 
 
 def to_df(frame: dict):
-    """A frame as a DataFrame: cuDF when its arrays are on the device, else pandas (Arrow columns as
-    pandas' Arrow-backed arrays)."""
-    if any(on_device(v) for v in frame.values() if not isinstance(v, (pa.Array, pa.ChunkedArray))):
-        import cudf  # noqa: PLC0415  GPU workers only
-        import dask_cudf  # noqa: F401,PLC0415  registers cuDF with Dask's dispatch in this worker
-
-        return cudf.DataFrame({k: (cudf.Series(v) if not isinstance(v, (pa.Array, pa.ChunkedArray))
-                                   else cudf.Series.from_arrow(v)) for k, v in frame.items()})
-    import pandas as pd  # noqa: PLC0415  the Dask executor's frames: a one-process run does not import pandas
-
-    cols = {}
-    for k, v in frame.items():
-        if isinstance(v, pa.ChunkedArray):
-            v = v.combine_chunks()
-        cols[k] = pd.arrays.ArrowExtensionArray(v) if isinstance(v, pa.Array) else v
-    return pd.DataFrame(cols) if cols else pd.DataFrame()
+    """A frame as a DataFrame: cuDF when its arrays are on the device, else pandas (see backends/frame_kinds.py)."""
+    return frame_kinds.for_columns(frame).from_columns(frame)
 
 
 def from_df(df) -> dict:
     """A DataFrame's columns as a frame (NumPy / CuPy arrays; Arrow arrays for Arrow-backed columns)."""
-    import pandas as pd  # noqa: PLC0415
-
-    out = {}
-    if isinstance(df, pd.DataFrame):
-        for c in df.columns:
-            col = df[c]
-            if isinstance(col.dtype, pd.ArrowDtype):
-                arr = pa.array(col.array)
-                out[c] = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
-            else:
-                out[c] = col.to_numpy()
-        return out
-    for c in df.columns:  # cuDF
-        col = df[c]
-        out[c] = col.to_arrow() if col.dtype == "object" else col.values
-    return out
+    return frame_kinds.columns_of(df)
 
 
 def prepare(obj, src: int, dest, n: int, explode=None, explode_kw=None, **kw):
