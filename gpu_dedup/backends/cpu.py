@@ -133,6 +133,50 @@ class CPUBackend(Backend):
         self.k.exact_hashes(strings.offsets, strings.data, np.uint64(seed1), np.uint64(seed2), out)
         return out
 
+    # ---- cosine (random projections): kernels/cosine_cpu.py
+    @staticmethod
+    def simhash_text(strings: StringBuffers, docs, bits: int, key: int, word_mode: bool, ngram: int, use_idf: bool,
+                     table, shift):
+        """SimHash words (len(docs), bits / 64) and feature occurrences of texts ``docs``."""
+        from gpu_dedup.kernels import cosine_cpu as ck
+        from gpu_dedup.kernels.cosine_scalar import GAUSS8
+
+        docs = np.ascontiguousarray(docs, np.int64)
+        out = np.zeros((docs.shape[0], bits // 64), np.uint64)
+        count = np.zeros(docs.shape[0], np.int64)
+        ck.simhash_docs(strings.offsets, strings.data, docs, ck.tasks_for(strings.offsets, docs), word_mode,
+                        int(ngram), np.uint64(key), use_idf, table, shift, GAUSS8, out, count)
+        return out, count
+
+    @staticmethod
+    def row_norms(vectors) -> np.ndarray:
+        from gpu_dedup.kernels import cosine_cpu as ck
+
+        x = np.ascontiguousarray(vectors, dtype=np.float32)
+        out = np.empty(x.shape[0], np.float64)
+        ck.row_norms(x, out)
+        return out
+
+    @staticmethod
+    def cosine_pairs(vectors, norms, left, right) -> np.ndarray:
+        from gpu_dedup.kernels import cosine_cpu as ck
+
+        left = np.ascontiguousarray(left, np.int64)
+        right = np.ascontiguousarray(right, np.int64)
+        out = np.empty(left.shape[0], np.float64)
+        ck.cosine_pairs(np.ascontiguousarray(vectors, dtype=np.float32), np.ascontiguousarray(norms), left, right, out)
+        return out
+
+    @staticmethod
+    def hamming_pairs(bits, left, right) -> np.ndarray:
+        from gpu_dedup.kernels import cosine_cpu as ck
+
+        left = np.ascontiguousarray(left, np.int64)
+        right = np.ascontiguousarray(right, np.int64)
+        out = np.empty(left.shape[0], np.int64)
+        ck.hamming_pairs(np.ascontiguousarray(bits), left, right, out)
+        return out
+
     def components(self, src, dst, n: int) -> np.ndarray:
         """Connected components; label = smallest node index in the component."""
         from scipy.sparse import coo_matrix

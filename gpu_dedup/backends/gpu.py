@@ -657,6 +657,29 @@ class GPUBackend(Backend):
         t = self.item_threads
         self.k.hook_min[self._blocks(src.shape[0], t), t](labels, new, src, dst)
 
+    # ---- cosine (random projections): kernels/cosine_cuda.py, arrays where this backend keeps them
+    def simhash_text(self, strings: StringBuffers, docs, bits: int, key: int, word_mode: bool, ngram: int,
+                     use_idf: bool, table, shift):
+        from gpu_dedup.kernels import cosine_cuda
+
+        return cosine_cuda.text_signatures_device(strings, docs, bits, key, word_mode, int(ngram), use_idf, table,
+                                                  shift, self.xp)
+
+    def row_norms(self, vectors):
+        from gpu_dedup.kernels import cosine_cuda
+
+        return cosine_cuda.row_norms_device(vectors, self.xp)
+
+    def cosine_pairs(self, vectors, norms, left, right):
+        from gpu_dedup.kernels import cosine_cuda
+
+        return cosine_cuda.cosine_pairs_device(vectors, norms, left, right, self.xp)
+
+    def hamming_pairs(self, bits, left, right):
+        from gpu_dedup.kernels import cosine_cuda
+
+        return cosine_cuda.hamming_pairs_device(bits, left, right, self.xp)
+
     def components(self, src, dst, n: int) -> np.ndarray:
         """Connected components; label = smallest node index in the component."""
         device = on_device(src)
