@@ -32,6 +32,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError, InputError, OutputError
 from gpu_dedup.report.build import summary, write_report
 from gpu_dedup.report.page import render, write_html
+from gpu_dedup.run.contract import one_process_only
 from gpu_dedup.run.local import run
 from gpu_dedup.stages.edges import Edges
 from gpu_dedup.stages.write import ROW
@@ -162,8 +163,7 @@ def dedup(frame, text: str = "text", id: str | None = None, config=None, **overr
     kind = frame_kind(frame)
     cfg = config_of(config, text, id, overrides)
     if cfg.cluster.enabled:
-        raise ConfigError("dedup() runs in one process; drop cluster.workers / cluster.scheduler "
-                          "(use gpu-dedup run --workers on shards for a Dask cluster)")
+        raise one_process_only("dedup()", "gpu-dedup run --workers runs shards on a Dask cluster")
     result = run([frame_shard(frame, kind, text, id, cfg)], None, cfg)
 
     kept = result.kept

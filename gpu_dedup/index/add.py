@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from gpu_dedup import api
 from gpu_dedup.api import DedupResult
-from gpu_dedup.errors import ConfigError
+from gpu_dedup.run.contract import one_process_only
 from gpu_dedup.run.local import run
 
 
@@ -25,7 +25,7 @@ def add(index, frame, text: str = "text", id: str | None = None, config=None, **
     kind = api.frame_kind(frame)
     cfg = api.config_of(index.config() if config is None else config, text, id, overrides)
     if cfg.cluster.enabled:
-        raise ConfigError("Index.add() runs in one process; drop cluster.workers / cluster.scheduler")
+        raise one_process_only("Index.add()")
     index.check(cfg)
     cfg = index.pinned(cfg)
     shard = api.frame_shard(frame, kind, text, id, cfg)

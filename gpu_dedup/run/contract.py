@@ -59,91 +59,112 @@ class Corpus(Protocol):
 
 
 class Executor(Protocol):
-    """The operations the stage sequence asks for; see the module docstring."""
+    """Everything the stage sequence asks of an executor (and nothing more); see the module docstring.
 
-    backend: Any  # the kernels of the partition functions (:mod:`gpu_dedup.backends`)
+    Parts are lists (one object per partition).  Block-aligned parts have one object per corpus block,
+    holding its rows in row order; routed parts have :attr:`partitions` objects.
+    """
+
+    backend: Any  # what the report says of the kernels (``mode``)
+    part_backend: Any  # the backend the partition functions run on (an object, or a name a worker resolves)
     family: Family  # the similarity family, sized for this run by :meth:`read`
+    shards: list  # the input shards
     partitions: int  # partitions of a routed table (1 in one process)
     blocks_count: int  # blocks of the corpus (1 in one process)
+    block_starts: np.ndarray  # global row of each block's first row, and the row count (after :meth:`read`)
+    holds_corpus: bool  # every per-row array is in this process (the RunResult then carries them)
 
     # ---- set-up and teardown
     def prepare(self, st: StageLog) -> None:
-        """Start (a cluster) and load or compile the kernels the config uses."""
+        """Start (or join) the executor's workers and load or compile the kernels the config uses."""
 
     def close(self) -> None: ...
 
     def report_extras(self) -> dict:
-        """This executor's section of report.json (kernel load time, GPU transfers, workers, shuffle bytes)."""
+        """This executor's section of report.json (kernel load time, GPU transfers, workers, shuffle volume)."""
 
     # ---- the corpus: texts and vectors stay in their blocks
     def read(self, progress: Callable | None = None) -> Corpus:
-        """Read every shard into blocks; per-block frames ``row`` (global row), ``null``."""
+        """Read every shard into blocks; count rows, null rows and repeated ids."""
 
     def normalize(self) -> dict:
         """Normalize the texts where they live; its counts (``invalid_utf8``)."""
 
     def docs(self) -> Parts:
-        """Per block: the frame ``row``, ``null`` that :meth:`read` made."""
+        """Block-aligned frames ``row`` (global row), ``null``."""
 
     def exact_keys(self) -> Parts:
-        """Per block: frames ``k0``, ``k1``, ``k2`` (uint64) of the family's exact keys, in row order."""
+        """Block-aligned frames ``k0``, ``k1``, ``k2`` (uint64): the family's exact keys."""
 
     def ranks(self) -> Parts:
-        """Per block: frames ``rank`` (int64), every row's place in the keep policy's order (0 = best;
-        ties go to the lower row), a permutation of the corpus' rows."""
+        """Block-aligned frames ``rank``: every row's place in the keep policy's order (0 = best, ties to the
+        lower row), a permutation of the rows (a sort: where the keys are decides how it runs)."""
 
     def signatures(self, rows: Parts, progress: Callable | None = None) -> Parts:
-        """Per block: the family's signatures of the rows in frame ``row`` of each part (global rows,
-        ascending), as parts :func:`gpu_dedup.stages.bands.signature_part` and :meth:`band_hashes` read."""
+        """Per block, the family's signatures of the rows in frame ``row`` (ascending): frames ``row``,
+        ``values`` (rows x width), ``features``, ``usable``."""
 
     def band_hashes(self, sigs: Parts) -> Parts:
-        """Per block: frame ``lsh_row`` (rows with a signature) and ``band_hashes`` (rows x bands, uint64),
-        with ``signatures`` where verification or an index reads them."""
+        """Per block: ``lsh_row`` (rows with a signature), ``band_hashes`` (rows x bands, uint64) and, where
+        the family keeps them, ``signatures``."""
+
+    def keep_bands(self, bands: Parts) -> None:
+        """The band parts that verification by signature reads (fresh or loaded from a checkpoint)."""
 
     # ---- moving rows
-    def map(self, fn: Callable, *parts: Parts, outputs: int = 1, **kw) -> Parts | tuple:
-        """``fn(*objects, **kw)`` on each partition (aligned ``parts``); ``outputs`` > 1: ``fn`` returns a tuple
-        and so does this."""
+    def map(self, fn: Callable, *parts: Parts | None, outputs: int = 1, with_index: bool = False,
+            **kw) -> Parts | tuple:
+        """``fn(*objects, **kw)`` on each partition of the aligned ``parts`` (None: ``fn`` gets None there);
+        ``with_index``: also ``part_index=k``; ``outputs`` > 1: ``fn`` returns that many objects, and so
+        does this, each a list of parts."""
 
-    def route(self, parts: Parts, dest: Callable, n: int, explode: Callable | None = None, **kw) -> Parts:
-        """Rows to partitions: ``dest(frame, n, **kw)`` gives each row's partition in [0, n); the result has
-        ``n`` parts, each holding its rows in their original order within each source part, sources in
-        order.  ``explode(obj)`` turns a part that is not a frame into one (only where rows move)."""
+    def route(self, parts: Parts, dest: Callable, n: int, explode: Callable | None = None,
+              explode_kw: dict | None = None, **kw) -> Parts:
+        """Rows to ``n`` partitions: ``dest(frame, n, **kw)`` gives each row's partition in [0, n) (see
+        :mod:`gpu_dedup.stages.frames`); each destination holds its rows in source-part order, positions in
+        order, so a route is deterministic.  ``explode(obj, **explode_kw)`` turns an object that is not a frame
+        into one, where rows move."""
 
-    def total(self, fn: Callable, parts: Parts, **kw) -> dict:
-        """``fn(object, **kw)`` -> dict of numbers for each partition, summed (on the client)."""
+    def total(self, fn: Callable, *parts: Parts | None, **kw) -> dict:
+        """``fn(*objects, **kw)`` -> dict of numbers on each partition, summed where the sequence runs."""
 
     def collect(self, fn: Callable, parts: Parts, **kw) -> list:
-        """``fn(object, **kw)`` for each partition, brought to the client: small results only."""
+        """``fn(object, **kw)`` of each partition, brought to where the sequence runs: small results only."""
 
-    def score(self, pairs: Parts) -> Parts:
+    def score(self, pairs: Parts, progress: Callable | None = None) -> Parts:
         """Similarity (the family's, by ``verify.method``) of the node pairs ``src``, ``dst`` of each frame,
-        aligned with it (frame ``sim``).  Nodes are doc numbers: a prior's documents (below its
-        ``first_doc``) and this run's rows (``first_doc + row``)."""
+        aligned with it (frames ``sim``).  Nodes are doc numbers: a prior's documents below its
+        ``first_doc``, this run's row ``r`` as ``first_doc + r``; the texts, signatures or vectors are brought
+        together where they live."""
 
     def components(self, edges: Parts) -> Parts:
         """Connected components of the edges ``src``, ``dst``: frames ``node``, ``label`` (the smallest node
-        of its component) for every node of an edge, routed by :func:`gpu_dedup.stages.components.node_part`."""
+        of its component) for every node of an edge, routed by ``hash_dest(node)``."""
 
-    # ---- checkpoints (a stage's parts saved where they live)
-    def save(self, unit: str, parts: Parts, meta: dict) -> None: ...
+    # ---- checkpoints (a finished stage unit's parts, saved where they live)
+    def save(self, ckpt, unit: str, parts: dict, meta: dict) -> None: ...
 
-    def load(self, unit: str) -> tuple[Parts, dict] | None:
-        """The parts and metadata of a finished ``unit``, or None (never saved, or unreadable)."""
+    def load(self, ckpt, unit: str) -> tuple[dict, dict]:
+        """The parts and metadata :meth:`save` wrote; CheckpointUnreadable when they cannot be read."""
 
     # ---- outputs
     def ids(self, parts: Parts, column: str = "row") -> Parts:
-        """Per part: frame ``id`` (an Arrow array) of the input rows in ``column`` (global rows, any block)."""
-
-    def write_shards(self, removed: Parts, out, ckpt, progress: Callable | None = None) -> int:
-        """Write every shard's kept rows (``removed``: per block, frame ``row`` of the removed rows); rows
-        written."""
-
-    def write_table(self, parts: Parts, path) -> int:
-        """The Arrow tables of ``parts`` (in order) as one Parquet file at ``path``; its rows."""
+        """Per part: frame ``id`` (an Arrow array) of the input rows in ``column``, whatever block holds them."""
 
     def take(self, rows: np.ndarray, column: str):
-        """A few rows' original ``text`` or ``id`` (host Arrow array, in the order of ``rows``)."""
+        """A few rows' original ``text`` or ``id`` (a host Arrow array in the order of ``rows``)."""
+
+    def write_shards(self, removed: Parts, out, ckpt, progress: Callable | None = None) -> int:
+        """Every shard's kept rows under its name (``removed``: block-aligned frames ``row`` of the rows it
+        removes), each marked in ``ckpt`` once written; the rows written."""
+
+    def write_table(self, parts: Parts, path) -> int:
+        """The Arrow tables of ``parts`` (in order) as one Parquet file at ``path``, the same file one process
+        writes; its rows."""
+
+    def index_payload(self, docs: Parts, keys: Parts | None, bands: Parts, centres: Parts, dup: Parts,
+                      first_doc: int) -> dict:
+        """What :meth:`gpu_dedup.index.Index.append` takes of this run's documents (one process only)."""
 
 
 # ---------------------------------------------------------------------------- shared policy
@@ -154,13 +175,7 @@ def shard_starts(shards) -> np.ndarray:
     return np.cumsum([0] + [s.rows for s in shards]).astype(np.int64)
 
 
-def rank_key_column(keep: str, score_column: str | None = None) -> str | None:
-    """The corpus column the keep policy ranks by (None: input order)."""
-    return {"first": None, "longest": "text", "lowest_id": "id", "score": "score"}[keep] if keep != "score" \
-        else "score"
-
-
-def one_process_only(what: str) -> ConfigError:
-    """The error for something that runs in one process only."""
+def one_process_only(what: str, instead: str = "") -> ConfigError:
+    """The error for something that runs in one process only (``instead``: what to do for a cluster)."""
     return ConfigError(f"{what} runs in one process; drop cluster.workers / cluster.scheduler (--workers / "
-                       "--scheduler)")
+                       f"--scheduler){'; ' + instead if instead else ''}")

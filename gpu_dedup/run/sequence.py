@@ -265,6 +265,10 @@ def _join(left: dict, right: dict, on: str, value: str, out: str) -> dict:
     return res
 
 
+def _identity(obj):
+    return obj
+
+
 def _part_dest(frame: dict, n: int) -> np.ndarray:
     return frame["_part"]
 
@@ -375,14 +379,6 @@ def _cluster_outputs(part: ClusterPart, scored: dict, prior):
     rows["cluster"] = cluster
     counts = {**counts, "size_counts": part.sizes()}
     return rows, counts
-
-
-def _counts_of(pair) -> dict:
-    return pair
-
-
-def _size_counts(part: ClusterPart) -> dict:
-    return part.sizes()
 
 
 def _near_similarity(rows: dict) -> np.ndarray:
@@ -636,7 +632,7 @@ class _Sequence:
                     clusters = self._score_rounds(clusters, _cluster_propose, _cluster_accept, _cluster_open)
                 clusters, pairs = ex.map(_cluster_finish, clusters, outputs=2)
                 rows, part_counts = ex.map(_cluster_outputs, clusters, ex.score(pairs), prior=self.prior, outputs=2)
-                got = ex.collect(_counts_of, part_counts)
+                got = ex.collect(_identity, part_counts)
                 c = {k: sum(g[k] for g in got) for k in ("removed", "exact_duplicates", "near_duplicates",
                                                          "chain_split_ejected", "clusters",
                                                          "removed_against_index")}

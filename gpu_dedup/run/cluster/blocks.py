@@ -122,12 +122,6 @@ def block_docs(data: BlockData) -> dict:
     return {"row": np.arange(b.row0, b.row0 + b.rows, dtype=np.int64), "null": data.null}
 
 
-def block_read_info(data: BlockData, id_column: str | None) -> dict:
-    """Per block: rows, null rows and, for counting repeated ids, a 128-bit hash of each id (two lanes)."""
-    out = {"rows": data.block.rows, "null": int(data.null.sum())}
-    return out
-
-
 def id_hashes(data: BlockData) -> dict:
     """Two 64-bit hashes of each id of a block (collisions ~2**-128): the frame that counts repeated ids."""
     import pandas as pd  # noqa: PLC0415  the Dask executor's frames: a one-process run does not import pandas
@@ -290,8 +284,8 @@ def take_column(data: BlockData, rows: np.ndarray, column: str) -> pa.Array:
 def block_rank_key(data: BlockData, keep: str) -> pa.Array:
     t = data.table
     if keep == "longest":
-        return text_lengths(t.column("text")).combine_chunks() if isinstance(
-            text_lengths(t.column("text")), pa.ChunkedArray) else text_lengths(t.column("text"))
+        lengths = text_lengths(t.column("text"))
+        return lengths.combine_chunks() if isinstance(lengths, pa.ChunkedArray) else lengths
     if keep == "lowest_id":
         return t.column("id").combine_chunks()
     return t.column("score").combine_chunks()
