@@ -9,6 +9,8 @@ from gpu_dedup.backends import Backend
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
 from gpu_dedup.backends.strings import RawText, StringBuffers, raw_arrow, string_buffers
 from gpu_dedup.backends.textnorm import normalize_counted
+from gpu_dedup.kernels import cosine_cpu as ck
+from gpu_dedup.kernels.cosine_scalar import GAUSS8
 from gpu_dedup.kernels.params import HashParams
 
 
@@ -138,9 +140,6 @@ class CPUBackend(Backend):
     def simhash_text(strings: StringBuffers, docs, bits: int, key: int, word_mode: bool, ngram: int, use_idf: bool,
                      table, shift):
         """SimHash words (len(docs), bits / 64) and feature occurrences of texts ``docs``."""
-        from gpu_dedup.kernels import cosine_cpu as ck
-        from gpu_dedup.kernels.cosine_scalar import GAUSS8
-
         docs = np.ascontiguousarray(docs, np.int64)
         out = np.zeros((docs.shape[0], bits // 64), np.uint64)
         count = np.zeros(docs.shape[0], np.int64)
@@ -150,8 +149,6 @@ class CPUBackend(Backend):
 
     @staticmethod
     def row_norms(vectors) -> np.ndarray:
-        from gpu_dedup.kernels import cosine_cpu as ck
-
         x = np.ascontiguousarray(vectors, dtype=np.float32)
         out = np.empty(x.shape[0], np.float64)
         ck.row_norms(x, out)
@@ -159,8 +156,6 @@ class CPUBackend(Backend):
 
     @staticmethod
     def cosine_pairs(vectors, norms, left, right) -> np.ndarray:
-        from gpu_dedup.kernels import cosine_cpu as ck
-
         left = np.ascontiguousarray(left, np.int64)
         right = np.ascontiguousarray(right, np.int64)
         out = np.empty(left.shape[0], np.float64)
@@ -169,8 +164,6 @@ class CPUBackend(Backend):
 
     @staticmethod
     def hamming_pairs(bits, left, right) -> np.ndarray:
-        from gpu_dedup.kernels import cosine_cpu as ck
-
         left = np.ascontiguousarray(left, np.int64)
         right = np.ascontiguousarray(right, np.int64)
         out = np.empty(left.shape[0], np.int64)
