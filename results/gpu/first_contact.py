@@ -1,0 +1,740 @@
+"""First contact with a GPU: every tier-1 check in one command, inside a fixed time budget.
+
+Run by ``bash results/gpu/first-contact.sh`` from the repository root (see results/gpu/README.md).
+Standard library only, so it reports even when gpu_dedup itself does not import.  Each step runs
+as a child process with a time cap and its own log; a step that fails, or is stopped at its cap,
+never stops the next one.  After every step the summary (``summary.md``, ``summary.json``) and one
+tarball of all logs (``logs.tar.gz``) are rewritten under ``$OUT``: three files, nothing deeper,
+so a call stopped from outside still returns what had finished.
+
+``--rehearse`` runs the same steps on a CPU machine: the GPU backend in Numba's CUDA simulator
+(``NUMBA_ENABLE_CUDASIM=1``, ``GPU_DEDUP_SIMULATOR=1``), a tiny corpus, the packages the GPU image
+lacks hidden, and the whole-suite ``--backend gpu`` step collected instead of run.  CI runs it
+(tests/bench/test_first_contact.py), so the device minutes are not spent on a typo or a path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# what the GPU image lacks (FIRST-CONTACT): hidden in a rehearsal, so a test that needs one of them and does
+# not skip fails here first
+IMAGE_LACKS = ("cudf", "pylibcudf", "rmm", "dask", "distributed", "dask_cuda", "dask_cudf", "cugraph", "nbformat",
+               "nbclient", "ipykernel", "datasketch", "rensa")
+# test selection by directory and marker (the files inside may move)
+BACKEND_TESTS = ("tests/stages", "tests/backends", "tests/run", "tests/test_api.py")
+CONFIGS = ("default", "nemo_curator", "cosine-vectors", "fineweb", "cosine-text")  # most wanted first
+MAX_LOG_BYTES = 6 << 20  # a longer log keeps its first 1 MiB and its last 5 MiB in the tarball
+OUT_FILES = ("summary.md", "summary.json", "logs.tar.gz")
+
+# device defaults; a rehearsal uses REHEARSAL instead; FC_* variables override either
+DEVICE = {"docs": 1_000_000, "sig_docs": 1_000_000, "smoke_docs": 5000, "warmup_docs": 2000, "words": "60 400",
+          "sig_perms": "128 260", "configs": " ".join(CONFIGS), "deadline": 470}
+REHEARSAL = {"docs": 10, "sig_docs": 10, "smoke_docs": 10, "warmup_docs": 10, "words": "5 15", "sig_perms": "16",
+             "configs": "default cosine-vectors", "deadline": 400}
+# step caps (seconds): a step is stopped there; the deadline caps them all
+CAPS = {"setup": 150, "env": 60, "corpus": 240, "smoke": 150, "test-gpu": 180, "signatures": 90, "e2e": 260,
+        "test-backend": 400}
+MIN_SECONDS = {"test-backend": 30, "e2e": 30, "signatures": 20}  # not started with less time than this left
+RESERVE = 10  # seconds kept for the last packing
+
+
+@dataclass
+class Step:
+    name: str
+    what: str
+    status: str = "not run"  # passed | failed | timed out | skipped | not run
+    seconds: float = 0.0
+    reason: str = ""
+    numbers: dict = field(default_factory=dict)
+    log: str = ""
+
+    def record(self) -> dict:
+        return {"step": self.name, "what": self.what, "status": self.status, "seconds": round(self.seconds, 1),
+                "reason": self.reason, "numbers": self.numbers, "log": self.log}
+
+
+class Driver:
+    def __init__(self, args):
+        self.args = args
+        self.rehearse = args.rehearse
+        base = dict(REHEARSAL if self.rehearse else DEVICE)
+        for key in base:
+            env = os.environ.get(f"FC_{key.upper()}")
+            if env:
+                base[key] = type(base[key])(env) if not isinstance(base[key], str) else env
+        self.p = base
+        self.start = time.time()
+        self.deadline = self.start + float(args.deadline or base["deadline"])
+        self.python = args.python or sys.executable
+        self.out = Path(args.out or os.environ.get("OUT") or Path(os.environ.get("TMPDIR", "/tmp"))
+                        / "gpu-dedup-first-contact" / "out")
+        self.work = Path(args.work or os.environ.get("FC_WORK") or Path(os.environ.get("TMPDIR", "/tmp"))
+                         / "gpu-dedup-first-contact")
+        self.logs = self.work / "logs"
+        self.corpus = self.work / "corpus"
+        self.links: list[Path] = []
+        self.env = dict(os.environ, PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
+        self.env.pop("PYTEST_ADDOPTS", None)
+        self.caps = dict(CAPS)
+        for item in args.cap or []:
+            name, _, sec = item.partition("=")
+            self.caps[name] = float(sec)
+        self.background = None  # (Step, Popen, started) of the corpus step
+        self.steps = [
+            Step("setup", "gpu_dedup importable (--no-deps install, else links), NVVM found (CUDA_HOME retry)"),
+            Step("corpus", f"planted shards, {self.p['docs']:,} documents (text and vectors), in the background"),
+            Step("env", "versions, device, driver, the GPU backend's mode"),
+            Step("smoke", f"GPU vs CPU on {self.p['smoke_docs']:,} planted documents, kernel by kernel"),
+            Step("test-gpu", "pytest -m gpu (the gpu-marked tests; cuDF/Dask ones skip)"),
+            Step("signatures", f"signature kernel throughput, {self.p['sig_docs']:,} documents, GPU vs CPU"),
+            Step("e2e", f"end to end, {self.p['docs']:,} documents, CPU (all cores) vs GPU: seconds per stage, "
+                        "outputs byte for byte"),
+            Step("test-backend", "pytest --backend gpu over the stage, backend, run and API tests"
+                 + (" (collected only in a rehearsal)" if self.rehearse else "")),
+        ]
+        wanted = set(args.steps.split(",")) if args.steps else None
+        if wanted:
+            unknown = wanted - {s.name for s in self.steps}
+            if unknown:
+                raise SystemExit(f"unknown step(s) {sorted(unknown)}; steps: {', '.join(s.name for s in self.steps)}")
+        self.wanted = wanted
+
+    # ------------------------------------------------------------------ plumbing
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def py(self, *args) -> list:
+        return [self.python, *args]
+
+    def run(self, step: Step, argv: list, cap: float, env: dict | None = None, log_name: str | None = None) -> int | None:
+        """Run ``argv`` as ``step``'s command into its log, stopped at ``cap`` seconds; returns the exit
+        status, or None when it was stopped."""
+        log = self.logs / (log_name or f"{step.name}.log")
+        step.log = log.name
+        with open(log, "a") as f:
+            f.write(f"$ {' '.join(map(str, argv))}\n# cap {cap:.0f}s, started {_now()}\n")
+            f.flush()
+            proc = subprocess.Popen(argv, cwd=ROOT, env=env or self.env, stdout=f, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                rc = proc.wait(timeout=max(1.0, cap))
+            except subprocess.TimeoutExpired:
+                stop(proc)
+                f.write(f"\n# stopped at its cap of {cap:.0f}s\n")
+                return None
+            f.write(f"\n# exit status {rc}, {_now()}\n")
+        return rc
+
+    def cap_for(self, name: str) -> float:
+        return max(1.0, min(self.caps.get(name, 120), self.left() - RESERVE))
+
+    # ------------------------------------------------------------------ steps
+
+    def step_setup(self, step: Step):
+        probe = "import gpu_dedup, gpu_dedup.kernels, gpu_dedup.configs, sys; print(gpu_dedup.__file__)"
+        log = self.logs / "setup.log"
+
+        def importable() -> bool:
+            return self.run(step, self.py("-c", probe), 60) == 0
+
+        if importable():
+            step.numbers["install"] = "already importable"
+        else:
+            rc = self.run(step, self.py("-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                                        "-e", "."), min(120, self.cap_for("setup")))
+            if rc == 0 and importable():
+                step.numbers["install"] = "pip install --no-deps -e ."
+            else:  # no setuptools >= 77 there: the checkout on PYTHONPATH, kernels/ and configs/ linked in
+                for name in ("kernels", "configs"):
+                    link = ROOT / "gpu_dedup" / name
+                    if not link.exists():
+                        link.symlink_to(Path("..") / name)
+                        self.links.append(link)
+                self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), self.env.get("PYTHONPATH")]))
+                if not importable():
+                    return "failed", "gpu_dedup.kernels does not import (pip and links both failed: see setup.log)"
+                step.numbers["install"] = "PYTHONPATH + links (gpu_dedup/kernels, gpu_dedup/configs)"
+        nvvm = "from numba.cuda.cudadrv.nvvm import NVVM; print('NVVM', NVVM().get_version())"
+        env = dict(self.env, NUMBA_ENABLE_CUDASIM="0")
+        if self.run(step, self.py("-c", nvvm), 60, env) == 0:
+            step.numbers["nvvm"] = _last_match(log, r"^NVVM (.+)$")
+        else:
+            homes = [h for h in (os.environ.get("FC_CUDA_HOME"), "/usr/local/cuda") if h and Path(h).is_dir()]
+            for home in homes:
+                if self.run(step, self.py("-c", nvvm), 60, dict(env, CUDA_HOME=home)) == 0:
+                    self.env["CUDA_HOME"] = home  # for every later step
+                    step.numbers["nvvm"] = _last_match(log, r"^NVVM (.+)$")
+                    step.numbers["cuda_home"] = home
+                    break
+            else:
+                return "failed", (f"numba-cuda finds no NVVM (tried CUDA_HOME unset and {homes or 'no toolkit dir'}): "
+                                  "no kernel can compile; see setup.log")
+        return "passed", ""
+
+    def step_env(self, step: Step):
+        out = self.logs / "env.json"
+        if shutil.which("nvidia-smi"):
+            self.run(step, ["nvidia-smi", "-L"], 30, log_name="nvidia-smi.log")
+            self.run(step, ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,"
+                            "compute_cap", "--format=csv"], 30, log_name="nvidia-smi.log")
+        rc = self.run(step, self.py("-c", ENV_SNIPPET, str(out)), self.cap_for("env"))
+        step.log = "env.log"
+        info = _read_json(out)
+        step.numbers = {k: info[k] for k in ("device", "compute_capability", "multiprocessors", "memory_gib",
+                                             "driver_cuda", "runtime_cuda", "gpu_mode", "tier2_numba_cuda")
+                        if k in info}
+        step.numbers["versions"] = info.get("versions", {})
+        if rc != 0 or not info:
+            return "failed", _last_error(self.logs / "env.log") or f"exit status {rc}"
+        if info.get("gpu_error"):
+            return "failed", f"the GPU backend is not usable: {info['gpu_error']}"
+        return "passed", ""
+
+    def corpus_argv(self) -> list:
+        return self.py("-m", "gpu_dedup.bench.gpu", "--suite", "corpus", "--e2e-docs", str(self.p["docs"]),
+                       *self.words(), "--configs", *self.p["configs"].split(), "--corpus-dir", str(self.corpus))
+
+    def words(self) -> list:
+        return ["--words", *self.p["words"].split()]
+
+    def step_smoke(self, step: Step):
+        out = self.logs / "smoke.json"
+        rc = self.run(step, self.py("-m", "gpu_dedup.bench.gpu", "--suite", "smoke", "--smoke-docs",
+                                    str(self.p["smoke_docs"]), *self.words(), "--out", str(out)), self.cap_for("smoke"))
+        res = _read_json(out).get("smoke", {})
+        checks = res.get("checks", [])
+        step.numbers = {"checks": len(checks), "ok": res.get("passed", 0), "not_ok": res.get("failed", []),
+                        "first_call_seconds": round(sum(c.get("first_seconds", 0) for c in checks), 1),
+                        "table": [[c["check"], c["status"], c.get("first_seconds"), c.get("seconds"),
+                                   (c.get("detail") or c.get("error") or "")[:160]] for c in checks]}
+        return _verdict(rc, self.logs / step.log, step.numbers["not_ok"] and
+                        f"not ok: {', '.join(step.numbers['not_ok'])}")
+
+    def pytest(self, step: Step, args: list):
+        # -v: one line per test as it ends, so a run stopped at its cap still counts what it ran
+        base = ["-m", "pytest", "-p", "no:cacheprovider", "--continue-on-collection-errors", "-v", "-rfEs",
+                "--durations=15"]
+        if _has_module(self.python, "pytest_timeout", self.env):
+            base += ["--timeout", "150"]
+        rc = self.run(step, self.py(*base, *args), self.cap_for(step.name))
+        step.numbers = parse_pytest(self.logs / step.log)
+        counts = step.numbers["counts"]
+        if rc == 0 or (rc == 5 and not counts):  # 5: nothing collected (everything deselected)
+            return "passed", ""
+        if rc is None:
+            return "timed out", (f"stopped at its cap after {sum(counts.values())} tests "
+                                 f"({', '.join(f'{v} {k}' for k, v in counts.items())})")
+        failed = step.numbers["failed"]
+        if step.numbers["collection_errors"]:
+            return "failed", "collection errors: " + ", ".join(step.numbers["collection_errors"][:5])
+        return "failed", (f"{len(failed)} failed: " + ", ".join(failed[:8])) if failed else \
+            (_last_error(self.logs / step.log) or f"pytest exit status {rc}")
+
+    def step_test_gpu(self, step: Step):
+        return self.pytest(step, ["-m", "gpu", "tests"])
+
+    def step_test_backend(self, step: Step):
+        paths = [p for p in BACKEND_TESTS if (ROOT / p).exists()]
+        step.numbers["paths"] = paths
+        missing = [p for p in BACKEND_TESTS if p not in paths]
+        args = ["--backend", "gpu", "-m", "not gpu and not slow", *paths]
+        if self.rehearse:  # the simulator would take hours over the whole suite: collect (imports, paths, options)
+            args.append("--collect-only")
+        verdict = self.pytest(step, args)
+        step.numbers["paths"], step.numbers["missing_paths"] = paths, missing
+        return verdict
+
+    def wait_corpus(self, needed_by: Step):
+        """Join the background corpus step (it only saves time: the benchmarks write a missing corpus)."""
+        if self.background is None:
+            return
+        step, proc, started = self.background
+        cap = max(1.0, min(self.caps["corpus"] - (time.time() - started), self.left() - RESERVE))
+        try:
+            rc = proc.wait(timeout=cap)
+        except subprocess.TimeoutExpired:
+            stop(proc)
+            rc = None
+        log = self.logs / "corpus.log"
+        ended = log.stat().st_mtime if rc is not None and log.exists() else time.time()  # its last output
+        step.seconds = max(0.0, ended - started)
+        if rc is None:
+            step.status, step.reason = "timed out", f"stopped at its cap ({needed_by.name} writes what is missing)"
+        else:
+            step.status, step.reason = _verdict(rc, self.logs / "corpus.log", None)
+        step.numbers = {"bytes_and_rows": _read_markers(self.corpus)}
+        self.background = None
+        self.save()
+
+    def step_signatures(self, step: Step):
+        self.wait_corpus(step)
+        out = self.logs / "signatures.json"
+        cap = self.cap_for("signatures")
+        rc = self.run(step, self.py("-m", "gpu_dedup.bench.gpu", "--suite", "signatures", "--docs",
+                                    str(self.p["sig_docs"]), "--perms", *self.p["sig_perms"].split(),
+                                    "--shingles", "char:5", "char:24", "word:5", "--backends", "cpu", "gpu",
+                                    *self.words(), "--corpus-dir", str(self.corpus), "--deadline-seconds",
+                                    str(max(5, cap - 10)), "--out", str(out)), cap)
+        rows = _read_json(out).get("rows", [])
+        step.numbers = {"rows": [[r["shingle"], r["num_perm"], r["backend"], r.get("seconds"), r.get("mb_per_s"),
+                                  r.get("docs_per_s"), r.get("identical_to_cpu"), r.get("skipped") or r.get("error")]
+                                 for r in rows]}
+        differ = [f"{r['shingle']} x {r['num_perm']}" for r in rows if r.get("identical_to_cpu") is False]
+        return _verdict(rc, self.logs / step.log, differ and f"GPU signatures differ from the CPU's: {differ}")
+
+    def step_e2e(self, step: Step):
+        self.wait_corpus(step)
+        out = self.logs / "e2e.json"
+        cap = self.cap_for("e2e")
+        rc = self.run(step, self.py("-m", "gpu_dedup.bench.gpu", "--suite", "end-to-end", "--e2e-docs",
+                                    str(self.p["docs"]), "--configs", *self.p["configs"].split(), "--e2e-backends",
+                                    "cpu", "gpu", *self.words(), "--corpus-dir", str(self.corpus), "--warmup-docs",
+                                    str(self.p["warmup_docs"]), "--workdir", str(self.work), "--deadline-seconds",
+                                    str(max(5, cap - 15)), "--out", str(out)), cap)
+        rows = _read_json(out).get("end_to_end", [])
+        step.numbers = e2e_numbers(rows)
+        bad = [f"{r['config']} ({', '.join(r['compared']['differ'] + r['compared']['only_in_one'])})"
+               for r in rows if r.get("identical") is False]
+        errors = [f"{r['config']} {r['backend']}: {r['error'][:200]}" for r in rows if "error" in r]
+        why = "; ".join(filter(None, [bad and f"GPU outputs differ from the CPU's: {bad}", "; ".join(errors)]))
+        return _verdict(rc, self.logs / step.log, why or None)
+
+    # ------------------------------------------------------------------ the run
+
+    def main(self) -> int:
+        self.out.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.logs, ignore_errors=True)
+        self.logs.mkdir(parents=True)
+        if self.rehearse:
+            hide = self.work / "hidden-packages"
+            hide_modules(hide, IMAGE_LACKS)
+            self.env.update(NUMBA_ENABLE_CUDASIM="1", GPU_DEDUP_SIMULATOR="1")
+            self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hide), self.env.get("PYTHONPATH")]))
+        print(f"first contact ({'rehearsal on the CPU, CUDA simulator' if self.rehearse else 'device'}): "
+              f"{len(self.steps)} steps, {self.left():.0f}s budget; summary and logs in {self.out}", flush=True)
+        try:
+            for step in self.steps:
+                if step.status != "not run":  # the background corpus step, already recorded
+                    continue
+                if self.wanted is not None and step.name not in self.wanted and step.name != "setup":
+                    step.status, step.reason = "skipped", "not in --steps"
+                    continue
+                if step.name == "corpus":
+                    self.start_corpus(step)
+                    continue
+                need = MIN_SECONDS.get(step.name, 5) + RESERVE
+                if self.left() < need:
+                    step.status, step.reason = "skipped", f"{self.left():.0f}s left of the budget (needs {need}s)"
+                    self.save()
+                    continue
+                self.one(step)
+            if self.background is not None:
+                self.wait_corpus(self.background[0])
+        finally:
+            for link in self.links:
+                link.unlink(missing_ok=True)
+            self.save()
+        print(self.markdown(short=True), flush=True)
+        return 0 if all(s.status in ("passed", "skipped") for s in self.steps) else 1
+
+    def start_corpus(self, step: Step):
+        log = self.logs / "corpus.log"
+        step.log, step.status = log.name, "running"
+        inject = self.args.fail_step == "corpus"
+        argv = _failing(self.python, "corpus") if inject else self.corpus_argv()
+        f = open(log, "a")
+        f.write(f"$ {' '.join(map(str, argv))}\n# in the background, started {_now()}\n")
+        f.flush()
+        proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=f, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        f.close()
+        self.background = (step, proc, time.time())
+        print(f"step corpus: started in the background (pid {proc.pid})", flush=True)
+
+    def one(self, step: Step):
+        t0 = time.time()
+        step.status = "running"
+        self.save()
+        try:
+            if self.args.fail_step == step.name:  # a deliberate failure: the summary must say so, the rest go on
+                rc = self.run(step, _failing(self.python, step.name), 30)
+                verdict = ("failed", _last_error(self.logs / step.log) or f"exit status {rc}")
+            else:
+                verdict = getattr(self, "step_" + step.name.replace("-", "_"))(step)
+        except Exception as exc:  # the driver's own bug must not cost the other steps
+            verdict = ("failed", f"driver error: {type(exc).__name__}: {exc}")
+        step.status, step.reason = verdict
+        step.seconds = time.time() - t0
+        print(f"step {step.name}: {step.status} in {step.seconds:.0f}s" + (f": {step.reason}" if step.reason else ""),
+              flush=True)
+        self.save()
+
+    # ------------------------------------------------------------------ summary and packing
+
+    def summary(self) -> dict:
+        env = next(s for s in self.steps if s.name == "env").numbers
+        return {"first_contact": "rehearsal (CUDA simulator, CPU)" if self.rehearse else "device",
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "device": env.get("device"), "wall_seconds": round(time.time() - self.start, 1),
+                "budget_seconds": round(self.deadline - self.start), "parameters": self.p,
+                "steps": [s.record() for s in self.steps]}
+
+    def markdown(self, short: bool = False) -> str:
+        data = self.summary()
+        lines = [f"# gpu_dedup first contact: {data['first_contact']}, {data['date']}", "",
+                 f"Device: {data['device'] or 'unknown'}; {data['wall_seconds']}s of a {data['budget_seconds']}s "
+                 f"budget; documents: {self.p['docs']:,} (end to end), {self.p['sig_docs']:,} (signatures).", "",
+                 "| step | status | seconds | what | why / key numbers |", "| --- | --- | ---: | --- | --- |"]
+        for s in self.steps:
+            key = s.reason or _headline(s)
+            lines.append(f"| {s.name} | {s.status} | {s.seconds:.0f} | {s.what} | {_cell(key, 300)} |")
+        if short:
+            return "\n".join(lines) + "\n"
+        for s in self.steps:
+            detail = _detail(s)
+            if detail:
+                lines += ["", f"## {s.name}", "", *detail]
+        lines += ["", "Logs: logs.tar.gz (one log per step; JSON of the benchmarks)."]
+        return "\n".join(lines) + "\n"
+
+    def save(self):
+        """summary.json, summary.md and logs.tar.gz under OUT (each written beside, then renamed)."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        data = self.summary()
+        _atomic(self.out / "summary.json", json.dumps(data, indent=1, default=str).encode())
+        self.logs.mkdir(parents=True, exist_ok=True)
+        (self.logs / "summary.json").write_text(json.dumps(data, indent=1, default=str))
+        _atomic(self.out / "summary.md", self.markdown().encode())
+        tmp = self.out / "logs.tar.gz.part"
+        with tarfile.open(tmp, "w:gz") as tar:
+            for path in sorted(self.logs.iterdir()):
+                if path.is_file():
+                    _add_capped(tar, path, f"first-contact/{path.name}")
+        os.replace(tmp, self.out / "logs.tar.gz")
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+ENV_SNIPPET = r'''
+import json, os, platform, sys
+from importlib import metadata
+info = {"python": platform.python_version(), "executable": sys.executable, "versions": {}}
+for dist in ("numpy", "numba", "numba-cuda", "llvmlite", "cupy-cuda13x", "cupy-cuda12x", "cuda-python", "cuda-bindings",
+             "nvidia-cuda-nvrtc", "nvidia-cuda-runtime", "pyarrow", "pandas", "scipy", "pyyaml", "matplotlib", "pytest",
+             "pytest-timeout", "hypothesis", "setuptools", "cudf-cu13", "cudf-cu12", "rmm-cu13", "dask", "distributed",
+             "dask-cuda", "nvidia-ml-py"):
+    try:
+        info["versions"][dist] = metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        pass
+v = info["versions"].get("numba-cuda")
+if v:
+    parts = [int(p) for p in v.split(".")[:2] if p.isdigit()]
+    info["tier2_numba_cuda"] = f"numba-cuda {v}: " + ("fits cuDF 26.10 (< 0.31)" if parts < [0, 31] else
+                                                    "too new for cuDF 26.10 (needs < 0.31)")
+try:
+    import cupy
+    rt = cupy.cuda.runtime
+    fmt = lambda x: f"{x // 1000}.{x % 1000 // 10}"
+    info["driver_cuda"], info["runtime_cuda"] = fmt(rt.driverGetVersion()), fmt(rt.runtimeGetVersion())
+    p = rt.getDeviceProperties(0)
+    info["device"] = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+    info["compute_capability"] = f"{p['major']}.{p['minor']}"
+    info["multiprocessors"] = p["multiProcessorCount"]
+    info["memory_gib"] = round(p["totalGlobalMem"] / 2**30, 1)
+except Exception as exc:
+    info["cupy_error"] = f"{type(exc).__name__}: {exc}"
+try:
+    from gpu_dedup.backends import get_backend
+    gpu = get_backend("gpu")
+    info["gpu_mode"] = gpu.mode
+    info.setdefault("device", gpu.device_name)
+except Exception as exc:
+    info["gpu_error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(info, indent=1))
+json.dump(info, open(sys.argv[1], "w"), indent=1)
+'''
+
+
+def hide_modules(directory: Path, names) -> Path:
+    """A folder of stand-ins that make ``import NAME`` fail as for a package that is not installed."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        pkg = directory / name
+        pkg.mkdir(exist_ok=True)
+        (pkg / "__init__.py").write_text(
+            f"raise ModuleNotFoundError(\"No module named '{name}' (hidden: the GPU image lacks it)\", name='{name}')\n")
+    return directory
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End ``proc`` and the processes it started (its own session): TERM, then KILL after 5 s."""
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _failing(python: str, name: str) -> list:
+    return [python, "-c", f"import sys; print('error: step {name} deliberately failed (--fail-step {name})'); "
+                          "sys.exit(3)"]
+
+
+def _now() -> str:
+    return datetime.datetime.now().strftime("%H:%M:%S")
+
+
+def _has_module(python: str, name: str, env: dict) -> bool:
+    return subprocess.run([python, "-c", f"import {name}"], env=env, capture_output=True).returncode == 0
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _read_markers(root: Path) -> list:
+    out = []
+    for marker in sorted(root.glob("*/_planted.json")):
+        info = _read_json(marker)
+        out.append({"corpus": marker.parent.name, "bytes": info.get("bytes"), "rows": info.get("rows"),
+                    "seconds": info.get("seconds")})
+    return out
+
+
+def _last_match(path: Path, pattern: str) -> str | None:
+    found = None
+    try:
+        for line in path.read_text(errors="replace").splitlines():
+            m = re.match(pattern, line)
+            if m:
+                found = m.group(1)
+    except OSError:
+        pass
+    return found
+
+
+def _last_error(path: Path) -> str:
+    """The last line of a log that says what went wrong (an exception, ``error:``), else its last line."""
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if not ln.startswith("# ")]
+    for ln in reversed(lines):
+        if re.match(r"^(error:|E\s|[A-Za-z_.]*(Error|Exception)\b|AssertionError|SystemExit)", ln):
+            return ln[:400]
+    return lines[-1][:400] if lines else ""
+
+
+def _verdict(rc, log: Path, problem) -> tuple:
+    if rc is None:
+        return "timed out", "stopped at its cap: " + (_last_error(log) or "no output")
+    if problem:
+        return "failed", problem
+    if rc != 0:
+        return "failed", _last_error(log) or f"exit status {rc}"
+    return "passed", ""
+
+
+PYTEST_LINE = re.compile(r"^(tests/\S.*?) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
+
+
+def parse_pytest(log: Path) -> dict:
+    """Counts, failed tests, collection errors and the most frequent skip reasons of a ``pytest -v -rfEs`` log
+    (also of one stopped before its end)."""
+    counts, failed, skips, collection = {}, [], {}, []
+    final = None
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        m = PYTEST_LINE.match(line)
+        if m:
+            counts[m.group(2).lower()] = counts.get(m.group(2).lower(), 0) + 1
+            if m.group(2) in ("FAILED", "ERROR"):
+                failed.append(m.group(1))
+            continue
+        m = re.match(r"^SKIPPED \[(\d+)\] [^:]+:\d+: (.*)$", line)
+        if m:
+            skips[m.group(2)[:200]] = skips.get(m.group(2)[:200], 0) + int(m.group(1))
+        m = re.match(r"^ERROR (tests/\S+)(?: - .*)?$", line)
+        if m and "::" not in m.group(1):
+            collection.append(m.group(1))
+        m = re.match(r"^=+ (.*\bin [\d.]+s.*?) =+$", line)
+        if m:
+            final = m.group(1)
+        m = re.match(r"^(\d+)/(\d+) tests collected|^(\d+) tests? collected", line)
+        if m:
+            final = final or line.strip()
+    if final and " in " in final:  # pytest's own tally (it also counts modules skipped as a whole)
+        tally = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)",
+                                                   final)}
+        if tally and "collected" not in final:
+            counts = {("error" if k.startswith("error") else k): v for k, v in tally.items()}
+    collected = re.search(r"collected (\d+) items?(?: / (\d+) deselected)?", text)
+    out = {"counts": counts, "failed": failed[:50], "collection_errors": sorted(set(collection)),
+           "skip_reasons": sorted(skips.items(), key=lambda kv: -kv[1])[:8], "final": final}
+    if collected:
+        out["collected"] = int(collected.group(1)) - int(collected.group(2) or 0)
+    return out
+
+
+def e2e_numbers(rows: list) -> dict:
+    """Per configuration: CPU and GPU seconds, speed-up, byte-identity, GPU rates; seconds per stage."""
+    configs, stages = {}, {}
+    for r in rows:
+        c = configs.setdefault(r.get("config", "?"), {"docs": r.get("docs")})
+        b = r["backend"]
+        if "seconds" in r:
+            c[f"{b}_seconds"] = r["seconds"]
+            c[f"{b}_docs_per_s"] = r["docs_per_s"]
+            c[f"{b}_tb_per_hour"] = r["tb_per_hour"]
+            if "warmup_seconds" in r:
+                c[f"{b}_warmup_seconds"] = r["warmup_seconds"]
+            stages[(r.get("config"), b)] = dict(r["stage_seconds"], prepare=r.get("kernel_prepare_seconds", 0))
+        else:
+            c[f"{b}_not_run"] = r.get("error") or f"skipped: {r.get('skipped')}"
+        if "identical" in r:
+            c["byte_identical"] = r["identical"]
+            c["files_compared"] = r["compared"]["files"]
+    for c in configs.values():
+        if c.get("cpu_seconds") and c.get("gpu_seconds"):
+            c["gpu_speedup"] = round(c["cpu_seconds"] / c["gpu_seconds"], 2)
+    return {"configs": configs, "stage_seconds": [[k[0], k[1], v] for k, v in stages.items()]}
+
+
+def _headline(s: Step) -> str:
+    n = s.numbers
+    if s.name == "setup":
+        return f"{n.get('install', '')}; NVVM {n.get('nvvm')}" + (f", CUDA_HOME={n['cuda_home']}" if n.get("cuda_home")
+                                                                  else "")
+    if s.name == "env":
+        return "; ".join(str(n[k]) for k in ("device", "runtime_cuda", "tier2_numba_cuda") if n.get(k))
+    if s.name == "smoke" and n:
+        return f"{n.get('ok')} of {n.get('checks')} checks ok; compiling {n.get('first_call_seconds')}s"
+    if s.name.startswith("test-") and n:
+        return ", ".join(f"{v} {k}" for k, v in n.get("counts", {}).items()) or (n.get("final") or "")
+    if s.name == "signatures" and n.get("rows"):
+        best = [r for r in n["rows"] if r[2] == "gpu-kernel" and r[4]]
+        return "; ".join(f"{r[0]} x {r[1]}: {r[4]:,} MB/s on the GPU" for r in best[:3]) or ""
+    if s.name == "e2e" and n.get("configs"):
+        return "; ".join(f"{k}: {v.get('gpu_speedup', '-')}x, identical {v.get('byte_identical')}"
+                         for k, v in n["configs"].items())
+    if s.name == "corpus" and n.get("bytes_and_rows"):
+        return "; ".join(f"{c['corpus']}: {c['rows']:,} rows in {c['seconds']}s" for c in n["bytes_and_rows"]
+                         if c.get("rows") is not None)
+    return ""
+
+
+def _detail(s: Step) -> list:
+    n = s.numbers
+    if s.name == "env" and n:
+        return [f"- {k}: {v}" for k, v in n.items() if k != "versions"] + \
+            ["- versions: " + ", ".join(f"{k} {v}" for k, v in sorted(n.get("versions", {}).items()))]
+    if s.name == "smoke" and n.get("table"):
+        return ["| check | status | first call s | second call s | detail |", "| --- | --- | ---: | ---: | --- |"] + \
+            [f"| {r[0]} | {r[1]} | {r[2] if r[2] is not None else ''} | {r[3] if r[3] is not None else ''} | "
+             f"{_cell(r[4], 160)} |" for r in n["table"]]
+    if s.name.startswith("test-") and n:
+        out = [f"- counts: {n.get('counts')}; {n.get('final') or 'no final line (stopped?)'}"]
+        if n.get("missing_paths"):
+            out.append(f"- test paths missing in this checkout: {n['missing_paths']}")
+        out += [f"- collection error: {e}" for e in n.get("collection_errors", [])]
+        out += [f"- FAILED {t}" for t in n.get("failed", [])[:25]]
+        out += [f"- skipped {k}x: {r}" for r, k in n.get("skip_reasons", [])[:6]]
+        return out
+    if s.name == "signatures" and n.get("rows"):
+        return ["| shingles | perms | backend | seconds | MB/s | docs/s | same as CPU | note |",
+                "| --- | ---: | --- | ---: | ---: | ---: | --- | --- |"] + \
+            [f"| {r[0]} | {r[1]} | {r[2]} | {r[3] or ''} | {r[4] or ''} | {r[5] or ''} | "
+             f"{'' if r[6] is None else ('yes' if r[6] else 'NO')} | {_cell(r[7] or '', 80)} |" for r in n["rows"]]
+    if s.name == "e2e" and n.get("configs"):
+        out = ["| config | docs | CPU s | GPU s | speed-up | byte-identical | GPU docs/s | GPU TB/h | GPU warm-up s | note |",
+               "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
+        for k, v in n["configs"].items():
+            note = "; ".join(str(v[x]) for x in ("cpu_not_run", "gpu_not_run") if x in v)
+            out.append(f"| {k} | {v.get('docs') or 0:,} | {v.get('cpu_seconds', '')} | {v.get('gpu_seconds', '')} | "
+                       f"{v.get('gpu_speedup', '')} | {v.get('byte_identical', '')} | {v.get('gpu_docs_per_s', '')} | "
+                       f"{v.get('gpu_tb_per_hour', '')} | {v.get('gpu_warmup_seconds', '')} | {_cell(note, 120)} |")
+        if n.get("stage_seconds"):
+            names = list(dict.fromkeys(k for _, _, st in n["stage_seconds"] for k in st))
+            out += ["", "| config | backend | " + " | ".join(names) + " |",
+                    "| --- | --- | " + " | ".join("---:" for _ in names) + " |"]
+            out += [f"| {c} | {b} | " + " | ".join(str(st.get(k, "")) for k in names) + " |"
+                    for c, b, st in n["stage_seconds"]]
+        return out
+    return []
+
+
+def _cell(text, width: int) -> str:
+    text = str(text).replace("|", "/").replace("\n", " ")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _add_capped(tar: tarfile.TarFile, path: Path, arcname: str) -> None:
+    """Add ``path``; a file over MAX_LOG_BYTES keeps its first 1 MiB and its last 5 MiB."""
+    size = path.stat().st_size
+    if size <= MAX_LOG_BYTES:
+        tar.add(path, arcname=arcname)
+        return
+    import io
+
+    with open(path, "rb") as f:
+        head = f.read(1 << 20)
+        f.seek(size - (5 << 20))
+        tail = f.read()
+    data = head + f"\n... [{size - len(head) - len(tail):,} bytes left out] ...\n".encode() + tail
+    info = tarfile.TarInfo(arcname)
+    info.size, info.mtime = len(data), int(time.time())
+    tar.addfile(info, io.BytesIO(data))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rehearse", action="store_true", default=os.environ.get("FC_REHEARSE", "0") not in ("", "0"),
+                    help="run on a CPU machine: CUDA simulator, tiny corpus, image-missing packages hidden")
+    ap.add_argument("--steps", help="comma-separated steps to run (setup always runs)")
+    ap.add_argument("--fail-step", help="make this step fail on purpose (to check the reporting)")
+    ap.add_argument("--cap", action="append", metavar="STEP=SECONDS", help="a step's time cap")
+    ap.add_argument("--deadline", type=float, help="seconds for the whole run (device default 470)")
+    ap.add_argument("--out", help="where the summary and the tarball go (default $OUT)")
+    ap.add_argument("--work", help="logs and corpora (default $FC_WORK or /tmp/gpu-dedup-first-contact)")
+    ap.add_argument("--python", help="the Python that runs the steps (default: this one)")
+    args = ap.parse_args(argv)
+    return Driver(args).main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
