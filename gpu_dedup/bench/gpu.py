@@ -431,8 +431,20 @@ def compare_outputs(a, b) -> dict:
         if sums(a) != sums(b):
             differ.append(manifest + " (sizes or checksums)")
     only = sorted(names_a ^ names_b)
+    # a shard another writer wrote (cuDF's) differs in bytes from pyarrow's: its table may still be equal
+    same_tables = [n for n in differ if n.endswith(".parquet") and _same_table(a / n, b / n)]
     return {"identical": not differ and not only, "files": len(names_a & names_b), "differ": differ,
-            "only_in_one": only}
+            "only_in_one": only, "same_table": same_tables}
+
+
+def _same_table(a, b) -> bool:
+    import pyarrow.parquet as pq
+
+    try:
+        ta, tb = pq.read_table(a), pq.read_table(b)
+    except Exception:
+        return False
+    return ta.schema.remove_metadata().equals(tb.schema.remove_metadata()) and ta.equals(tb)
 
 
 def _moved(report: dict) -> dict:
@@ -730,6 +742,34 @@ def smoke(docs: int = 5000, seed: int = 0, words=(60, 400), log=print, repeat: b
     return result
 
 
+def components_bench(nodes: int = 1_000_000, edges: int = 1_000_000, seed: int = 0, log=print) -> list:
+    """Connected components of a random graph: the GPU backend's (cuGraph when it imports), its CuPy
+    label propagation, and the CPU's; every labelling is compared with the CPU's."""
+    from gpu_dedup.backends import get_backend, to_device, to_host
+    from gpu_dedup.backends.gpu import components_xp
+
+    gpu, cpu = get_backend("gpu"), get_backend("cpu")
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, nodes, edges), rng.integers(0, nodes, edges)
+    timer = _Timer(gpu.synchronize)
+    gpu.components(src[:1000], dst[:1000], nodes)  # warm-up: compile, allocate
+    sec, want = timer(lambda: cpu.components(src, dst, nodes))
+    rows = [{"suite": "components", "backend": "cpu", "nodes": nodes, "edges": edges, "seconds": round(sec, 4)}]
+    s_dev, d_dev = to_device(src, gpu.xp), to_device(dst, gpu.xp)
+    engine = "cuGraph" if gpu._cugraph() is not None and not gpu.simulator else "CuPy"
+    sec, got = timer(lambda: gpu.components(s_dev, d_dev, nodes))
+    rows.append({"suite": "components", "backend": f"gpu ({engine})", "nodes": nodes, "edges": edges,
+                 "seconds": round(sec, 4), "identical": bool(np.array_equal(to_host(got), want))})
+    if engine == "cuGraph":
+        sec, got = timer(lambda: components_xp(gpu.xp, s_dev, d_dev, nodes, hook=gpu._hook))
+        rows.append({"suite": "components", "backend": "gpu (CuPy)", "nodes": nodes, "edges": edges,
+                     "seconds": round(sec, 4), "identical": bool(np.array_equal(to_host(got), want))})
+    for r in rows:
+        log(f"components {nodes:,} nodes {edges:,} edges {r['backend']:>14}: {r['seconds']:.3f}s"
+            + (f", same labels as the CPU: {r['identical']}" if "identical" in r else ""))
+    return rows
+
+
 def dask_overhead(docs=(1_000_000,), seed=0, words=(60, 400), shards: int = 16, workdir=None, log=print) -> list:
     """``--workers 1 --backend gpu`` (Dask-CUDA) against the single-process GPU run: identical outputs,
     overhead in seconds and percent."""
@@ -810,6 +850,13 @@ def markdown_report(result: dict) -> str:
                              f"{t['host_to_device_bytes'] / 1e6:,.1f} MB to the device, "
                              f"{t['device_to_host_bytes'] / 1e6:,.1f} MB to the host")
         lines.append("")
+    if result.get("components"):
+        lines += ["## Connected components of a random graph", "", "| nodes | edges | backend | seconds | same labels |",
+                  "| ---: | ---: | --- | ---: | --- |"]
+        for r in result["components"]:
+            same = {True: "yes", False: "NO", None: ""}[r.get("identical")]
+            lines.append(f"| {r['nodes']:,} | {r['edges']:,} | {r['backend']} | {r['seconds']} | {same} |")
+        lines.append("")
     if result.get("dask"):
         lines += ["## Dask-CUDA, 1 worker vs single process", "",
                   "| docs | single process s | Dask-CUDA 1 worker s | overhead | identical |",
@@ -851,7 +898,7 @@ def main(argv=None) -> int:
                    help="words per planted document (log-uniform; default 60 400, about 1.6 KB)")
     p.add_argument("--out", help="write the results as JSON here (and Markdown beside it)")
     p.add_argument("--suite", nargs="+", default=["signatures"],
-                   choices=("signatures", "end-to-end", "dask", "smoke", "corpus", "all"),
+                   choices=("signatures", "end-to-end", "dask", "smoke", "corpus", "components", "all"),
                    help="what to measure (see above; all = signatures, end-to-end and dask)")
     p.add_argument("--e2e-docs", type=int, nargs="+", default=[1_000_000], help="corpus sizes of end-to-end and dask")
     p.add_argument("--e2e-backends", nargs="+", default=["cpu", "gpu"], choices=("cpu", "gpu", "gpu-pyarrow"),
@@ -865,6 +912,9 @@ def main(argv=None) -> int:
     p.add_argument("--deadline-seconds", type=float,
                    help="skip the measurements that would start later than this many seconds from now")
     p.add_argument("--smoke-docs", type=int, default=5000, help="documents of the smoke suite (default 5000)")
+    p.add_argument("--graph-nodes", type=int, default=1_000_000,
+                   help="nodes (and edges) of the components suite's random graph (default 1000000)")
+    p.add_argument("--dry-run", action="store_true", help="check the arguments and configurations, run nothing")
     args = p.parse_args(argv)
     from gpu_dedup.backends import get_backend
     from gpu_dedup.errors import BackendError, ConfigError
@@ -880,6 +930,10 @@ def main(argv=None) -> int:
             except ConfigError as exc:
                 print(f"error: --configs {name}: {exc}", file=sys.stderr)
                 return 2
+
+    if args.dry_run:
+        print(f"dry run: suites {sorted(suites)}, configs {args.configs or [args.preset or 'default']}: arguments ok")
+        return 0
 
     def save():
         if args.out and suites != {"signatures"}:
@@ -910,8 +964,11 @@ def main(argv=None) -> int:
                                               on_row=lambda rows: (result.__setitem__("end_to_end", rows), save()))
         if "dask" in suites:
             result["dask"] = dask_overhead(args.e2e_docs, args.seed, words, workdir=args.workdir)
-        on_gpu = any(b.startswith("gpu") for b in args.e2e_backends) or bool({"dask", "smoke"} & suites)
-        gpu = get_backend("gpu") if ({"end-to-end", "dask", "smoke"} & suites and on_gpu) else None
+        if "components" in suites:
+            result["components"] = components_bench(args.graph_nodes, args.graph_nodes, args.seed)
+            save()
+        on_gpu = any(b.startswith("gpu") for b in args.e2e_backends) or bool({"dask", "smoke", "components"} & suites)
+        gpu = get_backend("gpu") if ({"end-to-end", "dask", "smoke", "components"} & suites and on_gpu) else None
     except (BackendError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -925,7 +982,8 @@ def main(argv=None) -> int:
             f.write(markdown_report(result))
         print(f"written: {args.out} and {os.path.splitext(args.out)[0]}.md")
     e2e = result.get("end_to_end", [])
-    bad = [r for r in e2e + result.get("dask", []) if r.get("identical") is False] + [r for r in e2e if "error" in r]
+    bad = [r for r in e2e + result.get("dask", []) + result.get("components", []) if r.get("identical") is False] + \
+        [r for r in e2e if "error" in r]
     return 1 if bad or result.get("smoke", {}).get("failed") else 0
 
 

@@ -14,11 +14,11 @@ PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 "$PY" results/gpu/first_contact.py --python "$PY" "$@"
 rc=$?
-out=${OUT:-${TMPDIR:-/tmp}/gpu-dedup-first-contact/out}
-if [ ! -s "$out/summary.md" ]; then  # the driver itself did not start (a Python that cannot run it)
-  mkdir -p "$out"
+# on the device (OUT set): a driver that could not start still leaves a summary saying so
+if [ -n "${OUT:-}" ] && [ ! -s "$OUT/summary.md" ]; then  # the driver itself did not start (a Python that cannot run it)
+  mkdir -p "$OUT"
   printf '# gpu_dedup first contact\n\nThe driver did not run: %s results/gpu/first_contact.py exited with %s.\n' \
-    "$PY" "$rc" > "$out/summary.md"
-  cat "$out/summary.md"
+    "$PY" "$rc" > "$OUT/summary.md"
+  cat "$OUT/summary.md"
 fi
 exit $rc

@@ -42,14 +42,18 @@ OUT_FILES = ("summary.md", "summary.json", "logs.tar.gz")
 
 # device defaults; a rehearsal uses REHEARSAL instead; FC_* variables override either
 DEVICE = {"docs": 1_000_000, "sig_docs": 1_000_000, "smoke_docs": 5000, "warmup_docs": 2000, "words": "60 400",
-          "sig_perms": "128 260", "configs": " ".join(CONFIGS), "deadline": 470}
+          "sig_perms": "128 260", "configs": " ".join(CONFIGS), "deadline": 470, "graph_nodes": 1_000_000,
+          "dask_docs": 100_000}
 REHEARSAL = {"docs": 10, "sig_docs": 10, "smoke_docs": 10, "warmup_docs": 10, "words": "5 15", "sig_perms": "16",
-             "configs": "default cosine-vectors", "deadline": 400}
+             "configs": "default cosine-vectors", "deadline": 400, "graph_nodes": 300, "dask_docs": 10}
 # step caps (seconds): a step is stopped there; the deadline caps them all
 CAPS = {"setup": 150, "env": 60, "corpus": 240, "smoke": 150, "test-gpu": 180, "signatures": 90, "e2e": 260,
-        "test-backend": 400}
+        "test-backend": 400, "kit": 240, "cudf-minhash": 120, "e2e-cudf": 200, "components": 60, "dask": 150}
+# tier 2 needs the RAPIDS kit (cuDF, RMM, Dask-CUDA): these its wheels must pin
+KIT_PINS = ("cudf-cu13", "pylibcudf-cu13", "rmm-cu13", "dask", "distributed", "dask-cuda", "dask-cudf-cu13", "numba")
 MIN_SECONDS = {"test-backend": 30, "e2e": 30, "signatures": 20}  # not started with less time than this left
 RESERVE = 10  # seconds kept for the last packing
+ALWAYS = ("kit", "setup")  # run whatever --steps says: every other step needs them
 
 
 @dataclass
@@ -94,18 +98,33 @@ class Driver:
             name, _, sec = item.partition("=")
             self.caps[name] = float(sec)
         self.background = None  # (Step, Popen, started) of the corpus step
-        self.steps = [
-            Step("setup", "gpu_dedup importable (--no-deps install, else links), NVVM found (CUDA_HOME retry)"),
-            Step("corpus", f"planted shards, {self.p['docs']:,} documents (text and vectors), in the background"),
-            Step("env", "versions, device, driver, the GPU backend's mode"),
-            Step("smoke", f"GPU vs CPU on {self.p['smoke_docs']:,} planted documents, kernel by kernel"),
-            Step("test-gpu", "pytest -m gpu (the gpu-marked tests; cuDF/Dask ones skip)"),
-            Step("signatures", f"signature kernel throughput, {self.p['sig_docs']:,} documents, GPU vs CPU"),
-            Step("e2e", f"end to end, {self.p['docs']:,} documents, CPU (all cores) vs GPU: seconds per stage, "
-                        "outputs byte for byte"),
-            Step("test-backend", "pytest --backend gpu over the stage, backend, run and API tests"
-                 + (" (collected only in a rehearsal)" if self.rehearse else "")),
-        ]
+        self.tier = int(args.tier)
+        setup = Step("setup", "gpu_dedup importable (--no-deps install, else links), NVVM found (CUDA_HOME retry)")
+        corpus = Step("corpus", f"planted shards, {self.p['docs']:,} documents, in the background")
+        env = Step("env", "versions, device, driver, the GPU backend's mode")
+        if self.tier == 1:
+            self.steps = [
+                setup, corpus, env,
+                Step("smoke", f"GPU vs CPU on {self.p['smoke_docs']:,} planted documents, kernel by kernel"),
+                Step("test-gpu", "pytest -m gpu (the gpu-marked tests; cuDF/Dask ones skip)"),
+                Step("signatures", f"signature kernel throughput, {self.p['sig_docs']:,} documents, GPU vs CPU"),
+                Step("e2e", f"end to end, {self.p['docs']:,} documents, CPU (all cores) vs GPU: seconds per stage, "
+                            "outputs byte for byte"),
+                Step("test-backend", "pytest --backend gpu over the stage, backend, run and API tests"
+                     + (" (collected only in a rehearsal)" if self.rehearse else "")),
+            ]
+        else:
+            self.steps = [
+                Step("kit", "the RAPIDS wheels (cuDF, RMM, Dask-CUDA) installed into /tmp/site from the carried parts"),
+                setup, corpus, env,
+                Step("test-gpu", "pytest -m gpu with cuDF, RMM and Dask-CUDA: reader, writer, pool, one worker"),
+                Step("cudf-minhash", f"the signature kernel vs cuDF str.minhash (MurmurHash3), {self.p['sig_docs']:,} "
+                                     "documents: char 24 x 260 (20 x 13), char 5 and word 5 x 128"),
+                Step("e2e-cudf", f"end to end, {self.p['docs']:,} documents: cuDF reader and writer vs pyarrow vs CPU"),
+                Step("components", f"components of a {self.p['graph_nodes']:,}-node graph: cuGraph (if in the kit), "
+                                   "CuPy, CPU"),
+                Step("dask", f"Dask-CUDA, one worker, vs the single-process GPU run, {self.p['dask_docs']:,} documents"),
+            ]
         wanted = set(args.steps.split(",")) if args.steps else None
         if wanted:
             unknown = wanted - {s.name for s in self.steps}
@@ -205,25 +224,68 @@ class Driver:
             return "failed", f"the GPU backend is not usable: {info['gpu_error']}"
         return "passed", ""
 
-    def corpus_argv(self) -> list:
-        return self.py("-m", "gpu_dedup.bench.gpu", "--suite", "corpus", "--e2e-docs", str(self.p["docs"]),
-                       *self.words(), "--configs", *self.p["configs"].split(), "--corpus-dir", str(self.corpus))
-
     def words(self) -> list:
         return ["--words", *self.p["words"].split()]
 
+    def bench(self, *args) -> list:
+        return self.py("-m", "gpu_dedup.bench.gpu", *args)
+
+    def bench_args(self, name: str, cap: float) -> tuple[list, Path]:
+        """The benchmark command of step ``name`` (its JSON goes to the logs), and that JSON's path."""
+        out = self.logs / f"{name}.json"
+        soon = str(max(5, int(cap) - 15))  # the benchmark's own deadline: it stops cleanly before the cap
+        corpus = ["--corpus-dir", str(self.corpus), *self.words()]
+        args = {
+            "corpus": ["--suite", "corpus", "--e2e-docs", str(self.p["docs"]), "--configs", *self.p["configs"].split()],
+            "smoke": ["--suite", "smoke", "--smoke-docs", str(self.p["smoke_docs"])],
+            "signatures": ["--suite", "signatures", "--docs", str(self.p["sig_docs"]), "--perms",
+                           *self.p["sig_perms"].split(), "--shingles", "char:5", "char:24", "word:5", "--backends",
+                           "cpu", "gpu", "--deadline-seconds", soon],
+            "e2e": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--configs", *self.p["configs"].split(),
+                    "--e2e-backends", "cpu", "gpu", "--warmup-docs", str(self.p["warmup_docs"]), "--workdir",
+                    str(self.work), "--deadline-seconds", soon],
+            # tier 2: NeMo Curator's kernel (cuDF str.minhash, MurmurHash3) on the same shingles and permutations
+            "cudf-minhash": ["--suite", "signatures", "--docs", str(self.p["sig_docs"]), "--perms", "260", "128",
+                             "--shingles", "char:24", "char:5", "word:5", "--backends", "gpu", "cudf",
+                             "--deadline-seconds", soon],
+            "e2e-cudf": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--configs", "nemo_curator",
+                         "default", "--e2e-backends", "cpu", "gpu", "gpu-pyarrow", "--warmup-docs",
+                         str(self.p["warmup_docs"]), "--workdir", str(self.work), "--deadline-seconds", soon],
+            "components": ["--suite", "components", "--graph-nodes", str(self.p["graph_nodes"])],
+            "dask": ["--suite", "dask", "--e2e-docs", str(self.p["dask_docs"]), "--workdir", str(self.work)],
+        }[name]
+        if name in ("corpus", "signatures", "e2e", "cudf-minhash", "e2e-cudf"):
+            args += corpus
+        elif name in ("smoke", "dask"):
+            args += self.words()
+        return args + ["--out", str(out)], out
+
+    def bench_step(self, step: Step, numbers, problem=None):
+        """Run step's benchmark; ``numbers(json) -> dict`` for the summary, ``problem(json) -> str`` (or
+        None) for a result that is wrong although the command ended well."""
+        if step.name in ("signatures", "e2e", "cudf-minhash", "e2e-cudf"):
+            self.wait_corpus(step)
+        cap = self.cap_for(step.name)
+        args, out = self.bench_args(step.name, cap)
+        rc = self.run(step, self.bench(*args), cap)
+        res = _read_json(out)
+        step.numbers = numbers(res)
+        return _verdict(rc, self.logs / step.log, problem(res) if problem else None)
+
     def step_smoke(self, step: Step):
-        out = self.logs / "smoke.json"
-        rc = self.run(step, self.py("-m", "gpu_dedup.bench.gpu", "--suite", "smoke", "--smoke-docs",
-                                    str(self.p["smoke_docs"]), *self.words(), "--out", str(out)), self.cap_for("smoke"))
-        res = _read_json(out).get("smoke", {})
-        checks = res.get("checks", [])
-        step.numbers = {"checks": len(checks), "ok": res.get("passed", 0), "not_ok": res.get("failed", []),
-                        "first_call_seconds": round(sum(c.get("first_seconds", 0) for c in checks), 1),
-                        "table": [[c["check"], c["status"], c.get("first_seconds"), c.get("seconds"),
-                                   (c.get("detail") or c.get("error") or "")[:160]] for c in checks]}
-        return _verdict(rc, self.logs / step.log, step.numbers["not_ok"] and
-                        f"not ok: {', '.join(step.numbers['not_ok'])}")
+        def numbers(res):
+            res = res.get("smoke", {})
+            checks = res.get("checks", [])
+            return {"checks": len(checks), "ok": res.get("passed", 0), "not_ok": res.get("failed", []),
+                    "first_call_seconds": round(sum(c.get("first_seconds", 0) for c in checks), 1),
+                    "table": [[c["check"], c["status"], c.get("first_seconds"), c.get("seconds"),
+                               (c.get("detail") or c.get("error") or "")[:160]] for c in checks]}
+
+        def problem(res):
+            bad = res.get("smoke", {}).get("failed")
+            return bad and f"not ok: {', '.join(bad)}"
+
+        return self.bench_step(step, numbers, problem)
 
     def pytest(self, step: Step, args: list):
         # -v: one line per test as it ends, so a run stopped at its cap still counts what it ran
@@ -282,37 +344,107 @@ class Driver:
         self.save()
 
     def step_signatures(self, step: Step):
-        self.wait_corpus(step)
-        out = self.logs / "signatures.json"
-        cap = self.cap_for("signatures")
-        rc = self.run(step, self.py("-m", "gpu_dedup.bench.gpu", "--suite", "signatures", "--docs",
-                                    str(self.p["sig_docs"]), "--perms", *self.p["sig_perms"].split(),
-                                    "--shingles", "char:5", "char:24", "word:5", "--backends", "cpu", "gpu",
-                                    *self.words(), "--corpus-dir", str(self.corpus), "--deadline-seconds",
-                                    str(max(5, cap - 10)), "--out", str(out)), cap)
-        rows = _read_json(out).get("rows", [])
-        step.numbers = {"rows": [[r["shingle"], r["num_perm"], r["backend"], r.get("seconds"), r.get("mb_per_s"),
-                                  r.get("docs_per_s"), r.get("identical_to_cpu"), r.get("skipped") or r.get("error")]
-                                 for r in rows]}
-        differ = [f"{r['shingle']} x {r['num_perm']}" for r in rows if r.get("identical_to_cpu") is False]
-        return _verdict(rc, self.logs / step.log, differ and f"GPU signatures differ from the CPU's: {differ}")
+        return self.bench_step(step, signature_numbers, signature_problem)
+
+    def step_cudf_minhash(self, step: Step):
+        return self.bench_step(step, signature_numbers, lambda res: signature_problem(res) or cudf_problem(res))
 
     def step_e2e(self, step: Step):
-        self.wait_corpus(step)
-        out = self.logs / "e2e.json"
-        cap = self.cap_for("e2e")
-        rc = self.run(step, self.py("-m", "gpu_dedup.bench.gpu", "--suite", "end-to-end", "--e2e-docs",
-                                    str(self.p["docs"]), "--configs", *self.p["configs"].split(), "--e2e-backends",
-                                    "cpu", "gpu", *self.words(), "--corpus-dir", str(self.corpus), "--warmup-docs",
-                                    str(self.p["warmup_docs"]), "--workdir", str(self.work), "--deadline-seconds",
-                                    str(max(5, cap - 15)), "--out", str(out)), cap)
-        rows = _read_json(out).get("end_to_end", [])
-        step.numbers = e2e_numbers(rows)
-        bad = [f"{r['config']} ({', '.join(r['compared']['differ'] + r['compared']['only_in_one'])})"
-               for r in rows if r.get("identical") is False]
-        errors = [f"{r['config']} {r['backend']}: {r['error'][:200]}" for r in rows if "error" in r]
-        why = "; ".join(filter(None, [bad and f"GPU outputs differ from the CPU's: {bad}", "; ".join(errors)]))
-        return _verdict(rc, self.logs / step.log, why or None)
+        return self.bench_step(step, lambda res: e2e_numbers(res.get("end_to_end", [])), e2e_problem)
+
+    def step_e2e_cudf(self, step: Step):
+        return self.bench_step(step, lambda res: e2e_numbers(res.get("end_to_end", [])), e2e_problem)
+
+    def step_components(self, step: Step):
+        def problem(res):
+            bad = [r["backend"] for r in res.get("components", []) if r.get("identical") is False]
+            return bad and f"labels differ from the CPU's: {bad}"
+
+        return self.bench_step(step, lambda res: {"rows": res.get("components", [])}, problem)
+
+    def step_dask(self, step: Step):
+        def problem(res):
+            bad = [r["docs"] for r in res.get("dask", []) if r.get("identical") is False]
+            return bad and f"Dask-CUDA outputs differ from the single process's at {bad} documents"
+
+        return self.bench_step(step, lambda res: {"rows": res.get("dask", [])}, problem)
+
+    def step_kit(self, step: Step):
+        """Tier 2: the RAPIDS wheels carried in parts (../shared/gpu/pack.sh), joined and installed into
+        /tmp/site by the kit's install script; every later step imports from there."""
+        site = Path(os.environ.get("FC_KIT_SITE", "/tmp/site"))
+        script = kit_script()
+        if not (site / ".installed").is_file():
+            if script is None:
+                return "failed", ("no kit: run ../shared/gpu/pack.sh on the development machine, carry .gpu/parts "
+                                  "to /tmp/gpu-parts (README.md), then run this again")
+            parts = os.environ.get("FC_KIT_PARTS", "")
+            rc = self.run(step, ["bash", str(script), *([parts] if parts else [])], self.cap_for("kit"))
+        else:
+            rc = 0
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), self.env.get("PYTHONPATH")]))
+        check = ("import cudf, rmm, dask, distributed, dask_cuda, dask_cudf, numba, numba_cuda\n"
+                 "print('KIT', 'cudf', cudf.__version__, 'rmm', rmm.__version__, 'dask', dask.__version__, "
+                 "'dask_cuda', dask_cuda.__version__, 'numba', numba.__version__, 'numba_cuda', numba_cuda.__version__)")
+        if self.run(step, self.py("-c", check), 120) != 0:
+            return "failed", _last_error(self.logs / "kit.log") or "the kit's packages do not import"
+        step.numbers["versions"] = _last_match(self.logs / "kit.log", r"^KIT (.+)$")
+        cugraph = self.run(step, self.py("-c", "import cugraph; print('CUGRAPH', cugraph.__version__)"), 60) == 0
+        step.numbers["cugraph"] = _last_match(self.logs / "kit.log", r"^CUGRAPH (.+)$") if cugraph else \
+            "not in the kit (components run on CuPy)"
+        return ("passed", "") if rc == 0 else ("failed", f"the install script exited with {rc}")
+
+    # ------------------------------------------------------------------ dry run
+
+    def dry(self, step: Step):
+        """Check what ``step`` needs (files, test paths, its command line) without measuring anything."""
+        name = step.name
+        if name == "setup":
+            missing = [p for p in ("pyproject.toml", "kernels", "configs", "gpu_dedup") if not (ROOT / p).exists()]
+            rc = self.run(step, self.py("-c", "import sys; print(sys.version)"), 30)
+            return ("failed", f"missing in the checkout: {missing}") if missing else _verdict(rc, self.logs / step.log, None)
+        if name == "kit":
+            return self.dry_kit(step)
+        if name == "env":
+            compile(ENV_SNIPPET, "env", "exec")
+            return ("passed", "") if shutil.which(self.python) or Path(self.python).exists() else \
+                ("failed", f"no Python at {self.python}")
+        if name in ("test-gpu", "test-backend"):
+            missing = [p for p in BACKEND_TESTS if not (ROOT / p).exists()] if name == "test-backend" else []
+            args = ["-m", "gpu", "tests"] if name == "test-gpu" else \
+                ["--backend", "gpu", "-m", "not gpu and not slow", *[p for p in BACKEND_TESTS if (ROOT / p).exists()]]
+            rc = self.run(step, self.py("-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args), 120)
+            step.numbers = parse_pytest(self.logs / step.log)
+            problem = (missing and f"test paths missing: {missing}") or (
+                step.numbers["collection_errors"] and f"collection errors: {step.numbers['collection_errors']}")
+            return _verdict(rc, self.logs / step.log, problem)
+        args, _ = self.bench_args(name, self.caps.get(name, 120))
+        rc = self.run(step, self.bench(*args, "--dry-run"), 60)
+        return _verdict(rc, self.logs / step.log, None)
+
+    def dry_kit(self, step: Step):
+        script, wheels = kit_script(), kit_dir() / "wheels.txt"
+        problems = []
+        if script is None:
+            problems.append(f"no install script (.gpu/install-on-device.sh, {kit_dir()}/install-on-device.sh)")
+        pins = {}
+        if wheels.is_file():
+            for line in wheels.read_text().splitlines():
+                name, _, version = line.split("#")[0].strip().partition("==")
+                if name:
+                    pins[name.lower()] = version
+            missing = [p for p in KIT_PINS if p not in pins]
+            if missing:
+                problems.append(f"{wheels} pins none of {missing}")
+            step.numbers = {"pins": {p: pins.get(p) for p in KIT_PINS}, "cugraph": pins.get("cugraph-cu13")
+                            or "not in the kit (components run on CuPy)", "numba_cuda": "the image's (cuDF 26.10 "
+                            "needs numba-cuda < 0.31: the env step says which it is)"}
+        else:
+            problems.append(f"no {wheels}")
+        (self.logs / "kit.log").write_text(json.dumps({"script": str(script), "wheels": str(wheels), "pins": pins},
+                                                      indent=1) + "\n")
+        step.log = "kit.log"
+        return ("failed", "; ".join(problems)) if problems else ("passed", "")
 
     # ------------------------------------------------------------------ the run
 
@@ -331,10 +463,10 @@ class Driver:
             for step in self.steps:
                 if step.status != "not run":  # the background corpus step, already recorded
                     continue
-                if self.wanted is not None and step.name not in self.wanted and step.name != "setup":
+                if self.wanted is not None and step.name not in self.wanted and step.name not in ALWAYS:
                     step.status, step.reason = "skipped", "not in --steps"
                     continue
-                if step.name == "corpus":
+                if step.name == "corpus" and not self.args.dry_run:
                     self.start_corpus(step)
                     continue
                 need = MIN_SECONDS.get(step.name, 5) + RESERVE
@@ -356,7 +488,7 @@ class Driver:
         log = self.logs / "corpus.log"
         step.log, step.status = log.name, "running"
         inject = self.args.fail_step == "corpus"
-        argv = _failing(self.python, "corpus") if inject else self.corpus_argv()
+        argv = _failing(self.python, "corpus") if inject else self.bench(*self.bench_args("corpus", 0)[0])
         f = open(log, "a")
         f.write(f"$ {' '.join(map(str, argv))}\n# in the background, started {_now()}\n")
         f.flush()
@@ -374,6 +506,8 @@ class Driver:
             if self.args.fail_step == step.name:  # a deliberate failure: the summary must say so, the rest go on
                 rc = self.run(step, _failing(self.python, step.name), 30)
                 verdict = ("failed", _last_error(self.logs / step.log) or f"exit status {rc}")
+            elif self.args.dry_run:
+                verdict = self.dry(step)
             else:
                 verdict = getattr(self, "step_" + step.name.replace("-", "_"))(step)
         except Exception as exc:  # the driver's own bug must not cost the other steps
@@ -388,7 +522,10 @@ class Driver:
 
     def summary(self) -> dict:
         env = next(s for s in self.steps if s.name == "env").numbers
-        return {"first_contact": "rehearsal (CUDA simulator, CPU)" if self.rehearse else "device",
+        mode = "rehearsal (CUDA simulator, CPU)" if self.rehearse else "device"
+        if self.args.dry_run:
+            mode = "dry run (nothing measured)"
+        return {"first_contact": mode, "tier": self.tier,
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "device": env.get("device"), "wall_seconds": round(time.time() - self.start, 1),
                 "budget_seconds": round(self.deadline - self.start), "parameters": self.p,
@@ -396,7 +533,7 @@ class Driver:
 
     def markdown(self, short: bool = False) -> str:
         data = self.summary()
-        lines = [f"# gpu_dedup first contact: {data['first_contact']}, {data['date']}", "",
+        lines = [f"# gpu_dedup first contact, tier {self.tier}: {data['first_contact']}, {data['date']}", "",
                  f"Device: {data['device'] or 'unknown'}; {data['wall_seconds']}s of a {data['budget_seconds']}s "
                  f"budget; documents: {self.p['docs']:,} (end to end), {self.p['sig_docs']:,} (signatures).", "",
                  "| step | status | seconds | what | why / key numbers |", "| --- | --- | ---: | --- | --- |"]
@@ -602,7 +739,50 @@ def parse_pytest(log: Path) -> dict:
            "skip_reasons": sorted(skips.items(), key=lambda kv: -kv[1])[:8], "final": final}
     if collected:
         out["collected"] = int(collected.group(1)) - int(collected.group(2) or 0)
+    quiet = re.search(r"^(\d+)(?:/\d+)? tests? collected", text, re.M)  # pytest -q --collect-only
+    if quiet:
+        out["collected"] = int(quiet.group(1))
     return out
+
+
+def signature_numbers(res: dict) -> dict:
+    rows = res.get("rows", [])
+    return {"rows": [[r["shingle"], r["num_perm"], r["backend"], r.get("seconds"), r.get("mb_per_s"),
+                      r.get("docs_per_s"), r.get("identical_to_cpu"), r.get("skipped") or r.get("error")]
+                     for r in rows]}
+
+
+def signature_problem(res: dict):
+    differ = [f"{r['shingle']} x {r['num_perm']}" for r in res.get("rows", []) if r.get("identical_to_cpu") is False]
+    return differ and f"GPU signatures differ from the CPU's: {differ}"
+
+
+def cudf_problem(res: dict):
+    failed = [f"{r['shingle']} x {r['num_perm']}" for r in res.get("rows", [])
+              if r["backend"] == "cudf" and "error" in r]
+    return failed and f"cuDF str.minhash failed for {failed}"
+
+
+def e2e_problem(res: dict):
+    rows = res.get("end_to_end", [])
+    bad = [f"{r['config']} {r['backend']} ({', '.join(r['compared']['differ'] + r['compared']['only_in_one'])})"
+           for r in rows if r.get("identical") is False
+           and {n for n in r["compared"]["differ"] if not n.startswith(".gpu_dedup_manifest")}
+           - set(r["compared"].get("same_table", [])) | set(r["compared"]["only_in_one"])]
+    errors = [f"{r['config']} {r['backend']}: {r['error'][:200]}" for r in rows if "error" in r]
+    return "; ".join(filter(None, [bad and f"GPU outputs differ from the CPU's: {bad}", "; ".join(errors)])) or None
+
+
+def kit_script() -> Path | None:
+    """The tier-2 kit's install script: carried in .gpu/ (pack.sh copies it there), else ../shared/gpu."""
+    for cand in (ROOT / ".gpu" / "install-on-device.sh", kit_dir() / "install-on-device.sh"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def kit_dir() -> Path:
+    return Path(os.environ.get("FC_KIT_DIR") or ROOT.parent / "shared" / "gpu")
 
 
 def e2e_numbers(rows: list) -> dict:
@@ -621,8 +801,11 @@ def e2e_numbers(rows: list) -> dict:
         else:
             c[f"{b}_not_run"] = r.get("error") or f"skipped: {r.get('skipped')}"
         if "identical" in r:
-            c["byte_identical"] = r["identical"]
+            key = "byte_identical" if b == "gpu" else f"{b}_byte_identical"
+            c[key] = r["identical"]
             c["files_compared"] = r["compared"]["files"]
+            if r["compared"].get("same_table"):
+                c[f"{b}_same_tables_other_bytes"] = r["compared"]["same_table"]
     for c in configs.values():
         if c.get("cpu_seconds") and c.get("gpu_seconds"):
             c["gpu_speedup"] = round(c["cpu_seconds"] / c["gpu_seconds"], 2)
@@ -632,18 +815,32 @@ def e2e_numbers(rows: list) -> dict:
 def _headline(s: Step) -> str:
     n = s.numbers
     if s.name == "setup":
-        return f"{n.get('install', '')}; NVVM {n.get('nvvm')}" + (f", CUDA_HOME={n['cuda_home']}" if n.get("cuda_home")
-                                                                  else "")
+        parts = [n.get("install"), n.get("nvvm") and f"NVVM {n['nvvm']}", n.get("cuda_home") and
+                 f"CUDA_HOME={n['cuda_home']}"]
+        return "; ".join(p for p in parts if p)
+    if s.name == "kit":
+        parts = [n.get("versions"), n.get("cugraph") and f"cuGraph: {n['cugraph']}"]
+        return "; ".join(p for p in parts if p)
+    if s.name in ("components", "dask") and n.get("rows"):
+        return "; ".join(f"{r.get('backend', r.get('docs'))}: {r.get('seconds', r.get('dask_cuda_1_worker_seconds'))}s"
+                         for r in n["rows"])
     if s.name == "env":
         return "; ".join(str(n[k]) for k in ("device", "runtime_cuda", "tier2_numba_cuda") if n.get(k))
     if s.name == "smoke" and n:
         return f"{n.get('ok')} of {n.get('checks')} checks ok; compiling {n.get('first_call_seconds')}s"
     if s.name.startswith("test-") and n:
         return ", ".join(f"{v} {k}" for k, v in n.get("counts", {}).items()) or (n.get("final") or "")
-    if s.name == "signatures" and n.get("rows"):
-        best = [r for r in n["rows"] if r[2] == "gpu-kernel" and r[4]]
-        return "; ".join(f"{r[0]} x {r[1]}: {r[4]:,} MB/s on the GPU" for r in best[:3]) or ""
-    if s.name == "e2e" and n.get("configs"):
+    if s.name in ("signatures", "cudf-minhash") and n.get("rows"):
+        rate = {(r[0], r[1], r[2]): r[4] for r in n["rows"] if r[4]}
+        out = []
+        for (sh, perm, backend), mbs in rate.items():
+            if backend == "gpu-kernel":
+                other = rate.get((sh, perm, "cudf" if s.name == "cudf-minhash" else "cpu"))
+                out.append(f"{sh} x {perm}: {mbs:,} MB/s" + (f" ({mbs / other:.1f}x "
+                                                             f"{'cuDF' if s.name == 'cudf-minhash' else 'CPU'})"
+                                                             if other else ""))
+        return "; ".join(out[:4])
+    if s.name in ("e2e", "e2e-cudf") and n.get("configs"):
         return "; ".join(f"{k}: {v.get('gpu_speedup', '-')}x, identical {v.get('byte_identical')}"
                          for k, v in n["configs"].items())
     if s.name == "corpus" and n.get("bytes_and_rows"):
@@ -669,12 +866,12 @@ def _detail(s: Step) -> list:
         out += [f"- FAILED {t}" for t in n.get("failed", [])[:25]]
         out += [f"- skipped {k}x: {r}" for r, k in n.get("skip_reasons", [])[:6]]
         return out
-    if s.name == "signatures" and n.get("rows"):
+    if s.name in ("signatures", "cudf-minhash") and n.get("rows"):
         return ["| shingles | perms | backend | seconds | MB/s | docs/s | same as CPU | note |",
                 "| --- | ---: | --- | ---: | ---: | ---: | --- | --- |"] + \
             [f"| {r[0]} | {r[1]} | {r[2]} | {r[3] or ''} | {r[4] or ''} | {r[5] or ''} | "
              f"{'' if r[6] is None else ('yes' if r[6] else 'NO')} | {_cell(r[7] or '', 80)} |" for r in n["rows"]]
-    if s.name == "e2e" and n.get("configs"):
+    if s.name in ("e2e", "e2e-cudf") and n.get("configs"):
         out = ["| config | docs | CPU s | GPU s | speed-up | byte-identical | GPU docs/s | GPU TB/h | GPU warm-up s | note |",
                "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
         for k, v in n["configs"].items():
@@ -732,6 +929,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="where the summary and the tarball go (default $OUT)")
     ap.add_argument("--work", help="logs and corpora (default $FC_WORK or /tmp/gpu-dedup-first-contact)")
     ap.add_argument("--python", help="the Python that runs the steps (default: this one)")
+    ap.add_argument("--tier", type=int, choices=(1, 2), default=1,
+                    help="1: the image alone (CuPy, numba-cuda); 2: with the RAPIDS kit (cuDF, RMM, Dask-CUDA)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="check every step's files, paths and command lines (collect the tests), measure nothing")
     args = ap.parse_args(argv)
     return Driver(args).main()
 

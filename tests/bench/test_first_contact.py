@@ -140,7 +140,8 @@ def test_a_step_over_its_cap_is_stopped_with_its_children_and_reported(tmp_path,
 def test_packing_keeps_long_logs_short_and_the_file_count(tmp_path):
     fc = _driver()
     drv = fc.Driver(fc.argparse.Namespace(rehearse=True, steps=None, fail_step=None, cap=None, deadline=60,
-                                          out=str(tmp_path / "out"), work=str(tmp_path / "work"), python=None))
+                                          out=str(tmp_path / "out"), work=str(tmp_path / "work"), python=None,
+                                          tier=1, dry_run=False))
     drv.logs.mkdir(parents=True)
     big = drv.logs / "test-backend.log"
     with open(big, "wb") as f:
@@ -186,3 +187,77 @@ def test_device_configurations_and_test_paths_exist():
         assert kind in ("text", "vectors") and settings["input"]["id_column"] == "id"
     assert set(fc.CONFIGS) == set(bench_gpu.CONFIGS)
     assert all((ROOT / p).exists() for p in fc.BACKEND_TESTS)
+
+
+def test_nvvm_found_only_with_cuda_home_is_kept_for_every_later_step(tmp_path, monkeypatch):
+    """numba-cuda may not infer CUDA_HOME from wheels: setup retries with the toolkit folder and, when that
+    works, every later step runs with it."""
+    fc = _driver()
+    home = tmp_path / "cuda"
+    home.mkdir()
+    monkeypatch.setenv("FC_CUDA_HOME", str(home))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    real_run = fc.Driver.run
+    seen = {}
+
+    def run(self, step, argv, cap, env=None, log_name=None):
+        text = " ".join(map(str, argv))
+        env = env or self.env
+        if "NVVM()" in text:  # the probe answers only with CUDA_HOME set
+            ok = env.get("CUDA_HOME") == str(home)
+            with open(self.logs / "setup.log", "a") as f:
+                f.write("NVVM (2, 0)\n" if ok else "NvvmSupportError: libNVVM cannot be found\n")
+            return 0 if ok else 1
+        if "import gpu_dedup" in text:
+            return real_run(self, step, argv, cap, env, log_name)
+        seen[step.name] = env.get("CUDA_HOME")
+        return 0
+
+    monkeypatch.setattr(fc.Driver, "run", run)
+    monkeypatch.setattr(fc.Driver, "step_env", lambda self, step: (self.run(step, ["true"], 5), ("passed", ""))[1])
+    drv = fc.Driver(fc.argparse.Namespace(rehearse=False, steps="env", fail_step=None, cap=None, deadline=120,
+                                          out=str(tmp_path / "out"), work=str(tmp_path / "work"), python=None,
+                                          tier=1, dry_run=False))
+    assert drv.main() == 0
+    setup = next(s for s in drv.steps if s.name == "setup")
+    assert setup.status == "passed" and setup.numbers["cuda_home"] == str(home) and setup.numbers["nvvm"] == "(2, 0)"
+    assert seen == {"env": str(home)}  # the later step ran with it
+
+
+def stand_in_kit(directory: Path, drop: str | None = None) -> Path:
+    """A kit folder as ../shared/gpu holds it: its install script and the pinned wheels (``drop`` left out)."""
+    fc = _driver()
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "install-on-device.sh").write_text("#!/usr/bin/env bash\nexit 0\n")
+    pins = [f"{name}==1.0" for name in fc.KIT_PINS if name != drop]
+    (directory / "wheels.txt").write_text("# pinned\n" + "\n".join(pins + ["toolz==1.2.0"]) + "\n")
+    return directory
+
+
+@pytest.mark.timeout(300)
+def test_tier2_dry_run_checks_the_kit_and_every_command(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "FC_WORK": str(tmp_path / "work"), "PYTHON": sys.executable,
+           "FC_KIT_DIR": str(stand_in_kit(tmp_path / "kit"))}
+    proc = subprocess.run(["bash", str(ROOT / "results" / "gpu" / "tier2.sh"), "--dry-run"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=280)
+    summary = json.loads((out / "summary.json").read_text())
+    steps = {s["step"]: s for s in summary["steps"]}
+    assert proc.returncode == 0, {k: (v["status"], v["reason"]) for k, v in steps.items()}
+    assert summary["tier"] == 2 and summary["first_contact"].startswith("dry run")
+    assert list(steps) == ["kit", "setup", "corpus", "env", "test-gpu", "cudf-minhash", "e2e-cudf", "components",
+                           "dask"]
+    assert all(s["status"] == "passed" for s in steps.values())
+    assert steps["test-gpu"]["numbers"]["collected"] >= 20 and not steps["test-gpu"]["numbers"]["collection_errors"]
+    assert steps["kit"]["numbers"]["pins"]["cudf-cu13"] == "1.0"
+    assert len(returned_files(out)) == 3
+    # a kit without RMM is named as such
+    fc = _driver()
+    stand_in_kit(tmp_path / "kit2", drop="rmm-cu13")
+    drv = fc.Driver(fc.argparse.Namespace(rehearse=False, steps="kit", fail_step=None, cap=None, deadline=120,
+                                          out=str(tmp_path / "out2"), work=str(tmp_path / "work2"), python=None,
+                                          tier=2, dry_run=True))
+    monkeypatch.setenv("FC_KIT_DIR", str(tmp_path / "kit2"))
+    assert drv.main() == 1
+    kit = next(s for s in drv.steps if s.name == "kit")
+    assert kit.status == "failed" and "rmm-cu13" in kit.reason
