@@ -261,3 +261,15 @@ def test_tier2_dry_run_checks_the_kit_and_every_command(tmp_path, monkeypatch):
     assert drv.main() == 1
     kit = next(s for s in drv.steps if s.name == "kit")
     assert kit.status == "failed" and "rmm-cu13" in kit.reason
+
+
+def test_dask_tests_skip_on_a_machine_without_dask(tmp_path):
+    """The GPU image has no Dask: the tests that start a Dask cluster skip there instead of failing."""
+    fc = _driver()
+    hide = fc.hide_modules(tmp_path / "hidden", fc.IMAGE_LACKS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hide), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+                           "tests/run/test_cosine_run.py", "-k", "dask or bad_vectors"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "3 skipped" in proc.stdout, proc.stdout[-3000:]
+    assert proc.stdout.count("hidden: the GPU image lacks it") == 3
