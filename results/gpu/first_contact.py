@@ -38,7 +38,6 @@ IMAGE_LACKS = ("cudf", "pylibcudf", "rmm", "dask", "distributed", "dask_cuda", "
 BACKEND_TESTS = ("tests/stages", "tests/backends", "tests/run", "tests/test_api.py")
 CONFIGS = ("default", "nemo_curator", "cosine-vectors", "fineweb", "cosine-text")  # most wanted first
 MAX_LOG_BYTES = 6 << 20  # a longer log keeps its first 1 MiB and its last 5 MiB in the tarball
-OUT_FILES = ("summary.md", "summary.json", "logs.tar.gz")
 
 # device defaults; a rehearsal uses REHEARSAL instead; FC_* variables override either
 DEVICE = {"docs": 1_000_000, "sig_docs": 1_000_000, "smoke_docs": 5000, "warmup_docs": 2000, "words": "60 400",
@@ -81,7 +80,7 @@ class Driver:
         for key in base:
             env = os.environ.get(f"FC_{key.upper()}")
             if env:
-                base[key] = type(base[key])(env) if not isinstance(base[key], str) else env
+                base[key] = env if isinstance(base[key], str) else int(float(env))
         self.p = base
         self.start = time.time()
         self.deadline = self.start + float(args.deadline or base["deadline"])
@@ -244,7 +243,8 @@ class Driver:
         soon = str(max(5, int(cap) - 15))  # the benchmark's own deadline: it stops cleanly before the cap
         corpus = ["--corpus-dir", str(self.corpus), *self.words()]
         args = {
-            "corpus": ["--suite", "corpus", "--e2e-docs", str(self.p["docs"]), "--configs", *self.p["configs"].split()],
+            "corpus": ["--suite", "corpus", "--e2e-docs", str(self.p["docs"]), "--configs",
+                       *(self.p["configs"].split() if self.tier == 1 else ["nemo_curator", "default"])],
             "smoke": ["--suite", "smoke", "--smoke-docs", str(self.p["smoke_docs"])],
             "signatures": ["--suite", "signatures", "--docs", str(self.p["sig_docs"]), "--perms",
                            *self.p["sig_perms"].split(), "--shingles", "char:5", "char:24", "word:5", "--backends",
