@@ -606,9 +606,9 @@ def smoke(docs: int = 5000, seed: int = 0, words=(60, 400), log=print, repeat: b
     import pyarrow as pa
 
     from gpu_dedup.backends import get_backend, to_device, to_host
-    from gpu_dedup.backends.strings import StringBuffers, string_buffers
-    from gpu_dedup.evaluation.sample import planted_corpus, planted_embeddings
+    from gpu_dedup.backends.strings import StringBuffers
     from gpu_dedup.config import NormalizeConfig
+    from gpu_dedup.evaluation.sample import planted_corpus, planted_embeddings
     from gpu_dedup.kernels.params import hash_params
     from gpu_dedup.stages import projections
     from gpu_dedup.stages.verify import cosine_similarity, hamming_distance, vector_norms
