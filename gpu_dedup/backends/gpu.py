@@ -39,7 +39,6 @@ import pyarrow.parquet as pq
 
 from gpu_dedup.backends import array_module, count_transfer, on_device, to_host
 from gpu_dedup.backends.cpu import signature_values
-from gpu_dedup.backends.gpu_probe import optional_import
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
 from gpu_dedup.backends.strings import StringBuffers, arrow_strings, column_buffers, string_buffers
 from gpu_dedup.backends.textnorm import slow_path
@@ -160,7 +159,6 @@ def setup_memory() -> dict:
 
 
 _MEMORY: dict = {}
-_OPTIONAL: dict = {}  # optional packages, imported once per process
 
 
 def _minimum_at(labels, new, src, dst):
@@ -669,13 +667,12 @@ class GPUBackend:
 
     @staticmethod
     def _cugraph():
-        """cuGraph, or None when it is not installed or (said once) does not import."""
-        if "cugraph" not in _OPTIONAL:
-            module, broken = optional_import("cugraph")
-            if broken:
-                log.warning("cuGraph is installed but does not import (%s); components run on CuPy", broken)
-            _OPTIONAL["cugraph"] = module
-        return _OPTIONAL["cugraph"]
+        """cuGraph, or None when it is not installed or does not import (the probe says which)."""
+        try:
+            import cugraph
+        except Exception:
+            return None
+        return cugraph
 
     def _hook(self, labels, new, src, dst):
         t = self.item_threads

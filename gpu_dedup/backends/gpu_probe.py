@@ -96,6 +96,10 @@ def probe() -> dict:
         info["cudf_error"] = broken
         log.warning("cuDF is installed but does not import (%s); the GPU backend reads and writes shards with "
                     "pyarrow", broken)
+    _, broken = optional_import("cugraph")
+    if broken:
+        info["cugraph_error"] = broken
+        log.warning("cuGraph is installed but does not import (%s); components run on CuPy", broken)
     return info
 
 

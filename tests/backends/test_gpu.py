@@ -156,6 +156,13 @@ def test_probe_tells_a_broken_cudf_from_a_missing_one(monkeypatch, tmp_path, cap
     info = gpu_probe.probe()  # installed, but broken: said, and the run goes on with pyarrow
     assert info["frames"] == "pyarrow" and "libcudf.so: cannot open" in info["cudf_error"], info
     assert any("cuDF is installed but does not import" in r.getMessage() for r in caplog.records)
+    assert "cugraph_error" not in info
+    (tmp_path / "cugraph").mkdir()  # cuGraph likewise: installed but broken is said
+    (tmp_path / "cugraph" / "__init__.py").write_text("import pylibcugraph_missing_part\n")
+    monkeypatch.delitem(sys.modules, "cugraph", raising=False)
+    info = gpu_probe.probe()
+    assert "pylibcugraph_missing_part" in info["cugraph_error"]
+    assert any("cuGraph is installed but does not import" in r.getMessage() for r in caplog.records)
 
 
 def test_simulator_needs_its_own_switch(monkeypatch):
