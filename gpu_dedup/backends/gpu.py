@@ -28,6 +28,7 @@ the smallest node index of the component, as on the CPU.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from dataclasses import dataclass
@@ -130,11 +131,13 @@ def corpus_estimate(shards, text_column: str, xp=np) -> tuple[int, int]:
 def setup_memory() -> dict:
     """One RMM pool for cuDF, CuPy and the kernels, set up once per process.
 
-    Importing cuDF points CuPy at RMM's default resource (a plain ``cudaMalloc`` per
-    allocation); a pool makes the many short-lived arrays of the stages cheap.
-    ``rmm.reinitialize(pool_allocator=True)`` and ``cupy.cuda.set_allocator(rmm_cupy_allocator)``
-    (RMM's documented CuPy allocator, ``rmm.allocators.cupy``).  Without RMM, CuPy keeps its
-    own memory pool.  Returns what was set up (for the run's mode line)."""
+    Importing cuDF points CuPy at RMM's current device resource.  When that is RMM's default
+    (a plain ``cudaMalloc`` per allocation, ``CudaMemoryResource``), a pool wrapping it is made
+    the current resource, so the many short-lived arrays of the stages are cheap; a resource the
+    user set (a pool, managed memory, a logging or limiting adaptor, ...) is kept as it is.  The
+    current resource is wrapped, never replaced by ``rmm.reinitialize``, which is undefined once
+    cuDF objects exist.  CuPy then allocates through RMM (``rmm.allocators.cupy``).  Without RMM,
+    CuPy keeps its own memory pool.  Returns what was set up (for the run's mode line)."""
     if _MEMORY:
         return _MEMORY
     try:
@@ -145,9 +148,13 @@ def setup_memory() -> dict:
         return _MEMORY
     import cupy
 
-    rmm.reinitialize(pool_allocator=True)
+    current = rmm.mr.get_current_device_resource()
+    if type(current) is rmm.mr.CudaMemoryResource:  # RMM's default: wrap it in a pool
+        rmm.mr.set_current_device_resource(rmm.mr.PoolMemoryResource(current))
+        _MEMORY["allocator"] = "RMM pool (cuDF and CuPy)"
+    else:
+        _MEMORY["allocator"] = f"RMM {type(current).__name__} set by the caller (cuDF and CuPy)"
     cupy.cuda.set_allocator(rmm_cupy_allocator)
-    _MEMORY["allocator"] = "RMM pool (cuDF and CuPy)"
     return _MEMORY
 
 
@@ -200,6 +207,18 @@ class DeviceText:
     bytes_to_device: int
 
 
+def quiet_low_occupancy() -> None:
+    """Turn off numba-cuda's warning for grids under 128 blocks: small batches (a verify chunk, a few
+    pairs) legitimately launch small grids.  numba-cuda reads ``numba.cuda.core.config``, which some
+    versions alias to ``numba.core.config`` and others keep apart: both are set."""
+    for name in ("numba.core.config", "numba.cuda.core.config"):
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # a numba-cuda without its own config module
+            continue
+        module.CUDA_LOW_OCCUPANCY_WARNINGS = 0
+
+
 class GPUBackend(Backend):
     """Same entry points, arguments and results as ``CPUBackend``; kernels on the device."""
 
@@ -215,8 +234,7 @@ class GPUBackend(Backend):
 
         self.k = kernels
         self.simulator = bool(numba_config.ENABLE_CUDASIM)
-        # small batches (a verify chunk, a few pairs) legitimately launch small grids
-        numba_config.CUDA_LOW_OCCUPANCY_WARNINGS = False
+        quiet_low_occupancy()
         if xp is None:
             if self.simulator:
                 xp = np
@@ -250,6 +268,9 @@ class GPUBackend(Backend):
         if self.info.get("frames") == "cudf":
             frames = ("cuDF reads Parquet text columns and writes shards; text, signatures, buckets and graphs "
                       "in device memory")
+        elif self.info.get("cudf_error"):
+            frames = ("text, signatures, buckets and graphs in device memory (cuDF is installed but does not "
+                      f"import: {self.info['cudf_error'][:200]}; pyarrow reads and writes)")
         else:
             frames = "text, signatures, buckets and graphs in device memory (cuDF not installed: pyarrow writes)"
         pool = getattr(self, "memory", {}).get("allocator")
@@ -261,9 +282,8 @@ class GPUBackend(Backend):
     def prepare(self, cfg) -> float:
         """Compile the CUDA kernels a run with ``cfg`` launches, before the first stage (numba-cuda
         compiles a kernel at its first launch in each process), on a tiny sample; logs once when
-        something compiles.  Returns the seconds spent.  Nothing to do under the simulator."""
-        if self.simulator:
-            return 0.0
+        something compiles.  Returns the seconds spent (under the simulator nothing compiles, but the same
+        calls run, so a rehearsal exercises them)."""
         seconds, _ = prepare_kernels(self, cfg)
         self.synchronize()
         return seconds
@@ -647,6 +667,7 @@ class GPUBackend(Backend):
 
     @staticmethod
     def _cugraph():
+        """cuGraph, or None when it is not installed or does not import (the probe says which)."""
         try:
             import cugraph
         except Exception:
