@@ -715,23 +715,23 @@ def smoke(docs: int = 5000, seed: int = 0, words=(60, 400), log=print, repeat: b
     _check(checks, "cosine projections + bands", projected, log, repeat)
 
     def cosine_pairs():
-        want = cosine_similarity(left, right, emb, xp=np)
-        got = cosine_similarity(to_device(left, xp), to_device(right, xp), emb_dev, xp=xp)
-        norms = same(vector_norms(emb_dev, xp), vector_norms(emb, np))
+        want = cosine_similarity(left, right, emb, backend=cpu)
+        got = cosine_similarity(to_device(left, xp), to_device(right, xp), emb_dev, backend=gpu)
+        norms = same(vector_norms(emb_dev, gpu), vector_norms(emb, cpu))
         return norms and same(got, want), None
 
     _check(checks, "cosine pairs + row norms", cosine_pairs, log, repeat)
 
     def hamming():
         bits = projections.signatures(emb, 256, 7, np).bits
-        return same(hamming_distance(to_device(left, xp), to_device(right, xp), to_device(bits, xp), xp),
-                    hamming_distance(left, right, bits, np)), None
+        return same(hamming_distance(to_device(left, xp), to_device(right, xp), to_device(bits, xp), gpu),
+                    hamming_distance(left, right, bits, cpu)), None
 
     _check(checks, "Hamming pairs", hamming, log, repeat)
 
     def simhash():
-        want = projections.text_signatures(host, 256, 7, "word", 3, xp=np)
-        got = projections.text_signatures(dev, 256, 7, "word", 3, xp=xp)
+        want = projections.text_signatures(host, 256, 7, "word", 3, backend=cpu)
+        got = projections.text_signatures(dev, 256, 7, "word", 3, backend=gpu)
         return same(got.bits, want.bits) and same(got.status, want.status), "word 3-grams, tf"
 
     _check(checks, "text SimHash", simhash, log, repeat)
