@@ -90,8 +90,15 @@ def split_chains(labels, rep, ranks, src, dst, similarity, threshold: float, com
     This repeats until no member is ejected; an ejected member with no verified
     edge to another ejected member ends as a singleton (kept).  Survivors never
     change cluster, so every round splits at least one cluster and the loop
-    ends; the result is deterministic.  ``fixed`` marks nodes that are never
-    ejected (documents of an index the run deduplicates against).
+    ends; the result is deterministic.
+
+    Documents of an index the run deduplicates against are ejected like any
+    other node, as a full dedup of index + new documents would eject them: they
+    rank before every new document, so an ejected one is the survivor of the
+    cluster it re-forms and is never removed, and new documents re-form around
+    it.  ``fixed`` (those documents) is accepted and ignored: pinning them in
+    place left a new document that a full dedup removes as a copy of an indexed
+    document ejected from a larger cluster without that document, and kept it.
 
     Returns (labels, survivor, ejected, rounds): ``ejected`` marks the
     documents (exact copies included) that left their connected component.
@@ -101,8 +108,6 @@ def split_chains(labels, rep, ranks, src, dst, similarity, threshold: float, com
     idx = xp.arange(n, dtype=xp.int64)
     labels = labels.astype(xp.int64, copy=True)
     movable = rep == idx
-    if fixed is not None:
-        movable &= ~fixed
     checked = xp.full(n, -1, dtype=xp.int64)  # survivor a member was last found similar enough to
     ejected = xp.zeros(n, dtype=bool)
     rounds = 0

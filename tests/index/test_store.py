@@ -65,6 +65,24 @@ def test_incremental_equals_full_dedup(batches, tmp_path, method, split):
             assert near.num_rows > 0 and min(near.column("similarity").to_pylist()) >= 0.8 - 1e-6
 
 
+def test_against_an_index_removes_what_a_full_dedup_removes_when_chains_cross_the_index(tmp_path):
+    """Planted corpus split in halves: a new document close to an indexed document that a full dedup ejects
+    from a larger cluster (the new half bridges two indexed documents below the threshold to each other) is
+    removed as in the full dedup, with split_chains on (the default)."""
+    sample = planted_corpus(n_docs=4000, n_clusters=800, seed=5)
+    t = sample.table.select(["id", "text"])
+    for name, part in (("a", t.slice(0, 2000)), ("b", t.slice(2000))):
+        write_shards(part, tmp_path / name, shards=1, prefix=name)
+        write_shards(part, tmp_path / "all", shards=1, prefix=name)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(tmp_path / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    b = run(tmp_path / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix")
+    full = run(tmp_path / "all", tmp_path / "full", cfg)
+    b_ids = set(t.slice(2000).column("id").to_pylist())
+    assert _removed(b) == _removed(full) & b_ids
+    assert full.report["counts"]["chain_split_ejected"] > 0
+
+
 def test_indexed_documents_always_survive(batches, tmp_path):
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "select": {"keep": "longest"}})
     first = run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
