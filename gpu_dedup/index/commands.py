@@ -3,16 +3,25 @@
 ``run(..., index_out=DIR)`` also writes a new index of the corpus;
 ``run(..., against=DIR)`` deduplicates the inputs against an index (indexed
 documents always survive) and, with ``update_index=True``, appends them to it.
+A run that writes an index holds its lock from start to end: a second writer
+stops at once (exit 4), so appends serialize and an index never mixes two runs.
 """
 
 from __future__ import annotations
 
+import logging
+from contextlib import ExitStack
+
+from gpu_dedup import storage
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError
 from gpu_dedup.index.store import Index, IndexBuilder
 from gpu_dedup.run import local
+from gpu_dedup.run.checkpoint import run_fingerprint
 from gpu_dedup.run.outdir import check_output_path
 from gpu_dedup.run.sequence import RunResult
+
+log = logging.getLogger("gpu_dedup")
 
 
 def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, index_out=None, against=None,
@@ -28,12 +37,28 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
     if (index_out is not None or against is not None) and cfg.cluster.enabled:
         raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")
     prior = sink = None
-    if against is not None:
-        prior = against if isinstance(against, Index) else Index.open(against)
-        prior.check(cfg)
-        cfg = prior.pinned(cfg)  # a cosine index's (bands, rows), not this run's own
-        sink = prior if update_index else None
-    elif index_out is not None:
-        check_output_path(index_out, inputs, "its manifest.json as an input shard", "index directory", "--index-out")
-        sink = IndexBuilder(index_out, cfg)
-    return local.run(inputs, output_dir, cfg, restart=restart, prior=prior, sink=sink, write_shards=write_shards)
+    with ExitStack() as held:
+        if against is not None:
+            prior = against if isinstance(against, Index) else Index.open(against)
+            if update_index:  # the lock from before matching until the append: the index cannot change between
+                held.enter_context(prior.writing())
+            prior.check(cfg)
+            cfg = prior.pinned(cfg)  # a cosine index's (bands, rows), not this run's own
+            sink = prior if update_index else None
+            if update_index:
+                source = run_fingerprint(cfg, storage.discover(inputs, cfg.input.format))
+                done = prior.appended_from(source)
+                if done is None:
+                    prior.source = source
+                else:  # a rerun of a run killed after its append: the same outputs, no second append
+                    log.warning("these inputs were already appended to the index %s (as %s, by a run with the same "
+                                "inputs and config, interrupted after its append or run again): deduplicating them "
+                                "against the index as it was before, and not appending them again", prior.path, done)
+                    prior, sink = prior.before(done), None
+        elif index_out is not None:
+            check_output_path(index_out, inputs, "its manifest.json as an input shard", "index directory",
+                              "--index-out")
+            sink = held.enter_context(IndexBuilder(index_out, cfg))
+            sink.source = run_fingerprint(cfg, storage.discover(inputs, cfg.input.format))
+        return local.run(inputs, output_dir, cfg, restart=restart, prior=prior, sink=sink, write_shards=write_shards)
+

@@ -148,11 +148,7 @@ class OutputDir:
     def close(self) -> None:
         if self._fd is None:
             return
-        try:
-            os.unlink(self.out / LOCK_NAME)
-        except OSError:
-            pass
-        os.close(self._fd)
+        release_lock(self.out / LOCK_NAME, self._fd)
         self._fd = None
         if self._created:  # a run refused before it wrote anything leaves no empty directory behind
             try:
@@ -237,50 +233,9 @@ class OutputDir:
 
     # ------------------------------------------------------------------ lock
     def _lock(self) -> None:
-        path = self.out / LOCK_NAME
-        for _ in range(10):  # the holder may unlink the file between our open and flock: retry on a new file
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except OSError as exc:
-                raise write_error(path, exc) from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "unknown process"
-                os.close(fd)
-                raise OutputError(
-                    f"output directory {str(self.out)!r} is in use by another gpu-dedup run ({holder}); two runs "
-                    "cannot write one directory: wait for it to finish, or choose another -o") from None
-            except OSError as exc:  # no flock here (some network file systems): the holder's pid decides
-                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                    os.close(fd)
-                    raise write_error(path, exc) from None
-                self._check_pid_lock(fd)
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:
-                os.close(fd)
-                continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started "
-                         f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
-            self._fd = fd
-            return
-        raise OutputError(f"could not lock output directory {str(self.out)!r}: its lock file keeps changing; "
-                          "is another run starting there?")
-
-    def _check_pid_lock(self, fd: int) -> None:
-        text = os.read(fd, 4096).decode("utf-8", "replace")
-        parts = text.split()
-        if len(parts) >= 4 and parts[0] == "pid" and parts[1].isdigit():
-            pid, host = int(parts[1]), parts[3].rstrip(",")
-            if pid != os.getpid() and (host != socket.gethostname() or _pid_alive(pid)):
-                os.close(fd)
-                raise OutputError(
-                    f"output directory {str(self.out)!r} is in use by another gpu-dedup run ({text.strip()}); "
-                    f"wait for it, or delete {LOCK_NAME} there if that run is gone")
+        self._fd = take_lock(self.out / LOCK_NAME, lambda holder: (
+            f"output directory {str(self.out)!r} is in use by another gpu-dedup run ({holder}); two runs cannot "
+            "write one directory: wait for it to finish, or choose another -o"))
 
     # ------------------------------------------------------------------ manifest
     def _manifest(self) -> dict:
@@ -392,6 +347,60 @@ class OutputDir:
             except OSError:
                 return
             parent = parent.parent
+
+
+def take_lock(path: Path, busy) -> int:
+    """Hold an exclusive ``flock`` on the lock file ``path`` (created when missing) and write the holder
+    (pid, host, start time) into it; returns its descriptor (see :func:`release_lock`).  Another process
+    holding it: :class:`OutputError` with ``busy(holder)``.  Where ``flock`` is not supported the file's pid
+    decides (a dead pid on this host is stale)."""
+    for _ in range(10):  # the holder may unlink the file between our open and flock: retry on a new file
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise write_error(path, exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "unknown process"
+            os.close(fd)
+            raise OutputError(busy(holder)) from None
+        except OSError as exc:  # no flock here (some network file systems): the holder's pid decides
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                os.close(fd)
+                raise write_error(path, exc) from None
+            _check_pid_lock(fd, path, busy)
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        return fd
+    raise OutputError(f"could not lock {str(path)!r}: the lock file keeps changing; is another run starting there?")
+
+
+def release_lock(path: Path, fd: int) -> None:
+    """Remove the lock file ``path`` and release the lock held on ``fd`` (:func:`take_lock`)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def _check_pid_lock(fd: int, path: Path, busy) -> None:
+    text = os.read(fd, 4096).decode("utf-8", "replace")
+    parts = text.split()
+    if len(parts) >= 4 and parts[0] == "pid" and parts[1].isdigit():
+        pid, host = int(parts[1]), parts[3].rstrip(",")
+        if pid != os.getpid() and (host != socket.gethostname() or _pid_alive(pid)):
+            os.close(fd)
+            raise OutputError(f"{busy(text.strip())} (or delete {str(path)!r} if that run is gone)")
 
 
 def check_output_path(out, inputs, read_back: str, what: str = "output directory", flag: str = "-o") -> None:
