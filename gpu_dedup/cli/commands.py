@@ -79,7 +79,7 @@ def _with_id_column(args, cfg: Config) -> Config:
     from gpu_dedup.storage import discover, id_column_type
 
     try:
-        shards = discover(args.inputs, cfg.input.format)
+        shards = discover(args.inputs, cfg.input.format, warn=False)
     except GpuDedupError:
         return cfg  # the run reports it
     types = {id_column_type(s, AUTO_ID) for s in shards}

@@ -46,7 +46,7 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
             cfg = prior.pinned(cfg)  # a cosine index's (bands, rows), not this run's own
             sink = prior if update_index else None
             if update_index:
-                source = run_fingerprint(cfg, storage.discover(inputs, cfg.input.format))
+                source = run_fingerprint(cfg, storage.discover(inputs, cfg.input.format, warn=False))
                 done = prior.appended_from(source)
                 if done is None:
                     prior.source = source
@@ -59,6 +59,6 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
             check_output_path(index_out, inputs, "its manifest.json as an input shard", "index directory",
                               "--index-out")
             sink = held.enter_context(IndexBuilder(index_out, cfg))
-            sink.source = run_fingerprint(cfg, storage.discover(inputs, cfg.input.format))
+            sink.source = run_fingerprint(cfg, storage.discover(inputs, cfg.input.format, warn=False))
         return local.run(inputs, output_dir, cfg, restart=restart, prior=prior, sink=sink, write_shards=write_shards)
 

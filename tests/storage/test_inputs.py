@@ -151,3 +151,90 @@ def test_json_ids_beyond_int64_are_refused_not_rounded(tmp_path):
     wide.write_text("".join(f'{{"id": {2**62 + i}, "text": "b"}}\n' for i in range(3)))
     assert read(discover(str(wide)), InputConfig(id_column="id")).table.column("id").to_pylist() == [
         2**62, 2**62 + 1, 2**62 + 2]
+
+
+# ---------------------------------------------------------------- a walk reads everything it is given, or says why
+
+
+def test_a_symlinked_subdirectory_is_read_as_the_equivalent_glob_reads_it(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    _shard(tmp_path / "elsewhere" / "b.parquet")
+    (tmp_path / "in").mkdir()
+    _shard(tmp_path / "in" / "a.parquet")
+    os.symlink(tmp_path / "elsewhere", tmp_path / "in" / "linked")
+    walked = [s.name for s in discover(tmp_path / "in")]
+    assert walked == ["a.parquet", os.path.join("linked", "b.parquet")]
+    assert [s.name for s in discover(str(tmp_path / "in" / "**" / "*.parquet"))] == walked
+    os.symlink(tmp_path / "in", tmp_path / "in" / "loop")  # a link to a directory holding it: one error
+    with pytest.raises(InputError, match=r"loop.*a symbolic link to a directory that contains it"):
+        discover(tmp_path / "in")
+
+
+def test_an_unreadable_subdirectory_is_an_error_naming_it(tmp_path, monkeypatch):
+    _shard(tmp_path / "a.parquet")
+    (tmp_path / "locked").mkdir()
+    _shard(tmp_path / "locked" / "b.parquet")
+    real = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path) == str(tmp_path / "locked"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(InputError, match=r"cannot read directory '.*locked' .*Permission denied"):
+        discover(tmp_path)
+
+
+def test_files_a_walk_skips_are_named_in_a_warning_and_listed_in_the_report(tmp_path, caplog):
+    from gpu_dedup.config import Config
+    from gpu_dedup.run.local import run
+
+    (tmp_path / "in" / "sub").mkdir(parents=True)
+    _shard(tmp_path / "in" / "a.parquet", text=["one two three four five six", "seven eight nine ten eleven"])
+    (tmp_path / "in" / "b.jsonl.xz").write_bytes(b"\xfd7zXZ")  # a compression gpu_dedup does not read
+    (tmp_path / "in" / "sub" / "part-00000").write_bytes(b"PAR1")  # Spark's part file without extension
+    _shard(tmp_path / "in" / "_c.parquet")
+    (tmp_path / "in" / "_SUCCESS").write_text("")
+    with caplog.at_level("WARNING", logger="gpu_dedup"):
+        result = run(tmp_path / "in", tmp_path / "out", Config(backend="cpu"))
+    assert "skipped 3 input file(s)" in caplog.text
+    for name in ("b.jsonl.xz", "part-00000", "_c.parquet"):
+        assert name in caplog.text
+    assert "_SUCCESS" not in caplog.text  # expected beside shards: listed, not warned about
+    listed = {os.path.basename(s["path"]): s["reason"] for s in result.report["inputs_skipped"]}
+    assert set(listed) == {"b.jsonl.xz", "part-00000", "_c.parquet", "_SUCCESS"}
+    assert "not a shard file name" in listed["b.jsonl.xz"] and "hidden or private" in listed["_c.parquet"]
+    assert result.report["inputs_skipped"] == __import__("json").loads(
+        (tmp_path / "out" / "report.json").read_text())["inputs_skipped"]
+
+
+def test_a_pattern_reads_the_directories_it_matches_and_lists_what_it_skips(tmp_path):
+    (tmp_path / "d").mkdir()
+    _shard(tmp_path / "d" / "a.parquet")
+    (tmp_path / "d" / "spark.parquet").mkdir()  # Spark writes a dataset as a directory of part files
+    _shard(tmp_path / "d" / "spark.parquet" / "part-0.parquet")
+    _shard(tmp_path / "d" / "_b.parquet")
+    shards = discover(str(tmp_path / "d" / "*.parquet"))
+    assert [s.name for s in shards] == ["a.parquet", os.path.join("spark.parquet", "part-0.parquet")]
+    assert [(os.path.basename(s["path"]), s["reason"].split(" (")[0]) for s in shards.skipped] == \
+        [("_b.parquet", "matched by " + repr(str(tmp_path / "d" / "*.parquet")) + " under a hidden or private name")]
+    with pytest.raises(InputError, match="matches no files"):
+        discover(str(tmp_path / "d" / "_*.parquet"))
+
+
+def test_a_file_whose_name_looks_like_a_pattern_is_read_as_named(tmp_path):
+    _shard(tmp_path / "x1.parquet", text=["not this one"])
+    _shard(tmp_path / "x[1].parquet", text=["this one"])
+    shards = discover(str(tmp_path / "x[1].parquet"))
+    assert [s.name for s in shards] == ["x[1].parquet"]
+
+
+def test_one_file_reached_twice_is_read_once_and_listed(tmp_path):
+    (tmp_path / "in" / "2024").mkdir(parents=True)
+    _shard(tmp_path / "in" / "2024" / "a.parquet")
+    os.symlink(tmp_path / "in" / "2024", tmp_path / "in" / "current")
+    shards = discover(tmp_path / "in")
+    assert [s.name for s in shards] == [os.path.join("2024", "a.parquet")]
+    assert [(os.path.relpath(s["path"], tmp_path), s["reason"].split(",")[0]) for s in shards.skipped] == \
+        [(os.path.join("in", "current", "a.parquet"), f"the same file as {str(tmp_path / 'in' / '2024' / 'a.parquet')!r}")]
