@@ -46,8 +46,8 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
             cfg = prior.pinned(cfg)  # a cosine index's (bands, rows), not this run's own
             sink = prior if update_index else None
             if update_index:
-                source = run_fingerprint(cfg, storage.discover(inputs, cfg.input.format, warn=False))
-                done = prior.appended_from(source)
+                source = _source(cfg, inputs)
+                done = prior.appended_from(source) if source else None
                 if done is None:
                     prior.source = source
                 else:  # a rerun of a run killed after its append: the same outputs, no second append
@@ -59,6 +59,15 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
             check_output_path(index_out, inputs, "its manifest.json as an input shard", "index directory",
                               "--index-out")
             sink = held.enter_context(IndexBuilder(index_out, cfg))
-            sink.source = run_fingerprint(cfg, storage.discover(inputs, cfg.input.format, warn=False))
+            sink.source = _source(cfg, inputs)
         return local.run(inputs, output_dir, cfg, restart=restart, prior=prior, sink=sink, write_shards=write_shards)
 
+
+
+def _source(cfg: Config, inputs) -> str | None:
+    """What an append records of its inputs: the run fingerprint of the files and config (None for
+    in-memory input)."""
+    shards = storage.discover(inputs, cfg.input.format, warn=False)
+    if any(s.format == "memory" for s in shards):
+        return None
+    return run_fingerprint(cfg, shards)

@@ -18,7 +18,7 @@ from gpu_dedup.backends.strings import arrow_column
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError, read_error
 from gpu_dedup.storage.discovery import Shard
-from gpu_dedup.storage.jsonl import check_json_float_ids, read_jsonl
+from gpu_dedup.storage.jsonl import read_jsonl
 from gpu_dedup.storage.parquet import parquet_schema, read_parquet
 
 VIEW_TYPES = {"string_view": pa.large_string(), "binary_view": pa.large_binary()}  # Arrow's views -> the same bytes
@@ -135,10 +135,7 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
             raise InputError(
                 f"id column {cfg.id_column!r} of shard {shard.path!r} has type {ids.type}; ids must be scalars "
                 "(integers or strings): choose another --id-column, or --no-id-column to name documents by row")
-        ids = without_views(ids)
-        if shard.format == "jsonl" and pa.types.is_floating(ids.type):
-            check_json_float_ids(shard, cfg.id_column, ids)
-        cols["id"] = ids
+        cols["id"] = id_values(without_views(ids))
     if score_column:
         score = _decoded(table.column(score_column))
         if not (pa.types.is_integer(score.type) or pa.types.is_floating(score.type)):
@@ -149,6 +146,26 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
     if cfg.vector_column:
         cols["vector"] = table.column(cfg.vector_column)
     return pa.table(cols) if cols else rows_only(table.num_rows)
+
+
+def id_type(t: pa.DataType) -> pa.DataType:
+    """The type ids of type ``t`` are read as: one per kind, so that shards whose id columns differ only in
+    physical type (string / large_string, int32 / int64, as different writers store them) join into one
+    column with every value as it was: strings and binaries as their large types, integers of up to 32 bits
+    (signed or not) as int64.  Other types as they are."""
+    if pa.types.is_string(t):
+        return pa.large_string()
+    if pa.types.is_binary(t):
+        return pa.large_binary()
+    if pa.types.is_integer(t) and t.bit_width < 64:
+        return pa.int64()
+    return t
+
+
+def id_values(ids):
+    """``ids`` as :func:`id_type` says (values unchanged)."""
+    want = id_type(ids.type)
+    return ids if want == ids.type else pc.cast(ids, want)
 
 
 def rows_only(n: int) -> pa.Table:
@@ -209,9 +226,11 @@ def id_column_type(shard: Shard, name: str) -> str | None:
             if name not in schema.names:
                 return None
             t = schema.field(name).type
+            t = VIEW_TYPES.get(str(t), t)
+            t = t.value_type if pa.types.is_dictionary(t) else t
             ok = (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
                   or pa.types.is_binary(t) or pa.types.is_large_binary(t))
-            return str(t) if ok else None
+            return str(id_type(t)) if ok else None
         if shard.format == "jsonl":
             with pa.input_stream(shard.path, compression="detect") as f:
                 head = f.read(1 << 16)

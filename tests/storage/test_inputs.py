@@ -1,6 +1,7 @@
 """What a run reads: directory policy, non-regular files, links, names, column types, identity, memory."""
 
 import os
+import re
 import threading
 
 import pyarrow as pa
@@ -238,3 +239,65 @@ def test_one_file_reached_twice_is_read_once_and_listed(tmp_path):
     assert [s.name for s in shards] == [os.path.join("2024", "a.parquet")]
     assert [(os.path.relpath(s["path"], tmp_path), s["reason"].split(",")[0]) for s in shards.skipped] == \
         [(os.path.join("in", "current", "a.parquet"), f"the same file as {str(tmp_path / 'in' / '2024' / 'a.parquet')!r}")]
+
+
+# ---------------------------------------------------------------- JSON Lines values a reader would silently change
+
+
+def test_a_json_line_that_is_not_an_object_is_refused_naming_its_line(tmp_path):
+    for value in ("null", "  null", "true", '"text"', "[1, 2]", "7"):
+        path = tmp_path / "a.jsonl"
+        path.write_text(f'{{"text": "one"}}\n\n{value}\n{{"text": "two"}}\n')
+        with pytest.raises(InputError, match=rf"line 3 of shard .*a.jsonl.* is .{re.escape(value.strip())}., not a JSON "
+                                             r"object \(1 such line\(s\)\)"):
+            read(discover(str(path)))
+
+
+def test_integer_ids_mixed_with_fractions_are_refused_naming_both_lines(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"id": 1, "text": "a"}\n{"id": 4.5, "text": "b"}\n{"text": "c", "id": 4}\n')
+    with pytest.raises(InputError, match=r"mixes integers \(line 1: 1\) and numbers with a fraction or exponent "
+                                         r"\(line 2: 4\.5\).*1 would be kept as 1\.0.*JSON strings"):
+        read(discover(str(path)), InputConfig(id_column="id"))
+    path.write_text('{"id": 1, "text": "a"}\n{"id": 2e0, "text": "b"}\n')
+    with pytest.raises(InputError, match=r"\(line 2: 2e0\)"):
+        read(discover(str(path)), InputConfig(id_column="id"))
+    path.write_text('{"id": 1.0, "text": "a"}\n{"id": 2.5, "text": "b"}\n')  # floats only: kept as they are
+    assert read(discover(str(path)), InputConfig(id_column="id")).table.column("id").to_pylist() == [1.0, 2.5]
+
+
+def test_a_line_without_the_text_field_is_named_in_a_warning(tmp_path, caplog):
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"text": "a"}\n{"text": null}\n{"body": "b"}\n{"text": "c"}\n')
+    with caplog.at_level("WARNING", logger="gpu_dedup"):
+        corpus = read(discover(str(path)))
+    assert corpus.table.column("text").to_pylist() == ["a", None, None, "c"]
+    assert "1 line(s) of shard" in caplog.text and "have no 'text' field (first: line 3)" in caplog.text
+    caplog.clear()
+    path.write_text('{"text": "a"}\n{"text": null}\n')
+    with caplog.at_level("WARNING", logger="gpu_dedup"):
+        read(discover(str(path)))
+    assert "field" not in caplog.text  # an explicit null is a document without text, as documented
+
+
+@pytest.mark.parametrize("types", [(pa.string(), pa.large_string()), (pa.int32(), pa.int64()),
+                                   (pa.uint16(), pa.int64()), (pa.binary(), pa.large_binary())])
+def test_id_columns_differing_only_in_physical_type_keep_their_ids(tmp_path, types):
+    """Writers store one kind of id differently (pandas large_string, Spark string, int32 or int64): the ids
+    are kept, in a run with --id-column and in one that finds the column named id by itself."""
+    from gpu_dedup.cli import main
+
+    def value(i):
+        return str(i).encode() if pa.types.is_binary(types[0]) else (str(i) if pa.types.is_string(types[0]) else i)
+
+    for k, t in enumerate(types):
+        (tmp_path / "in").mkdir(exist_ok=True)
+        pq.write_table(pa.table({"id": pa.array([value(10 + 2 * k), value(11 + 2 * k)], t),
+                                 "text": [f"shard {k} first document text", "the same text in both shards"]}),
+                       tmp_path / "in" / f"{k}.parquet")
+    corpus = read(discover(tmp_path / "in"), InputConfig(id_column="id"))
+    assert [str(v) if not isinstance(v, bytes) else v.decode() for v in corpus.table.column("id").to_pylist()] == \
+        ["10", "11", "12", "13"]
+    assert main(["run", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "-q", "--backend", "cpu"]) == 0
+    dup = pq.read_table(tmp_path / "out" / "duplicates.parquet")
+    assert {v.decode() if isinstance(v, bytes) else str(v) for v in dup.column("id").to_pylist()} == {"11", "13"}
