@@ -65,6 +65,15 @@ class ResourceError(GpuDedupError, RuntimeError):
     exit_code = EXIT_RESOURCES
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C / SIGTERM at a moment where the default message ("the previous output is untouched") would be
+    wrong: ``message`` says what the output directory holds and what to do."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
 # ---------------------------------------------------------------- OS errors as one message
 
 

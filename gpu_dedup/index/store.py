@@ -222,6 +222,13 @@ class Index:
 
     def check(self, cfg: Config) -> None:
         theirs = self.manifest["config"]
+        lacking = [s.name for s in self.segments if "signature" not in s.docs.schema.names]
+        if cfg.verify.method == "signature" and self.similarity == "jaccard" and lacking:
+            raise IndexMismatchError(
+                f"--verify signature compares MinHash signatures, but the index in {str(self.path)!r} stores none "
+                f"for {', '.join(lacking)} (written by runs with verify.method exact, which keep the normalized "
+                "texts instead); run with --verify exact (the default, which compares the texts), or build the index "
+                "with --verify signature")
         if cfg.similarity != self.similarity:
             raise IndexMismatchError(
                 f"the index in {str(self.path)!r} was built with similarity {self.similarity!r} "
