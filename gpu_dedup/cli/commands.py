@@ -76,6 +76,8 @@ def _with_id_column(args, cfg: Config) -> Config:
             name = json.loads((Path(against) / "manifest.json").read_text(encoding="utf-8")).get("id_column", "id")
         except (OSError, ValueError, AttributeError):
             return cfg  # not an index: the run says so
+        if not isinstance(name, str):
+            return cfg  # a damaged manifest: opening the index says so
         if name:
             log.info("using the input column %r as document ids, as the index %s does (--id-column)", name, against)
             return cfg.with_overrides({"input.id_column": name})

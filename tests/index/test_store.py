@@ -597,3 +597,8 @@ def test_an_index_without_checksums_still_opens_with_a_warning_and_its_values_ar
         (tmp_path / "ix" / "manifest.json").write_text(json.dumps({**legacy, key: value}))
         with pytest.raises(InputError, match=f"is damaged .*{said}"):
             Index.open(tmp_path / "ix")
+    from gpu_dedup.cli import main
+
+    (tmp_path / "ix" / "manifest.json").write_text(json.dumps({**legacy, "id_column": 5}))
+    assert main(["run", str(batches / "b"), "-o", str(tmp_path / "out_b"), "--against", str(tmp_path / "ix"),
+                 "-q"]) == 3  # not a TypeError, nor a config error about --id-column
