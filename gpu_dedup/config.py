@@ -534,6 +534,8 @@ def _strict_loader():
     def mapping(loader, node, deep=False):
         seen = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # << merges (explicit keys override what they merge)
+                continue
             key = loader.construct_object(key_node, deep=deep)
             if key in seen:
                 line = key_node.start_mark.line + 1
@@ -607,7 +609,12 @@ def _check_type(where: str, value, hint):
             return value
     else:  # pragma: no cover - all fields are scalars or sections
         return value
-    raise ConfigError(f"{where} = {value!r} has the wrong type; expected {hint.__name__}")
+    raise ConfigError(f"{where} = {value!r} has the wrong type; expected {hint.__name__}"
+                      + (f" ({VALUE_HINTS[where]})" if where in VALUE_HINTS else ""))
+
+
+VALUE_HINTS = {"cluster.memory_limit": "a size per worker such as 4GiB, or auto",
+               "gpu.memory_limit": "a size such as 12GiB, or auto"}
 
 
 def _build(cls, data, prefix: str):

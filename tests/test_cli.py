@@ -672,3 +672,13 @@ def test_an_interrupt_during_or_after_the_commit_says_what_the_directory_holds(t
     again = _gpu_dedup(*args)
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_an_interrupted_index_build_leaves_no_index_and_says_so(tmp_path):
+    inp = _small_corpus(tmp_path / "in")
+    args = ("index", "build", inp, "-o", tmp_path / "ix", "--backend", "cpu", "-q")
+    stopped = _gpu_dedup(*args, env={"GPU_DEDUP_FAULT": "index:before-manifest:terminate"})
+    err = stopped.stderr.decode()
+    assert stopped.returncode == 130 and f"no index was left in {str(tmp_path / 'ix')!r}" in err, err
+    assert not (tmp_path / "ix" / "manifest.json").exists() and not (tmp_path / "ix" / "seg-00000").exists()
+    assert _gpu_dedup(*args).returncode == 0

@@ -16,6 +16,7 @@ from gpu_dedup.errors import (
     ConfigError,
     GpuDedupError,
     InputError,
+    Interrupted,
     OutputError,
 )
 
@@ -134,8 +135,12 @@ def cmd_index_build(args) -> int:
     from gpu_dedup.index.commands import run
 
     cfg = _with_id_column(args, _config_from_args(args))
-    with tempfile.TemporaryDirectory() as tmp:
-        result = run(args.inputs, tmp, cfg, index_out=args.output, write_shards=False)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:  # the run's outputs (its report) are not kept
+            result = run(args.inputs, tmp, cfg, index_out=args.output, write_shards=False)
+    except KeyboardInterrupt as exc:
+        raise Interrupted(f"interrupted; no index was left in {args.output!r} (a build writes it whole or not at "
+                          "all): rerun the same command") from exc
     c = result.report["counts"]
     if not args.quiet:
         print(f"indexed {c['documents_read']:,} documents ({c['kept']:,} kept, {c['removed']:,} duplicates) "

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 from contextlib import ExitStack
+from pathlib import Path
 
 from gpu_dedup import storage
 from gpu_dedup.config import Config
-from gpu_dedup.errors import ConfigError
+from gpu_dedup.errors import ConfigError, InputError, OutputError
 from gpu_dedup.index.store import Index, IndexBuilder
 from gpu_dedup.run import local
 from gpu_dedup.run.checkpoint import run_fingerprint
@@ -36,6 +37,10 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
         raise ConfigError("--update-index appends to the index given by --against; add --against DIR")
     if (index_out is not None or against is not None) and cfg.cluster.enabled:
         raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")
+    index_dir = index_out if index_out is not None else (against.path if isinstance(against, Index) else against)
+    if index_dir is not None and output_dir is not None and _inside(Path(output_dir), Path(index_dir)):
+        raise OutputError(f"the output directory {str(output_dir)!r} is inside the index directory "
+                          f"{str(index_dir)!r}, which holds only the index; choose a -o outside it")
     prior = sink = None
     with ExitStack() as held:
         if against is not None:
@@ -44,6 +49,7 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
                 held.enter_context(prior.writing())
             prior.check(cfg)
             cfg = prior.pinned(cfg)  # a cosine index's (bands, rows), not this run's own
+            _check_id_kind(prior, inputs, cfg)
             sink = prior if update_index else None
             if update_index:
                 source = _source(cfg, inputs)
@@ -71,3 +77,31 @@ def _source(cfg: Config, inputs) -> str | None:
     if any(s.format == "memory" for s in shards):
         return None
     return run_fingerprint(cfg, shards)
+
+
+def _check_id_kind(prior: Index, inputs, cfg: Config) -> None:
+    """A run against an index names its documents' survivors by the index's ids: ids of another kind (int64
+    against an index of strings) are refused before anything runs (the shards' schemas say)."""
+    if not prior.segments or cfg.input.id_column is None:
+        return
+    theirs = prior.segments[0].docs.schema.field("id").type
+    for shard in storage.discover(inputs, cfg.input.format, warn=False):  # one schema read per shard
+        if shard.format == "memory":
+            continue
+        kind = storage.shard_id_kind(shard, cfg.input.id_column)
+        if kind is not None and kind != storage.id_kind(theirs):
+            named = (f"in column {prior.id_column!r}" if prior.id_column else
+                     "that are row numbers (it was built without an id column)")
+            raise InputError(
+                f"column {cfg.input.id_column!r} of shard {shard.path!r} holds {kind} ids, but the index in "
+                f"{str(prior.path)!r} holds {storage.id_kind(theirs)} ids {named}; a run against an index names "
+                "documents by ids of the index's kind: convert them, choose another --id-column, or use "
+                "--no-id-column")
+
+
+def _inside(path: Path, parent: Path) -> bool:
+    try:
+        path, parent = path.resolve(), parent.resolve()
+    except (RuntimeError, OSError):  # a looping link: the output and index checks name it
+        return False
+    return path == parent or parent in path.parents

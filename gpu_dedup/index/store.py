@@ -66,6 +66,7 @@ from gpu_dedup.index.format import (
     MANIFEST,
     MANIFEST_DIGEST,
     SEGMENT_FILES,
+    SEGMENT_NAME,
     SOURCES,
     IndexMismatchError,
     Segment,
@@ -158,6 +159,12 @@ class Index:
             segments = cls._load_segments(p, manifest, verify=verify)
         except (OSError, KeyError, TypeError, ValueError, pa.ArrowException) as exc:
             raise _damaged(p, exc) from None
+        unlisted = sorted(n for n in _listdir(p) if SEGMENT_NAME.fullmatch(n) and n not in manifest["segments"])
+        if unlisted:
+            log.warning("the index in %s holds %s, which its manifest does not list (an append interrupted before "
+                        "it wrote the manifest, or a manifest restored from an earlier copy): %s not part of the "
+                        "index, and the next append replaces the first of them", p, ", ".join(unlisted),
+                        "it is" if len(unlisted) == 1 else "they are")
         unsummed = [name for name in manifest["segments"] if name not in manifest.get(CHECKSUMS, {})]
         if unsummed or MANIFEST_DIGEST not in manifest:
             log.warning("the index in %s was written by an earlier gpu_dedup without checksums (%s): damage to it "
@@ -569,6 +576,13 @@ class Index:
         for seg in self.segments:  # the first segment says
             return seg.docs.schema.field("vector").type.list_size
         return None
+
+
+def _listdir(p: Path) -> list:
+    try:
+        return os.listdir(p)
+    except OSError:
+        return []
 
 
 def _damaged(p: Path, exc: BaseException) -> InputError:

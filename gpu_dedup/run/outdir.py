@@ -399,7 +399,11 @@ def take_lock(path: Path, busy) -> int:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise write_error(path, exc) from None
+            mapped = write_error(path, exc)
+            if mapped is exc:  # e.g. a directory in its place
+                raise OutputError(f"cannot open the lock file {str(path)!r} ({exc.strerror}); gpu_dedup keeps a lock "
+                                  "file there while it writes: move what is in its place away") from None
+            raise mapped from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -18,7 +18,7 @@ from gpu_dedup.backends.strings import arrow_column
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError, read_error
 from gpu_dedup.storage.discovery import Shard
-from gpu_dedup.storage.jsonl import read_jsonl
+from gpu_dedup.storage.jsonl import open_stream, read_jsonl
 from gpu_dedup.storage.parquet import parquet_schema, read_parquet
 
 VIEW_TYPES = {"string_view": pa.large_string(), "binary_view": pa.large_binary()}  # Arrow's views -> the same bytes
@@ -232,8 +232,8 @@ def id_column_type(shard: Shard, name: str) -> str | None:
                   or pa.types.is_binary(t) or pa.types.is_large_binary(t))
             return str(id_type(t)) if ok else None
         if shard.format == "jsonl":
-            with pa.input_stream(shard.path, compression="detect") as f:
-                head = f.read(1 << 16)
+            with open_stream(shard.path) as f:
+                head = f.read(1 << 16).removeprefix(b"\xef\xbb\xbf")  # a byte order mark
             for line in head.split(b"\n")[:-1] or [head]:  # the first complete record
                 if line.strip():
                     record = json.loads(line)
@@ -241,4 +241,37 @@ def id_column_type(shard: Shard, name: str) -> str | None:
                     return "any" if isinstance(value, (str, int)) and not isinstance(value, bool) else None
     except (OSError, ValueError, pa.ArrowException):
         return None  # the run reports an unreadable shard
+    return None
+
+
+def id_kind(t) -> str | None:
+    """The kind of an id type (``string``, ``binary``, ``integer``, ``float``), or None for another type."""
+    for kind, test in (("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+                       ("binary", lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)),
+                       ("integer", pa.types.is_integer), ("float", pa.types.is_floating)):
+        if test(t):
+            return kind
+    return None
+
+
+def shard_id_kind(shard: Shard, name: str) -> str | None:
+    """The :func:`id_kind` of column ``name`` in a shard without reading it (Parquet: its schema; JSONL: its
+    first record's value); None when that cannot be told here (the read says what is wrong)."""
+    try:
+        if shard.format == "parquet":
+            schema = pq.read_schema(shard.path)
+            if name not in schema.names:
+                return None
+            t = schema.field(name).type
+            t = VIEW_TYPES.get(str(t), t)
+            return id_kind(t.value_type if pa.types.is_dictionary(t) else t)
+        if shard.format == "jsonl":
+            with open_stream(shard.path) as f:
+                head = f.read(1 << 16).removeprefix(b"\xef\xbb\xbf")  # a byte order mark
+            for line in head.split(b"\n")[:-1] or [head]:  # the first complete record
+                if line.strip():
+                    value = json.loads(line).get(name)
+                    return {str: "string", int: "integer", float: "float"}.get(type(value))
+    except (OSError, ValueError, AttributeError, pa.ArrowException):
+        return None
     return None

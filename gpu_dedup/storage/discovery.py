@@ -28,6 +28,7 @@ import glob
 import logging
 import os
 import stat
+import sys
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -221,7 +222,8 @@ def discover(inputs, fmt: str = "auto", warn: bool = True) -> Shards:
             static = item[: min(item.index(c) for c in "*?[" if c in item)]
             base = os.path.abspath(os.path.dirname(static) if not static.endswith(os.sep) else static)
             files = []
-            for f in sorted(glob.glob(item, recursive=True)):  # one step per match
+            hidden_too = {"include_hidden": True} if sys.version_info >= (3, 11) else {}  # to list them as skipped
+            for f in sorted(glob.glob(item, recursive=True, **hidden_too)):  # one step per match
                 rel = os.path.relpath(os.path.abspath(f), base)
                 hidden = next((p for p in rel.split(os.sep) if _skipped(p)), None)
                 if hidden is not None:

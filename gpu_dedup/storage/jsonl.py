@@ -15,18 +15,31 @@ import pyarrow.json as pajson
 
 from gpu_dedup.errors import InputError, read_error
 from gpu_dedup.kernels.lines_cpu import first_nonblank, gather_lines, nonblank_lines
-from gpu_dedup.storage.discovery import COMPRESSED_EXT, Shard
+from gpu_dedup.storage.discovery import Shard
 
 log = logging.getLogger("gpu_dedup")
+
+
+CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+
+
+def codec_of(path: str) -> str | None:
+    """The compression of a JSON Lines shard, by its extension in any case (``.GZ`` too); None: plain."""
+    return CODECS.get(os.path.splitext(path.lower())[1])
+
+
+def open_stream(path: str):
+    """An Arrow input stream of the shard's decompressed bytes."""
+    return pa.input_stream(path, compression=codec_of(path))
 
 
 def read_bytes(path: str):
     """The shard's (decompressed) bytes as an Arrow buffer: memory-mapped when uncompressed."""
     try:
-        if not path.lower().endswith(COMPRESSED_EXT):
+        if codec_of(path) is None:
             with pa.memory_map(path) as f:
                 return f.read_buffer()
-        with pa.input_stream(path, compression="detect") as f:
+        with open_stream(path) as f:
             return f.read_buffer()
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise read_error(path, exc, f"cannot read shard {path!r}: {exc}") from None
@@ -155,7 +168,10 @@ def _line_number(data, pos: int) -> int:
 def _check_objects(shard: Shard, data, starts, ends) -> None:
     """Every non-blank line must hold a JSON object: a line that is ``null`` (read as a document of nulls),
     a number, a string or an array is refused, naming its line."""
-    bad = np.flatnonzero(first_nonblank(data, starts, ends) != ord("{"))
+    first = first_nonblank(data, starts, ends)
+    if starts[0] == 0 and ends[0] > 3 and bytes(data[:3]) == b"\xef\xbb\xbf":  # a UTF-8 byte order mark
+        first[0] = first_nonblank(data, starts[:1] + 3, ends[:1])[0]
+    bad = np.flatnonzero(first != ord("{"))
     if bad.shape[0]:
         k = int(bad[0])
         text = bytes(data[starts[k]:min(ends[k], starts[k] + 40)]).decode("utf-8", "replace").strip()
@@ -238,8 +254,7 @@ def check_json_float_ids(shard: Shard, column: str, ids, data=None) -> None:
 
 
 def compress_like(path: str, body: bytes) -> bytes:
-    low = path.lower()
-    codec = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}.get(os.path.splitext(low)[1])
+    codec = codec_of(path)
     if codec is None:
         return body
     sink = pa.BufferOutputStream()

@@ -604,3 +604,49 @@ def test_an_index_without_checksums_still_opens_with_a_warning_and_its_values_ar
     (tmp_path / "ix" / "manifest.json").write_text(json.dumps({**legacy, "id_column": 5}))
     assert main(["run", str(batches / "b"), "-o", str(tmp_path / "out_b"), "--against", str(tmp_path / "ix"),
                  "-q"]) == 3  # not a TypeError, nor a config error about --id-column
+
+
+def test_runs_against_an_index_refuse_ids_of_another_kind_and_outputs_inside_it(batches, tmp_path):
+    """Integer ids against an index of string ids (or of row numbers) were a traceback when the duplicates
+    table joined them; -o inside the index directory mixed a run's outputs with the index."""
+    from gpu_dedup.cli import main
+    from gpu_dedup.errors import OutputError
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    t = pq.read_table(batches / "b")
+    pq.write_table(t.set_column(0, "id", pa.array(np.arange(t.num_rows))), tmp_path / "int_ids.parquet")
+    for ix in ("ix", "rows"):
+        if ix == "rows":
+            assert main(["index", "build", str(batches / "a"), "-o", str(tmp_path / "rows"), "--no-id-column",
+                         "-q"]) == 0
+            args = [str(batches / "b")]
+        else:
+            args = [str(tmp_path / "int_ids.parquet")]
+        with pytest.raises(InputError, match=r"holds (integer|string) ids, but the index in .* holds (string|integer) "
+                                             r"ids.*--no-id-column"):
+            run(args, tmp_path / f"out_{ix}", cfg, against=tmp_path / ix, update_index=True)
+    assert Index.open(tmp_path / "ix").documents == 800
+    for out, kw in ((tmp_path / "ix" / "out", {"against": tmp_path / "ix"}),
+                    (tmp_path / "new_ix", {"index_out": tmp_path / "new_ix"})):
+        with pytest.raises(OutputError, match="is inside the index directory"):
+            run(batches / "b", out, cfg, **kw)
+    assert sorted(p.name for p in (tmp_path / "ix").iterdir()) == ["manifest.json", "seg-00000"]
+
+
+def test_a_segment_the_manifest_does_not_list_is_named_when_the_index_opens(batches, tmp_path, caplog):
+    import shutil
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    shutil.copytree(tmp_path / "ix", tmp_path / "before")
+    run(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix", update_index=True)
+    shutil.copy(tmp_path / "before" / "manifest.json", tmp_path / "ix" / "manifest.json")  # restored from a copy
+    with caplog.at_level("WARNING", logger="gpu_dedup"):
+        assert Index.open(tmp_path / "ix").documents == 800
+    assert "holds seg-00001, which its manifest does not list" in caplog.text
+    (tmp_path / "ix" / ".gpu_dedup_index.lock").mkdir()  # something else where the lock file goes: exit 4
+    from gpu_dedup.errors import OutputError
+
+    with pytest.raises(OutputError, match="cannot open the lock file"):
+        run(batches / "c", tmp_path / "out_c", cfg, against=tmp_path / "ix", update_index=True)

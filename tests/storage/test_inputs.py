@@ -301,3 +301,17 @@ def test_id_columns_differing_only_in_physical_type_keep_their_ids(tmp_path, typ
     assert main(["run", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "-q", "--backend", "cpu"]) == 0
     dup = pq.read_table(tmp_path / "out" / "duplicates.parquet")
     assert {v.decode() if isinstance(v, bytes) else str(v) for v in dup.column("id").to_pylist()} == {"11", "13"}
+
+
+def test_jsonl_with_an_upper_case_extension_or_a_byte_order_mark_is_read(tmp_path):
+    import gzip
+
+    lines = "".join(f'{{"id": "d{i}", "text": "document number {i}"}}\n' for i in range(5)).encode()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "A.JSONL.GZ").write_bytes(gzip.compress(lines))  # compression told by the extension, any case
+    (tmp_path / "in" / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + lines.replace(b'"d', b'"e'))  # Windows editors
+    corpus = read(discover(tmp_path / "in"), InputConfig(id_column="id"))
+    assert corpus.table.num_rows == 10 and corpus.table.column("id").to_pylist()[:1] == ["d0"]
+    from gpu_dedup.storage import id_column_type
+
+    assert {id_column_type(s, "id") for s in discover(tmp_path / "in")} == {"any"}  # the CLI finds the id column
