@@ -14,6 +14,7 @@ EXIT_OUTPUT = 4
 EXIT_RESOURCES = 5
 EXIT_TARGETS = 6
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a program whose output pipe was closed
 
 EXIT_CODES = {
     EXIT_OK: "success: every output is written and verified, _SUCCESS marks the output directory",
@@ -25,6 +26,7 @@ EXIT_CODES = {
     EXIT_RESOURCES: "out of resources (disk full, out of memory, Dask workers died)",
     EXIT_TARGETS: "evaluate --require-targets: the evaluation ran and a quality target was missed",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C / SIGINT / SIGTERM); rerun the same command to resume",
+    EXIT_BROKEN_PIPE: "the reader of the output went away (e.g. gpu-dedup query ... | head); no message",
 }
 
 

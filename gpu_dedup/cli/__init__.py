@@ -16,6 +16,7 @@ import threading
 from gpu_dedup.cli.commands import cmd_bench_own_parser
 from gpu_dedup.cli.parser import build_parser
 from gpu_dedup.errors import (
+    EXIT_BROKEN_PIPE,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     ConfigError,
@@ -104,9 +105,6 @@ def _refuse_empty_paths(args) -> None:
             dot = f"{flag} ." if flag.startswith("-") else "."
             raise ConfigError(f"{flag} is given the empty path {value!r} (an unset shell variable?); give a path "
                               f"({dot} for the current directory)")
-
-
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a program whose output pipe was closed
 
 
 def _silence_stdout() -> None:
