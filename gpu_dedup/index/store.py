@@ -2,7 +2,10 @@
 
 Layout of an index directory (format ``gpu_dedup-index``, version 2)::
 
-    manifest.json          format, format_version, fingerprint, config, documents, segments
+    manifest.json          format, format_version, fingerprint, config, documents, segments,
+                           checksums (size + SHA-256 of every segment file), sources (the run
+                           fingerprint of the inputs that appended each segment), manifest_sha256
+    .gpu_dedup_index.lock  held (flock) by the one run that appends to or builds the index
     seg-00000/docs.arrow   doc, id, kept, survivor, key_len, key_h1, key_h2, text[, signature]
     seg-00000/bands.arrow  band, hash, doc   (sorted by band, hash, doc)
     seg-00000/centers.arrow band, hash, round, doc  (sorted; see below)
@@ -20,7 +23,10 @@ round >= 1 (round 0's centre is the bucket's smallest document): new
 documents meet exactly this sequence of centres in a full dedup, so an
 incremental run replays it instead of re-verifying the indexed members.  The manifest is
 replaced atomically after a segment is complete, so a crash never leaves a
-half-added segment visible.
+half-added segment visible; opening an index verifies the manifest's own checksum and every
+segment file against the size and SHA-256 recorded when it was written, so a damaged or mixed
+index is refused instead of answering.  One writer at a time holds the lock from opening the
+index to its append (:meth:`Index.writing`); readers need none.
 
 Every document is kept in the index, removed ones included: a new document
 that resembles only a document removed earlier must still be removed, exactly
