@@ -217,31 +217,40 @@ def _as_large_text(text: pa.ChunkedArray) -> pa.ChunkedArray:
     return text
 
 
-def id_column_type(shard: Shard, name: str) -> str | None:
-    """The type of column ``name`` in a shard (Parquet: its schema; JSONL: the first record, where
-    'any' stands for JSON's types), or None when the shard has no such column of an id-like type."""
+_ABSENT = object()
+
+
+def _peek_id(shard: Shard, name: str):
+    """Column ``name`` of a shard without reading its rows: a Parquet shard's type (views and dictionaries
+    as their plain type) or a JSONL shard's first record's value; ``_ABSENT`` when it has no such column
+    or cannot be read here (the run reports an unreadable shard)."""
     try:
         if shard.format == "parquet":
             schema = pq.read_schema(shard.path)
             if name not in schema.names:
-                return None
-            t = schema.field(name).type
-            t = VIEW_TYPES.get(str(t), t)
-            t = t.value_type if pa.types.is_dictionary(t) else t
-            ok = (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
-                  or pa.types.is_binary(t) or pa.types.is_large_binary(t))
-            return str(id_type(t)) if ok else None
+                return _ABSENT
+            t = VIEW_TYPES.get(str(schema.field(name).type), schema.field(name).type)
+            return t.value_type if pa.types.is_dictionary(t) else t
         if shard.format == "jsonl":
             with open_stream(shard.path) as f:
                 head = f.read(1 << 16).removeprefix(b"\xef\xbb\xbf")  # a byte order mark
             for line in head.split(b"\n")[:-1] or [head]:  # the first complete record
                 if line.strip():
                     record = json.loads(line)
-                    value = record.get(name) if isinstance(record, dict) else None
-                    return "any" if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+                    return record.get(name, _ABSENT) if isinstance(record, dict) else _ABSENT
     except (OSError, ValueError, pa.ArrowException):
-        return None  # the run reports an unreadable shard
-    return None
+        pass
+    return _ABSENT
+
+
+def id_column_type(shard: Shard, name: str) -> str | None:
+    """The type of column ``name`` in a shard (Parquet: its schema, as :func:`id_type` reads it; JSONL: the
+    first record, where 'any' stands for JSON's types), or None when the shard has no such column of an
+    id-like type."""
+    t = _peek_id(shard, name)
+    if isinstance(t, pa.DataType):
+        return str(id_type(t)) if id_kind(t) in ("string", "binary", "integer") else None
+    return "any" if isinstance(t, (str, int)) and not isinstance(t, bool) else None
 
 
 def id_kind(t) -> str | None:
@@ -255,23 +264,9 @@ def id_kind(t) -> str | None:
 
 
 def shard_id_kind(shard: Shard, name: str) -> str | None:
-    """The :func:`id_kind` of column ``name`` in a shard without reading it (Parquet: its schema; JSONL: its
-    first record's value); None when that cannot be told here (the read says what is wrong)."""
-    try:
-        if shard.format == "parquet":
-            schema = pq.read_schema(shard.path)
-            if name not in schema.names:
-                return None
-            t = schema.field(name).type
-            t = VIEW_TYPES.get(str(t), t)
-            return id_kind(t.value_type if pa.types.is_dictionary(t) else t)
-        if shard.format == "jsonl":
-            with open_stream(shard.path) as f:
-                head = f.read(1 << 16).removeprefix(b"\xef\xbb\xbf")  # a byte order mark
-            for line in head.split(b"\n")[:-1] or [head]:  # the first complete record
-                if line.strip():
-                    value = json.loads(line).get(name)
-                    return {str: "string", int: "integer", float: "float"}.get(type(value))
-    except (OSError, ValueError, AttributeError, pa.ArrowException):
-        return None
-    return None
+    """The :func:`id_kind` of column ``name`` in a shard without reading it (see :func:`_peek_id`); None when
+    that cannot be told here (the read says what is wrong)."""
+    t = _peek_id(shard, name)
+    if isinstance(t, pa.DataType):
+        return id_kind(t)
+    return {str: "string", int: "integer", float: "float"}.get(type(t))
