@@ -29,10 +29,11 @@ def add(index, frame, text: str = "text", id: str | None = None, config=None, **
     index.check(cfg)
     cfg = index.pinned(cfg)
     shard = api.frame_shard(frame, kind, text, id, cfg)
-    first = index.documents
-    if first == 0:  # the first documents name the index's id column
-        index.manifest = {**index.manifest, "id_column": id}
-    result = run([shard], None, cfg, prior=index, sink=index)
+    with index.writing():  # one writer at a time; what another writer appended meanwhile is matched too
+        first = index.documents
+        if first == 0:  # the first documents name the index's id column
+            index.manifest = {**index.manifest, "id_column": id}
+        result = run([shard], None, cfg, prior=index, sink=index)
     dup = api.frame_duplicates(result.duplicates, id)
     return AddResult(deduplicated=api.take_rows(frame, kind, result.kept), duplicates=api.like(dup, kind),
                      clusters=result.cluster, kept=result.kept, report=result.report, edges=result.edges,

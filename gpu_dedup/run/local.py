@@ -173,6 +173,7 @@ class LocalExecutor:
 
     def report_extras(self) -> dict:
         out = {"kernel_prepare_seconds": round(self.startup_seconds, 3)} if self.startup_seconds else {}
+        out["inputs_skipped"] = list(getattr(self.shards, "skipped", ()))  # what directory walks left out
         if self.memory_plan is not None:
             moved = {k: v - self._transfers0[k] for k, v in transfer_totals().items()}
             out["gpu"] = {**self.memory_plan, "reader": self.reader or "pyarrow", **moved}

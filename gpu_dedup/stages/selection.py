@@ -89,16 +89,14 @@ class ChainSplit:
     :func:`split_chains`.
     """
 
-    def __init__(self, labels, rep, ranks, src, dst, threshold: float, components, fixed=None):
+    def __init__(self, labels, rep, ranks, src, dst, threshold: float, components):
         xp = self.xp = array_module(labels)
         n = self.n = labels.shape[0]
         self.idx = xp.arange(n, dtype=xp.int64)
         self.labels = labels.astype(xp.int64, copy=True)
         self.rep, self.ranks, self.src, self.dst = rep, ranks, src, dst
         self.threshold, self.components = threshold, components
-        self.movable = rep == self.idx
-        if fixed is not None:
-            self.movable &= ~fixed
+        self.movable = rep == self.idx  # exact copies follow their representative
         self.checked = xp.full(n, -1, dtype=xp.int64)  # survivor a member was last found similar enough to
         self.ejected = xp.zeros(n, dtype=bool)
         self.rounds = 0
@@ -162,14 +160,21 @@ def split_chains(labels, rep, ranks, src, dst, similarity, threshold: float, com
     This repeats until no member is ejected; an ejected member with no verified
     edge to another ejected member ends as a singleton (kept).  Survivors never
     change cluster, so every round splits at least one cluster and the loop
-    ends; the result is deterministic.  ``fixed`` marks nodes that are never
-    ejected (documents of an index the run deduplicates against).  The rounds
-    are those of :class:`ChainSplit`.
+    ends; the result is deterministic.
+
+    Documents of an index the run deduplicates against are ejected like any
+    other node, as a full dedup of index + new documents would eject them: they
+    rank before every new document, so an ejected one is the survivor of the
+    cluster it re-forms and is never removed, and new documents re-form around
+    it.  ``fixed`` (those documents) is accepted and ignored: pinning them in
+    place left a new document that a full dedup removes as a copy of an indexed
+    document ejected from a larger cluster without that document, and kept it.  The rounds are those of
+    :class:`ChainSplit`.
 
     Returns (labels, survivor, ejected, rounds): ``ejected`` marks the
     documents (exact copies included) that left their connected component.
     """
-    state = ChainSplit(labels, rep, ranks, src, dst, threshold, components, fixed)
+    state = ChainSplit(labels, rep, ranks, src, dst, threshold, components)
     while not state.done:
         left, right = state.propose()
         if left.shape[0]:
@@ -219,8 +224,7 @@ class ClusterPart:
             xp.zeros(0, dtype=xp.int64)
         self.rep = self.position(self.rep_node)
         src, dst = self.position(edges["src"]), self.position(edges["dst"])
-        fixed = self.node < first_doc
-        self.chain = ChainSplit(labels, self.rep, self.rank, src, dst, threshold, components, fixed) if split else None
+        self.chain = ChainSplit(labels, self.rep, self.rank, src, dst, threshold, components) if split else None
         self.labels, self.survivor = labels, survivors(labels, self.rank)
         self.ejected = xp.zeros(n, dtype=bool)
         self.rounds = 0

@@ -25,9 +25,11 @@ from gpu_dedup.storage.columns import (
     VIEW_TYPES,
     check_id_type,
     id_column_type,
+    id_kind,
     read_columns,
     read_rows,
     rows_only,
+    shard_id_kind,
     without_views,
 )
 from gpu_dedup.storage.discovery import (
@@ -36,6 +38,7 @@ from gpu_dedup.storage.discovery import (
     MEMORY_PATH,
     PARQUET_EXT,
     Shard,
+    Shards,
     discover,
     memory_shard,
 )
@@ -44,8 +47,8 @@ from gpu_dedup.storage.identity import check_unchanged, shard_identity
 from gpu_dedup.storage.parquet import device_readable, parquet_schema
 
 __all__ = [
-    "Shard", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT", "COMPRESSED_EXT",
+    "Shard", "Shards", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT", "COMPRESSED_EXT",
     "shard_identity", "check_unchanged", "read_columns", "read_rows", "rows_only", "check_id_type",
-    "without_views", "VIEW_TYPES", "id_column_type", "device_readable", "parquet_schema", "write_shard", "atomic_write_bytes",
+    "without_views", "VIEW_TYPES", "id_column_type", "id_kind", "shard_id_kind", "device_readable", "parquet_schema", "write_shard", "atomic_write_bytes",
     "atomic_write_parquet", "file_digest",
 ]

@@ -3,6 +3,8 @@ kept lines back byte for byte in the input's compression."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import re
 
@@ -12,17 +14,32 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from gpu_dedup.errors import InputError, read_error
-from gpu_dedup.kernels.lines_cpu import gather_lines, nonblank_lines
-from gpu_dedup.storage.discovery import COMPRESSED_EXT, Shard
+from gpu_dedup.kernels.lines_cpu import first_nonblank, gather_lines, nonblank_lines
+from gpu_dedup.storage.discovery import Shard
+
+log = logging.getLogger("gpu_dedup")
+
+
+CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+
+
+def codec_of(path: str) -> str | None:
+    """The compression of a JSON Lines shard, by its extension in any case (``.GZ`` too); None: plain."""
+    return CODECS.get(os.path.splitext(path.lower())[1])
+
+
+def open_stream(path: str):
+    """An Arrow input stream of the shard's decompressed bytes."""
+    return pa.input_stream(path, compression=codec_of(path))
 
 
 def read_bytes(path: str):
     """The shard's (decompressed) bytes as an Arrow buffer: memory-mapped when uncompressed."""
     try:
-        if not path.lower().endswith(COMPRESSED_EXT):
+        if codec_of(path) is None:
             with pa.memory_map(path) as f:
                 return f.read_buffer()
-        with pa.input_stream(path, compression="detect") as f:
+        with open_stream(path) as f:
             return f.read_buffer()
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise read_error(path, exc, f"cannot read shard {path!r}: {exc}") from None
@@ -115,6 +132,7 @@ def read_jsonl(shard: Shard, wanted: dict | None = None) -> pa.Table | None:
     data, starts, ends = jsonl_lines(raw)
     if starts.shape[0] == 0:
         return None
+    _check_objects(shard, data, starts, ends)
     body = raw
     table = None
     if wanted:
@@ -136,7 +154,50 @@ def read_jsonl(shard: Shard, wanted: dict | None = None) -> pa.Table | None:
             f"shard {shard.path!r}: {starts.shape[0]} non-blank lines but {table.num_rows} JSON records; "
             "each line must hold exactly one JSON object"
         )
+    if wanted and wanted.get("id") in table.column_names and pa.types.is_floating(table.column(wanted["id"]).type):
+        check_json_float_ids(shard, wanted["id"], table.column(wanted["id"]), data)
+    if wanted and wanted.get("text") in table.column_names:
+        _warn_missing_field(shard, wanted["text"], table.column(wanted["text"]), data, starts, ends)
     return table
+
+
+def _line_number(data, pos: int) -> int:
+    return int(np.count_nonzero(data[:pos] == 0x0A)) + 1
+
+
+def _check_objects(shard: Shard, data, starts, ends) -> None:
+    """Every non-blank line must hold a JSON object: a line that is ``null`` (read as a document of nulls),
+    a number, a string or an array is refused, naming its line."""
+    first = first_nonblank(data, starts, ends)
+    if starts[0] == 0 and ends[0] > 3 and bytes(data[:3]) == b"\xef\xbb\xbf":  # a UTF-8 byte order mark
+        first[0] = first_nonblank(data, starts[:1] + 3, ends[:1])[0]
+    bad = np.flatnonzero(first != ord("{"))
+    if bad.shape[0]:
+        k = int(bad[0])
+        text = bytes(data[starts[k]:min(ends[k], starts[k] + 40)]).decode("utf-8", "replace").strip()
+        raise InputError(f"line {_line_number(data, starts[k])} of shard {shard.path!r} is {text!r}, not a JSON "
+                         f"object ({bad.shape[0]} such line(s)); each line must hold one document as a JSON object: "
+                         "fix or remove those lines")
+
+
+MISSING_SAMPLE = 10_000  # lines with a null text checked for a missing text field (a warning's evidence)
+
+
+def _warn_missing_field(shard: Shard, name: str, column, data, starts, ends) -> None:
+    """Lines without the text field are read as documents without text (counted as null_text); say so,
+    naming a line, unlike an explicit ``null``.  Only lines whose text is null are looked at (at most
+    MISSING_SAMPLE of them)."""
+    nulls = np.flatnonzero(np.asarray(column.is_null()))
+    if nulls.shape[0] == 0:
+        return
+    sample = nulls[:MISSING_SAMPLE]
+    lines = bytes(gather_lines_of(data, starts[sample], ends[sample])).decode("utf-8", "replace").splitlines()
+    missing = [k for k, line in zip(sample, lines) if name not in json.loads(line)]  # a sample of bad lines
+    if missing:
+        log.warning("%s%d line(s) of shard %s have no %r field (first: line %d) and are read as documents without "
+                    "text (counted as null_text); name the text field with --text-column if it is another one",
+                    "at least " if nulls.shape[0] > MISSING_SAMPLE else "", len(missing), shard.path, name,
+                    _line_number(data, starts[missing[0]]))
 
 
 def _bad_line(data, starts, ends, exc) -> str:
@@ -167,21 +228,33 @@ def _bad_line(data, starts, ends, exc) -> str:
     return f"line {line}: {reason}; fix or remove that line"
 
 
-def check_json_float_ids(shard: Shard, column: str, ids) -> None:
+def check_json_float_ids(shard: Shard, column: str, ids, data=None) -> None:
     """JSON integers beyond int64 are parsed as doubles, which keep only 53 bits: such ids would not be
-    kept verbatim (distinct ids could even collapse into one), so they are refused."""
+    kept verbatim (distinct ids could even collapse into one), so they are refused.  So are integers mixed
+    with numbers that have a fraction or exponent (``data``: the shard's bytes): the reader makes every id a
+    double, so ``4`` would be kept as ``4.0``."""
     big = pc.max(pc.abs(ids)).as_py()
     if big is not None and big >= 2.0**53:
         raise InputError(
             f"id column {column!r} of shard {shard.path!r} holds numbers as large as {big:.6g}, beyond what a JSON "
             "reader keeps exactly (integers beyond 2**63 are read as floating point, losing digits); write the ids "
             "as JSON strings, or use --no-id-column to name documents by row")
-
+    if data is None:
+        return
+    key = rb"[{,]\s*" + re.escape(json.dumps(column).encode()) + rb"\s*:\s*"
+    integer = re.search(key + rb"(-?\d+)\s*[,}]", data)  # C loops over the buffer; the first of each kind
+    real = re.search(key + rb"(-?\d+(?:\.\d*(?:[eE][-+]?\d+)?|[eE][-+]?\d+))\s*[,}]", data)
+    if integer is not None and real is not None:
+        i, r = integer.group(1).decode(), real.group(1).decode()
+        raise InputError(
+            f"id column {column!r} of shard {shard.path!r} mixes integers (line {_line_number(data, integer.start(1))}"
+            f": {i}) and numbers with a fraction or exponent (line {_line_number(data, real.start(1))}: {r}), so a "
+            f"JSON reader makes every id a floating-point number ({i} would be kept as {float(i)}); write the ids as "
+            "one type (all integers, or JSON strings), or use --no-id-column to name documents by row")
 
 
 def compress_like(path: str, body: bytes) -> bytes:
-    low = path.lower()
-    codec = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}.get(os.path.splitext(low)[1])
+    codec = codec_of(path)
     if codec is None:
         return body
     sink = pa.BufferOutputStream()

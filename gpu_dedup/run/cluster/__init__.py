@@ -18,6 +18,7 @@ any block size.
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import replace
 
 from gpu_dedup.errors import ResourceError
@@ -70,5 +71,5 @@ def run(shards, job: Job, restart: bool = False, inputs=None) -> RunResult:
         ) from None
     finally:
         ex.close()
-        if od is not None:
-            od.close()
+        if od is not None:  # as a context manager: an interrupt after the commit says what is published
+            od.__exit__(*sys.exc_info())

@@ -79,6 +79,7 @@ class DaskExecutor:
 
     def __init__(self, shards, cfg: Config, prior=None):
         self.shards = shards
+        self.skipped = list(getattr(shards, "skipped", ()))  # what directory walks left out (report.json)
         self.cfg = cfg
         self.prior = prior if prior is not None else NoPrior()
         self.backend = _ClientSide(cfg)  # the client runs no kernels (and starts no CUDA context)
@@ -116,7 +117,7 @@ class DaskExecutor:
     def report_extras(self) -> dict:
         peaks = self.client.run(peak_rss_mb)
         moved = self.client.run(routing.moved)
-        return {"kernel_prepare_seconds": round(self.startup_seconds, 3), "cluster": {
+        return {"kernel_prepare_seconds": round(self.startup_seconds, 3), "inputs_skipped": self.skipped, "cluster": {
             "workers": len(peaks),
             "scheduler": self.cfg.cluster.scheduler or "local",
             "dashboard": self.client.dashboard_link,
