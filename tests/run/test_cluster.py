@@ -149,6 +149,9 @@ def test_workers_killed_by_memory_name_the_settings_to_change(corpus, tmp_path, 
         def map(self, *args, **kwargs):
             return []
 
+        def run(self, *args, **kwargs):  # per-worker set-up: no worker answers
+            return {}
+
         def gather(self, futures):
             raise KilledWorker("map_block-1", "tcp://127.0.0.1:1", 3)
 
