@@ -110,7 +110,7 @@ def test_run_logs_every_stage_with_counts_and_rate_and_is_silent_with_quiet(tmp_
     assert proc.returncode == 0, proc.stderr
     assert "\r" not in proc.stderr  # no terminal redraws in a log
     for stage in STAGES:
-        assert f"INFO stage {stage} ..." in proc.stderr, stage
+        assert f"stage {stage} ..." not in proc.stderr, stage  # one line per stage in a batch log: its end
         done = re.search(rf"INFO stage {stage} done in [0-9.]+s: ([0-9,]+)/([0-9,]+) [a-z ]+, [0-9,]+ [a-z ]+/s",
                          proc.stderr)
         assert done and done.group(1) == done.group(2), (stage, proc.stderr)
@@ -122,6 +122,29 @@ def test_run_logs_every_stage_with_counts_and_rate_and_is_silent_with_quiet(tmp_
 
 
 # ---------------------------------------------------------------- what a new user meets
+
+
+def test_quiet_hides_warnings_and_a_cpu_install_hears_nothing_of_cupy(tmp_path):
+    """-q shows nothing, a warning about the data included; a CPU install is not told about CuPy at every run."""
+    import importlib.util
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    pq.write_table(pa.table({"id": [1, 1, 2], "text": ["a b c d e f", "g h i j k l", "m n o p q r"]}), inp / "a.parquet")
+    cmd = [sys.executable, "-m", "gpu_dedup", "run", str(inp), "--id-column", "id"]  # backend auto
+    loud = subprocess.run(cmd + ["-o", str(tmp_path / "loud")], capture_output=True, text=True, timeout=600)
+    assert loud.returncode == 0, loud.stderr
+    assert "WARNING 1 rows repeat an id" in loud.stderr
+    if importlib.util.find_spec("cupy") is None:  # a CPU install: the fallback reason only at -v
+        assert "CuPy" not in loud.stderr and "backend auto" not in loud.stderr
+        verbose = subprocess.run(cmd + ["-o", str(tmp_path / "verbose"), "-v"], capture_output=True, text=True,
+                                 timeout=600)
+        assert "DEBUG backend auto: using the CPU" in verbose.stderr
+    quiet = subprocess.run(cmd + ["-o", str(tmp_path / "quiet"), "-q"], capture_output=True, text=True, timeout=600)
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""
 
 
 def _with_ids(tmp_path, ids, name="in"):

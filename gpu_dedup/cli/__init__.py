@@ -40,7 +40,8 @@ class _ShuffleChatter(logging.Filter):
 def _setup_logging(verbosity: int, quiet: bool) -> None:
     import os
 
-    level = logging.WARNING if quiet else (logging.DEBUG if verbosity > 0 else logging.INFO)
+    # -q: nothing but errors (a run's own failure is one line on stderr, printed by main, not logged)
+    level = logging.ERROR if quiet else (logging.DEBUG if verbosity > 0 else logging.INFO)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     from gpu_dedup.run.progress import attach_to_handlers
 
