@@ -491,3 +491,38 @@ def test_a_damaged_index_is_one_error_naming_it(tmp_path, capsys, monkeypatch):
         assert main(["query", str(tmp_path / name)]) == 3, name
         err = capsys.readouterr().err
         assert str(tmp_path / name) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_misspelled_flag_names_the_close_one_on_the_subcommands_usage(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "in/", "-o", "out/", "--treshold", "0.7"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.startswith("usage: gpu-dedup run ") and "gpu-dedup run: error: unrecognized arguments" in err
+    assert "--treshold: did you mean --threshold?" in err
+    with pytest.raises(SystemExit):
+        main(["bench", "peers", "--quality-smaple", "10"])
+    err = capsys.readouterr().err
+    assert "usage: gpu-dedup bench peers" in err and "did you mean --quality-sample?" in err
+
+
+def test_tune_sample_corpus_and_its_old_spelling(tmp_path, capsys):
+    """--sample is a count in evaluate; tune's corpus is --sample-corpus (the old --sample still works, saying so)."""
+    inp = _planted_dir(tmp_path, 200)
+    args = ["tune", "--backend", "cpu", "--sample-size", "100", "--confirm", "1", "--no-plot", "--id-column", "id"]
+    assert main(args + ["--sample-corpus", str(inp), "-o", str(tmp_path / "new"), "-q"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(args + ["--sample", str(inp), "-o", str(tmp_path / "old"), "-q"]) == 0
+    assert "--sample is deprecated; use --sample-corpus" in capsys.readouterr().err
+    new = json.loads((tmp_path / "new" / "tune.json").read_text())
+    old = json.loads((tmp_path / "old" / "tune.json").read_text())
+    assert new["empirical"]["corpus"]["sample"] == old["empirical"]["corpus"]["sample"] == 100
+    assert [x["recall_at_threshold"] for x in new["empirical"]["layouts"]] == \
+        [x["recall_at_threshold"] for x in old["empirical"]["layouts"]]
+
+
+def test_query_help_says_plain_text_is_one_query_per_line(capsys):
+    with pytest.raises(SystemExit):
+        main(["query", "--help"])
+    out = capsys.readouterr().out
+    assert "one query per line" in out and "--jsonl" in out

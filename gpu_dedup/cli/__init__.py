@@ -13,7 +13,7 @@ import signal
 import sys
 
 from gpu_dedup.cli.commands import cmd_bench_own_parser
-from gpu_dedup.cli.parser import build_parser
+from gpu_dedup.cli.parser import build_parser, unrecognized
 from gpu_dedup.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and getattr(args, "func", None) is not cmd_bench_own_parser:
-        parser.error("unrecognized arguments: " + " ".join(rest))
+        unrecognized(parser, args, rest)
     if rest:
         args.bench_args = rest
     _setup_logging(args.verbose, args.quiet)
