@@ -54,9 +54,11 @@ def _quantiles(values) -> dict[str, float]:
 
 
 def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes, cluster_sizes, removed_similarity,
-                 threshold, wall_seconds, peak_rss_mb, lsh: dict, largest_clusters=None, examples=None) -> dict:
+                 threshold, wall_seconds, peak_rss_mb, lsh: dict, largest_clusters=None, examples=None,
+                 kept=None) -> dict:
     """``lsh``: the similarity family's section (:meth:`gpu_dedup.stages.families.Family.report_section`):
-    layout, P(candidate) at the threshold, FP/FN areas, S-curve points."""
+    layout, P(candidate) at the threshold, FP/FN areas, S-curve points.  ``kept``: the kept flag per
+    input row (in shard order): each input then records its ``kept`` and ``removed`` rows."""
     below = int(np.count_nonzero(np.asarray(removed_similarity) < threshold))
     near = max(int(np.asarray(removed_similarity).shape[0]), 1)
     edges = np.round(np.linspace(0.0, 1.0, 21), 2)
@@ -68,8 +70,7 @@ def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes, cluster_
         "backend": backend.mode,
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": _cpus()},
         "config": cfg.to_dict(),
-        "inputs": [{"path": s.path, "name": s.name, "format": s.format, "rows": s.rows, "bytes": s.size}
-                   for s in shards],
+        "inputs": _inputs(shards, kept),
         "lsh": lsh,
         "counts": {**counts, "accounted": counts["kept"] + counts["removed"] == counts["documents_read"]},
         "stages": stages,
@@ -96,6 +97,20 @@ def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes, cluster_
     if examples is not None:  # see :func:`examples`
         report.update(examples)
     return report
+
+
+def _inputs(shards, kept) -> list[dict]:
+    """One record per input shard; with ``kept`` (per row, shards in order) its kept and removed rows."""
+    out = [{"path": s.path, "name": s.name, "format": s.format, "rows": s.rows, "bytes": s.size} for s in shards]
+    if kept is not None:
+        kept = np.asarray(kept, bool)
+        starts = np.cumsum([0] + [max(s.rows, 0) for s in shards])
+        if starts[-1] == kept.shape[0]:
+            total = np.concatenate(([0], np.cumsum(kept, dtype=np.int64)))
+            for rec, a, b in zip(out, starts[:-1], starts[1:]):
+                k = int(total[b] - total[a])
+                rec.update(kept=k, removed=int(b - a) - k)
+    return out
 
 
 def _cpus() -> int:
@@ -174,7 +189,8 @@ def examples(survivor, kept, rep, similarity, text, ids, shard, shard_row, shard
       corpora these are mostly exact copies (boilerplate);
     - ``largest_near_duplicate_clusters``: the ``near_k`` clusters with the most near duplicates
       (removed members whose text differs from the survivor's; ties: larger, then lower survivor
-      row), each with up to ``members`` of them, least similar first;
+      row) among those not in ``largest_clusters``, each with up to ``members`` of them, least
+      similar first;
     - ``closest_to_threshold``: the ``closest`` removed near duplicates whose similarity to their
       survivor is nearest ``threshold`` (ties: lower row), each with its survivor: the decisions
       another threshold would change first.
@@ -192,6 +208,7 @@ def examples(survivor, kept, rep, similarity, text, ids, shard, shard_row, shard
     multi = np.flatnonzero(size > 1)  # survivor rows of clusters with two or more documents
     top = multi[np.lexsort((multi, -size[multi]))][:k]
     with_near = np.flatnonzero(nears > 0)
+    with_near = with_near[~np.isin(with_near, top)]  # not the largest clusters again: other clusters, or none
     near_top = with_near[np.lexsort((with_near, -size[with_near], -nears[with_near]))][:near_k]
     close = np.flatnonzero(near)
     close = close[np.lexsort((close, np.abs(similarity[close] - threshold)))][:closest]

@@ -469,7 +469,8 @@ class _Sequence:
             bucket_sizes=to_host(self.bucket_sizes), cluster_sizes=to_host(sizes),
             removed_similarity=to_host(self.similarity[near]), threshold=cfg.verify_threshold,
             lsh=self.family.report_section(cfg.lsh.threshold, cfg.verify_threshold),
-            wall_seconds=time.perf_counter() - self.t_start, peak_rss_mb=peak_rss_mb(), examples=shown)
+            wall_seconds=time.perf_counter() - self.t_start, peak_rss_mb=peak_rss_mb(), examples=shown,
+            kept=to_host(self.kept))
         report["resumed_from_checkpoint"] = self.ckpt.resumed
         report["run_fingerprint"] = self.ckpt.fingerprint
         report.update(self.ex.report_extras())
