@@ -90,12 +90,17 @@ class Checkpoints:
                 log.warning("checkpoints in %s belong to another run (fingerprint %s, this run %s: inputs, "
                             "config or code changed); starting over", self.dir, old, fingerprint)
                 shutil.rmtree(self.dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if not manifest.exists():
-            atomic_write_bytes(manifest, json.dumps({"fingerprint": fingerprint}).encode())
+        # the directory is made with the first checkpoint: a run that fails before one (a bad column) leaves none
         self.resumed = sorted(p.stem for p in self.dir.glob("*.npz"))
         if self.resumed:
             log.info("resuming: checkpoints found for %s", ", ".join(self.resumed))
+
+    def _ensure(self) -> None:
+        """The checkpoint directory and its manifest, before the first file goes in."""
+        manifest = self.dir / MANIFEST
+        if not manifest.exists():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(manifest, json.dumps({"fingerprint": self.fingerprint}).encode())
 
     def _path(self, unit: str) -> Path:
         return self.dir / f"{unit}.npz"
@@ -104,6 +109,7 @@ class Checkpoints:
         return self._path(unit).exists()
 
     def save(self, unit: str, arrays: dict, meta: dict) -> None:
+        self._ensure()
         tmp = self.dir / f".{unit}.npz.tmp"
         try:
             with open(tmp, "wb") as f:
@@ -133,6 +139,7 @@ class Checkpoints:
         return arrays, meta
 
     def mark(self, name: str, record: dict | None = None) -> None:
+        self._ensure()
         atomic_write_bytes(self.dir / f"{name}.done", json.dumps(record or {}).encode(), tmp_dir=self.dir)
 
     def marked(self, name: str):
