@@ -18,6 +18,7 @@ from gpu_dedup.backends.strings import arrow_column
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError, read_error
 from gpu_dedup.storage.discovery import Shard
+from gpu_dedup.storage.filesystems import open_stream, source
 from gpu_dedup.storage.jsonl import check_json_float_ids, read_jsonl
 from gpu_dedup.storage.parquet import parquet_schema, read_parquet
 
@@ -41,7 +42,7 @@ def read_rows(shard: Shard, cfg: InputConfig, rows) -> pa.Table:
     if shard.format != "parquet":
         return read_columns(shard, cfg).take(pa.array(rows))
     try:
-        meta = pq.ParquetFile(shard.path).metadata
+        meta = pq.ParquetFile(source(shard.path)).metadata
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise read_error(shard.path, exc, f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or "
                          "replace it") from None
@@ -205,7 +206,7 @@ def id_column_type(shard: Shard, name: str) -> str | None:
     'any' stands for JSON's types), or None when the shard has no such column of an id-like type."""
     try:
         if shard.format == "parquet":
-            schema = pq.read_schema(shard.path)
+            schema = pq.read_schema(source(shard.path))
             if name not in schema.names:
                 return None
             t = schema.field(name).type
@@ -213,7 +214,7 @@ def id_column_type(shard: Shard, name: str) -> str | None:
                   or pa.types.is_binary(t) or pa.types.is_large_binary(t))
             return str(t) if ok else None
         if shard.format == "jsonl":
-            with pa.input_stream(shard.path, compression="detect") as f:
+            with open_stream(shard.path) as f:
                 head = f.read(1 << 16)
             for line in head.split(b"\n")[:-1] or [head]:  # the first complete record
                 if line.strip():

@@ -14,10 +14,13 @@ import pyarrow.json as pajson
 from gpu_dedup.errors import InputError, read_error
 from gpu_dedup.kernels.lines_cpu import gather_lines, nonblank_lines
 from gpu_dedup.storage.discovery import COMPRESSED_EXT, Shard
+from gpu_dedup.storage.filesystems import is_url, read_buffer
 
 
 def read_bytes(path: str):
     """The shard's (decompressed) bytes as an Arrow buffer: memory-mapped when uncompressed."""
+    if is_url(path):  # an object in a store: downloaded whole
+        return read_buffer(path)
     try:
         if not path.lower().endswith(COMPRESSED_EXT):
             with pa.memory_map(path) as f:
