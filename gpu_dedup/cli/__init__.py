@@ -46,7 +46,7 @@ def _setup_logging(verbosity: int, quiet: bool) -> None:
     from gpu_dedup.run.progress import attach_to_handlers
 
     attach_to_handlers()  # log lines wipe a live progress line first (terminal)
-    for noisy in ("numba", "distributed", "bokeh", "tornado"):
+    for noisy in ("numba", "distributed", "bokeh", "tornado", "botocore", "aiobotocore", "s3fs", "fsspec", "gcsfs"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if verbosity == 0:
         # Dask sets its loggers' levels when it is imported (by --workers / --scheduler runs, later): ask it for

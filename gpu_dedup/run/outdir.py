@@ -51,6 +51,7 @@ from gpu_dedup.errors import OutputError, write_error
 from gpu_dedup.run.checkpoint import CHECKPOINT_DIR, maybe_crash
 from gpu_dedup.storage import (
     PARQUET_EXT,
+    is_url,
     atomic_write_bytes,
     check_unchanged,
     file_digest,
@@ -398,6 +399,9 @@ def check_output_path(out, inputs, read_back: str, what: str = "output directory
     """Refuse (exit 4), before anything is written, an output directory ``out`` that exists as a file or lies
     inside a directory among ``inputs`` (a path, or a list of them; globs and files are not directories), where
     a later run would read ``read_back``."""
+    if is_url(out):  # only a run's output directory may be an object store (run/remote_outdir.py)
+        raise OutputError(f"{what} {str(out)!r} is a URL; {flag} must be a local directory: only the output "
+                          "directory of `gpu-dedup run` (-o) may be in an object store")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise OutputError(f"{what} {str(out)!r} exists and is not a directory; {flag} names a directory: choose "
@@ -415,8 +419,8 @@ def check_report_files(out, json_name: str, png_name: str, keys: tuple, inputs=N
     existing file there that gpu_dedup did not write (its JSON lacks ``keys``; the picture counts as ours
     only beside our JSON, which is always written first), and an ``out`` inside an input directory (a
     later run would read the .json as an input shard)."""
-    out = Path(out)
     check_output_path(out, inputs, f"{json_name} as an input shard")
+    out = Path(out)
     ours = False
     path = out / json_name
     if os.path.lexists(path):
