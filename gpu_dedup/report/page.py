@@ -21,7 +21,7 @@ import numpy as np
 
 from gpu_dedup.curves import curve_axis, curve_formula, family_curve
 from gpu_dedup.report.svg import Chart, hbars
-from gpu_dedup.storage import atomic_write_bytes
+from gpu_dedup.storage import as_path, atomic_write_bytes
 
 log = logging.getLogger("gpu_dedup")
 
@@ -439,6 +439,6 @@ def _yaml(cfg: dict) -> str:
 def write_html(path, report: dict) -> Path:
     """Render ``report`` and write it to ``path`` atomically."""
 
-    path = Path(path)
+    path = as_path(path)  # a local path, or a URL (uploaded)
     atomic_write_bytes(path, render(report).encode("utf-8"))
     return path

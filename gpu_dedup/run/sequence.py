@@ -55,12 +55,14 @@ from gpu_dedup.run.outdir import (
     SUCCESS_NAME,
     OutputDir,
 )
+from gpu_dedup.run.remote_outdir import RemoteOutputDir
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
 from gpu_dedup.stages.buckets import Buckets
 from gpu_dedup.stages.edges import Centres, Edges, star_rounds
 from gpu_dedup.stages.exact import exact_groups
 from gpu_dedup.stages.selection import ranks_from_keys, split_chains, survivors
 from gpu_dedup.stages.write import check_id_column, duplicates_table
+from gpu_dedup.storage.filesystems import is_url
 
 log = logging.getLogger("gpu_dedup")
 
@@ -535,7 +537,8 @@ def open_output(out: Path, shards, inputs=None, cfg: Config | None = None, *, sh
     """Lock ``out`` for this run and refuse what would collide (see :mod:`gpu_dedup.run.outdir`);
     ``fresh``: a run that never resumes (its work directory starts empty).  The caller closes it."""
     duplicates = cfg.output.duplicates_table if cfg is not None else True
-    return OutputDir(out, shards, inputs, duplicates=duplicates, shards_written=shards_written).open(fresh=fresh)
+    kind = RemoteOutputDir if is_url(out) else OutputDir  # an object store: no rename, no flock (its module doc)
+    return kind(out, shards, inputs, duplicates=duplicates, shards_written=shards_written).open(fresh=fresh)
 
 
 def finish_output(job: Job, report: dict, ckpt, expected_rows: dict | None = None) -> None:

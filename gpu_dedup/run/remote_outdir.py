@@ -1,0 +1,410 @@
+"""An output directory in an object store (``-o s3://bucket/out/``): the rules of
+:mod:`gpu_dedup.run.outdir` where there is no rename and no ``flock``.
+
+An object store publishes an object whole or not at all, but cannot rename one, lock
+one or make several appear at once.  The same guarantees as on a local disk are kept
+this way:
+
+- **Lock object.**  ``<out>/.gpu_dedup.lock`` is created only if absent (a conditional
+  write: S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``; stores without one are
+  written after finding none, then read back) and holds a random owner token, pid, host
+  and start time.  A second run finds it and stops (exit 4) naming the holder.  A lock
+  left by a killed run on this host (its pid is gone) is taken over; a lock of another
+  host cannot be judged from here: the message says to delete the object if that run is
+  gone.  The token is read back before the commit and before ``_SUCCESS``: a run whose
+  lock was taken over publishes nothing.  The lock is deleted when the run ends.
+- **Staged prefix.**  Every output (shards, ``duplicates.parquet``, ``report.json``,
+  ``report.html``) and every checkpoint is uploaded under
+  ``<out>/.gpu_dedup_checkpoint/``; a process killed in an upload leaves no object
+  there, only an incomplete multipart upload, which the next run aborts.
+- **Commit.**  Each staged object is verified (present; size and SHA-256 as recorded
+  when it was uploaded, the SHA-256 kept in the object's metadata; Parquet: footer and
+  row count read back), the plan is written to the manifest
+  ``<out>/.gpu_dedup_manifest.json``, ``_SUCCESS`` is deleted, each staged object is
+  copied to its name (a server-side copy) and checked, the previous run's objects this
+  run does not produce are deleted, the staged prefix is deleted, the manifest is
+  written as complete and **``_SUCCESS`` last**, holding the run's fingerprint.  While
+  the commit runs, the prefix holds old and new objects and no ``_SUCCESS``: readers
+  must wait for ``_SUCCESS`` (as Spark's and Hadoop's readers do).  A run killed during
+  the commit is finished by the next run on the prefix, from any machine (the plan is
+  in the manifest, the staged objects in the store).
+- **Resume.**  Checkpoints live in the store beside the staged outputs, so rerunning
+  the same command resumes, on this machine or another.
+- **Ownership.**  The manifest records every object a run published (size, SHA-256 and
+  the store's ETag or generation); an object at an output name that is not listed, or
+  changed since, stops the run before anything is written (exit 4).  Nothing else under
+  the prefix is touched.
+- **Refused:** an output URL of a read-only store (``http://``, ``https://``), a glob as
+  an output, an output prefix inside an input prefix, an object where the output
+  "directory" would be.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import secrets
+import socket
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gpu_dedup.errors import OutputError
+from gpu_dedup.run.checkpoint import CHECKPOINT_DIR, maybe_crash
+from gpu_dedup.run.outdir import (
+    BOOKKEEPING,
+    DUPLICATES_NAME,
+    LOCK_NAME,
+    MANIFEST_NAME,
+    PUBLISHED,
+    STAGED,
+    SUCCESS_NAME,
+)
+from gpu_dedup.storage import PARQUET_EXT, check_unchanged
+from gpu_dedup.storage.filesystems import (
+    READ_ONLY,
+    RemotePath,
+    abort_uploads,
+    copy,
+    digest,
+    filesystem,
+    is_url,
+    protocol,
+    put_bytes,
+    put_exclusive,
+    remote_error,
+    remove_tree,
+    source,
+)
+
+log = logging.getLogger("gpu_dedup")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RemoteOutputDir:
+    """The output "directory" (a prefix of an object store) of one run; see the module doc.  The same
+    interface as :class:`gpu_dedup.run.outdir.OutputDir` (a context manager holding the lock)."""
+
+    def __init__(self, out, shards, inputs=(), *, duplicates: bool = True, shards_written: bool = True):
+        self.out = RemotePath(str(out))
+        self.shards = list(shards)
+        if isinstance(inputs, (str, os.PathLike, RemotePath)):
+            inputs = [inputs]
+        self.inputs = [str(i) for i in (inputs or ()) if isinstance(i, (str, os.PathLike, RemotePath))]
+        self.names = [s.name for s in self.shards if s.format != "memory"] if shards_written else []
+        self.published = [n for n in PUBLISHED if duplicates or n != DUPLICATES_NAME]
+        self.token = secrets.token_hex(16)
+        self._locked = False
+
+    @property
+    def work(self) -> RemotePath:
+        return self.out / CHECKPOINT_DIR
+
+    @property
+    def staging(self) -> RemotePath:
+        return self.work / STAGED
+
+    # ------------------------------------------------------------------ open / close
+    def __enter__(self) -> "RemoteOutputDir":
+        if not self._locked:
+            self.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def open(self, fresh: bool = False) -> "RemoteOutputDir":
+        """Refuse collisions, take the lock, finish an interrupted commit, refuse foreign objects."""
+        self._check_collisions()
+        self._lock()
+        try:
+            aborted = abort_uploads(self.work)
+            if aborted:
+                log.info("aborted %d unfinished upload(s) of an interrupted run under %s", aborted, self.work)
+            manifest = self._manifest()
+            if manifest.get("state") == "committing":
+                log.warning("finishing the interrupted commit of an earlier run in %s", self.out)
+                self._apply(manifest)
+            self._check_foreign()
+            if fresh:
+                remove_tree(self.work)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        if not self._locked:
+            return
+        self._locked = False
+        try:
+            if self._lock_holder().get("token") == self.token:
+                (self.out / LOCK_NAME).unlink(missing_ok=True)
+        except Exception:  # noqa: BLE001 - closing after a failure: the failure is what the user sees
+            log.debug("could not remove the lock object %s", self.out / LOCK_NAME, exc_info=True)
+
+    # ------------------------------------------------------------------ checks
+    def _check_collisions(self) -> None:
+        out = self.out
+        if protocol(out.url) in READ_ONLY:
+            raise OutputError(f"output {out.url!r}: {protocol(out.url)}:// URLs are read-only; write the outputs to a "
+                              "local directory or an object store (s3://, gs://, ...)")
+        if any(c in out.url for c in "*?["):
+            raise OutputError(f"output {out.url!r} is a glob pattern; -o names one directory or prefix")
+        try:
+            if out.is_file():
+                raise OutputError(f"output {out.url!r} is an object, not a prefix; -o names a directory: choose "
+                                  "another URL")
+        except OutputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a missing bucket, denied access: one message
+            raise remote_error(out.url, exc, reading=False) from None
+        for item in self.inputs:
+            if is_url(item) and not any(c in item for c in "*?["):
+                prefix = RemotePath(item)
+                if out == prefix or out.url.startswith(prefix.url + "/"):
+                    raise OutputError(f"output directory {out.url!r} is inside the input prefix {item!r}: a later run "
+                                      "would read its outputs as inputs; choose an output outside the inputs")
+        reserved = set(self.published) | set(BOOKKEEPING)
+        for s in self.shards:
+            if s.format == "memory":
+                continue
+            if s.name in reserved or s.name.split("/")[0] in BOOKKEEPING:
+                raise OutputError(
+                    f"input shard {s.path!r} would be written as {s.name!r}, a name gpu_dedup uses for its own "
+                    f"output ({', '.join(self.published)}); rename the input object, or pass it inside a prefix")
+            if str(out / s.name) == s.path:
+                raise OutputError(f"output {str(out / s.name)!r} would overwrite input shard {s.path!r}; choose "
+                                  "another output")
+            if s.path.startswith(self.work.url + "/"):
+                raise OutputError(f"input shard {s.path!r} lies in gpu_dedup's work prefix of {out.url!r}; give "
+                                  "the input shards themselves")
+
+    def _listing(self) -> dict:
+        """Every object under the output prefix: relative name -> info."""
+        fs, key = filesystem(self.out.url)
+        try:
+            found = fs.find(key.rstrip("/") + "/", detail=True)
+        except FileNotFoundError:
+            return {}
+        except Exception as exc:  # noqa: BLE001
+            raise remote_error(self.out.url, exc, reading=False) from None
+        root = key.rstrip("/") + "/"
+        return {k[len(root):]: v for k, v in found.items() if k.startswith(root) and v.get("type") == "file"}
+
+    def _check_foreign(self) -> None:
+        manifest = self._manifest()
+        owned = _owned(manifest)
+        for s in self.shards:
+            if s.format != "memory" and s.path.startswith(self.out.url + "/") and \
+                    s.path[len(self.out.url) + 1:] in owned:
+                raise OutputError(
+                    f"input shard {s.path!r} is an output of an earlier gpu_dedup run in {self.out.url!r}; the inputs "
+                    "must not include the output prefix: narrow the input pattern or choose another -o")
+        listing = self._listing()
+        for name in self.names + self.published:
+            if name not in listing:
+                continue
+            if name == SUCCESS_NAME and self._our_success(manifest):
+                continue
+            where = str(self.out / name)
+            if name not in owned:
+                raise OutputError(
+                    f"{where!r} exists and was not written by gpu_dedup (it is not in the output prefix's manifest "
+                    f"{MANIFEST_NAME}); the run would overwrite it: move it away or choose an empty output prefix")
+            if not _same(listing[name], owned[name]):
+                raise OutputError(
+                    f"{where!r} changed after gpu_dedup wrote it (size or ETag differ from its manifest "
+                    f"{MANIFEST_NAME}); the run would overwrite it: move it away, or delete it to let the run write "
+                    "it again")
+
+    def _our_success(self, manifest: dict) -> bool:
+        try:
+            return bool(manifest.get("fingerprint")) and \
+                (self.out / SUCCESS_NAME).read_text() == f"{manifest['fingerprint']}\n"
+        except (OSError, UnicodeDecodeError):
+            return False
+
+    # ------------------------------------------------------------------ lock
+    def _lock_holder(self) -> dict:
+        try:
+            data = json.loads((self.out / LOCK_NAME).read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError):
+            return {"holder": "unreadable lock object"}
+        return data if isinstance(data, dict) else {}
+
+    def _lock(self) -> None:
+        path = self.out / LOCK_NAME
+        body = json.dumps({"token": self.token, "pid": os.getpid(), "host": socket.gethostname(),
+                           "started": time.strftime("%Y-%m-%d %H:%M:%S")}).encode()
+        for _ in range(5):
+            if put_exclusive(path, body):
+                if self._lock_holder().get("token") == self.token:
+                    self._locked = True
+                    return
+                continue  # another run wrote it in the same moment (a store without conditional writes)
+            holder = self._lock_holder()
+            if not holder:
+                continue  # released meanwhile: try again
+            who = (f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}"
+                   if "pid" in holder else holder.get("holder", "unknown"))
+            pid = holder.get("pid")
+            if holder.get("host") == socket.gethostname() and isinstance(pid, int) and pid != os.getpid() \
+                    and not _pid_alive(pid):
+                log.warning("taking over the lock %s of a run that is gone (%s)", path, who)
+                path.unlink(missing_ok=True)
+                continue
+            raise OutputError(
+                f"output prefix {self.out.url!r} is in use by another gpu-dedup run ({who}); two runs cannot write "
+                f"one output: wait for it to finish, or choose another -o; if that run is gone (killed on another "
+                f"machine), delete the lock object {str(path)!r}")
+        raise OutputError(f"could not lock output prefix {self.out.url!r}: its lock object keeps changing; is another "
+                          "run starting there?")
+
+    def _check_lock(self) -> None:
+        """Still ours?  (A run whose lock was deleted or taken over publishes nothing.)"""
+        if self._lock_holder().get("token") != self.token:
+            raise OutputError(f"the lock object {str(self.out / LOCK_NAME)!r} of this run was deleted or taken over "
+                              "by another run; nothing more was published: rerun when no other run uses this output")
+
+    # ------------------------------------------------------------------ manifest
+    def _manifest(self) -> dict:
+        try:
+            data = json.loads((self.out / MANIFEST_NAME).read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError):
+            log.warning("the manifest %s in %s is unreadable; objects of earlier runs are treated as not "
+                        "gpu_dedup's", MANIFEST_NAME, self.out)
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _write_manifest(self, manifest: dict) -> None:
+        put_bytes(self.out / MANIFEST_NAME, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+
+    # ------------------------------------------------------------------ commit
+    def commit(self, fingerprint: str, expected_rows: dict, recorded: dict | None = None) -> dict:
+        """Verify the staged objects and publish them, ``_SUCCESS`` last (see the module doc)."""
+        check_unchanged(self.shards)
+        self._check_lock()
+        recorded = recorded or {}
+        staged_now = {k[len(STAGED) + 1:]: v for k, v in _listing_under(self.work).items()
+                      if k.startswith(STAGED + "/")}
+        files = {}
+        for name in self.names + [n for n in self.published if n != SUCCESS_NAME]:
+            staged = self.staging / name
+            if name not in staged_now:
+                raise OutputError(f"staged output {str(staged)!r} is missing; nothing was published: rerun "
+                                  "(with --restart if it happens again)")
+            got = digest(staged)
+            if name in recorded and recorded[name] != got:
+                raise OutputError(f"staged output {str(staged)!r} changed after it was written (size or SHA-256 "
+                                  "differ); nothing was published: rerun with --restart")
+            if name.lower().endswith(PARQUET_EXT):
+                try:
+                    with source(staged) as f:
+                        rows = pq.read_metadata(f).num_rows
+                except (OSError, pa.ArrowException) as exc:
+                    raise OutputError(f"staged output {str(staged)!r} is not a valid Parquet file ({exc}); nothing "
+                                      "was published: rerun with --restart") from None
+                if name in expected_rows and rows != expected_rows[name]:
+                    raise OutputError(f"staged output {str(staged)!r} holds {rows} rows, expected "
+                                      f"{expected_rows[name]}; nothing was published: rerun with --restart")
+            files[name] = got
+        previous = _owned(self._manifest())
+        plan = {"state": "committing", "fingerprint": fingerprint, "files": files,
+                "previous": {k: v for k, v in previous.items() if k not in files}}
+        self._write_manifest(plan)
+        maybe_crash("commit:planned")
+        return self._apply(plan)
+
+    def _apply(self, plan: dict) -> dict:
+        """Copy the planned objects to their names, delete the previous run's others, then manifest and _SUCCESS."""
+        (self.out / SUCCESS_NAME).unlink(missing_ok=True)
+        files = plan["files"]
+        staged_now = {k[len(STAGED) + 1:] for k in _listing_under(self.work) if k.startswith(STAGED + "/")}
+        for name, rec in files.items():
+            staged, final = self.staging / name, self.out / name
+            if name in staged_now:
+                copy(staged, final)
+                maybe_crash("commit:renamed")
+            got = _info(final)
+            if got is None or int(got.get("size") or -1) != rec["size"] or \
+                    (name not in staged_now and digest(final)["sha256"] != rec["sha256"]):
+                return self._abandon(plan)
+            rec["token"] = _token(got)
+        listing = self._listing()
+        for name, rec in plan["previous"].items():
+            if name in files or name == SUCCESS_NAME or name not in listing:
+                continue
+            if _same(listing[name], rec):
+                (self.out / name).unlink(missing_ok=True)
+            else:
+                log.warning("%s was written by an earlier run but changed since; left in place", self.out / name)
+        remove_tree(self.work)
+        self._write_manifest({"state": "complete", "fingerprint": plan["fingerprint"], "files": files})
+        maybe_crash("commit:before-success")
+        self._check_lock()
+        put_bytes(self.out / SUCCESS_NAME, f"{plan['fingerprint']}\n".encode())
+        return files
+
+    def _abandon(self, plan: dict) -> dict:
+        log.warning("an interrupted commit in %s cannot be completed (a staged output is gone); its objects are "
+                    "kept as gpu_dedup's and the next run writes them again", self.out)
+        owned = dict(plan["previous"])
+        listing = self._listing()
+        for name, rec in plan["files"].items():
+            if name in listing:
+                owned[name] = {**rec, "size": int(listing[name].get("size") or 0), "token": _token(listing[name])}
+        self._write_manifest({"state": "incomplete", "fingerprint": plan["fingerprint"], "files": {},
+                              "previous": owned})
+        remove_tree(self.work)
+        return {}
+
+
+def _owned(manifest: dict) -> dict:
+    files = dict(manifest.get("previous", {}))
+    files.update(manifest.get("files", {}))
+    return files
+
+
+def _token(info: dict) -> str:
+    return str(info.get("ETag") or info.get("etag") or info.get("generation") or info.get("md5Hash")
+               or info.get("LastModified") or info.get("mtime") or "")
+
+
+def _same(info: dict, rec: dict) -> bool:
+    """An object is as the manifest recorded it: same size and ETag (generation)."""
+    return int(info.get("size") or -1) == rec.get("size") and _token(info) == rec.get("token")
+
+
+def _info(path: RemotePath):
+    fs, key = filesystem(path.url)
+    try:
+        return fs.info(key)
+    except FileNotFoundError:
+        return None
+
+
+def _listing_under(prefix: RemotePath) -> dict:
+    fs, key = filesystem(prefix.url)
+    root = key.rstrip("/") + "/"
+    try:
+        found = fs.find(root, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {posixpath.normpath(k[len(root):]): v for k, v in found.items() if k.startswith(root)}
