@@ -188,13 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--workdir")
     b.set_defaults(func=cmd_bench_workers, quiet=False, verbose=0)
 
-    b = bench.add_parser("peers", help="gpu_dedup vs rensa and datasketch: end to end, signatures, quality, scaling")
+    b = bench.add_parser("peers", help="gpu_dedup vs rensa, datasketch and datatrove: end to end, signatures, quality, "
+                         "scaling")
     b.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000],
                    help="planted-corpus sizes (documents)")
     b.add_argument("--peer-max-docs", type=int, default=100_000, help="largest corpus the peers run on")
     b.add_argument("--real", default="debian-man", help="real corpus from installed Debian packages, or 'none'")
     b.add_argument("--tools", nargs="+", default=["gpu_dedup", "rensa", "datasketch"],
-                   choices=["gpu_dedup", "rensa", "datasketch"])
+                   choices=["gpu_dedup", "rensa", "datasketch", "datatrove"],
+                   help="tools to run (default: gpu_dedup rensa datasketch; datatrove runs on the planted corpora)")
     b.add_argument("--quality-sample", type=int, default=5000, help="documents sampled for recall/precision")
     b.add_argument("--quality-max-docs", type=int, default=200_000, help="score quality on corpora up to this size")
     b.add_argument("--signature-docs", type=int, default=100_000,
