@@ -239,10 +239,6 @@ def test_remote_paths_join_and_compare_as_paths_do():
 def test_what_cannot_be_in_a_store_is_refused(s3_server, bucket, corpus):
     with pytest.raises(OutputError, match="read-only"):
         run(corpus / "in", "https://example.invalid/out", CFG)
-    with pytest.raises(OutputError, match="must be a local directory"):
-        from gpu_dedup.index.commands import run as index_run
-
-        index_run(corpus / "in", corpus / "ix-out", CFG, index_out=f"s3://{bucket}/index")
     proc = _cli("evaluate", str(corpus / "in"), "-o", f"s3://{bucket}/eval", "--sample", "0", "--no-plot")
     assert proc.returncode == 4 and "must be a local directory" in proc.stderr, proc.stderr
     with pytest.raises(ConfigError, match="GPU_DEDUP_PART_BYTES"):
@@ -270,3 +266,49 @@ def test_local_paths_never_touch_fsspec(tmp_path, monkeypatch):
     write_shards(planted_corpus(n_docs=100, n_clusters=10, seed=1).table.select(["id", "text"]), tmp_path / "in", 2)
     run(tmp_path / "in", tmp_path / "out", CFG)
     assert (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_an_index_in_the_store_is_built_used_updated_and_queried(s3_server, bucket, corpus, tmp_path, monkeypatch):
+    """--index-out URL, --against URL --update-index, query URL and index info URL give what the same commands
+    give with a local index; the store's index is read through a local copy."""
+    from gpu_dedup.index.commands import run as index_run
+
+    monkeypatch.setenv("GPU_DEDUP_CACHE", str(tmp_path / "cache"))
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_shards(pq.read_table(corpus / "in" / "part-00000.parquet"), first, shards=1)
+    write_shards(pq.read_table(corpus / "in" / "part-00001.parquet"), second, shards=1)
+    url = f"s3://{bucket}/ix"
+    index_run(first, tmp_path / "o1", CFG, index_out=url)
+    index_run(first, tmp_path / "l1", CFG, index_out=tmp_path / "local-ix")
+    assert sorted(k.split("/", 1)[1] for k in _keys(s3_server, bucket, "ix/")) == \
+        ["manifest.json", "seg-00000/bands.arrow", "seg-00000/centers.arrow", "seg-00000/docs.arrow"]
+    with pytest.raises(InputError, match="an index already exists"):
+        index_run(first, tmp_path / "o1b", CFG, index_out=url)
+    remote = index_run(second, tmp_path / "o2", CFG, against=url, update_index=True)
+    local = index_run(second, tmp_path / "l2", CFG, against=tmp_path / "local-ix", update_index=True)
+    assert (tmp_path / "o2" / "duplicates.parquet").read_bytes() == (tmp_path / "l2" / "duplicates.parquet").read_bytes()
+    assert remote.report["counts"] == local.report["counts"] and remote.report["counts"]["removed_against_index"] > 0
+    manifest = json.loads(_get(s3_server, bucket, "ix/manifest.json"))
+    assert manifest["segments"] == ["seg-00000", "seg-00001"] and manifest["documents"] == 500
+    queries = "\n".join(pq.read_table(second / "part-00000.parquet").column("text").to_pylist()[:5]) + "\n"
+    env = {"GPU_DEDUP_CACHE": str(tmp_path / "cache2")}  # a fresh copy, downloaded by the query
+    q_remote = subprocess.run([sys.executable, "-m", "gpu_dedup", "query", url, "-q"], input=queries, text=True,
+                              capture_output=True, env=dict(os.environ, **env), timeout=600)
+    q_local = subprocess.run([sys.executable, "-m", "gpu_dedup", "query", str(tmp_path / "local-ix"), "-q"],
+                             input=queries, text=True, capture_output=True, timeout=600)
+    assert q_remote.returncode == 0, q_remote.stderr
+    assert q_remote.stdout == q_local.stdout and q_remote.stdout.count("\n") == 5
+    info = _cli("index", "info", url, env=env)
+    assert info.returncode == 0 and json.loads(info.stdout)["path"] == url and json.loads(info.stdout)["documents"] == 500
+    # another run appended meanwhile: this one refuses to publish a manifest without it
+    from gpu_dedup.index.remote import open_index
+
+    stale = open_index(url, CFG)
+    index_run(second, tmp_path / "o3", CFG, against=url, update_index=True)
+    with pytest.raises(OutputError, match="changed since this run opened it"):
+        index_run(second, tmp_path / "o4", CFG, against=stale, update_index=True)
+    assert json.loads(_get(s3_server, bucket, "ix/manifest.json"))["segments"] == ["seg-00000", "seg-00001",
+                                                                                    "seg-00002"]
+    fresh = open_index(url, CFG)  # the refused append's local segment is not taken for the store's
+    assert fresh.documents == 750
+    assert (fresh.path / "seg-00002" / "docs.arrow").read_bytes() == _get(s3_server, bucket, "ix/seg-00002/docs.arrow")
