@@ -16,6 +16,7 @@ from gpu_dedup.errors import (
     GpuDedupError,
     InputError,
 )
+from gpu_dedup.storage.filesystems import as_path
 
 log = logging.getLogger("gpu_dedup")
 
@@ -69,9 +70,9 @@ def _with_id_column(args, cfg: Config) -> Config:
     against = getattr(args, "against", None)
     if against is not None:
         try:
-            name = json.loads((Path(against) / "manifest.json").read_text(encoding="utf-8")).get("id_column", "id")
-        except (OSError, ValueError, AttributeError):
-            return cfg  # not an index: the run says so
+            name = json.loads((as_path(against) / "manifest.json").read_text(encoding="utf-8")).get("id_column", "id")
+        except (OSError, ValueError, AttributeError, GpuDedupError):
+            return cfg  # not an index (or not reachable): the run says so
         if name:
             log.info("using the input column %r as document ids, as the index %s does (--id-column)", name, against)
             return cfg.with_overrides({"input.id_column": name})
@@ -140,9 +141,9 @@ def cmd_index_build(args) -> int:
 def cmd_index_info(args) -> int:
     import json
 
-    from gpu_dedup.index.store import Index
+    from gpu_dedup.index.remote import open_index
 
-    print(json.dumps(Index.open(args.index).info(), indent=2))
+    print(json.dumps(open_index(args.index).info(), indent=2))
     return 0
 
 
@@ -152,9 +153,9 @@ def cmd_query(args) -> int:
     import numpy as np
     import pyarrow as pa
 
-    from gpu_dedup.index.store import Index
+    from gpu_dedup.index.remote import open_index
 
-    index = Index.open(args.index)
+    index = open_index(args.index)  # a directory, or a URL (a local copy)
     try:
         stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8", errors="replace")
     except OSError as exc:

@@ -400,8 +400,8 @@ def check_output_path(out, inputs, read_back: str, what: str = "output directory
     inside a directory among ``inputs`` (a path, or a list of them; globs and files are not directories), where
     a later run would read ``read_back``."""
     if is_url(out):  # only a run's output directory may be an object store (run/remote_outdir.py)
-        raise OutputError(f"{what} {str(out)!r} is a URL; {flag} must be a local directory: only the output "
-                          "directory of `gpu-dedup run` (-o) may be in an object store")
+        raise OutputError(f"{what} {str(out)!r} is a URL; {flag} must be a local directory here (run outputs and "
+                          "indexes may be in an object store, evaluate and tune outputs may not)")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise OutputError(f"{what} {str(out)!r} exists and is not a directory; {flag} names a directory: choose "
