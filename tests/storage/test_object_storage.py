@@ -312,3 +312,18 @@ def test_an_index_in_the_store_is_built_used_updated_and_queried(s3_server, buck
     fresh = open_index(url, CFG)  # the refused append's local segment is not taken for the store's
     assert fresh.documents == 750
     assert (fresh.path / "seg-00002" / "docs.arrow").read_bytes() == _get(s3_server, bucket, "ix/seg-00002/docs.arrow")
+
+
+def test_compressed_json_lines_in_the_store(s3_server, bucket, tmp_path):
+    """A .jsonl.gz object is read and its kept lines written back, compressed, as a local run does."""
+    import gzip
+
+    rows = planted_corpus(n_docs=300, n_clusters=30, seed=4).table.select(["id", "text"]).to_pylist()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    _upload(s3_server, bucket, tmp_path / "in", "gz")
+    remote = run(f"s3://{bucket}/gz/a.jsonl.gz", f"s3://{bucket}/gz-out", CFG)
+    local = run(tmp_path / "in" / "a.jsonl.gz", tmp_path / "out", CFG)
+    assert remote.report["counts"] == local.report["counts"] and remote.report["counts"]["removed"] > 0
+    assert gzip.decompress(_get(s3_server, bucket, "gz-out/a.jsonl.gz")) == \
+        gzip.decompress((tmp_path / "out" / "a.jsonl.gz").read_bytes())
