@@ -44,26 +44,21 @@ from __future__ import annotations
 import json
 import logging
 import os
-import posixpath
 import secrets
 import socket
 import time
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from gpu_dedup.errors import OutputError
-from gpu_dedup.run.checkpoint import CHECKPOINT_DIR, maybe_crash
+from gpu_dedup.run.checkpoint import maybe_crash
 from gpu_dedup.run.outdir import (
     BOOKKEEPING,
-    DUPLICATES_NAME,
     LOCK_NAME,
     MANIFEST_NAME,
-    PUBLISHED,
     STAGED,
     SUCCESS_NAME,
+    OutputDir,
+    _pid_alive,
 )
-from gpu_dedup.storage import PARQUET_EXT, check_unchanged
 from gpu_dedup.storage.filesystems import (
     READ_ONLY,
     RemotePath,
@@ -77,78 +72,36 @@ from gpu_dedup.storage.filesystems import (
     put_exclusive,
     remote_error,
     remove_tree,
-    source,
 )
 
 log = logging.getLogger("gpu_dedup")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class RemoteOutputDir:
-    """The output "directory" (a prefix of an object store) of one run; see the module doc.  The same
-    interface as :class:`gpu_dedup.run.outdir.OutputDir` (a context manager holding the lock)."""
+class RemoteOutputDir(OutputDir):
+    """The output "directory" (a prefix of an object store) of one run; see the module doc.  The interface of
+    :class:`gpu_dedup.run.outdir.OutputDir` (a context manager holding the lock: here a lock object)."""
 
     def __init__(self, out, shards, inputs=(), *, duplicates: bool = True, shards_written: bool = True):
-        self.out = RemotePath(str(out))
-        self.shards = list(shards)
         if isinstance(inputs, (str, os.PathLike, RemotePath)):
             inputs = [inputs]
-        self.inputs = [str(i) for i in (inputs or ()) if isinstance(i, (str, os.PathLike, RemotePath))]
-        self.names = [s.name for s in self.shards if s.format != "memory"] if shards_written else []
-        self.published = [n for n in PUBLISHED if duplicates or n != DUPLICATES_NAME]
-        self.token = secrets.token_hex(16)
-        self._locked = False
-
-    @property
-    def work(self) -> RemotePath:
-        return self.out / CHECKPOINT_DIR
-
-    @property
-    def staging(self) -> RemotePath:
-        return self.work / STAGED
+        super().__init__(str(out), shards, [str(i) if isinstance(i, RemotePath) else i for i in inputs or ()],
+                         duplicates=duplicates, shards_written=shards_written)
+        self.out = RemotePath(str(out))
+        self.inputs = [str(i) for i in self.inputs]
+        self.token = secrets.token_hex(16)  # ``_fd`` holds it while this run holds the lock object
 
     # ------------------------------------------------------------------ open / close
-    def __enter__(self) -> "RemoteOutputDir":
-        if not self._locked:
-            self.open()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def open(self, fresh: bool = False) -> "RemoteOutputDir":
-        """Refuse collisions, take the lock, finish an interrupted commit, refuse foreign objects."""
-        self._check_collisions()
-        self._lock()
-        try:
-            aborted = abort_uploads(self.work)
-            if aborted:
-                log.info("aborted %d unfinished upload(s) of an interrupted run under %s", aborted, self.work)
-            manifest = self._manifest()
-            if manifest.get("state") == "committing":
-                log.warning("finishing the interrupted commit of an earlier run in %s", self.out)
-                self._apply(manifest)
-            self._check_foreign()
-            if fresh:
-                remove_tree(self.work)
-        except BaseException:
-            self.close()
-            raise
-        return self
+    # open(): the local directory's (collisions, lock, interrupted commit, foreign objects), with these steps
+    def _sweep_temporaries(self) -> None:
+        """What a killed run leaves in a store: incomplete multipart uploads, aborted."""
+        aborted = abort_uploads(self.work)
+        if aborted:
+            log.info("aborted %d unfinished upload(s) of an interrupted run under %s", aborted, self.work)
 
     def close(self) -> None:
-        if not self._locked:
+        if self._fd is None:
             return
-        self._locked = False
+        self._fd = None
         try:
             if self._lock_holder().get("token") == self.token:
                 (self.out / LOCK_NAME).unlink(missing_ok=True)
@@ -194,19 +147,14 @@ class RemoteOutputDir:
 
     def _listing(self) -> dict:
         """Every object under the output prefix: relative name -> info."""
-        fs, key = filesystem(self.out.url)
         try:
-            found = fs.find(key.rstrip("/") + "/", detail=True)
-        except FileNotFoundError:
-            return {}
-        except Exception as exc:  # noqa: BLE001
+            return _listing_under(self.out)
+        except Exception as exc:  # noqa: BLE001 - a missing bucket, denied access: one message
             raise remote_error(self.out.url, exc, reading=False) from None
-        root = key.rstrip("/") + "/"
-        return {k[len(root):]: v for k, v in found.items() if k.startswith(root) and v.get("type") == "file"}
 
     def _check_foreign(self) -> None:
         manifest = self._manifest()
-        owned = _owned(manifest)
+        owned = self._owned(manifest)
         for s in self.shards:
             if s.format != "memory" and s.path.startswith(self.out.url + "/") and \
                     s.path[len(self.out.url) + 1:] in owned:
@@ -230,13 +178,6 @@ class RemoteOutputDir:
                     f"{MANIFEST_NAME}); the run would overwrite it: move it away, or delete it to let the run write "
                     "it again")
 
-    def _our_success(self, manifest: dict) -> bool:
-        try:
-            return bool(manifest.get("fingerprint")) and \
-                (self.out / SUCCESS_NAME).read_text() == f"{manifest['fingerprint']}\n"
-        except (OSError, UnicodeDecodeError):
-            return False
-
     # ------------------------------------------------------------------ lock
     def _lock_holder(self) -> dict:
         try:
@@ -254,7 +195,7 @@ class RemoteOutputDir:
         for _ in range(5):
             if put_exclusive(path, body):
                 if self._lock_holder().get("token") == self.token:
-                    self._locked = True
+                    self._fd = self.token
                     return
                 continue  # another run wrote it in the same moment (a store without conditional writes)
             holder = self._lock_holder()
@@ -281,56 +222,12 @@ class RemoteOutputDir:
             raise OutputError(f"the lock object {str(self.out / LOCK_NAME)!r} of this run was deleted or taken over "
                               "by another run; nothing more was published: rerun when no other run uses this output")
 
-    # ------------------------------------------------------------------ manifest
-    def _manifest(self) -> dict:
-        try:
-            data = json.loads((self.out / MANIFEST_NAME).read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError):
-            log.warning("the manifest %s in %s is unreadable; objects of earlier runs are treated as not "
-                        "gpu_dedup's", MANIFEST_NAME, self.out)
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def _write_manifest(self, manifest: dict) -> None:
-        put_bytes(self.out / MANIFEST_NAME, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
-
     # ------------------------------------------------------------------ commit
     def commit(self, fingerprint: str, expected_rows: dict, recorded: dict | None = None) -> dict:
-        """Verify the staged objects and publish them, ``_SUCCESS`` last (see the module doc)."""
-        check_unchanged(self.shards)
+        """Verify the staged objects and publish them, ``_SUCCESS`` last (see the module doc): the local
+        directory's commit (its reads and writes of a URL go to the store), while this run holds the lock."""
         self._check_lock()
-        recorded = recorded or {}
-        staged_now = {k[len(STAGED) + 1:]: v for k, v in _listing_under(self.work).items()
-                      if k.startswith(STAGED + "/")}
-        files = {}
-        for name in self.names + [n for n in self.published if n != SUCCESS_NAME]:
-            staged = self.staging / name
-            if name not in staged_now:
-                raise OutputError(f"staged output {str(staged)!r} is missing; nothing was published: rerun "
-                                  "(with --restart if it happens again)")
-            got = digest(staged)
-            if name in recorded and recorded[name] != got:
-                raise OutputError(f"staged output {str(staged)!r} changed after it was written (size or SHA-256 "
-                                  "differ); nothing was published: rerun with --restart")
-            if name.lower().endswith(PARQUET_EXT):
-                try:
-                    with source(staged) as f:
-                        rows = pq.read_metadata(f).num_rows
-                except (OSError, pa.ArrowException) as exc:
-                    raise OutputError(f"staged output {str(staged)!r} is not a valid Parquet file ({exc}); nothing "
-                                      "was published: rerun with --restart") from None
-                if name in expected_rows and rows != expected_rows[name]:
-                    raise OutputError(f"staged output {str(staged)!r} holds {rows} rows, expected "
-                                      f"{expected_rows[name]}; nothing was published: rerun with --restart")
-            files[name] = got
-        previous = _owned(self._manifest())
-        plan = {"state": "committing", "fingerprint": fingerprint, "files": files,
-                "previous": {k: v for k, v in previous.items() if k not in files}}
-        self._write_manifest(plan)
-        maybe_crash("commit:planned")
-        return self._apply(plan)
+        return super().commit(fingerprint, expected_rows, recorded)
 
     def _apply(self, plan: dict) -> dict:
         """Copy the planned objects to their names, delete the previous run's others, then manifest and _SUCCESS."""
@@ -362,24 +259,10 @@ class RemoteOutputDir:
         put_bytes(self.out / SUCCESS_NAME, f"{plan['fingerprint']}\n".encode())
         return files
 
-    def _abandon(self, plan: dict) -> dict:
-        log.warning("an interrupted commit in %s cannot be completed (a staged output is gone); its objects are "
-                    "kept as gpu_dedup's and the next run writes them again", self.out)
-        owned = dict(plan["previous"])
-        listing = self._listing()
-        for name, rec in plan["files"].items():
-            if name in listing:
-                owned[name] = {**rec, "size": int(listing[name].get("size") or 0), "token": _token(listing[name])}
-        self._write_manifest({"state": "incomplete", "fingerprint": plan["fingerprint"], "files": {},
-                              "previous": owned})
-        remove_tree(self.work)
-        return {}
-
-
-def _owned(manifest: dict) -> dict:
-    files = dict(manifest.get("previous", {}))
-    files.update(manifest.get("files", {}))
-    return files
+    def _stamp(self, name: str) -> dict | None:
+        """Size and ETag (generation) of the object ``name``, or None when there is none."""
+        got = _info(self.out / name)
+        return None if got is None else {"size": int(got.get("size") or 0), "token": _token(got)}
 
 
 def _token(info: dict) -> str:
@@ -401,10 +284,11 @@ def _info(path: RemotePath):
 
 
 def _listing_under(prefix: RemotePath) -> dict:
+    """The objects under ``prefix``: name relative to it -> the store's info."""
     fs, key = filesystem(prefix.url)
     root = key.rstrip("/") + "/"
     try:
         found = fs.find(root, detail=True)
     except FileNotFoundError:
         return {}
-    return {posixpath.normpath(k[len(root):]): v for k, v in found.items() if k.startswith(root)}
+    return {k[len(root):]: v for k, v in found.items() if k.startswith(root) and v.get("type") == "file"}

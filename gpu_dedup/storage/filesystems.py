@@ -572,12 +572,17 @@ def copy(src, dst) -> None:
         raise _write_failure(str(dst), exc) from None
 
 
-def remove_tree(path) -> None:
-    """Delete a directory tree: a local one, or every object under a prefix."""
+def remove_tree(path, missing_ok: bool = True) -> None:
+    """Delete a directory tree: a local one (errors raised, a missing one too unless ``missing_ok``), or every
+    object under a prefix."""
     if not is_url(path):
         import shutil
 
-        shutil.rmtree(path, ignore_errors=True)
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
         return
     fs, key = filesystem(str(path))
     try:
