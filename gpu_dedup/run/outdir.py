@@ -49,9 +49,11 @@ import pyarrow.parquet as pq
 
 from gpu_dedup.errors import OutputError, write_error
 from gpu_dedup.run.checkpoint import CHECKPOINT_DIR, maybe_crash
+from gpu_dedup.storage.filesystems import remove_tree
 from gpu_dedup.storage import (
     PARQUET_EXT,
     is_url,
+    source,
     atomic_write_bytes,
     check_unchanged,
     file_digest,
@@ -140,7 +142,7 @@ class OutputDir:
                 self._roll_forward(manifest)
             self._check_foreign()
             if fresh and self.work.exists():
-                shutil.rmtree(self.work)
+                remove_tree(self.work)  # a local directory, or the objects under a prefix
         except BaseException:
             self.close()
             raise
@@ -324,7 +326,7 @@ class OutputDir:
                                   "differ); nothing was published: rerun with --restart")
             if name.lower().endswith(PARQUET_EXT):
                 try:
-                    rows = pq.read_metadata(staged).num_rows
+                    rows = pq.read_metadata(source(staged)).num_rows  # a local file, or an object (URL)
                 except (OSError, pa.ArrowException) as exc:
                     raise OutputError(f"staged output {str(staged)!r} is not a valid Parquet file ({exc}); nothing "
                                       "was published: rerun with --restart") from None
@@ -372,14 +374,20 @@ class OutputDir:
                     "kept as gpu_dedup's and the next run writes them again", self.out)
         owned = dict(plan["previous"])
         for name, rec in plan["files"].items():
-            if os.path.lexists(self.out / name):
-                st = os.stat(self.out / name)
-                owned[name] = {**rec, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+            stamp = self._stamp(name)
+            if stamp is not None:
+                owned[name] = {**rec, **stamp}
         self._write_manifest({"state": "incomplete", "fingerprint": plan["fingerprint"], "files": {},
                               "previous": owned})
-        if self.work.exists():
-            shutil.rmtree(self.work)
+        remove_tree(self.work)
         return {}
+
+    def _stamp(self, name: str) -> dict | None:
+        """What tells later whether output ``name`` changed (its size and mtime), or None when it is not there."""
+        if not os.path.lexists(self.out / name):
+            return None
+        st = os.stat(self.out / name)
+        return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
     def _roll_forward(self, manifest: dict) -> None:
         log.warning("finishing the interrupted commit of an earlier run in %s", self.out)
