@@ -139,12 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run", help="deduplicate Parquet / JSONL shards")
-    p.add_argument("inputs", nargs="+", help="shard files, directories or glob patterns")
-    p.add_argument("-o", "--output", required=True, help="output directory")
+    p.add_argument("inputs", nargs="+", help="shard files, directories or glob patterns, local or object-store URLs "
+                   "(s3://bucket/crawl/, gs://...; docs/object-storage.md)")
+    p.add_argument("-o", "--output", required=True, help="output directory, or an object-store prefix (s3://bucket/out/)")
     p.add_argument("--restart", action="store_true",
                    help="ignore checkpoints of an interrupted run in the output directory and start over")
-    p.add_argument("--index-out", help="also write a persisted index of the inputs to this directory")
-    p.add_argument("--against", metavar="INDEX", help="deduplicate against a persisted index (indexed documents win)")
+    p.add_argument("--index-out", help="also write a persisted index of the inputs to this directory (or URL)")
+    p.add_argument("--against", metavar="INDEX", help="deduplicate against a persisted index, a directory or URL "
+                   "(indexed documents win)")
     p.add_argument("--update-index", action="store_true", help="with --against: append the inputs to the index")
     p.add_argument("--no-shards", action="store_true",
                    help="write no deduplicated shards, only duplicates.parquet (which rows to remove) and the report "
