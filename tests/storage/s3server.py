@@ -27,6 +27,17 @@ POLICY = {
 REGION = "us-east-1"
 
 
+def _die_with_parent() -> None:
+    """In the server's process (Linux): SIGTERM when the test process dies, even by SIGKILL."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the fixture's teardown stops it
+        pass
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -40,7 +51,15 @@ class S3Server:
         self.port = _free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent)
+        try:
+            self._set_up()
+        except BaseException:  # never leave the server running when its set-up fails
+            self.stop()
+            raise
+
+    def _set_up(self) -> None:
         deadline = time.monotonic() + 60
         while True:
             try:
