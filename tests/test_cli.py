@@ -110,7 +110,7 @@ def test_run_logs_every_stage_with_counts_and_rate_and_is_silent_with_quiet(tmp_
     assert proc.returncode == 0, proc.stderr
     assert "\r" not in proc.stderr  # no terminal redraws in a log
     for stage in STAGES:
-        assert f"INFO stage {stage} ..." in proc.stderr, stage
+        assert f"stage {stage} ..." not in proc.stderr, stage  # one line per stage in a batch log: its end
         done = re.search(rf"INFO stage {stage} done in [0-9.]+s: ([0-9,]+)/([0-9,]+) [a-z ]+, [0-9,]+ [a-z ]+/s",
                          proc.stderr)
         assert done and done.group(1) == done.group(2), (stage, proc.stderr)
@@ -122,6 +122,29 @@ def test_run_logs_every_stage_with_counts_and_rate_and_is_silent_with_quiet(tmp_
 
 
 # ---------------------------------------------------------------- what a new user meets
+
+
+def test_quiet_hides_warnings_and_a_cpu_install_hears_nothing_of_cupy(tmp_path):
+    """-q shows nothing, a warning about the data included; a CPU install is not told about CuPy at every run."""
+    import importlib.util
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    pq.write_table(pa.table({"id": [1, 1, 2], "text": ["a b c d e f", "g h i j k l", "m n o p q r"]}), inp / "a.parquet")
+    cmd = [sys.executable, "-m", "gpu_dedup", "run", str(inp), "--id-column", "id"]  # backend auto
+    loud = subprocess.run(cmd + ["-o", str(tmp_path / "loud")], capture_output=True, text=True, timeout=600)
+    assert loud.returncode == 0, loud.stderr
+    assert "WARNING 1 rows repeat an id" in loud.stderr
+    if importlib.util.find_spec("cupy") is None:  # a CPU install: the fallback reason only at -v
+        assert "CuPy" not in loud.stderr and "backend auto" not in loud.stderr
+        verbose = subprocess.run(cmd + ["-o", str(tmp_path / "verbose"), "-v"], capture_output=True, text=True,
+                                 timeout=600)
+        assert "DEBUG backend auto: using the CPU" in verbose.stderr
+    quiet = subprocess.run(cmd + ["-o", str(tmp_path / "quiet"), "-q"], capture_output=True, text=True, timeout=600)
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""
 
 
 def _with_ids(tmp_path, ids, name="in"):
@@ -682,3 +705,38 @@ def test_an_interrupted_index_build_leaves_no_index_and_says_so(tmp_path):
     assert stopped.returncode == 130 and f"no index was left in {str(tmp_path / 'ix')!r}" in err, err
     assert not (tmp_path / "ix" / "manifest.json").exists() and not (tmp_path / "ix" / "seg-00000").exists()
     assert _gpu_dedup(*args).returncode == 0
+
+
+def test_a_misspelled_flag_names_the_close_one_on_the_subcommands_usage(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "in/", "-o", "out/", "--treshold", "0.7"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.startswith("usage: gpu-dedup run ") and "gpu-dedup run: error: unrecognized arguments" in err
+    assert "--treshold: did you mean --threshold?" in err
+    with pytest.raises(SystemExit):
+        main(["bench", "peers", "--quality-smaple", "10"])
+    err = capsys.readouterr().err
+    assert "usage: gpu-dedup bench peers" in err and "did you mean --quality-sample?" in err
+
+
+def test_tune_sample_corpus_and_its_old_spelling(tmp_path, capsys):
+    """--sample is a count in evaluate; tune's corpus is --sample-corpus (the old --sample still works, saying so)."""
+    inp = _planted_dir(tmp_path, 200)
+    args = ["tune", "--backend", "cpu", "--sample-size", "100", "--confirm", "1", "--no-plot", "--id-column", "id"]
+    assert main(args + ["--sample-corpus", str(inp), "-o", str(tmp_path / "new"), "-q"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(args + ["--sample", str(inp), "-o", str(tmp_path / "old"), "-q"]) == 0
+    assert "--sample is deprecated; use --sample-corpus" in capsys.readouterr().err
+    new = json.loads((tmp_path / "new" / "tune.json").read_text())
+    old = json.loads((tmp_path / "old" / "tune.json").read_text())
+    assert new["empirical"]["corpus"]["sample"] == old["empirical"]["corpus"]["sample"] == 100
+    assert [x["recall_at_threshold"] for x in new["empirical"]["layouts"]] == \
+        [x["recall_at_threshold"] for x in old["empirical"]["layouts"]]
+
+
+def test_query_help_says_plain_text_is_one_query_per_line(capsys):
+    with pytest.raises(SystemExit):
+        main(["query", "--help"])
+    out = capsys.readouterr().out
+    assert "one query per line" in out and "--jsonl" in out

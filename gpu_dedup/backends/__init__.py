@@ -13,6 +13,7 @@ asked for, so a CPU install never needs them.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 
 import numpy
@@ -71,7 +72,10 @@ def get_backend(name: str = "auto"):
             return _load("gpu")
         except BackendError as exc:  # the GPU is probed once per process: its absence does not change
             _AUTO_FALLBACK.append(str(exc))
-            log.info("backend auto: using the CPU (%s)", exc)
+            # without the GPU packages (a CPU install) the CPU is what the user asked for: the reason at -v;
+            # with them installed but unusable, the user meant the GPU: said once, at INFO
+            installed = importlib.util.find_spec("cupy") is not None
+            log.log(logging.INFO if installed else logging.DEBUG, "backend auto: using the CPU (%s)", exc)
     return _load("cpu")
 
 

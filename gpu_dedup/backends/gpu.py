@@ -111,7 +111,12 @@ def corpus_estimate(shards, text_column: str, xp=np) -> tuple[int, int]:
                     offsets = column_buffers(shard.text, xp)[0]
                     text += int(offsets[-1] - offsets[0]) + 8 * len(shard.text)
             elif shard.format == "parquet":
-                meta = pq.ParquetFile(shard.path).metadata
+                src = shard.path
+                if "://" in src:  # an object in a store (storage.filesystems): opened through fsspec
+                    import fsspec
+
+                    src = fsspec.open(src, "rb").open()
+                meta = pq.ParquetFile(src).metadata
                 rows += meta.num_rows
                 for g in range(meta.num_row_groups):
                     group = meta.row_group(g)
@@ -120,7 +125,7 @@ def corpus_estimate(shards, text_column: str, xp=np) -> tuple[int, int]:
                             text += group.column(c).total_uncompressed_size
             else:
                 compressed = os.path.splitext(str(shard.path))[1] in (".gz", ".zst", ".bz2", ".xz")
-                size = os.path.getsize(shard.path) * (4 if compressed else 1)
+                size = (shard.size or os.path.getsize(shard.path)) * (4 if compressed else 1)
                 text += size
                 rows += size // 256
         except Exception:  # an unreadable shard: the read stage reports it

@@ -14,7 +14,7 @@ import sys
 import threading
 
 from gpu_dedup.cli.commands import cmd_bench_own_parser
-from gpu_dedup.cli.parser import build_parser
+from gpu_dedup.cli.parser import build_parser, unrecognized
 from gpu_dedup.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERNAL,
@@ -53,12 +53,13 @@ class _AbandonedGather(logging.Filter):
 def _setup_logging(verbosity: int, quiet: bool) -> None:
     import os
 
-    level = logging.WARNING if quiet else (logging.DEBUG if verbosity > 0 else logging.INFO)
+    # -q: nothing but errors (a run's own failure is one line on stderr, printed by main, not logged)
+    level = logging.ERROR if quiet else (logging.DEBUG if verbosity > 0 else logging.INFO)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     from gpu_dedup.run.progress import attach_to_handlers
 
     attach_to_handlers()  # log lines wipe a live progress line first (terminal)
-    for noisy in ("numba", "distributed", "bokeh", "tornado"):
+    for noisy in ("numba", "distributed", "bokeh", "tornado", "botocore", "aiobotocore", "s3fs", "fsspec", "gcsfs"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     asyncio_log = logging.getLogger("asyncio")
     if not any(isinstance(f, _AbandonedGather) for f in asyncio_log.filters):
@@ -171,7 +172,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and getattr(args, "func", None) is not cmd_bench_own_parser:
-        parser.error("unrecognized arguments: " + " ".join(rest))
+        unrecognized(parser, args, rest)
     if rest:
         args.bench_args = rest
     _setup_logging(args.verbose, args.quiet)

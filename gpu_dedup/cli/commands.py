@@ -19,6 +19,7 @@ from gpu_dedup.errors import (
     Interrupted,
     OutputError,
 )
+from gpu_dedup.storage.filesystems import as_path
 
 log = logging.getLogger("gpu_dedup")
 
@@ -74,9 +75,9 @@ def _with_id_column(args, cfg: Config) -> Config:
     against = getattr(args, "against", None)
     if against is not None:
         try:
-            name = json.loads((Path(against) / "manifest.json").read_text(encoding="utf-8")).get("id_column", "id")
-        except (OSError, ValueError, AttributeError):
-            return cfg  # not an index: the run says so
+            name = json.loads((as_path(against) / "manifest.json").read_text(encoding="utf-8")).get("id_column", "id")
+        except (OSError, ValueError, AttributeError, GpuDedupError):
+            return cfg  # not an index (or not reachable): the run says so
         if not isinstance(name, str):
             return cfg  # a damaged manifest: opening the index says so
         if name:
@@ -151,9 +152,9 @@ def cmd_index_build(args) -> int:
 def cmd_index_info(args) -> int:
     import json
 
-    from gpu_dedup.index.store import Index
+    from gpu_dedup.index.remote import open_index
 
-    print(json.dumps(Index.open(args.index).info(), indent=2))
+    print(json.dumps(open_index(args.index).info(), indent=2))
     return 0
 
 
@@ -163,9 +164,9 @@ def cmd_query(args) -> int:
     import numpy as np
     import pyarrow as pa
 
-    from gpu_dedup.index.store import Index
+    from gpu_dedup.index.remote import open_index
 
-    index = Index.open(args.index)
+    index = open_index(args.index)  # a directory, or a URL (a local copy)
     lines = _query_lines(args.file, args.index)
     by_vector = index.similarity == "cosine" and index.manifest["config"].get("source") == "vectors"
     if by_vector:  # a cosine index of vectors: JSONL queries with a vector column

@@ -16,20 +16,22 @@ from pathlib import Path
 from gpu_dedup import storage
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError, InputError, OutputError
-from gpu_dedup.index.store import Index, IndexBuilder
+from gpu_dedup.index.remote import index_builder, open_index
+from gpu_dedup.index.store import Index
 from gpu_dedup.run import local
 from gpu_dedup.run.contract import one_process_only
 from gpu_dedup.run.checkpoint import run_fingerprint
 from gpu_dedup.run.outdir import check_output_path
 from gpu_dedup.run.sequence import RunResult
+from gpu_dedup.storage.filesystems import is_url
 
 log = logging.getLogger("gpu_dedup")
 
 
 def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, index_out=None, against=None,
         update_index: bool = False, write_shards: bool = True) -> RunResult:
-    """:func:`gpu_dedup.run.local.run` with an index: ``index_out`` (a path: build a new index of the
-    inputs), ``against`` (a path or an opened :class:`Index`: deduplicate against it) and
+    """:func:`gpu_dedup.run.local.run` with an index: ``index_out`` (a path or URL: build a new index of the
+    inputs), ``against`` (a path, a URL or an opened :class:`Index`: deduplicate against it) and
     ``update_index`` (append the inputs to ``against``)."""
     if index_out is not None and against is not None:
         raise ConfigError("--index-out builds a new index and --against uses an existing one; give one of them "
@@ -45,7 +47,7 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
     prior = sink = None
     with ExitStack() as held:
         if against is not None:
-            prior = against if isinstance(against, Index) else Index.open(against)
+            prior = against if isinstance(against, Index) else open_index(against)  # a directory or a URL
             if update_index:  # the lock from before matching until the append: the index cannot change between
                 held.enter_context(prior.writing())
             prior.check(cfg)
@@ -63,9 +65,10 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
                                 "against the index as it was before, and not appending them again", prior.path, done)
                     prior, sink = prior.before(done), None
         elif index_out is not None:
-            check_output_path(index_out, inputs, "its manifest.json as an input shard", "index directory",
-                              "--index-out")
-            sink = held.enter_context(IndexBuilder(index_out, cfg))
+            if not is_url(index_out):  # an index in an object store: see gpu_dedup/index/remote.py
+                check_output_path(index_out, inputs, "its manifest.json as an input shard", "index directory",
+                                  "--index-out")
+            sink = held.enter_context(index_builder(index_out, cfg))
             sink.source = _source(cfg, inputs)
         return local.run(inputs, output_dir, cfg, restart=restart, prior=prior, sink=sink, write_shards=write_shards)
 

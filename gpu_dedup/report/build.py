@@ -128,11 +128,13 @@ def _narrow(part, values, chain, lo: float, hi: float, gather: bool = False) -> 
 
 
 def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes: dict, cluster_sizes: dict,
-                 removed_similarity: dict, threshold, wall_seconds, peak_rss_mb, lsh: dict, examples=None) -> dict:
+                 removed_similarity: dict, threshold, wall_seconds, peak_rss_mb, lsh: dict, examples=None,
+                 removed_per_shard=None) -> dict:
     """``lsh``: the similarity family's section (:meth:`gpu_dedup.stages.families.Family.report_section`):
     layout, P(candidate) at the threshold, FP/FN areas, S-curve points.  ``bucket_sizes`` /
     ``cluster_sizes``: exact size counts ({size: how many}); ``removed_similarity``: the
-    :func:`similarity_summary` of removed near duplicates' similarity to their survivors."""
+    :func:`similarity_summary` of removed near duplicates' similarity to their survivors;
+    ``removed_per_shard``: rows removed from each input (each input then records its kept and removed rows)."""
     sim = removed_similarity
     below, near = sim["below"], max(sim["n"], 1)
     report = {
@@ -142,8 +144,7 @@ def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes: dict, cl
         "backend": backend.mode,
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": _cpus()},
         "config": cfg.to_dict(),
-        "inputs": [{"path": s.path, "name": s.name, "format": s.format, "rows": s.rows, "bytes": s.size}
-                   for s in shards],
+        "inputs": _inputs(shards, removed_per_shard),
         "lsh": lsh,
         "counts": {**counts, "accounted": counts["kept"] + counts["removed"] == counts["documents_read"]},
         "stages": stages,
@@ -168,6 +169,15 @@ def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes: dict, cl
     if examples is not None:  # see :func:`examples_from_parts`
         report.update(examples)
     return report
+
+
+def _inputs(shards, removed) -> list[dict]:
+    """One record per input shard; with ``removed`` (rows removed from each) its kept and removed rows."""
+    out = [{"path": s.path, "name": s.name, "format": s.format, "rows": s.rows, "bytes": s.size} for s in shards]
+    if removed is not None:
+        for rec, s, r in zip(out, shards, removed):
+            rec.update(kept=max(s.rows, 0) - int(r), removed=int(r))
+    return out
 
 
 def _cpus() -> int:
@@ -236,7 +246,8 @@ def examples_from_parts(ex, parts, first_doc: int, corpus, threshold: float = 1.
       copies); on real corpora these are mostly exact copies (boilerplate);
     - ``largest_near_duplicate_clusters``: the ``near_k`` clusters with the most near duplicates
       (removed members whose text differs from the survivor's; ties: larger, then lower survivor
-      row), each with up to ``members`` of them, least similar first;
+      row) among those not in ``largest_clusters``, each with up to ``members`` of them, least
+      similar first;
     - ``closest_to_threshold``: the ``closest`` removed near duplicates whose similarity to their
       survivor is nearest ``threshold`` (ties: lower row), each with its survivor: the decisions
       another threshold would change first.
@@ -247,10 +258,12 @@ def examples_from_parts(ex, parts, first_doc: int, corpus, threshold: float = 1.
     the chosen clusters' members, and only those few dozen documents' texts are read.
     """
     out = {"largest_clusters": [], "largest_near_duplicate_clusters": [], "closest_to_threshold": []}
-    cands = ex.collect(_example_candidates, parts, first_doc=first_doc, k=k, near_k=near_k, closest=closest,
+    cands = ex.collect(_example_candidates, parts, first_doc=first_doc, k=k, near_k=near_k + k, closest=closest,
                        threshold=threshold)
     top = sorted((c for p in cands for c in p["top"]), key=lambda c: (-c[1], c[0]))[:k]
-    near_top = sorted((c for p in cands for c in p["near"]), key=lambda c: (-c[1], -c[2], c[0]))[:near_k]
+    largest = {c[0] for c in top}  # not the largest clusters again: other clusters, or none
+    near_top = sorted((c for p in cands for c in p["near"] if c[0] not in largest),
+                      key=lambda c: (-c[1], -c[2], c[0]))[:near_k]
     close = sorted((c for p in cands for c in p["close"]), key=lambda c: (c[1], c[0]))[:closest]
     if not top and not near_top and not close:
         return out

@@ -76,7 +76,7 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, pr
     checkpoints.  ``output_dir=None``: an in-memory run (``inputs`` are usually
     :func:`gpu_dedup.stages.storage.memory_shard` shards): nothing is written.
     """
-    out = None if output_dir is None else Path(output_dir)
+    out = None if output_dir is None else storage.as_path(output_dir)  # a Path, or a URL (RemotePath)
     if out is None and (cfg.cluster.enabled or (sink is not None and sink is not prior)):
         raise ConfigError("a run without an output directory (in memory) runs in one process and writes no new "
                           "index; drop cluster.workers / cluster.scheduler and index_out, or give an output_dir")

@@ -49,8 +49,11 @@ import pyarrow.parquet as pq
 
 from gpu_dedup.errors import Interrupted, OutputError, write_error
 from gpu_dedup.run.checkpoint import CHECKPOINT_DIR, maybe_crash
+from gpu_dedup.storage.filesystems import remove_tree
 from gpu_dedup.storage import (
     PARQUET_EXT,
+    is_url,
+    source,
     atomic_write_bytes,
     check_unchanged,
     file_digest,
@@ -145,7 +148,7 @@ class OutputDir:
                 self._roll_forward(manifest)
             self._check_foreign()
             if fresh and self.work.exists():
-                shutil.rmtree(self.work)
+                remove_tree(self.work)  # a local directory, or the objects under a prefix
         except BaseException:
             self.close()
             raise
@@ -284,7 +287,7 @@ class OutputDir:
                                   "differ); nothing was published: rerun with --restart")
             if name.lower().endswith(PARQUET_EXT):
                 try:
-                    rows = pq.read_metadata(staged).num_rows
+                    rows = pq.read_metadata(source(staged)).num_rows  # a local file, or an object (URL)
                 except (OSError, pa.ArrowException) as exc:
                     raise OutputError(f"staged output {str(staged)!r} is not a valid Parquet file ({exc}); nothing "
                                       "was published: rerun with --restart") from None
@@ -346,14 +349,20 @@ class OutputDir:
                     "kept as gpu_dedup's and the next run writes them again", self.out)
         owned = dict(plan["previous"])
         for name, rec in plan["files"].items():
-            if os.path.lexists(self.out / name):
-                st = os.stat(self.out / name)
-                owned[name] = {**rec, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+            stamp = self._stamp(name)
+            if stamp is not None:
+                owned[name] = {**rec, **stamp}
         self._write_manifest({"state": "incomplete", "fingerprint": plan["fingerprint"], "files": {},
                               "previous": owned})
-        if self.work.exists():
-            shutil.rmtree(self.work)
+        remove_tree(self.work)
         return {}
+
+    def _stamp(self, name: str) -> dict | None:
+        """What tells later whether output ``name`` changed (its size and mtime), or None when it is not there."""
+        if not os.path.lexists(self.out / name):
+            return None
+        st = os.stat(self.out / name)
+        return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
     def _roll_forward(self, manifest: dict) -> None:
         log.warning("finishing the interrupted commit of an earlier run in %s", self.out)
@@ -452,6 +461,9 @@ def check_output_path(out, inputs, read_back: str, what: str = "output directory
     """Refuse (exit 4), before anything is written, an output directory ``out`` that exists as a file or lies
     inside a directory among ``inputs`` (a path, or a list of them; globs and files are not directories), where
     a later run would read ``read_back``."""
+    if is_url(out):  # only a run's output directory may be an object store (run/remote_outdir.py)
+        raise OutputError(f"{what} {str(out)!r} is a URL; {flag} must be a local directory here (run outputs and "
+                          "indexes may be in an object store, evaluate and tune outputs may not)")
     out = Path(out)
     _check_links(out, what, flag)
     if out.exists() and not out.is_dir():
@@ -491,8 +503,8 @@ def check_report_files(out, json_name: str, png_name: str, keys: tuple, inputs=N
     existing file there that gpu_dedup did not write (its JSON lacks ``keys``; the picture counts as ours
     only beside our JSON, which is always written first), and an ``out`` inside an input directory (a
     later run would read the .json as an input shard)."""
-    out = Path(out)
     check_output_path(out, inputs, f"{json_name} as an input shard")
+    out = Path(out)
     ours = False
     path = out / json_name
     if os.path.lexists(path):

@@ -43,6 +43,7 @@ from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
 from gpu_dedup.run.contract import shard_starts
 from gpu_dedup.run.outdir import DUPLICATES_NAME, REPORT_HTML_NAME, REPORT_NAME, SUCCESS_NAME, OutputDir
 from gpu_dedup.run.prior import NoPrior
+from gpu_dedup.run.remote_outdir import RemoteOutputDir
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
 from gpu_dedup.stages import frames
 from gpu_dedup.stages.buckets import bucket_part, bucket_sizes, long_frame
@@ -50,6 +51,7 @@ from gpu_dedup.stages.edges import Edges, star_accept, star_open, star_outputs, 
 from gpu_dedup.stages.exact import exact_copies, key_frame, with_copies
 from gpu_dedup.stages.selection import ClusterPart
 from gpu_dedup.stages.write import check_id_column, duplicates_table
+from gpu_dedup.storage.filesystems import is_url
 
 log = logging.getLogger("gpu_dedup")
 
@@ -700,12 +702,16 @@ class _Sequence:
         if self.job.examples and not self.prior.active:  # the largest clusters with sample texts
             shown = examples_from_parts(ex, self.selected, self.first_doc, self.corpus, cfg.verify_threshold)
         near = similarity_summary(ex, self.selected, _near_similarity, cfg.verify_threshold)
+        starts = shard_starts(self.corpus.shards)
+        removed = ex.collect(_removed_per_shard, ex.map(_removed, self.dup), starts=starts)
+        self.removed_per_shard = np.sum(removed, axis=0) if removed else np.zeros(len(self.corpus.shards), np.int64)
         report = build_report(
             cfg=cfg, backend=self.backend, shards=self.corpus.shards, counts=self.counts, stages=self.st.stages,
             bucket_sizes=self.extra.get("bucket_sizes", {}), cluster_sizes=self.extra.get("cluster_sizes", {}),
             removed_similarity=near, threshold=cfg.verify_threshold,
             lsh=self.family.report_section(cfg.lsh.threshold, cfg.verify_threshold),
-            wall_seconds=time.perf_counter() - self.t_start, peak_rss_mb=peak_rss_mb(), examples=shown)
+            wall_seconds=time.perf_counter() - self.t_start, peak_rss_mb=peak_rss_mb(), examples=shown,
+            kept=to_host(self.kept))
         report["resumed_from_checkpoint"] = self.ckpt.resumed
         report["run_fingerprint"] = self.ckpt.fingerprint
         report.update(ex.report_extras())
@@ -721,9 +727,7 @@ class _Sequence:
         """Rows each Parquet output must hold (verified before it is published)."""
         rows = {DUPLICATES_NAME: self.duplicates_rows}
         if self.job.write_shards:
-            removed = self.ex.collect(_removed_per_shard, self.ex.map(_removed, self.dup),
-                                      starts=shard_starts(self.corpus.shards))
-            per_shard = np.sum(removed, axis=0) if removed else np.zeros(len(self.corpus.shards), np.int64)
+            per_shard = self.removed_per_shard
             rows.update({s.name: int(s.rows - per_shard[i]) for i, s in enumerate(self.corpus.shards)})
         return rows
 
@@ -842,7 +846,8 @@ def open_output(out: Path, shards, inputs=None, cfg: Config | None = None, *, sh
     """Lock ``out`` for this run and refuse what would collide (see :mod:`gpu_dedup.run.outdir`);
     ``fresh``: a run that never resumes (its work directory starts empty).  The caller closes it."""
     duplicates = cfg.output.duplicates_table if cfg is not None else True
-    return OutputDir(out, shards, inputs, duplicates=duplicates, shards_written=shards_written).open(fresh=fresh)
+    kind = RemoteOutputDir if is_url(out) else OutputDir  # an object store: no rename, no flock (its module doc)
+    return kind(out, shards, inputs, duplicates=duplicates, shards_written=shards_written).open(fresh=fresh)
 
 
 def finish_output(job: Job, report: dict, ckpt, expected_rows: dict | None = None) -> None:

@@ -10,6 +10,7 @@ parquet       Parquet schema and row-group reads; what a device reader can read
 columns       the validated ``text`` / ``id`` / ``score`` / ``vector`` columns of one shard
 filter        a shard's kept rows written under its name (schema or bytes kept)
 atomic        temporary file + rename for every output; file digests
+filesystems   URLs of object stores (s3://, gs://, any fsspec URL) beside local paths
 ============  ====================================================================
 
 The stages read and write rows through these functions (:mod:`gpu_dedup.stages.read`,
@@ -42,6 +43,7 @@ from gpu_dedup.storage.discovery import (
     discover,
     memory_shard,
 )
+from gpu_dedup.storage.filesystems import RemotePath, as_path, is_url, source
 from gpu_dedup.storage.filter import write_shard
 from gpu_dedup.storage.identity import check_unchanged, shard_identity
 from gpu_dedup.storage.parquet import device_readable, parquet_schema
@@ -49,6 +51,7 @@ from gpu_dedup.storage.parquet import device_readable, parquet_schema
 __all__ = [
     "Shard", "Shards", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT", "COMPRESSED_EXT",
     "shard_identity", "check_unchanged", "read_columns", "read_rows", "rows_only", "check_id_type",
-    "without_views", "VIEW_TYPES", "id_column_type", "id_kind", "shard_id_kind", "device_readable", "parquet_schema", "write_shard", "atomic_write_bytes",
-    "atomic_write_parquet", "file_digest",
+    "without_views", "VIEW_TYPES", "id_column_type", "id_kind", "shard_id_kind", "device_readable", "parquet_schema",
+    "write_shard", "atomic_write_bytes", "atomic_write_parquet", "file_digest", "RemotePath", "as_path", "is_url",
+    "source",
 ]

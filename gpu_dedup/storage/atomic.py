@@ -2,7 +2,9 @@
 
 A write that fails (a full disk, a read-only directory) removes its temporary
 file and raises one clear error (:class:`~gpu_dedup.errors.ResourceError` /
-:class:`~gpu_dedup.errors.OutputError`).
+:class:`~gpu_dedup.errors.OutputError`).  A URL (``s3://...``) is uploaded as one
+object instead, which the store publishes whole or not at all (see
+:mod:`gpu_dedup.storage.filesystems`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup.errors import write_error
+from gpu_dedup.storage.filesystems import digest, is_url, put_bytes, table_bytes
 
 
 def _umask() -> int:
@@ -54,6 +57,9 @@ def atomically(path: Path, tmp_dir, write) -> None:
 
 def atomic_write_bytes(path: str | Path, payload: bytes, tmp_dir=None) -> None:
     """Write ``payload`` to a temporary file (in ``tmp_dir``, default beside ``path``), then rename it."""
+    if is_url(path):
+        put_bytes(path, payload)
+        return
 
     def write(fd, tmp):
         with os.fdopen(fd, "wb") as f:
@@ -65,6 +71,11 @@ def atomic_write_bytes(path: str | Path, payload: bytes, tmp_dir=None) -> None:
 
 
 def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd") -> None:
+    if is_url(path):
+        put_bytes(path, table_bytes(lambda sink: pq.write_table(table, sink, compression=None if compression == "none"
+                                                                 else compression)))
+        return
+
     def write(fd, tmp):
         os.close(fd)
         pq.write_table(table, tmp, compression=None if compression == "none" else compression)
@@ -74,6 +85,8 @@ def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "
 
 def file_digest(path) -> dict:
     """Size and SHA-256 of a file (what the output manifest records and ``_SUCCESS`` vouches for)."""
+    if is_url(path):
+        return digest(path)
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):

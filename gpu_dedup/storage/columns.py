@@ -18,6 +18,7 @@ from gpu_dedup.backends.strings import arrow_column
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError, read_error
 from gpu_dedup.storage.discovery import Shard
+from gpu_dedup.storage.filesystems import source
 from gpu_dedup.storage.jsonl import open_stream, read_jsonl
 from gpu_dedup.storage.parquet import parquet_schema, read_parquet
 
@@ -41,7 +42,7 @@ def read_rows(shard: Shard, cfg: InputConfig, rows) -> pa.Table:
     if shard.format != "parquet":
         return read_columns(shard, cfg).take(pa.array(rows))
     try:
-        meta = pq.ParquetFile(shard.path).metadata
+        meta = pq.ParquetFile(source(shard.path)).metadata
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise read_error(shard.path, exc, f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or "
                          "replace it") from None
@@ -226,7 +227,7 @@ def _peek_id(shard: Shard, name: str):
     or cannot be read here (the run reports an unreadable shard)."""
     try:
         if shard.format == "parquet":
-            schema = pq.read_schema(shard.path)
+            schema = pq.read_schema(source(shard.path))
             if name not in schema.names:
                 return _ABSENT
             t = VIEW_TYPES.get(str(schema.field(name).type), schema.field(name).type)

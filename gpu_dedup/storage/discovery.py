@@ -18,7 +18,9 @@ behind a ``.`` or ``_`` name -- is named in a warning.  A file named explicitly
 on the command line is read whatever its name (even one holding ``*``, ``?`` or
 ``[``).  Every input must be a regular file (symbolic links to one are
 followed): a FIFO, socket or device, a broken or looping link and a file name
-that is not valid UTF-8 are refused with a message naming the file.
+that is not valid UTF-8 are refused with a message naming the file.  An input URL (``s3://bucket/crawl/``, ``gs://...``, any fsspec URL) names an
+object, a prefix (read as a directory is) or a glob (see
+:func:`gpu_dedup.storage.filesystems.remote_inputs`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 from gpu_dedup.errors import InputError
+from gpu_dedup.storage.filesystems import input_size, is_url, local_path, remote_inputs
 from gpu_dedup.storage.identity import PARQUET_EXT, shard_identity
 
 log = logging.getLogger("gpu_dedup")
@@ -206,8 +209,10 @@ def discover(inputs, fmt: str = "auto", warn: bool = True) -> Shards:
     found: list[tuple[str, str]] = []  # (absolute path, relative name)
     skipped: list[dict] = []
     for item in inputs:
-        item = os.fspath(item)
-        if os.path.isdir(item):
+        item = local_path(str(item) if is_url(item) else os.fspath(item))
+        if is_url(item):
+            found += remote_inputs(item, _is_shard_name, _skipped)
+        elif os.path.isdir(item):
             root = os.path.abspath(item)
             files = _walk(root, skipped)
             if not files:
@@ -244,7 +249,7 @@ def discover(inputs, fmt: str = "auto", warn: bool = True) -> Shards:
     reals: dict[str, str] = {}
     shards = []
     for path, name in found:
-        size = _checked_file(path, path)
+        size = input_size(path, path) if is_url(path) else _checked_file(path, path)
         if name in names and names[name] != path:
             raise InputError(
                 f"two inputs would be written under the same name {name!r}: {names[name]!r} and {path!r}; "

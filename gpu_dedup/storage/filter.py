@@ -20,6 +20,7 @@ from gpu_dedup.storage.atomic import (
 )
 from gpu_dedup.storage.columns import VIEW_TYPES, without_views
 from gpu_dedup.storage.discovery import Shard
+from gpu_dedup.storage.filesystems import as_path, is_url, source
 from gpu_dedup.storage.identity import check_unchanged
 from gpu_dedup.storage.jsonl import (
     compress_like,
@@ -46,7 +47,7 @@ def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str,
     os.close(fd)
     try:
         rows = writer(shard.path, keep, tmp, compression)
-        if rows is None or not _same_schema(pq.read_schema(tmp), pq.read_schema(shard.path)):
+        if rows is None or not _same_schema(pq.read_schema(tmp), pq.read_schema(source(shard.path))):
             unlink(tmp)
             return None
         publish(tmp, target)
@@ -67,15 +68,15 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
     if shard.format == "memory":
         return int(np.count_nonzero(keep))
     check_unchanged([shard])  # the rows to keep were decided on what was read then
-    target = Path(out_dir) / shard.name
-    if shard.format == "parquet" and device_writer is not None:
+    target = as_path(out_dir) / shard.name  # a local path, or a URL (uploaded: the device writer writes files)
+    if shard.format == "parquet" and device_writer is not None and not is_url(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         rows = _write_parquet_on_device(shard, keep, target, compression, device_writer)
         if rows is not None:
             return rows
     if shard.format == "parquet":
         try:
-            table = pq.ParquetFile(shard.path).read()
+            table = pq.ParquetFile(source(shard.path)).read()
         except (OSError, pa.ArrowException) as exc:
             if isinstance(exc, MemoryError):
                 raise ResourceError(f"ran out of memory reading shard {shard.path!r} to write its kept rows ({exc}); "

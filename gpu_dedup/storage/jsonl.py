@@ -16,6 +16,8 @@ import pyarrow.json as pajson
 from gpu_dedup.errors import InputError, read_error
 from gpu_dedup.kernels.lines_cpu import first_nonblank, gather_lines, nonblank_lines
 from gpu_dedup.storage.discovery import Shard
+from gpu_dedup.storage.filesystems import is_url, read_buffer
+from gpu_dedup.storage.filesystems import open_stream as remote_stream
 
 log = logging.getLogger("gpu_dedup")
 
@@ -25,16 +27,20 @@ CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 
 def codec_of(path: str) -> str | None:
     """The compression of a JSON Lines shard, by its extension in any case (``.GZ`` too); None: plain."""
-    return CODECS.get(os.path.splitext(path.lower())[1])
+    return CODECS.get(os.path.splitext(str(path).lower())[1])
 
 
 def open_stream(path: str):
-    """An Arrow input stream of the shard's decompressed bytes."""
+    """An Arrow input stream of the shard's decompressed bytes (an object in a store through its filesystem)."""
+    if is_url(path):
+        return remote_stream(path)
     return pa.input_stream(path, compression=codec_of(path))
 
 
 def read_bytes(path: str):
     """The shard's (decompressed) bytes as an Arrow buffer: memory-mapped when uncompressed."""
+    if is_url(path):  # an object in a store: downloaded whole
+        return read_buffer(path)
     try:
         if codec_of(path) is None:
             with pa.memory_map(path) as f:

@@ -9,11 +9,12 @@ import pyarrow.parquet as pq
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import read_error
 from gpu_dedup.storage.discovery import Shard
+from gpu_dedup.storage.filesystems import source
 
 
 def parquet_schema(shard: Shard) -> pa.Schema:
     try:
-        return pq.read_schema(shard.path)
+        return pq.read_schema(source(shard.path))
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise read_error(shard.path, exc, f"shard {shard.path!r} is not a readable Parquet file ({exc}); remove or "
                          "replace it") from None
@@ -21,7 +22,7 @@ def parquet_schema(shard: Shard) -> pa.Schema:
 
 def read_parquet(shard: Shard, columns: list[str], row_groups=None) -> pa.Table:
     try:
-        f = pq.ParquetFile(shard.path)
+        f = pq.ParquetFile(source(shard.path))
         return f.read(columns=columns) if row_groups is None else f.read_row_groups(list(row_groups), columns=columns)
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise read_error(shard.path, exc, f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or "

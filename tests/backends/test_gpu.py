@@ -94,7 +94,7 @@ def test_backend_gpu_fails_at_once_and_auto_falls_back_saying_why(monkeypatch, c
     with pytest.raises(BackendError, match=r"cuda12"):  # before reading or writing anything
         run(tmp_path / "missing-input", tmp_path / "out", Config(backend="gpu"))
     assert not (tmp_path / "out").exists()
-    caplog.set_level(logging.INFO, logger="gpu_dedup")
+    caplog.set_level(logging.DEBUG, logger="gpu_dedup")  # a CPU install: the reason at -v
     monkeypatch.setattr(registry, "_AUTO_FALLBACK", [])  # as in a fresh process
     be = registry.get_backend("auto")
     assert be.name == "cpu"

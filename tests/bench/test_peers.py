@@ -107,3 +107,20 @@ def test_tiny_run_writes_tables_figure_and_scores(tmp_path):
     assert "| planted-600 | gpu_dedup |" in (res / "peers.md").read_text()
     assert next(r for r in payload["end_to_end"] if r["tool"] == "datasketch")["candidates"] > 0
     assert (res / "peers.png").stat().st_size > 10_000
+
+
+def test_datatrove_runs_its_minhash_steps_beside_gpu_dedup(tmp_path):
+    """datatrove's four MinhashDedup steps on the planted corpus (in shards), scored like every peer."""
+    for module in ("datatrove", "spacy", "xxhash", "tokenizers"):
+        pytest.importorskip(module)
+    res = tmp_path / "res"
+    payload = peers.run(sizes=(600,), real=None, tools=["gpu_dedup", "datatrove"], quality_sample=300, sig_docs=600,
+                        results=res, workdir=tmp_path)
+    by = {r["tool"]: r for r in payload["end_to_end"]}
+    dt = by["datatrove"]
+    assert dt["documents"] == 600 and dt["shards"] == peers.DATATROVE_SHARDS and dt["texts_with_digits"] == 0
+    assert dt["removed"] > 0 and dt["recall"] >= 0.8 and 0.0 < dt["precision"] <= 1.0
+    assert by["gpu_dedup"]["recall"] >= 0.9
+    md = (res / "peers.md").read_text()
+    assert "| planted-600 | datatrove |" in md and "letters only (0 texts with a digit" in md
+    assert payload["versions"]["datatrove"]

@@ -40,7 +40,7 @@ def inspect_shard(shard: storage.Shard, cfg: Config) -> dict:
     score = cfg.select.score_column if cfg.select.keep == "score" else None
     if shard.format == "parquet":
         table = storage.read_columns(shard, cfg.input, score, row_groups=[])  # validates names and types, 0 rows
-        meta = pq.ParquetFile(shard.path).metadata
+        meta = pq.ParquetFile(storage.source(shard.path)).metadata
         groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         id_type = table.column("id").type if cfg.input.id_column else None
         return {"rows": int(sum(groups)), "row_groups": groups, "id_type": id_type}
