@@ -16,9 +16,11 @@ shuffled as cuDF frames.
 
 from __future__ import annotations
 
+import io
 import logging
 import operator
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +32,6 @@ import gpu_dedup.run.cluster.routing as routing
 from gpu_dedup import storage
 from gpu_dedup.backends import get_backend, to_host
 from gpu_dedup.config import Config
-from gpu_dedup.errors import write_error
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
 from gpu_dedup.run.cluster.connection import connect
 from gpu_dedup.run.contract import shard_starts
@@ -51,6 +52,7 @@ from gpu_dedup.stages.components import (
 from gpu_dedup.stages.families import family_for
 from gpu_dedup.stages.selection import ranks_from_keys
 from gpu_dedup.storage.atomic import atomically
+from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes, remove_tree, source
 
 log = logging.getLogger("gpu_dedup")
 
@@ -397,18 +399,16 @@ class DaskExecutor:
             progress(len(shards) - len(futures))
         return written
 
-    def write_table(self, parts: list, path: Path) -> int:
+    def write_table(self, parts: list, path) -> int:
         """One Parquet file from the blocks' tables, in order: each block's table is written to a part file by
         its worker, then one worker streams them into the file in row groups of the same size one process
         writes (so the file is the same), never holding more than a row group and one part."""
-        tmp_dir = Path(path).parent / f".{Path(path).name}.parts"
-        tmp_dir.mkdir(parents=True, exist_ok=True)
+        path = as_path(path)
+        tmp_dir = path.parent / f".{path.name}.parts"
         paths = [str(tmp_dir / f"part-{k:05d}.parquet") for k in range(len(parts))]
         rows = self.client.gather(self.client.map(_write_part, parts, paths, pure=False))
         self.client.submit(_merge_parts, paths, str(path), self.cfg.output.compression, pure=False).result()
-        for p in paths:
-            Path(p).unlink(missing_ok=True)
-        tmp_dir.rmdir()
+        remove_tree(tmp_dir)
         return int(sum(rows))
 
 
@@ -561,23 +561,16 @@ def _rank_range(part: dict, offset: int, keep: str) -> dict:
 
 
 def _save_part(part, path: str) -> int:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as f:  # a part that is None (nothing to say) is saved as an empty archive
-            np.savez(f, **({k: to_host(v) for k, v in part.items()} if part is not None else {"__none__": np.zeros(0)}))
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise write_error(tmp, exc) from None
-    os.replace(tmp, path)
+    """One part of a finished stage, saved by the worker that holds it (an object in a store: one upload)."""
+    buf = io.BytesIO()  # a part that is None (nothing to say) is saved as an empty archive
+    np.savez(buf, **({k: to_host(v) for k, v in part.items()} if part is not None else {"__none__": np.zeros(0)}))
+    storage.atomic_write_bytes(as_path(path), buf.getbuffer())
     return 1
 
 
 def _load_part(path: str, backend) -> dict:
-    with np.load(path, allow_pickle=False) as z:
+    where = as_path(path)
+    with np.load(io.BytesIO(where.read_bytes()) if is_url(where) else where, allow_pickle=False) as z:
         part = {k: z[k] for k in z.files}
     if "__none__" in part:
         return None
@@ -597,14 +590,14 @@ def _write_shard(shard, start: int, removed: list, out: str, compression: str) -
         keep[rows] = False
         n_removed += rows.shape[0]
     rows = storage.write_shard(shard, keep, out, compression)
-    return {"name": shard.name, "rows": rows, **storage.file_digest(Path(out) / shard.name)}
+    return {"name": shard.name, "rows": rows, **storage.file_digest(as_path(out) / shard.name)}
 
 
 def _staged(record, shard, out: Path) -> bool:
     """Whether a resumed run's staged shard is still the file its mark recorded (else it is written again)."""
     if not record or record.get("name") != shard.name or "rows" not in record:
         return False
-    path = Path(out) / shard.name
+    path = as_path(out) / shard.name
     try:
         if path.stat().st_size != record.get("size"):
             return False
@@ -614,7 +607,7 @@ def _staged(record, shard, out: Path) -> bool:
 
 
 def _write_part(table: pa.Table, path: str) -> int:
-    pq.write_table(table, path, compression=None)
+    storage.atomic_write_parquet(as_path(path), table, "none")
     return table.num_rows
 
 
@@ -622,8 +615,9 @@ ROW_GROUP = 1024 * 1024  # rows per row group of pyarrow's write_table (its defa
 
 
 def _merge_parts(paths: list, path: str, compression: str) -> None:
-    """Stream the part files into one Parquet file at ``path`` (atomically), row groups of ROW_GROUP rows."""
-    schema = pq.read_schema(paths[0]) if paths else None
+    """Stream the part files into one Parquet file at ``path`` (atomically), row groups of ROW_GROUP rows; an
+    object in a store is built in a local temporary file, then uploaded."""
+    schema = pq.read_schema(source(paths[0])) if paths else None
 
     def write(fd, tmp):
         os.close(fd)
@@ -631,7 +625,7 @@ def _merge_parts(paths: list, path: str, compression: str) -> None:
             pending: list = []
             count = written = 0
             for p in paths:  # one part at a time
-                t = pq.read_table(p)
+                t = pq.read_table(source(p))
                 pending.append(t)
                 count += t.num_rows
                 while count >= ROW_GROUP:
@@ -644,4 +638,11 @@ def _merge_parts(paths: list, path: str, compression: str) -> None:
                 whole = pa.concat_tables(pending) if pending else schema.empty_table()
                 w.write_table(whole.combine_chunks(), row_group_size=ROW_GROUP)
 
-    atomically(Path(path), None, write)
+    if not is_url(path):
+        atomically(Path(path), None, write)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "merged.parquet"
+        atomically(local, None, write)
+        with pa.memory_map(str(local)) as m:  # uploaded in parts, not read into memory at once
+            put_bytes(path, m.read_buffer())
