@@ -711,7 +711,7 @@ class _Sequence:
             removed_similarity=near, threshold=cfg.verify_threshold,
             lsh=self.family.report_section(cfg.lsh.threshold, cfg.verify_threshold),
             wall_seconds=time.perf_counter() - self.t_start, peak_rss_mb=peak_rss_mb(), examples=shown,
-            kept=to_host(self.kept))
+            removed_per_shard=self.removed_per_shard.tolist())
         report["resumed_from_checkpoint"] = self.ckpt.resumed
         report["run_fingerprint"] = self.ckpt.fingerprint
         report.update(ex.report_extras())

@@ -94,7 +94,7 @@ class DaskExecutor:
         self._prepared = None
         self.bands = None  # the bands parts (signatures for verification by signature)
         self.routes = 0
-        self.routed_rows = 0
+        self.moved: dict = {}  # stage -> futures of (rows, bytes) its routes moved, per source part
 
     # ---- setup ----------------------------------------------------------------
     def connect(self) -> None:
@@ -105,7 +105,6 @@ class DaskExecutor:
     def prepare(self, st: StageLog) -> None:
         self.st = st
         self.connect()
-        self.client.run(routing.moved, reset=True)
         # each worker loads (the first time after install: compiles) the kernels this config uses
         seconds = self.client.run(_prepare_worker, self.cfg)
         self.startup_seconds = max(seconds.values(), default=0.0)
@@ -118,7 +117,7 @@ class DaskExecutor:
 
     def report_extras(self) -> dict:
         peaks = self.client.run(peak_rss_mb)
-        moved = self.client.run(routing.moved)
+        moved = {stage: np.sum(self.client.gather(futs), axis=0) for stage, futs in self.moved.items() if futs}
         return {"kernel_prepare_seconds": round(self.startup_seconds, 3), "inputs_skipped": self.skipped, "cluster": {
             "workers": len(peaks),
             "scheduler": self.cfg.cluster.scheduler or "local",
@@ -128,8 +127,9 @@ class DaskExecutor:
             "blocks": len(self.blocks),
             "partitions": self.partitions,
             "routes": self.routes,
-            "shuffled_rows": sum(m["rows"] for m in moved.values()),
-            "shuffle_mb": round(sum(m["bytes"] for m in moved.values()) / 2**20, 2),
+            "shuffled_rows": int(sum(m[0] for m in moved.values())),
+            "shuffle_mb": round(sum(float(m[1]) for m in moved.values()) / 2**20, 2),
+            "shuffle_mb_by_stage": {k: round(float(m[1]) / 2**20, 2) for k, m in moved.items()},
         }}
 
     # ---- read / normalize -------------------------------------------------------
@@ -247,8 +247,10 @@ class DaskExecutor:
 
     def route(self, parts: list, dest, n: int, explode=None, explode_kw=None, **kw) -> list:
         self.routes += 1
+        stage = getattr(self.st, "current", None) or "report"
         return routing.route(self.client, parts, dest, n, explode=explode, explode_kw=explode_kw,
-                             shuffle_method=self.cfg.cluster.shuffle, **kw)
+                             shuffle_method=self.cfg.cluster.shuffle,
+                             account=self.moved.setdefault(stage, []).extend, **kw)
 
     def total(self, fn, *parts, **kw) -> dict:
         out: dict = {}

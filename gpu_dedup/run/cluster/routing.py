@@ -22,20 +22,15 @@ from gpu_dedup.backends import frame_kinds, to_host
 from gpu_dedup.stages import frames
 
 TAGS = ("_dest", "_src", "_pos")
-MOVED = {"rows": 0, "bytes": 0}  # what this worker process cut or handed to a shuffle (see moved())
 
 
-def _count(frame: dict) -> None:
-    MOVED["rows"] += frames.size(frame)
-    MOVED["bytes"] += sum(int(v.nbytes) for v in frame.values())
-
-
-def moved(reset: bool = False) -> dict:
-    """Rows and bytes this worker has routed (``reset``: start counting again)."""
-    out = dict(MOVED)
-    if reset:
-        MOVED.update(rows=0, bytes=0)
-    return out
+def moved(obj) -> tuple:
+    """(rows, bytes) a source part hands to a route (its pieces, or its frame for Dask's shuffle)."""
+    if isinstance(obj, list):
+        return tuple(map(sum, zip((0, 0), *[moved(piece) for piece in obj])))
+    if hasattr(obj, "memory_usage"):  # a DataFrame
+        return len(obj), int(obj.memory_usage(deep=True).sum())
+    return frames.size(obj), sum(int(v.nbytes) for v in obj.values())
 
 
 def to_df(frame: dict):
@@ -56,7 +51,6 @@ def prepare(obj, src: int, dest, n: int, explode=None, explode_kw=None, **kw):
     d = dest(frame, n, **kw) if size else xp.zeros(0, dtype=xp.int64)
     out = {**frame, "_dest": xp.asarray(d, dtype=xp.int64), "_src": xp.full(size, src, dtype=xp.int64),
            "_pos": xp.arange(size, dtype=xp.int64)}
-    _count(out)
     return to_df(out)
 
 
@@ -81,7 +75,6 @@ def split(obj, src: int, dest, n: int, explode=None, explode_kw=None, **kw) -> l
     xp = frames.module_of(frame) if frame else np
     d = xp.asarray(dest(frame, n, **kw), dtype=xp.int64) if size else xp.zeros(0, dtype=xp.int64)
     tagged = {**frame, "_src": xp.full(size, src, dtype=xp.int64), "_pos": xp.arange(size, dtype=xp.int64)}
-    _count(tagged)
     order = xp.argsort(d, kind="stable")
     bounds = to_host(xp.searchsorted(d[order], xp.arange(n + 1)))
     return [frames.take(tagged, order[bounds[k]:bounds[k + 1]]) for k in range(n)]
@@ -93,12 +86,14 @@ def gather_pieces(*pieces) -> dict:
     return {k: v for k, v in frame.items() if k not in TAGS}
 
 
-def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuffle_method=None, **kw) -> list:
+def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuffle_method=None, account=None,
+          **kw) -> list:
     """Rows of ``parts`` to ``n`` partitions by ``dest(frame, n, **kw)``; a list of ``n`` futures.
 
     Up to DIRECT_PIECES (source, destination) pieces (and unless ``shuffle_method`` names one of Dask's),
     each source is cut into its pieces by one task and each destination gathers its pieces: a few hundred
-    small tasks and no DataFrame graph.  Above, Dask's shuffle (p2p by default) moves them."""
+    small tasks and no DataFrame graph.  Above, Dask's shuffle (p2p by default) moves them.
+    ``account(futures)``: receives, per source part, a future of the (rows, bytes) it moves."""
     import dask  # noqa: PLC0415
     import dask.dataframe as dd  # noqa: PLC0415
 
@@ -106,11 +101,15 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
         m = len(parts)
         cut = client.map(split, parts, range(m), dest=dest, n=n, explode=explode, explode_kw=explode_kw, pure=False,
                          **kw)
+        if account is not None:  # (rows, bytes) each source moves, gathered when the report is written
+            account(client.map(moved, cut, pure=False))
         flat = client.map(operator.getitem, cut * n, [k for k in range(n) for _ in range(m)], pure=False)
         # destination k gathers piece k of every source, in source order
         return client.map(gather_pieces, *[[flat[k * m + j] for k in range(n)] for j in range(m)], pure=False)
     ready = [client.submit(prepare, p, i, dest, n, explode=explode, explode_kw=explode_kw, pure=False, **kw)
              for i, p in enumerate(parts)]
+    if account is not None:
+        account(client.map(moved, ready, pure=False))
     meta = client.submit(empty, ready[0], pure=False).result()
     ddf = dd.from_delayed([dask.delayed(f) for f in ready], meta=meta, verify_meta=False)
     with dask.config.set({"dataframe.shuffle.method": shuffle_method} if shuffle_method else {}):
