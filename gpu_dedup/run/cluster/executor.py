@@ -291,6 +291,10 @@ class DaskExecutor:
         large-star / small-star rounds over shuffles (stages/components.py); labels routed by node."""
         total = self.total(_edges_of, edges)["edges"]
         limit = self.cfg.cluster.components_gathered_edges
+        if total > limit and self.cfg.backend == "gpu":  # Dask-CUDA: cuGraph's multi-GPU WCC where installed
+            labels = _cugraph_components(self.client, edges, self.partitions)
+            if labels is not None:
+                return labels
         if total <= limit:
             gathered = self.route(edges, _zero_dest, 1)
             labels = self.map(local_components, gathered, backend=self.part_backend)
@@ -419,6 +423,35 @@ class DaskExecutor:
 
 def _prepare_worker(cfg: Config) -> float:
     return float(get_backend(cfg.backend).prepare(cfg) or 0.0)
+
+
+def _cugraph_components(client, edges: list, partitions: int):
+    """Weakly connected components by cuGraph on every GPU worker (``cugraph.dask``), labelled by each
+    component's smallest node like the other engines; None where cuGraph is not installed."""
+    try:
+        import cugraph  # noqa: PLC0415  Dask-CUDA workers only
+        import cugraph.dask as dcg  # noqa: PLC0415
+        import dask  # noqa: PLC0415
+        import dask.dataframe as dd  # noqa: PLC0415
+        from cugraph.dask.comms import comms  # noqa: PLC0415
+    except Exception:  # not installed (or broken): the large-star / small-star rounds instead
+        log.info("components: cuGraph is not importable; large-star / small-star rounds instead")
+        return None
+    frames_ = [dask.delayed(routing.to_df)(f) for f in edges]
+    meta = client.submit(routing.empty, client.submit(routing.to_df, edges[0], pure=False), pure=False).result()
+    ddf = dd.from_delayed(frames_, meta=meta, verify_meta=False)
+    comms.initialize(p2p=True)
+    try:
+        g = cugraph.Graph(directed=False)
+        g.from_dask_cudf_edgelist(ddf, source="src", destination="dst")
+        wcc = dcg.weakly_connected_components(g)  # vertex, labels (arbitrary ids)
+        smallest = wcc.groupby("labels")["vertex"].min().rename("label").reset_index()
+        labelled = wcc.merge(smallest, on="labels")[["vertex", "label"]].rename(columns={"vertex": "node"})
+        parts = client.compute(labelled.to_delayed())
+    finally:
+        comms.destroy()
+    frames_out = client.map(routing.from_df, parts, pure=False)
+    return routing.route(client, frames_out, frames.hash_dest, partitions, on="node")
 
 
 def _call_with_index(fn, part_index: int, *args, **kw):
