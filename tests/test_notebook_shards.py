@@ -3,10 +3,12 @@ reference clustering in place of the planted sample (the notebook itself runs in
 
 from pathlib import Path
 
-import nbformat
 import numpy as np
+import pytest
 
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
+
+nbformat = pytest.importorskip("nbformat")  # the notebook extra; absent on a bare GPU image
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "exploration.ipynb"
 
