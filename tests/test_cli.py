@@ -557,8 +557,8 @@ def test_an_interrupted_dask_run_is_one_line_without_tracebacks(tmp_path):
     try:
         for line in p.stderr:  # until the workers normalize the blocks (the client waits on a gather)
             lines.append(line)
-            if "stage normalize ..." in line:
-                time.sleep(0.3)
+            if "stage read done" in line:  # batch logs: one line per stage, at its end; normalize is next
+                time.sleep(0.1)
                 os.kill(p.pid, signal.SIGTERM)
                 break
         err = "".join(lines) + p.stderr.read()

@@ -654,7 +654,7 @@ def back_of_envelope(cfg, sig, nbytes: int) -> dict:
     """What one core could do at best: permutation work per byte against the integer vector throughput."""
     ghz = _clock_ghz()
     one = next((r for r in sig if r["tool"] == "gpu_dedup" and r["threads"] == 1), None)
-    if one is None:
+    if one is None or one["seconds"] <= 0 or not nbytes:  # a corpus too small to time says nothing
         return {}
     shingles_per_byte = one["shingles"] / nbytes
     ops_per_byte = shingles_per_byte * cfg.minhash.num_perm * OPS_PER_PERM

@@ -19,7 +19,6 @@ from gpu_dedup.errors import (
     Interrupted,
     OutputError,
 )
-from gpu_dedup.storage.filesystems import as_path
 
 log = logging.getLogger("gpu_dedup")
 
@@ -75,6 +74,8 @@ def _with_id_column(args, cfg: Config) -> Config:
     against = getattr(args, "against", None)
     if against is not None:
         try:
+            from gpu_dedup.storage.filesystems import as_path  # the CLI's imports stay light (and numba-free)
+
             name = json.loads((as_path(against) / "manifest.json").read_text(encoding="utf-8")).get("id_column", "id")
         except (OSError, ValueError, AttributeError, GpuDedupError):
             return cfg  # not an index (or not reachable): the run says so

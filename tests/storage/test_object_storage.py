@@ -302,14 +302,20 @@ def test_an_index_in_the_store_is_built_used_updated_and_queried(s3_server, buck
     # another run appended meanwhile: this one refuses to publish a manifest without it
     from gpu_dedup.index.remote import open_index
 
-    stale = open_index(url, CFG)
-    index_run(second, tmp_path / "o3", CFG, against=url, update_index=True)
+    third = tmp_path / "third"  # new documents (appending the same inputs again is taken for a rerun)
+    import pyarrow.json as pajson
+
+    write_shards(pajson.read_json(corpus / "in" / "extra.jsonl").select(["id", "text"]), third, shards=1)
+    monkeypatch.setenv("GPU_DEDUP_CACHE", str(tmp_path / "other-machine"))  # its own local copy, as on another
+    stale = open_index(url, CFG)  # machine (one copy shared by both would be re-read under the index's lock)
+    monkeypatch.setenv("GPU_DEDUP_CACHE", str(tmp_path / "cache"))
+    index_run(third, tmp_path / "o3", CFG, against=url, update_index=True)
     with pytest.raises(OutputError, match="changed since this run opened it"):
-        index_run(second, tmp_path / "o4", CFG, against=stale, update_index=True)
+        index_run(third, tmp_path / "o4", CFG, against=stale, update_index=True)
     assert json.loads(_get(s3_server, bucket, "ix/manifest.json"))["segments"] == ["seg-00000", "seg-00001",
                                                                                     "seg-00002"]
     fresh = open_index(url, CFG)  # the refused append's local segment is not taken for the store's
-    assert fresh.documents == 750
+    assert fresh.documents == 600
     assert (fresh.path / "seg-00002" / "docs.arrow").read_bytes() == _get(s3_server, bucket, "ix/seg-00002/docs.arrow")
 
 
