@@ -463,6 +463,7 @@ def _cugraph_components(client, edges: list, partitions: int):
         import dask  # noqa: PLC0415
         import dask.dataframe as dd  # noqa: PLC0415
         from cugraph.dask.comms import comms  # noqa: PLC0415
+        from distributed import wait  # noqa: PLC0415
     except Exception:  # not installed (or broken): the large-star / small-star rounds instead
         log.info("components: cuGraph is not importable; large-star / small-star rounds instead")
         return None
@@ -477,6 +478,7 @@ def _cugraph_components(client, edges: list, partitions: int):
         smallest = wcc.groupby("labels")["vertex"].min().rename("label").reset_index()
         labelled = wcc.merge(smallest, on="labels")[["vertex", "label"]].rename(columns={"vertex": "node"})
         parts = client.compute(labelled.to_delayed())
+        wait(parts)  # the labels are computed before the comms they ran over go
     finally:
         comms.destroy()
     frames_out = client.map(routing.from_df, parts, pure=False)
