@@ -93,6 +93,7 @@ def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None,
                         "worker_peak_rss_mb": max(cluster.get("worker_peak_rss_mb", {}).values(), default=None),
                         "blocks": cluster.get("blocks"), "routes": cluster.get("routes"),
                         "shuffled_rows": cluster.get("shuffled_rows"), "shuffle_mb": cluster.get("shuffle_mb"),
+                        "shuffle_mb_by_stage": cluster.get("shuffle_mb_by_stage"),
                         "removed": rep["counts"]["removed"], "identical_to_one_process": same,
                         "wall_vs_one_process": round(wall / single_wall, 2) if single_wall and name != "1 process"
                         else None,

@@ -38,7 +38,7 @@ from gpu_dedup.version import __version__
 from gpu_dedup.errors import write_error
 from gpu_dedup.kernels.params import HASH_FAMILY_NAME
 from gpu_dedup.kernels.twin import kernel_digest
-from gpu_dedup.storage import atomic_write_bytes, shard_identity
+from gpu_dedup.storage import atomic_write_bytes, file_digest, shard_identity
 from gpu_dedup.storage.filesystems import as_path, is_url, remove_tree
 
 log = logging.getLogger("gpu_dedup")
@@ -163,6 +163,20 @@ class Checkpoints:
 
     def remove(self) -> None:
         remove_tree(self.dir)
+
+
+def staged(record, shard, out, needs: tuple = ()) -> bool:
+    """Whether shard ``shard`` in ``out`` is still the file its checkpoint mark ``record`` recorded (size and
+    SHA-256; ``needs``: other keys the record must hold), so that a resumed run need not write it again."""
+    if not record or record.get("name") != shard.name or any(k not in record for k in needs):
+        return False
+    path = as_path(out) / shard.name
+    try:
+        if path.stat().st_size != record.get("size"):
+            return False
+        return file_digest(path)["sha256"] == record.get("sha256")
+    except OSError:
+        return False
 
 
 class NoCheckpoints:

@@ -46,6 +46,7 @@ from gpu_dedup.run.checkpoint import (
     NoCheckpoints,
     maybe_crash,
     run_fingerprint,
+    staged,
 )
 from gpu_dedup.run.contract import shard_starts
 from gpu_dedup.run.prior import IndexPrior, NoPrior
@@ -476,7 +477,7 @@ class LocalExecutor:
         shards = self.corpus.shards
         starts = shard_starts(shards)
         keeps = [kept[starts[i] : starts[i + 1]] for i in range(len(shards))]
-        todo = [i for i, shard in enumerate(shards) if not _staged(ckpt.marked(f"shard-{i}"), shard, out)]
+        todo = [i for i, shard in enumerate(shards) if not staged(ckpt.marked(f"shard-{i}"), shard, out)]
         device_writer = self.backend.write_parquet
 
         def write_one(i):
@@ -557,19 +558,6 @@ class _ShardTexts:
         inverse = np.empty(rows.shape[0], np.int64)
         inverse[np.concatenate(order)] = np.arange(rows.shape[0])
         return values.take(pa.array(inverse))
-
-
-def _staged(record, shard, out: Path) -> bool:
-    """Whether a resumed run's staged shard is still the file its mark recorded (else it is written again)."""
-    if not record or record.get("name") != shard.name:
-        return False
-    path = out / shard.name
-    try:
-        if path.stat().st_size != record.get("size"):
-            return False
-        return storage.file_digest(path)["sha256"] == record.get("sha256")
-    except OSError:
-        return False
 
 
 def _byte_batches(offsets: np.ndarray, batch_bytes: int, max_rows: int | None = None) -> list:

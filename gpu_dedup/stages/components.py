@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpu_dedup.backends import array_module, get_backend
+from gpu_dedup.stages import frames
 from gpu_dedup.stages.edges import Edges
 
 
@@ -80,15 +81,7 @@ def _first_min(x, m, xp):
 
 def unique_pairs_part(part: dict) -> dict:
     """Distinct (x, y) of one partition (every copy of a pair is here)."""
-    xp = array_module(part["x"])
-    if part["x"].shape[0] == 0:
-        return part
-    order = xp.argsort(part["y"], kind="stable")
-    order = order[xp.argsort(part["x"][order], kind="stable")]
-    x, y = part["x"][order], part["y"][order]
-    keep = xp.ones(x.shape[0], dtype=bool)
-    keep[1:] = (x[1:] != x[:-1]) | (y[1:] != y[:-1])
-    return {"x": x[keep], "y": y[keep]}
+    return frames.distinct_pairs({"x": part["x"], "y": part["y"]}, "x", "y")
 
 
 def changed_pairs(old: dict, new: dict) -> dict:

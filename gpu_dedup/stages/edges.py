@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_dedup.backends import array_module, to_host
+from gpu_dedup.stages import frames
 from gpu_dedup.stages.buckets import Buckets
 
 
@@ -253,12 +254,4 @@ def star_outputs(state: StarRounds):
 
 def unique_edges(part: dict) -> dict:
     """Edges of one partition (every copy of a pair is there) once each, sorted by (src, dst)."""
-    xp = array_module(part["src"])
-    if part["src"].shape[0] == 0:
-        return part
-    order = xp.argsort(part["dst"], kind="stable")
-    order = order[xp.argsort(part["src"][order], kind="stable")]
-    s, d = part["src"][order], part["dst"][order]
-    keep = xp.ones(s.shape[0], dtype=bool)
-    keep[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1])
-    return {k: v[order][keep] for k, v in part.items()}
+    return frames.distinct_pairs(part, "src", "dst")

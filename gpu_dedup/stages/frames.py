@@ -129,3 +129,16 @@ def member(keys, table_keys):
     if table_keys.shape[0] == 0:
         return xp.zeros(keys.shape[0], dtype=bool)
     return xp.isin(keys, table_keys)
+
+
+def distinct_pairs(part: dict, a: str, b: str) -> dict:
+    """The rows of ``part`` with distinct (``a``, ``b``), each once, sorted by (``a``, ``b``)."""
+    xp = array_module(part[a])
+    if part[a].shape[0] == 0:
+        return part
+    order = xp.argsort(part[b], kind="stable")
+    order = order[xp.argsort(part[a][order], kind="stable")]
+    x, y = part[a][order], part[b][order]
+    keep = xp.ones(x.shape[0], dtype=bool)
+    keep[1:] = (x[1:] != x[:-1]) | (y[1:] != y[:-1])
+    return {k: v[order][keep] for k, v in part.items()}

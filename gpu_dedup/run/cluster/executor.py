@@ -32,7 +32,7 @@ import gpu_dedup.run.cluster.routing as routing
 from gpu_dedup import storage
 from gpu_dedup.backends import get_backend, to_host
 from gpu_dedup.config import Config
-from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
+from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash, staged
 from gpu_dedup.run.cluster.connection import connect
 from gpu_dedup.run.contract import shard_starts
 from gpu_dedup.run.prior import NoPrior
@@ -418,7 +418,7 @@ class DaskExecutor:
         futures = {}
         for i, shard in enumerate(shards):
             rec = ckpt.marked(f"shard-{i}")
-            if _staged(rec, shard, out):  # written and digested by an earlier, resumed run
+            if staged(rec, shard, out, needs=("rows",)):  # written and digested by an earlier, resumed run
                 written += rec["rows"]
                 continue
             futures[i] = self.client.submit(_write_shard, shard, int(starts[i]), by_shard.get(i, []), str(out),
@@ -675,19 +675,6 @@ def _write_shard(shard, start: int, removed: list, out: str, compression: str) -
         n_removed += rows.shape[0]
     rows = storage.write_shard(shard, keep, out, compression)
     return {"name": shard.name, "rows": rows, **storage.file_digest(as_path(out) / shard.name)}
-
-
-def _staged(record, shard, out: Path) -> bool:
-    """Whether a resumed run's staged shard is still the file its mark recorded (else it is written again)."""
-    if not record or record.get("name") != shard.name or "rows" not in record:
-        return False
-    path = as_path(out) / shard.name
-    try:
-        if path.stat().st_size != record.get("size"):
-            return False
-        return storage.file_digest(path)["sha256"] == record.get("sha256")
-    except OSError:
-        return False
 
 
 def _write_part(table: pa.Table, path: str) -> int:
