@@ -6,8 +6,8 @@ module        what it holds
 discovery     files, directories and globs -> a sorted list of :class:`Shard`
 identity      a digest that changes when a shard is rewritten (checked before publishing)
 jsonl         JSON Lines bytes, line scanning, parsing, bad-line reports, compression
-parquet       Parquet schema and row-group reads; what a device reader can read
-columns       the validated ``text`` / ``id`` / ``score`` / ``vector`` columns of one shard
+parquet       Parquet schema, whole and streamed reads, codecs; what a device reader can read
+columns       the validated ``text`` / ``id`` / ``score`` / ``vector`` columns of one shard (whole or in batches)
 filter        a shard's kept rows written under its name (schema or bytes kept)
 atomic        temporary file + rename for every output; file digests
 ============  ====================================================================
@@ -25,6 +25,7 @@ from gpu_dedup.storage.columns import (
     VIEW_TYPES,
     check_id_type,
     id_column_type,
+    iter_columns,
     read_columns,
     read_rows,
     rows_only,
@@ -41,11 +42,12 @@ from gpu_dedup.storage.discovery import (
 )
 from gpu_dedup.storage.filter import write_shard
 from gpu_dedup.storage.identity import check_unchanged, shard_identity
+from gpu_dedup.storage.jsonl import ReadWhole
 from gpu_dedup.storage.parquet import device_readable, parquet_schema
 
 __all__ = [
     "Shard", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT", "COMPRESSED_EXT",
-    "shard_identity", "check_unchanged", "read_columns", "read_rows", "rows_only", "check_id_type",
+    "shard_identity", "check_unchanged", "read_columns", "iter_columns", "ReadWhole", "read_rows", "rows_only", "check_id_type",
     "without_views", "VIEW_TYPES", "id_column_type", "device_readable", "parquet_schema", "write_shard", "atomic_write_bytes",
     "atomic_write_parquet", "file_digest",
 ]

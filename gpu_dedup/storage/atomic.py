@@ -65,6 +65,10 @@ def atomic_write_bytes(path: str | Path, payload: bytes, tmp_dir=None) -> None:
 
 
 def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd") -> None:
+    """``table`` written to ``path`` with ``compression`` (``same``, the shards' setting: zstd for a table
+    that is not a copy of an input shard)."""
+    compression = "zstd" if compression == "same" else compression
+
     def write(fd, tmp):
         os.close(fd)
         pq.write_table(table, tmp, compression=None if compression == "none" else compression)

@@ -12,21 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup.errors import InputError, ResourceError
-from gpu_dedup.storage.atomic import (
-    atomic_write_bytes,
-    atomic_write_parquet,
-    publish,
-    unlink,
-)
+from gpu_dedup.storage.atomic import _atomically, publish, unlink
 from gpu_dedup.storage.columns import VIEW_TYPES, without_views
 from gpu_dedup.storage.discovery import Shard
 from gpu_dedup.storage.identity import check_unchanged
-from gpu_dedup.storage.jsonl import (
-    compress_like,
-    gather_lines_of,
-    jsonl_lines,
-    read_bytes,
-)
+from gpu_dedup.storage.jsonl import gather_lines_of, jsonl_blocks, jsonl_codec, nonblank_lines
+from gpu_dedup.storage.parquet import iter_parquet, shard_codec
 
 
 def _same_schema(written: pa.Schema, source: pa.Schema) -> bool:
@@ -56,11 +47,23 @@ def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str,
         raise
 
 
-def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression: str = "zstd",
+def resolve_codec(compression: str, shard: Shard):
+    """The Parquet codec to write ``shard``'s kept rows with: ``compression``, or for ``same`` the
+    shard's own (see :func:`~gpu_dedup.storage.parquet.shard_codec`; a name, or {column: name})."""
+    if compression != "same":
+        return compression
+    try:
+        return shard_codec(pq.ParquetFile(shard.path).metadata)
+    except (OSError, pa.ArrowException, MemoryError) as exc:
+        raise InputError(f"shard {shard.path!r} became unreadable during the run ({exc})") from None
+
+
+def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression: str = "same",
                 device_writer=None) -> int:
     """Write the kept rows of one input shard under its name in ``out_dir``; return rows written.
 
-    A memory shard is not written: its kept rows are the caller's to take
+    ``compression``: the Parquet codec, or ``same`` (the input shard's; JSONL keeps its own
+    compression whatever it is).  A memory shard is not written: its kept rows are the caller's to take
     (``shard.data.filter(keep)``).  ``device_writer(path, keep, tmp, compression)``: the GPU
     backend's Parquet writer (cuDF), tried first for Parquet shards; returns the rows written
     or None where it cannot keep the codec or schema (pyarrow writes the shard then)."""
@@ -68,38 +71,139 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
         return int(np.count_nonzero(keep))
     check_unchanged([shard])  # the rows to keep were decided on what was read then
     target = Path(out_dir) / shard.name
-    if shard.format == "parquet" and device_writer is not None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        rows = _write_parquet_on_device(shard, keep, target, compression, device_writer)
-        if rows is not None:
-            return rows
     if shard.format == "parquet":
-        try:
-            table = pq.ParquetFile(shard.path).read()
-        except (OSError, pa.ArrowException) as exc:
-            if isinstance(exc, MemoryError):
-                raise ResourceError(f"ran out of memory reading shard {shard.path!r} to write its kept rows ({exc}); "
-                                    "the shard itself may be fine: free memory or split the input") from None
-            raise InputError(f"shard {shard.path!r} became unreadable during the run ({exc})") from None
-        if table.num_rows != keep.shape[0]:
-            raise InputError(
-                f"shard {shard.path!r} had {keep.shape[0]} rows when read and {table.num_rows} now; "
-                "inputs must not change during a run"
-            )
-        kept = _filter_rows(table, pa.array(keep), shard.path)
-        atomic_write_parquet(target, kept, compression)
-        return kept.num_rows
-    raw = read_bytes(shard.path)
-    data, starts, ends = jsonl_lines(raw)
-    if starts.shape[0] != keep.shape[0]:
-        raise InputError(
-            f"shard {shard.path!r} had {keep.shape[0]} records when read and {starts.shape[0]} now; "
-            "inputs must not change during a run"
-        )
-    body = gather_lines_of(data, starts[keep], ends[keep])
-    atomic_write_bytes(target, compress_like(shard.path, body))
-    return int(keep.sum())
+        codec = resolve_codec(compression, shard)
+        if device_writer is not None and isinstance(codec, str):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            rows = _write_parquet_on_device(shard, keep, target, codec, device_writer)
+            if rows is not None:
+                return rows
+        return _write_parquet(shard, keep, target, codec)
+    return write_jsonl_shard(shard, keep, target)
 
+
+def _changed(shard: Shard, then: int, now: int, what: str = "rows") -> InputError:
+    return InputError(f"shard {shard.path!r} had {then} {what} when read and {now} now; "
+                      "inputs must not change during a run")
+
+
+def _unreadable(shard: Shard, exc: BaseException) -> Exception:
+    if isinstance(exc, MemoryError):
+        return ResourceError(f"ran out of memory reading shard {shard.path!r} to write its kept rows ({exc}); "
+                             "the shard itself may be fine: free memory or split the input")
+    return InputError(f"shard {shard.path!r} became unreadable during the run ({exc})")
+
+
+WRITE_BATCH = 1024  # rows per write batch of pyarrow's Parquet writer (WriterProperties' write_batch_size)
+ROW_GROUP_ROWS = 1024 * 1024  # pyarrow's default rows per written row group
+
+
+def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec) -> int:
+    """The kept rows, streamed: the shard is read a batch at a time, each batch filtered, and the
+    kept rows written in the layout a whole-table ``pq.write_table`` gives (row groups of
+    ``ROW_GROUP_ROWS``, each column one run of values), so the file is byte for byte the one
+    reading the whole shard, filtering it and writing it would give: each column's values reach
+    the writer in pieces of whole ``WRITE_BATCH``-row batches (the writer cuts pages between its
+    batches), and a nested or dictionary column as one piece per row group.  Memory: one batch
+    read, plus the kept rows of one output row group."""
+    try:
+        meta = pq.ParquetFile(shard.path).metadata
+    except (OSError, pa.ArrowException, MemoryError) as exc:
+        raise _unreadable(shard, exc) from None
+    if meta.num_rows != keep.shape[0]:
+        raise _changed(shard, keep.shape[0], meta.num_rows)
+    kept_rows = int(np.count_nonzero(keep))
+    group = min(kept_rows, ROW_GROUP_ROWS)
+
+    def write(fd, tmp):
+        os.close(fd)
+        writer = None
+        pending, carry = [], []  # the current row group's pieces; kept rows short of a whole write batch
+        held = carry_rows = start = 0
+        try:
+            for batch in iter_parquet(shard, None):  # read errors: one InputError / ResourceError
+                n = batch.num_rows
+                kept = _filter_rows(batch, pa.array(keep[start:start + n]), shard.path)
+                start += n
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, batch.schema, compression=_codec_arg(codec))
+                while kept.num_rows:  # a few steps per batch: whole write batches, the rest carried
+                    take = kept.slice(0, group - held - carry_rows)
+                    kept = kept.slice(take.num_rows)
+                    if carry_rows:
+                        head = take.slice(0, WRITE_BATCH - carry_rows)
+                        take = take.slice(head.num_rows)
+                        carry.append(head)
+                        carry_rows += head.num_rows
+                        if carry_rows == WRITE_BATCH:
+                            pending.append(pa.concat_tables(carry).combine_chunks())
+                            held, carry, carry_rows = held + WRITE_BATCH, [], 0
+                    whole = take.num_rows - take.num_rows % WRITE_BATCH
+                    if whole:
+                        pending.append(take.slice(0, whole))
+                        held += whole
+                    if take.num_rows > whole:
+                        carry, carry_rows = [take.slice(whole)], take.num_rows - whole
+                    if held + carry_rows == group:  # a whole row group: written
+                        _write_group(writer, pending + carry, group)
+                        pending, carry, held, carry_rows = [], [], 0, 0
+            if start != keep.shape[0]:
+                raise _changed(shard, keep.shape[0], start)
+            if held + carry_rows:  # the last, shorter row group
+                _write_group(writer, pending + carry, group)
+            if kept_rows == 0:  # the schema and one empty row group, as pq.write_table of no rows writes
+                writer.write_table(writer.schema.empty_table())
+        finally:
+            if writer is not None:
+                writer.close()
+
+    _atomically(target, None, write)
+    return kept_rows
+
+
+def _codec_arg(codec):
+    if isinstance(codec, dict):  # per column ("none" by name: a column's codec cannot be None)
+        return codec
+    return None if codec == "none" else codec
+
+
+def _write_group(writer, pieces: list, rows: int) -> None:
+    """One row group of the pieces' rows; a nested or dictionary column as one run of values."""
+    table = pa.concat_tables(pieces)
+    for i, field in enumerate(table.schema):
+        if table.column(i).num_chunks > 1 and (pa.types.is_nested(field.type) or pa.types.is_dictionary(field.type)):
+            table = table.set_column(i, field, pa.chunked_array([table.column(i).combine_chunks()], field.type))
+    writer.write_table(table, row_group_size=max(1, rows))
+
+
+def write_jsonl_shard(shard: Shard, keep: np.ndarray, target: Path) -> int:
+    """The kept lines of a JSONL shard, byte for byte, in its compression: read, filtered and
+    written (compressed) a block of lines at a time."""
+    codec = jsonl_codec(shard.path)
+
+    def write(fd, tmp):
+        seen = 0
+        with pa.PythonFile(os.fdopen(fd, "wb"), mode="w") as raw:
+            out = pa.CompressedOutputStream(raw, codec) if codec else raw
+            with out:
+                for block in jsonl_blocks(shard.path):  # read errors: one InputError / ResourceError
+                    data = np.frombuffer(block, np.uint8)
+                    starts, ends = nonblank_lines(data)
+                    mine = keep[seen:seen + starts.shape[0]]
+                    seen += starts.shape[0]
+                    if seen > keep.shape[0]:
+                        break
+                    out.write(gather_lines_of(data, starts[mine], ends[mine]))
+        if seen != keep.shape[0]:
+            raise _changed(shard, keep.shape[0], seen, "records")
+        synced = os.open(tmp, os.O_RDONLY)  # on disk before it is published, as every written file
+        try:
+            os.fsync(synced)
+        finally:
+            os.close(synced)
+
+    _atomically(target, None, write)
+    return int(np.count_nonzero(keep))
 
 
 def _filter_rows(table: pa.Table, mask: pa.Array, path: str) -> pa.Table:

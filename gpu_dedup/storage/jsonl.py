@@ -139,6 +139,75 @@ def read_jsonl(shard: Shard, wanted: dict | None = None) -> pa.Table | None:
     return table
 
 
+class ReadWhole(Exception):
+    """A JSONL shard that cannot be read a block at a time: its later lines do not fit the types its first
+    lines fixed (or those lines fix none); :func:`read_jsonl` reads it whole, inferring every type."""
+
+
+def jsonl_blocks(path: str, block_bytes: int | None = None, first_bytes: int = 0):
+    """The shard's (decompressed) bytes as buffers of whole lines, about ``block_bytes`` (default
+    STREAM_BLOCK; the first at least ``first_bytes``) each, in order (the last one may lack a final
+    newline).  Memory: about a block."""
+    block_bytes = block_bytes or STREAM_BLOCK
+    try:
+        with pa.input_stream(path, compression="detect") as f:
+            carry = b""
+            size = max(block_bytes, first_bytes)
+            while True:  # one step per block read
+                chunk = f.read(size)
+                size = block_bytes
+                buf = carry + chunk if carry else chunk
+                if not chunk:
+                    if buf:
+                        yield buf
+                    return
+                cut = buf.rfind(b"\n") + 1
+                if cut == 0:  # no line ends in it yet
+                    carry = buf
+                    continue
+                yield memoryview(buf)[:cut]
+                carry = buf[cut:]
+    except (OSError, pa.ArrowException, MemoryError) as exc:
+        raise read_error(path, exc, f"cannot read shard {path!r}: {exc}") from None
+
+
+STREAM_BLOCK = 1 << 25  # bytes of whole lines per streamed block (32 MiB)
+
+
+def iter_jsonl(shard: Shard, wanted: dict, block_bytes: int | None = None):
+    """:func:`read_jsonl`'s table of ``wanted`` fields a block of lines at a time: the types are learned
+    from the first lines as there, each block parsed with them.  Raises :class:`ReadWhole` (maybe after
+    some tables) where :func:`read_jsonl` would infer the types from the whole file or a block does not
+    parse (it then reports the line); a shard without records yields nothing."""
+    schema = None
+    blocks = jsonl_blocks(shard.path, block_bytes, 2 * SAMPLE_BYTES)  # the first block holds the sample
+    ahead = next(blocks, None)
+    while ahead is not None:  # one step per block, with the next one read ahead
+        block, ahead = ahead, next(blocks, None)
+        data = np.frombuffer(block, np.uint8)
+        starts, ends = nonblank_lines(data)
+        if starts.shape[0] == 0:
+            continue
+        if schema is None:  # the first lines: the sample read_jsonl takes, whole in this block
+            if not wanted or (ahead is not None and
+                              np.searchsorted(starts, starts[0] + SAMPLE_BYTES) >= starts.shape[0]):
+                raise ReadWhole(shard.path)
+            try:
+                schema = _wanted_schema(data, starts, ends, wanted)
+            except pa.ArrowException:
+                schema = None
+            if schema is None:
+                raise ReadWhole(shard.path)
+        try:
+            table = _parse_json(pa.py_buffer(block), pajson.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="ignore", newlines_in_values=False))
+        except pa.ArrowException:
+            raise ReadWhole(shard.path) from None
+        if table.num_rows != starts.shape[0]:
+            raise ReadWhole(shard.path)
+        yield table
+
+
 def _bad_line(data, starts, ends, exc) -> str:
     """Where a JSON Lines buffer fails to parse: ``line N: <the parser's reason>; fix or remove that line``.
     Found by halving the non-blank lines (pyarrow's own row number counts records of its parse block);
@@ -179,13 +248,6 @@ def check_json_float_ids(shard: Shard, column: str, ids) -> None:
 
 
 
-def compress_like(path: str, body: bytes) -> bytes:
-    low = path.lower()
-    codec = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}.get(os.path.splitext(low)[1])
-    if codec is None:
-        return body
-    sink = pa.BufferOutputStream()
-    with pa.CompressedOutputStream(sink, codec) as out:
-        out.write(body)
-    return sink.getvalue().to_pybytes()
-
+def jsonl_codec(path: str) -> str | None:
+    """The compression of a JSONL shard, by its extension (None: uncompressed)."""
+    return {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}.get(os.path.splitext(path.lower())[1])
