@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -162,6 +163,7 @@ class LocalExecutor:
         self._norm = None  # normalized texts (host Arrow), made from the buffers when first asked for
         self._strings = None
         self._raw = None  # RawText of the text columns a device reader read (until normalized)
+        self._batches = None  # normalized batches of the read stage (see _BatchNormalizer), until joined
         self.reader = None  # "cudf" when a device reader read the text columns, else "pyarrow"
         self._sig = None  # (rows, values) of the last signatures call
         self.family = None  # the similarity family (stages/families.py), sized by read()
@@ -191,13 +193,21 @@ class LocalExecutor:
         score = cfg.select.score_column if cfg.select.keep == "score" else None
         reader = self._text_reader(score)
         self.reader = "cudf" if reader is not None else "pyarrow"
-        c = read(self.shards, cfg.input, score, progress=progress, text_reader=reader)
+        hook = None
+        if reader is None and self.batch_bytes is None and self.backend.name == "cpu" and family_for(cfg).uses_text:
+            # each batch normalized as it is read, its raw text dropped (the memory of the stage: a few batches)
+            hook = _BatchNormalizer(self.backend, cfg.normalize, lengths=cfg.select.keep == "longest")
+        c = read(self.shards, cfg.input, score, progress=progress, text_reader=reader, text=hook)
         table = c.table
         n = table.num_rows
         self.family = family_for(cfg, n)
         if c.vectors is not None:
             self.vectors = self._load_vectors(c.vectors, c.shards, n)
-        if c.device_text is not None:  # text columns read into device memory: one buffer set
+        if hook is not None:
+            self._batches = c.text_parts
+            c.text_parts = None
+            null = hook.null(self._batches)
+        elif c.device_text is not None:  # text columns read into device memory: one buffer set
             self._raw = raw_text(c.device_text, self.xp)
             c.device_text = None
             null = self._raw.null(self.xp)
@@ -205,8 +215,11 @@ class LocalExecutor:
             null = self.family.null_rows(table, self.vectors)
         key = None
         if cfg.select.keep == "longest" and n:
-            key = text_lengths(table.column("text")) if self._raw is None else \
-                pa.array(to_host(code_point_lengths(self._raw, self.xp)))
+            if hook is not None:
+                key = hook.lengths(self._batches)
+            else:
+                key = text_lengths(table.column("text")) if self._raw is None else \
+                    pa.array(to_host(code_point_lengths(self._raw, self.xp)))
         elif cfg.select.keep == "lowest_id":
             key = table.column("id")
         elif cfg.select.keep == "score":
@@ -255,19 +268,29 @@ class LocalExecutor:
         """Normalized texts as kernel buffers (computed on first use, e.g. again after a resume)."""
         if self._strings is None:
             with self.st.stage("normalize", self.corpus.n) as info:
-                # the text read into device memory (only for a run that is not batched), or the host column
-                column = self._raw if self._raw is not None else self.corpus.table.column("text")
-                if self.batch_bytes is None:  # the whole corpus at once, where the backend computes
-                    self._strings, invalid = self.backend.normalize_column(column, self.cfg.normalize)
+                if self._batches is not None:  # normalized batch by batch as the read stage read them
+                    self._strings, invalid, seconds = _BatchNormalizer.join(self._batches)
+                    self._batches = None
+                    info.update(normalized_while_reading_seconds=round(seconds, 3))
                 else:
-                    self._strings, invalid = self._normalize_batches(column)
-                # the original texts are read again only where needed (written shards, report examples)
-                self._raw = None
-                if "text" in self.corpus.table.column_names:
-                    self.corpus.table = self.corpus.table.drop_columns(["text"])
+                    self._strings, invalid = self._normalize_column()
                 info.update(invalid_utf8=invalid, text_mb=round(self._strings.nbytes / 2**20, 1))
             self._invalid = invalid
         return self._strings
+
+    def _normalize_column(self):
+        """Normalized texts of the corpus's text read into device memory, or of the table's text column."""
+        # the text read into device memory (only for a run that is not batched), or the host column
+        column = self._raw if self._raw is not None else self.corpus.table.column("text")
+        if self.batch_bytes is None:  # the whole corpus at once, where the backend computes
+            strings, invalid = self.backend.normalize_column(column, self.cfg.normalize)
+        else:
+            strings, invalid = self._normalize_batches(column)
+        # the original texts are read again only where needed (written shards, report examples)
+        self._raw = None
+        if "text" in self.corpus.table.column_names:
+            self.corpus.table = self.corpus.table.drop_columns(["text"])
+        return strings, invalid
 
     def _normalize_batches(self, column):
         """Normalize ``column`` in slices of at most ``batch_bytes`` of text; the result stays on the host."""
@@ -442,6 +465,59 @@ class LocalExecutor:
         texts = self.norm if self.family.uses_text else None
         return {"texts": texts, "band_hashes": to_host(bands.band_hashes), "signatures": full,
                 "vectors": self.vectors.matrix if self.vectors is not None else None}
+
+
+@dataclass
+class _Batch:
+    """One batch of the read stage's text column, normalized."""
+
+    strings: StringBuffers
+    invalid: int  # documents with ill-formed UTF-8
+    null: np.ndarray  # bool per row: the text is null
+    lengths: pa.Array | None  # code points of each original text (select.keep: longest)
+    seconds: float  # spent normalizing it
+
+
+class _BatchNormalizer:
+    """The read stage's ``text`` hook: normalizes each batch's text column as it is read (the raw text is
+    dropped then), noting the rows whose text is null and, when asked, each text's length in code points."""
+
+    def __init__(self, backend, cfg, lengths: bool = False):
+        self.backend, self.cfg, self.want_lengths = backend, cfg, lengths
+
+    def __call__(self, column: pa.ChunkedArray) -> _Batch:
+        t0 = time.perf_counter()
+        strings, invalid = self.backend.normalize_column(column, self.cfg)
+        null = np.asarray(column.is_null(), dtype=bool)
+        lengths = text_lengths(column) if self.want_lengths else None
+        return _Batch(strings, invalid, null, lengths, time.perf_counter() - t0)
+
+    @staticmethod
+    def null(parts: list) -> np.ndarray:
+        return np.concatenate([p.null for p in parts]) if parts else np.zeros(0, bool)
+
+    @staticmethod
+    def lengths(parts: list) -> pa.ChunkedArray:
+        return pa.chunked_array([c for p in parts for c in pa.chunked_array(p.lengths).chunks])
+
+    @staticmethod
+    def join(parts: list) -> tuple:
+        """(one StringBuffers of every batch's normalized texts, in order; invalid documents; seconds spent
+        normalizing).  Each batch is dropped from ``parts`` once copied, so the memory this takes is the
+        normalized text plus one batch (the joined buffer's pages are touched only as they are filled)."""
+        n = sum(len(p.strings) for p in parts)
+        offsets = np.empty(n + 1, np.int64)
+        offsets[0] = 0
+        data = np.empty(sum(p.strings.nbytes for p in parts), np.uint8)
+        invalid, seconds, row, pos = 0, 0.0, 0, 0
+        while parts:  # one step per batch
+            p = parts.pop(0)
+            s, m, nb = p.strings, len(p.strings), p.strings.nbytes
+            data[pos:pos + nb] = s.data[s.offsets[0]:s.offsets[-1]]
+            offsets[row + 1:row + m + 1] = s.offsets[1:] - s.offsets[0] + pos
+            invalid, seconds, row, pos = invalid + p.invalid, seconds + p.seconds, row + m, pos + nb
+            del p, s
+        return StringBuffers(offsets, data), invalid, seconds
 
 
 class _ShardTexts:
