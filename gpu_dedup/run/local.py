@@ -53,7 +53,7 @@ from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_o
 from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages.buckets import buckets
 from gpu_dedup.stages.families import RowData, family_for
-from gpu_dedup.stages.read import read
+from gpu_dedup.stages.read import read, read_texts
 from gpu_dedup.stages.selection import text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
@@ -521,7 +521,7 @@ class _BatchNormalizer:
 
 
 class _ShardTexts:
-    """``take(rows)`` of the original texts, read again from the shards that hold the rows."""
+    """``take(rows)`` of the original texts, read again (streamed) from the shards that hold the rows."""
 
     def __init__(self, corpus: LocalCorpus, cfg: Config):
         self.corpus, self.cfg = corpus, cfg
@@ -534,8 +534,7 @@ class _ShardTexts:
         parts, order = [], []
         for k in np.unique(owner):  # one read per shard holding a row (a report shows a few dozen texts)
             sel = np.flatnonzero(owner == k)
-            table = storage.read_rows(shards[k], replace(self.cfg.input, id_column=None), rows[sel] - starts[k])
-            parts.append(table.column("text").combine_chunks())
+            parts.append(read_texts(shards[k], replace(self.cfg.input, id_column=None), rows[sel] - starts[k]))
             order.append(sel)
         if not parts:
             return pa.array([], pa.large_string())

@@ -27,7 +27,16 @@ import pyarrow as pa
 
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError
-from gpu_dedup.storage import ReadWhole, Shard, check_id_type, discover, iter_columns, read_columns
+from gpu_dedup.storage import (
+    ReadWhole,
+    Shard,
+    check_id_type,
+    discover,
+    iter_columns,
+    parquet_metadata,
+    read_columns,
+    read_rows,
+)
 
 log = logging.getLogger("gpu_dedup")
 
@@ -178,6 +187,41 @@ def _batches(shards, cfg: InputConfig, score_column, text_reader):
                 yield i, "again", None
                 yield i, "batch", read_columns(shard, cfg, score_column)
         yield i, "end", None
+
+
+def read_texts(shard: Shard, cfg: InputConfig, rows) -> pa.Array:
+    """The text column at ``rows`` (shard-relative, any order, repeats allowed) of one shard, read again:
+    streamed through the Parquet row groups that hold them (or the JSONL shard's blocks) up to the last
+    of them, in the memory of a batch (a report's examples: a few dozen texts of any shard)."""
+    rows = np.asarray(rows, np.int64)
+    if shard.format == "memory" or rows.shape[0] == 0:
+        return read_rows(shard, cfg, rows).column("text").combine_chunks()
+    stream, groups = rows, None  # each row's position in what is read
+    if shard.format == "parquet":
+        meta = parquet_metadata(shard)
+        sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], np.int64)
+        starts = np.concatenate(([0], np.cumsum(sizes)))
+        group_of = np.searchsorted(starts, rows, side="right") - 1
+        groups = np.unique(group_of)
+        first = np.concatenate(([0], np.cumsum(sizes[groups])))  # where each read group starts
+        stream = rows - starts[group_of] + first[np.searchsorted(groups, group_of)]
+    wanted = np.unique(stream)
+    parts, pos = [], 0
+    try:
+        for table in iter_columns(shard, cfg, row_groups=None if groups is None else groups.tolist()):
+            n = table.num_rows  # one step per batch, up to the last wanted row
+            mine = wanted[(wanted >= pos) & (wanted < pos + n)]
+            if mine.shape[0]:
+                parts += table.column("text").take(pa.array(mine - pos)).chunks
+            pos += n
+            if pos > wanted[-1]:
+                break
+    except ReadWhole:
+        return read_rows(shard, cfg, rows).column("text").combine_chunks()
+    if pos <= wanted[-1]:
+        raise InputError(f"shard {shard.path!r} has {pos} rows now but had more when read; inputs must not "
+                         "change during a run")
+    return pa.concat_arrays(parts).take(pa.array(np.searchsorted(wanted, stream)))
 
 
 _DONE = object()

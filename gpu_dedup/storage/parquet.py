@@ -39,6 +39,13 @@ def _corrupt(shard: Shard, exc: BaseException) -> Exception:
     return read_error(shard.path, exc, f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or replace it")
 
 
+def parquet_metadata(shard: Shard) -> pq.FileMetaData:
+    try:
+        return pq.ParquetFile(shard.path).metadata
+    except (OSError, pa.ArrowException, MemoryError) as exc:
+        raise _corrupt(shard, exc) from None
+
+
 def read_parquet(shard: Shard, columns: list[str], row_groups=None) -> pa.Table:
     try:
         f = pq.ParquetFile(shard.path)
