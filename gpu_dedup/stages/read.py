@@ -18,8 +18,6 @@ memory the stage takes is then a few batches plus what ``text`` keeps.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +26,7 @@ import pyarrow as pa
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError
 from gpu_dedup.storage import (
+    ahead,
     ReadWhole,
     Shard,
     check_id_type,
@@ -39,9 +38,6 @@ from gpu_dedup.storage import (
 )
 
 log = logging.getLogger("gpu_dedup")
-
-AHEAD = 2  # batches the reader thread reads ahead of the caller
-
 
 @dataclass
 class Corpus:
@@ -88,7 +84,7 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
     first_id = None
     row0 = 0
     mine = _Shard(row0)  # the batches of the shard being read
-    for i, kind, table in _ahead(_batches(shards, cfg, score_column, text_reader)):  # one step per batch
+    for i, kind, table in ahead(_batches(shards, cfg, score_column, text_reader)):  # one step per batch
         shard = shards[i]
         if kind == "again":  # read whole after some batches (see storage.iter_columns): those are dropped
             mine, first_id = _Shard(row0), mine.first_id
@@ -222,49 +218,6 @@ def read_texts(shard: Shard, cfg: InputConfig, rows) -> pa.Array:
         raise InputError(f"shard {shard.path!r} has {pos} rows now but had more when read; inputs must not "
                          "change during a run")
     return pa.concat_arrays(parts).take(pa.array(np.searchsorted(wanted, stream)))
-
-
-_DONE = object()
-
-
-def _ahead(items, depth: int = AHEAD):
-    """``items``, produced on a thread ``depth`` items ahead of the consumer (reading and decoding release
-    the GIL, so the next batch is read while this one is used); an error is raised where the item was."""
-    q: queue.Queue = queue.Queue(depth)
-    stop = threading.Event()
-
-    def produce():
-        try:
-            for item in items:  # the reader's loop: one step per batch
-                while not stop.is_set():
-                    try:
-                        q.put((item, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            q.put((_DONE, None))
-        except BaseException as exc:  # handed to the consumer, raised there
-            q.put((_DONE, exc))
-
-    thread = threading.Thread(target=produce, name="gpu_dedup-read", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item, exc = q.get()
-            if item is _DONE:
-                if exc is not None:
-                    raise exc
-                return
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():  # let a blocked producer finish its put and see the stop
-            try:
-                q.get_nowait()
-            except queue.Empty:
-                thread.join(0.05)
 
 
 def _empty_table(with_score: bool) -> pa.Table:

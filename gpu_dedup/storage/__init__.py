@@ -10,12 +10,14 @@ parquet       Parquet schema, whole and streamed reads, codecs; what a device re
 columns       the validated ``text`` / ``id`` / ``score`` / ``vector`` columns of one shard (whole or in batches)
 filter        a shard's kept rows written under its name (schema or bytes kept)
 atomic        temporary file + rename for every output; file digests
+ahead         a reader thread one or two batches ahead of its consumer
 ============  ====================================================================
 
 The stages read and write rows through these functions (:mod:`gpu_dedup.stages.read`,
 :mod:`gpu_dedup.stages.write`); nothing here knows about deduplication.
 """
 
+from gpu_dedup.storage.ahead import ahead
 from gpu_dedup.storage.atomic import (
     atomic_write_bytes,
     atomic_write_parquet,
@@ -46,7 +48,7 @@ from gpu_dedup.storage.jsonl import ReadWhole
 from gpu_dedup.storage.parquet import device_readable, parquet_metadata, parquet_schema
 
 __all__ = [
-    "Shard", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT", "COMPRESSED_EXT",
+    "ahead", "Shard", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT", "COMPRESSED_EXT",
     "shard_identity", "check_unchanged", "read_columns", "iter_columns", "ReadWhole", "read_rows", "rows_only", "check_id_type",
     "without_views", "VIEW_TYPES", "id_column_type", "device_readable", "parquet_schema", "parquet_metadata", "write_shard", "atomic_write_bytes",
     "atomic_write_parquet", "file_digest",

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup.errors import InputError, ResourceError
+from gpu_dedup.storage.ahead import ahead
 from gpu_dedup.storage.atomic import _atomically, publish, unlink
 from gpu_dedup.storage.columns import VIEW_TYPES, without_views
 from gpu_dedup.storage.discovery import Shard
@@ -115,18 +116,24 @@ def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec) -> int:
     kept_rows = int(np.count_nonzero(keep))
     group = min(kept_rows, ROW_GROUP_ROWS)
 
+    def kept_batches():  # on the reader thread: read and filtered a batch ahead of the writer
+        start = 0
+        for batch in iter_parquet(shard, None):  # read errors: one InputError / ResourceError
+            n = batch.num_rows
+            yield _filter_rows(batch, pa.array(keep[start:start + n]), shard.path)
+            start += n
+        if start != keep.shape[0]:
+            raise _changed(shard, keep.shape[0], start)
+
     def write(fd, tmp):
         os.close(fd)
         writer = None
         pending, carry = [], []  # the current row group's pieces; kept rows short of a whole write batch
-        held = carry_rows = start = 0
+        held = carry_rows = 0
         try:
-            for batch in iter_parquet(shard, None):  # read errors: one InputError / ResourceError
-                n = batch.num_rows
-                kept = _filter_rows(batch, pa.array(keep[start:start + n]), shard.path)
-                start += n
+            for kept in ahead(kept_batches()):
                 if writer is None:
-                    writer = pq.ParquetWriter(tmp, batch.schema, compression=_codec_arg(codec))
+                    writer = pq.ParquetWriter(tmp, kept.schema, compression=_codec_arg(codec))
                 while kept.num_rows:  # a few steps per batch: whole write batches, the rest carried
                     take = kept.slice(0, group - held - carry_rows)
                     kept = kept.slice(take.num_rows)
@@ -147,8 +154,6 @@ def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec) -> int:
                     if held + carry_rows == group:  # a whole row group: written
                         _write_group(writer, pending + carry, group)
                         pending, carry, held, carry_rows = [], [], 0, 0
-            if start != keep.shape[0]:
-                raise _changed(shard, keep.shape[0], start)
             if held + carry_rows:  # the last, shorter row group
                 _write_group(writer, pending + carry, group)
             if kept_rows == 0:  # the schema and one empty row group, as pq.write_table of no rows writes
@@ -186,7 +191,7 @@ def write_jsonl_shard(shard: Shard, keep: np.ndarray, target: Path) -> int:
         with pa.PythonFile(os.fdopen(fd, "wb"), mode="w") as raw:
             out = pa.CompressedOutputStream(raw, codec) if codec else raw
             with out:
-                for block in jsonl_blocks(shard.path):  # read errors: one InputError / ResourceError
+                for block in ahead(jsonl_blocks(shard.path)):  # read errors: one InputError / ResourceError
                     data = np.frombuffer(block, np.uint8)
                     starts, ends = nonblank_lines(data)
                     mine = keep[seen:seen + starts.shape[0]]
