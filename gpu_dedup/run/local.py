@@ -531,11 +531,15 @@ class _ShardTexts:
         shards = self.corpus.shards
         starts = np.cumsum([0] + [s.rows for s in shards])
         owner = np.searchsorted(starts, rows, side="right") - 1
-        parts, order = [], []
-        for k in np.unique(owner):  # one read per shard holding a row (a report shows a few dozen texts)
-            sel = np.flatnonzero(owner == k)
-            parts.append(read_texts(shards[k], replace(self.cfg.input, id_column=None), rows[sel] - starts[k]))
-            order.append(sel)
+        cfg = replace(self.cfg.input, id_column=None)
+        order = [np.flatnonzero(owner == k) for k in np.unique(owner)]  # the rows each shard holds
+
+        def texts(sel):  # read again, streamed; decoding releases the GIL: up to a shard per core at a time
+            k = owner[sel[0]]
+            return read_texts(shards[k], cfg, rows[sel] - starts[k])
+
+        with ThreadPoolExecutor(max(1, min(len(order), os.cpu_count() or 1))) as pool:
+            parts = list(pool.map(texts, order))  # one read per shard holding a row (a few dozen texts)
         if not parts:
             return pa.array([], pa.large_string())
         binary = any(pa.types.is_binary(p.type) or pa.types.is_large_binary(p.type) for p in parts)
