@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -53,6 +52,7 @@ from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_o
 from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages.buckets import buckets
 from gpu_dedup.stages.families import RowData, family_for
+from gpu_dedup.stages.normalize import BatchNormalizer
 from gpu_dedup.stages.read import read, read_texts
 from gpu_dedup.stages.selection import text_lengths
 from gpu_dedup.stages.vectors import Vectors
@@ -163,7 +163,7 @@ class LocalExecutor:
         self._norm = None  # normalized texts (host Arrow), made from the buffers when first asked for
         self._strings = None
         self._raw = None  # RawText of the text columns a device reader read (until normalized)
-        self._batches = None  # normalized batches of the read stage (see _BatchNormalizer), until joined
+        self._batches = None  # normalized batches of the read stage (see BatchNormalizer), until joined
         self.reader = None  # "cudf" when a device reader read the text columns, else "pyarrow"
         self._sig = None  # (rows, values) of the last signatures call
         self.family = None  # the similarity family (stages/families.py), sized by read()
@@ -196,7 +196,7 @@ class LocalExecutor:
         hook = None
         if reader is None and self.batch_bytes is None and self.backend.name == "cpu" and family_for(cfg).uses_text:
             # each batch normalized as it is read, its raw text dropped (the memory of the stage: a few batches)
-            hook = _BatchNormalizer(self.backend, cfg.normalize, lengths=cfg.select.keep == "longest")
+            hook = BatchNormalizer(self.backend, cfg.normalize, text_lengths if cfg.select.keep == "longest" else None)
         c = read(self.shards, cfg.input, score, progress=progress, text_reader=reader, text=hook)
         table = c.table
         n = table.num_rows
@@ -269,7 +269,7 @@ class LocalExecutor:
         if self._strings is None:
             with self.st.stage("normalize", self.corpus.n) as info:
                 if self._batches is not None:  # normalized batch by batch as the read stage read them
-                    self._strings, invalid, seconds = _BatchNormalizer.join(self._batches)
+                    self._strings, invalid, seconds = BatchNormalizer.join(self._batches)
                     self._batches = None
                     info.update(normalized_while_reading_seconds=round(seconds, 3))
                 else:
@@ -465,59 +465,6 @@ class LocalExecutor:
         texts = self.norm if self.family.uses_text else None
         return {"texts": texts, "band_hashes": to_host(bands.band_hashes), "signatures": full,
                 "vectors": self.vectors.matrix if self.vectors is not None else None}
-
-
-@dataclass
-class _Batch:
-    """One batch of the read stage's text column, normalized."""
-
-    strings: StringBuffers
-    invalid: int  # documents with ill-formed UTF-8
-    null: np.ndarray  # bool per row: the text is null
-    lengths: pa.Array | None  # code points of each original text (select.keep: longest)
-    seconds: float  # spent normalizing it
-
-
-class _BatchNormalizer:
-    """The read stage's ``text`` hook: normalizes each batch's text column as it is read (the raw text is
-    dropped then), noting the rows whose text is null and, when asked, each text's length in code points."""
-
-    def __init__(self, backend, cfg, lengths: bool = False):
-        self.backend, self.cfg, self.want_lengths = backend, cfg, lengths
-
-    def __call__(self, column: pa.ChunkedArray) -> _Batch:
-        t0 = time.perf_counter()
-        strings, invalid = self.backend.normalize_column(column, self.cfg)
-        null = np.asarray(column.is_null(), dtype=bool)
-        lengths = text_lengths(column) if self.want_lengths else None
-        return _Batch(strings, invalid, null, lengths, time.perf_counter() - t0)
-
-    @staticmethod
-    def null(parts: list) -> np.ndarray:
-        return np.concatenate([p.null for p in parts]) if parts else np.zeros(0, bool)
-
-    @staticmethod
-    def lengths(parts: list) -> pa.ChunkedArray:
-        return pa.chunked_array([c for p in parts for c in pa.chunked_array(p.lengths).chunks])
-
-    @staticmethod
-    def join(parts: list) -> tuple:
-        """(one StringBuffers of every batch's normalized texts, in order; invalid documents; seconds spent
-        normalizing).  Each batch is dropped from ``parts`` once copied, so the memory this takes is the
-        normalized text plus one batch (the joined buffer's pages are touched only as they are filled)."""
-        n = sum(len(p.strings) for p in parts)
-        offsets = np.empty(n + 1, np.int64)
-        offsets[0] = 0
-        data = np.empty(sum(p.strings.nbytes for p in parts), np.uint8)
-        invalid, seconds, row, pos = 0, 0.0, 0, 0
-        while parts:  # one step per batch
-            p = parts.pop(0)
-            s, m, nb = p.strings, len(p.strings), p.strings.nbytes
-            data[pos:pos + nb] = s.data[s.offsets[0]:s.offsets[-1]]
-            offsets[row + 1:row + m + 1] = s.offsets[1:] - s.offsets[0] + pos
-            invalid, seconds, row, pos = invalid + p.invalid, seconds + p.seconds, row + m, pos + nb
-            del p, s
-        return StringBuffers(offsets, data), invalid, seconds
 
 
 class _ShardTexts:
