@@ -226,7 +226,6 @@ def test_batches_normalized_then_joined_equal_the_whole_column():
     from gpu_dedup.backends.strings import string_buffers
     from gpu_dedup.config import NormalizeConfig
     from gpu_dedup.stages.normalize import BatchNormalizer, normalize_counted
-    import pyarrow.compute as pc
 
     texts = ["A, b!", None, "\ufb01ne  Caf\u00e9", "", "\uff26\uff55\uff4c\uff4c", None, "x" * 300] * 50
     column = pa.chunked_array([pa.array(texts, pa.large_string())])
