@@ -200,3 +200,27 @@ def test_streamed_parquet_read_takes_a_batch_of_memory_whatever_the_row_groups(t
         del batch
     assert rows == n
     assert peak < 24 << 20  # the whole column is ~65 MB
+
+
+@pytest.mark.parametrize("name", ["empty.parquet", "empty.jsonl", "empty.jsonl.gz"])
+def test_shards_without_rows_are_written_as_before(tmp_path, name):
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        pq.write_table(pa.table({"id": pa.array([], pa.int64()), "text": pa.array([], pa.string())}), path)
+    elif name.endswith(".gz"):
+        with gzip.open(path, "wb") as f:
+            f.write(b"\n \n")
+    else:
+        path.write_bytes(b"")
+    shard = storage.discover([path])[0]
+    assert storage.write_shard(shard, np.zeros(0, bool), tmp_path / "out", "zstd") == 0
+    written = (tmp_path / "out" / name).read_bytes()
+    if name.endswith(".parquet"):
+        _old_write(path, np.zeros(0, bool), tmp_path / "old.parquet", "zstd")
+        assert written == (tmp_path / "old.parquet").read_bytes()
+    else:
+        sink = pa.BufferOutputStream()
+        if name.endswith(".gz"):
+            with pa.CompressedOutputStream(sink, "gzip") as out:
+                out.write(b"")
+        assert written == sink.getvalue().to_pybytes()
