@@ -95,18 +95,17 @@ def _unreadable(shard: Shard, exc: BaseException) -> Exception:
     return InputError(f"shard {shard.path!r} became unreadable during the run ({exc})")
 
 
-WRITE_BATCH = 1024  # rows per write batch of pyarrow's Parquet writer (WriterProperties' write_batch_size)
 ROW_GROUP_ROWS = 1024 * 1024  # pyarrow's default rows per written row group
 
 
 def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec) -> int:
-    """The kept rows, streamed: the shard is read a batch at a time, each batch filtered, and the
-    kept rows written in the layout a whole-table ``pq.write_table`` gives (row groups of
-    ``ROW_GROUP_ROWS``, each column one run of values), so the file is byte for byte the one
-    reading the whole shard, filtering it and writing it would give: each column's values reach
-    the writer in pieces of whole ``WRITE_BATCH``-row batches (the writer cuts pages between its
-    batches), and a nested or dictionary column as one piece per row group.  Memory: one batch
-    read, plus the kept rows of one output row group."""
+    """The kept rows, streamed: the shard is read a batch at a time and each batch filtered (on a reader
+    thread, a batch ahead), and the kept rows are written as a whole-table ``pq.write_table`` writes
+    them: row groups of ``ROW_GROUP_ROWS``, each column of a row group handed to the writer as one
+    run of values (the writer cuts its pages and dictionary fallbacks by where its write batches
+    fall, so this is what makes the file byte for byte the one a whole read, filter and write gives).
+    Memory: a batch or two read, plus the kept rows of one output row group (their pieces are
+    copied into each column's one run and dropped piece by piece)."""
     try:
         meta = pq.ParquetFile(shard.path).metadata
     except (OSError, pa.ArrowException, MemoryError) as exc:
@@ -128,34 +127,21 @@ def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec) -> int:
     def write(fd, tmp):
         os.close(fd)
         writer = None
-        pending, carry = [], []  # the current row group's pieces; kept rows short of a whole write batch
-        held = carry_rows = 0
+        pieces, held = [], 0  # the current row group's kept rows
         try:
             for kept in ahead(kept_batches()):
                 if writer is None:
                     writer = pq.ParquetWriter(tmp, kept.schema, compression=_codec_arg(codec))
-                while kept.num_rows:  # a few steps per batch: whole write batches, the rest carried
-                    take = kept.slice(0, group - held - carry_rows)
+                while kept.num_rows:  # one step per batch, two where a row group ends in it
+                    take = kept.slice(0, group - held)
                     kept = kept.slice(take.num_rows)
-                    if carry_rows:
-                        head = take.slice(0, WRITE_BATCH - carry_rows)
-                        take = take.slice(head.num_rows)
-                        carry.append(head)
-                        carry_rows += head.num_rows
-                        if carry_rows == WRITE_BATCH:
-                            pending.append(pa.concat_tables(carry).combine_chunks())
-                            held, carry, carry_rows = held + WRITE_BATCH, [], 0
-                    whole = take.num_rows - take.num_rows % WRITE_BATCH
-                    if whole:
-                        pending.append(take.slice(0, whole))
-                        held += whole
-                    if take.num_rows > whole:
-                        carry, carry_rows = [take.slice(whole)], take.num_rows - whole
-                    if held + carry_rows == group:  # a whole row group: written
-                        _write_group(writer, pending + carry, group)
-                        pending, carry, held, carry_rows = [], [], 0, 0
-            if held + carry_rows:  # the last, shorter row group
-                _write_group(writer, pending + carry, group)
+                    pieces.append(take)
+                    held += take.num_rows
+                    if held == group:
+                        _write_group(writer, pieces)
+                        pieces, held = [], 0
+            if held:  # the last, shorter row group
+                _write_group(writer, pieces)
             if kept_rows == 0:  # the schema and one empty row group, as pq.write_table of no rows writes
                 writer.write_table(writer.schema.empty_table())
         finally:
@@ -172,13 +158,68 @@ def _codec_arg(codec):
     return None if codec == "none" else codec
 
 
-def _write_group(writer, pieces: list, rows: int) -> None:
-    """One row group of the pieces' rows; a nested or dictionary column as one run of values."""
-    table = pa.concat_tables(pieces)
-    for i, field in enumerate(table.schema):
-        if table.column(i).num_chunks > 1 and (pa.types.is_nested(field.type) or pa.types.is_dictionary(field.type)):
-            table = table.set_column(i, field, pa.chunked_array([table.column(i).combine_chunks()], field.type))
-    writer.write_table(table, row_group_size=max(1, rows))
+def _write_group(writer, pieces: list) -> None:
+    """One row group of the rows of ``pieces`` (tables, emptied by this call), each column one array."""
+    schema = pieces[0].schema
+    columns = [[c for t in pieces for c in t.column(i).chunks] for i in range(len(schema))]
+    pieces.clear()
+    arrays = []
+    for i, field in enumerate(schema):  # one step per column
+        chunks, columns[i] = columns[i], None
+        arrays.append(_one_array(chunks, field.type))
+    writer.write_table(pa.Table.from_arrays(arrays, schema=schema), row_group_size=max(1, len(arrays[0])))
+
+
+def _one_array(chunks: list, type_: pa.DataType) -> pa.Array:
+    """The chunks (a list, emptied by this call) as one array.  Strings, binaries and fixed-width
+    values are copied into buffers of the final size, each chunk dropped once copied (the memory this
+    takes is the column plus one chunk); other types are concatenated by Arrow."""
+    n = sum(len(c) for c in chunks)
+    large = pa.types.is_large_string(type_) or pa.types.is_large_binary(type_)
+    variable = large or pa.types.is_string(type_) or pa.types.is_binary(type_)
+    fixed = not variable and pa.types.is_primitive(type_) and not pa.types.is_boolean(type_)
+    if len(chunks) == 1 or not (variable or fixed):
+        out = pa.concat_arrays(chunks) if chunks else pa.array([], type_)
+        chunks.clear()
+        return out
+    nulls = sum(c.null_count for c in chunks)
+    valid = np.empty(n if nulls else 0, bool)
+    if variable:
+        offsets = np.empty(n + 1, np.int64 if large else np.int32)
+        offsets[0] = 0
+        data = np.empty(sum(_value_bytes(c, large) for c in chunks), np.uint8)
+    else:
+        width = type_.bit_width // 8
+        data = np.empty(n * width, np.uint8)
+    row = pos = 0
+    while chunks:  # one step per chunk
+        c = chunks.pop(0)
+        m = len(c)
+        if nulls:
+            valid[row:row + m] = np.asarray(c.is_valid())
+        bufs = c.buffers()
+        if variable:
+            off = np.frombuffer(bufs[1], np.int64 if large else np.int32)[c.offset:c.offset + m + 1]
+            nb = int(off[-1] - off[0])
+            if nb:
+                data[pos:pos + nb] = np.frombuffer(bufs[2], np.uint8)[off[0]:off[-1]]
+            offsets[row + 1:row + m + 1] = off[1:] - off[0] + pos
+        else:
+            nb = m * width
+            if nb:
+                data[pos:pos + nb] = np.frombuffer(bufs[1], np.uint8)[c.offset * width:c.offset * width + nb]
+        row, pos = row + m, pos + nb
+        del c, bufs
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)] if variable else [validity, pa.py_buffer(data)]
+    return pa.Array.from_buffers(type_, n, buffers, null_count=nulls)
+
+
+def _value_bytes(chunk: pa.Array, large: bool) -> int:
+    if len(chunk) == 0:
+        return 0
+    off = np.frombuffer(chunk.buffers()[1], np.int64 if large else np.int32)
+    return int(off[chunk.offset + len(chunk)] - off[chunk.offset])
 
 
 def write_jsonl_shard(shard: Shard, keep: np.ndarray, target: Path) -> int:

@@ -224,3 +224,16 @@ def test_shards_without_rows_are_written_as_before(tmp_path, name):
             with pa.CompressedOutputStream(sink, "gzip") as out:
                 out.write(b"")
         assert written == sink.getvalue().to_pybytes()
+
+
+def test_short_unique_strings_keep_their_pages_and_dictionary_fallback(tmp_path, monkeypatch):
+    """Pages of short strings end at the writer's row cap and their dictionary falls back to plain mid-column:
+    where each happens depends on where the writer's batches fall, which one run of values per column keeps."""
+    n = 300_000
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": pa.array([f"c0-doc-{i:07d}" for i in range(n)])}), src)
+    keep = np.random.default_rng(0).random(n) < 0.965
+    monkeypatch.setattr(pqs, "BATCH_BYTES", 300_000)  # batches of ~17,000 rows
+    storage.write_shard(storage.discover([src])[0], keep, tmp_path / "out", "zstd")
+    _old_write(src, keep, tmp_path / "old.parquet", "zstd")
+    assert _digest(tmp_path / "out" / "in.parquet") == _digest(tmp_path / "old.parquet")
