@@ -183,6 +183,7 @@ def _one_array(chunks: list, type_: pa.DataType) -> pa.Array:
         chunks.clear()
         return out
     nulls = sum(c.null_count for c in chunks)
+    pool = pa.default_memory_pool()
     valid = np.empty(n if nulls else 0, bool)
     if variable:
         offsets = np.empty(n + 1, np.int64 if large else np.int32)
@@ -210,6 +211,7 @@ def _one_array(chunks: list, type_: pa.DataType) -> pa.Array:
                 data[pos:pos + nb] = np.frombuffer(bufs[1], np.uint8)[c.offset * width:c.offset * width + nb]
         row, pos = row + m, pos + nb
         del c, bufs
+        pool.release_unused()  # the chunk's memory back to the system now, not when Arrow next allocates
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
     buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)] if variable else [validity, pa.py_buffer(data)]
     return pa.Array.from_buffers(type_, n, buffers, null_count=nulls)
