@@ -155,14 +155,14 @@ def bench_corpus(name: str, table: pa.Table, tmp: Path, repeat: int, codecs=("zs
             pq.write_table(pq.read_table(path).filter(pa.array(keep)), tmp / "limit.parquet", compression=codec)
 
         limit = _best(plain, repeat)
-        rows.append(_row(f"write parquet, {codec}", mb, ours, limit, f"pq.read_table + filter + pq.write_table, {codec}"))
+        rows.append(_row("write parquet", mb, ours, limit, f"{codec} shard: pq.read_table + filter + pq.write_table"))
         limit = _best(lambda: pq.write_table(kept, tmp / "limit.parquet", compression=codec), repeat)
-        rows.append(_row(f"write parquet, {codec}", mb, ours, limit, f"pq.write_table of the kept table, {codec}"))
+        rows.append(_row("write parquet", mb, ours, limit, f"{codec} shard: pq.write_table of the kept table"))
         limit = _best(lambda: pq.read_table(path), repeat)
-        rows.append(_row(f"write parquet, {codec}", mb, ours, limit, "pq.read_table of the shard (reading it)"))
+        rows.append(_row("write parquet", mb, ours, limit, f"{codec} shard: pq.read_table of it (reading it)"))
         tdata, ts, te = raw_buffers(kept.column("text").combine_chunks())
         limit = _best(lambda: pa.compress(tdata, codec), repeat)
-        rows.append(_row(f"write parquet, {codec}", mb, ours, limit, f"{codec} of the kept text bytes"))
+        rows.append(_row("write parquet", mb, ours, limit, f"{codec} shard: {codec} of the kept text bytes"))
     shard = discover([str(js_path)])[0]
     ours = _best(lambda: write_shard(shard, keep, out), repeat)
     body = Path(out / shard.name).read_bytes()
@@ -252,9 +252,9 @@ def main(argv=None) -> int:
         mem = jsonl_peak_memory(tmp, args.jsonl_mb) if args.jsonl_mb else None
     info = {"date": _dt.date.today().isoformat(), "machine": machine(), "threads": numba.get_num_threads(),
             "note": "best of %d runs per timing, ours and limit side by side in one process" % args.repeat}
-    print(f"{'corpus':<14} {'stage':<22} {'MB':>8} {'ours MB/s':>10} {'limit MB/s':>11} {'ratio':>6}  limit")
+    print(f"{'corpus':<14} {'stage':<18} {'MB':>8} {'ours MB/s':>10} {'limit MB/s':>11} {'ratio':>6}  limit")
     for r in rows:
-        print(f"{r['corpus']:<14} {r['stage']:<22} {r['mb']:>8} {r['ours_mb_s']:>10} {r['limit_mb_s']:>11} "
+        print(f"{r['corpus']:<14} {r['stage']:<18} {r['mb']:>8} {r['ours_mb_s']:>10} {r['limit_mb_s']:>11} "
               f"{r['ratio']:>6}  {r['limit']}")
     if mem:
         print(f"JSONL read: {mem['file_mb']} MB file -> peak RSS {mem['peak_rss_mb']} MB = {mem['peak_over_file']}x "
