@@ -196,7 +196,7 @@ class LocalExecutor:
         hook = None
         if reader is None and self.batch_bytes is None and self.backend.name == "cpu" and family_for(cfg).uses_text:
             # each batch normalized as it is read, its raw text dropped (the memory of the stage: a few batches)
-            hook = BatchNormalizer(self.backend, cfg.normalize, text_lengths if cfg.select.keep == "longest" else None)
+            hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None)
         c = read(self.shards, cfg.input, score, progress=progress, text_reader=reader, text=hook)
         table = c.table
         n = table.num_rows

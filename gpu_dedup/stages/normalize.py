@@ -34,18 +34,24 @@ from gpu_dedup.backends.textnorm import (
     clean,
     normalize,
     normalize_counted,
+    normalize_segments,
     raw_buffers,
     repair_utf8,
 )
+from gpu_dedup.kernels.text_cpu import byte_tasks, gather_segments
 
-__all__ = ["normalize", "normalize_counted", "repair_utf8", "clean", "raw_buffers", "BatchNormalizer"]
+__all__ = ["normalize", "normalize_counted", "normalize_segments", "repair_utf8", "clean", "raw_buffers",
+           "BatchNormalizer"]
 
 
 @dataclass
 class Batch:
-    """One batch of the read stage's text column, normalized."""
+    """One batch of the read stage's text column, normalized: document k is
+    ``buffer[start[k]:start[k] + length[k]]`` (see :func:`normalize_segments`)."""
 
-    strings: StringBuffers
+    buffer: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
     invalid: int  # documents with ill-formed UTF-8
     null: np.ndarray  # bool per row: the text is null
     lengths: pa.ChunkedArray | pa.Array | None  # ``lengths(column)`` of the original texts, when asked for
@@ -53,20 +59,20 @@ class Batch:
 
 
 class BatchNormalizer:
-    """The read stage's ``text`` hook (see :func:`gpu_dedup.stages.read.read`): normalizes each batch's
-    text column as it is read with ``backend.normalize_column`` (the raw text is dropped then), noting
-    the rows whose text is null and, with ``lengths``, a key of the original texts (the ``longest``
-    policy's lengths in code points)."""
+    """The read stage's ``text`` hook (see :func:`gpu_dedup.stages.read.read`) of a run on the CPU:
+    normalizes each batch's text column as it is read (the raw text is dropped then), noting the rows
+    whose text is null and, with ``lengths``, a key of the original texts (the ``longest`` policy's
+    lengths in code points).  :meth:`join` then packs every batch into one buffer set."""
 
-    def __init__(self, backend, cfg, lengths=None):
-        self.backend, self.cfg, self.key = backend, cfg, lengths
+    def __init__(self, cfg, lengths=None):
+        self.cfg, self.key = cfg, lengths
 
     def __call__(self, column: pa.ChunkedArray) -> Batch:
         t0 = time.perf_counter()
-        strings, invalid = self.backend.normalize_column(column, self.cfg)
+        buffer, start, length, invalid = normalize_segments(column, self.cfg)
         null = np.asarray(column.is_null(), dtype=bool)
         lengths = self.key(column) if self.key is not None else None
-        return Batch(strings, invalid, null, lengths, time.perf_counter() - t0)
+        return Batch(buffer, start, length, invalid, null, lengths, time.perf_counter() - t0)
 
     @staticmethod
     def null(parts: list) -> np.ndarray:
@@ -81,18 +87,21 @@ class BatchNormalizer:
     @staticmethod
     def join(parts: list) -> tuple:
         """(one StringBuffers of every batch's normalized texts, in order; invalid documents; seconds spent
-        normalizing).  Each batch is dropped from ``parts`` once copied, so the memory this takes is the
-        normalized text plus one batch (the joined buffer's pages are touched only as they are filled)."""
-        n = sum(len(p.strings) for p in parts)
+        normalizing).  Each batch is gathered (in parallel) into the joined buffer and dropped from
+        ``parts``, so the memory this takes is the normalized text plus one batch (the joined buffer's
+        pages are touched only as they are filled)."""
+        n = sum(p.length.shape[0] for p in parts)
         offsets = np.empty(n + 1, np.int64)
         offsets[0] = 0
-        data = np.empty(sum(p.strings.nbytes for p in parts), np.uint8)
-        invalid, seconds, row, pos = 0, 0.0, 0, 0
+        data = np.empty(sum(int(p.length.sum()) for p in parts), np.uint8)
+        invalid, seconds, row = 0, 0.0, 0
         while parts:  # one step per batch
             p = parts.pop(0)
-            s, m, nb = p.strings, len(p.strings), p.strings.nbytes
-            data[pos:pos + nb] = s.data[s.offsets[0]:s.offsets[-1]]
-            offsets[row + 1:row + m + 1] = s.offsets[1:] - s.offsets[0] + pos
-            invalid, seconds, row, pos = invalid + p.invalid, seconds + p.seconds, row + m, pos + nb
-            del p, s
+            m = p.length.shape[0]
+            np.cumsum(p.length, out=offsets[row + 1:row + m + 1])
+            offsets[row + 1:row + m + 1] += offsets[row]
+            dst = offsets[row:row + m]
+            gather_segments(p.buffer, p.start, p.length, dst, data, byte_tasks(dst, dst + p.length, 64))
+            invalid, seconds, row = invalid + p.invalid, seconds + p.seconds, row + m
+            del p
         return StringBuffers(offsets, data), invalid, seconds

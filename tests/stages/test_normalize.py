@@ -222,7 +222,6 @@ def test_property_table_is_pinned():
 
 
 def test_batches_normalized_then_joined_equal_the_whole_column():
-    from gpu_dedup.backends import get_backend
     from gpu_dedup.backends.strings import string_buffers
     from gpu_dedup.config import NormalizeConfig
     from gpu_dedup.stages.normalize import BatchNormalizer, normalize_counted
@@ -230,7 +229,7 @@ def test_batches_normalized_then_joined_equal_the_whole_column():
     texts = ["A, b!", None, "\ufb01ne  Caf\u00e9", "", "\uff26\uff55\uff4c\uff4c", None, "x" * 300] * 50
     column = pa.chunked_array([pa.array(texts, pa.large_string())])
     whole, bad = normalize_counted(column, NormalizeConfig())
-    hook = BatchNormalizer(get_backend("cpu"), NormalizeConfig(), lengths=pc.utf8_length)
+    hook = BatchNormalizer(NormalizeConfig(), lengths=pc.utf8_length)
     cuts = [0, 0, 7, 100, 101, 350]
     parts = [hook(column.slice(a, b - a)) for a, b in zip(cuts[:-1], cuts[1:])]
     assert BatchNormalizer.null(parts).tolist() == [t is None for t in texts]
