@@ -1,5 +1,7 @@
-"""Kept rows of one input shard, written under its name: Parquet keeps its schema (and schema metadata);
-JSONL keeps the kept lines byte for byte, in the input's compression."""
+"""Kept rows of one input shard, written under its name: Parquet keeps its schema (and schema metadata)
+and, with ``output.compression: same``, its codec; JSONL keeps the kept lines byte for byte, in the
+input's compression.  Both are streamed: the shard is read a batch (a block of lines) at a time on a
+reader thread while the kept rows are written."""
 
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ def resolve_codec(compression: str, shard: Shard):
     try:
         return shard_codec(pq.ParquetFile(shard.path).metadata)
     except (OSError, pa.ArrowException, MemoryError) as exc:
-        raise InputError(f"shard {shard.path!r} became unreadable during the run ({exc})") from None
+        raise _unreadable(shard, exc) from None
 
 
 def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression: str = "same",
