@@ -16,7 +16,7 @@ from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import read_error
 from gpu_dedup.storage.discovery import Shard
 
-BATCH_BYTES = 1 << 26  # about this many bytes of the read columns per streamed batch (64 MiB)
+BATCH_BYTES = 1 << 25  # about this many bytes of the read columns per streamed batch (32 MiB)
 BUFFER_BYTES = 1 << 22  # read buffer per column chunk when streaming (pages are decoded as they arrive)
 MIN_BATCH_ROWS, MAX_BATCH_ROWS = 1024, 1 << 20
 
