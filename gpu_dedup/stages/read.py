@@ -18,6 +18,7 @@ memory the stage takes is then a few batches plus what ``text`` keeps.
 from __future__ import annotations
 
 import logging
+from contextlib import closing
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,38 +85,39 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
     first_id = None
     row0 = 0
     mine = _Shard(row0)  # the batches of the shard being read
-    for i, kind, table in ahead(_batches(shards, cfg, score_column, text_reader)):  # one step per batch
-        shard = shards[i]
-        if kind == "again":  # read whole after some batches (see storage.iter_columns): those are dropped
-            mine, first_id = _Shard(row0), mine.first_id
-            continue
-        if kind == "batch":
-            if not mine.seen:
-                mine.first_id = first_id  # the id type the shards before this one fixed
-            if table is not None:
-                first_id = _add_batch(mine, shard, cfg, table, i, first_id, score_column, text)
-            continue
-        # kind == "end": the shard is read
-        if text_reader is not None:
-            column = shard.text if shard.format == "memory" else text_reader(shard.path, cfg.text_column)
-            if len(column) != mine.rows:
-                raise InputError(f"shard {shard.path!r} gave {mine.rows} rows to pyarrow but {len(column)} text rows "
-                                 "to cuDF; it changed while being read or is corrupt: rerun, or set "
-                                 "gpu.reader: pyarrow")
-            device_text.append(column)
-        if progress is not None:
-            progress(1)
-        if not mine.seen:  # a JSONL shard without records
-            out_shards.append(shard.with_rows(0))
+    with closing(ahead(_batches(shards, cfg, score_column, text_reader))) as batches:  # the reader thread stops
+        for i, kind, table in batches:  # one step per batch
+            shard = shards[i]
+            if kind == "again":  # read whole after some batches (see storage.iter_columns): those are dropped
+                mine, first_id = _Shard(row0), mine.first_id
+                continue
+            if kind == "batch":
+                if not mine.seen:
+                    mine.first_id = first_id  # the id type the shards before this one fixed
+                if table is not None:
+                    first_id = _add_batch(mine, shard, cfg, table, i, first_id, score_column, text)
+                continue
+            # kind == "end": the shard is read
+            if text_reader is not None:
+                column = shard.text if shard.format == "memory" else text_reader(shard.path, cfg.text_column)
+                if len(column) != mine.rows:
+                    raise InputError(f"shard {shard.path!r} gave {mine.rows} rows to pyarrow but {len(column)} "
+                                     "text rows to cuDF; it changed while being read or is corrupt: rerun, or set "
+                                     "gpu.reader: pyarrow")
+                device_text.append(column)
+            if progress is not None:
+                progress(1)
+            if not mine.seen:  # a JSONL shard without records
+                out_shards.append(shard.with_rows(0))
+                mine = _Shard(row0)
+                continue
+            parts += mine.tables
+            text_parts += mine.text
+            if cfg.vector_column:
+                vector_parts.append((i, row0, pa.chunked_array(mine.vectors, mine.vector_type)))
+            out_shards.append(shard.with_rows(mine.rows))
+            row0 += mine.rows
             mine = _Shard(row0)
-            continue
-        parts += mine.tables
-        text_parts += mine.text
-        if cfg.vector_column:
-            vector_parts.append((i, row0, pa.chunked_array(mine.vectors, mine.vector_type)))
-        out_shards.append(shard.with_rows(mine.rows))
-        row0 += mine.rows
-        mine = _Shard(row0)
     table = pa.concat_tables(parts) if parts else _empty_table(score_column is not None)
     if (text_reader is not None or text is not None) and "text" in table.column_names:
         table = table.drop_columns(["text"])

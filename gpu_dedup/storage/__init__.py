@@ -49,7 +49,7 @@ from gpu_dedup.storage.parquet import device_readable, parquet_metadata, parquet
 
 __all__ = [
     "ahead", "Shard", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT", "COMPRESSED_EXT",
-    "shard_identity", "check_unchanged", "read_columns", "iter_columns", "ReadWhole", "read_rows", "rows_only", "check_id_type",
-    "without_views", "VIEW_TYPES", "id_column_type", "device_readable", "parquet_schema", "parquet_metadata", "write_shard", "atomic_write_bytes",
-    "atomic_write_parquet", "file_digest",
+    "shard_identity", "check_unchanged", "read_columns", "iter_columns", "ReadWhole", "read_rows", "rows_only",
+    "check_id_type", "without_views", "VIEW_TYPES", "id_column_type", "device_readable", "parquet_schema",
+    "parquet_metadata", "write_shard", "atomic_write_bytes", "atomic_write_parquet", "file_digest",
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -131,17 +132,18 @@ def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec) -> int:
         writer = None
         pieces, held = [], 0  # the current row group's kept rows
         try:
-            for kept in ahead(kept_batches()):
-                if writer is None:
-                    writer = pq.ParquetWriter(tmp, kept.schema, compression=_codec_arg(codec))
-                while kept.num_rows:  # one step per batch, two where a row group ends in it
-                    take = kept.slice(0, group - held)
-                    kept = kept.slice(take.num_rows)
-                    pieces.append(take)
-                    held += take.num_rows
-                    if held == group:
-                        _write_group(writer, pieces)
-                        pieces, held = [], 0
+            with closing(ahead(kept_batches())) as batches:  # the reader thread stops even on an error
+                for kept in batches:
+                    if writer is None:
+                        writer = pq.ParquetWriter(tmp, kept.schema, compression=_codec_arg(codec))
+                    while kept.num_rows:  # one step per batch, two where a row group ends in it
+                        take = kept.slice(0, group - held)
+                        kept = kept.slice(take.num_rows)
+                        pieces.append(take)
+                        held += take.num_rows
+                        if held == group:
+                            _write_group(writer, pieces)
+                            pieces, held = [], 0
             if held:  # the last, shorter row group
                 _write_group(writer, pieces)
             if kept_rows == 0:  # the schema and one empty row group, as pq.write_table of no rows writes
@@ -236,14 +238,15 @@ def write_jsonl_shard(shard: Shard, keep: np.ndarray, target: Path) -> int:
         with pa.PythonFile(os.fdopen(fd, "wb"), mode="w") as raw:
             out = pa.CompressedOutputStream(raw, codec) if codec else raw
             with out:
-                for block in ahead(jsonl_blocks(shard.path)):  # read errors: one InputError / ResourceError
-                    data = np.frombuffer(block, np.uint8)
-                    starts, ends = nonblank_lines(data)
-                    mine = keep[seen:seen + starts.shape[0]]
-                    seen += starts.shape[0]
-                    if seen > keep.shape[0]:
-                        break
-                    out.write(gather_lines_of(data, starts[mine], ends[mine]))
+                with closing(ahead(jsonl_blocks(shard.path))) as blocks:  # read errors: InputError / ResourceError
+                    for block in blocks:
+                        data = np.frombuffer(block, np.uint8)
+                        starts, ends = nonblank_lines(data)
+                        mine = keep[seen:seen + starts.shape[0]]
+                        seen += starts.shape[0]
+                        if seen > keep.shape[0]:
+                            break
+                        out.write(gather_lines_of(data, starts[mine], ends[mine]))
         if seen != keep.shape[0]:
             raise _changed(shard, keep.shape[0], seen, "records")
         synced = os.open(tmp, os.O_RDONLY)  # on disk before it is published, as every written file

@@ -68,3 +68,17 @@ def test_a_read_error_in_the_reader_thread_is_raised_to_the_caller(shards, monke
     bad.write_bytes((d / "many.parquet").read_bytes()[:-100] + b"\0" * 100)
     with pytest.raises(storage.discovery.InputError, match="bad.parquet"):
         read(storage.discover([d]), InputConfig(id_column="id"))
+
+
+def test_the_reader_thread_stops_when_the_caller_fails(shards, monkeypatch):
+    import threading
+
+    d, _ = shards
+    monkeypatch.setattr(pqs, "BATCH_BYTES", 4000)
+
+    def failing(column):
+        raise RuntimeError("the caller failed")
+
+    with pytest.raises(RuntimeError, match="the caller failed"):
+        read(storage.discover([d]), InputConfig(id_column="id"), text=failing)
+    assert not [t for t in threading.enumerate() if t.name == "gpu_dedup-read"]

@@ -116,7 +116,8 @@ def test_streamed_parquet_write_refuses_a_changed_row_count(tmp_path):
 @pytest.mark.parametrize("suffix", ["", ".gz", ".zst", ".bz2"])
 def test_streamed_jsonl_write_keeps_the_lines_byte_for_byte(tmp_path, monkeypatch, suffix):
     lines = [json.dumps({"id": i, "text": "w" * (i % 50) + "\u00e9"}, ensure_ascii=False) for i in range(5000)]
-    body = ("\n".join(lines[:2500]) + "\n  \n\n" + "\r\n".join(lines[2500:])).encode()  # blank lines, CRLF, no final newline
+    # blank lines, CRLF line ends, no final newline
+    body = ("\n".join(lines[:2500]) + "\n  \n\n" + "\r\n".join(lines[2500:])).encode()
     path = tmp_path / f"in.jsonl{suffix}"
     codec = {"": None, ".gz": "gzip", ".zst": "zstd", ".bz2": "bz2"}[suffix]
     with pa.CompressedOutputStream(str(path), codec) if codec else open(path, "wb") as f:
