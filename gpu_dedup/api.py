@@ -26,11 +26,13 @@ import numpy as np
 import pyarrow as pa
 
 from gpu_dedup.backends import get_backend
+from gpu_dedup.backends.frame_kinds import KINDS, kind_of
 from gpu_dedup.backends.strings import is_string_column
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError, InputError, OutputError
 from gpu_dedup.report.build import summary, write_report
 from gpu_dedup.report.page import render, write_html
+from gpu_dedup.run.contract import one_process_only
 from gpu_dedup.run.local import run
 from gpu_dedup.stages.edges import Edges
 from gpu_dedup.stages.write import ROW
@@ -57,7 +59,6 @@ ALIASES = {
     "bits": "cosine.bits",
 }
 
-KINDS = ("pandas", "arrow", "cudf")
 
 
 @dataclass
@@ -99,42 +100,17 @@ class DedupResult:
 
 
 def frame_kind(frame) -> str:
-    """``pandas``, ``arrow`` or ``cudf`` (recognised by module name: cuDF is not imported here)."""
-    if isinstance(frame, pa.Table):
-        return "arrow"
-    module = type(frame).__module__ or ""
-    if module.split(".")[0] == "cudf" and hasattr(frame, "to_arrow"):
-        return "cudf"
-    try:
-        import pandas as pd
-    except ImportError:  # pragma: no cover - pandas is a dependency
-        pd = None
-    if pd is not None and isinstance(frame, pd.DataFrame):
-        return "pandas"
-    raise InputError(
-        f"dedup() takes a pandas DataFrame, a pyarrow Table or a cuDF DataFrame, not {module}.{type(frame).__name__}; "
-        "convert it first (e.g. .to_pandas() or pyarrow.table(...))"
-    )
+    """``pandas``, ``arrow`` or ``cudf`` (the registered kinds of backends/frame_kinds.py)."""
+    return kind_of(frame).name
 
 
 def _columns(frame, kind: str) -> list[str]:
-    return list(frame.column_names) if kind == "arrow" else list(frame.columns)
+    return KINDS[kind].columns(frame)
 
 
 def _to_arrow(frame, kind: str, cols: list[str]) -> pa.Table:
     """The columns ``cols`` of ``frame`` as an Arrow table (host memory)."""
-    if kind == "arrow":
-        return frame.select(cols)
-    if kind == "cudf":
-        return frame[cols].to_arrow(preserve_index=False)  # device -> host copy of these columns only
-    arrays = {}
-    for c in cols:
-        try:
-            arrays[c] = pa.array(frame[c], from_pandas=True)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise InputError(f"column {c!r} cannot be converted to Arrow ({exc}); give it one type, e.g. "
-                             f"df[{c!r}].astype(str)") from None
-    return pa.table(arrays)
+    return KINDS[kind].to_arrow(frame, cols)
 
 
 def _text_column(col) -> pa.ChunkedArray:
@@ -187,8 +163,7 @@ def dedup(frame, text: str = "text", id: str | None = None, config=None, **overr
     kind = frame_kind(frame)
     cfg = config_of(config, text, id, overrides)
     if cfg.cluster.enabled:
-        raise ConfigError("dedup() runs in one process; drop cluster.workers / cluster.scheduler "
-                          "(use gpu-dedup run --workers on shards for a Dask cluster)")
+        raise one_process_only("dedup()", "gpu-dedup run --workers runs shards on a Dask cluster")
     result = run([frame_shard(frame, kind, text, id, cfg)], None, cfg)
 
     kept = result.kept
@@ -217,8 +192,7 @@ def _device_text(frame, text: str, id: str | None, cfg: Config) -> bool:
     score = cfg.select.score_column if cfg.select.keep == "score" else None
     if cfg.input.vector_column or text in (id, score) or text not in _columns(frame, "cudf"):
         return False
-    make = getattr(get_backend(cfg.backend), "text_reader", None)
-    return make is not None and make(cfg) is not None and is_string_column(frame[text])
+    return get_backend(cfg.backend).text_reader(cfg) is not None and is_string_column(frame[text])
 
 
 def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config, skip_text: bool = False) -> pa.Table:
@@ -261,18 +235,8 @@ def frame_duplicates(dup: pa.Table, id: str | None) -> pa.Table:
 
 def take_rows(frame, kind: str, kept: np.ndarray):
     """The kept rows of ``frame``, in input order, same type and columns."""
-    if kind == "arrow":
-        return frame.filter(pa.array(kept, pa.bool_()))
-    idx = np.flatnonzero(kept)
-    return frame.iloc[idx]  # pandas keeps its index and dtypes; cuDF gathers on the device
+    return KINDS[kind].take(frame, kept)
 
 
 def like(table: pa.Table, kind: str):
-    if kind == "arrow":
-        return table
-    if kind == "pandas":
-        return table.to_pandas()
-    import cudf  # a cuDF frame was given, so cuDF is installed
-
-    return cudf.DataFrame.from_arrow(table)
-
+    return KINDS[kind].from_arrow(table)

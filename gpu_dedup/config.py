@@ -183,18 +183,43 @@ class OutputConfig:
                               "result; keep one of them true")
 
 
+MIN_WORKER_MEMORY = 512 * 2**20  # cluster.memory_limit: an idle worker with gpu_dedup loaded uses ~160 MiB
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     workers: int | None = None  # None: one process; N: a local Dask cluster of N workers (N GPUs on gpu)
     scheduler: str | None = None  # address of a running Dask scheduler to join instead
     memory_limit: str = "auto"  # per local worker, Dask syntax: "2GiB"
     block_rows: int = 250_000  # rows per partition (Parquet row groups are grouped up to this)
+    shuffle: str | None = None  # how rows move between workers: null (small: as futures; large: Dask's p2p
+    # shuffle), or always one of Dask's: p2p, tasks
+    # connected components: up to this many verified edges, one worker runs union-find over all of them;
+    # above, large-star / small-star rounds over shuffles (no worker ever holds every edge)
+    components_gathered_edges: int = 2_000_000
 
     def __post_init__(self):
         if self.workers is not None and self.workers < 1:
             raise ConfigError(f"cluster.workers = {self.workers} must be >= 1 (or null for one process)")
         if self.block_rows < 1:
             raise ConfigError(f"cluster.block_rows = {self.block_rows} must be >= 1")
+        if self.shuffle not in (None, "p2p", "tasks"):
+            raise ConfigError(f"cluster.shuffle = {self.shuffle!r} must be null (automatic), p2p or tasks")
+        if isinstance(self.components_gathered_edges, bool) or not isinstance(self.components_gathered_edges, int) \
+                or self.components_gathered_edges < 0:
+            raise ConfigError(f"cluster.components_gathered_edges = {self.components_gathered_edges!r} must be an "
+                              "integer >= 0 (0: always the distributed large-star / small-star rounds)")
+        if self.memory_limit != "auto":
+            try:
+                size = parse_size(self.memory_limit)
+            except ValueError:
+                raise ConfigError(f"cluster.memory_limit = {self.memory_limit!r} is not a size; write e.g. 4GiB or "
+                                  "2000MB (per worker), or auto (Dask's share of the machine's memory)") from None
+            if size < MIN_WORKER_MEMORY:
+                raise ConfigError(
+                    f"cluster.memory_limit = {self.memory_limit!r} is below {MIN_WORKER_MEMORY // 2**20} MiB: a worker "
+                    "process uses about 160 MiB before it holds any data, and Dask pauses a worker at 80 % of its "
+                    "limit and restarts it at 95 %, so it would restart forever; give e.g. 2GiB, or auto")
 
     @property
     def enabled(self) -> bool:
@@ -449,30 +474,36 @@ class Config:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "Config":
-        import yaml
-
         p = Path(path)
-        if not p.is_file():
+        if not p.exists():
             preset = _presets_dir() / f"{path}.yaml"
             if preset.is_file():
                 p = preset
-            elif p.exists():
-                raise ConfigError(f"config file {str(path)!r} is a directory, not a file; give a YAML file or a "
-                                  f"preset name ({', '.join(preset_names())})")
             else:
                 raise ConfigError(
                     f"config file {str(path)!r} does not exist; give a YAML path or a preset name "
                     f"({', '.join(preset_names())})"
                 )
-        try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: "
-                              f"{exc.object[exc.start:exc.start + 1]!r}); save it as UTF-8") from None
+        elif p.is_dir():
+            raise ConfigError(f"config file {str(path)!r} is a directory, not a file; give a YAML file or a "
+                              f"preset name ({', '.join(preset_names())})")
+        try:  # a regular file, or e.g. /dev/null or a pipe (-c <(...)): read at most MAX_CONFIG_BYTES
+            with open(p, "rb") as f:
+                raw = f.read(MAX_CONFIG_BYTES + 1)
         except OSError as exc:
             raise ConfigError(f"cannot read config file {str(p)!r} ({exc.strerror}); give a readable YAML file") \
                 from None
-        except yaml.YAMLError as exc:
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {str(p)!r} is larger than {MAX_CONFIG_BYTES // 2**20} MiB; a config is a "
+                              "short YAML file: give the right file")
+        try:
+            data = load_yaml(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: "
+                              f"{exc.object[exc.start:exc.start + 1]!r}); save it as UTF-8") from None
+        except DuplicateKeyError as exc:
+            raise ConfigError(f"config file {str(p)!r} {exc}; keep one of them") from None
+        except yaml_errors() as exc:
             raise ConfigError(f"config file {str(p)!r} is not valid YAML: {_yaml_problem(exc)}; fix the file "
                               "(quote values that hold ':', '#', '{' or '[')") from None
         if data is not None and not isinstance(data, dict):
@@ -496,6 +527,49 @@ class Config:
                 node = node[part]
             node[parts[-1]] = value
         return Config.from_dict(data)
+
+
+MAX_CONFIG_BYTES = 16 * 2**20  # a config file larger than this is the wrong file (e.g. -c /dev/zero)
+
+
+class DuplicateKeyError(ValueError):
+    """A YAML mapping that names one key twice (YAML itself would silently keep the last value)."""
+
+
+def _strict_loader():
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        """SafeLoader that refuses a mapping holding one key twice."""
+
+    def mapping(loader, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # << merges (explicit keys override what they merge)
+                continue
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                where = f"line {line}" if line == seen[key] else f"lines {seen[key]} and {line}"
+                raise DuplicateKeyError(f"sets {key!r} twice ({where})")
+            seen[key] = key_node.start_mark.line + 1
+        return loader.construct_mapping(node, deep=deep)
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return StrictLoader
+
+
+def load_yaml(text: str):
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (:class:`DuplicateKeyError`)."""
+    import yaml
+
+    return yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
+
+
+def yaml_errors() -> type:
+    import yaml
+
+    return yaml.YAMLError
 
 
 def _yaml_problem(exc) -> str:
@@ -546,7 +620,12 @@ def _check_type(where: str, value, hint):
             return value
     else:  # pragma: no cover - all fields are scalars or sections
         return value
-    raise ConfigError(f"{where} = {value!r} has the wrong type; expected {hint.__name__}")
+    raise ConfigError(f"{where} = {value!r} has the wrong type; expected {hint.__name__}"
+                      + (f" ({VALUE_HINTS[where]})" if where in VALUE_HINTS else ""))
+
+
+VALUE_HINTS = {"cluster.memory_limit": "a size per worker such as 4GiB, or auto",
+               "gpu.memory_limit": "a size such as 12GiB, or auto"}
 
 
 def _build(cls, data, prefix: str):

@@ -14,6 +14,7 @@ EXIT_OUTPUT = 4
 EXIT_RESOURCES = 5
 EXIT_TARGETS = 6
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a program whose output pipe was closed
 
 EXIT_CODES = {
     EXIT_OK: "success: every output is written and verified, _SUCCESS marks the output directory",
@@ -25,6 +26,7 @@ EXIT_CODES = {
     EXIT_RESOURCES: "out of resources (disk full, out of memory, Dask workers died)",
     EXIT_TARGETS: "evaluate --require-targets: the evaluation ran and a quality target was missed",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C / SIGINT / SIGTERM); rerun the same command to resume",
+    EXIT_BROKEN_PIPE: "the reader of the output went away (e.g. gpu-dedup query ... | head); no message",
 }
 
 
@@ -63,6 +65,15 @@ class ResourceError(GpuDedupError, RuntimeError):
     """The job does not fit the resources it was given (e.g. a Dask worker's memory limit, a full disk)."""
 
     exit_code = EXIT_RESOURCES
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C / SIGTERM at a moment where the default message ("the previous output is untouched") would be
+    wrong: ``message`` says what the output directory holds and what to do."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
 
 
 # ---------------------------------------------------------------- OS errors as one message

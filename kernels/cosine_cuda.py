@@ -107,8 +107,9 @@ def text_signatures_device(buf, docs, bits, seed_key, word_mode, ngram, use_idf,
     out = xp.zeros((docs.shape[0], halves), dtype=xp.uint32)
     count = xp.zeros(docs.shape[0], dtype=xp.int64)
     if docs.shape[0]:
+        data = buf.data if buf.data.shape[0] else np.zeros(1, np.uint8)  # every text empty: no zero-size argument
         simhash_docs[_grid(docs.shape[0] * halves, threads), threads](
-            _dev(buf.offsets, xp), _dev(buf.data, xp), _dev(docs, xp), bool(word_mode), int(ngram),
+            _dev(buf.offsets, xp), _dev(data, xp), _dev(docs, xp), bool(word_mode), int(ngram),
             np.uint64(seed_key), bool(use_idf), _dev(table, xp), np.uint64(shift), _dev(GAUSS8, xp), out, count)
     return out.view(xp.uint64), count
 

@@ -77,3 +77,15 @@ def gather_lines(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, newline
     out = np.empty(total, np.uint8)
     _gather(data, starts, ends, newline, out)
     return out
+
+
+@numba.njit(cache=True)
+def first_nonblank(data, starts, ends):
+    """The first byte of each line that is not a space, tab or carriage return (lines are non-blank)."""
+    out = np.empty(starts.shape[0], np.uint8)
+    for k in range(starts.shape[0]):
+        i = starts[k]
+        while i < ends[k] - 1 and (data[i] == 32 or data[i] == 9 or data[i] == 13):
+            i += 1
+        out[k] = data[i]
+    return out

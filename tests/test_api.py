@@ -323,8 +323,10 @@ def test_in_memory_pipeline_run_refuses_file_features(sample, tmp_path):
     shard = memory_shard(sample.table.select(["text"]))
     res = run([shard], None, Config(backend="cpu"))
     assert res.output_dir is None and res.report["run_fingerprint"] is None
+    kept = int(res.kept.sum())
     assert res.report["inputs"] == [{"path": "<memory>", "name": "memory", "format": "memory",
-                                     "rows": len(sample.table), "bytes": shard.size}]
+                                     "rows": len(sample.table), "bytes": shard.size, "kept": kept,
+                                     "removed": len(sample.table) - kept}]
     with pytest.raises(ConfigError, match="without an output directory.*index_out"):
         run([shard], None, Config(backend="cpu"), index_out=tmp_path / "index")
     with pytest.raises(InputError, match=r"text column 'body' is not in shard '<memory>'"):

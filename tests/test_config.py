@@ -116,3 +116,17 @@ def test_numpy_scalars_are_accepted_as_numbers_and_stored_as_python_numbers():
         Config.from_dict({"minhash": {"num_perm": np.bool_(True)}})
     with pytest.raises(ConfigError, match="wrong type; expected int"):
         Config.from_dict({"minhash": {"num_perm": np.float64(64.0)}})
+
+
+def test_yaml_merge_keys_still_load_and_a_size_field_of_another_type_says_what_to_write(tmp_path):
+    from gpu_dedup.config import Config
+    from gpu_dedup.errors import ConfigError
+
+    (tmp_path / "c.yaml").write_text("lsh: &l\n  threshold: 0.7\nverify:\n  <<: {threshold: 0.75}\n  method: exact\n")
+    cfg = Config.from_yaml(tmp_path / "c.yaml")
+    assert cfg.lsh.threshold == 0.7 and cfg.verify.threshold == 0.75
+    import pytest
+
+    with pytest.raises(ConfigError, match=r"cluster.memory_limit = 0.5 has the wrong type; expected str \(a size per "
+                                          r"worker such as 4GiB, or auto\)"):
+        Config().with_overrides({"cluster.memory_limit": 0.5})

@@ -2,7 +2,10 @@
 
 Stage code asks ``get_backend(name)`` for an object with the kernel entry
 points (``minhash``, ``band_hashes``, ``exact_hashes``, ``shingle_sets``,
-``jaccard_pairs``, ``signature_similarity``, ``components``).  The GPU
+``jaccard_pairs``, ``signature_similarity``, ``components``, ``normalize_column``)
+and the capabilities every backend declares (:class:`Backend`: its array module,
+kernel loading, a memory plan, a device text reader, a device Parquet writer),
+so executors ask for a capability instead of probing for attributes.  The GPU
 module (and with it CuPy / cuDF) is imported only when the GPU backend is
 asked for, so a CPU install never needs them.
 """
@@ -10,11 +13,36 @@ asked for, so a CPU install never needs them.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
+
+import numpy
 
 from gpu_dedup.errors import BackendError
 
 log = logging.getLogger("gpu_dedup")
+
+class Backend:
+    """What every backend declares besides its kernels; the defaults are the host's (nothing on a device)."""
+
+    name = ""
+    device = False  # arrays live in device memory
+    xp = numpy  # the array module of this backend's arrays (CuPy on a GPU)
+
+    def prepare(self, cfg) -> float:
+        """Load (or compile) the kernels ``cfg`` uses; the seconds it took."""
+        return 0.0
+
+    def plan_memory(self, shards, cfg) -> dict | None:
+        """How a one-process run fits the device (None: no device memory to plan)."""
+        return None
+
+    def text_reader(self, cfg):
+        """A reader of Parquet text columns into device memory (``reader(path, column)``), or None."""
+        return None
+
+    write_parquet = None  # a Parquet writer of kept rows in device memory (``(src, keep, dst, codec)``), or None
+
 
 _REGISTRY = {
     "cpu": "gpu_dedup.backends.cpu",
@@ -44,7 +72,10 @@ def get_backend(name: str = "auto"):
             return _load("gpu")
         except BackendError as exc:  # the GPU is probed once per process: its absence does not change
             _AUTO_FALLBACK.append(str(exc))
-            log.info("backend auto: using the CPU (%s)", exc)
+            # without the GPU packages (a CPU install) the CPU is what the user asked for: the reason at -v;
+            # with them installed but unusable, the user meant the GPU: said once, at INFO
+            installed = importlib.util.find_spec("cupy") is not None
+            log.log(logging.INFO if installed else logging.DEBUG, "backend auto: using the CPU (%s)", exc)
     return _load("cpu")
 
 

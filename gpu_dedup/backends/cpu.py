@@ -5,9 +5,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from gpu_dedup.backends import Backend
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
 from gpu_dedup.backends.strings import RawText, StringBuffers, raw_arrow, string_buffers
 from gpu_dedup.backends.textnorm import normalize_counted
+from gpu_dedup.kernels import cosine_cpu as ck
+from gpu_dedup.kernels.cosine_scalar import GAUSS8
 from gpu_dedup.kernels.params import HashParams
 
 
@@ -34,7 +37,7 @@ def signature_values(sig) -> np.ndarray:
     return np.ascontiguousarray(sig)
 
 
-class CPUBackend:
+class CPUBackend(Backend):
     name = "cpu"
 
     def __init__(self):
@@ -130,6 +133,41 @@ class CPUBackend:
         """Two 64-bit lanes of the exact-duplicate key of every document: (n, 2) uint64."""
         out = np.empty((len(strings), 2), np.uint64)
         self.k.exact_hashes(strings.offsets, strings.data, np.uint64(seed1), np.uint64(seed2), out)
+        return out
+
+    # ---- cosine (random projections): kernels/cosine_cpu.py
+    @staticmethod
+    def simhash_text(strings: StringBuffers, docs, bits: int, key: int, word_mode: bool, ngram: int, use_idf: bool,
+                     table, shift):
+        """SimHash words (len(docs), bits / 64) and feature occurrences of texts ``docs``."""
+        docs = np.ascontiguousarray(docs, np.int64)
+        out = np.zeros((docs.shape[0], bits // 64), np.uint64)
+        count = np.zeros(docs.shape[0], np.int64)
+        ck.simhash_docs(strings.offsets, strings.data, docs, ck.tasks_for(strings.offsets, docs), word_mode,
+                        int(ngram), np.uint64(key), use_idf, table, shift, GAUSS8, out, count)
+        return out, count
+
+    @staticmethod
+    def row_norms(vectors) -> np.ndarray:
+        x = np.ascontiguousarray(vectors, dtype=np.float32)
+        out = np.empty(x.shape[0], np.float64)
+        ck.row_norms(x, out)
+        return out
+
+    @staticmethod
+    def cosine_pairs(vectors, norms, left, right) -> np.ndarray:
+        left = np.ascontiguousarray(left, np.int64)
+        right = np.ascontiguousarray(right, np.int64)
+        out = np.empty(left.shape[0], np.float64)
+        ck.cosine_pairs(np.ascontiguousarray(vectors, dtype=np.float32), np.ascontiguousarray(norms), left, right, out)
+        return out
+
+    @staticmethod
+    def hamming_pairs(bits, left, right) -> np.ndarray:
+        left = np.ascontiguousarray(left, np.int64)
+        right = np.ascontiguousarray(right, np.int64)
+        out = np.empty(left.shape[0], np.int64)
+        ck.hamming_pairs(np.ascontiguousarray(bits), left, right, out)
         return out
 
     def components(self, src, dst, n: int) -> np.ndarray:

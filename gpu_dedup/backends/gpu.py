@@ -28,6 +28,7 @@ the smallest node index of the component, as on the CPU.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpu_dedup.backends import array_module, count_transfer, on_device, to_host
+from gpu_dedup.backends import Backend, array_module, count_transfer, on_device, to_host
 from gpu_dedup.backends.cpu import signature_values
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
 from gpu_dedup.backends.strings import StringBuffers, arrow_strings, column_buffers, string_buffers
@@ -110,7 +111,12 @@ def corpus_estimate(shards, text_column: str, xp=np) -> tuple[int, int]:
                     offsets = column_buffers(shard.text, xp)[0]
                     text += int(offsets[-1] - offsets[0]) + 8 * len(shard.text)
             elif shard.format == "parquet":
-                meta = pq.ParquetFile(shard.path).metadata
+                src = shard.path
+                if "://" in src:  # an object in a store (storage.filesystems): opened through fsspec
+                    import fsspec
+
+                    src = fsspec.open(src, "rb").open()
+                meta = pq.ParquetFile(src).metadata
                 rows += meta.num_rows
                 for g in range(meta.num_row_groups):
                     group = meta.row_group(g)
@@ -119,7 +125,7 @@ def corpus_estimate(shards, text_column: str, xp=np) -> tuple[int, int]:
                             text += group.column(c).total_uncompressed_size
             else:
                 compressed = os.path.splitext(str(shard.path))[1] in (".gz", ".zst", ".bz2", ".xz")
-                size = os.path.getsize(shard.path) * (4 if compressed else 1)
+                size = (shard.size or os.path.getsize(shard.path)) * (4 if compressed else 1)
                 text += size
                 rows += size // 256
         except Exception:  # an unreadable shard: the read stage reports it
@@ -130,11 +136,13 @@ def corpus_estimate(shards, text_column: str, xp=np) -> tuple[int, int]:
 def setup_memory() -> dict:
     """One RMM pool for cuDF, CuPy and the kernels, set up once per process.
 
-    Importing cuDF points CuPy at RMM's default resource (a plain ``cudaMalloc`` per
-    allocation); a pool makes the many short-lived arrays of the stages cheap.
-    ``rmm.reinitialize(pool_allocator=True)`` and ``cupy.cuda.set_allocator(rmm_cupy_allocator)``
-    (RMM's documented CuPy allocator, ``rmm.allocators.cupy``).  Without RMM, CuPy keeps its
-    own memory pool.  Returns what was set up (for the run's mode line)."""
+    Importing cuDF points CuPy at RMM's current device resource.  When that is RMM's default
+    (a plain ``cudaMalloc`` per allocation, ``CudaMemoryResource``), a pool wrapping it is made
+    the current resource, so the many short-lived arrays of the stages are cheap; a resource the
+    user set (a pool, managed memory, a logging or limiting adaptor, ...) is kept as it is.  The
+    current resource is wrapped, never replaced by ``rmm.reinitialize``, which is undefined once
+    cuDF objects exist.  CuPy then allocates through RMM (``rmm.allocators.cupy``).  Without RMM,
+    CuPy keeps its own memory pool.  Returns what was set up (for the run's mode line)."""
     if _MEMORY:
         return _MEMORY
     try:
@@ -145,9 +153,13 @@ def setup_memory() -> dict:
         return _MEMORY
     import cupy
 
-    rmm.reinitialize(pool_allocator=True)
+    current = rmm.mr.get_current_device_resource()
+    if type(current) is rmm.mr.CudaMemoryResource:  # RMM's default: wrap it in a pool
+        rmm.mr.set_current_device_resource(rmm.mr.PoolMemoryResource(current))
+        _MEMORY["allocator"] = "RMM pool (cuDF and CuPy)"
+    else:
+        _MEMORY["allocator"] = f"RMM {type(current).__name__} set by the caller (cuDF and CuPy)"
     cupy.cuda.set_allocator(rmm_cupy_allocator)
-    _MEMORY["allocator"] = "RMM pool (cuDF and CuPy)"
     return _MEMORY
 
 
@@ -200,7 +212,19 @@ class DeviceText:
     bytes_to_device: int
 
 
-class GPUBackend:
+def quiet_low_occupancy() -> None:
+    """Turn off numba-cuda's warning for grids under 128 blocks: small batches (a verify chunk, a few
+    pairs) legitimately launch small grids.  numba-cuda reads ``numba.cuda.core.config``, which some
+    versions alias to ``numba.core.config`` and others keep apart: both are set."""
+    for name in ("numba.core.config", "numba.cuda.core.config"):
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # a numba-cuda without its own config module
+            continue
+        module.CUDA_LOW_OCCUPANCY_WARNINGS = 0
+
+
+class GPUBackend(Backend):
     """Same entry points, arguments and results as ``CPUBackend``; kernels on the device."""
 
     name = "gpu"
@@ -215,8 +239,7 @@ class GPUBackend:
 
         self.k = kernels
         self.simulator = bool(numba_config.ENABLE_CUDASIM)
-        # small batches (a verify chunk, a few pairs) legitimately launch small grids
-        numba_config.CUDA_LOW_OCCUPANCY_WARNINGS = False
+        quiet_low_occupancy()
         if xp is None:
             if self.simulator:
                 xp = np
@@ -250,6 +273,9 @@ class GPUBackend:
         if self.info.get("frames") == "cudf":
             frames = ("cuDF reads Parquet text columns and writes shards; text, signatures, buckets and graphs "
                       "in device memory")
+        elif self.info.get("cudf_error"):
+            frames = ("text, signatures, buckets and graphs in device memory (cuDF is installed but does not "
+                      f"import: {self.info['cudf_error'][:200]}; pyarrow reads and writes)")
         else:
             frames = "text, signatures, buckets and graphs in device memory (cuDF not installed: pyarrow writes)"
         pool = getattr(self, "memory", {}).get("allocator")
@@ -261,9 +287,8 @@ class GPUBackend:
     def prepare(self, cfg) -> float:
         """Compile the CUDA kernels a run with ``cfg`` launches, before the first stage (numba-cuda
         compiles a kernel at its first launch in each process), on a tiny sample; logs once when
-        something compiles.  Returns the seconds spent.  Nothing to do under the simulator."""
-        if self.simulator:
-            return 0.0
+        something compiles.  Returns the seconds spent (under the simulator nothing compiles, but the same
+        calls run, so a rehearsal exercises them)."""
         seconds, _ = prepare_kernels(self, cfg)
         self.synchronize()
         return seconds
@@ -647,6 +672,7 @@ class GPUBackend:
 
     @staticmethod
     def _cugraph():
+        """cuGraph, or None when it is not installed or does not import (the probe says which)."""
         try:
             import cugraph
         except Exception:
@@ -656,6 +682,29 @@ class GPUBackend:
     def _hook(self, labels, new, src, dst):
         t = self.item_threads
         self.k.hook_min[self._blocks(src.shape[0], t), t](labels, new, src, dst)
+
+    # ---- cosine (random projections): kernels/cosine_cuda.py, arrays where this backend keeps them
+    def simhash_text(self, strings: StringBuffers, docs, bits: int, key: int, word_mode: bool, ngram: int,
+                     use_idf: bool, table, shift):
+        from gpu_dedup.kernels import cosine_cuda
+
+        return cosine_cuda.text_signatures_device(strings, docs, bits, key, word_mode, int(ngram), use_idf, table,
+                                                  shift, self.xp)
+
+    def row_norms(self, vectors):
+        from gpu_dedup.kernels import cosine_cuda
+
+        return cosine_cuda.row_norms_device(vectors, self.xp)
+
+    def cosine_pairs(self, vectors, norms, left, right):
+        from gpu_dedup.kernels import cosine_cuda
+
+        return cosine_cuda.cosine_pairs_device(vectors, norms, left, right, self.xp)
+
+    def hamming_pairs(self, bits, left, right):
+        from gpu_dedup.kernels import cosine_cuda
+
+        return cosine_cuda.hamming_pairs_device(bits, left, right, self.xp)
 
     def components(self, src, dst, n: int) -> np.ndarray:
         """Connected components; label = smallest node index in the component."""

@@ -11,23 +11,29 @@ cache, or compiles it the first time after an install (or an upgrade of the
 kernel sources).  Nothing else is compiled: a word-shingle run never builds
 the char kernel, a signature-verified run never builds the shingle-set ones.
 
+The text goes through ``backend.normalize_column`` (on the GPU backend: the
+normalization kernel), so nothing compiles inside the normalize stage either.
+
 The message ``compiling kernels (first run after install) ...`` is logged
 once, at INFO on the ``gpu_dedup`` logger, and only when Numba actually
 compiles something (its ``numba:compile`` event, which a cache hit does not
-raise).  The runner books the returned seconds outside the stages.
+raise).  numba-cuda raises that event on its own event module
+(``numba.cuda.core.event``), so the listener is installed on both.  The runner
+books the returned seconds outside the stages.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
 import time
+from contextlib import ExitStack
 
 import numpy as np
 import pyarrow as pa
 from numba.core import event
 
-from gpu_dedup.backends.strings import string_buffers
-from gpu_dedup.backends.textnorm import normalize_counted
 from gpu_dedup.kernels.params import hash_params
 
 log = logging.getLogger("gpu_dedup")
@@ -50,28 +56,62 @@ def _sample() -> pa.LargeStringArray:
     return pa.LargeStringArray.from_buffers(len(data), pa.py_buffer(offsets), pa.py_buffer(b"".join(data)))
 
 
-class _FirstCompile(event.Listener):
-    """Logs MESSAGE when the first compilation starts (once per listener)."""
+class _FirstCompile:
+    """Logs MESSAGE when the first compilation starts (once per instance), whichever event module says so."""
 
     def __init__(self):
         self.compiled = False
 
-    def on_start(self, ev):
+    def started(self):
         if not self.compiled:
             self.compiled = True
             log.info(MESSAGE)
 
-    def on_end(self, ev):
-        pass
+    def listener(self, module):
+        """A listener of ``module`` (each event module accepts only its own ``Listener`` subclasses)."""
+        first = self
+
+        class Compiling(module.Listener):
+            def on_start(self, ev):
+                first.started()
+
+            def on_end(self, ev):
+                pass
+
+        return Compiling()
+
+
+# (event module, kind) pairs that say "compiling": Numba's CPU dispatchers raise ``numba:compile``; numba-cuda
+# raises its own kinds on its own module (``numba-cuda:run_pass`` for every compiler pass; ``numba-cuda:compile``
+# is reserved for it), and refuses listeners for ``numba:`` kinds there
+CUDA_KINDS = ("numba-cuda:compile", "numba-cuda:run_pass")
+
+
+def compile_events() -> list:
+    """(event module, kind) pairs to listen to: Numba's ``numba:compile`` and, when the CUDA target is loaded,
+    numba-cuda's compile kinds on ``numba.cuda.core.event`` (where that is a module of its own)."""
+    pairs = [(event, "numba:compile")]
+    if "numba.cuda" in sys.modules:  # the GPU backend is in use: never import the CUDA target for a CPU run
+        try:
+            cuda_event = importlib.import_module("numba.cuda.core.event")
+        except Exception:  # a numba-cuda without its own event module
+            cuda_event = None
+        if cuda_event is not None and cuda_event is not event:
+            pairs += [(cuda_event, kind) for kind in CUDA_KINDS]
+    return pairs
 
 
 def prepare(backend, cfg) -> tuple[float, bool]:
     """(seconds spent, whether anything compiled) loading the kernels a run with ``cfg`` calls on ``backend``."""
     t0 = time.perf_counter()
-    listener = _FirstCompile()
-    with event.install_listener("numba:compile", listener):
-        texts, _ = normalize_counted(_sample(), cfg.normalize)
-        strings = string_buffers(texts)
+    first = _FirstCompile()
+    with ExitStack() as listening:
+        for mod, kind in compile_events():
+            try:
+                listening.enter_context(mod.install_listener(kind, first.listener(mod)))
+            except ValueError:  # a kind this numba-cuda version does not define
+                continue
+        strings, _ = backend.normalize_column(_sample(), cfg.normalize)
         mh = cfg.minhash
         params = hash_params(mh.seed, mh.num_perm)
         if cfg.exact_dedup:
@@ -85,4 +125,4 @@ def prepare(backend, cfg) -> tuple[float, bool]:
             backend.jaccard_pairs(offsets, values, [0], [1])
         else:  # signature and none both score candidates by their signatures
             backend.signature_similarity(sig, [0], [1])
-    return time.perf_counter() - t0, listener.compiled
+    return time.perf_counter() - t0, first.compiled

@@ -119,17 +119,17 @@ def column_buffers(column, xp=np):
         column = column.to_pylibcudf()[0]
     n, offset = column.size(), column.offset()
     kids = column.children()
-    if n == 0 or not kids:
-        return xp.zeros(1, dtype=xp.int64), xp.zeros(0, dtype=xp.uint8), None
+    valid = None
+    if n and column.null_count():
+        valid = _bit_valid(xp, _bytes_view(column.null_mask(), xp), offset, n)
+    if n == 0 or not kids:  # libcudf may leave a column of only nulls (or of no rows) without children
+        return xp.zeros(n + 1, dtype=xp.int64), xp.zeros(0, dtype=xp.uint8), valid
     off_col = kids[0]
     type_id = off_col.type().id()
     width = np.dtype(np.int64 if "INT64" in str(getattr(type_id, "name", type_id)) else np.int32)
     offsets = _bytes_view(off_col.data(), xp).view(width)[offset : offset + n + 1].astype(xp.int64)
     chars = column.data()
     chars = _bytes_view(chars, xp) if chars is not None else xp.zeros(0, dtype=xp.uint8)
-    valid = None
-    if column.null_count():
-        valid = _bit_valid(xp, _bytes_view(column.null_mask(), xp), offset, n)
     return offsets, chars, valid
 
 

@@ -31,6 +31,25 @@ CPU, library versions and date, to commit beside the README's numbers.
   outputs are checked to be identical.
 * ``dask``: ``--workers 1 --backend gpu`` (Dask-CUDA, one GPU worker) against the
   single-process GPU run: identical outputs, and the overhead in seconds and %.
+* ``smoke``: a minute's check that the GPU answers at all and agrees with the CPU
+  on a small planted corpus (``--smoke-docs``): a plain ``@cuda.jit`` kernel on the
+  backend's arrays, normalization, signatures (char 5 x 260, word 5 x 128), shingle
+  sets, Jaccard pairs, band and exact hashes, components, and the cosine kernels
+  (projections, text SimHash, row norms, cosine and Hamming pairs); each check says
+  ok / differs / failed and the seconds of its first (compiling) and second call.
+* ``corpus``: only write the planted shards of ``--e2e-docs`` under ``--corpus-dir``
+  (text, and vectors when a cosine-vectors config is asked for), for later calls to reuse.
+
+``--configs`` runs end-to-end over several configurations (``default``,
+``fineweb``, ``nemo_curator``: the presets, Jaccard of word 5-grams, word
+5-grams and char 24-grams; ``cosine-vectors``: cosine of planted embeddings;
+``cosine-text``: cosine of tf-idf vectors of the text), each compared file by
+file, byte for byte, between the backends.  ``--corpus-dir`` keeps the planted
+shards between calls; ``--deadline-seconds`` skips (and says so) what would
+start too late; ``--warmup-docs`` runs each configuration once on a small corpus
+first, so compilation (Numba, CuPy) stays out of the timed run.  With ``--out``
+the JSON is rewritten after every row, so a run stopped from outside leaves what
+it measured.
 
 With ``--out X.json`` a Markdown summary is written beside it (``X.md``).
 """
@@ -123,8 +142,25 @@ def _device_strings(strings, gpu):
     return StringBuffers(to_device(strings.offsets, gpu.xp), to_device(strings.data, gpu.xp))
 
 
+def planted_text(n_docs: int, seed: int = 0, words=(60, 400), corpus_dir=None, log=print):
+    """:func:`make_corpus`'s normalized text; read from the planted shards under ``corpus_dir`` (written
+    there first if missing) when given, so the end-to-end runs and this benchmark share one corpus."""
+    if corpus_dir is None:
+        return make_corpus(n_docs, seed, words)
+    import pyarrow.parquet as pq
+
+    from gpu_dedup.stages.normalize import normalize
+
+    path, _, _ = planted_dir(corpus_dir, n_docs, seed, words, log=log)
+    files = sorted(path.glob("*.parquet"))
+    import pyarrow as pa
+
+    text = pa.chunked_array([c for f in files for c in pq.read_table(f, columns=["text"]).column("text").chunks])
+    return normalize(text)
+
+
 def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES, bits=32, backends=("auto",),
-                  seed=0, out=None, log=print, words=(60, 400)) -> dict:
+                  seed=0, out=None, log=print, words=(60, 400), corpus_dir=None, deadline: float | None = None) -> dict:
     from gpu_dedup.backends import get_backend
     from gpu_dedup.backends.strings import string_buffers
     from gpu_dedup.errors import BackendError
@@ -156,10 +192,23 @@ def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES
     timer = _Timer(gpu.synchronize if gpu is not None else None)
 
     t0 = time.perf_counter()
-    corpus = make_corpus(max(docs), seed, words)
+    corpus = planted_text(max(docs), seed, words, corpus_dir, log)
     log(f"corpus: {max(docs):,} documents, {corpus.nbytes / 2**20:,.0f} MiB generated and normalized in "
         f"{time.perf_counter() - t0:.1f}s")
     rows = []
+    result = {
+        "benchmark": "gpu_dedup signature kernel (gpu-dedup bench gpu)",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": getattr(gpu, "device_name", None),
+        "gpu_mode": getattr(gpu, "mode", None),
+        "gpu_not_measured": gpu_reason,
+        "cpu": _cpu_model(),
+        "cpu_threads": cpu.mode if cpu is not None else None,
+        "cores": os.cpu_count(),
+        "versions": _versions(),
+        "corpus": f"gpu_dedup.evaluation.sample.planted_corpus(n_docs={max(docs)}, seed={seed}), normalized (default config)",
+        "rows": rows,
+    }
     header = f"{'docs':>9} {'shingle':>8} {'perm':>5} {'backend':>11} {'seconds':>9} {'MB/s':>9} {'docs/s':>12} same"
     log(header)
     for n_docs in docs:
@@ -169,6 +218,11 @@ def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES
         for spec in shingles:
             kind, n = parse_shingle(spec) if isinstance(spec, str) else spec
             for num_perm in perms:
+                if deadline is not None and time.time() + 10 > deadline:
+                    rows.append({"docs": n_docs, "shingle": f"{kind}:{n}", "num_perm": num_perm, "backend": "all",
+                                 "skipped": f"{max(0.0, deadline - time.time()):.0f}s left before the deadline"})
+                    log(f"{n_docs:>9,} {kind + ':' + str(n):>8} {num_perm:>5}: skipped (deadline)")
+                    continue
                 params = hash_params(42, num_perm, bits)
                 warm = string_buffers(texts.slice(0, min(n_docs, 200)))
                 ref_sig = None
@@ -209,25 +263,14 @@ def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES
                     flag = "" if same is None else ("yes" if same else "NO")
                     log(f"{n_docs:>9,} {kind + ':' + str(n):>8} {num_perm:>5} {name:>11} {sec:>9.3f} "
                         f"{mb / sec:>9.1f} {n_docs / sec:>12,.0f} {flag}")
-    result = {
-        "benchmark": "gpu_dedup signature kernel (gpu-dedup bench gpu)",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": getattr(gpu, "device_name", None),
-        "gpu_mode": getattr(gpu, "mode", None),
-        "gpu_not_measured": gpu_reason,
-        "cpu": _cpu_model(),
-        "cpu_threads": cpu.mode if cpu is not None else None,
-        "cores": os.cpu_count(),
-        "versions": _versions(),
-        "corpus": f"gpu_dedup.evaluation.sample.planted_corpus(n_docs={max(docs)}, seed={seed}), normalized (default config)",
-        "rows": rows,
-    }
+                if out:  # after every measurement: a run stopped from outside keeps what it measured
+                    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+                    _write_json(out, result)
     log("")
     log(markdown_table(result))
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        with open(out, "w") as f:
-            json.dump(result, f, indent=1)
+        _write_json(out, result)
         log(f"written: {out}")
     if any(r.get("identical_to_cpu") is False for r in rows):
         raise SystemExit("GPU signatures differ from the CPU's: see the rows marked NO")
@@ -266,6 +309,74 @@ def environment(gpu=None) -> dict:
     return env
 
 
+# end-to-end configurations: settings on top of the default config, and the corpus they read
+CONFIGS = {
+    "default": ({}, "text"),  # Jaccard, word 5-grams, 128 permutations, 16 x 8
+    "fineweb": ("fineweb", "text"),  # word 5-grams, 112 permutations, 14 x 8
+    "nemo_curator": ("nemo_curator", "text"),  # char 24-grams, 260 permutations, 20 x 13
+    "cosine-vectors": ({"similarity": "cosine", "lsh": {"threshold": 0.9}, "input": {"vector_column": "emb"}},
+                       "vectors"),
+    "cosine-text": ({"similarity": "cosine", "lsh": {"threshold": 0.9}}, "text"),
+}
+VECTOR_DIM = 256
+
+
+def config_settings(name: str) -> tuple[dict, str]:
+    """(settings, corpus kind) of an end-to-end configuration: a name of CONFIGS or a preset name."""
+    from gpu_dedup.config import Config
+
+    base, kind = CONFIGS.get(name, (name, "text"))
+    if isinstance(base, str):  # a preset
+        base = Config.from_yaml(base).to_dict()
+    inp = {**base.get("input", {}), "id_column": "id"}
+    return {**base, "input": inp}, kind
+
+
+def _write_json(path, data) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
+
+
+def planted_dir(root, n_docs: int, seed: int = 0, words=(60, 400), shards: int = 16, kind: str = "text",
+                log=print) -> tuple:
+    """(directory, payload bytes, rows) of planted Parquet shards under ``root``: text (id, text) or
+    vectors (id, emb: ``VECTOR_DIM`` float32).  Written once; a later call with the same parameters
+    finds them by their marker file (written last) and reuses them."""
+    from pathlib import Path
+
+    import pyarrow.compute as pc
+
+    from gpu_dedup.evaluation.sample import planted_corpus, planted_embeddings, write_shards
+
+    path = Path(root) / f"{kind}-{n_docs}-s{seed}-{shards}shards"
+    spec = {"kind": kind, "docs": n_docs, "seed": seed, "words": list(words), "shards": shards, "dim": VECTOR_DIM}
+    marker = path / "_planted.json"
+    if marker.is_file():
+        info = json.loads(marker.read_text())
+        if info.get("spec") == spec:
+            return path, info["bytes"], info["rows"]
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+    t0 = time.perf_counter()
+    if kind == "text":
+        table = planted_corpus(n_docs=n_docs, n_clusters=max(1, n_docs // 40), words=words, seed=seed).table
+        payload = int(pc.sum(pc.binary_length(table.column("text"))).as_py() or 0)
+        table = table.select(["id", "text"])
+    else:
+        emb = planted_embeddings(n=n_docs, dim=VECTOR_DIM, n_clusters=max(1, n_docs // 10), seed=seed)
+        table = emb.table("emb").select(["id", "emb"])
+        payload = int(emb.vectors.nbytes)
+    write_shards(table, path, shards=shards)
+    marker.write_text(json.dumps({"spec": spec, "bytes": payload, "rows": table.num_rows,
+                                  "seconds": round(time.perf_counter() - t0, 2)}))
+    log(f"planted {kind} corpus: {table.num_rows:,} rows, {payload / 1e6:,.0f} MB in {time.perf_counter() - t0:.1f}s "
+        f"({path})")
+    return path, payload, table.num_rows
+
+
 def _planted_shards(path, n_docs: int, seed: int, words, shards: int):
     from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 
@@ -296,6 +407,46 @@ def _same_outputs(a, b, res) -> bool:
     return all(pq.read_table(a / s.name).equals(pq.read_table(b / s.name)) for s in res.shards)
 
 
+UNCOMPARED = ("report.json", "report.html", ".gpu_dedup_manifest.json")  # timings, machine, file dates
+
+
+def compare_outputs(a, b) -> dict:
+    """Every file of output directory ``a`` against ``b``, byte for byte (except the report and the
+    manifest, whose timings and file dates differ; the manifests' sizes and checksums of the other files
+    are compared).
+    Returns {"identical": bool, "files": n, "differ": [names], "only_in_one": [names]}."""
+    import filecmp
+    from pathlib import Path
+
+    a, b = Path(a), Path(b)
+    names_a = {p.name for p in a.iterdir() if p.is_file() and p.name not in UNCOMPARED}
+    names_b = {p.name for p in b.iterdir() if p.is_file() and p.name not in UNCOMPARED}
+    differ = sorted(n for n in names_a & names_b if not filecmp.cmp(a / n, b / n, shallow=False))
+    manifest = ".gpu_dedup_manifest.json"
+    if (a / manifest).is_file() and (b / manifest).is_file():
+        def sums(d):
+            files = json.loads((d / manifest).read_text()).get("files", {})
+            return {k: (v.get("size"), v.get("sha256")) for k, v in files.items() if k not in UNCOMPARED}
+
+        if sums(a) != sums(b):
+            differ.append(manifest + " (sizes or checksums)")
+    only = sorted(names_a ^ names_b)
+    # a shard another writer wrote (cuDF's) differs in bytes from pyarrow's: its table may still be equal
+    same_tables = [n for n in differ if n.endswith(".parquet") and _same_table(a / n, b / n)]
+    return {"identical": not differ and not only, "files": len(names_a & names_b), "differ": differ,
+            "only_in_one": only, "same_table": same_tables}
+
+
+def _same_table(a, b) -> bool:
+    import pyarrow.parquet as pq
+
+    try:
+        ta, tb = pq.read_table(a), pq.read_table(b)
+    except Exception:
+        return False
+    return ta.schema.remove_metadata().equals(tb.schema.remove_metadata()) and ta.equals(tb)
+
+
 def _moved(report: dict) -> dict:
     """Host<->device bytes per stage of a run's report (stages that moved none are left out)."""
     out = {}
@@ -307,54 +458,315 @@ def _moved(report: dict) -> dict:
 
 
 def end_to_end(docs=(1_000_000,), backends=("cpu", "gpu"), preset: str | None = None, seed=0, words=(60, 400),
-               shards: int = 16, workdir=None, log=print) -> list:
+               shards: int = 16, workdir=None, log=print, configs=None, corpus_dir=None, warmup_docs: int = 0,
+               deadline: float | None = None, on_row=None) -> list:
     """Parquet shards to deduplicated shards on each backend (CPU: every host core), same corpus and
-    config: seconds, documents/s, GB/s of text, host<->device bytes per stage, identical outputs."""
+    config: seconds (and seconds per stage), documents/s, GB/s of text, host<->device bytes per stage, and
+    every output file compared byte for byte with the first backend's.
+
+    ``configs``: names of :data:`CONFIGS` or presets (default: ``preset``, else ``default``).
+    ``corpus_dir``: where the planted shards are written and reused (default: a temporary directory).
+    ``warmup_docs``: each backend first runs the config on that many documents (untimed), so that
+    compilation stays out of the timed run.  ``deadline`` (``time.time()`` seconds): a run that would
+    start too late is skipped, with a row saying so.  ``on_row(rows)`` is called after every row.
+    A run that raises gives a row with its error; the next runs go on."""
+    import shutil
     import tempfile
+    import traceback
     from pathlib import Path
 
     import numba
 
-    rows = []
+    configs = list(configs or [preset or "default"])
+    rows, took = [], {}
+
+    def add(row):
+        rows.append(row)
+        if on_row is not None:
+            on_row(rows)
+
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         tmp = Path(tmp)
+        root = Path(corpus_dir) if corpus_dir else tmp
         for n_docs in docs:
-            text_bytes, n = _planted_shards(tmp / f"in-{n_docs}", n_docs, seed, words, shards)
-            settings = {"input": {"id_column": "id"}}
-            if preset:
-                from gpu_dedup.config import Config
+            for name in configs:
+                settings, kind = config_settings(name)
+                inputs, payload, n = planted_dir(root, n_docs, seed, words, shards, kind, log)
+                warm_in = planted_dir(root, warmup_docs, seed, words, 2, kind, log)[0] if warmup_docs else None
+                first = None
+                for backend in backends:
+                    base = {"suite": "end-to-end", "config": name, "preset": name, "docs": n, "backend": backend,
+                            "payload": kind, "text_gb": round(payload / 1e9, 3)}
+                    run_settings = {**settings, "backend": backend}
+                    if backend == "gpu-pyarrow":  # the GPU backend with its text read on the host by pyarrow
+                        run_settings = {**settings, "backend": "gpu",
+                                        "gpu": {**settings.get("gpu", {}), "reader": "pyarrow"}}
+                    expect = took.get(backend, 0.0) * 0.8
+                    if deadline is not None and time.time() + expect + 5 > deadline:
+                        add({**base, "skipped": f"{max(0.0, deadline - time.time()):.0f}s left before the "
+                                                f"deadline; the last {backend} run took {took.get(backend, 0):.0f}s"})
+                        log(f"end-to-end {name} {backend}: skipped (deadline)")
+                        continue
+                    out = tmp / f"out-{n_docs}-{name}-{backend}"
+                    try:
+                        warm = _timed_run(warm_in, tmp / "warm", run_settings)[0] if warm_in is not None else None
+                        sec, res = _timed_run(inputs, out, run_settings)
+                    except Exception as exc:  # one failing run must not stop the others
+                        add({**base, "error": f"{type(exc).__name__}: {exc}"[:2000]})
+                        log(f"end-to-end {name} {backend}: FAILED {type(exc).__name__}: {exc}")
+                        log(traceback.format_exc())
+                        continue
+                    took[backend] = sec
+                    stages = res.report["stages"]
+                    row = {**base, "seconds": round(sec, 3), "docs_per_s": round(n / sec),
+                           "gb_per_s": round(payload / 1e9 / sec, 4),
+                           "tb_per_hour": round(payload / 1e12 / sec * 3600, 3),
+                           "stage_seconds": {k: v["seconds"] for k, v in stages.items()},
+                           "kernel_prepare_seconds": res.report.get("kernel_prepare_seconds", 0.0),
+                           "transfers": _moved(res.report), "removed": res.report["counts"]["removed"],
+                           "counts": res.report["counts"]}
+                    if warm is not None:
+                        row["warmup_seconds"] = round(warm, 3)
+                        row["warmup_docs"] = warmup_docs
+                    if backend == "cpu":
+                        row["cpu_threads"] = numba.get_num_threads()
+                    if "gpu" in res.report:
+                        row["gpu_memory"] = res.report["gpu"]
+                        row["reader"] = res.report["gpu"].get("reader")
+                    if first is None:
+                        first = (out, backend)
+                    else:
+                        cmp = compare_outputs(first[0], out)
+                        row["identical_to"] = first[1]
+                        row["identical"] = cmp["identical"]
+                        row["compared"] = cmp
+                        shutil.rmtree(out, ignore_errors=True)
+                    add(row)
+                    log(f"end-to-end {name} {n:>10,} docs {backend:>4}: {sec:8.2f}s {n / sec:>12,.0f} docs/s "
+                        f"{payload / 1e9 / sec:8.3f} GB/s" + (f"; outputs byte-identical to {first[1]}: "
+                                                               f"{row['identical']}" if "identical" in row else ""))
+                if first is not None:
+                    shutil.rmtree(first[0], ignore_errors=True)
+                group = [r for r in rows if r.get("config") == name and r["docs"] == n and "seconds" in r]
+                for r in group[1:]:
+                    log(f"end-to-end {name} {n:,} docs: {r['backend']} takes {r['seconds'] / group[0]['seconds']:.2f}x "
+                        f"the time of {group[0]['backend']} (speed-up {group[0]['seconds'] / r['seconds']:.2f}x)")
+    return rows
 
-                settings = {**Config.from_yaml(preset).to_dict(), **settings}
-            first = None
-            for backend in backends:
-                out = tmp / f"out-{n_docs}-{backend}"
-                run_settings = {**settings, "backend": backend}
-                if backend == "gpu-pyarrow":  # the GPU backend with its text read on the host by pyarrow
-                    run_settings = {**settings, "backend": "gpu", "gpu": {**settings.get("gpu", {}), "reader": "pyarrow"}}
-                sec, res = _timed_run(tmp / f"in-{n_docs}", out, run_settings)
-                row = {"suite": "end-to-end", "docs": n, "text_gb": round(text_bytes / 1e9, 3), "backend": backend,
-                       "preset": preset or "default", "seconds": round(sec, 3), "docs_per_s": round(n / sec),
-                       "gb_per_s": round(text_bytes / 1e9 / sec, 4), "tb_per_hour": round(text_bytes / 1e12 / sec * 3600, 3),
-                       "stage_seconds": {k: v["seconds"] for k, v in res.report["stages"].items()},
-                       "transfers": _moved(res.report), "removed": res.report["counts"]["removed"]}
-                if backend == "cpu":
-                    row["cpu_threads"] = numba.get_num_threads()
-                if "gpu" in res.report:
-                    row["gpu_memory"] = res.report["gpu"]
-                    row["reader"] = res.report["gpu"].get("reader")
-                if first is None:
-                    first = (out, backend)
-                else:
-                    row["identical_to"] = first[1]
-                    row["identical"] = _same_outputs(first[0], out, res)
-                rows.append(row)
-                log(f"end-to-end {n:>10,} docs {backend:>4}: {sec:8.2f}s {n / sec:>12,.0f} docs/s "
-                    f"{text_bytes / 1e9 / sec:8.3f} GB/s" + (f" identical to {first[1]}: {row['identical']}"
-                                                              if "identical" in row else ""))
-            group = rows[-len(backends):]
-            for r in group[1:]:
-                log(f"end-to-end {n:,} docs: {r['backend']} / {group[0]['backend']} = "
-                    f"{group[0]['seconds'] / r['seconds']:.2f}x")
+
+def _check(checks: list, name: str, fn, log=print, repeat: bool = True) -> None:
+    """Run ``fn`` twice (the first call compiles; once without ``repeat``): it returns (ok, detail); record
+    ok / differs / failed."""
+    import traceback
+
+    entry = {"check": name}
+    try:
+        t0 = time.perf_counter()
+        ok, detail = fn()
+        entry["first_seconds"] = round(time.perf_counter() - t0, 3)
+        if repeat:
+            t0 = time.perf_counter()
+            ok, detail = fn()
+            entry["seconds"] = round(time.perf_counter() - t0, 3)
+        entry["status"] = "ok" if ok else "differs"
+        if detail:
+            entry["detail"] = detail
+    except Exception as exc:
+        entry["status"] = "failed"
+        entry["error"] = f"{type(exc).__name__}: {exc}"[:1500]
+        log(traceback.format_exc())
+    checks.append(entry)
+    log(f"smoke {name:34s} {entry['status']:8s} first {entry.get('first_seconds', '-')}s, then "
+        f"{entry.get('seconds', '-')}s {entry.get('detail', '') or entry.get('error', '')}")
+
+
+cuda = None  # numba.cuda, bound on first use of :func:`_plain_kernel` (a CPU run never imports it)
+
+
+def _add_one(x):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        x[i] += 1
+
+
+def _plain_kernel():
+    """``_add_one`` compiled by ``numba.cuda.jit``: the plainest kernel, to tell a broken CuPy/numba-cuda
+    handoff from a broken gpu_dedup kernel.  (A module-level function: the CUDA simulator swaps the
+    ``cuda`` global of the kernels it runs.)"""
+    global cuda
+    if cuda is None:
+        from numba import cuda as numba_cuda
+
+        cuda = numba_cuda
+    return cuda.jit(_add_one)
+
+
+def smoke(docs: int = 5000, seed: int = 0, words=(60, 400), log=print, repeat: bool = True) -> dict:
+    """The GPU answers and agrees with the CPU on ``docs`` planted documents (see the module docstring)."""
+    import pyarrow as pa
+
+    from gpu_dedup.backends import get_backend, to_device, to_host
+    from gpu_dedup.backends.strings import StringBuffers
+    from gpu_dedup.config import NormalizeConfig
+    from gpu_dedup.evaluation.sample import planted_corpus, planted_embeddings
+    from gpu_dedup.kernels.params import hash_params
+    from gpu_dedup.stages import projections
+    from gpu_dedup.stages.verify import cosine_similarity, hamming_distance, vector_norms
+
+    gpu, cpu = get_backend("gpu"), get_backend("cpu")
+    xp = gpu.xp
+    repeat = repeat and not gpu.simulator  # the simulator compiles nothing: one call says it all
+    checks: list = []
+    result = {"suite": "smoke", "docs": docs, "device": gpu.device_name, "gpu_mode": gpu.mode, "checks": checks}
+    log(f"smoke: {gpu.mode}")
+
+    def same(a, b) -> bool:
+        a, b = to_host(a), to_host(b)
+        return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b))
+
+    def plain_kernel():
+        x = xp.arange(4096, dtype=xp.int64)
+        _plain_kernel()[16, 256](x)
+        gpu.synchronize()
+        return bool((to_host(x) == np.arange(1, 4097)).all()), None
+
+    _check(checks, "cuda.jit kernel on the backend's arrays", plain_kernel, log, repeat)
+    raw = planted_corpus(n_docs=docs, n_clusters=max(1, docs // 40), words=words, seed=seed).table.column("text")
+    raw = raw.combine_chunks() if isinstance(raw, pa.ChunkedArray) else raw
+    ncfg = NormalizeConfig()
+    norm = {}
+
+    def normalize():
+        got, bad = gpu.normalize_column(raw, ncfg)
+        want, want_bad = cpu.normalize_column(raw, ncfg)
+        norm["host"] = want
+        return same(got.offsets, want.offsets) and same(got.data, want.data) and bad == want_bad, \
+            f"{want.nbytes / 1e6:.1f} MB"
+
+    _check(checks, "normalize (text kernel)", normalize, log, repeat)
+    host = norm.get("host") or cpu.normalize_column(raw, ncfg)[0]
+    dev = StringBuffers(to_device(host.offsets, xp), to_device(host.data, xp))
+    rng = np.random.default_rng(seed)
+    pairs = min(20_000, 20 * docs)
+    left = rng.integers(0, docs, pairs)
+    right = rng.integers(0, docs, pairs)
+    for kind, n, perms, (bands, rows) in (("char", 5, 260, (20, 13)), ("word", 5, 128, (16, 8))):
+        params = hash_params(42, perms)
+        sigs = {}
+
+        def signatures(kind=kind, n=n, params=params, sigs=sigs):
+            want, want_c = cpu.minhash(host, params, kind, n)
+            got, got_c = gpu.minhash(host, params, kind, n)  # host text in
+            ok = same(got, want) and same(got_c, want_c)
+            if not gpu.simulator:  # device text in, left on the device (the simulator has no device side)
+                on_card, on_card_c = gpu.minhash(dev, params, kind, n)
+                ok = ok and same(on_card, want) and same(on_card_c, want_c)
+            sigs["cpu"] = want
+            return ok, f"{perms} perms"
+
+        _check(checks, f"minhash {kind} {n} x {perms}", signatures, log, repeat)
+        want_sig = sigs.get("cpu")
+        if want_sig is None:
+            continue
+
+        def bands_(want_sig=want_sig, params=params, bands=bands, rows=rows):
+            return same(gpu.band_hashes(want_sig, bands, rows, params.band_base),
+                        cpu.band_hashes(want_sig, bands, rows, params.band_base)), f"{bands} x {rows}"
+
+        _check(checks, f"band hashes {bands} x {rows}", bands_, log, repeat)
+
+        def sig_sim(want_sig=want_sig):
+            return same(gpu.signature_similarity(want_sig, left, right),
+                        cpu.signature_similarity(want_sig, left, right)), None
+
+        _check(checks, f"signature similarity ({kind})", sig_sim, log, repeat)
+
+        def jaccard(kind=kind, n=n, params=params):
+            go, gv = gpu.shingle_sets(host, params, kind, n)
+            co, cv = cpu.shingle_sets(host, params, kind, n)
+            return same(go, co) and same(gv, cv) and same(gpu.jaccard_pairs(co, cv, left, right),
+                                                          cpu.jaccard_pairs(co, cv, left, right)), None
+
+        _check(checks, f"shingle sets + Jaccard ({kind} {n})", jaccard, log, repeat)
+    params = hash_params(42, 128)
+
+    def exact():
+        return same(gpu.exact_hashes(host, params.exact_seed1, params.exact_seed2),
+                    cpu.exact_hashes(host, params.exact_seed1, params.exact_seed2)), None
+
+    _check(checks, "exact hashes", exact, log, repeat)
+
+    def components():
+        m = max(10, 40 * docs)
+        src, dst = rng.integers(0, m, m // 2), rng.integers(0, m, m // 2)
+        return same(gpu.components(src, dst, m), cpu.components(src, dst, m)), f"{m:,} nodes"
+
+    _check(checks, "components", components, log, repeat)
+    emb = planted_embeddings(n=docs, dim=VECTOR_DIM, n_clusters=max(1, docs // 10), seed=seed).vectors
+    emb_dev = to_device(emb, xp)
+
+    def projected():
+        want = projections.signatures(emb, 256, 7, np)
+        got = projections.signatures(emb_dev, 256, 7, xp)
+        ok = same(got.bits, want.bits) and same(got.status, want.status)
+        bh = projections.band_hashes(got.bits, 16, 16, xp)
+        return ok and same(bh, projections.band_hashes(want.bits, 16, 16, np)), "256 bits, 16 x 16"
+
+    _check(checks, "cosine projections + bands", projected, log, repeat)
+
+    def cosine_pairs():
+        want = cosine_similarity(left, right, emb, backend=cpu)
+        got = cosine_similarity(to_device(left, xp), to_device(right, xp), emb_dev, backend=gpu)
+        norms = same(vector_norms(emb_dev, gpu), vector_norms(emb, cpu))
+        return norms and same(got, want), None
+
+    _check(checks, "cosine pairs + row norms", cosine_pairs, log, repeat)
+
+    def hamming():
+        bits = projections.signatures(emb, 256, 7, np).bits
+        return same(hamming_distance(to_device(left, xp), to_device(right, xp), to_device(bits, xp), gpu),
+                    hamming_distance(left, right, bits, cpu)), None
+
+    _check(checks, "Hamming pairs", hamming, log, repeat)
+
+    def simhash():
+        want = projections.text_signatures(host, 256, 7, "word", 3, backend=cpu)
+        got = projections.text_signatures(dev, 256, 7, "word", 3, backend=gpu)
+        return same(got.bits, want.bits) and same(got.status, want.status), "word 3-grams, tf"
+
+    _check(checks, "text SimHash", simhash, log, repeat)
+    result["passed"] = sum(c["status"] == "ok" for c in checks)
+    result["failed"] = [c["check"] for c in checks if c["status"] != "ok"]
+    log(f"smoke: {result['passed']} of {len(checks)} checks ok" + (f"; not ok: {result['failed']}"
+                                                                      if result["failed"] else ""))
+    return result
+
+
+def components_bench(nodes: int = 1_000_000, edges: int = 1_000_000, seed: int = 0, log=print) -> list:
+    """Connected components of a random graph: the GPU backend's (cuGraph when it imports), its CuPy
+    label propagation, and the CPU's; every labelling is compared with the CPU's."""
+    from gpu_dedup.backends import get_backend, to_device, to_host
+    from gpu_dedup.backends.gpu import components_xp
+
+    gpu, cpu = get_backend("gpu"), get_backend("cpu")
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, nodes, edges), rng.integers(0, nodes, edges)
+    timer = _Timer(gpu.synchronize)
+    gpu.components(src[:1000], dst[:1000], nodes)  # warm-up: compile, allocate
+    sec, want = timer(lambda: cpu.components(src, dst, nodes))
+    rows = [{"suite": "components", "backend": "cpu", "nodes": nodes, "edges": edges, "seconds": round(sec, 4)}]
+    s_dev, d_dev = to_device(src, gpu.xp), to_device(dst, gpu.xp)
+    engine = "cuGraph" if gpu._cugraph() is not None and not gpu.simulator else "CuPy"
+    sec, got = timer(lambda: gpu.components(s_dev, d_dev, nodes))
+    rows.append({"suite": "components", "backend": f"gpu ({engine})", "nodes": nodes, "edges": edges,
+                 "seconds": round(sec, 4), "identical": bool(np.array_equal(to_host(got), want))})
+    if engine == "cuGraph":
+        sec, got = timer(lambda: components_xp(gpu.xp, s_dev, d_dev, nodes, hook=gpu._hook))
+        rows.append({"suite": "components", "backend": "gpu (CuPy)", "nodes": nodes, "edges": edges,
+                     "seconds": round(sec, 4), "identical": bool(np.array_equal(to_host(got), want))})
+    for r in rows:
+        log(f"components {nodes:,} nodes {edges:,} edges {r['backend']:>14}: {r['seconds']:.3f}s"
+            + (f", same labels as the CPU: {r['identical']}" if "identical" in r else ""))
     return rows
 
 
@@ -392,23 +804,58 @@ def markdown_report(result: dict) -> str:
              "- versions: " + ", ".join(f"{k} {v}" for k, v in sorted(env["versions"].items())), ""]
     if result.get("signatures"):
         lines += ["## Signature kernel", "", markdown_table(result["signatures"]), ""]
+    if result.get("smoke"):
+        sm = result["smoke"]
+        lines += ["## Smoke: GPU against CPU on a small planted corpus", "",
+                  f"{sm['docs']:,} documents on {sm['device']}: {sm['passed']} of {len(sm['checks'])} checks ok.", "",
+                  "| check | status | first call s | second call s | detail |", "| --- | --- | ---: | ---: | --- |"]
+        for c in sm["checks"]:
+            lines.append(f"| {c['check']} | {c['status']} | {c.get('first_seconds', '')} | {c.get('seconds', '')} | "
+                         f"{(c.get('detail') or c.get('error') or '')[:120]} |")
+        lines.append("")
     if result.get("end_to_end"):
         lines += ["## End to end (Parquet shards to deduplicated shards)", "",
-                  "| docs | GB text | backend | text reader | seconds | docs/s | GB/s | TB/h | identical | host->device | "
-                  "device->host |",
-                  "| ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+                  "| config | docs | GB | backend | text reader | seconds | docs/s | GB/s | TB/h | byte-identical | "
+                  "host->device | device->host |",
+                  "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
         for r in result["end_to_end"]:
+            name = r.get("config", r.get("preset", "default"))
+            if "seconds" not in r:
+                why = f"failed: {r['error'][:100]}" if "error" in r else f"skipped: {r.get('skipped', '')}"
+                lines.append(f"| {name} | {r['docs']:,} | {r['text_gb']} | {r['backend']} | | {why} | | | | | | |")
+                continue
             up = sum(v["host_to_device_bytes"] for v in r["transfers"].values())
             down = sum(v["device_to_host_bytes"] for v in r["transfers"].values())
             same = {True: "yes", False: "NO", None: ""}[r.get("identical")]
-            lines.append(f"| {r['docs']:,} | {r['text_gb']} | {r['backend']} | {r.get('reader') or 'pyarrow'} | "
-                         f"{r['seconds']} | {r['docs_per_s']:,} | "
-                         f"{r['gb_per_s']} | {r['tb_per_hour']} | {same} | {up / 1e6:,.1f} MB | {down / 1e6:,.1f} MB |")
-        lines += ["", "Host<->device bytes per stage (GPU rows):", ""]
-        for r in result["end_to_end"]:
-            for stage, t in r["transfers"].items():
-                lines.append(f"- {r['docs']:,} docs, {stage}: {t['host_to_device_bytes'] / 1e6:,.1f} MB to the device, "
+            if r.get("identical") is False:
+                same += " (" + ", ".join(r["compared"]["differ"] + r["compared"]["only_in_one"])[:80] + ")"
+            lines.append(f"| {name} | {r['docs']:,} | {r['text_gb']} | {r['backend']} | {r.get('reader') or 'pyarrow'} | "
+                         f"{r['seconds']} | {r['docs_per_s']:,} | {r['gb_per_s']} | {r['tb_per_hour']} | {same} | "
+                         f"{up / 1e6:,.1f} MB | {down / 1e6:,.1f} MB |")
+        timed = [r for r in result["end_to_end"] if "stage_seconds" in r]
+        stages = list(dict.fromkeys(k for r in timed for k in r["stage_seconds"]))
+        if timed:
+            lines += ["", "Seconds per stage (kernel compilation is booked apart, as prepare):", "",
+                      "| config | backend | " + " | ".join(stages) + " | prepare |",
+                      "| --- | --- | " + " | ".join("---:" for _ in stages) + " | ---: |"]
+            for r in timed:
+                cells = " | ".join(str(r["stage_seconds"].get(k, "")) for k in stages)
+                lines.append(f"| {r.get('config', 'default')} | {r['backend']} | {cells} | "
+                             f"{r.get('kernel_prepare_seconds', '')} |")
+        moved = [(r, stage, t) for r in timed for stage, t in r["transfers"].items()]
+        if moved:
+            lines += ["", "Host<->device bytes per stage (GPU rows):", ""]
+            for r, stage, t in moved:
+                lines.append(f"- {r.get('config', 'default')}, {r['docs']:,} docs, {stage}: "
+                             f"{t['host_to_device_bytes'] / 1e6:,.1f} MB to the device, "
                              f"{t['device_to_host_bytes'] / 1e6:,.1f} MB to the host")
+        lines.append("")
+    if result.get("components"):
+        lines += ["## Connected components of a random graph", "", "| nodes | edges | backend | seconds | same labels |",
+                  "| ---: | ---: | --- | ---: | --- |"]
+        for r in result["components"]:
+            same = {True: "yes", False: "NO", None: ""}[r.get("identical")]
+            lines.append(f"| {r['nodes']:,} | {r['edges']:,} | {r['backend']} | {r['seconds']} | {same} |")
         lines.append("")
     if result.get("dask"):
         lines += ["## Dask-CUDA, 1 worker vs single process", "",
@@ -428,9 +875,9 @@ def markdown_table(result: dict) -> str:
              "| docs | MB | shingles | num_perm | backend | seconds | MB/s | docs/s | same as CPU |",
              "| ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | --- |"]
     for r in result["rows"]:
-        if "error" in r:
-            lines.append(f"| {r['docs']:,} | | {r['shingle']} | {r['num_perm']} | {r['backend']} | "
-                         f"failed: {r['error'][:60]} | | | |")
+        if "error" in r or "skipped" in r:
+            what = f"failed: {r['error'][:60]}" if "error" in r else f"skipped: {r['skipped']}"
+            lines.append(f"| {r['docs']:,} | | {r['shingle']} | {r['num_perm']} | {r['backend']} | {what} | | | |")
             continue
         same = {True: "yes", False: "NO", None: ""}[r.get("identical_to_cpu")]
         lines.append(f"| {r['docs']:,} | {r['text_mb']:,} | {r['shingle']} | {r['num_perm']} | {r['backend']} | "
@@ -447,31 +894,81 @@ def main(argv=None) -> int:
     p.add_argument("--backends", nargs="+", default=["auto"], choices=("auto", "cpu", "gpu", "cudf"),
                    help="auto: cpu, plus gpu and cudf where usable (says why not)")
     p.add_argument("--seed", type=int, default=0, help="corpus seed")
+    p.add_argument("--words", type=int, nargs=2, default=[60, 400], metavar=("MIN", "MAX"),
+                   help="words per planted document (log-uniform; default 60 400, about 1.6 KB)")
     p.add_argument("--out", help="write the results as JSON here (and Markdown beside it)")
-    p.add_argument("--suite", nargs="+", default=["signatures"], choices=("signatures", "end-to-end", "dask", "all"),
-                   help="what to measure (see above)")
+    p.add_argument("--suite", nargs="+", default=["signatures"],
+                   choices=("signatures", "end-to-end", "dask", "smoke", "corpus", "components", "all"),
+                   help="what to measure (see above; all = signatures, end-to-end and dask)")
     p.add_argument("--e2e-docs", type=int, nargs="+", default=[1_000_000], help="corpus sizes of end-to-end and dask")
     p.add_argument("--e2e-backends", nargs="+", default=["cpu", "gpu"], choices=("cpu", "gpu", "gpu-pyarrow"),
                    help="gpu-pyarrow: the GPU backend with the text read on the host (gpu.reader: pyarrow)")
     p.add_argument("--preset", help="config preset of the end-to-end runs (default, fineweb, nemo_curator)")
+    p.add_argument("--configs", nargs="+", help=f"end-to-end configurations: {', '.join(CONFIGS)} or a preset name")
     p.add_argument("--workdir", help="where the end-to-end corpora are written (default: the system temp)")
+    p.add_argument("--corpus-dir", help="keep the planted shards here and reuse them in later calls")
+    p.add_argument("--warmup-docs", type=int, default=0,
+                   help="run each end-to-end configuration on this many documents first, untimed (compilation)")
+    p.add_argument("--deadline-seconds", type=float,
+                   help="skip the measurements that would start later than this many seconds from now")
+    p.add_argument("--smoke-docs", type=int, default=5000, help="documents of the smoke suite (default 5000)")
+    p.add_argument("--graph-nodes", type=int, default=1_000_000,
+                   help="nodes (and edges) of the components suite's random graph (default 1000000)")
+    p.add_argument("--dry-run", action="store_true", help="check the arguments and configurations, run nothing")
     args = p.parse_args(argv)
     from gpu_dedup.backends import get_backend
     from gpu_dedup.errors import BackendError, ConfigError
 
+    deadline = time.time() + args.deadline_seconds if args.deadline_seconds else None
+    words = tuple(args.words)
     suites = {"signatures", "end-to-end", "dask"} if "all" in args.suite else set(args.suite)
     result = {"benchmark": "python -m gpu_dedup.bench.gpu --suite " + " ".join(sorted(suites))}
+    for name in args.configs or []:
+        if name not in CONFIGS:
+            try:
+                config_settings(name)
+            except ConfigError as exc:
+                print(f"error: --configs {name}: {exc}", file=sys.stderr)
+                return 2
+
+    if args.dry_run:
+        print(f"dry run: suites {sorted(suites)}, configs {args.configs or [args.preset or 'default']}: arguments ok")
+        return 0
+
+    def save():
+        if args.out and suites != {"signatures"}:
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+            _write_json(args.out, result)
+
     try:
+        if "corpus" in suites:
+            root = args.corpus_dir or args.workdir or "."
+            kinds = {config_settings(c)[1] for c in (args.configs or ["default"])}
+            result["corpus"] = [dict(zip(("path", "bytes", "rows"), (str(d), b, r))) | {"kind": k}
+                                for n in args.e2e_docs for k in sorted(kinds)
+                                for d, b, r in [planted_dir(root, n, args.seed, words, kind=k)]]
+            save()
+        if "smoke" in suites:
+            result["smoke"] = smoke(args.smoke_docs, args.seed, words)
+            save()
         if "signatures" in suites:
             result["signatures"] = run_benchmark(args.docs, args.perms, args.shingles, args.bits, args.backends,
-                                                 args.seed, None if suites != {"signatures"} else args.out)
+                                                 args.seed, None if suites != {"signatures"} else args.out,
+                                                 words=words, corpus_dir=args.corpus_dir, deadline=deadline)
         if "end-to-end" in suites:
-            result["end_to_end"] = end_to_end(args.e2e_docs, args.e2e_backends, args.preset, args.seed,
-                                              workdir=args.workdir)
+            result["end_to_end"] = []
+            result["end_to_end"] = end_to_end(args.e2e_docs, args.e2e_backends, args.preset, args.seed, words,
+                                              workdir=args.workdir, configs=args.configs,
+                                              corpus_dir=args.corpus_dir, warmup_docs=args.warmup_docs,
+                                              deadline=deadline,
+                                              on_row=lambda rows: (result.__setitem__("end_to_end", rows), save()))
         if "dask" in suites:
-            result["dask"] = dask_overhead(args.e2e_docs, args.seed, workdir=args.workdir)
-        on_gpu = any(b.startswith("gpu") for b in args.e2e_backends) or "dask" in suites
-        gpu = get_backend("gpu") if ({"end-to-end", "dask"} & suites and on_gpu) else None
+            result["dask"] = dask_overhead(args.e2e_docs, args.seed, words, workdir=args.workdir)
+        if "components" in suites:
+            result["components"] = components_bench(args.graph_nodes, args.graph_nodes, args.seed)
+            save()
+        on_gpu = any(b.startswith("gpu") for b in args.e2e_backends) or bool({"dask", "smoke", "components"} & suites)
+        gpu = get_backend("gpu") if ({"end-to-end", "dask", "smoke", "components"} & suites and on_gpu) else None
     except (BackendError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -480,14 +977,14 @@ def main(argv=None) -> int:
     result["environment"] = environment(gpu)
     print(markdown_report(result))
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        save()
         with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
             f.write(markdown_report(result))
         print(f"written: {args.out} and {os.path.splitext(args.out)[0]}.md")
-    bad = [r for r in result.get("end_to_end", []) + result.get("dask", []) if r.get("identical") is False]
-    return 1 if bad else 0
+    e2e = result.get("end_to_end", [])
+    bad = [r for r in e2e + result.get("dask", []) + result.get("components", []) if r.get("identical") is False] + \
+        [r for r in e2e if "error" in r]
+    return 1 if bad or result.get("smoke", {}).get("failed") else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Peers benchmark: gpu_dedup against rensa and datasketch (and cuDF) on the same data.
+"""Peers benchmark: gpu_dedup against rensa, datasketch and datatrove (and cuDF) on the same data.
 
 ``gpu-dedup bench peers`` times, in one invocation on one machine, every tool
 on the same corpora with the same parameters (num_perm, shingles, bands x
@@ -17,6 +17,18 @@ its imports and start-up counted):
   finds an earlier kept one (query before insert); rensa builds
   ``RMinHash.from_token_sets`` signatures and feeds them to its
   ``RMinHashDeduplicator`` (LSH candidates checked by the signature estimate).
+  datatrove (the CPU tool FineWeb was built with) runs its own four steps as its
+  documentation shows, each a ``LocalPipelineExecutor`` with one task per shard
+  (signatures, filter) or per band (buckets) on every core: ``MinhashDedupSignature``
+  (its default English word tokenizer and text normalization, 64-bit xxhash),
+  ``MinhashDedupBuckets``, ``MinhashDedupCluster`` and ``MinhashDedupFilter``, whose
+  exclusion writer gives the removed documents; it reads the Parquet shards itself
+  and verifies nothing (every LSH candidate pair is joined).  Its normalization folds
+  every digit to 0 (``2024`` and ``1999`` are one word), so it is run only on the
+  planted corpora, whose words are letters only (checked: the row says how many texts
+  hold a digit), and it replaces a document id that is falsy (``0``) by its own (the
+  planted ids are strings).  With datatrove among the tools the planted corpora are
+  written as 4 shards, so its per-shard tasks can use every core.
   The LSH layout is the same for all: gpu_dedup's (bands, rows).
 * **Signature stage alone**, on input each tool gets ready-made (not timed):
   gpu_dedup gets the normalized text buffers and shingles and hashes them
@@ -61,7 +73,10 @@ import numpy as np
 from gpu_dedup.bench import growth_exponent, machine, run_cli_job, write_results
 from gpu_dedup.bench.workers import make_corpus
 
-TOOLS = ("gpu_dedup", "rensa", "datasketch")
+TOOLS = ("gpu_dedup", "rensa", "datasketch")  # the default; datatrove on request (--tools ... datatrove)
+PEERS = ("rensa", "datasketch", "datatrove")
+PLANTED_ONLY = ("datatrove",)  # tools run on the planted corpora only (digits folded: see the module doc)
+DATATROVE_SHARDS = 4
 PLAIN = "gpu_dedup+plain_components"  # select.split_chains: false (one survivor per connected component, as the peers)
 SHARDS = "gpu_dedup+shards"  # the default run: the deduplicated shards written too (the peers write removed ids only)
 EVERY_SIZE = ("gpu_dedup", "gpu_dedup[gpu]", SHARDS)  # run at every size (the peers up to --peer-max-docs)
@@ -136,6 +151,62 @@ def _e2e_datasketch(texts, p):
     return np.asarray(removed, np.int64), sum(map(len, tokens)), candidates
 
 
+def _e2e_datatrove(corpus, p, work: Path):
+    """datatrove's MinhashDedup steps on the shards of ``corpus`` (see the module doc); the removed rows."""
+    import glob as _glob
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.dedup.minhash import (
+        MinhashConfig,
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
+    from datatrove.pipeline.readers import ParquetReader
+    from datatrove.pipeline.writers import ParquetWriter
+    from datatrove.utils.typeshelper import Languages
+
+    if p["shingle"] != "word":
+        raise ValueError("datatrove shingles words only; run it with minhash.shingle: word")
+    files = sorted(Path(corpus).glob("*.parquet"))
+    cores = len(os.sched_getaffinity(0))
+    cfg = MinhashConfig(n_grams=p["ngram"], num_buckets=p["bands"], hashes_per_bucket=p["rows"], seed=p["seed"])
+
+    def reader():
+        return ParquetReader(str(corpus), text_key="text", id_key="id", glob_pattern="*.parquet")
+
+    def step(pipeline, tasks, name, depends=None):
+        return LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=min(tasks, cores),
+                                     logging_dir=str(work / "logs" / name), depends=depends)
+
+    s1 = step([reader(), MinhashDedupSignature(output_folder=str(work / "signatures"), config=cfg,
+                                                language=Languages.english)], len(files), "signatures")
+    s2 = step([MinhashDedupBuckets(input_folder=str(work / "signatures"), output_folder=str(work / "buckets"),
+                                   config=cfg)], cfg.num_buckets, "buckets", s1)
+    s3 = step([MinhashDedupCluster(input_folder=str(work / "buckets"), output_folder=str(work / "remove_ids"),
+                                   config=cfg)], 1, "cluster", s2)
+    s4 = step([reader(), MinhashDedupFilter(input_folder=str(work / "remove_ids"),
+                                            exclusion_writer=ParquetWriter(str(work / "removed")))],
+              len(files), "filter", s3)
+    s4.run()
+    removed = []
+    for f in sorted(_glob.glob(str(work / "removed" / "*.parquet"))):  # one file per filter task
+        removed += pq.read_table(f, columns=["id"]).column("id").to_pylist()
+    table = _read_corpus(corpus)
+    ids = table.column("id")
+    digits = pc.sum(pc.match_substring_regex(table.column("text"), r"[0-9]")).as_py() or 0
+    pos = pc.index_in(pa.array(removed, ids.type), value_set=ids)
+    if pos.null_count:
+        raise RuntimeError(f"datatrove removed {pos.null_count} ids that are not in the corpus (ids it replaced: a "
+                           "falsy id such as 0 or an empty string?)")
+    rows = np.sort(pos.to_numpy().astype(np.int64))
+    return rows, None, None, {"texts_with_digits": int(digits), "shards": len(files)}
+
+
 SIG_REPEATS = 3  # timed calls per tool (after an untimed one that loads its code); the fastest counts
 
 
@@ -205,14 +276,18 @@ def child_main(argv) -> int:
     if params.get("limit"):
         table = table.slice(0, params["limit"])
     if mode == "e2e":
-        fn = {"rensa": _e2e_rensa, "datasketch": _e2e_datasketch}[tool]
-        removed, shingles, candidates = fn(table.column("text").to_pylist(), params)
+        extra = {}
+        if tool == "datatrove":  # it reads the shards itself (its readers, its time)
+            removed, shingles, candidates, extra = _e2e_datatrove(corpus, params, Path(argv[4]).with_suffix(".work"))
+        else:
+            fn = {"rensa": _e2e_rensa, "datasketch": _e2e_datasketch}[tool]
+            removed, shingles, candidates = fn(table.column("text").to_pylist(), params)
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         pq.write_table(pa.table({"id": table.column("id").take(pa.array(removed, pa.int64()))}), argv[4])
         out = {"seconds": time.perf_counter() - t0, "removed": int(removed.shape[0]), "shingles": shingles,
-               "candidates": candidates}
+               "candidates": candidates, **extra}
     else:
         seconds, shingles, cpu = _signature_child(tool, table.column("text"), params)
         out = {"seconds": seconds, "shingles": shingles, "cpu_seconds": cpu}
@@ -353,14 +428,20 @@ def _label(n: int) -> str:
     return str(n)
 
 
+# what each peer needs importable: datatrove's English word tokenizer is spaCy's, its hash xxhash; its dedup
+# package imports Hugging Face tokenizers
+NEEDS = {"datatrove": ("datatrove", "spacy", "xxhash", "tokenizers")}
+
+
 def _importable(tool: str) -> bool:
     if tool == "gpu_dedup":
         return True
     try:
-        __import__(tool)
+        for module in NEEDS.get(tool, (tool,)):
+            __import__(module)
         return True
-    except ImportError:
-        print(f"  {tool} is not installed: skipped (pip install -e '.[bench]' installs the peers)", flush=True)
+    except ImportError as exc:
+        print(f"  {tool} is not usable ({exc}): skipped (pip install -e '.[bench]' installs the peers)", flush=True)
         return False
 
 
@@ -409,11 +490,13 @@ def end_to_end(name, corpus: Path, cfg, tools, work: Path, quality_sample: int, 
 
             removed_ids = pq.read_table(f"{out}.parquet").column("id").to_pylist()
             r["seconds"] = r["wall_seconds"]
+            shutil.rmtree(f"{out}.work", ignore_errors=True)  # datatrove's intermediate files
         mask = _removed_mask(ids_index, removed_ids)
         rows_out.append({"corpus": name, "tool": tool, "documents": n, "text_mb": round(text_mb, 1),
                          "seconds": round(r["seconds"], 2), "docs_per_s": round(n / r["seconds"]),
                          "mb_per_s": round(text_mb / r["seconds"], 2), "peak_rss_mb": round(r["peak_rss_mb"]),
                          "removed": int(mask.sum()), "candidates": r.get("candidates"), "_mask": mask,
+                         **{k: r[k] for k in ("texts_with_digits", "shards") if k in r},
                          **({"stages": r["stages"], "pipeline_seconds": r["pipeline_seconds"],
                              "rows_written": r["rows_written"]} if "stages" in r else {})})
         print(f"  {name:>16} {tool:<14} {r['seconds']:8.2f} s  removed {int(mask.sum()):,}", flush=True)
@@ -474,6 +557,8 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
             for layout in layouts:  # the same documents in each shard layout
                 d = tmp / f"planted-{n}-{layout}"
                 make_corpus(d, n)
+                if layout == "files" and "datatrove" in tools:  # one datatrove task per shard: a shard per core
+                    _reshard(d, DATATROVE_SHARDS)
                 lay_out(d, layout)
                 corpora.append((f"planted-{_label(n)}" + ("" if layout == "files" else f"-{layout}"), d, n))
         if real:
@@ -491,7 +576,8 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
             if t in ("gpu_dedup", "gpu_dedup[gpu]"):
                 run_cli_job(warm, tmp / "warm-up-out", ["--backend", "gpu" if t.endswith("[gpu]") else "cpu", "--restart"])
         for name, path, n in corpora:
-            use = [t for t in tools if t in EVERY_SIZE or n <= peer_max_docs]
+            use = [t for t in tools if (t in EVERY_SIZE or n <= peer_max_docs)
+                   and (t not in PLANTED_ONLY or name.startswith("planted"))]
             rows = end_to_end(name, path, cfg, use, tmp, quality_sample, quality_max_docs)
             e2e += rows
             if name.startswith("planted") and path.name.endswith(layouts[0]):
@@ -523,11 +609,25 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
     return payload
 
 
+def _reshard(directory: Path, shards: int) -> None:
+    """Rewrite the Parquet shards of ``directory`` as ``shards`` files of the same rows, in order."""
+    import pyarrow.parquet as pq
+
+    from gpu_dedup.evaluation.sample import write_shards
+
+    files = sorted(directory.glob("*.parquet"))
+    table = _read_corpus(directory)
+    for f in files:
+        f.unlink()
+    write_shards(table, directory, shards=shards, prefix="part")
+    assert sum(pq.read_metadata(f).num_rows for f in directory.glob("*.parquet")) == table.num_rows
+
+
 def _versions() -> dict:
     from importlib import metadata
 
     out = {}
-    for dist in ("gpu_dedup", "numba", "rensa", "datasketch", "pyarrow", "numpy"):
+    for dist in ("gpu_dedup", "numba", "rensa", "datasketch", "datatrove", "pyarrow", "numpy"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -583,7 +683,7 @@ def back_of_envelope(cfg, sig, nbytes: int) -> dict:
     """What one core could do at best: permutation work per byte against the integer vector throughput."""
     ghz = _clock_ghz()
     one = next((r for r in sig if r["tool"] == "gpu_dedup" and r["threads"] == 1), None)
-    if one is None:
+    if one is None or one["seconds"] <= 0 or not nbytes:  # a corpus too small to time says nothing
         return {}
     shingles_per_byte = one["shingles"] / nbytes
     ops_per_byte = shingles_per_byte * cfg.minhash.num_perm * OPS_PER_PERM
@@ -625,6 +725,15 @@ def markdown(p: dict) -> str:
                      f"{r['removed']:,} | {_f(r.get('recall'))} | "
                      f"{_f(r.get('recall_t+0.05'))} | {_f(r.get('precision'))} | "
                      f"{'1' if r['tool'] == 'gpu_dedup' else (f'{ratio}x' if ratio else '-')} |")
+    dt = [r for r in p["end_to_end"] if r["tool"] == "datatrove"]
+    if dt:
+        digits = sum(r.get("texts_with_digits", 0) for r in dt)
+        lines += ["", "datatrove's rows: its MinhashDedup steps (signature, buckets, cluster, filter), each a "
+                  "LocalPipelineExecutor on every core, its default English word tokenizer (spaCy) and text "
+                  f"normalization; on the planted corpora only, whose words are letters only ({digits} texts with a "
+                  "digit: datatrove folds every digit to 0), written as "
+                  f"{', '.join(sorted({str(r.get('shards', '?')) for r in dt}))} shards (one datatrove task per "
+                  "shard); it verifies no candidate pair, so each LSH collision joins two clusters."]
     lines += ["", f"**Signature stage alone** ({p['signature_corpus']}; ready-made input not timed: gpu_dedup "
               "normalized text, shingled and hashed inside the kernel; rensa str shingles, or flat u64 token "
               "hashes; datasketch bytes shingles):", "",

@@ -1,9 +1,13 @@
-"""Scale-out benchmark: one process vs N Dask workers on the same corpus.
+"""Scale-out benchmark: how the client, the workers and the wall time grow with the corpus on Dask.
 
-Each configuration runs as ``gpu-dedup run`` in a child process; outputs must
-be byte-identical to the single-process run.  ``--memory-limit`` runs the
-workers under a per-worker memory limit (Dask spills beyond it), to show a
-corpus larger than one worker's memory completes.
+For each corpus size (planted near duplicates; ``--boilerplate`` adds a variant
+where a share of the documents are copies and near copies of a few boilerplate
+texts, the buckets real crawls are full of) it runs ``gpu-dedup run`` with N
+local Dask workers in a child process, and once in one process, and reports
+the client's peak RSS (the driver process: it must stay flat as the corpus
+grows), each worker's peak, the rows and bytes the shuffles moved and the wall
+time.  Outputs must be byte-identical to the one-process run.  ``--memory-limit``
+runs the workers under a per-worker memory limit (Dask spills beyond it).
 """
 
 from __future__ import annotations
@@ -14,21 +18,35 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from gpu_dedup.bench import machine, run_cli_job, write_results
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 
 
-def make_corpus(directory: Path, documents: int, chunk: int = 500_000, words=(60, 400),
-                row_group_rows: int | None = None) -> int:
-    """Planted corpus written in chunks (bounded generator memory); returns text bytes."""
+def make_corpus(directory: Path, documents: int, chunk: int = 500_000, words=(30, 120),
+                row_group_rows: int | None = None, boilerplate: float = 0.0) -> int:
+    """Planted corpus written in chunks (bounded generator memory); returns text bytes.  ``boilerplate``: that
+    share of each chunk's documents replaced by one of 20 boilerplate texts, exact or with a word changed."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     total, part = 0, 0
     for lo in range(0, documents, chunk):  # one generator call per chunk of documents
         n = min(chunk, documents - lo)
-        s = planted_corpus(n_docs=n, n_clusters=n // 50, words=words, edit_rate=(0.0, 0.05), seed=100 + part)
+        s = planted_corpus(n_docs=n, n_clusters=max(1, n // 50), words=words, edit_rate=(0.0, 0.05),
+                           seed=100 + part)
         table = s.table.select(["id", "text"])
         table = table.set_column(0, "id", pc.binary_join_element_wise(f"c{part}-", table.column("id"), ""))
+        if boilerplate:
+            rng = np.random.default_rng(7 + part)
+            pick = np.flatnonzero(rng.random(n) < boilerplate)
+            base = [" ".join(f"boiler{k}word{j}" for j in range(80)) for k in range(20)]
+            texts = np.array(table.column("text").to_pylist(), dtype=object)
+            which = rng.integers(0, 20, pick.shape[0])
+            edit = rng.random(pick.shape[0]) < 0.5
+            texts[pick] = [base[w] + (f" edit{i}" if e else "") for i, w, e in zip(pick, which, edit)]
+            table = table.set_column(1, "text", pa.array(texts, pa.large_string()))
         write_shards(table, directory, shards=max(1, n // 100_000), prefix=f"part{part:03d}",
                      row_group_rows=row_group_rows)
         total += pc.sum(pc.binary_length(table.column("text"))).as_py()
@@ -36,47 +54,67 @@ def make_corpus(directory: Path, documents: int, chunk: int = 500_000, words=(60
     return total
 
 
-def run(documents: int = 200_000, workers=(1, 2), memory_limit: str | None = None, block_rows: int = 100_000,
-        results="bench-results", workdir=None) -> dict:
+def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None, block_rows: int = 100_000,
+        results="bench-results", workdir=None, boilerplate: float = 0.0, single_up_to: int = 1_000_000) -> dict:
+    """``documents``: corpus sizes; one process runs for sizes up to ``single_up_to`` (the reference)."""
     rows = []
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        tmp = Path(tmp)
-        # row groups no larger than a block: a block holds whole row groups
-        text_bytes = make_corpus(tmp / "in", documents, row_group_rows=block_rows)
-        base = ["--backend", "cpu", "--id-column", "id", "--set", f"cluster.block_rows={block_rows}"]
-        configs = [("1 process", [])] + [(f"{w} workers", ["--workers", str(w)]) for w in workers]
-        if memory_limit:
-            configs = [(f"{w} workers x {memory_limit}", ["--workers", str(w), "--set",
-                                                          f"cluster.memory_limit={memory_limit}"]) for w in workers]
-        first = None
-        for name, extra in configs:
-            out = tmp / f"out-{len(rows)}"
-            t0 = time.perf_counter()
-            rep = run_cli_job(tmp / "in", out, base + extra)
-            wall = time.perf_counter() - t0
-            names = sorted(p.name for p in out.iterdir() if p.suffix == ".parquet")
-            same = None
-            if first is None:
-                first = out
-            else:
-                same = all(filecmp.cmp(first / n, out / n, shallow=False) for n in names)
-            cluster = rep.get("cluster", {})
-            rows.append({
-                "config": name, "wall_seconds": round(wall, 2), "pipeline_seconds": rep["wall_seconds"],
-                "client_peak_rss_mb": rep["peak_rss_mb"],
-                "worker_peak_rss_mb": max(cluster.get("worker_peak_rss_mb", {}).values(), default=None),
-                "shuffle_mb": cluster.get("shuffle_mb"), "removed": rep["counts"]["removed"],
-                "identical_to_first": same,
-            })
-            print(rows[-1], flush=True)
+    variants = [("planted", 0.0)] + ([("boilerplate", boilerplate)] if boilerplate else [])
+    for n in documents:
+        for variant, share in variants:
+            with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+                tmp = Path(tmp)
+                # row groups no larger than a block: a block holds whole row groups
+                text_bytes = make_corpus(tmp / "in", n, row_group_rows=block_rows, boilerplate=share)
+                base = ["--backend", "cpu", "--id-column", "id", "--no-shards", "--set",
+                        f"cluster.block_rows={block_rows}"]
+                dask = ["--workers", str(workers)] + (["--set", f"cluster.memory_limit={memory_limit}"]
+                                                      if memory_limit else [])
+                configs = [(f"{workers} workers", dask)]
+                if n <= single_up_to:
+                    configs.insert(0, ("1 process", []))
+                first, single_wall = None, None
+                for name, extra in configs:
+                    out = tmp / f"out-{name.replace(' ', '-')}"
+                    t0 = time.perf_counter()
+                    rep = run_cli_job(tmp / "in", out, base + extra)
+                    wall = time.perf_counter() - t0
+                    same = None
+                    if first is None:
+                        first = out
+                    else:
+                        same = filecmp.cmp(first / "duplicates.parquet", out / "duplicates.parquet", shallow=False)
+                    cluster = rep.get("cluster", {})
+                    if name == "1 process":
+                        single_wall = wall
+                    rows.append({
+                        "documents": n, "variant": variant, "text_mb": round(text_bytes / 2**20, 1), "config": name,
+                        "wall_seconds": round(wall, 2), "pipeline_seconds": rep["wall_seconds"],
+                        "client_peak_rss_mb": round(rep["peak_rss_mb"], 1),
+                        "worker_peak_rss_mb": max(cluster.get("worker_peak_rss_mb", {}).values(), default=None),
+                        "blocks": cluster.get("blocks"), "routes": cluster.get("routes"),
+                        "shuffled_rows": cluster.get("shuffled_rows"), "shuffle_mb": cluster.get("shuffle_mb"),
+                        "removed": rep["counts"]["removed"], "identical_to_one_process": same,
+                        "wall_vs_one_process": round(wall / single_wall, 2) if single_wall and name != "1 process"
+                        else None,
+                    })
+                    print(rows[-1], flush=True)
+    dask_rows = [r for r in rows if r["config"] != "1 process" and r["variant"] == "planted"]
+    growth = None
+    if len(dask_rows) > 1:
+        growth = round(dask_rows[-1]["client_peak_rss_mb"] - dask_rows[0]["client_peak_rss_mb"], 1)
     payload = {"benchmark": "workers", "date": _dt.date.today().isoformat(), "machine": machine(),
-               "documents": documents, "text_mb": round(text_bytes / 2**20, 1), "rows": rows}
-    md = [f"{documents:,} planted documents, {payload['text_mb']:,} MiB of text; machine {payload['machine']}, "
-          f"{payload['date']}.", "",
-          "| configuration | wall s | client peak MiB | max worker peak MiB | shuffle MiB | removed | identical outputs |",
-          "| --- | --- | --- | --- | --- | --- | --- |"]
-    md += [f"| {r['config']} | {r['wall_seconds']} | {r['client_peak_rss_mb']:.0f} | {r['worker_peak_rss_mb'] or '-'} | "
-           f"{r['shuffle_mb'] or '-'} | {r['removed']:,} | {'-' if r['identical_to_first'] is None else r['identical_to_first']} |"
+               "workers": workers, "block_rows": block_rows, "memory_limit": memory_limit, "rows": rows,
+               "client_growth_mb": growth}
+    md = [f"{workers} local Dask workers, cluster.block_rows = {block_rows:,}, `--no-shards`; machine "
+          f"{payload['machine']}, {payload['date']}. Client growth from the smallest to the largest planted corpus: "
+          f"{growth} MiB.", "",
+          "| documents | variant | text MiB | configuration | wall s | vs 1 process | client peak MiB | "
+          "max worker peak MiB | blocks | routes | shuffled rows | shuffle MiB | removed | identical |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    md += [f"| {r['documents']:,} | {r['variant']} | {r['text_mb']:,} | {r['config']} | {r['wall_seconds']} | "
+           f"{r['wall_vs_one_process'] or '-'} | {r['client_peak_rss_mb']:.0f} | {r['worker_peak_rss_mb'] or '-'} | "
+           f"{r['blocks'] or '-'} | {r['routes'] or '-'} | {r['shuffled_rows'] or '-'} | {r['shuffle_mb'] or '-'} | "
+           f"{r['removed']:,} | {'-' if r['identical_to_one_process'] is None else r['identical_to_one_process']} |"
            for r in rows]
     name = "workers-memory" if memory_limit else "workers"
     write_results(results, name, payload, "\n".join(md) + "\n")

@@ -11,10 +11,12 @@ import errno
 import logging
 import signal
 import sys
+import threading
 
 from gpu_dedup.cli.commands import cmd_bench_own_parser
-from gpu_dedup.cli.parser import build_parser
+from gpu_dedup.cli.parser import build_parser, unrecognized
 from gpu_dedup.errors import (
+    EXIT_BROKEN_PIPE,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     ConfigError,
@@ -37,16 +39,31 @@ class _ShuffleChatter(logging.Filter):
         return not (isinstance(record.msg, str) and record.msg.startswith(self.ROUTINE))
 
 
+class _AbandonedGather(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for Dask's ``AllExit``: the client's gather
+    raises it in the waiting tasks it abandons when the main thread stops waiting (Ctrl-C, SIGTERM, an
+    error), and nobody retrieves it; a traceback per block of work, of no use to anyone."""
+
+    def filter(self, record) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (exc is not None and type(exc).__name__ == "AllExit"
+                    and str(record.msg).startswith("Task exception was never retrieved"))
+
+
 def _setup_logging(verbosity: int, quiet: bool) -> None:
     import os
 
-    level = logging.WARNING if quiet else (logging.DEBUG if verbosity > 0 else logging.INFO)
+    # -q: nothing but errors (a run's own failure is one line on stderr, printed by main, not logged)
+    level = logging.ERROR if quiet else (logging.DEBUG if verbosity > 0 else logging.INFO)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     from gpu_dedup.run.progress import attach_to_handlers
 
     attach_to_handlers()  # log lines wipe a live progress line first (terminal)
-    for noisy in ("numba", "distributed", "bokeh", "tornado"):
+    for noisy in ("numba", "distributed", "bokeh", "tornado", "botocore", "aiobotocore", "s3fs", "fsspec", "gcsfs"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    asyncio_log = logging.getLogger("asyncio")
+    if not any(isinstance(f, _AbandonedGather) for f in asyncio_log.filters):
+        asyncio_log.addFilter(_AbandonedGather())
     if verbosity == 0:
         # Dask sets its loggers' levels when it is imported (by --workers / --scheduler runs, later): ask it for
         # WARNING there, in this process and in the worker processes, which inherit the environment; -v shows all
@@ -91,27 +108,92 @@ def _refuse_empty_paths(args) -> None:
                               f"({dot} for the current directory)")
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit does not raise BrokenPipeError again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor (a caller's StringIO): nothing to flush
+        pass
+
+
+def _check_environment() -> None:
+    """Environment variables gpu_dedup's libraries read, checked before they fail deep inside a run."""
+    import os
+
+    threads = os.environ.get("NUMBA_NUM_THREADS")
+    if threads is not None and not (threads.isdigit() and int(threads) > 0):
+        raise ConfigError(f"NUMBA_NUM_THREADS = {threads!r} is not a positive number of threads; unset it (Numba "
+                          f"then uses every core, {os.cpu_count()} here) or set it to a number from 1 up")
+
+
+_interrupt = {"signal": None, "acknowledged": False, "redelivered": 0}
+
+
 def _signal_to_interrupt(signum, frame):  # SIGTERM ends a run as Ctrl-C does: checkpoints stay consistent
+    _interrupt["signal"] = signum
+    if not logging.getLogger("gpu_dedup").isEnabledFor(logging.DEBUG):  # -v: everything; else the stop is one line
+        logging.getLogger("distributed").setLevel(logging.ERROR)  # not "worker still alive, killing" while closing
     raise KeyboardInterrupt
+
+
+def _unraisable(previous):
+    """``sys.unraisablehook`` that delivers an interrupt again when Python swallowed it: a signal handler
+    runs between any two bytecodes of the main thread, also inside a garbage-collector callback (Dask's
+    GCDiagnosis) or a ``__del__``, where an exception cannot propagate and is only printed ("Exception
+    ignored in ..."); the run then went on to exit 0.  The signal is sent again a moment later from another
+    thread, until the main thread takes it; other unraisable exceptions go to the previous hook."""
+
+    def hook(unraisable):
+        exc_type = unraisable.exc_type
+        if exc_type is None or not issubclass(exc_type, KeyboardInterrupt) or _interrupt["signal"] is None:
+            return previous(unraisable)
+        if not _interrupt["acknowledged"]:
+            _interrupt["redelivered"] += 1
+            delay = min(0.01 * 2 ** min(_interrupt["redelivered"], 6), 0.5)  # 20 ms, then longer: callbacks end
+            timer = threading.Timer(delay, _redeliver, (_interrupt["signal"],))
+            timer.daemon = True
+            timer.start()
+
+    return hook
+
+
+def _redeliver(signum) -> None:
+    import os
+
+    if not _interrupt["acknowledged"]:
+        os.kill(os.getpid(), signum)
 
 
 def main(argv=None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and getattr(args, "func", None) is not cmd_bench_own_parser:
-        parser.error("unrecognized arguments: " + " ".join(rest))
+        unrecognized(parser, args, rest)
     if rest:
         args.bench_args = rest
     _setup_logging(args.verbose, args.quiet)
     if argv is None:  # the gpu-dedup process itself (not a caller's main([...])): SIGTERM as Ctrl-C
         signal.signal(signal.SIGTERM, _signal_to_interrupt)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell ignores it
+            signal.signal(signal.SIGINT, _signal_to_interrupt)
+        sys.unraisablehook = _unraisable(sys.unraisablehook)
     try:
         _refuse_empty_paths(args)
+        _check_environment()
         return args.func(args)
     except GpuDedupError as exc:
         return _fail(str(exc), exc.exit_code)
-    except KeyboardInterrupt:
-        return _fail("interrupted; completed stages are checkpointed and the previous complete output (if any) is "
+    except BrokenPipeError:  # the reader of stdout went away (e.g. `| head -2`): no message, the shell's status
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt as exc:
+        _interrupt["acknowledged"] = True
+        return _fail(getattr(exc, "message", None) or
+                     "interrupted; completed stages are checkpointed and the previous complete output (if any) is "
                      "untouched: rerun the same command to resume", EXIT_INTERRUPTED)
     except MemoryError as exc:
         return _fail(f"out of memory ({exc or 'allocation failed'}); free memory, split the input into smaller "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import sys
@@ -9,12 +10,14 @@ from pathlib import Path
 
 import yaml
 
-from gpu_dedup.config import Config
+from gpu_dedup.config import Config, DuplicateKeyError, load_yaml
 from gpu_dedup.errors import (
     EXIT_TARGETS,
     ConfigError,
     GpuDedupError,
     InputError,
+    Interrupted,
+    OutputError,
 )
 
 log = logging.getLogger("gpu_dedup")
@@ -52,7 +55,9 @@ def _config_from_args(args) -> Config:
             raise ConfigError(f"--set {item!r} must look like KEY=VALUE, e.g. --set lsh.threshold=0.7")
         key, value = item.split("=", 1)
         try:
-            overrides[key.strip()] = yaml.safe_load(value)
+            overrides[key.strip()] = load_yaml(value)
+        except DuplicateKeyError as exc:
+            raise ConfigError(f"--set {item!r}: the value {exc}; keep one of them") from None
         except yaml.YAMLError as exc:
             problem = str(exc).splitlines()[0]
             raise ConfigError(f"--set {item!r}: the value {value!r} is not valid YAML ({problem}); quote strings "
@@ -69,9 +74,13 @@ def _with_id_column(args, cfg: Config) -> Config:
     against = getattr(args, "against", None)
     if against is not None:
         try:
-            name = json.loads((Path(against) / "manifest.json").read_text(encoding="utf-8")).get("id_column", "id")
-        except (OSError, ValueError, AttributeError):
-            return cfg  # not an index: the run says so
+            from gpu_dedup.storage.filesystems import as_path  # the CLI's imports stay light (and numba-free)
+
+            name = json.loads((as_path(against) / "manifest.json").read_text(encoding="utf-8")).get("id_column", "id")
+        except (OSError, ValueError, AttributeError, GpuDedupError):
+            return cfg  # not an index (or not reachable): the run says so
+        if not isinstance(name, str):
+            return cfg  # a damaged manifest: opening the index says so
         if name:
             log.info("using the input column %r as document ids, as the index %s does (--id-column)", name, against)
             return cfg.with_overrides({"input.id_column": name})
@@ -79,7 +88,7 @@ def _with_id_column(args, cfg: Config) -> Config:
     from gpu_dedup.storage import discover, id_column_type
 
     try:
-        shards = discover(args.inputs, cfg.input.format)
+        shards = discover(args.inputs, cfg.input.format, warn=False)
     except GpuDedupError:
         return cfg  # the run reports it
     types = {id_column_type(s, AUTO_ID) for s in shards}
@@ -128,8 +137,12 @@ def cmd_index_build(args) -> int:
     from gpu_dedup.index.commands import run
 
     cfg = _with_id_column(args, _config_from_args(args))
-    with tempfile.TemporaryDirectory() as tmp:
-        result = run(args.inputs, tmp, cfg, index_out=args.output, write_shards=False)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:  # the run's outputs (its report) are not kept
+            result = run(args.inputs, tmp, cfg, index_out=args.output, write_shards=False)
+    except KeyboardInterrupt as exc:
+        raise Interrupted(f"interrupted; no index was left in {args.output!r} (a build writes it whole or not at "
+                          "all): rerun the same command") from exc
     c = result.report["counts"]
     if not args.quiet:
         print(f"indexed {c['documents_read']:,} documents ({c['kept']:,} kept, {c['removed']:,} duplicates) "
@@ -140,9 +153,9 @@ def cmd_index_build(args) -> int:
 def cmd_index_info(args) -> int:
     import json
 
-    from gpu_dedup.index.store import Index
+    from gpu_dedup.index.remote import open_index
 
-    print(json.dumps(Index.open(args.index).info(), indent=2))
+    print(json.dumps(open_index(args.index).info(), indent=2))
     return 0
 
 
@@ -152,16 +165,10 @@ def cmd_query(args) -> int:
     import numpy as np
     import pyarrow as pa
 
-    from gpu_dedup.index.store import Index
+    from gpu_dedup.index.remote import open_index
 
-    index = Index.open(args.index)
-    try:
-        stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(f"cannot read the queries in {args.file!r} ({exc.strerror}); give a text file, one "
-                         "query per line (or JSONL with --jsonl), or - for stdin") from None
-    with stream:
-        lines = [line.rstrip("\n") for line in stream]
+    index = open_index(args.index)  # a directory, or a URL (a local copy)
+    lines = _query_lines(args.file, args.index)
     by_vector = index.similarity == "cosine" and index.manifest["config"].get("source") == "vectors"
     if by_vector:  # a cosine index of vectors: JSONL queries with a vector column
         column = args.vector_column or index.manifest.get("vector_column") or "vector"
@@ -198,6 +205,41 @@ def cmd_query(args) -> int:
     return 0
 
 
+# what a query file must not be: binary files, told by their first bytes
+BINARY_MAGIC = {b"PAR1": "a Parquet file", b"\x1f\x8b": "gzip-compressed", b"\x28\xb5\x2f\xfd": "zstd-compressed",
+                b"BZh": "bzip2-compressed", b"ARROW1": "an Arrow file", b"PK\x03\x04": "a zip file"}
+
+
+def _query_lines(name: str, index: str) -> list[str]:
+    """The lines of a query file (``-``: stdin) as text: bytes that are not UTF-8 are replaced (U+FFFD, a
+    warning counts them); a binary file (Parquet, compressed, NUL bytes) is refused with the fix."""
+    try:
+        if name == "-":
+            stream = getattr(sys.stdin, "buffer", None)
+            raw = stream.read() if stream is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
+        else:
+            with open(name, "rb") as f:
+                raw = f.read()
+    except OSError as exc:
+        raise InputError(f"cannot read the queries in {name!r} ({exc.strerror}); give a text file, one "
+                         "query per line (or JSONL with --jsonl), or - for stdin") from None
+    kind = next((what for magic, what in BINARY_MAGIC.items() if raw.startswith(magic)), None)
+    if kind is None and b"\0" in raw[:1 << 16]:
+        kind = "a binary file (it holds NUL bytes)"
+    if kind is not None:
+        where = "stdin" if name == "-" else repr(name)
+        fix = (f"decompress it first (e.g. zcat FILE | gpu-dedup query {index})" if "compressed" in kind else
+               f"to deduplicate a shard against the index run gpu-dedup run SHARD --against {index} -o OUT")
+        raise InputError(f"the queries in {where} are {kind}, not text; query reads text lines (or JSON Lines "
+                         f"with --jsonl): {fix}")
+    text = raw.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") - raw.decode("utf-8", errors="ignore").count("\ufffd")
+    if bad:
+        log.warning("the queries in %s hold %d byte sequence(s) that are not UTF-8; they were replaced with U+FFFD",
+                    "stdin" if name == "-" else name, bad)
+    return [line.rstrip("\n") for line in io.StringIO(text, newline=None)]  # universal newlines, as text files
+
+
 def _jsonl_texts(lines: list[str], column: str, source: str) -> list:
     """The ``column`` of each non-blank JSON line; a line that is no JSON object with it is an InputError."""
 
@@ -220,7 +262,8 @@ def _jsonl_texts(lines: list[str], column: str, source: str) -> list:
 def cmd_bench_workers(args) -> int:
     from gpu_dedup.bench import workers
 
-    workers.run(args.documents, args.workers, args.memory_limit, args.block_rows, args.results, args.workdir)
+    workers.run(args.documents, args.workers, args.memory_limit, args.block_rows, args.results, args.workdir,
+                args.boilerplate, args.single_up_to)
     return 0
 
 
@@ -341,7 +384,11 @@ def cmd_dataset(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from gpu_dedup.report.page import write_html
+    import os
+
+    from gpu_dedup.report.page import render
+    from gpu_dedup.run.outdir import MANIFEST_NAME, replace_published
+    from gpu_dedup.storage import atomic_write_bytes
 
     src = Path(args.report)
     if src.is_dir():
@@ -355,6 +402,25 @@ def cmd_report(args) -> int:
         raise InputError(f"{str(src)!r} is not valid JSON ({exc}); give the report.json a run wrote") from None
     if not isinstance(report, dict) or "counts" not in report or "lsh" not in report:
         raise InputError(f"{str(src)!r} is not a gpu_dedup report.json (no counts / lsh sections)")
-    out = write_html(Path(args.output) if args.output else src.with_suffix(".html"), report)
+    out = Path(args.output) if args.output else src.with_suffix(".html")
+    page = render(report).encode("utf-8")
+    if (out.parent / MANIFEST_NAME).exists():  # a run's output directory: its page, owned as the run owns it
+        replace_published(out.parent, out.name, page)
+    else:
+        if out.is_dir():
+            raise OutputError(f"{str(out)!r} is a directory; give the page's file name with -o (e.g. report.html)")
+        if os.path.lexists(out) and not _our_page(out):
+            raise OutputError(f"{str(out)!r} exists and is not a gpu_dedup report page; it is not overwritten: "
+                              "choose another -o or move the file away")
+        atomic_write_bytes(out, page)
     print(f"wrote {out}")
     return 0
+
+
+def _our_page(path: Path) -> bool:
+    """Whether ``path`` is a report page gpu_dedup rendered (its title says so)."""
+    try:
+        with open(path, "rb") as f:
+            return b"<title>gpu_dedup report:" in f.read(4096)
+    except OSError:
+        return False

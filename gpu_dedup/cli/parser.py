@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import sys
 
 from gpu_dedup.cli.commands import (
     AUTO_ID,
@@ -58,7 +60,9 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
                    help="any config key, dotted: --set select.keep=longest (repeatable)")
 
 
-QUERY_OUTPUT = """output: one JSON object per query on stdout, in input order (JSONL input: its non-blank
+QUERY_OUTPUT = """input: plain text is one query per line (a newline ends a query: an 8-line text is 8 queries);
+with --jsonl, one JSON object per non-blank line, its --text-column holding the whole text.
+output: one JSON object per query on stdout, in input order (JSONL input: its non-blank
 lines), with its matches best first; a query without a match has an empty list:
   {"query": 0, "matches": [{"row": 812, "id": "doc-812", "similarity": 1.0, "exact": true,
                             "kept": true, "cluster_id": 812, "survivor_id": "doc-812"}]}
@@ -85,6 +89,45 @@ class _Parser(argparse.ArgumentParser):
             self._mixing = False
 
 
+class _Deprecated(argparse.Action):
+    """An old spelling of an option that still works, with one line on stderr naming the new one."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: warning: {option_string} is deprecated; use {self.new} (same meaning)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def _chosen_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The (sub)command parser ``args`` were parsed by: ``gpu-dedup bench peers``'s, not the top level's."""
+    current = parser
+    while True:
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return current
+        name = getattr(args, subs[0].dest, None)
+        if name not in subs[0].choices:
+            return current
+        current = subs[0].choices[name]
+
+
+def unrecognized(parser: argparse.ArgumentParser, args, rest: list) -> None:
+    """Exit 2 on arguments no option takes, on the usage of the subcommand they were given to, with the
+    option each misspelled flag most likely meant (``--treshold`` -> ``--threshold``)."""
+    sub = _chosen_parser(parser, args)
+    flags = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+    hints = []
+    for arg in rest:
+        if arg.startswith("-"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.75)
+            if close:
+                hints.append(f"{arg.split('=', 1)[0]}: did you mean {close[0]}?")
+    sub.error("unrecognized arguments: " + " ".join(rest) + ("" if not hints else "; " + "; ".join(hints)))
+
+
 EXIT_STATUS = "exit status:\n" + "\n".join(f"  {code:>3}  {text}" for code, text in EXIT_CODES.items()) + \
     "\nevery error a user can cause ends in one line on stderr naming the problem and the fix (-v adds detail)."
 
@@ -96,12 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run", help="deduplicate Parquet / JSONL shards")
-    p.add_argument("inputs", nargs="+", help="shard files, directories or glob patterns")
-    p.add_argument("-o", "--output", required=True, help="output directory")
+    p.add_argument("inputs", nargs="+", help="shard files, directories or glob patterns, local or object-store URLs "
+                   "(s3://bucket/crawl/, gs://...; docs/object-storage.md)")
+    p.add_argument("-o", "--output", required=True, help="output directory, or an object-store prefix (s3://bucket/out/)")
     p.add_argument("--restart", action="store_true",
                    help="ignore checkpoints of an interrupted run in the output directory and start over")
-    p.add_argument("--index-out", help="also write a persisted index of the inputs to this directory")
-    p.add_argument("--against", metavar="INDEX", help="deduplicate against a persisted index (indexed documents win)")
+    p.add_argument("--index-out", help="also write a persisted index of the inputs to this directory (or URL)")
+    p.add_argument("--against", metavar="INDEX", help="deduplicate against a persisted index, a directory or URL "
+                   "(indexed documents win)")
     p.add_argument("--update-index", action="store_true", help="with --against: append the inputs to the index")
     p.add_argument("--no-shards", action="store_true",
                    help="write no deduplicated shards, only duplicates.parquet (which rows to remove) and the report "
@@ -136,16 +181,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--workdir")
     b.set_defaults(func=cmd_bench_index, quiet=False, verbose=0)
 
-    b = bench.add_parser("workers", help="one process vs N Dask workers (identical outputs), or under memory limits")
-    b.add_argument("--documents", type=int, default=200_000)
-    b.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    b.add_argument("--memory-limit", help="per-worker limit, e.g. 2GiB (runs only the worker configurations)")
+    b = bench.add_parser("workers", help="Dask workers vs one process as the corpus grows: client and worker "
+                                          "memory, shuffle volume, wall time (identical outputs)")
+    b.add_argument("--documents", type=int, nargs="+", default=[100_000], help="corpus sizes, e.g. 100000 1000000")
+    b.add_argument("--workers", type=int, default=2)
+    b.add_argument("--memory-limit", help="per-worker limit, e.g. 2GiB")
     b.add_argument("--block-rows", type=int, default=100_000)
+    b.add_argument("--boilerplate", type=float, default=0.0,
+                   help="also a variant with this share of boilerplate copies and near copies, e.g. 0.2")
+    b.add_argument("--single-up-to", type=int, default=1_000_000,
+                   help="run one process (the reference) for corpora up to this size")
     b.add_argument("--results", default="bench-results")
     b.add_argument("--workdir")
     b.set_defaults(func=cmd_bench_workers, quiet=False, verbose=0)
 
-    b = bench.add_parser("peers", help="gpu_dedup vs rensa and datasketch: end to end, signatures, quality, scaling")
+    b = bench.add_parser("peers", help="gpu_dedup vs rensa, datasketch and datatrove: end to end, signatures, quality, "
+                         "scaling")
     b.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000],
                    help="planted-corpus sizes (documents)")
     b.add_argument("--peer-max-docs", type=int, default=100_000, help="largest corpus the peers run on")
@@ -154,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "one file with one row group, or one file with row groups of 10^4 documents")
     b.add_argument("--real", default="debian-man", help="real corpus from installed Debian packages, or 'none'")
     b.add_argument("--tools", nargs="+", default=["gpu_dedup", "rensa", "datasketch"],
-                   choices=["gpu_dedup", "rensa", "datasketch"])
+                   choices=["gpu_dedup", "rensa", "datasketch", "datatrove"],
+                   help="tools to run (default: gpu_dedup rensa datasketch; datatrove runs on the planted corpora)")
     b.add_argument("--quality-sample", type=int, default=5000, help="documents sampled for recall/precision")
     b.add_argument("--quality-max-docs", type=int, default=200_000, help="score quality on corpora up to this size")
     b.add_argument("--signature-docs", type=int, default=100_000,
@@ -191,7 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=QUERY_OUTPUT)
     p.add_argument("index")
-    p.add_argument("file", nargs="?", default="-", help="text file, one document per line (default: stdin)")
+    p.add_argument("file", nargs="?", default="-",
+                   help="text file, one document per line: a text spanning several lines is several queries "
+                        "(give such texts as JSON Lines with --jsonl); default: stdin")
     p.add_argument("--jsonl", action="store_true", help="input lines are JSON objects; read --text-column")
     p.add_argument("--text-column", default="text")
     p.add_argument("--vector-column", help="a cosine index of vectors: the JSONL key holding each query's vector "
@@ -230,8 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "as the run does)")
     p.add_argument("-o", "--output", help=f"directory for tune.json and tune.png (default: {TUNE_DIR} in the "
                    "current directory)")
-    p.add_argument("--sample", metavar="CORPUS", nargs="+", help="confirm the top layouts on a sample of this corpus")
-    p.add_argument("--sample-size", type=int, default=5000, help="documents sampled for --sample (default 5000)")
+    p.add_argument("--sample-corpus", metavar="CORPUS", nargs="+", dest="sample",
+                   help="confirm the top layouts on a sample of this corpus (files, directories or globs)")
+    p.add_argument("--sample", metavar="CORPUS", nargs="+", dest="sample", action=_Deprecated, new="--sample-corpus",
+                   help=argparse.SUPPRESS)  # the old spelling; --sample is a count in evaluate
+    p.add_argument("--sample-size", type=int, default=5000,
+                   help="documents sampled from --sample-corpus (default 5000)")
     p.add_argument("--confirm", type=int, default=3, help="layouts run on the sample (default 3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--floor", type=float, help="lowest exact similarity enumerated (default min(0.3, threshold))")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from gpu_dedup import api
 from gpu_dedup.api import DedupResult
-from gpu_dedup.errors import ConfigError
+from gpu_dedup.run.contract import one_process_only
 from gpu_dedup.run.local import run
 
 
@@ -25,14 +25,15 @@ def add(index, frame, text: str = "text", id: str | None = None, config=None, **
     kind = api.frame_kind(frame)
     cfg = api.config_of(index.config() if config is None else config, text, id, overrides)
     if cfg.cluster.enabled:
-        raise ConfigError("Index.add() runs in one process; drop cluster.workers / cluster.scheduler")
+        raise one_process_only("Index.add()")
     index.check(cfg)
     cfg = index.pinned(cfg)
     shard = api.frame_shard(frame, kind, text, id, cfg)
-    first = index.documents
-    if first == 0:  # the first documents name the index's id column
-        index.manifest = {**index.manifest, "id_column": id}
-    result = run([shard], None, cfg, prior=index, sink=index)
+    with index.writing():  # one writer at a time; what another writer appended meanwhile is matched too
+        first = index.documents
+        if first == 0:  # the first documents name the index's id column
+            index.manifest = {**index.manifest, "id_column": id}
+        result = run([shard], None, cfg, prior=index, sink=index)
     dup = api.frame_duplicates(result.duplicates, id)
     return AddResult(deduplicated=api.take_rows(frame, kind, result.kept), duplicates=api.like(dup, kind),
                      clusters=result.cluster, kept=result.kept, report=result.report, edges=result.edges,

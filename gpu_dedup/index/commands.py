@@ -3,37 +3,109 @@
 ``run(..., index_out=DIR)`` also writes a new index of the corpus;
 ``run(..., against=DIR)`` deduplicates the inputs against an index (indexed
 documents always survive) and, with ``update_index=True``, appends them to it.
+A run that writes an index holds its lock from start to end: a second writer
+stops at once (exit 4), so appends serialize and an index never mixes two runs.
 """
 
 from __future__ import annotations
 
+import logging
+from contextlib import ExitStack
+from pathlib import Path
+
+from gpu_dedup import storage
 from gpu_dedup.config import Config
-from gpu_dedup.errors import ConfigError
-from gpu_dedup.index.store import Index, IndexBuilder
+from gpu_dedup.errors import ConfigError, InputError, OutputError
+from gpu_dedup.index.remote import index_builder, open_index
+from gpu_dedup.index.store import Index
 from gpu_dedup.run import local
+from gpu_dedup.run.contract import one_process_only
+from gpu_dedup.run.checkpoint import run_fingerprint
 from gpu_dedup.run.outdir import check_output_path
 from gpu_dedup.run.sequence import RunResult
+from gpu_dedup.storage.filesystems import is_url
+
+log = logging.getLogger("gpu_dedup")
 
 
 def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, index_out=None, against=None,
         update_index: bool = False, write_shards: bool = True) -> RunResult:
-    """:func:`gpu_dedup.run.local.run` with an index: ``index_out`` (a path: build a new index of the
-    inputs), ``against`` (a path or an opened :class:`Index`: deduplicate against it) and
+    """:func:`gpu_dedup.run.local.run` with an index: ``index_out`` (a path or URL: build a new index of the
+    inputs), ``against`` (a path, a URL or an opened :class:`Index`: deduplicate against it) and
     ``update_index`` (append the inputs to ``against``)."""
     if index_out is not None and against is not None:
         raise ConfigError("--index-out builds a new index and --against uses an existing one; give one of them "
                           "(--against DIR --update-index appends to the existing index)")
     if update_index and against is None:
         raise ConfigError("--update-index appends to the index given by --against; add --against DIR")
-    if (index_out is not None or against is not None) and cfg.cluster.enabled:
-        raise ConfigError("--index-out / --against run in one process for now; drop --workers / --scheduler")
+    if (index_out is not None or update_index) and cfg.cluster.enabled:
+        raise one_process_only("writing an index (--index-out, --update-index)")
+    index_dir = index_out if index_out is not None else (against.path if isinstance(against, Index) else against)
+    if index_dir is not None and output_dir is not None and _inside(Path(output_dir), Path(index_dir)):
+        raise OutputError(f"the output directory {str(output_dir)!r} is inside the index directory "
+                          f"{str(index_dir)!r}, which holds only the index; choose a -o outside it")
     prior = sink = None
-    if against is not None:
-        prior = against if isinstance(against, Index) else Index.open(against)
-        prior.check(cfg)
-        cfg = prior.pinned(cfg)  # a cosine index's (bands, rows), not this run's own
-        sink = prior if update_index else None
-    elif index_out is not None:
-        check_output_path(index_out, inputs, "its manifest.json as an input shard", "index directory", "--index-out")
-        sink = IndexBuilder(index_out, cfg)
-    return local.run(inputs, output_dir, cfg, restart=restart, prior=prior, sink=sink, write_shards=write_shards)
+    with ExitStack() as held:
+        if against is not None:
+            prior = against if isinstance(against, Index) else open_index(against)  # a directory or a URL
+            if update_index:  # the lock from before matching until the append: the index cannot change between
+                held.enter_context(prior.writing())
+            prior.check(cfg)
+            cfg = prior.pinned(cfg)  # a cosine index's (bands, rows), not this run's own
+            _check_id_kind(prior, inputs, cfg)
+            sink = prior if update_index else None
+            if update_index:
+                source = _source(cfg, inputs)
+                done = prior.appended_from(source) if source else None
+                if done is None:
+                    prior.source = source
+                else:  # a rerun of a run killed after its append: the same outputs, no second append
+                    log.warning("these inputs were already appended to the index %s (as %s, by a run with the same "
+                                "inputs and config, interrupted after its append or run again): deduplicating them "
+                                "against the index as it was before, and not appending them again", prior.path, done)
+                    prior, sink = prior.before(done), None
+        elif index_out is not None:
+            if not is_url(index_out):  # an index in an object store: see gpu_dedup/index/remote.py
+                check_output_path(index_out, inputs, "its manifest.json as an input shard", "index directory",
+                                  "--index-out")
+            sink = held.enter_context(index_builder(index_out, cfg))
+            sink.source = _source(cfg, inputs)
+        return local.run(inputs, output_dir, cfg, restart=restart, prior=prior, sink=sink, write_shards=write_shards)
+
+
+
+def _source(cfg: Config, inputs) -> str | None:
+    """What an append records of its inputs: the run fingerprint of the files and config (None for
+    in-memory input)."""
+    shards = storage.discover(inputs, cfg.input.format, warn=False)
+    if any(s.format == "memory" for s in shards):
+        return None
+    return run_fingerprint(cfg, shards)
+
+
+def _check_id_kind(prior: Index, inputs, cfg: Config) -> None:
+    """A run against an index names its documents' survivors by the index's ids: ids of another kind (int64
+    against an index of strings) are refused before anything runs (the shards' schemas say)."""
+    if not prior.segments or cfg.input.id_column is None:
+        return
+    theirs = prior.segments[0].docs.schema.field("id").type
+    for shard in storage.discover(inputs, cfg.input.format, warn=False):  # one schema read per shard
+        if shard.format == "memory":
+            continue
+        kind = storage.shard_id_kind(shard, cfg.input.id_column)
+        if kind is not None and kind != storage.id_kind(theirs):
+            named = (f"in column {prior.id_column!r}" if prior.id_column else
+                     "that are row numbers (it was built without an id column)")
+            raise InputError(
+                f"column {cfg.input.id_column!r} of shard {shard.path!r} holds {kind} ids, but the index in "
+                f"{str(prior.path)!r} holds {storage.id_kind(theirs)} ids {named}; a run against an index names "
+                "documents by ids of the index's kind: convert them, choose another --id-column, or use "
+                "--no-id-column")
+
+
+def _inside(path: Path, parent: Path) -> bool:
+    try:
+        path, parent = path.resolve(), parent.resolve()
+    except (RuntimeError, OSError):  # a looping link: the output and index checks name it
+        return False
+    return path == parent or parent in path.parents

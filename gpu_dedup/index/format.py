@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,16 +15,83 @@ import pyarrow as pa
 
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError
+from gpu_dedup.storage import file_digest
 
 FORMAT = "gpu_dedup-index"
 FORMAT_VERSION = 2  # 2: hash family v2 (kernels/params.py HASH_FAMILY); the manifest names the family
 MANIFEST = "manifest.json"
 SEGMENT_FILES = ("docs.arrow", "bands.arrow", "centers.arrow")
+LOCK = ".gpu_dedup_index.lock"  # held (flock) by the one process that writes the index
+MANIFEST_DIGEST = "manifest_sha256"  # SHA-256 of the manifest's other keys (canonical JSON)
+CHECKSUMS = "checksums"  # segment -> file -> {"size", "sha256"}, recorded when the segment was written
+SOURCES = "sources"  # segment -> run fingerprint of the inputs and config that appended it
+SEGMENT_NAME = re.compile(r"seg-\d{5}")
 
 
 def segment_name(k: int) -> str:
     """The directory of segment ``k`` (0: the one a build writes)."""
     return f"seg-{k:05d}"
+
+
+def manifest_digest(manifest: dict) -> str:
+    """SHA-256 of a manifest's keys other than its own digest (canonical JSON)."""
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_DIGEST}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def sealed(manifest: dict) -> dict:
+    """``manifest`` with its digest (what is written)."""
+    return {**manifest, MANIFEST_DIGEST: manifest_digest(manifest)}
+
+
+def _int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_manifest(manifest: dict) -> None:
+    """Raise ValueError naming what is wrong with a manifest that is not whole: a key missing or of the
+    wrong type, a digest that does not match its contents (edited or damaged after it was written), a
+    fingerprint that does not match its config, an unknown segment name."""
+    for key in ("fingerprint", "documents", "segments", "config"):
+        if key not in manifest:
+            raise ValueError(f"missing {key!r}")
+    if MANIFEST_DIGEST in manifest and manifest[MANIFEST_DIGEST] != manifest_digest(manifest):
+        raise ValueError(f"{MANIFEST} was changed after gpu_dedup wrote it: its checksum does not match")
+    config, segments = manifest["config"], manifest["segments"]
+    if not isinstance(config, dict) or not _int(config.get("bands")) or not _int(config.get("rows")):
+        raise ValueError("its config is not a mapping with integer bands and rows")
+    if manifest["fingerprint"] != fingerprint_of(config):
+        raise ValueError("its config does not match its fingerprint")
+    if not _int(manifest["documents"]) or manifest["documents"] < 0:
+        raise ValueError(f"documents = {manifest['documents']!r} is not a count")
+    if not isinstance(segments, list) or len(set(map(str, segments))) != len(segments) or not all(
+            isinstance(name, str) and SEGMENT_NAME.fullmatch(name) for name in segments):
+        raise ValueError(f"segments = {str(segments)[:80]} is not a list of distinct seg-NNNNN names")
+    for key in ("id_column", "vector_column"):
+        if manifest.get(key) is not None and not isinstance(manifest[key], str):
+            raise ValueError(f"{key} = {manifest[key]!r} is not a column name")
+    t = manifest.get("threshold", 0.5)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
+        raise ValueError(f"threshold = {t!r} is not a number in (0, 1]")
+    sums = manifest.get(CHECKSUMS, {})
+    if not isinstance(sums, dict) or not all(
+            isinstance(files, dict) and set(files) == set(SEGMENT_FILES) and all(
+                isinstance(r, dict) and _int(r.get("size")) and isinstance(r.get("sha256"), str)
+                for r in files.values()) for files in sums.values()):
+        raise ValueError(f"its {CHECKSUMS} are not a size and SHA-256 per segment file")
+    if not isinstance(manifest.get(SOURCES, {}), dict):
+        raise ValueError(f"its {SOURCES} are not a mapping")
+
+
+def verify_file(path: Path, recorded: dict, digest: bool = True) -> None:
+    """Raise ValueError when a segment file's size (and, with ``digest``, SHA-256) differ from those
+    recorded at write."""
+    size = os.path.getsize(path)
+    if size != recorded["size"]:
+        raise ValueError(f"{path.parent.name}/{path.name} holds {size} bytes, {recorded['size']} were written")
+    if digest and file_digest(path)["sha256"] != recorded["sha256"]:
+        raise ValueError(f"{path.parent.name}/{path.name} changed after it was written (its SHA-256 differs from "
+                         "the one recorded in the manifest)")
 
 
 

@@ -2,7 +2,10 @@
 
 Layout of an index directory (format ``gpu_dedup-index``, version 2)::
 
-    manifest.json          format, format_version, fingerprint, config, documents, segments
+    manifest.json          format, format_version, fingerprint, config, documents, segments,
+                           checksums (size + SHA-256 of every segment file), sources (the run
+                           fingerprint of the inputs that appended each segment), manifest_sha256
+    .gpu_dedup_index.lock  held (flock) by the one run that appends to or builds the index
     seg-00000/docs.arrow   doc, id, kept, survivor, key_len, key_h1, key_h2, text[, signature]
     seg-00000/bands.arrow  band, hash, doc   (sorted by band, hash, doc)
     seg-00000/centers.arrow band, hash, round, doc  (sorted; see below)
@@ -20,7 +23,10 @@ round >= 1 (round 0's centre is the bucket's smallest document): new
 documents meet exactly this sequence of centres in a full dedup, so an
 incremental run replays it instead of re-verifying the indexed members.  The manifest is
 replaced atomically after a segment is complete, so a crash never leaves a
-half-added segment visible.
+half-added segment visible; opening an index verifies the manifest's own checksum and every
+segment file against the size and SHA-256 recorded when it was written, so a damaged or mixed
+index is refused instead of answering.  One writer at a time holds the lock from opening the
+index to its append (:meth:`Index.writing`); readers need none.
 
 Every document is kept in the index, removed ones included: a new document
 that resembles only a document removed earlier must still be removed, exactly
@@ -46,6 +52,9 @@ import json
 import logging
 import os
 import shutil
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -56,13 +65,19 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError, OutputError
 from gpu_dedup.index.add import AddResult, add
 from gpu_dedup.index.format import (
+    CHECKSUMS,
     FORMAT,
     FORMAT_VERSION,
+    LOCK,
     MANIFEST,
+    MANIFEST_DIGEST,
     SEGMENT_FILES,
+    SEGMENT_NAME,
+    SOURCES,
     IndexMismatchError,
     Segment,
     check_indexable,
+    check_manifest,
     fingerprint_of,
     index_config,
     index_fingerprint,
@@ -70,15 +85,18 @@ from gpu_dedup.index.format import (
     is_index_manifest,
     read_ipc,
     same_kind,
+    sealed,
     segment_name,
+    verify_file,
     write_ipc,
 )
 from gpu_dedup.index.query import query
 from gpu_dedup.kernels.params import HASH_FAMILY_NAME
-from gpu_dedup.run.outdir import check_output_path
+from gpu_dedup.run.checkpoint import maybe_crash
+from gpu_dedup.run.outdir import check_output_path, release_lock, take_lock
 from gpu_dedup.stages.families import NO_KEY, family_for
 from gpu_dedup.stages.vectors import Vectors
-from gpu_dedup.storage import atomic_write_bytes
+from gpu_dedup.storage import atomic_write_bytes, file_digest
 
 log = logging.getLogger("gpu_dedup")
 
@@ -91,11 +109,15 @@ class Index:
         self.manifest = manifest
         self.segments = segments
         self._keys = None
+        self._lock_fd = None  # held while this object writes (see writing())
+        self._locked = False  # the index's lock is held for this object (by it, or by its builder)
+        self.source = None  # what the next append records as its segment's source (see appended_from)
 
     # ---- lifecycle ----------------------------------------------------------
     @classmethod
     def create(cls, path, cfg: Config, layout: tuple[int, int] | None = None) -> "Index":
-        """A new, empty index for ``cfg`` (cosine: ``layout`` is the (bands, rows) of the building run)."""
+        """A new, empty index for ``cfg`` (cosine: ``layout`` is the (bands, rows) of the building run);
+        its manifest is written with its first segment (:meth:`append`), so no empty index is left behind."""
         p = Path(path)
         if (p / MANIFEST).exists():
             raise InputError(f"an index already exists in {str(p)!r}; open it, or remove it to build a new one")
@@ -108,13 +130,15 @@ class Index:
                     "similarity": cfg.similarity, "fingerprint": fingerprint_of(config),
                     "config": config, "threshold": cfg.lsh.threshold, "id_column": cfg.input.id_column,
                     "vector_column": cfg.input.vector_column,
-                    "documents": 0, "segments": [],
+                    "documents": 0, "segments": [], CHECKSUMS: {},
                     "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-        cls._write_manifest(p, manifest)
         return cls(p, manifest, [])
 
     @classmethod
-    def open(cls, path, cfg: Config | None = None) -> "Index":
+    def open(cls, path, cfg: Config | None = None, verify: bool = True) -> "Index":
+        """Open the index in ``path`` (checked against ``cfg`` when given).  Its manifest's checksum and every
+        segment file's size are always checked; ``verify`` (default) also reads every segment file once to
+        compare its SHA-256 with the one recorded when it was written (about 0.7 GB/s on two cores)."""
         p = Path(path)
         if not (p / MANIFEST).is_file():
             raise InputError(f"{str(p)!r} is not a gpu_dedup index (no {MANIFEST}); build one with "
@@ -137,25 +161,40 @@ class Index:
                 f"version {FORMAT_VERSION}), so its signatures and band hashes cannot be compared: rebuild the index "
                 f"from its corpus (gpu-dedup index build CORPUS -o NEW_INDEX_DIR)")
         try:
-            segments = cls._load_segments(p, manifest)
+            check_manifest(manifest)
+            segments = cls._load_segments(p, manifest, verify=verify)
         except (OSError, KeyError, TypeError, ValueError, pa.ArrowException) as exc:
-            what = f"missing {exc}" if isinstance(exc, KeyError) else (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise InputError(f"the index in {str(p)!r} is damaged ({what}); restore it from a backup or rebuild it "
-                             "from its corpus (gpu-dedup index build CORPUS -o NEW_INDEX_DIR)") from None
+            raise _damaged(p, exc) from None
+        unlisted = sorted(n for n in _listdir(p) if SEGMENT_NAME.fullmatch(n) and n not in manifest["segments"])
+        if unlisted:
+            log.warning("the index in %s holds %s, which its manifest does not list (an append interrupted before "
+                        "it wrote the manifest, or a manifest restored from an earlier copy): %s not part of the "
+                        "index, and the next append replaces the first of them", p, ", ".join(unlisted),
+                        "it is" if len(unlisted) == 1 else "they are")
+        unsummed = [name for name in manifest["segments"] if name not in manifest.get(CHECKSUMS, {})]
+        if unsummed or MANIFEST_DIGEST not in manifest:
+            log.warning("the index in %s was written by an earlier gpu_dedup without checksums (%s): damage to it "
+                        "cannot be detected; rebuild it to add them (gpu-dedup index build CORPUS -o NEW_INDEX_DIR)",
+                        p, ", ".join(unsummed) or MANIFEST)
         index = cls(p, manifest, segments)
         if cfg is not None:
             index.check(cfg)
         return index
 
     @staticmethod
-    def _load_segments(p: Path, manifest: dict) -> list:
-        """The segments the manifest lists, memory-mapped; raises on a manifest or segment that is not whole."""
-        missing = [key for key in ("fingerprint", "documents", "segments", "config") if key not in manifest]
-        if missing:
-            raise KeyError(missing[0])
-        segments, first = [], 0
+    def _load_segments(p: Path, manifest: dict, names=None, first: int = 0, verify: bool = True) -> list:
+        """The segments ``names`` (default: all the manifest lists), verified against the checksums recorded
+        when they were written and memory-mapped; raises on a segment that is not whole."""
+        whole = names is None
+        names = manifest["segments"] if whole else names
+        sums = manifest.get(CHECKSUMS, {})
+        checks = [(p / name / f, sums[name][f]) for name in names if name in sums for f in SEGMENT_FILES]
+        if checks:  # every file read once, in parallel (hashlib releases the GIL)
+            with ThreadPoolExecutor(min(len(checks), os.cpu_count() or 1, 8)) as pool:
+                list(pool.map(lambda c: verify_file(*c, digest=verify), checks))
+        segments = []
         nb = int(manifest["config"]["bands"])
-        for name in manifest["segments"]:  # one step per segment
+        for name in names:  # one step per segment
             docs = read_ipc(p / name / "docs.arrow")
             bands = read_ipc(p / name / "bands.arrow")
             centres = read_ipc(p / name / "centers.arrow")
@@ -165,14 +204,33 @@ class Index:
                                      start, np.asarray(centres.column("hash")), np.asarray(centres.column("round")),
                                      np.asarray(centres.column("doc")), cstart, first))
             first += docs.num_rows
-        if first != int(manifest["documents"]):
+        if whole and first != int(manifest["documents"]):
             raise ValueError(f"its segments hold {first} documents, its manifest says {manifest['documents']}")
         return segments
 
     @staticmethod
     def _write_manifest(p: Path, manifest: dict) -> None:
+        atomic_write_bytes(p / MANIFEST, (json.dumps(sealed(manifest), indent=2) + "\n").encode())
 
-        atomic_write_bytes(p / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+    # ---- one writer at a time -----------------------------------------------------
+    @contextmanager
+    def writing(self):
+        """Hold the index's lock (``.gpu_dedup_index.lock``, ``flock``) while deduplicating against the index
+        and appending to it: another writer stops at once (exit 4), so appends serialize and an index never
+        mixes two writers.  An index another writer changed since it was opened is read again first."""
+        if self._locked:
+            yield self
+            return
+        self._lock_fd = _lock_index(self.path)
+        self._locked = True
+        try:
+            if _on_disk(self.path) != _state(self.manifest):
+                fresh = Index.open(self.path)
+                self.manifest, self.segments, self._keys = fresh.manifest, fresh.segments, None
+            yield self
+        finally:
+            release_lock(self.path / LOCK, self._lock_fd)
+            self._lock_fd, self._locked = None, False
 
     @property
     def similarity(self) -> str:
@@ -180,6 +238,13 @@ class Index:
 
     def check(self, cfg: Config) -> None:
         theirs = self.manifest["config"]
+        lacking = [s.name for s in self.segments if "signature" not in s.docs.schema.names]
+        if cfg.verify.method == "signature" and self.similarity == "jaccard" and lacking:
+            raise IndexMismatchError(
+                f"--verify signature compares MinHash signatures, but the index in {str(self.path)!r} stores none "
+                f"for {', '.join(lacking)} (written by runs with verify.method exact, which keep the normalized "
+                "texts instead); run with --verify exact (the default, which compares the texts), or build the index "
+                "with --verify signature")
         if cfg.similarity != self.similarity:
             raise IndexMismatchError(
                 f"the index in {str(self.path)!r} was built with similarity {self.similarity!r} "
@@ -381,6 +446,19 @@ class Index:
 
         Returns the doc number of the first added document.
         """
+        if not self._locked:
+            with self.writing():
+                if _on_disk(self.path) != _state(self.manifest):  # pragma: no cover - writing() reloaded it
+                    raise RuntimeError("index changed while locked")
+                return self.append(ids=ids, kept=kept, survivor=survivor, keys=keys, texts=texts,
+                                   band_docs=band_docs, band_hashes=band_hashes, centres=centres,
+                                   signatures=signatures, vectors=vectors, layout=layout)
+        on_disk = _on_disk(self.path)
+        if on_disk != _state(self.manifest):  # e.g. opened before another process appended, then locked
+            raise OutputError(
+                f"the index in {str(self.path)!r} changed since this process opened it (another writer appended: "
+                f"{on_disk[1]} documents now, {self.documents} when opened), and these documents were deduplicated "
+                "against the earlier state; nothing was appended: open the index again and rerun")
         n = len(ids)
         if texts is None:
             texts = pa.nulls(n, pa.large_string())
@@ -430,6 +508,7 @@ class Index:
             write_ipc(tmp / "centers.arrow", pa.table({
                 "band": pa.array(cb[corder].astype(np.int32)), "hash": pa.array(ch[corder].astype(np.uint64)),
                 "round": pa.array(cr[corder].astype(np.int32)), "doc": pa.array(cd[corder].astype(np.int64))}))
+            sums = {f: file_digest(tmp / f) for f in SEGMENT_FILES}
             os.replace(tmp, self.path / name)
         except BaseException:  # e.g. a full disk: no half-written segment is left behind
             shutil.rmtree(tmp, ignore_errors=True)
@@ -437,11 +516,36 @@ class Index:
         manifest = dict(self.manifest)
         manifest["segments"] = list(self.manifest["segments"]) + [name]
         manifest["documents"] = first + n
-        manifest["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        manifest[CHECKSUMS] = {**self.manifest.get(CHECKSUMS, {}), name: sums}
+        if self.source is not None:
+            manifest[SOURCES] = {**self.manifest.get(SOURCES, {}), name: self.source}
+        manifest.pop(MANIFEST_DIGEST, None)
+        if self.segments:
+            manifest["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        maybe_crash("index:before-manifest")
         self._write_manifest(self.path, manifest)
-        fresh = Index.open(self.path)
-        self.manifest, self.segments, self._keys = fresh.manifest, fresh.segments, None
+        self.manifest = sealed(manifest)
+        maybe_crash("index:after-append")
+        self.segments = self.segments + self._load_segments(self.path, {**self.manifest, CHECKSUMS: {}}, [name],
+                                                            first)  # its checksums were just taken
+        self._keys = None
+        self.source = None
         return first
+
+    def appended_from(self, source: str) -> str | None:
+        """The segment an earlier append of the same inputs and config (``source``: their run fingerprint)
+        wrote, or None."""
+        for name, src in self.manifest.get(SOURCES, {}).items():
+            if src == source and name in self.manifest["segments"]:
+                return name
+        return None
+
+    def before(self, name: str) -> "Index":
+        """The index as it was before segment ``name`` was appended (read-only)."""
+        k = self.manifest["segments"].index(name)
+        manifest = {**self.manifest, "segments": self.manifest["segments"][:k],
+                    "documents": sum(s.n for s in self.segments[:k])}
+        return Index(self.path, manifest, self.segments[:k])
 
     def _discard_unlisted(self, name: str) -> None:
         """Remove segment ``name`` when it exists but the manifest does not list it: what an append killed
@@ -480,6 +584,41 @@ class Index:
         return None
 
 
+def _listdir(p: Path) -> list:
+    try:
+        return os.listdir(p)
+    except OSError:
+        return []
+
+
+def _damaged(p: Path, exc: BaseException) -> InputError:
+    what = f"missing {exc}" if isinstance(exc, KeyError) else (str(exc).splitlines() or [type(exc).__name__])[0]
+    return InputError(f"the index in {str(p)!r} is damaged ({what}); restore it from a backup or rebuild it "
+                      "from its corpus (gpu-dedup index build CORPUS -o NEW_INDEX_DIR)")
+
+
+def _lock_index(p: Path) -> int:
+    return take_lock(p / LOCK, lambda holder: (
+        f"the index in {str(p)!r} is being written by another gpu-dedup run ({holder}); one run at a time may "
+        "append to an index or build it: wait for that run to finish, then rerun (it deduplicates against what "
+        "the other run added)"))
+
+
+def _state(manifest: dict) -> tuple:
+    """What identifies an index's contents: its segments and document count."""
+    return tuple(manifest.get("segments", ())), manifest.get("documents", 0)
+
+
+def _on_disk(p: Path) -> tuple:
+    """:func:`_state` of the manifest in ``p`` now (no manifest: an index not written yet)."""
+    try:
+        return _state(json.loads((p / MANIFEST).read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return (), 0
+    except (OSError, ValueError, AttributeError):
+        return ("unreadable",), -1
+
+
 def _take(chunks: list, starts: np.ndarray, rows: np.ndarray) -> pa.Array:
     """Rows ``rows`` (any order) of the Arrow arrays ``chunks``, chunk k holding rows
     ``starts[k]`` onwards: one take per chunk touched.  (Arrow's ChunkedArray.take
@@ -498,14 +637,24 @@ def _take(chunks: list, starts: np.ndarray, rows: np.ndarray) -> pa.Array:
 
 class IndexBuilder:
     """The sink of ``run --index-out DIR``: creates the index at ``path`` when the run hands it its
-    documents (a run that fails earlier leaves no index behind)."""
+    documents.  A context manager: entering it takes the index directory's lock (a second build of the
+    same directory stops with exit 4); leaving it without a complete append leaves no index behind."""
 
     def __init__(self, path, cfg: Config):
         self.path = Path(path)
         self.cfg = cfg
         check_indexable(cfg)
+        check_output_path(self.path, None, "", "index directory", "--index-out (index build -o)")
+        self._check_empty()
+        self.index = None
+        self.source = None  # recorded with the segment (see Index.appended_from)
+        self._fd = None
+        self._created = False
+
+    def _check_empty(self) -> None:
+        """Refuse a directory holding an index or anything a build would overwrite; a segment a killed build
+        left without a manifest (only segment files in it) is its own and is replaced."""
         p = self.path
-        check_output_path(p, None, "", "index directory", "--index-out (index build -o)")
         if (p / MANIFEST).exists():
             if is_index_manifest(p / MANIFEST):
                 raise InputError(f"an index already exists in {str(p)!r}; open it with --against "
@@ -513,31 +662,67 @@ class IndexBuilder:
             raise OutputError(f"{str(p / MANIFEST)!r} is not a gpu_dedup index manifest, and building an index in "
                               f"{str(p)!r} would overwrite it; choose a new or empty directory for the index")
         for name in (segment_name(0), f".{segment_name(0)}.tmp"):
-            if os.path.lexists(p / name):
+            if os.path.lexists(p / name) and not _leftover_segment(p / name):
                 raise OutputError(f"{str(p / name)!r} exists, and building an index in {str(p)!r} would overwrite "
                                   "it; choose a new or empty directory for the index")
-        self.index = None
+
+    def __enter__(self) -> "IndexBuilder":
+        p = self.path
+        if not p.exists():
+            try:
+                p.mkdir(parents=True)
+                self._created = True
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise OutputError(f"cannot create the index directory {str(p)!r} ({exc.strerror or exc}); choose "
+                                  "an --index-out (index build -o) whose parent is a writable directory") from None
+        try:
+            self._fd = take_lock(p / LOCK, lambda holder: (
+                f"the index directory {str(p)!r} is in use by another gpu-dedup run ({holder}); two runs cannot "
+                "build one index: wait for it to finish, or choose another directory"))
+            self._check_empty()  # again, under the lock: another build may have finished meanwhile
+            for name in (segment_name(0), f".{segment_name(0)}.tmp"):
+                if os.path.lexists(p / name):
+                    log.warning("removing %s: a segment an interrupted index build left behind", p / name)
+                    shutil.rmtree(p / name)
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None or self.index is None:  # no empty or half-built index is left behind
+            self.index = None
+            if self._fd is not None:  # only under our lock: what is there is this build's
+                (self.path / MANIFEST).unlink(missing_ok=True)
+                for name in (segment_name(0), f".{segment_name(0)}.tmp"):
+                    shutil.rmtree(self.path / name, ignore_errors=True)
+        if self._fd is not None:
+            release_lock(self.path / LOCK, self._fd)
+            self._fd = None
+        if self._created and self.index is None:
+            try:
+                self.path.rmdir()
+            except OSError:
+                pass
 
     @property
     def documents(self) -> int:
         return 0 if self.index is None else self.index.documents
 
     def append(self, **payload) -> int:
-        created = not self.path.exists()
-        try:
-            self.index = Index.create(self.path, self.cfg, payload.get("layout"))
-            return self.index.append(**payload)
-        except BaseException:  # no empty or half-built index is left behind as if it were one
-            self.index = None
-            (self.path / MANIFEST).unlink(missing_ok=True)
-            for name in (segment_name(0), f".{segment_name(0)}.tmp"):
-                shutil.rmtree(self.path / name, ignore_errors=True)
-            if created:
-                try:
-                    self.path.rmdir()
-                except OSError:
-                    pass
-            raise
+        if self._fd is None:  # pragma: no cover - commands.run enters the builder
+            raise RuntimeError("IndexBuilder.append outside its with block")
+        index = Index.create(self.path, self.cfg, payload.get("layout"))
+        index._locked = True  # under this builder's lock
+        index.source = self.source
+        first = index.append(**payload)
+        index._locked = False
+        self.index = index
+        return first
 
 
-
+def _leftover_segment(path: Path) -> bool:
+    """A directory holding only segment files: what a build killed before writing its manifest leaves."""
+    return path.is_dir() and not path.is_symlink() and set(os.listdir(path)) <= set(SEGMENT_FILES)

@@ -16,51 +16,127 @@ import platform
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends import to_host
 from gpu_dedup.version import __version__
 from gpu_dedup.storage import atomic_write_bytes
 
 
-def log2_histogram(sizes) -> dict[str, int]:
-    """Counts of sizes in power-of-two bins: '2', '3-4', '5-8', ... (keys are bin ranges)."""
-    sizes = np.asarray(sizes, np.int64)
-    sizes = sizes[sizes > 0]
-    if sizes.shape[0] == 0:
-        return {}
-    exp = np.ceil(np.log2(sizes)).astype(np.int64)
-    counts = np.bincount(exp)
-    out = {}
-    for e, c in enumerate(counts):
-        if c == 0:
-            continue
+def log2_histogram(counts: dict) -> dict[str, int]:
+    """Counts of sizes in power-of-two bins: '2', '3-4', '5-8', ... (keys are bin ranges), from exact size
+    counts ({size: how many})."""
+    out: dict[int, int] = {}
+    for size, c in counts.items():
+        size = int(size)  # a resumed run's counts come back from JSON with string keys
+        if size > 0 and c:
+            e = int(np.ceil(np.log2(size)))
+            out[e] = out.get(e, 0) + int(c)
+    named = {}
+    for e in sorted(out):
         lo, hi = (1 if e == 0 else 2 ** (e - 1) + 1), 2**e
-        out[str(lo) if lo == hi else f"{lo}-{hi}"] = int(c)
+        named[str(lo) if lo == hi else f"{lo}-{hi}"] = out[e]
+    return named
+
+
+def size_counts(counts: dict) -> dict[str, list[int]]:
+    """Exact distribution of sizes: distinct sizes and how many times each occurs
+    (at most ~sqrt(2 * total) distinct values, so it stays small)."""
+    items = sorted((int(k), int(v)) for k, v in counts.items() if int(k) > 0 and v)
+    return {"sizes": [k for k, _ in items], "counts": [v for _, v in items]}
+
+
+QUANTILES = (0.0, 0.01, 0.05, 0.25, 0.5, 0.75, 1.0)
+SIMILARITY_BINS = np.round(np.linspace(0.0, 1.0, 21), 2)
+
+
+def similarity_summary(ex, parts, fn, threshold: float) -> dict:
+    """Count, how many are below ``threshold``, the 20-bin histogram and the exact quantiles (as
+    ``np.quantile`` gives them) of the values ``fn(part)`` of every part, without bringing the values
+    together: order statistics are found by narrowing a histogram (see :func:`_order_statistic`)."""
+    stats = ex.collect(_value_stats, parts, values=fn, threshold=threshold)
+    n = sum(st["n"] for st in stats)
+    hist = np.sum([st["hist"] for st in stats], axis=0) if stats else np.zeros(20, np.int64)
+    out = {"n": n, "below": sum(st["below"] for st in stats), "hist": [int(h) for h in hist], "quantiles": {}}
+    if n == 0:
+        return out
+    lo = min(st["min"] for st in stats if st["n"])
+    hi = max(st["max"] for st in stats if st["n"])
+    cache: dict[int, float] = {}
+    for q in QUANTILES:
+        vi = q * (n - 1)
+        k = int(np.floor(vi))
+        a = cache.setdefault(k, _order_statistic(ex, parts, fn, k, lo, hi))
+        b = cache.setdefault(min(k + 1, n - 1), _order_statistic(ex, parts, fn, min(k + 1, n - 1), lo, hi))
+        # numpy's linear interpolation, through numpy itself: quantile gamma of the pair (a, b)
+        value = float(np.quantile(np.array([a, b], np.float64), vi - k)) if b != a else a
+        out["quantiles"][f"p{int(q * 100)}"] = round(value, 4)
     return out
 
 
-def size_counts(sizes) -> dict[str, list[int]]:
-    """Exact distribution of sizes: distinct ``sizes`` and how many times each occurs
-    (at most ~sqrt(2 * total) distinct values, so it stays small)."""
-    sizes = np.asarray(sizes, np.int64)
-    values, counts = np.unique(sizes[sizes > 0], return_counts=True)
-    return {"sizes": values.tolist(), "counts": counts.tolist()}
+def _value_stats(part, values, threshold: float) -> dict:
+    v = np.asarray(values(part), np.float64)
+    if v.shape[0] == 0:
+        return {"n": 0, "below": 0, "hist": np.zeros(20, np.int64), "min": 0.0, "max": 0.0}
+    return {"n": int(v.shape[0]), "below": int(np.count_nonzero(v < threshold)),
+            "hist": np.histogram(v, bins=SIMILARITY_BINS)[0], "min": float(v.min()), "max": float(v.max())}
 
 
-def _quantiles(values) -> dict[str, float]:
-    values = np.asarray(values, np.float64)
-    if values.shape[0] == 0:
-        return {}
-    qs = (0.0, 0.01, 0.05, 0.25, 0.5, 0.75, 1.0)
-    return {f"p{int(q * 100)}": round(float(v), 4) for q, v in zip(qs, np.quantile(values, qs))}
+NARROW_BINS = 4096  # bins of one narrowing pass
+GATHER_AT_MOST = 4096  # values brought to the client once a range holds no more
 
 
-def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes, cluster_sizes, removed_similarity,
-                 threshold, wall_seconds, peak_rss_mb, lsh: dict, largest_clusters=None, examples=None) -> dict:
+def _order_statistic(ex, parts, fn, k: int, lo: float, hi: float) -> float:
+    """The ``k``-th smallest (0-based) value of ``fn(part)`` over all parts.  Each pass bins the values of
+    the current range into NARROW_BINS bins (per part, summed) and keeps the bin holding rank ``k``; a
+    value belongs to a range by the chain of bin formulas, so every value is in exactly one bin of each
+    pass.  Once a range holds few values (or all of them are equal) they are brought together and sorted."""
+    chain: list = []  # (lo, hi, bin) of each pass
+    below = 0  # values before the current range
+    for _ in range(64):
+        got = ex.collect(_narrow, parts, values=fn, chain=chain, lo=lo, hi=hi)
+        hist = np.sum([g["hist"] for g in got], axis=0)
+        inside = int(hist.sum())
+        present = [g for g in got if g["n"]]
+        if present and min(g["min"] for g in present) == max(g["max"] for g in present):
+            return float(present[0]["min"])  # every value left is the same one
+        if inside <= GATHER_AT_MOST or lo == hi or not np.isfinite(hi - lo):
+            values = np.sort(np.concatenate([g["values"] for g in ex.collect(_narrow, parts, values=fn, chain=chain,
+                                                                           lo=lo, hi=hi, gather=True)]))
+            return float(values[k - below])
+        cum = np.cumsum(hist)
+        j = int(np.searchsorted(cum, k - below, side="right"))
+        below += int(cum[j - 1]) if j else 0
+        chain.append((lo, hi, j))
+        w = (hi - lo) / NARROW_BINS
+        lo, hi = lo + j * w, lo + (j + 1) * w
+    raise RuntimeError("quantile narrowing did not converge")  # pragma: no cover
+
+
+def _bins(v, lo: float, hi: float) -> np.ndarray:
+    if hi <= lo:
+        return np.zeros(v.shape[0], np.int64)
+    return np.clip(((v - lo) / (hi - lo) * NARROW_BINS).astype(np.int64), 0, NARROW_BINS - 1)
+
+
+def _narrow(part, values, chain, lo: float, hi: float, gather: bool = False) -> dict:
+    v = np.asarray(values(part), np.float64)
+    for c_lo, c_hi, j in chain:
+        v = v[_bins(v, c_lo, c_hi) == j]
+    if gather:
+        return {"values": v}
+    return {"hist": np.bincount(_bins(v, lo, hi), minlength=NARROW_BINS), "n": int(v.shape[0]),
+            "min": float(v.min()) if v.shape[0] else 0.0, "max": float(v.max()) if v.shape[0] else 0.0}
+
+
+def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes: dict, cluster_sizes: dict,
+                 removed_similarity: dict, threshold, wall_seconds, peak_rss_mb, lsh: dict, examples=None,
+                 removed_per_shard=None) -> dict:
     """``lsh``: the similarity family's section (:meth:`gpu_dedup.stages.families.Family.report_section`):
-    layout, P(candidate) at the threshold, FP/FN areas, S-curve points."""
-    below = int(np.count_nonzero(np.asarray(removed_similarity) < threshold))
-    near = max(int(np.asarray(removed_similarity).shape[0]), 1)
-    edges = np.round(np.linspace(0.0, 1.0, 21), 2)
-    sim_hist = np.histogram(np.asarray(removed_similarity, np.float64), bins=edges)[0]
+    layout, P(candidate) at the threshold, FP/FN areas, S-curve points.  ``bucket_sizes`` /
+    ``cluster_sizes``: exact size counts ({size: how many}); ``removed_similarity``: the
+    :func:`similarity_summary` of removed near duplicates' similarity to their survivors;
+    ``removed_per_shard``: rows removed from each input (each input then records its kept and removed rows)."""
+    sim = removed_similarity
+    below, near = sim["below"], max(sim["n"], 1)
     report = {
         "gpu_dedup_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -68,8 +144,7 @@ def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes, cluster_
         "backend": backend.mode,
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": _cpus()},
         "config": cfg.to_dict(),
-        "inputs": [{"path": s.path, "name": s.name, "format": s.format, "rows": s.rows, "bytes": s.size}
-                   for s in shards],
+        "inputs": _inputs(shards, removed_per_shard),
         "lsh": lsh,
         "counts": {**counts, "accounted": counts["kept"] + counts["removed"] == counts["documents_read"]},
         "stages": stages,
@@ -80,22 +155,29 @@ def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes, cluster_
             "cluster_size_counts": size_counts(cluster_sizes),
         },
         "chaining": {
-            "near_duplicates_removed": int(np.asarray(removed_similarity).shape[0]),
+            "near_duplicates_removed": sim["n"],
             "below_threshold_to_survivor": below,
             "fraction_below_threshold": round(below / near, 6),
-            "similarity_to_survivor": _quantiles(removed_similarity),
-            "similarity_to_survivor_histogram": {"edges": edges.tolist(), "counts": sim_hist.tolist()},
+            "similarity_to_survivor": sim["quantiles"],
+            "similarity_to_survivor_histogram": {"edges": SIMILARITY_BINS.tolist(), "counts": sim["hist"]},
             "note": "clusters are connected components, so a member can join through an intermediate "
                     "document and be less similar to the survivor than the threshold",
         },
         "wall_seconds": round(wall_seconds, 3),
         "peak_rss_mb": round(peak_rss_mb, 1),
     }
-    if largest_clusters is not None:
-        report["largest_clusters"] = largest_clusters
-    if examples is not None:  # see :func:`examples`
+    if examples is not None:  # see :func:`examples_from_parts`
         report.update(examples)
     return report
+
+
+def _inputs(shards, removed) -> list[dict]:
+    """One record per input shard; with ``removed`` (rows removed from each) its kept and removed rows."""
+    out = [{"path": s.path, "name": s.name, "format": s.format, "rows": s.rows, "bytes": s.size} for s in shards]
+    if removed is not None:
+        for rec, s, r in zip(out, shards, removed):
+            rec.update(kept=max(s.rows, 0) - int(r), removed=int(r))
+    return out
 
 
 def _cpus() -> int:
@@ -155,93 +237,131 @@ def chaining_line(report: dict) -> str | None:
             f"survivor{moved}")
 
 
-def largest_clusters(survivor, kept, rep, similarity, text, ids, shard, shard_row, shard_names, k: int = 8,
-                     members: int = 3, chars: int = 1000) -> list[dict]:
-    """The ``k`` largest clusters (ties: lower survivor row), each with its survivor and up to
-    ``members`` removed members (near duplicates first, least similar first, then exact copies),
-    texts cut to ``chars`` characters.  Arrays are per input row; ``text``/``ids`` are Arrow columns
-    (``ids`` None: the input has no id column, documents are named by ``row``).
-    """
-    return examples(survivor, kept, rep, similarity, text, ids, shard, shard_row, shard_names, k=k, near_k=0,
-                    closest=0, members=members, chars=chars)["largest_clusters"]
-
-
-def examples(survivor, kept, rep, similarity, text, ids, shard, shard_row, shard_names, threshold: float = 1.0,
-             k: int = 8, near_k: int = 4, closest: int = 6, members: int = 3, chars: int = 1000) -> dict:
+def examples_from_parts(ex, parts, first_doc: int, corpus, threshold: float = 1.0, k: int = 8, near_k: int = 4,
+                        closest: int = 6, members: int = 3, chars: int = 1000) -> dict:
     """Sample documents for the report page, three views of the clusters:
 
-    - ``largest_clusters``: the ``k`` largest clusters (see :func:`largest_clusters`); on real
-      corpora these are mostly exact copies (boilerplate);
+    - ``largest_clusters``: the ``k`` largest clusters (ties: lower survivor row), each with its survivor
+      and up to ``members`` removed members (near duplicates first, least similar first, then exact
+      copies); on real corpora these are mostly exact copies (boilerplate);
     - ``largest_near_duplicate_clusters``: the ``near_k`` clusters with the most near duplicates
       (removed members whose text differs from the survivor's; ties: larger, then lower survivor
-      row), each with up to ``members`` of them, least similar first;
+      row) among those not in ``largest_clusters``, each with up to ``members`` of them, least
+      similar first;
     - ``closest_to_threshold``: the ``closest`` removed near duplicates whose similarity to their
       survivor is nearest ``threshold`` (ties: lower row), each with its survivor: the decisions
       another threshold would change first.
 
-    Arrays are per input row; ``text``/``ids`` are Arrow columns (``ids`` None: no id column).
+    ``parts``: the select stage's rows, one partition of whole clusters each (``node``, ``survivor``,
+    ``kept``, ``exact``, ``similarity``).  Each partition names its own candidates, the client keeps the
+    best of them (a cluster lives in one partition, so these are the overall best), the partitions give
+    the chosen clusters' members, and only those few dozen documents' texts are read.
     """
     out = {"largest_clusters": [], "largest_near_duplicate_clusters": [], "closest_to_threshold": []}
-    n = survivor.shape[0]
-    if n == 0:
+    cands = ex.collect(_example_candidates, parts, first_doc=first_doc, k=k, near_k=near_k + k, closest=closest,
+                       threshold=threshold)
+    top = sorted((c for p in cands for c in p["top"]), key=lambda c: (-c[1], c[0]))[:k]
+    largest = {c[0] for c in top}  # not the largest clusters again: other clusters, or none
+    near_top = sorted((c for p in cands for c in p["near"] if c[0] not in largest),
+                      key=lambda c: (-c[1], -c[2], c[0]))[:near_k]
+    close = sorted((c for p in cands for c in p["close"]), key=lambda c: (c[1], c[0]))[:closest]
+    if not top and not near_top and not close:
         return out
-    size = np.bincount(survivor, minlength=n)
-    copies = np.bincount(survivor[~kept & (rep == survivor)], minlength=n)  # exact copies of each survivor
-    near = ~kept & (rep != survivor)
-    nears = np.bincount(survivor[near], minlength=n)  # near duplicates of each survivor
-    multi = np.flatnonzero(size > 1)  # survivor rows of clusters with two or more documents
-    top = multi[np.lexsort((multi, -size[multi]))][:k]
-    with_near = np.flatnonzero(nears > 0)
-    near_top = with_near[np.lexsort((with_near, -size[with_near], -nears[with_near]))][:near_k]
-    close = np.flatnonzero(near)
-    close = close[np.lexsort((close, np.abs(similarity[close] - threshold)))][:closest]
-    shown = _members(top, survivor, ~kept, rep, similarity, members, n)
-    near_shown = _members(near_top, survivor, near, rep, similarity, members, n)  # ``near`` as "removed"
-    rows = np.unique(np.concatenate([top, shown, near_top, near_shown, close, survivor[close]]))
-    doc = _documents(rows, survivor, kept, rep, similarity, text, ids, shard, shard_row, shard_names, chars)
+    chosen = ex.collect(_example_members, parts, first_doc=first_doc, top=[c[0] for c in top],
+                        near_top=[c[0] for c in near_top], close=[c[0] for c in close], members=members)
+    info: dict = {}
+    shown: dict = {}
+    for p in chosen:  # a few dozen documents
+        info.update(p["rows"])
+        shown.update(p["shown"])
+    rows = np.array(sorted(info), np.int64)
+    starts = np.cumsum([0] + [s.rows for s in corpus.shards])
+    shard = np.searchsorted(starts, rows, side="right") - 1
+    texts = _display_texts(ex.take(rows, "text"), chars)
+    ids = None if corpus.id_generated else [_json_safe(v) for v in _pylist(ex.take(rows, "id"))]
+    names = [s.name for s in corpus.shards] or [""]
+    doc = {}
+    for j, row in enumerate(rows.tolist()):  # a few dozen documents at most
+        surv, kept, exact, sim = info[row]
+        body, truncated, length = texts[j]
+        doc[row] = {"row": row, **({"id": ids[j]} if ids is not None else {}), "shard": names[shard[j]],
+                    "shard_row": int(row - starts[shard[j]]),
+                    "match": "kept" if kept else ("exact" if exact else "near"),
+                    "similarity": round(float(sim), 4), "characters": length, "text": body, "truncated": truncated}
+    stats = {c[0]: c for p in cands for c in p["stats"]}
 
-    def cluster(s: int, mine) -> dict:
-        return {"cluster_id": s, "size": int(size[s]), "exact_copies": int(copies[s]),
-                "near_duplicates": int(nears[s]), "survivor": doc[s], "members": [doc[m] for m in mine.tolist()]}
+    def cluster(s: int, key: str) -> dict:
+        size, copies, nears = stats[s][1:]
+        return {"cluster_id": s, "size": size, "exact_copies": copies, "near_duplicates": nears,
+                "survivor": doc[s], "members": [doc[m] for m in shown[(key, s)]]}
 
-    out["largest_clusters"] = [cluster(s, shown[survivor[shown] == s]) for s in top.tolist()]
-    out["largest_near_duplicate_clusters"] = [cluster(s, near_shown[survivor[near_shown] == s])
-                                              for s in near_top.tolist()]
-    out["closest_to_threshold"] = [{"survivor": doc[int(survivor[r])], "member": doc[r]} for r in close.tolist()]
+    out["largest_clusters"] = [cluster(c[0], "top") for c in top]
+    out["largest_near_duplicate_clusters"] = [cluster(c[0], "near") for c in near_top]
+    out["closest_to_threshold"] = [{"survivor": doc[info[r][0]], "member": doc[r]} for r, _ in close]
     return out
 
 
-def _members(top, survivor, removed, rep, similarity, members: int, n: int) -> np.ndarray:
-    """Up to ``members`` rows marked ``removed`` in each cluster whose survivor is in ``top``:
-    near duplicates first, least similar first, then exact copies (ties: lower row)."""
-    if top.shape[0] == 0:
-        return np.zeros(0, np.int64)
-    rank = np.full(n, -1, np.int64)
-    rank[top] = np.arange(top.shape[0])
-    cand = np.flatnonzero((rank[survivor] >= 0) & removed)
-    exact = rep[cand] == survivor[cand]
-    cand = cand[np.lexsort((cand, similarity[cand], exact, rank[survivor[cand]]))]
-    group = rank[survivor[cand]]
-    first = np.r_[True, group[1:] != group[:-1]]
-    pos = np.arange(cand.shape[0]) - np.maximum.accumulate(np.where(first, np.arange(cand.shape[0]), 0))
-    return cand[pos < members]
+def _example_arrays(part, first_doc: int):
+    """Host arrays of one partition's rows, by position: row, survivor row, kept, exact, similarity."""
+    row = np.asarray(to_host(part["node"]), np.int64) - first_doc
+    surv = np.asarray(to_host(part["survivor"]), np.int64) - first_doc
+    return row, surv, np.asarray(to_host(part["kept"]), bool), np.asarray(to_host(part["exact"]), bool), \
+        np.asarray(to_host(part["similarity"]), np.float64)
 
 
-def _documents(rows, survivor, kept, rep, similarity, text, ids, shard, shard_row, shard_names, chars) -> dict:
-    """Display data of a few dozen documents, by row."""
-    take = pa.array(rows, pa.int64())
-    texts = _display_texts(text.take(take), chars)
-    id_values = [_json_safe(v) for v in _pylist(ids.take(take))] if ids is not None else None
-    names = np.array(shard_names or [""], dtype=object)
-    doc = {}
-    for j, row in enumerate(rows.tolist()):  # a few dozen documents at most
-        body, truncated, length = texts[j]
-        doc[row] = {"row": row, **({"id": id_values[j]} if id_values is not None else {}),
-                    "shard": names[shard[row]], "shard_row": int(shard_row[row]),
-                    "match": "kept" if kept[row] else ("exact" if rep[row] == survivor[row] else "near"),
-                    "similarity": round(float(similarity[row]), 4), "characters": length,
-                    "text": body, "truncated": truncated}
-    return doc
+def _example_candidates(part, first_doc: int, k: int, near_k: int, closest: int, threshold: float) -> dict:
+    """One partition's best clusters by size and by near duplicates, and its removed near duplicates
+    closest to the threshold, with the numbers the client ranks them by."""
+    row, surv, kept, exact, sim = _example_arrays(part, first_doc)
+    removed = ~kept
+    near = removed & ~exact
+    ids, size = np.unique(surv, return_counts=True)
+    pos = np.searchsorted(ids, surv)
+    copies = np.bincount(pos[removed & exact], minlength=ids.shape[0])
+    nears = np.bincount(pos[near], minlength=ids.shape[0])
+    multi = size > 1
+    order = np.lexsort((ids, -size))
+    top = [(int(ids[i]), int(size[i])) for i in order if multi[i]][:k]
+    with_near = np.flatnonzero(nears > 0)
+    order = with_near[np.lexsort((ids[with_near], -size[with_near], -nears[with_near]))][:near_k]
+    near_top = [(int(ids[i]), int(nears[i]), int(size[i])) for i in order]
+    cand = np.flatnonzero(near)
+    cand = cand[np.lexsort((row[cand], np.abs(sim[cand] - threshold)))][:closest]
+    close = [(int(row[i]), float(abs(sim[i] - threshold))) for i in cand]
+    chosen = {c[0] for c in top} | {c[0] for c in near_top}
+    stats = [(int(ids[i]), int(size[i]), int(copies[i]), int(nears[i])) for i in range(ids.shape[0])
+             if int(ids[i]) in chosen]
+    return {"top": top, "near": near_top, "close": close, "stats": stats}
+
+
+def _example_members(part, first_doc: int, top, near_top, close, members: int) -> dict:
+    """The rows to show from one partition: the chosen clusters' survivors and up to ``members`` removed
+    members each (near duplicates first, least similar first, then exact copies; ties: lower row), and
+    the close calls with their survivors; per row (survivor, kept, exact, similarity)."""
+    row, surv, kept, exact, sim = _example_arrays(part, first_doc)
+    mine = set(row.tolist())
+    shown = {}
+    rows = set()
+
+    def pick(survivors, removed, key):
+        for s in survivors:
+            if s not in mine:
+                continue
+            cand = np.flatnonzero((surv == s) & removed)  # the members of one chosen cluster
+            cand = cand[np.lexsort((row[cand], sim[cand], exact[cand]))][:members]
+            shown[(key, s)] = row[cand].tolist()
+            rows.update(shown[(key, s)])
+            rows.add(s)
+
+    pick(top, ~kept, "top")
+    pick(near_top, ~kept & ~exact, "near")
+    for r in close:
+        if r in mine:
+            rows.add(r)
+            rows.add(int(surv[np.flatnonzero(row == r)[0]]))
+    at = {int(r): i for i, r in enumerate(row.tolist()) if int(r) in rows}
+    info = {r: (int(surv[i]), bool(kept[i]), bool(exact[i]), float(sim[i])) for r, i in at.items()}
+    return {"rows": info, "shown": shown}
 
 
 def _pylist(values) -> list:

@@ -21,7 +21,7 @@ import numpy as np
 
 from gpu_dedup.curves import curve_axis, curve_formula, family_curve
 from gpu_dedup.report.svg import Chart, hbars
-from gpu_dedup.storage import atomic_write_bytes
+from gpu_dedup.storage import as_path, atomic_write_bytes
 
 log = logging.getLogger("gpu_dedup")
 
@@ -210,6 +210,11 @@ def _num(v) -> str:
     return _e(v)
 
 
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """``1 exact copy``, ``2 exact copies``: the count with the word in the number it needs."""
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
 def _table(header: list[str], rows: list[list], numeric=()) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = []
@@ -235,8 +240,8 @@ def _doc_html(d: dict, body: str, label: str) -> str:
     sim = "" if d["match"] == "kept" else f" · similarity {d['similarity']:.3f}"
     cut = f" · first {len(d['text'] or ''):,} of {d['characters']:,} characters" if d.get("truncated") else ""
     return (f'<div class="doc"><div class="meta"><span class="tag {_e(d["match"])}">{_e(label)}</span> '
-            f'{"id " + _e(d["id"]) + " · " if "id" in d else ""}row {d["row"]:,} · '
-            f'{_e(d["shard"])}:{d["shard_row"]:,}{sim}{cut}</div>'
+            f'{"id " + _e(d["id"]) + " · " if "id" in d else ""}row {d["row"]} · '
+            f'{_e(d["shard"])}:{d["shard_row"]}{sim}{cut}</div>'
             f"<p>{body}</p></div>")
 
 
@@ -258,10 +263,12 @@ def _survivor_html(surv: dict) -> str:
     return _doc_html(surv, _e(surv["text"]) if surv["text"] is not None else "<em>(null text)</em>", "survivor")
 
 
-def _clusters_body(clusters, near: bool = False) -> str:
+def _clusters_body(clusters, near: bool = False, shown_above: bool = False) -> str:
     if clusters is None:
         return NOT_COLLECTED
     if not clusters:
+        if near and shown_above:
+            return '<p class="note">Every cluster with near duplicates is among the largest clusters above.</p>'
         return ('<p class="note">No near duplicate was removed.</p>' if near
                 else '<p class="note">No cluster has two or more documents.</p>')
     what = "near duplicates" if near else "removed members"
@@ -274,10 +281,12 @@ def _clusters_body(clusters, near: bool = False) -> str:
             docs.append(_doc_html(m, diff_words(surv["text"], m["text"]), m["match"]))
         shown = len(c["members"])
         more = c["size"] - 1 - shown
-        nears = f", {c['near_duplicates']:,} near duplicates" if "near_duplicates" in c else ""
+        nears = f", {_count(c['near_duplicates'], 'near duplicate')}" if "near_duplicates" in c else ""
+        hidden = f", {_count(more, 'more member')} not shown" if more > 0 else ""
+        # the id as duplicates.parquet holds it (no thousands separators: search for it there)
         parts.append(
-            f'<div class="cluster"><h3>cluster {c["cluster_id"]:,}: {c["size"]:,} documents '
-            f'({c["exact_copies"]:,} exact copies{nears}){f", {more:,} more members not shown" if more > 0 else ""}'
+            f'<div class="cluster"><h3>cluster_id {c["cluster_id"]}: {_count(c["size"], "document")} '
+            f'({_count(c["exact_copies"], "exact copy", "exact copies")}{nears}){hidden}'
             f'</h3><div class="docs" style="--cols:{min(len(docs), 4)}">{"".join(docs)}</div></div>')
     return "".join(parts)
 
@@ -295,7 +304,7 @@ def closest_html(pairs: list | None, threshold: float) -> str:
         side = "at or above" if m["similarity"] >= threshold else "below"
         docs = [_survivor_html(surv), _doc_html(m, diff_words(surv["text"], m["text"]), m["match"])]
         parts.append(f'<div class="cluster"><h3>similarity {m["similarity"]:.3f} ({side} the threshold) to the '
-                     f'survivor of cluster {surv["row"]:,}</h3><div class="docs" style="--cols:2">{"".join(docs)}'
+                     f'survivor of cluster_id {surv["row"]}</h3><div class="docs" style="--cols:2">{"".join(docs)}'
                      "</div></div>")
     return "".join(parts)
 
@@ -327,9 +336,12 @@ def render(report: dict, figs: dict | None | bool = True) -> str:
     hist = report.get("histograms", {})
     ch = report.get("chaining", {})
     inputs = report.get("inputs", [])
-    input_rows = [[i["name"], i["format"], i["rows"], i["bytes"]] for i in inputs[:50]]
+    per_shard = bool(inputs) and all("kept" in i for i in inputs)  # reports before 0.x have no per-shard counts
+    input_header = ["shard", "format", "rows"] + (["kept", "removed"] if per_shard else []) + ["bytes"]
+    input_rows = [[i["name"], i["format"], i["rows"]] + ([i["kept"], i["removed"]] if per_shard else []) + [i["bytes"]]
+                  for i in inputs[:50]]
     if len(inputs) > 50:
-        input_rows.append([f"... and {len(inputs) - 50:,} more", "", "", ""])
+        input_rows.append([f"... and {len(inputs) - 50:,} more"] + [""] * (len(input_header) - 1))
     lsh_rows = [[k, v] for k, v in lsh.items() if k not in ("s_curve", "note")]
     chain_rows = [[k, v] for k, v in ch.items() if not isinstance(v, dict) and k != "note"]
     chain_rows += [[f"similarity to survivor {k}", v] for k, v in ch.get("similarity_to_survivor", {}).items()]
@@ -349,6 +361,7 @@ def render(report: dict, figs: dict | None | bool = True) -> str:
         f'kept + removed = read is <b>{_e(c.get("accounted"))}</b>. Verification: '
         f'{_e(cfg.get("verify", {}).get("method", ""))}; LSH {lsh["bands"]} bands x {lsh["rows"]} rows, '
         f'threshold {lsh["threshold"]}.</p>',
+        _copies_note(report),
     ]
     out += [
         "<h2>Stages</h2>",
@@ -374,19 +387,47 @@ def render(report: dict, figs: dict | None | bool = True) -> str:
                                                    or '<p class="note">No near duplicate was removed.</p>')
         + "</div><div>" + _table(["statistic", "value"], chain_rows, (1,)) + "</div></div>",
         "<h2>Largest clusters</h2>", clusters_html(report.get("largest_clusters")),
-        "<h2>Largest near-duplicate clusters</h2>",
+        "<h2>Other clusters with the most near duplicates</h2>",
         '<p class="note">The clusters with the most near duplicates (members whose text differs from the '
-        "survivor's): the largest clusters of real corpora are mostly exact copies.</p>"
-        + _clusters_body(report.get("largest_near_duplicate_clusters"), near=True),
+        "survivor's), leaving out the largest clusters shown above: the largest clusters of real corpora are "
+        "mostly exact copies.</p>"
+        + _clusters_body(report.get("largest_near_duplicate_clusters"), near=True,
+                         shown_above=bool(report.get("largest_clusters"))),
         "<h2>Removed documents closest to the threshold</h2>",
         closest_html(report.get("closest_to_threshold"), lsh.get("verify_threshold", lsh["threshold"])),
-        "<h2>Inputs</h2>", _table(["shard", "format", "rows", "bytes"], input_rows, (2, 3)),
+        "<h2>Inputs</h2>", _table(input_header, input_rows, tuple(range(2, len(input_header)))),
         "<h2>Parameters</h2>", f"<pre>{_e(_yaml(cfg))}</pre>",
-        f'<p class="note">Machine: {_e(report.get("machine", ""))}. report.json beside this page holds the same '
-        "data.</p>",
+        f'<p class="note">Machine: {_e(_machine(report.get("machine")))}. report.json beside this page holds the '
+        "same data.</p>",
         "</main></body></html>\n",
     ]
     return "\n".join(out)
+
+
+def _copies_note(report: dict) -> str:
+    """Why the exact stage's ``copies_collapsed`` can exceed the *exact copies* count."""
+    collapsed = report.get("stages", {}).get("exact", {}).get("copies_collapsed")
+    exact = report["counts"].get("exact_duplicates", 0)
+    if collapsed is None or collapsed == exact:
+        return ""
+    return (f'<p class="note"><i>Exact copies</i> ({exact:,}) are removed documents whose normalized text equals '
+            f"their survivor's. The exact stage's <code>copies_collapsed</code> ({collapsed:,}) counts every document "
+            "whose normalized text equals that of another document ranked before it, whatever its survivor: a copy "
+            "of a document that is itself a near duplicate of the survivor differs from the survivor's text, so it "
+            "is counted among the near duplicates.</p>")
+
+
+def _machine(m) -> str:
+    """report.json's ``machine`` in words: ``Python 3.11.7 on Linux-6.1-x86_64, 2 CPUs``."""
+    if not isinstance(m, dict):
+        return str(m or "not recorded")
+    parts = [f"Python {m['python']}" if m.get("python") else "", f"on {m['platform']}" if m.get("platform") else "",
+             ]
+    text = " ".join(p for p in parts if p)
+    if m.get("cpus"):
+        text += f"{', ' if text else ''}{_count(int(m['cpus']), 'CPU')}"
+    rest = ", ".join(f"{k} {v}" for k, v in m.items() if k not in ("python", "platform", "cpus"))
+    return ", ".join(p for p in (text, rest) if p) or "not recorded"
 
 
 def _yaml(cfg: dict) -> str:
@@ -398,6 +439,6 @@ def _yaml(cfg: dict) -> str:
 def write_html(path, report: dict) -> Path:
     """Render ``report`` and write it to ``path`` atomically."""
 
-    path = Path(path)
+    path = as_path(path)  # a local path, or a URL (uploaded)
     atomic_write_bytes(path, render(report).encode("utf-8"))
     return path

@@ -80,7 +80,7 @@ def plot_evaluation(report: dict, path) -> Path | None:
         ax.errorbar(xs[has] + 0.008, mean, yerr=spread, fmt="D", ms=4, capsize=2, color="tab:green",
                     label=f"mean of {len(over['seeds'])} MinHash seeds (min-max)")
     ax.axvline(t, color="tab:red", ls="--", lw=1, label=f"threshold {t}")
-    name = "cosine" if fam == "cosine" else "Jaccard"
+    name = "cosine" if fam == "cosine" else "Jaccard"  # the similarity's name in every label below
     ax.set(xlabel=f"exact {name} similarity of the pair", ylabel="fraction of pairs that are LSH candidates",
            title=f"candidate rate vs S-curve ({b} bands x {r} rows)", xlim=(0, 1.01), ylim=(-0.02, 1.02))
     ax.legend(fontsize=8, loc="upper left")
@@ -93,10 +93,10 @@ def plot_evaluation(report: dict, path) -> Path | None:
     ax3.axvline(t, color="tab:red", ls="--", lw=1)
     ax3.set(xlabel=f"exact {name} similarity (bin)", ylabel="pairs (log)", title="exact pairs per similarity bin")
     ax4 = axes[1, 1]
-    for name, run in report["runs"].items():
+    for run_name, run in report["runs"].items():  # (not ``name``: the similarity's name is used below)
         h = run["chaining"]["similarity_to_survivor_histogram"]
         ax4.stairs(h["counts"], h["edges"], lw=1.5, alpha=0.8,
-                   label=f"{name} ({run['chaining']['below_threshold_to_survivor']:,} of "
+                   label=f"{run_name} ({run['chaining']['below_threshold_to_survivor']:,} of "
                          f"{run['chaining']['near_duplicates_removed']:,} below threshold)")
     ax4.axvline(t, color="tab:red", ls="--", lw=1)
     ax4.set(xlabel=f"exact {name} similarity to the cluster's survivor", ylabel="removed near duplicates",

@@ -12,7 +12,8 @@ deletes them and starts over.  ``restart=True`` (``--restart``) always does.
 A checkpoint that cannot be read (truncated, garbled) is discarded with a
 warning and its stages are computed again.  The directory also holds the
 staged outputs (see :mod:`gpu_dedup.run.outdir`); it is removed when the run
-commits.
+commits.  An output directory in an object store (a URL) keeps its checkpoints under the
+same prefix, each uploaded as one object, so a rerun resumes from any machine.
 
 ``GPU_DEDUP_FAULT=<point>`` makes the process SIGKILL itself at that point
 (stage names, ``write:first-shard``, ``save:<unit>``, ``report:before-success``,
@@ -23,10 +24,10 @@ and ``<point>:terminate`` send SIGINT / SIGTERM instead): the crash tests use it
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
-import shutil
 import signal
 import zipfile
 from pathlib import Path
@@ -38,6 +39,7 @@ from gpu_dedup.errors import write_error
 from gpu_dedup.kernels.params import HASH_FAMILY_NAME
 from gpu_dedup.kernels.twin import kernel_digest
 from gpu_dedup.storage import atomic_write_bytes, shard_identity
+from gpu_dedup.storage.filesystems import as_path, is_url, remove_tree
 
 log = logging.getLogger("gpu_dedup")
 
@@ -57,11 +59,13 @@ def maybe_crash(point: str) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def run_fingerprint(cfg, shards) -> str:
-    """Identity of a run's results: config (not the backend), inputs, code."""
+def run_fingerprint(cfg, shards, executor: str = "local") -> str:
+    """Identity of a run's checkpoints: config (not the backend), inputs, code, and how the executor cut the
+    corpus into parts (``executor``: ``local``, or the Dask executor's block size), since a part saved by one
+    cannot be read back by another."""
 
     h = hashlib.sha256()
-    h.update(f"{cfg.fingerprint}\0{__version__}\0{HASH_FAMILY_NAME}\0{kernel_digest()}\0".encode())
+    h.update(f"{cfg.fingerprint}\0{__version__}\0{HASH_FAMILY_NAME}\0{kernel_digest()}\0{executor}\0".encode())
     for s in shards:
         h.update(f"{s.path}\0{s.name}\0{s.format}\0{s.identity or shard_identity(s.path)}\0".encode())
     return h.hexdigest()[:32]
@@ -73,7 +77,7 @@ class CheckpointUnreadable(Exception):
 
 class Checkpoints:
     def __init__(self, out_dir: Path, fingerprint: str, restart: bool = False):
-        self.dir = Path(out_dir) / CHECKPOINT_DIR
+        self.dir = as_path(out_dir) / CHECKPOINT_DIR
         self.fingerprint = fingerprint
         manifest = self.dir / MANIFEST
         if self.dir.exists():
@@ -85,17 +89,22 @@ class Checkpoints:
                     old = None
             if restart:
                 log.info("--restart: discarding checkpoints in %s", self.dir)
-                shutil.rmtree(self.dir)
+                remove_tree(self.dir)
             elif old != fingerprint:
                 log.warning("checkpoints in %s belong to another run (fingerprint %s, this run %s: inputs, "
                             "config or code changed); starting over", self.dir, old, fingerprint)
-                shutil.rmtree(self.dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if not manifest.exists():
-            atomic_write_bytes(manifest, json.dumps({"fingerprint": fingerprint}).encode())
+                remove_tree(self.dir)
+        # the directory is made with the first checkpoint: a run that fails before one (a bad column) leaves none
         self.resumed = sorted(p.stem for p in self.dir.glob("*.npz"))
         if self.resumed:
             log.info("resuming: checkpoints found for %s", ", ".join(self.resumed))
+
+    def _ensure(self) -> None:
+        """The checkpoint directory and its manifest, before the first file goes in."""
+        manifest = self.dir / MANIFEST
+        if not manifest.exists():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(manifest, json.dumps({"fingerprint": self.fingerprint}).encode())
 
     def _path(self, unit: str) -> Path:
         return self.dir / f"{unit}.npz"
@@ -104,6 +113,13 @@ class Checkpoints:
         return self._path(unit).exists()
 
     def save(self, unit: str, arrays: dict, meta: dict) -> None:
+        self._ensure()
+        if is_url(self.dir):  # one upload: the store publishes it whole or not at all
+            buf = io.BytesIO()
+            np.savez(buf, __meta__=np.array(json.dumps(meta)), **arrays)
+            maybe_crash(f"save:{unit}")
+            atomic_write_bytes(self._path(unit), buf.getbuffer())
+            return
         tmp = self.dir / f".{unit}.npz.tmp"
         try:
             with open(tmp, "wb") as f:
@@ -119,7 +135,8 @@ class Checkpoints:
     def load(self, unit: str) -> tuple[dict, dict]:
         """The arrays and metadata of ``unit``; CheckpointUnreadable (after deleting it) when it is garbled."""
         try:
-            with np.load(self._path(unit), allow_pickle=False) as z:
+            where = self._path(unit)
+            with np.load(io.BytesIO(where.read_bytes()) if is_url(where) else where, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files if k != "__meta__"}
                 meta = json.loads(str(z["__meta__"]))
             if not isinstance(meta, dict) or "stages" not in meta or "counts" not in meta:
@@ -133,6 +150,7 @@ class Checkpoints:
         return arrays, meta
 
     def mark(self, name: str, record: dict | None = None) -> None:
+        self._ensure()
         atomic_write_bytes(self.dir / f"{name}.done", json.dumps(record or {}).encode(), tmp_dir=self.dir)
 
     def marked(self, name: str):
@@ -144,7 +162,7 @@ class Checkpoints:
         return data if isinstance(data, dict) else None
 
     def remove(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_tree(self.dir)
 
 
 class NoCheckpoints:

@@ -47,14 +47,15 @@ from gpu_dedup.run.checkpoint import (
     maybe_crash,
     run_fingerprint,
 )
+from gpu_dedup.run.contract import shard_starts
+from gpu_dedup.run.prior import IndexPrior, NoPrior
 from gpu_dedup.run.progress import chunks
 from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_output
 from gpu_dedup.run.stagelog import StageLog
-from gpu_dedup.stages.buckets import buckets
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
 from gpu_dedup.stages.read import read, read_texts
-from gpu_dedup.stages.selection import text_lengths
+from gpu_dedup.stages.selection import ranks_from_keys, text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
 log = logging.getLogger("gpu_dedup")
@@ -76,7 +77,7 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, pr
     checkpoints.  ``output_dir=None``: an in-memory run (``inputs`` are usually
     :func:`gpu_dedup.stages.storage.memory_shard` shards): nothing is written.
     """
-    out = None if output_dir is None else Path(output_dir)
+    out = None if output_dir is None else storage.as_path(output_dir)  # a Path, or a URL (RemotePath)
     if out is None and (cfg.cluster.enabled or (sink is not None and sink is not prior)):
         raise ConfigError("a run without an output directory (in memory) runs in one process and writes no new "
                           "index; drop cluster.workers / cluster.scheduler and index_out, or give an output_dir")
@@ -84,15 +85,16 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, pr
         get_backend(cfg.backend)  # a backend that cannot run here fails before anything is read
     shards = storage.discover(inputs, cfg.input.format)
     write_shards = write_shards and cfg.output.shards
-    job = Job(cfg, out, write_shards=write_shards, prior=prior, sink=sink)
+    job = Job(cfg, out, write_shards=write_shards, prior=IndexPrior(prior) if prior is not None else NoPrior(),
+              sink=sink)
     if cfg.cluster.enabled:
         return cluster.run(shards, job, restart=restart, inputs=inputs)
     if out is None:
-        return execute(job, LocalExecutor(shards, cfg), NoCheckpoints(), StageLog())
+        return execute(job, LocalExecutor(shards, cfg, job.prior), NoCheckpoints(), StageLog())
     resumable = prior is None and sink is None  # against / into an index: nothing to resume
     with open_output(out, shards, inputs, cfg, shards_written=write_shards, fresh=not resumable) as od:
         ckpt = Checkpoints(out, run_fingerprint(cfg, shards), restart) if resumable else NoCheckpoints()
-        return execute(replace(job, outdir=od), LocalExecutor(shards, cfg), ckpt, StageLog())
+        return execute(replace(job, outdir=od), LocalExecutor(shards, cfg, job.prior), ckpt, StageLog())
 
 
 # ---------------------------------------------------------------------- the executor
@@ -102,35 +104,20 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, pr
 class LocalCorpus(CorpusCounts):
     """What the sequence sees of the corpus read in this process."""
 
-    table: pa.Table  # Corpus.table: row, shard, shard_row, id, text[, score]
+    table: pa.Table  # stages.read.Corpus.table: row, shard, shard_row, id, text[, score]
     shards: list
     n: int
     null: np.ndarray  # bool per row (backend array)
     id_column: str | None
+    rank_key: object = None
+
+    @property
+    def null_count(self) -> int:
+        return int(self.null.sum())
 
     @property
     def duplicate_ids(self) -> int:
         return self.n - pc.count_distinct(self.table.column("id"), mode="all").as_py() if self.n else 0
-
-    rank_key: object = None
-
-    def shard_rows(self):
-        return np.asarray(self.table.column("shard")), np.asarray(self.table.column("shard_row"))
-
-
-@dataclass
-class BandData:
-    """Band hashes (and, when verification or an index needs them, signatures) of the LSH rows."""
-
-    rows: np.ndarray
-    band_hashes: np.ndarray
-    signatures: np.ndarray | None
-
-    def arrays(self) -> dict:
-        out = {"band_hashes": self.band_hashes}
-        if self.signatures is not None:
-            out["signatures"] = self.signatures
-        return out
 
 
 class LocalExecutor:
@@ -143,16 +130,21 @@ class LocalExecutor:
     host memory and runs the kernels in batches of at most a quarter of the limit.
     """
 
-    def __init__(self, shards, cfg: Config):
+    partitions = 1  # one part: the whole corpus
+    blocks_count = 1
+    holds_corpus = True  # every per-row array is in this process (RunResult carries them)
+
+    def __init__(self, shards, cfg: Config, prior=None):
         self.shards = shards
         self.cfg = cfg
+        self.prior = prior if prior is not None else NoPrior()
         self.backend = get_backend(cfg.backend)
-        self.xp = getattr(self.backend, "xp", np)
+        self.part_backend = self.backend  # what partition functions run on
+        self.xp = self.backend.xp
         self.memory_plan = None
         self.batch_bytes = None  # text bytes per kernel batch (GPU, corpus above gpu.memory_limit)
-        plan = getattr(self.backend, "plan_memory", None)
-        if plan is not None:
-            self.memory_plan = plan(shards, cfg)
+        self.memory_plan = self.backend.plan_memory(shards, cfg)
+        if self.memory_plan is not None:
             if not self.memory_plan["resident"]:
                 self.xp, self.batch_bytes = np, self.memory_plan["batch_bytes"]
                 log.info("gpu: the corpus (~%.1f GB on the device) exceeds gpu.memory_limit (%.1f GB): batches "
@@ -165,7 +157,6 @@ class LocalExecutor:
         self._raw = None  # RawText of the text columns a device reader read (until normalized)
         self._batches = None  # normalized batches of the read stage (see BatchNormalizer), until joined
         self.reader = None  # "cudf" when a device reader read the text columns, else "pyarrow"
-        self._sig = None  # (rows, values) of the last signatures call
         self.family = None  # the similarity family (stages/families.py), sized by read()
         self._prepared = None  # the family with corpus statistics (tf-idf), computed on first use
         self.vectors = None  # Vectors of the corpus (input.vector_column)
@@ -176,12 +167,15 @@ class LocalExecutor:
     # ---- setup ----------------------------------------------------------------
     def prepare(self, st: StageLog) -> None:
         self.st = st
-        prepare = getattr(self.backend, "prepare", None)
-        if prepare is not None:  # load (or, the first time after install, compile) the kernels this config uses
-            self.startup_seconds = float(prepare(self.cfg) or 0.0)
+        # load (or, the first time after install, compile) the kernels this config uses
+        self.startup_seconds = float(self.backend.prepare(self.cfg) or 0.0)
+
+    def close(self) -> None:
+        pass
 
     def report_extras(self) -> dict:
         out = {"kernel_prepare_seconds": round(self.startup_seconds, 3)} if self.startup_seconds else {}
+        out["inputs_skipped"] = list(getattr(self.shards, "skipped", ()))  # what directory walks left out
         if self.memory_plan is not None:
             moved = {k: v - self._transfers0[k] for k, v in transfer_totals().items()}
             out["gpu"] = {**self.memory_plan, "reader": self.reader or "pyarrow", **moved}
@@ -225,13 +219,13 @@ class LocalExecutor:
         elif cfg.select.keep == "score":
             key = table.column("score")
         self.corpus = LocalCorpus(table, c.shards, n, to_device(null, self.xp), c.id_column, rank_key=key)
+        self.block_starts = np.array([0, n], np.int64)
         return self.corpus
 
     def _text_reader(self, score):
         """The backend's reader of Parquet text columns into device memory, when this run can use it
         (whole corpus on the device, every shard a Parquet file with a UTF-8 text column); else None."""
-        make = getattr(self.backend, "text_reader", None)
-        reader = make(self.cfg) if make is not None and self.batch_bytes is None else None
+        reader = self.backend.text_reader(self.cfg) if self.batch_bytes is None else None
         if reader is None or not storage.device_readable(self.shards, self.cfg.input, score):
             return None
         return reader
@@ -318,14 +312,25 @@ class LocalExecutor:
         self.strings  # noqa: B018
         return {"invalid_utf8": self._invalid}
 
-    # ---- per-document stages -------------------------------------------------------
-    def exact_keys(self):
-        return self.xp.asarray(self.family.exact_keys(self._data(), self.backend))
-
-    def signatures(self, rows, progress=None):
-        """Signatures of ``rows`` (the family's); returns (features, usable) per row and keeps the
-        values for :meth:`bands`."""
+    # ---- per-document stages (one part: the whole corpus) ----------------------------------------
+    def docs(self) -> list:
         xp = self.xp
+        return [{"row": xp.arange(self.corpus.n, dtype=xp.int64), "null": self.corpus.null}]
+
+    def exact_keys(self) -> list:
+        keys = self.xp.asarray(self.family.exact_keys(self._data(), self.backend))
+        return [{"k0": keys[:, 0], "k1": keys[:, 1], "k2": keys[:, 2]}]
+
+    def ranks(self) -> list:
+        c, keep = self.corpus, self.cfg.select.keep
+        ranks = ranks_from_keys(keep, c.n, length=c.rank_key, ids=c.rank_key, score=c.rank_key)
+        return [{"rank": to_device(ranks, self.xp)}]
+
+    def signatures(self, rows: list, progress=None) -> list:
+        """Signatures of ``rows`` (the family's), in chunks of SIGNATURE_CHUNK documents (and, under a GPU
+        memory bound, of at most ``batch_bytes`` of text): per row its values, features and usability."""
+        xp = self.xp
+        rows = rows[0]["row"]
         fam, data = self._family(), self._data()
         m = rows.shape[0]
         values = None
@@ -341,8 +346,7 @@ class LocalExecutor:
                 progress(hi - lo)
         if values is None:
             values = fam.empty_values(xp)
-        self._sig = (rows, values)
-        return features, usable
+        return [{"row": rows, "values": values, "features": features, "usable": usable}]
 
     def _signature_batches(self, rows):
         """(lo, hi) slices of ``rows``: SIGNATURE_CHUNK documents, and under a GPU memory bound at most
@@ -353,87 +357,149 @@ class LocalExecutor:
         offsets = np.concatenate(([0], np.cumsum(self.strings.lengths[to_host(rows)])))
         return _byte_batches(offsets, self.batch_bytes, SIGNATURE_CHUNK)
 
-    def bands(self, lsh_rows) -> BandData:
-        rows, values = self._sig
-        self._sig = None
+    def band_hashes(self, sigs: list) -> list:
+        sig = sigs[0]
+        rows, values = sig["row"], sig.pop("values")
         fam = self.family
         # band hashes of every signed row, then the rows with features picked: a pick of the (n, bands) hashes,
         # not a copy of the (n, permutations) signatures at the run's memory peak (no pick when all have features)
         bh = self.xp.asarray(fam.band_hashes(values, self.backend))
-        whole = lsh_rows.shape[0] == rows.shape[0]
-        pick = None if whole else self.xp.searchsorted(rows, lsh_rows)
+        usable = sig["usable"]
+        whole = bool(usable.all())
+        pick = None if whole else self.xp.flatnonzero(usable)
         if pick is not None:
             bh = bh[pick]
-        sig = (values if pick is None else values[pick]) if fam.keep_signatures else None
+        part = {"lsh_row": rows if pick is None else rows[pick], "band_hashes": bh}
+        if fam.keep_signatures:
+            part["signatures"] = values if pick is None else values[pick]
         del values
-        self._bands = BandData(lsh_rows, bh, sig)
-        return self._bands
+        return [part]
 
-    def band_data(self, arrays: dict) -> BandData:
-        self._bands = BandData(arrays["lsh_rows"], arrays["band_hashes"], arrays.get("signatures"))
-        return self._bands
+    def keep_bands(self, bands: list) -> None:
+        self._bands = bands[0]
 
-    def buckets(self, bands: BandData, min_size: int):
-        return buckets(bands.band_hashes, docs=bands.rows, min_size=min_size)
+    # ---- moving rows: one partition, nothing moves ------------------------------------------------
+    def map(self, fn, *parts, outputs: int = 1, with_index: bool = False, **kw):
+        args = [p[0] if p is not None else None for p in parts]
+        if with_index:
+            kw["part_index"] = 0
+        out = fn(*args, **kw)
+        return tuple([o] for o in out) if outputs > 1 else [out]
+
+    def route(self, parts: list, dest, n: int, explode=None, explode_kw=None, **kw) -> list:
+        if n != 1 or len(parts) != 1:  # pragma: no cover - one process has one partition
+            raise RuntimeError(f"one process routes one partition, not {len(parts)} to {n}")
+        return parts
+
+    def total(self, fn, *parts, **kw) -> dict:
+        return dict(self.map(fn, *parts, **kw)[0])
+
+    def collect(self, fn, parts: list, **kw) -> list:
+        return [fn(parts[0], **kw)]
 
     # ---- pairs ---------------------------------------------------------------------
-    def similarity(self, left, right, prior_nodes=None, progress=None):
-        """Similarity of node pairs: nodes ``< m`` are a prior's documents, node ``m + r`` is row ``r``."""
+    def score(self, pairs: list, progress=None) -> list:
+        """Similarity of node pairs: doc numbers below the prior's ``first_doc`` are its documents, the others
+        this run's rows (``first_doc + row``)."""
+        p = pairs[0]
+        return [{"sim": self.similarity(p["src"], p["dst"], progress=progress)}]
+
+    def similarity(self, left, right, progress=None):
         cfg, xp = self.cfg, self.xp
         fam = self._family()
-        m = prior_nodes[0] if prior_nodes else 0
+        left, right = xp.asarray(left, dtype=xp.int64), xp.asarray(right, dtype=xp.int64)
+        if left.shape[0] == 0:
+            return xp.zeros(0, dtype=xp.float64)
+        f = self.prior.first_doc
+        docs = xp.unique(xp.concatenate((left[left < f], right[right < f]))) if f else xp.zeros(0, dtype=xp.int64)
+        m = int(docs.shape[0])
+
+        def position(nodes):  # a prior's documents first, then this run's rows
+            return xp.where(nodes < f, xp.searchsorted(docs, nodes), m + nodes - f) if m else nodes - f
+
         if cfg.verify.method == "exact":
             data = self._data()
             if m:
-                key = ("rows", id(prior_nodes[1]), prior_nodes[2].tobytes())
+                key = ("rows", to_host(docs).tobytes())
                 if key not in self._combined:
-                    self._combined = {key: self._with_prior(prior_nodes[1], prior_nodes[2], data)}
+                    self._combined = {key: self._with_prior(to_host(docs), data)}
                 data = self._combined[key]
-            return fam.pair_similarity(data, None, left, right, self.backend, progress)
+            return fam.pair_similarity(data, None, position(left), position(right), self.backend, progress)
         bands = self._bands
-        sig = bands.signatures
+        sig = bands["signatures"]
+        rows = bands["lsh_row"]
         if m:
-            key = ("signatures", id(prior_nodes[1]), prior_nodes[2].tobytes())
+            key = ("signatures", to_host(docs).tobytes())
             if key not in self._combined:
-                self._combined = {key: xp.concatenate((to_device(prior_nodes[1].signatures(prior_nodes[2]), xp), sig))}
+                self._combined = {key: xp.concatenate((to_device(self.prior.signatures(to_host(docs)), xp), sig))}
             sig = self._combined[key]
 
         def sig_row(nodes):
-            nodes = xp.asarray(nodes, dtype=xp.int64)
-            return xp.where(nodes < m, nodes, m + xp.searchsorted(bands.rows, nodes - m))
+            return xp.where(nodes < f, xp.searchsorted(docs, nodes), m + xp.searchsorted(rows, nodes - f)) if m \
+                else xp.searchsorted(rows, nodes - f)
 
         return fam.pair_similarity(None, sig, sig_row(left), sig_row(right), self.backend, progress)
 
-    def _with_prior(self, prior, docs, data: RowData) -> RowData:
+    def _with_prior(self, docs, data: RowData) -> RowData:
         """Rows of the indexed documents ``docs``, then this run's rows."""
         if data.vectors is not None:
-            pv = prior.vectors(docs)
+            pv = self.prior.vectors(docs)
             return RowData(vectors=Vectors(np.concatenate([pv.matrix, data.vectors.matrix]),
                                            np.concatenate([pv.status, data.vectors.status])))
-        texts = prior.texts(docs).cast(pa.large_string())
+        texts = self.prior.texts(docs).cast(pa.large_string())
         both = string_buffers(pa.concat_arrays([texts, self.norm.cast(pa.large_string())]))
         return RowData(strings=StringBuffers(to_device(both.offsets, self.xp), to_device(both.data, self.xp)))
 
-    # ---- outputs ---------------------------------------------------------------------
-    def ids(self, rows) -> pa.Array:
-        col = self.corpus.table.column("id")
-        return col.take(pa.array(np.asarray(rows, np.int64))).combine_chunks() if len(rows) else \
-            pa.array([], col.type)
+    def components(self, edges: list) -> list:
+        """Union-find (the backend's) over the edges' nodes, labelled by their smallest node."""
+        xp = self.xp
+        e = edges[0]
+        nodes = xp.unique(xp.concatenate((e["src"], e["dst"])))
+        comp = self.backend.components(xp.searchsorted(nodes, e["src"]), xp.searchsorted(nodes, e["dst"]),
+                                       int(nodes.shape[0]))
+        return [{"node": nodes, "label": nodes[comp] if nodes.shape[0] else nodes}]
 
-    def column(self, name: str):
-        if name == "text" and "text" not in self.corpus.table.column_names:
-            return _ShardTexts(self.corpus, self.cfg)
-        return self.corpus.table.column(name)
+    # ---- checkpoints ---------------------------------------------------------------------
+    def save(self, ckpt, unit: str, parts: dict, meta: dict) -> None:
+        arrays = {f"{name}/{col}": to_host(v) for name, p in parts.items() if p[0] is not None
+                  for col, v in p[0].items()}
+        meta = {**meta, "parts": {name: p[0] is not None for name, p in parts.items()}}
+        ckpt.save(unit, arrays, meta)
+
+    def load(self, ckpt, unit: str):
+        arrays, meta = ckpt.load(unit)
+        parts: dict = {name: [None] if not present else [{}] for name, present in meta.get("parts", {}).items()}
+        for key, v in arrays.items():
+            name, col = key.split("/", 1)
+            parts[name][0][col] = to_device(v, self.xp)
+        return parts, meta
+
+    # ---- outputs ---------------------------------------------------------------------
+    def ids(self, parts: list, column: str = "row") -> list:
+        rows = to_host(parts[0][column])
+        col = self.corpus.table.column("id")
+        ids = col.take(pa.array(np.asarray(rows, np.int64))).combine_chunks() if len(rows) else pa.array([], col.type)
+        return [{"id": ids}]
+
+    def take(self, rows, column: str) -> pa.Array:
+        if column == "text" and "text" not in self.corpus.table.column_names:
+            return _ShardTexts(self.corpus, self.cfg).take(rows)
+        return self.corpus.table.column(column).take(pa.array(np.asarray(rows, np.int64))).combine_chunks()
+
+    def write_shards(self, removed: list, out: Path, ckpt, progress=None) -> int:
+        kept = np.ones(self.corpus.n, bool)
+        kept[to_host(removed[0]["row"])] = False
+        return self.write(kept, out, ckpt, progress)
 
     def write(self, kept: np.ndarray, out: Path, ckpt, progress=None) -> int:
         """Write every shard's kept rows.  Shards are independent files: on the CPU up to one per core is
         read, filtered, compressed and digested at a time (pyarrow and hashlib release the GIL); the
         checkpoint marks follow in shard order."""
         shards = self.corpus.shards
-        starts = np.cumsum([0] + [s.rows for s in shards])
+        starts = shard_starts(shards)
         keeps = [kept[starts[i] : starts[i + 1]] for i in range(len(shards))]
         todo = [i for i, shard in enumerate(shards) if not _staged(ckpt.marked(f"shard-{i}"), shard, out)]
-        device_writer = getattr(self.backend, "write_parquet", None)
+        device_writer = self.backend.write_parquet
 
         def write_one(i):
             storage.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,
@@ -451,20 +517,42 @@ class LocalExecutor:
             progress(len(shards) - len(todo))  # written by an earlier, resumed run
         return int(sum(int(k.sum()) for k in keeps))
 
-    def write_table(self, path: Path, table: pa.Table) -> None:
-        storage.atomic_write_parquet(path, table, self.cfg.output.compression)
+    def write_table(self, parts: list, path: Path) -> int:
+        storage.atomic_write_parquet(path, parts[0], self.cfg.output.compression)
+        return parts[0].num_rows
 
-    def index_payload(self, bands: BandData, lsh_rows) -> dict:
+    def index_payload(self, docs: list, keys: list | None, bands: list, centres: list, dup: list,
+                      first_doc: int) -> dict:
+        """What an index keeps of this run's documents (see :meth:`gpu_dedup.index.Index.append`)."""
+        n = self.corpus.n
         if self.family.uses_text:
             self.strings  # noqa: B018 - normalized texts (recomputed after a resume)
+        if keys is None:
+            keys = self.exact_keys()
+        k = keys[0]
+        b = bands[0]
         full = None
-        if bands.signatures is not None:
-            sig = to_host(bands.signatures)
-            full = np.zeros((self.corpus.n, sig.shape[1]), sig.dtype)
-            full[to_host(lsh_rows)] = sig
-        texts = self.norm if self.family.uses_text else None
-        return {"texts": texts, "band_hashes": to_host(bands.band_hashes), "signatures": full,
-                "vectors": self.vectors.matrix if self.vectors is not None else None}
+        if "signatures" in b:
+            sig = to_host(b["signatures"])
+            full = np.zeros((n, sig.shape[1]), sig.dtype)
+            full[to_host(b["lsh_row"])] = sig
+        kept = np.ones(n, bool)
+        survivor = first_doc + np.arange(n, dtype=np.int64)
+        d = dup[0]
+        rows = to_host(d["row"])
+        kept[rows] = to_host(d["kept"])
+        survivor[rows] = to_host(d["cluster"])
+        c = centres[0]
+        own = to_host(c["doc"]) >= first_doc  # centres among this run's documents
+        return {"ids": self.ids([{"row": np.arange(n, dtype=np.int64)}])[0]["id"] if self.corpus.id_column else
+                pa.array(first_doc + np.arange(n, dtype=np.int64), pa.int64()),
+                "kept": kept, "survivor": survivor,
+                "keys": np.column_stack([to_host(k["k0"]), to_host(k["k1"]), to_host(k["k2"])]),
+                "texts": self.norm if self.family.uses_text else None,
+                "band_docs": first_doc + to_host(b["lsh_row"]), "band_hashes": to_host(b["band_hashes"]),
+                "signatures": full, "vectors": self.vectors.matrix if self.vectors is not None else None,
+                "centres": (to_host(c["band"])[own], to_host(c["hash"])[own], to_host(c["round"])[own],
+                            to_host(c["doc"])[own])}
 
 
 class _ShardTexts:

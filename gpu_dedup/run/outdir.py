@@ -47,10 +47,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpu_dedup.errors import OutputError, write_error
+from gpu_dedup.errors import Interrupted, OutputError, write_error
 from gpu_dedup.run.checkpoint import CHECKPOINT_DIR, maybe_crash
+from gpu_dedup.storage.filesystems import remove_tree
 from gpu_dedup.storage import (
     PARQUET_EXT,
+    is_url,
+    source,
     atomic_write_bytes,
     check_unchanged,
     file_digest,
@@ -96,6 +99,7 @@ class OutputDir:
         self.published = [n for n in PUBLISHED if duplicates or n != DUPLICATES_NAME]
         self._fd = None
         self._created = False
+        self.committed = False  # this run's outputs are in place (its commit finished)
 
     @property
     def work(self) -> Path:
@@ -111,8 +115,13 @@ class OutputDir:
             self.open()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
+        if self.committed and exc_type is not None and issubclass(exc_type, KeyboardInterrupt) \
+                and not isinstance(exc, Interrupted):
+            raise Interrupted(f"interrupted after the outputs in {str(self.out)!r} were published and verified "
+                              "(_SUCCESS is there); an index the run was to build or update may not be: rerun the "
+                              "same command to finish it") from exc
 
     def open(self, fresh: bool = False) -> "OutputDir":
         """Refuse collisions, take the lock, finish an interrupted commit, refuse foreign files.
@@ -139,7 +148,7 @@ class OutputDir:
                 self._roll_forward(manifest)
             self._check_foreign()
             if fresh and self.work.exists():
-                shutil.rmtree(self.work)
+                remove_tree(self.work)  # a local directory, or the objects under a prefix
         except BaseException:
             self.close()
             raise
@@ -148,11 +157,7 @@ class OutputDir:
     def close(self) -> None:
         if self._fd is None:
             return
-        try:
-            os.unlink(self.out / LOCK_NAME)
-        except OSError:
-            pass
-        os.close(self._fd)
+        release_lock(self.out / LOCK_NAME, self._fd)
         self._fd = None
         if self._created:  # a run refused before it wrote anything leaves no empty directory behind
             try:
@@ -237,50 +242,9 @@ class OutputDir:
 
     # ------------------------------------------------------------------ lock
     def _lock(self) -> None:
-        path = self.out / LOCK_NAME
-        for _ in range(10):  # the holder may unlink the file between our open and flock: retry on a new file
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except OSError as exc:
-                raise write_error(path, exc) from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "unknown process"
-                os.close(fd)
-                raise OutputError(
-                    f"output directory {str(self.out)!r} is in use by another gpu-dedup run ({holder}); two runs "
-                    "cannot write one directory: wait for it to finish, or choose another -o") from None
-            except OSError as exc:  # no flock here (some network file systems): the holder's pid decides
-                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                    os.close(fd)
-                    raise write_error(path, exc) from None
-                self._check_pid_lock(fd)
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:
-                os.close(fd)
-                continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started "
-                         f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
-            self._fd = fd
-            return
-        raise OutputError(f"could not lock output directory {str(self.out)!r}: its lock file keeps changing; "
-                          "is another run starting there?")
-
-    def _check_pid_lock(self, fd: int) -> None:
-        text = os.read(fd, 4096).decode("utf-8", "replace")
-        parts = text.split()
-        if len(parts) >= 4 and parts[0] == "pid" and parts[1].isdigit():
-            pid, host = int(parts[1]), parts[3].rstrip(",")
-            if pid != os.getpid() and (host != socket.gethostname() or _pid_alive(pid)):
-                os.close(fd)
-                raise OutputError(
-                    f"output directory {str(self.out)!r} is in use by another gpu-dedup run ({text.strip()}); "
-                    f"wait for it, or delete {LOCK_NAME} there if that run is gone")
+        self._fd = take_lock(self.out / LOCK_NAME, lambda holder: (
+            f"output directory {str(self.out)!r} is in use by another gpu-dedup run ({holder}); two runs cannot "
+            "write one directory: wait for it to finish, or choose another -o"))
 
     # ------------------------------------------------------------------ manifest
     def _manifest(self) -> dict:
@@ -323,7 +287,7 @@ class OutputDir:
                                   "differ); nothing was published: rerun with --restart")
             if name.lower().endswith(PARQUET_EXT):
                 try:
-                    rows = pq.read_metadata(staged).num_rows
+                    rows = pq.read_metadata(source(staged)).num_rows  # a local file, or an object (URL)
                 except (OSError, pa.ArrowException) as exc:
                     raise OutputError(f"staged output {str(staged)!r} is not a valid Parquet file ({exc}); nothing "
                                       "was published: rerun with --restart") from None
@@ -336,10 +300,24 @@ class OutputDir:
                 "previous": {k: v for k, v in previous.items() if k not in files}}
         self._write_manifest(plan)
         maybe_crash("commit:planned")
-        return self._apply(plan)
+        files = self._apply(plan)
+        self.committed = True
+        return files
 
     def _apply(self, plan: dict) -> dict:
-        """Move the planned files into place, drop the previous run's others, then manifest and _SUCCESS."""
+        """Move the planned files into place, drop the previous run's others, then manifest and _SUCCESS.
+        Interrupted (Ctrl-C, SIGTERM) on the way, the directory is a mix of both runs without _SUCCESS, and
+        the next run on it completes the commit: the message says so."""
+        try:
+            return self._publish(plan)
+        except KeyboardInterrupt as exc:
+            if isinstance(exc, Interrupted):
+                raise
+            raise Interrupted(f"interrupted while publishing the outputs in {str(self.out)!r}: it holds part of the "
+                              "new outputs and part of the previous ones, without _SUCCESS; rerun the same command "
+                              "(any run on that directory first completes the commit)") from exc
+
+    def _publish(self, plan: dict) -> dict:
         (self.out / SUCCESS_NAME).unlink(missing_ok=True)
         files = plan["files"]
         for name, rec in files.items():
@@ -371,14 +349,20 @@ class OutputDir:
                     "kept as gpu_dedup's and the next run writes them again", self.out)
         owned = dict(plan["previous"])
         for name, rec in plan["files"].items():
-            if os.path.lexists(self.out / name):
-                st = os.stat(self.out / name)
-                owned[name] = {**rec, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+            stamp = self._stamp(name)
+            if stamp is not None:
+                owned[name] = {**rec, **stamp}
         self._write_manifest({"state": "incomplete", "fingerprint": plan["fingerprint"], "files": {},
                               "previous": owned})
-        if self.work.exists():
-            shutil.rmtree(self.work)
+        remove_tree(self.work)
         return {}
+
+    def _stamp(self, name: str) -> dict | None:
+        """What tells later whether output ``name`` changed (its size and mtime), or None when it is not there."""
+        if not os.path.lexists(self.out / name):
+            return None
+        st = os.stat(self.out / name)
+        return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
     def _roll_forward(self, manifest: dict) -> None:
         log.warning("finishing the interrupted commit of an earlier run in %s", self.out)
@@ -394,11 +378,94 @@ class OutputDir:
             parent = parent.parent
 
 
+def replace_published(out, name: str, payload: bytes) -> None:
+    """Rewrite ``name``, a file the complete run in ``out`` published (``gpu-dedup report`` renders
+    report.html again), under the directory's lock: only when the manifest lists it and it is unchanged
+    since; the manifest then records the new file, so the next run still owns it."""
+    od = OutputDir(out, [])
+    fd = take_lock(od.out / LOCK_NAME, lambda holder: (
+        f"output directory {str(od.out)!r} is in use by a gpu-dedup run ({holder}); wait for it to finish"))
+    try:
+        manifest = od._manifest()
+        rec = manifest.get("files", {}).get(name) if manifest.get("state") == "complete" else None
+        if rec is None or (os.path.lexists(od.out / name) and not od._unchanged(name, rec)):
+            raise OutputError(f"{str(od.out / name)!r} is not the unchanged output of a complete gpu_dedup run in "
+                              f"{str(od.out)!r} (see its manifest {MANIFEST_NAME}); it is not overwritten: write the "
+                              "page elsewhere with -o FILE, or rerun the run")
+        atomic_write_bytes(od.out / name, payload)
+        manifest["files"][name] = {**file_digest(od.out / name), "mtime_ns": os.stat(od.out / name).st_mtime_ns}
+        od._write_manifest(manifest)
+    finally:
+        release_lock(od.out / LOCK_NAME, fd)
+
+
+def take_lock(path: Path, busy) -> int:
+    """Hold an exclusive ``flock`` on the lock file ``path`` (created when missing) and write the holder
+    (pid, host, start time) into it; returns its descriptor (see :func:`release_lock`).  Another process
+    holding it: :class:`OutputError` with ``busy(holder)``.  Where ``flock`` is not supported the file's pid
+    decides (a dead pid on this host is stale)."""
+    for _ in range(10):  # the holder may unlink the file between our open and flock: retry on a new file
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            mapped = write_error(path, exc)
+            if mapped is exc:  # e.g. a directory in its place
+                raise OutputError(f"cannot open the lock file {str(path)!r} ({exc.strerror}); gpu_dedup keeps a lock "
+                                  "file there while it writes: move what is in its place away") from None
+            raise mapped from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "unknown process"
+            os.close(fd)
+            raise OutputError(busy(holder)) from None
+        except OSError as exc:  # no flock here (some network file systems): the holder's pid decides
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                os.close(fd)
+                raise write_error(path, exc) from None
+            _check_pid_lock(fd, path, busy)
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        return fd
+    raise OutputError(f"could not lock {str(path)!r}: the lock file keeps changing; is another run starting there?")
+
+
+def release_lock(path: Path, fd: int) -> None:
+    """Remove the lock file ``path`` and release the lock held on ``fd`` (:func:`take_lock`)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def _check_pid_lock(fd: int, path: Path, busy) -> None:
+    text = os.read(fd, 4096).decode("utf-8", "replace")
+    parts = text.split()
+    if len(parts) >= 4 and parts[0] == "pid" and parts[1].isdigit():
+        pid, host = int(parts[1]), parts[3].rstrip(",")
+        if pid != os.getpid() and (host != socket.gethostname() or _pid_alive(pid)):
+            os.close(fd)
+            raise OutputError(f"{busy(text.strip())} (or delete {str(path)!r} if that run is gone)")
+
+
 def check_output_path(out, inputs, read_back: str, what: str = "output directory", flag: str = "-o") -> None:
     """Refuse (exit 4), before anything is written, an output directory ``out`` that exists as a file or lies
     inside a directory among ``inputs`` (a path, or a list of them; globs and files are not directories), where
     a later run would read ``read_back``."""
+    if is_url(out):  # only a run's output directory may be an object store (run/remote_outdir.py)
+        raise OutputError(f"{what} {str(out)!r} is a URL; {flag} must be a local directory here (run outputs and "
+                          "indexes may be in an object store, evaluate and tune outputs may not)")
     out = Path(out)
+    _check_links(out, what, flag)
     if out.exists() and not out.is_dir():
         raise OutputError(f"{what} {str(out)!r} exists and is not a directory; {flag} names a directory: choose "
                           "another path or move the file away")
@@ -410,13 +477,34 @@ def check_output_path(out, inputs, read_back: str, what: str = "output directory
                               f"would read {read_back}; choose a {what} outside the inputs")
 
 
+def _check_links(out: Path, what: str, flag: str) -> None:
+    """A symbolic link on the way to ``out`` that loops, or that points to nothing where a directory must be
+    made: an output error naming it (the path cannot be a directory as given)."""
+    try:
+        out.resolve(strict=False)
+    except (RuntimeError, OSError) as exc:  # a loop (RuntimeError before Python 3.13, OSError ELOOP since)
+        raise OutputError(f"{what} {str(out)!r} goes through a looping symbolic link ({exc}); fix the link or "
+                          f"choose another {flag}") from None
+    probe = out
+    while True:  # the nearest existing path: a link there must lead to a directory
+        if os.path.lexists(probe):
+            if os.path.islink(probe) and not os.path.exists(probe):
+                raise OutputError(f"{what} {str(out)!r}: {str(probe)!r} is a symbolic link to {os.readlink(probe)!r}, "
+                                  f"which does not exist, so no directory can be made there; create the link's target "
+                                  f"(mkdir -p) or choose another {flag}")
+            return
+        if probe.parent == probe:
+            return
+        probe = probe.parent
+
+
 def check_report_files(out, json_name: str, png_name: str, keys: tuple, inputs=None) -> None:
     """Before ``evaluate`` / ``tune`` write ``json_name`` and ``png_name`` into ``out``: refuse (exit 4) an
     existing file there that gpu_dedup did not write (its JSON lacks ``keys``; the picture counts as ours
     only beside our JSON, which is always written first), and an ``out`` inside an input directory (a
     later run would read the .json as an input shard)."""
-    out = Path(out)
     check_output_path(out, inputs, f"{json_name} as an input shard")
+    out = Path(out)
     ours = False
     path = out / json_name
     if os.path.lexists(path):

@@ -1,7 +1,7 @@
 """The stage sequence, written once.
 
-read -> normalize -> exact -> signatures -> bands -> buckets -> edges/verify ->
-components -> select -> write -> (index) -> report.
+read -> normalize -> exact -> signatures -> bands -> buckets -> verify ->
+components -> select -> write -> report (-> index).
 
 :func:`execute` is the only place that chains the stages.  Every way of
 running gpu_dedup calls it: the single-process run and the in-memory
@@ -9,28 +9,20 @@ DataFrame API (:mod:`gpu_dedup.run.local`), Dask and Dask-CUDA workers
 (:mod:`gpu_dedup.run.cluster`), a run against a persisted index and the
 evaluation.  They differ only in
 
-- the **executor**, which decides where the corpus lives and how data moves
-  (one process: host memory on the CPU backend, device memory on the GPU
-  backend; a Dask cluster: blocks on the workers, a shuffle for buckets, merges
-  for verification).  It holds no dedup logic: it runs the per-block stage
-  functions of :mod:`gpu_dedup.stages` where the data is;
-- the **job**: output directory (or none: in memory), a ``prior`` (documents
-  already indexed: they take part in matching and always survive) and a
-  ``sink`` (receives every document of the run: an index being built or
-  updated).
+- the **executor** (:mod:`gpu_dedup.run.contract`), which keeps the per-document
+  state in parts where it computes (one part in one process; a future per block
+  or shuffle partition on a cluster) and moves rows between them.  It holds no
+  dedup logic: each stage below is a map of functions of :mod:`gpu_dedup.stages`
+  over parts, with rows routed between partitions by key (the seeds' map ->
+  shuffle -> reduce);
+- the **job**: output directory (or none: in memory), the **prior** (documents
+  already indexed: they take part in matching and always survive, see
+  :mod:`gpu_dedup.run.prior`) and a **sink** (receives every document of the
+  run: an index being built or updated).
 
-Driver-side arrays (exact groups, buckets, edges, labels, survivors) are
-arrays of the backend's module (NumPy, or CuPy on a single GPU), so on one GPU
-the data stays on the device from read to write; only counts, report numbers
-and a few sample texts come back to the host.
-
-**Nodes.** Without a prior, node ``r`` is input row ``r``.  With a prior,
-the indexed documents involved (exact-key matches and the bucket centres the
-index recorded) become nodes ``0..m-1``, ranked before every new document,
-and input row ``r`` is node ``m + r``: buckets, star edges, components,
-survivors and chain splitting then run exactly as a full dedup of index + new
-documents would.  Documents are numbered across runs (``doc``): index
-documents by their index number, input rows from ``first_doc`` on.
+The sequence itself holds only counts and per-block metadata, so on a cluster
+the client's memory does not grow with the corpus.  Nodes are doc numbers: a
+prior's documents below ``first_doc``, input row ``r`` as ``first_doc + r``.
 """
 
 from __future__ import annotations
@@ -43,38 +35,32 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import to_device, to_host
+from gpu_dedup.backends import array_module, get_backend, to_host
 from gpu_dedup.config import Config
-from gpu_dedup.report.build import build_report, examples, write_report
+from gpu_dedup.report.build import build_report, examples_from_parts, similarity_summary, write_report
 from gpu_dedup.report.page import write_html
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
-from gpu_dedup.run.outdir import (
-    DUPLICATES_NAME,
-    REPORT_HTML_NAME,
-    REPORT_NAME,
-    SUCCESS_NAME,
-    OutputDir,
-)
+from gpu_dedup.run.contract import shard_starts
+from gpu_dedup.run.outdir import DUPLICATES_NAME, REPORT_HTML_NAME, REPORT_NAME, SUCCESS_NAME, OutputDir
+from gpu_dedup.run.prior import NoPrior
+from gpu_dedup.run.remote_outdir import RemoteOutputDir
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
-from gpu_dedup.stages.buckets import Buckets
-from gpu_dedup.stages.edges import Centres, Edges, star_rounds
-from gpu_dedup.stages.exact import exact_groups
-from gpu_dedup.stages.selection import ranks_from_keys, split_chains, survivors
+from gpu_dedup.stages import frames
+from gpu_dedup.stages.buckets import bucket_part, bucket_sizes, long_frame
+from gpu_dedup.stages.edges import Edges, star_accept, star_open, star_outputs, star_propose, star_start, unique_edges
+from gpu_dedup.stages.exact import exact_copies, key_frame, with_copies
+from gpu_dedup.stages.selection import ClusterPart
 from gpu_dedup.stages.write import check_id_column, duplicates_table
+from gpu_dedup.storage.filesystems import is_url
 
 log = logging.getLogger("gpu_dedup")
 
-__all__ = ["CorpusCounts", "Job", "RunResult", "execute", "open_output", "finish_output", "DUPLICATES_NAME", "REPORT_NAME",
-           "REPORT_HTML_NAME", "SUCCESS_NAME"]
+__all__ = ["CorpusCounts", "Job", "RunResult", "execute", "open_output", "finish_output", "DUPLICATES_NAME",
+           "REPORT_NAME", "REPORT_HTML_NAME", "SUCCESS_NAME"]
 
 
 class CorpusCounts:
-    """What every executor's corpus answers alike (``null``: a bool per row; ``id_column``: None when
-    the ids are generated)."""
-
-    @property
-    def null_count(self) -> int:
-        return int(self.null.sum())
+    """What every executor's corpus answers alike (``id_column``: None when the ids are generated)."""
 
     @property
     def id_generated(self) -> bool:
@@ -88,7 +74,7 @@ class Job:
     cfg: Config
     out: Path | None = None  # None: in memory (nothing written)
     write_shards: bool = True  # False: only the index (``gpu-dedup index build``)
-    prior: object | None = None  # an opened index: its documents take part and always survive
+    prior: object = field(default_factory=NoPrior)  # documents deduplicated against (run/prior.py)
     sink: object | None = None  # receives every document of this run (``append(**payload)``): an index
     examples: bool = True  # sample texts of the largest clusters in the report
     outdir: OutputDir | None = None  # the locked output directory (see open_output); files go to its staging
@@ -101,26 +87,323 @@ class Job:
 
 @dataclass
 class RunResult:
+    """What a run returns.  In one process every per-row array is here; a cluster run keeps per-document
+    values on the workers and in its outputs, so ``kept`` and ``cluster`` are read back from the output
+    directory when first asked for, and ``edges`` / ``scored`` / ``rep`` are None."""
+
     output_dir: Path | None  # None: an in-memory run (nothing written)
     report: dict
-    duplicates: pa.Table  # every member of a cluster of two or more documents
-    kept: np.ndarray  # bool per input row
-    cluster: np.ndarray  # cluster id per input row: the doc number of its survivor
-    edges: Edges  # verified edges between doc numbers, with their similarity
+    duplicates_table: pa.Table | None  # every member of a cluster of two or more documents (None: see output_dir)
+    kept_rows: np.ndarray | None = None  # bool per input row
+    cluster_rows: np.ndarray | None = None  # cluster id per input row: the doc number of its survivor
+    edges: Edges | None = None  # verified edges between doc numbers, with their similarity
     shards: list = field(default_factory=list)
     scored: Edges | None = None  # every candidate pair scored (doc numbers), with its similarity
     rep: np.ndarray | None = None  # exact-copy representative per input row (doc number)
+    first_doc: int = 0
+
+    @property
+    def duplicates(self) -> pa.Table | None:
+        """The duplicates table (a cluster run's: read back from its duplicates.parquet when first asked for)."""
+        if self.duplicates_table is None and self.output_dir is not None and \
+                (Path(self.output_dir) / DUPLICATES_NAME).exists():
+            import pyarrow.parquet as pq
+
+            self.duplicates_table = pq.read_table(Path(self.output_dir) / DUPLICATES_NAME)
+        return self.duplicates_table
+
+    @property
+    def kept(self) -> np.ndarray:
+        if self.kept_rows is None:
+            self._read_back()
+        return self.kept_rows
+
+    @property
+    def cluster(self) -> np.ndarray:
+        if self.cluster_rows is None:
+            self._read_back()
+        return self.cluster_rows
+
+    def _read_back(self) -> None:
+        """kept / cluster per row from duplicates.parquet (a cluster run's)."""
+        n = self.report["counts"]["documents_read"]
+        kept = np.ones(n, bool)
+        cluster = self.first_doc + np.arange(n, dtype=np.int64)
+        dup = self.duplicates
+        if dup is not None and dup.num_rows:
+            rows = np.asarray(dup.column("row")) - self.first_doc
+            kept[rows] = np.asarray(dup.column("kept"))
+            cluster[rows] = np.asarray(dup.column("cluster_id"))
+        self.kept_rows, self.cluster_rows = kept, cluster
 
 
 def execute(job: Job, ex, ckpt, st: StageLog | None = None) -> RunResult:
     """Run every stage for ``job`` on executor ``ex`` with checkpoints ``ckpt``.
 
-    ``ex`` (see :mod:`gpu_dedup.run.local` and :mod:`gpu_dedup.run.cluster`)
-    reads the shards and runs the per-block stages where the data lives;
-    ``ckpt`` saves and restores the driver-side result of each stage
-    (:class:`gpu_dedup.run.checkpoint.NoCheckpoints` where there are none).
+    ``ex`` keeps the per-document state and moves it (see :mod:`gpu_dedup.run.contract`);
+    ``ckpt`` says which stage units are finished (:class:`gpu_dedup.run.checkpoint.Checkpoints`,
+    or :class:`~gpu_dedup.run.checkpoint.NoCheckpoints`); the executor saves and loads their parts.
     """
     return _Sequence(job, ex, ckpt, st or StageLog()).run()
+
+
+# ---------------------------------------------------------------------------- glue between stages
+# (module-level functions of one part each: a Dask worker runs them)
+
+
+def _docs_frame(docs: dict, keys: dict | None, ranks: dict | None, prior, exact: bool) -> dict:
+    """A block's rows with ``rank`` (keep policy; input order: the row), ``match`` (the indexed document
+    it is an exact copy of, or -1) and ``eligible`` (may join an exact group of this run)."""
+    xp = array_module(docs["row"])
+    out = dict(docs)
+    out["rank"] = ranks["rank"] if ranks is not None else docs["row"].copy()
+    match = xp.full(docs["row"].shape[0], -1, dtype=xp.int64)
+    if prior.active and exact and docs["row"].shape[0]:
+        host = np.column_stack([to_host(keys["k0"]), to_host(keys["k1"]), to_host(keys["k2"])])
+        match = xp.asarray(prior.exact_matches(host))
+        match[docs["null"]] = -1
+    out["match"] = match
+    out["eligible"] = ~docs["null"] & (match < 0) if exact else xp.zeros(docs["row"].shape[0], dtype=bool)
+    return out
+
+
+def _copies_and_reps(copies: dict) -> dict:
+    """The exact groups of a key partition as rows to send to their blocks: each copy with its ``rep``, and
+    each representative that has copies (``rep`` = -1 marks it)."""
+    xp = array_module(copies["row"])
+    reps = xp.unique(copies["rep"])
+    return {"row": xp.concatenate((copies["row"], reps)),
+            "rep": xp.concatenate((copies["rep"], xp.full(reps.shape[0], -1, dtype=xp.int64)))}
+
+
+def _with_groups(docs: dict, groups: dict) -> dict:
+    """``rep`` (exact representative row) and ``has_copies`` of a block's rows."""
+    xp = array_module(docs["row"])
+    is_copy = groups["rep"] >= 0
+    out = with_copies(docs, {"row": groups["row"][is_copy], "rep": groups["rep"][is_copy]})
+    has = xp.zeros(docs["row"].shape[0], dtype=bool)
+    if docs["row"].shape[0]:
+        has[groups["row"][~is_copy] - docs["row"][0]] = True
+    out["has_copies"] = has
+    return out
+
+
+def _no_groups(docs: dict) -> dict:
+    out = dict(docs)
+    out["rep"] = docs["row"].copy()
+    out["has_copies"] = array_module(docs["row"]).zeros(docs["row"].shape[0], dtype=bool)
+    return out
+
+
+def _exact_counts(docs: dict) -> dict:
+    return {"copies": int((docs["rep"] != docs["row"]).sum()), "matched": int((docs["match"] >= 0).sum())}
+
+
+def _sign_rows(docs: dict) -> dict:
+    """Rows that get a signature: representatives with text that are no copy of an indexed document."""
+    xp = array_module(docs["row"])
+    return {"row": docs["row"][xp.flatnonzero((docs["rep"] == docs["row"]) & ~docs["null"] & (docs["match"] < 0))]}
+
+
+def _rows_count(part: dict, column: str = "row") -> dict:
+    return {"rows": int(part[column].shape[0])}
+
+
+def _bucket_centres(bk: dict, prior) -> dict | None:
+    """The prior's centres of one partition's buckets (None without a prior)."""
+    if not prior.active:
+        return None
+    xp = array_module(bk["members"])
+    q, r, d = prior.bucket_centres(to_host(bk["band"]), to_host(bk["hash"]))
+    return {"bucket": xp.asarray(q, dtype=xp.int64), "round": xp.asarray(r, dtype=xp.int64),
+            "doc": xp.asarray(d, dtype=xp.int64)}
+
+
+def _bucket_counts(bk: dict, centres: dict | None) -> dict:
+    xp = array_module(bk["members"])
+    sizes = bk["offsets"][1:] - bk["offsets"][:-1]
+    candidate = sizes > 1
+    if centres is not None:  # a bucket with one new document counts when the index has a centre for it
+        candidate |= xp.isin(xp.arange(sizes.shape[0]), centres["bucket"])
+    return {"buckets": int(sizes.shape[0]), "memberships": int(bk["members"].shape[0]),
+            "candidate_buckets": int(candidate.sum())}
+
+
+def _edge_counts(part: dict) -> dict:
+    return {"edges": int(part["src"].shape[0])}
+
+
+def _home_edges(edges: dict, prior) -> dict:
+    """Edges with each indexed end replaced by its home (an index cluster acts as its survivor)."""
+    if not prior.active:
+        return {"src": edges["src"], "dst": edges["dst"]}
+    xp = array_module(edges["src"])
+    return {"src": _home(edges["src"], prior, xp), "dst": _home(edges["dst"], prior, xp)}
+
+
+def _home(nodes, prior, xp):
+    f = prior.first_doc
+    out = nodes.copy()
+    low = nodes < f
+    if bool(low.any()):
+        out[low] = xp.asarray(prior.home(to_host(nodes[low])))
+    return out
+
+
+def _tag(part: dict, part_index: int) -> dict:
+    """``part`` with its partition ``_part`` and row position ``_i`` (to come back after a lookup)."""
+    xp = frames.module_of(part)
+    n = frames.size(part)
+    return {**part, "_part": xp.full(n, part_index, dtype=xp.int64), "_i": xp.arange(n, dtype=xp.int64)}
+
+
+def _join(left: dict, right: dict, on: str, value: str, out: str) -> dict:
+    """``left`` with column ``out``: ``right[value]`` at the row of ``right`` whose ``node`` is ``left[on]``
+    (right's nodes are unique), else ``left[on]`` itself."""
+    xp = frames.module_of(left)
+    res = dict(left)
+    vals = frames.lookup(left[on], right["node"], right[value], -1)
+    res[out] = xp.where(frames.member(left[on], right["node"]), vals, left[on])
+    return res
+
+
+def _identity(obj):
+    return obj
+
+
+def _part_dest(frame: dict, n: int) -> np.ndarray:
+    return frame["_part"]
+
+
+def _untag(part: dict) -> dict:
+    """Rows back in their original order (``_i``), tags and the lookup key dropped."""
+    part = frames.sort_by(part, "_i")
+    return {k: v for k, v in part.items() if k not in ("_part", "_i", "_key")}
+
+
+def _member_rows(docs: dict, in_edges: dict, prior) -> tuple[dict, dict]:
+    """A block's rows that belong to a cluster of two or more nodes, in two frames:
+
+    - rows labelled here (``node``, ``label``, ``rank``, ``rep_node``): rows with an edge (their component
+      label) and representatives of exact copies without one (their own node);
+    - copies (``node``, ``rank``, ``rep_node``, ``_key``: the node whose label they take): exact copies of
+      a row or of an indexed document, whose label lives with their representative."""
+    xp = array_module(docs["row"])
+    node = docs["row"] + prior.first_doc
+    match = docs["match"]
+    rep_node = xp.where(match >= 0, match, docs["rep"] + prior.first_doc)
+    label = frames.lookup(node, in_edges["node"], in_edges["label"], -1)
+    has_edge = label >= 0
+    mine = (rep_node == node) & (has_edge | docs["has_copies"])
+    local = {"node": node[mine], "label": xp.where(has_edge[mine], label[mine], node[mine]),
+             "rank": docs["rank"][mine], "rep_node": rep_node[mine]}
+    cp = rep_node != node
+    copies = {"node": node[cp], "rank": docs["rank"][cp], "rep_node": rep_node[cp],
+              "_key": _home(rep_node[cp], prior, xp)}
+    return local, copies
+
+
+def _index_nodes(docs: dict, centres: dict | None) -> dict:
+    """Indexed documents this partition involves: exact matches of its rows and the centres of its buckets."""
+    xp = array_module(docs["match"]) if docs is not None else array_module(centres["doc"])
+    parts = []
+    if docs is not None:
+        parts.append(docs["match"][docs["match"] >= 0])
+    if centres is not None:
+        parts.append(centres["doc"])
+    nodes = xp.unique(xp.concatenate(parts)) if parts else xp.zeros(0, dtype=xp.int64)
+    return {"node": nodes}
+
+
+def _index_members(part: dict, prior) -> dict:
+    """The indexed documents of one partition (with duplicates) and their homes, as members: ``node``,
+    ``rank``, ``rep_node`` (itself), ``_key`` (its home, whose label it takes)."""
+    xp = array_module(part["node"])
+    docs = xp.unique(part["node"])
+    homes = _home(docs, prior, xp)
+    nodes = xp.unique(xp.concatenate((docs, homes)))
+    return {"node": nodes, "rank": xp.asarray(prior.ranks(to_host(nodes))), "rep_node": nodes,
+            "_key": _home(nodes, prior, xp)}
+
+
+MEMBER_COLUMNS = ("node", "label", "rank", "rep_node")
+
+
+def _cluster_members(*parts) -> dict:
+    """The members that reached one partition of clusters, from each source, as one frame."""
+    return frames.concat([{k: p[k] for k in MEMBER_COLUMNS} for p in parts])
+
+
+def _concat(*parts) -> dict:
+    return frames.concat(list(parts))
+
+
+def _edge_labels(edges: dict, prior) -> dict:
+    """Verified edges with the lookup key of their label: the home of their first end."""
+    xp = array_module(edges["src"])
+    return {"src": edges["src"], "dst": edges["dst"], "_key": _home(edges["src"], prior, xp)}
+
+
+def _cluster_start(members: dict, edges: dict, threshold: float, split: bool, backend, first_doc: int):
+    return ClusterPart(members, {"src": edges["src"], "dst": edges["dst"]}, threshold, split,
+                       get_backend(backend).components, first_doc)
+
+
+def _cluster_before(part: ClusterPart) -> dict:
+    return {"clusters": part.clusters_before}
+
+
+def _cluster_propose(part: ClusterPart):
+    return part, part.propose()
+
+
+def _cluster_accept(part: ClusterPart, scored: dict) -> ClusterPart:
+    part.accept(scored["sim"])
+    return part
+
+
+def _cluster_open(part: ClusterPart) -> dict:
+    return {"open": int(not part.done)}
+
+
+def _cluster_finish(part: ClusterPart):
+    return part, part.finish()
+
+
+def _cluster_outputs(part: ClusterPart, scored: dict, prior):
+    rows, counts = part.outputs(scored["sim"])
+    xp = array_module(rows["node"])
+    cluster = rows["survivor"].copy()
+    if prior.active:  # an indexed survivor: the index's own cluster id of it
+        low = cluster < prior.first_doc
+        if bool(low.any()):
+            cluster[low] = xp.asarray(prior.home(to_host(cluster[low])))
+    rows["cluster"] = cluster
+    counts = {**counts, "size_counts": part.sizes()}
+    return rows, counts
+
+
+def _near_similarity(rows: dict) -> np.ndarray:
+    """Similarities of removed near duplicates to their survivors (host), for the report."""
+    near = ~rows["kept"] & ~rows["exact"]
+    return to_host(rows["similarity"][near])
+
+
+def _block_outputs(selected: dict, first_doc: int) -> dict:
+    """A block's members of clusters of two or more documents, in row order, with what the duplicates table
+    needs; and the rows it removes."""
+    sel = frames.sort_by(selected, "node")
+    multi = frames.take(sel, array_module(sel["node"]).flatnonzero(sel["multi"]))
+    multi["row"] = multi["node"] - first_doc
+    return multi
+
+
+def _removed(out: dict) -> dict:
+    xp = array_module(out["row"])
+    return {"row": out["row"][xp.flatnonzero(~out["kept"])]}
+
+
+# ---------------------------------------------------------------------------- the sequence
 
 
 class _Sequence:
@@ -129,37 +412,66 @@ class _Sequence:
         self.job, self.ex, self.ckpt, self.st = job, ex, ckpt, st
         self.cfg = job.cfg
         self.backend = ex.backend
-        self.xp = ex.xp
         self.counts: dict = {}
-        self.prior = job.prior
-        self.first_doc = self.prior.documents if self.prior is not None else 0
+        self.prior = job.prior if job.prior is not None else NoPrior()
+        self.first_doc = self.prior.first_doc
 
     # ------------------------------------------------------------------ helpers
     def _unit(self, unit: str, stages: tuple, compute):
-        """Load checkpoint ``unit`` or run ``compute()`` (which times ``stages``) and save it."""
-        xp = self.xp
+        """Load finished unit ``unit`` (its parts, where the executor keeps them) or run ``compute()`` (which
+        times ``stages``) and save it."""
         loaded = None
         if self.ckpt.has(unit):
             try:
-                loaded = self.ckpt.load(unit)
+                loaded = self.ex.load(self.ckpt, unit)
             except CheckpointUnreadable:  # truncated or garbled: computed again (a warning says so)
                 loaded = None
         if loaded is not None:
-            arrays, meta = loaded
+            parts, meta = loaded
             for name, entry in meta["stages"].items():
                 self.st.stages[name] = {**entry, "resumed": True}
             self.counts.update(meta["counts"])
+            self.extra.update(meta.get("extra", {}))
             log.info("stage(s) %s: resumed from checkpoint", ", ".join(stages))
-            return {k: (to_device(v, xp) if isinstance(v, np.ndarray) else v) for k, v in arrays.items()}
-        arrays, counts = compute()
+            return parts
+        parts, counts, extra = compute()
         self.counts.update(counts)
-        self.ckpt.save(unit, {k: to_host(v) for k, v in arrays.items()},
-                       {"stages": {n: self.st.stages[n] for n in stages if n in self.st.stages}, "counts": counts})
-        return arrays
+        self.extra.update(extra)
+        self.ex.save(self.ckpt, unit, parts, {"stages": {n: self.st.stages[n] for n in stages if n in self.st.stages},
+                                   "counts": counts, "extra": extra})
+        return parts
 
-    def _similarity(self, left, right, progress=None):
-        """Similarity of node pairs (the family's exact similarity, or its signature estimate)."""
-        return self.ex.similarity(left, right, self.prior_nodes, progress=progress)
+    def _route(self, parts, dest, **kw):
+        return self.ex.route(parts, dest, self.ex.partitions, **kw)
+
+    def _to_blocks(self, parts, on: str, first_doc: int = 0):
+        return self.ex.route(parts, frames.block_dest, self.ex.blocks_count, on=on, starts=self.starts,
+                             first_doc=first_doc)
+
+    def _lookup(self, parts, table, out: str, key: str = "_key", value: str = "label"):
+        """Left join: each row of ``parts`` gets ``out`` = ``table[value]`` where ``table["node"]`` equals its
+        ``key`` (else the key itself), in its own partition and order.  ``table`` is routed by
+        ``hash_dest(node)``; the rows travel there and back."""
+        ex = self.ex
+        tagged = ex.map(_tag, parts, with_index=True)
+        there = self._route(tagged, frames.hash_dest, on=key)
+        joined = ex.map(_join, there, table, on=key, value=value, out=out)
+        back = ex.route(joined, _part_dest, len(parts))
+        return ex.map(_untag, back)
+
+    def _score_rounds(self, states, propose, accept, is_open, rounds: int | None = None, progress=None):
+        """Rounds of ``propose`` -> score the pairs where the texts live -> ``accept`` on every partition,
+        until none is open (or ``rounds`` rounds)."""
+        ex = self.ex
+        r = 0
+        while rounds is None or r < rounds:
+            states, pairs = ex.map(propose, states, outputs=2)
+            sims = ex.score(pairs, progress=progress)
+            states = ex.map(accept, states, sims)
+            r += 1
+            if ex.total(is_open, states)["open"] == 0:
+                break
+        return states
 
     # ------------------------------------------------------------------ stages
     def read(self):
@@ -175,323 +487,253 @@ class _Sequence:
                         "reported (duplicates.parquet also names shard and shard_row)", corpus.duplicate_ids,
                         cfg.input.id_column)
         self.counts.update(documents_read=corpus.n, null_text=corpus.null_count, duplicate_ids=corpus.duplicate_ids)
+        self.starts = self.ex.block_starts  # global row of each block's first row, and the total
         check_id_column(corpus.id_column)
 
     def exact(self):
-        """Exact copies (of each other, and with a prior of indexed documents) -> representative node."""
-        cfg, xp, n = self.cfg, self.xp, self.n
+        """Exact copies (of each other, and of a prior's documents) -> each row's representative."""
+        cfg, ex = self.cfg, self.ex
 
         def compute():
-            counts = dict(self.ex.normalize())  # its own stage; what it counts is saved with this unit
-            keys = self.ex.exact_keys() if (cfg.exact_dedup or self.job.sink is not None) else None
-            with self.st.stage("exact", n) as info:
-                ranks = to_device(ranks_from_keys(cfg.select.keep, n, length=self.corpus.rank_key,
-                                                  ids=self.corpus.rank_key, score=self.corpus.rank_key), xp)
-                null = self.corpus.null
-                match = xp.full(n, -1, dtype=xp.int64)  # index document each row is an exact copy of
-                if self.prior is not None and cfg.exact_dedup and n:
-                    match = to_device(self.prior.exact_matches(to_host(keys)), xp)
-                    match[null] = -1
+            counts = dict(ex.normalize())  # its own stage; what it counts is saved with this unit
+            keys = ex.exact_keys() if (cfg.exact_dedup or self.job.sink is not None) else None
+            with self.st.stage("exact", self.n) as info:
+                ranks = ex.ranks() if cfg.select.keep != "first" else None
+                docs = ex.map(_docs_frame, ex.docs(), keys, ranks, prior=self.prior, exact=cfg.exact_dedup)
                 if cfg.exact_dedup:
-                    rep = exact_groups(keys, ranks, eligible=~null & (match < 0))
+                    candidates = ex.map(key_frame, docs, keys)
+                    copies = ex.map(exact_copies, self._route(candidates, frames.hash_dest, on=("k0", "k1", "k2")))
+                    groups = self._to_blocks(ex.map(_copies_and_reps, copies), "row")
+                    docs = ex.map(_with_groups, docs, groups)
                 else:
-                    rep = xp.arange(n, dtype=xp.int64)
-                collapsed = int((rep != xp.arange(n)).sum()) + int((match >= 0).sum())
+                    docs = ex.map(_no_groups, docs)
+                c = ex.total(_exact_counts, docs)
+                collapsed = c["copies"] + c["matched"]
                 info.update(copies_collapsed=collapsed)  # removed as exact or (a copy of a near duplicate) near
-            arrays = {"rep": rep, "ranks": ranks, "match": match}
+            parts = {"docs": docs}
             if keys is not None and self.job.sink is not None:
-                arrays["keys"] = keys
-            return arrays, {**counts, "exact_stage_collapsed": collapsed}
+                parts["keys"] = keys
+            return parts, {**counts, "exact_stage_collapsed": collapsed}, {}
 
-        a = self._unit("exact", ("exact",), compute)
-        self.rep_row, self.ranks, self.match = a["rep"], a["ranks"], a["match"]
-        self.keys = a.get("keys")
+        parts = self._unit("exact", ("exact",), compute)
+        self.docs, self.keys = parts["docs"], parts.get("keys")
 
     def signatures_and_bands(self):
-        """Signatures (the family's) of the representatives that are not copies of an indexed
-        document; band hashes of those that have one."""
-        xp, n = self.xp, self.n
+        """Signatures (the family's) of the representatives that are not copies of an indexed document;
+        band hashes of those that have one."""
+        ex = self.ex
 
         def compute():
-            rows = xp.flatnonzero((self.rep_row == xp.arange(n)) & ~self.corpus.null & (self.match < 0))
-            with self.st.stage("signatures", rows.shape[0]) as info:
-                features, usable = self.ex.signatures(rows, progress=info.progress.update)
-                stage_info, counts = self.family.signature_info(to_host(features), to_host(usable))
+            rows = ex.map(_sign_rows, self.docs)
+            total = ex.total(_rows_count, rows)["rows"]
+            with self.st.stage("signatures", total) as info:
+                sigs = ex.signatures(rows, progress=info.progress.update)
+                stage_info, counts = self.family.combine_signature_info(ex.collect(_signature_info, sigs,
+                                                                                   family=self.family))
                 info.update(**stage_info)
-            lsh_rows = rows[usable]
-            with self.st.stage("bands", lsh_rows.shape[0]) as info:
-                bands = self.ex.bands(lsh_rows)
+            lsh = ex.total(_lsh_count, sigs)["rows"]
+            with self.st.stage("bands", lsh) as info:
+                bands = ex.band_hashes(sigs)
                 b, r = self.family.layout
                 info.update(bands=b, rows=r)
-            return {"lsh_rows": lsh_rows, **bands.arrays()}, counts
+            return {"bands": bands}, counts, {"lsh_rows": lsh}
 
-        a = self._unit("bands", ("signatures", "bands"), compute)
-        self.lsh_rows = a["lsh_rows"]
-        self.bands = self.ex.band_data(a)
+        self.bands = self._unit("bands", ("signatures", "bands"), compute)["bands"]
+        ex.keep_bands(self.bands)  # what verification by signature reads (also after a resume)
 
     def buckets(self):
-        """Group (band, band hash) -> buckets of nodes; with a prior, the index's centres of each bucket."""
-        xp, m_prior = self.xp, self.prior is not None
+        """Group (band, band hash) -> buckets of doc numbers; with a prior, the index's centres of each."""
+        ex, prior = self.ex, self.prior
 
         def compute():
-            with self.st.stage("buckets", int(self.lsh_rows.shape[0]) * self.family.layout[0], "band hashes") as info:
+            lsh = self.extra.get("lsh_rows", 0)
+            with self.st.stage("buckets", lsh * self.family.layout[0], "band hashes") as info:
+                routed = self._route(self.bands, frames.hash_dest, on=("band", "hash"), explode=long_frame,
+                                     explode_kw={"first_doc": self.first_doc})
                 # with a prior, a lone new document still meets the index's documents of its bucket
-                bk = self.ex.buckets(self.bands, min_size=1 if m_prior else 2)
-                arrays = {"band": bk.band, "hash": bk.hash, "offsets": bk.offsets, "members": bk.members}
-                if m_prior:
-                    cq, cr, cd = (to_device(x, xp) for x in self.prior.bucket_centres(to_host(bk.band),
-                                                                                  to_host(bk.hash)))
-                    arrays.update(centre_bucket=cq, centre_round=cr, centre_doc=cd)
-                info.update(buckets=len(bk), memberships=int(bk.members.shape[0]))
-            candidate = bk.sizes > 1
-            if m_prior:  # a bucket with one new document counts when the index has a centre for it
-                candidate |= xp.isin(xp.arange(len(bk)), cq)
-            return arrays, {"candidate_buckets": int(candidate.sum()), "bucket_memberships": int(bk.members.shape[0])}
+                bk = ex.map(bucket_part, routed, min_size=1 if prior.active else 2, first_doc=self.first_doc)
+                centres = ex.map(_bucket_centres, bk, prior=prior)
+                c = ex.total(_bucket_counts, bk, centres)
+                info.update(buckets=c["buckets"], memberships=c["memberships"])
+            sizes = _merge_counts(ex.collect(bucket_sizes, bk))
+            return ({"buckets": bk, "centres": centres},
+                    {"candidate_buckets": c["candidate_buckets"], "bucket_memberships": c["memberships"]},
+                    {"bucket_sizes": sizes})
 
-        a = self._unit("buckets", ("buckets",), compute)
-        bk_rows = Buckets(a["band"], a["hash"], a["offsets"], a["members"])
-        self.bucket_sizes = bk_rows.sizes
-        # nodes: index documents involved (exact matches, recorded centres), then the input rows
-        if m_prior:
-            matched = self.match[self.match >= 0]
-            involved = xp.unique(xp.concatenate((matched, a["centre_doc"])))
-            # and the survivors of their index clusters: an edge to an indexed document joins its cluster,
-            # whose survivor chain splitting measures new members against, as a full dedup does
-            survivors_of = xp.asarray(self.prior.survivors(to_host(involved)), dtype=xp.int64)
-            self.index_docs = xp.unique(xp.concatenate((involved, survivors_of)))
-        else:
-            self.index_docs = xp.zeros(0, dtype=xp.int64)
-        m = self.m = int(self.index_docs.shape[0])
-        self.N = m + self.n
-        self.home = None  # node -> node of its index cluster's survivor (identity for input rows)
-        if m_prior:
-            home = xp.searchsorted(self.index_docs, xp.asarray(self.prior.survivors(to_host(self.index_docs)),
-                                                               dtype=xp.int64))
-            self.home = xp.concatenate((home, xp.arange(m, self.N, dtype=xp.int64)))
-        rep = self.rep_row + m
-        has = self.match >= 0
-        rep[has] = xp.searchsorted(self.index_docs, self.match[has])
-        self.rep = xp.concatenate((xp.arange(m, dtype=xp.int64), rep))  # per node
-        self.bk = Buckets(bk_rows.band, bk_rows.hash, bk_rows.offsets, bk_rows.members + m)
-        self.forced = None
-        if m_prior:
-            self.forced = Centres(a["centre_bucket"], a["centre_round"],
-                                  xp.searchsorted(self.index_docs, a["centre_doc"]))
-        self.prior_nodes = (m, self.prior, to_host(self.index_docs)) if m else None
-        self.counts["index_nodes_involved"] = m if m_prior else None
-        if not m_prior:
-            self.counts.pop("index_nodes_involved")
+        parts = self._unit("buckets", ("buckets",), compute)
+        self.bk, self.centres_in = parts["buckets"], parts["centres"]
 
     def verify(self):
         """Star edges per bucket, verified, re-starred for lsh.star_rounds rounds."""
-        cfg = self.cfg
+        cfg, ex = self.cfg, self.ex
 
         def compute():
             method, rounds = cfg.verify.method, cfg.lsh.star_rounds
-            with self.st.stage("verify", int(self.bk.members.shape[0]), "pairs") as info:
-                prog = info.progress
+            memberships = self.counts.get("bucket_memberships", 0)
+            with self.st.stage("verify", memberships, "pairs") as info:
+                states = ex.map(star_start, self.bk, self.centres_in, threshold=cfg.verify_threshold,
+                                rounds=rounds, keep_all=method == "none")
+                states = self._score_rounds(states, star_propose, star_accept, star_open, max(rounds, 1),
+                                            progress=info.progress.update)
+                verified, scored, centres = ex.map(star_outputs, states, outputs=3)
+                if ex.partitions > 1:  # a pair found in buckets of two partitions is one edge
+                    verified = ex.map(unique_edges, self._route(verified, frames.hash_dest, on=("src", "dst")))
+                    scored = ex.map(unique_edges, self._route(scored, frames.hash_dest, on=("src", "dst")))
+                s = ex.total(_edge_counts, scored)["edges"]
+                v = ex.total(_edge_counts, verified)["edges"]
+                info.update(method=method, star_rounds=rounds, candidate_edges=s, verified_edges=v)
+            return ({"verified": verified, "scored": scored, "centres": centres},
+                    {"candidate_edges": s, "verified_edges": v}, {})
 
-                def similarity(left, right):
-                    return self._similarity(left, right, progress=prog.update)
-
-                res = star_rounds(self.bk, similarity, cfg.verify_threshold, rounds, keep_all=method == "none",
-                                  forced=self.forced)
-                v, s, c = res.verified, res.scored, res.centres
-                info.update(method=method, star_rounds=rounds, candidate_edges=len(s), verified_edges=len(v))
-            return ({"src": v.src, "dst": v.dst, "similarity": v.similarity, "scored_src": s.src,
-                     "scored_dst": s.dst, "scored_similarity": s.similarity, "centre_bucket": c.bucket,
-                     "centre_round": c.round, "centre_node": c.doc},
-                    {"candidate_edges": len(s), "verified_edges": len(v)})
-
-        a = self._unit("verify", ("verify",), compute)
-        self.verified = Edges(a["src"], a["dst"], a["similarity"])
-        self.scored = Edges(a["scored_src"], a["scored_dst"], a["scored_similarity"])
-        self.centres = Centres(a["centre_bucket"], a["centre_round"], a["centre_node"])
+        parts = self._unit("verify", ("verify",), compute)
+        self.verified, self.scored, self.centres = parts["verified"], parts["scored"], parts["centres"]
 
     def components(self):
-        xp = self.xp
+        """Connected components of the verified edges (an indexed end stands for its home), then every node
+        of a cluster of two or more with its label, gathered by label: the clusters select works on."""
+        cfg, ex, prior = self.cfg, self.ex, self.prior
 
         def compute():
-            with self.st.stage("components", len(self.verified), "edges") as info:
-                src, dst, rep = self.verified.src, self.verified.dst, self.rep
-                if self.home is not None:  # indexed documents stand for their index clusters
-                    src, dst, rep = self.home[src], self.home[dst], self.home[rep]
-                labels = self.backend.components(src, dst, self.N)[rep]
-                clusters = int((xp.bincount(labels, minlength=self.N) > 1).sum()) if self.N else 0
-                info.update(clusters=clusters)
-            return {"labels": labels}, {"clusters": clusters}
+            with self.st.stage("components", self.counts.get("verified_edges", 0), "edges") as info:
+                labels = ex.components(ex.map(_home_edges, self.verified, prior=prior))
+                in_edges = self._to_blocks(labels, "node", self.first_doc)
+                local, copies = ex.map(_member_rows, self.docs, in_edges, prior=prior, outputs=2)
+                sources = [local, self._lookup(copies, labels, "label")]
+                if prior.active:
+                    involved = ex.map(_concat,
+                                      self._route(ex.map(_index_nodes, self.docs, None), frames.hash_dest, on="node"),
+                                      self._route(ex.map(_index_nodes, None, self.centres_in), frames.hash_dest,
+                                                  on="node"))
+                    sources.append(self._lookup(ex.map(_index_members, involved, prior=prior), labels, "label"))
+                members = ex.map(_cluster_members, *[self._route(m, frames.hash_dest, on="label") for m in sources])
+                edges = self._lookup(ex.map(_edge_labels, self.verified, prior=prior), labels, "label")
+                edges = self._route(edges, frames.hash_dest, on="label")
+                self.clusters = start(members, edges)
+                n = ex.total(_cluster_before, self.clusters)["clusters"]
+                info.update(clusters=n)
+            return {"members": members, "edges": edges}, {"clusters": n}, {}
 
-        self.labels = self._unit("components", ("components",), compute)["labels"]
+        def start(members, edges):
+            return ex.map(_cluster_start, members, edges, threshold=cfg.verify_threshold,
+                          split=cfg.select.split_chains, backend=ex.part_backend, first_doc=self.first_doc)
+
+        self.clusters = None
+        parts = self._unit("components", ("components",), compute)
+        if self.clusters is None:  # resumed: the clusters start again from their members and edges
+            self.clusters = start(parts["members"], parts["edges"])
 
     def select(self):
-        """One survivor per cluster (indexed documents first, then the policy's ranks); similarity to it."""
-        cfg, xp, m, N = self.cfg, self.xp, self.m, self.N
+        """One survivor per cluster (indexed documents first, then the policy's ranks); chains split; each
+        removed near duplicate's similarity to its survivor."""
+        cfg, ex = self.cfg, self.ex
 
         def compute():
             with self.st.stage("select", self.n) as info:
-                prior_ranks = xp.arange(m, dtype=xp.int64) - m  # indexed documents first, their survivors first
-                if m:
-                    prior_ranks = xp.where(self.home[:m] == xp.arange(m), prior_ranks - m, prior_ranks)
-                ranks = xp.concatenate((prior_ranks, self.ranks))
-                labels = self.labels
-                survivor = survivors(labels, ranks)
-                extra = {}
-                if cfg.select.split_chains:  # members below the threshold to their survivor leave
-                    labels, survivor, ejected, rounds = split_chains(
-                        labels, self.rep, ranks, self.verified.src, self.verified.dst, self._similarity,
-                        cfg.verify_threshold, self.backend.components, fixed=xp.arange(N) < m)
-                    extra["chain_split_ejected"] = int(ejected.sum())
-                    info.update(chain_split_ejected=int(ejected.sum()), chain_split_rounds=rounds)
-                node = xp.arange(m, N, dtype=xp.int64)
-                kept = survivor[m:] == node
-                similarity = xp.ones(self.n, dtype=xp.float64)
-                todo = xp.flatnonzero(~kept & (self.rep[m:] != survivor[m:]))
-                if todo.shape[0]:
-                    similarity[todo] = self._similarity(self.rep[m:][todo], survivor[m:][todo])
-                removed = ~kept
-                near = removed & (self.rep[m:] != survivor[m:])
-                info.update(kept=int(kept.sum()), removed=int(removed.sum()))
-            counts = {
-                "exact_duplicates": int((removed & ~near).sum()),  # same normalized text as the survivor
-                "near_duplicates": int(near.sum()),
-                "removed": int(removed.sum()),
-                "kept": int(kept.sum()),
-                **extra,
-            }
-            if m or self.prior is not None:
-                counts["removed_against_index"] = int((removed & (survivor[m:] < m)).sum())
-            return {"survivor": survivor, "kept": kept, "similarity": similarity, "labels": labels}, counts
+                clusters = self.clusters
+                if cfg.select.split_chains:
+                    clusters = self._score_rounds(clusters, _cluster_propose, _cluster_accept, _cluster_open)
+                clusters, pairs = ex.map(_cluster_finish, clusters, outputs=2)
+                rows, part_counts = ex.map(_cluster_outputs, clusters, ex.score(pairs), prior=self.prior, outputs=2)
+                got = ex.collect(_identity, part_counts)
+                c = {k: sum(g[k] for g in got) for k in ("removed", "exact_duplicates", "near_duplicates",
+                                                         "chain_split_ejected", "clusters",
+                                                         "removed_against_index")}
+                c["chain_split_rounds"] = max((g["chain_split_rounds"] for g in got), default=0)
+                removed = c["removed"]
+                counts = {"exact_duplicates": c["exact_duplicates"], "near_duplicates": c["near_duplicates"],
+                          "removed": removed, "kept": self.n - removed}
+                if cfg.select.split_chains:
+                    counts["chain_split_ejected"] = c["chain_split_ejected"]
+                    info.update(chain_split_ejected=c["chain_split_ejected"],
+                                chain_split_rounds=c["chain_split_rounds"])
+                if self.prior.active:
+                    counts["removed_against_index"] = c["removed_against_index"]
+                info.update(kept=counts["kept"], removed=removed)
+                counts["clusters"] = c["clusters"]
+                sizes = _merge_counts([g["size_counts"] for g in got])
+            return {"rows": rows}, counts, {"cluster_sizes": sizes}
 
-        a = self._unit("select", ("select",), compute)
-        self.survivor, self.kept, self.similarity, self.labels = a["survivor"], a["kept"], a["similarity"], a["labels"]
-        self.cluster_size = xp.bincount(self.labels, minlength=N) if N else xp.zeros(0, dtype=xp.int64)
-        self.counts["clusters"] = int(xp.unique(self.labels[m:][self.cluster_size[self.labels[m:]] > 1]).shape[0])
+        self.selected = self._unit("select", ("select",), compute)["rows"]
 
-    # ------------------------------------------------------------------ doc numbers
-    def _ids(self, rows) -> pa.Array:
-        """User ids of input rows (host); generated ids are doc numbers (they continue an index's)."""
-        rows = np.asarray(rows, np.int64)
-        if self.corpus.id_generated:
-            return pa.array(self.first_doc + rows, pa.int64())
-        return self.ex.ids(rows)
-
-    def _node_doc(self):
-        """Doc number of every node: index documents, then first_doc + row."""
-        xp = self.xp
-        return xp.concatenate((self.index_docs, self.first_doc + xp.arange(self.n, dtype=xp.int64)))
-
-    def _cluster_ids(self, node_doc):
-        """Cluster id per input row: the doc number of its survivor (for an indexed survivor, the
-        index's own cluster id of it)."""
-        xp, m = self.xp, self.m
-        cluster = node_doc[self.survivor[m:]]
-        in_index = self.survivor[m:] < m
-        if self.prior is not None and bool(in_index.any()):
-            cluster[in_index] = xp.asarray(self.prior.survivors(to_host(cluster[in_index])))
-        return cluster
-
+    # ------------------------------------------------------------------ outputs
     def write(self):
-        cfg, xp, m = self.cfg, self.xp, self.m
+        cfg, ex = self.cfg, self.ex
         corpus = self.corpus
-        node_doc = self._node_doc()
-        self.cluster = self._cluster_ids(node_doc)
         with self.st.stage("write", len(corpus.shards), "shards") as info:
-            member = to_host(xp.flatnonzero(self.cluster_size[self.labels[m:]] > 1))
-            surv = to_host(self.survivor[m:][member])
-            surv_row = surv - m
-            in_index = surv < m
-            cluster = to_host(self.cluster[member])
-            ids = survivor_ids = None  # generated ids: the row and cluster_id columns name the documents
-            if not corpus.id_generated:
-                ids = self._ids(member)
-                if in_index.any():  # an indexed survivor: the id of the index's cluster id of it
-                    pos = np.empty(member.shape[0], np.int64)
-                    pos[~in_index] = np.arange(int((~in_index).sum()))
-                    pos[in_index] = (~in_index).sum() + np.arange(int(in_index.sum()))
-                    row_ids = self._ids(surv_row[~in_index])
-                    index_ids = self.prior.ids(cluster[in_index])
-                    survivor_ids = pa.concat_arrays([row_ids, index_ids.cast(row_ids.type)]).take(pa.array(pos))
-                else:
-                    survivor_ids = self._ids(surv_row)
-            kept = to_host(self.kept)
-            rep = to_host(self.rep[m:][member])
-            starts = np.cumsum([0] + [s.rows for s in corpus.shards])
-            duplicates = duplicates_table(
-                ids=ids, survivor_ids=survivor_ids, rows=member, first_row=self.first_doc, shard_starts=starts,
-                shard_names=[s.name for s in corpus.shards], id_column=corpus.id_column,
-                kept=kept[member], cluster=cluster,
-                similarity=to_host(self.similarity)[member], exact=rep == surv,
-                in_index=in_index if self.prior is not None else None)
+            per_block = self._to_blocks(self.selected, "node", self.first_doc)
+            dup = ex.map(_block_outputs, per_block, first_doc=self.first_doc)
+            names = [s.name for s in corpus.shards]
+            tables = ex.map(_duplicates_part, dup, ex.ids(dup, "row") if not corpus.id_generated else None,
+                            self._survivor_ids(dup), first_doc=self.first_doc, starts=shard_starts(corpus.shards),
+                            names=names, id_column=corpus.id_column, in_index=self.prior.active)
             written = 0  # rows in deduplicated shards: none in memory or with output.shards false
             target = self.job.target
             if target is not None and self.job.write_shards:
-                written = self.ex.write(kept, target, self.ckpt, progress=info.progress.update)
+                written = ex.write_shards(ex.map(_removed, dup), target, self.ckpt, progress=info.progress.update)
                 if written != self.counts["kept"]:  # pragma: no cover - guarded by tests
                     raise RuntimeError(f"accounting error: {written} rows written but {self.counts['kept']} kept")
+            rows = ex.total(_table_rows, tables)["rows"]
             if cfg.output.duplicates_table and target is not None:
-                self.ex.write_table(target / DUPLICATES_NAME, duplicates)
-            info.update(rows_written=written, duplicates_rows=duplicates.num_rows)
-        self.duplicates = duplicates
-        self.node_doc = node_doc
+                ex.write_table(tables, target / DUPLICATES_NAME)
+            info.update(rows_written=written, duplicates_rows=rows)
+        self.dup, self.tables, self.duplicates_rows = dup, tables, rows
+
+    def _survivor_ids(self, dup):
+        """Per block: the ids of each member's survivor (an indexed survivor: the index's id of its cluster
+        id), or None without an id column."""
+        if self.corpus.id_generated:
+            return None
+        ex = self.ex
+        ids = ex.ids(ex.map(_survivor_rows, dup, first_doc=self.first_doc), "row")
+        return ex.map(_survivor_id_column, dup, ids, prior=self.prior)
 
     def index(self):
         """Hand every document of this run to the sink (an index being built or updated)."""
-        m = self.m
         maybe_crash("index:before-append")
         with self.st.stage("index", self.n) as info:
-            keys = self.keys if self.keys is not None else self.ex.exact_keys()
-            centres = self.centres
-            own = centres.doc >= m  # centres among this run's documents
-            payload = self.ex.index_payload(self.bands, self.lsh_rows)
-            ids = self._ids(np.arange(self.n))
-            self.job.sink.append(
-                ids=ids, kept=to_host(self.kept), survivor=to_host(self.cluster), keys=to_host(keys),
-                texts=payload["texts"], band_docs=self.first_doc + to_host(self.lsh_rows),
-                band_hashes=payload["band_hashes"], signatures=payload["signatures"],
-                vectors=payload.get("vectors"), layout=self.family.layout,
-                centres=(to_host(self.bk.band[centres.bucket[own]]), to_host(self.bk.hash[centres.bucket[own]]),
-                         to_host(centres.round[own]), to_host(self.node_doc[centres.doc[own]])))
+            payload = self.ex.index_payload(self.docs, self.keys, self.bands, self.centres, self.dup,
+                                            self.first_doc)
+            self.job.sink.append(**payload, layout=self.family.layout)
             info.update(documents=self.job.sink.documents)
 
     def report(self) -> dict:
-        cfg, m = self.cfg, self.m
-        near = ~self.kept & (self.rep[m:] != self.survivor[m:])
+        cfg, ex = self.cfg, self.ex
         shown = None
-        if self.job.examples and self.prior is None:  # the largest clusters with sample texts
-            shown = examples(to_host(self.survivor), to_host(self.kept), to_host(self.rep),
-                             to_host(self.similarity), self.ex.column("text"),
-                             None if self.corpus.id_generated else self.ex.column("id"),
-                             *self.corpus.shard_rows(), [s.name for s in self.corpus.shards],
-                             threshold=cfg.verify_threshold)
-        sizes = self.cluster_size[self.cluster_size > 1]
+        if self.job.examples and not self.prior.active:  # the largest clusters with sample texts
+            shown = examples_from_parts(ex, self.selected, self.first_doc, self.corpus, cfg.verify_threshold)
+        near = similarity_summary(ex, self.selected, _near_similarity, cfg.verify_threshold)
+        starts = shard_starts(self.corpus.shards)
+        removed = ex.collect(_removed_per_shard, ex.map(_removed, self.dup), starts=starts)
+        self.removed_per_shard = np.sum(removed, axis=0) if removed else np.zeros(len(self.corpus.shards), np.int64)
         report = build_report(
             cfg=cfg, backend=self.backend, shards=self.corpus.shards, counts=self.counts, stages=self.st.stages,
-            bucket_sizes=to_host(self.bucket_sizes), cluster_sizes=to_host(sizes),
-            removed_similarity=to_host(self.similarity[near]), threshold=cfg.verify_threshold,
+            bucket_sizes=self.extra.get("bucket_sizes", {}), cluster_sizes=self.extra.get("cluster_sizes", {}),
+            removed_similarity=near, threshold=cfg.verify_threshold,
             lsh=self.family.report_section(cfg.lsh.threshold, cfg.verify_threshold),
-            wall_seconds=time.perf_counter() - self.t_start, peak_rss_mb=peak_rss_mb(), examples=shown)
+            wall_seconds=time.perf_counter() - self.t_start, peak_rss_mb=peak_rss_mb(), examples=shown,
+            removed_per_shard=self.removed_per_shard.tolist())
         report["resumed_from_checkpoint"] = self.ckpt.resumed
         report["run_fingerprint"] = self.ckpt.fingerprint
-        report.update(self.ex.report_extras())
-        if self.prior is not None:
-            updated = self.job.sink is self.prior  # appended after the report is published (see run)
+        report.update(ex.report_extras())
+        if self.prior.active:
+            updated = self.prior.is_index(self.job.sink)  # appended after the report is published (see run)
             report["index"] = {"path": str(self.prior.path), "documents_before": self.first_doc, "updated": updated,
-                               "documents_after": self.first_doc + self.n if updated else self.prior.documents}
+                               "documents_after": self.first_doc + self.n if updated else self.first_doc}
         elif self.job.sink is not None:
             report["index_out"] = str(self.job.sink.path)
         return report
 
     def _expected_rows(self) -> dict:
         """Rows each Parquet output must hold (verified before it is published)."""
-        kept = to_host(self.kept)
-        starts = np.cumsum([0] + [s.rows for s in self.corpus.shards])
-        rows = {DUPLICATES_NAME: self.duplicates.num_rows}
+        rows = {DUPLICATES_NAME: self.duplicates_rows}
         if self.job.write_shards:
-            rows.update({s.name: int(kept[starts[i]:starts[i + 1]].sum()) for i, s in enumerate(self.corpus.shards)})
+            per_shard = self.removed_per_shard
+            rows.update({s.name: int(s.rows - per_shard[i]) for i, s in enumerate(self.corpus.shards)})
         return rows
 
     # ------------------------------------------------------------------ the sequence
     def run(self) -> RunResult:
+        self.extra: dict = {}
         self.ex.prepare(self.st)
         self.read()
         self.exact()
@@ -513,17 +755,87 @@ class _Sequence:
         against = f", {c['removed_against_index']} against the index" if "removed_against_index" in c else ""
         log.info("done: read %d, kept %d, removed %d (%d exact, %d near%s)", c["documents_read"], c["kept"],
                  c["removed"], c["exact_duplicates"], c["near_duplicates"], against)
-        nd = self.node_doc
-        v, s = self.verified, self.scored
-        return RunResult(
-            output_dir=self.job.out, report=report, duplicates=self.duplicates, kept=to_host(self.kept),
-            cluster=to_host(self.cluster),
-            edges=Edges(to_host(nd[v.src]), to_host(nd[v.dst]), to_host(v.similarity)),
-            shards=self.corpus.shards,
-            scored=Edges(to_host(nd[s.src]), to_host(nd[s.dst]), to_host(s.similarity)),
-            rep=to_host(nd[self.rep[self.m:]]))
+        return self._result(report)
+
+    def _result(self, report: dict) -> RunResult:
+        """The RunResult: with every per-row array when the executor holds the corpus (one process)."""
+        ex = self.ex
+        base = {"output_dir": self.job.out, "report": report, "shards": self.corpus.shards,
+                "first_doc": self.first_doc}
+        if not ex.holds_corpus:
+            return RunResult(duplicates_table=None, **base)
+        f, n = self.first_doc, self.n
+        d, docs = self.dup[0], self.docs[0]
+        kept = np.ones(n, bool)
+        cluster = f + np.arange(n, dtype=np.int64)
+        rows = to_host(d["row"])
+        kept[rows] = to_host(d["kept"])
+        cluster[rows] = to_host(d["cluster"])
+        match = to_host(docs["match"])
+        rep = np.where(match >= 0, match, f + to_host(docs["rep"]))
+        v, sc = self.verified[0], self.scored[0]
+        return RunResult(duplicates_table=self.tables[0], kept_rows=kept, cluster_rows=cluster,
+                         edges=Edges(to_host(v["src"]), to_host(v["dst"]), to_host(v["sim"])),
+                         scored=Edges(to_host(sc["src"]), to_host(sc["dst"]), to_host(sc["sim"])), rep=rep, **base)
 
 
+def _signature_info(sig, family) -> tuple:
+    return family.signature_info(to_host(sig["features"]), to_host(sig["usable"]))
+
+
+def _lsh_count(sig) -> dict:
+    return {"rows": int(to_host(sig["usable"]).sum())}
+
+
+def _merge_counts(parts: list) -> dict:
+    out: dict = {}
+    for p in parts:
+        for k, v in p.items():
+            out[int(k)] = out.get(int(k), 0) + int(v)
+    return dict(sorted(out.items()))
+
+
+def _survivor_rows(dup: dict, first_doc: int) -> dict:
+    """Survivor rows of a block's members whose survivor is a row of this run (the ids to look up)."""
+    xp = array_module(dup["survivor"])
+    s = dup["survivor"]
+    return {"row": xp.where(s >= first_doc, s - first_doc, 0)}
+
+
+def _survivor_id_column(dup: dict, ids: dict, prior) -> pa.Array:
+    """Survivor ids of a block's members: a row's id, or the index's id of an indexed survivor's cluster."""
+    col = ids["id"]
+    if not prior.active:
+        return col
+    s = to_host(dup["survivor"])
+    low = s < prior.first_doc
+    if not low.any():
+        return col
+    pos = np.empty(s.shape[0], np.int64)
+    pos[~low] = np.arange(int((~low).sum()))
+    pos[low] = (~low).sum() + np.arange(int(low.sum()))
+    index_ids = prior.ids(to_host(dup["cluster"])[low])
+    return pa.concat_arrays([col.filter(pa.array(~low)), index_ids.cast(col.type)]).take(pa.array(pos))
+
+
+def _duplicates_part(dup: dict, ids: dict | None, survivor_ids, *, first_doc, starts, names, id_column,
+                     in_index: bool) -> pa.Table:
+    rows = to_host(dup["row"])
+    return duplicates_table(
+        ids=None if ids is None else ids["id"], survivor_ids=survivor_ids, rows=rows, first_row=first_doc,
+        shard_starts=starts, shard_names=names, id_column=id_column, kept=to_host(dup["kept"]),
+        cluster=to_host(dup["cluster"]), similarity=to_host(dup["similarity"]), exact=to_host(dup["exact"]),
+        in_index=(to_host(dup["survivor"]) < first_doc) if in_index else None)
+
+
+def _table_rows(table: pa.Table) -> dict:
+    return {"rows": table.num_rows}
+
+
+def _removed_per_shard(removed: dict, starts) -> np.ndarray:
+    rows = to_host(removed["row"])
+    shard = np.searchsorted(np.asarray(starts), rows, side="right") - 1
+    return np.bincount(shard, minlength=len(starts) - 1).astype(np.int64)
 
 
 # ---------------------------------------------------------------------- the output directory
@@ -534,7 +846,8 @@ def open_output(out: Path, shards, inputs=None, cfg: Config | None = None, *, sh
     """Lock ``out`` for this run and refuse what would collide (see :mod:`gpu_dedup.run.outdir`);
     ``fresh``: a run that never resumes (its work directory starts empty).  The caller closes it."""
     duplicates = cfg.output.duplicates_table if cfg is not None else True
-    return OutputDir(out, shards, inputs, duplicates=duplicates, shards_written=shards_written).open(fresh=fresh)
+    kind = RemoteOutputDir if is_url(out) else OutputDir  # an object store: no rename, no flock (its module doc)
+    return kind(out, shards, inputs, duplicates=duplicates, shards_written=shards_written).open(fresh=fresh)
 
 
 def finish_output(job: Job, report: dict, ckpt, expected_rows: dict | None = None) -> None:

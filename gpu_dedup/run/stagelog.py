@@ -53,9 +53,10 @@ class StageInfo(dict):
 class StageLog:
     """Times stages and shows their progress (see :mod:`gpu_dedup.run.progress`).
 
-    Each stage gets a progress line on a terminal; elsewhere a ``stage NAME ...``
-    line when it starts and ``stage NAME done in S: DONE/TOTAL UNIT, RATE UNIT/s;
-    details`` when it ends (both at INFO: ``--quiet`` hides them).
+    Each stage gets a progress line on a terminal; elsewhere one line when it ends,
+    ``stage NAME done in S: DONE/TOTAL UNIT, RATE UNIT/s; details`` (INFO: ``--quiet``
+    hides it), a ``stage NAME ...`` line when it starts at DEBUG (``-v``), and a line at
+    most every 10 s in between while a long stage runs.
     """
 
     stages: dict = field(default_factory=dict)
@@ -67,17 +68,20 @@ class StageLog:
         ``info.progress`` per chunk (or not at all: a stage that ends counts every item done)."""
         t0 = time.perf_counter()
         moved0 = transfer_totals()
+        self.current = name  # the stage running (an executor accounts its data movement to it)
         info = StageInfo()
         prog = info.progress = Progress(name, total, unit, stream=self.stream, log_close=False)
-        if not prog.tty:
-            log.info("stage %s ...", name)
+        if not prog.tty:  # batch logs: one line per stage (its end); -v also shows where each starts
+            log.debug("stage %s ...", name)
         prog.start()
         try:
             yield info
         except BaseException:
+            self.current = None
             prog.abort()
             raise
         maybe_crash(name)  # fault injection (tests): killed after the work, before its checkpoint
+        self.current = None
         prog.finish()
         prog.close()
         seconds = time.perf_counter() - t0

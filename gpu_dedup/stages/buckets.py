@@ -115,3 +115,44 @@ def buckets(band_hashes, docs=None, min_size: int = 2) -> Buckets:
         order = xp.argsort(col, kind="stable")  # rows ascend, so members ascend within a bucket
         parts.append(_runs(xp, xp.full(n, band, dtype=xp.int32), col[order], doc[order], min_size))
     return concat_buckets(parts) if any(len(p) for p in parts) else empty_buckets(xp)
+
+
+# ---------------------------------------------------------------------------- partition functions
+
+
+def long_frame(part: dict, first_doc: int = 0) -> dict:
+    """A block's band hashes as the long frame ``band``, ``hash``, ``doc`` (one row per band of each row
+    with a signature; ``doc = first_doc + row``): the rows the buckets shuffle moves."""
+    bh = part["band_hashes"]
+    xp = array_module(bh)
+    nb = bh.shape[1]
+    rows = part["lsh_row"]
+    return {"band": xp.tile(xp.arange(nb, dtype=xp.int32), rows.shape[0]), "hash": bh.reshape(-1),
+            "doc": xp.repeat(rows + first_doc, nb)}
+
+
+def bucket_part(part: dict, min_size: int, first_doc: int = 0) -> dict:
+    """Buckets of one partition with at least ``min_size`` members, as the CSR arrays of
+    :class:`Buckets` (``band``, ``hash``, ``offsets``, ``members``: doc numbers).  ``part`` is a block of
+    band hashes (``lsh_row``, ``band_hashes``: one process, grouped band by band) or a long frame that the
+    buckets shuffle brought together (every row of a (band, hash) is in one partition)."""
+    if "band_hashes" in part:
+        bk = buckets(part["band_hashes"], docs=part["lsh_row"] + first_doc, min_size=min_size)
+    else:
+        bk = group_buckets(part["band"], part["hash"], part["doc"], min_size=min_size)
+    return as_dict(bk)
+
+
+def as_dict(bk: Buckets) -> dict:
+    return {"band": bk.band, "hash": bk.hash, "offsets": bk.offsets, "members": bk.members}
+
+
+def from_dict(d: dict) -> Buckets:
+    return Buckets(d["band"], d["hash"], d["offsets"], d["members"])
+
+
+def bucket_sizes(bk: dict) -> dict:
+    """Exact size counts of one partition's buckets ({size: count}), for the report."""
+    sizes = to_host(bk["offsets"][1:] - bk["offsets"][:-1])
+    values, counts = np.unique(sizes, return_counts=True)
+    return {int(v): int(c) for v, c in zip(values, counts)}

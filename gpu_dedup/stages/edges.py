@@ -87,6 +87,102 @@ class StarResult:
     centres: Centres  # centres chosen among the members at rounds >= 1 (the index records them)
 
 
+class StarRounds:
+    """:func:`star_rounds` over one partition of buckets, one round at a time.
+
+    ``propose()`` opens the next round and returns the (src, dst) document pairs
+    it needs scored (pairs this partition scored earlier are not asked again);
+    ``accept(similarity)`` takes their similarity, in that order, and closes the
+    round.  An executor runs every partition's round together, scoring the union
+    of their pairs once where the texts live; one partition holding every bucket
+    is exactly :func:`star_rounds`.
+    """
+
+    def __init__(self, b: Buckets, threshold: float, rounds: int = 1, keep_all: bool = False,
+                 forced: Centres | None = None):
+        xp = self.xp = array_module(b.members)
+        self.b, self.threshold, self.rounds, self.keep_all, self.forced = b, threshold, max(rounds, 1), keep_all, forced
+        extra = forced.doc if forced is not None else xp.zeros(0, dtype=xp.int64)
+        # dense ids: a pair packs into one int64
+        self.nodes = xp.unique(xp.concatenate((b.members, xp.asarray(extra, dtype=xp.int64))))
+        self.local = xp.searchsorted(self.nodes, b.members)
+        self.member_bucket = b.member_bucket
+        self.open_ = xp.ones(self.local.shape[0], dtype=bool)
+        self.keys = xp.zeros(0, dtype=xp.int64)  # scored pairs (small << 32 | large), sorted
+        self.sims = xp.zeros(0, dtype=xp.float64)
+        self.rec_b, self.rec_r, self.rec_d = [], [], []
+        self.round = 0
+        self.done = False
+        self._pending = None
+
+    def propose(self):
+        """(src, dst) document pairs of the next round that need a similarity (possibly none)."""
+        xp, b, forced = self.xp, self.b, self.forced
+        empty = xp.zeros(0, dtype=xp.int64)
+        self._pending = None
+        if self.done or self.round >= self.rounds:
+            self.done = True
+            return empty, empty
+        r = self.round
+        self.round += 1
+        fc = xp.full(len(b), -1, dtype=xp.int64)
+        if forced is not None:
+            at = forced.round == r
+            fc[forced.bucket[at]] = xp.searchsorted(self.nodes, forced.doc[at])
+        idx = xp.flatnonzero(self.open_)
+        if idx.shape[0] == 0:
+            self.done = True
+            return empty, empty
+        bk = self.member_bucket[idx]
+        first = xp.ones(idx.shape[0], dtype=bool)
+        first[1:] = bk[1:] != bk[:-1]
+        group = xp.cumsum(first) - 1
+        group_first = idx[first]
+        gb = self.member_bucket[group_first]
+        own = fc[gb] < 0  # buckets whose centre is their smallest open member
+        if r > 0:
+            self.rec_b.append(gb[own])
+            self.rec_r.append(xp.full(int(own.sum()), r, dtype=xp.int64))
+            self.rec_d.append(self.nodes[self.local[group_first[own]]])
+        centre = xp.where(own, self.local[group_first], fc[gb])[group]
+        is_centre = first & own[group]
+        src, dst = centre[~is_centre], self.local[idx[~is_centre]]
+        self.open_[idx[is_centre]] = False
+        if src.shape[0] == 0:
+            return empty, empty
+        pk = (xp.minimum(src, dst) << 32) | xp.maximum(src, dst)
+        uniq = xp.unique(pk)
+        unseen = uniq[~xp.isin(uniq, self.keys)]
+        self._pending = (idx[~is_centre], pk, unseen)
+        return self.nodes[unseen >> 32], self.nodes[unseen & 0xFFFFFFFF]
+
+    def accept(self, similarity) -> None:
+        """The similarity of the pairs :meth:`propose` returned, in that order."""
+        if self._pending is None:
+            return
+        xp = self.xp
+        members, pk, unseen = self._pending
+        self._pending = None
+        if unseen.shape[0]:
+            s = xp.asarray(similarity, dtype=xp.float64)
+            keys, sims = xp.concatenate((self.keys, unseen)), xp.concatenate((self.sims, s))
+            order = xp.argsort(keys, kind="stable")
+            self.keys, self.sims = keys[order], sims[order]
+        accepted = self.keep_all | (self.sims[xp.searchsorted(self.keys, pk)] >= self.threshold)
+        self.open_[members[accepted]] = False
+
+    def result(self) -> StarResult:
+        xp = self.xp
+        keep = xp.ones(self.sims.shape[0], dtype=bool) if self.keep_all else self.sims >= self.threshold
+
+        def cat(xs):
+            return xp.concatenate(xs).astype(xp.int64) if xs else xp.zeros(0, dtype=xp.int64)
+
+        src_all, dst_all = self.nodes[self.keys >> 32], self.nodes[self.keys & 0xFFFFFFFF]
+        return StarResult(Edges(src_all[keep], dst_all[keep], self.sims[keep]), Edges(src_all, dst_all, self.sims),
+                          Centres(cat(self.rec_b), cat(self.rec_r), cat(self.rec_d)))
+
+
 def star_rounds(b: Buckets, similarity, threshold: float, rounds: int = 1, keep_all: bool = False,
                 forced: Centres | None = None) -> StarResult:
     """Verified star edges of every bucket, re-starring what a centre rejects.
@@ -105,57 +201,64 @@ def star_rounds(b: Buckets, similarity, threshold: float, rounds: int = 1, keep_
     forced centre serves and all open members are compared with it.
     ``similarity(src, dst)`` scores arrays of document pairs; a pair shared by
     several buckets is scored once.  ``keep_all`` keeps every scored pair
-    (verification ``none``).
+    (verification ``none``).  The rounds are those of :class:`StarRounds`.
     """
-    xp = array_module(b.members)
-    extra = forced.doc if forced is not None else xp.zeros(0, dtype=xp.int64)
-    nodes = xp.unique(xp.concatenate((b.members, xp.asarray(extra, dtype=xp.int64))))  # dense ids: a pair packs
-    local = xp.searchsorted(nodes, b.members)  # into one int64
-    member_bucket = b.member_bucket
-    open_ = xp.ones(local.shape[0], dtype=bool)
-    keys = xp.zeros(0, dtype=xp.int64)  # scored pairs (small << 32 | large), sorted
-    sims = xp.zeros(0, dtype=xp.float64)
-    rec_b, rec_r, rec_d = [], [], []
-    for r in range(max(rounds, 1)):  # a few rounds of array steps
-        fc = xp.full(len(b), -1, dtype=xp.int64)
-        if forced is not None:
-            at = forced.round == r
-            fc[forced.bucket[at]] = xp.searchsorted(nodes, forced.doc[at])
-        idx = xp.flatnonzero(open_)
-        if idx.shape[0] == 0:
-            break
-        bk = member_bucket[idx]
-        first = xp.ones(idx.shape[0], dtype=bool)
-        first[1:] = bk[1:] != bk[:-1]
-        group = xp.cumsum(first) - 1
-        group_first = idx[first]
-        gb = member_bucket[group_first]
-        own = fc[gb] < 0  # buckets whose centre is their smallest open member
-        if r > 0:
-            rec_b.append(gb[own])
-            rec_r.append(xp.full(int(own.sum()), r, dtype=xp.int64))
-            rec_d.append(nodes[local[group_first[own]]])
-        centre = xp.where(own, local[group_first], fc[gb])[group]
-        is_centre = first & own[group]
-        src, dst = centre[~is_centre], local[idx[~is_centre]]
-        open_[idx[is_centre]] = False
-        if src.shape[0] == 0:
-            continue
-        pk = (xp.minimum(src, dst) << 32) | xp.maximum(src, dst)
-        uniq = xp.unique(pk)
-        unseen = uniq[~xp.isin(uniq, keys)]
-        if unseen.shape[0]:
-            s = xp.asarray(similarity(nodes[unseen >> 32], nodes[unseen & 0xFFFFFFFF]), dtype=xp.float64)
-            keys, sims = xp.concatenate((keys, unseen)), xp.concatenate((sims, s))
-            order = xp.argsort(keys, kind="stable")
-            keys, sims = keys[order], sims[order]
-        accepted = keep_all | (sims[xp.searchsorted(keys, pk)] >= threshold)
-        open_[idx[~is_centre][accepted]] = False
-    keep = xp.ones(sims.shape[0], dtype=bool) if keep_all else sims >= threshold
+    state = StarRounds(b, threshold, rounds, keep_all, forced)
+    while not state.done:
+        src, dst = state.propose()
+        state.accept(similarity(src, dst) if src.shape[0] else None)
+    return state.result()
 
-    def cat(xs):
-        return xp.concatenate(xs).astype(xp.int64) if xs else xp.zeros(0, dtype=xp.int64)
 
-    src_all, dst_all = nodes[keys >> 32], nodes[keys & 0xFFFFFFFF]
-    return StarResult(Edges(src_all[keep], dst_all[keep], sims[keep]), Edges(src_all, dst_all, sims),
-                      Centres(cat(rec_b), cat(rec_r), cat(rec_d)))
+# ---------------------------------------------------------------------------- partition functions
+
+
+def forced_centres(bk: dict, centres: dict | None) -> Centres | None:
+    """A prior's centres of one partition's buckets (``bucket``, ``round``, ``doc``), or None."""
+    if centres is None:
+        return None
+    return Centres(centres["bucket"], centres["round"], centres["doc"])
+
+
+def star_start(bk: dict, centres: dict | None, threshold: float, rounds: int, keep_all: bool) -> StarRounds:
+    return StarRounds(Buckets(bk["band"], bk["hash"], bk["offsets"], bk["members"]), threshold, rounds, keep_all,
+                      forced_centres(bk, centres))
+
+
+def star_propose(state: StarRounds):
+    src, dst = state.propose()
+    return state, {"src": src, "dst": dst}
+
+
+def star_accept(state: StarRounds, scored: dict) -> StarRounds:
+    state.accept(scored["sim"])
+    return state
+
+
+def star_open(state: StarRounds) -> dict:
+    return {"open": int(not state.done)}
+
+
+def star_outputs(state: StarRounds):
+    """(verified, scored, centres) frames of one partition: edges ``src``, ``dst``, ``sim`` and the centres
+    of rounds >= 1 as ``band``, ``hash``, ``round``, ``doc``."""
+    res = state.result()
+    b = state.b
+    xp = state.xp
+    c = res.centres
+    return ({"src": res.verified.src, "dst": res.verified.dst, "sim": res.verified.similarity},
+            {"src": res.scored.src, "dst": res.scored.dst, "sim": res.scored.similarity},
+            {"band": b.band[c.bucket].astype(xp.int32), "hash": b.hash[c.bucket], "round": c.round, "doc": c.doc})
+
+
+def unique_edges(part: dict) -> dict:
+    """Edges of one partition (every copy of a pair is there) once each, sorted by (src, dst)."""
+    xp = array_module(part["src"])
+    if part["src"].shape[0] == 0:
+        return part
+    order = xp.argsort(part["dst"], kind="stable")
+    order = order[xp.argsort(part["src"][order], kind="stable")]
+    s, d = part["src"][order], part["dst"][order]
+    keep = xp.ones(s.shape[0], dtype=bool)
+    keep[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1])
+    return {k: v[order][keep] for k, v in part.items()}

@@ -14,6 +14,8 @@ from gpu_dedup.backends import array_module, get_backend
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.kernels.params import hash_params
 
+NO_KEY = np.uint64(2**64 - 1)  # exact-key length of a row that matches nothing (a vector without a direction)
+
 
 def exact_keys(texts, seed: int = 42, backend="cpu") -> np.ndarray:
     """(n, 3) uint64 keys: byte length, hash 1, hash 2."""
@@ -47,3 +49,37 @@ def exact_groups(keys, ranks, eligible=None):
     head = xp.flatnonzero(new_group)[xp.cumsum(new_group) - 1]
     rep[idx[order]] = idx[order[head]]
     return rep
+
+
+# ---------------------------------------------------------------------------- partition functions
+# (see gpu_dedup.run.contract: frames are dicts of equal-length arrays, one partition of a table)
+
+
+def key_frame(docs: dict, keys: dict) -> dict:
+    """The rows of one block that may form exact groups, with what grouping needs: ``row``, ``rank``,
+    ``k0``..``k2``.  Rows without a key (a vector without direction: length NO_KEY) never group."""
+    xp = array_module(docs["row"])
+    pick = xp.flatnonzero(docs["eligible"] & (keys["k0"] != xp.uint64(int(NO_KEY))))
+    return {"row": docs["row"][pick], "rank": docs["rank"][pick], "k0": keys["k0"][pick], "k1": keys["k1"][pick],
+            "k2": keys["k2"][pick]}
+
+
+def exact_copies(part: dict) -> dict:
+    """Of the rows of one key partition (every row of a key is there): the ``row`` of each copy and the
+    ``rep`` (row) of its group's best-ranked member."""
+    xp = array_module(part["row"])
+    keys = xp.column_stack([part["k0"], part["k1"], part["k2"]])
+    rep = part["row"][exact_groups(keys, part["rank"])]
+    copy = rep != part["row"]
+    return {"row": part["row"][copy], "rep": rep[copy]}
+
+
+def with_copies(docs: dict, copies: dict | None) -> dict:
+    """A block's rows with column ``rep``: the row of its exact group's representative (itself if none)."""
+    out = dict(docs)
+    rep = docs["row"].copy()
+    if copies is not None and copies["row"].shape[0]:
+        rep[copies["row"] - docs["row"][0]] = copies["rep"]
+    out["rep"] = rep
+    return out
+

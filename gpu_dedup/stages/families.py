@@ -41,7 +41,7 @@ from gpu_dedup.curves import curve_section
 from gpu_dedup.kernels.cosine_scalar import FM1, GOLDEN
 from gpu_dedup.kernels.params import hash_params
 from gpu_dedup.stages import projections, vectors
-from gpu_dedup.stages.exact import exact_keys
+from gpu_dedup.stages.exact import NO_KEY, exact_keys
 from gpu_dedup.stages.bands import band_hashes as minhash_band_hashes
 from gpu_dedup.stages.minhash import signatures as minhash_signatures
 from gpu_dedup.stages.verify import (
@@ -53,7 +53,6 @@ from gpu_dedup.stages.verify import (
     vector_norms,
 )
 
-NO_KEY = np.uint64(2**64 - 1)  # exact-key length of a vector row without a direction: it matches nothing
 
 
 @dataclass
@@ -141,6 +140,23 @@ class Family(ABC):
     @abstractmethod
     def signature_info(self, sig_features, usable) -> tuple[dict, dict]:
         """(stage info, run counts) of the signatures stage."""
+
+    CONSTANT_INFO = ("permutations", "bits", "source")  # the same in every block's signature_info
+
+    def combine_signature_info(self, parts: list) -> tuple[dict, dict]:
+        """The signature_info of the whole corpus from that of its blocks (in block order)."""
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return self.signature_info(np.zeros(0, np.int64), np.zeros(0, bool))
+        out = []
+        for j in range(2):
+            merged: dict = {}
+            for p in parts:
+                for k, v in p[j].items():
+                    merged[k] = v if k in self.CONSTANT_INFO or k not in merged else merged[k] + v
+            out.append(merged)
+        return out[0], out[1]
 
     # ---- verification ---------------------------------------------------------------------------
     @abstractmethod

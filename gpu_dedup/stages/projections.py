@@ -65,13 +65,12 @@ tests check them.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from gpu_dedup.backends import array_module
+from gpu_dedup.backends import array_module, get_backend
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.kernels import cosine_cpu as cpu
 from gpu_dedup.kernels.cosine_scalar import FM1, FM2, GAUSS8, GOLDEN, S33
@@ -84,12 +83,6 @@ BATCH_ROWS = 8192  # rows quantized + projected at once (bounds the float32 proj
 OK, ZERO_VECTOR, NON_FINITE, NULL_ROW, BAD_LENGTH, EMPTY_TEXT = 0, 1, 2, 3, 4, 5
 STATUS_NAMES = {OK: "ok", ZERO_VECTOR: "zero_vector", NON_FINITE: "non_finite", NULL_ROW: "null",
                 BAD_LENGTH: "bad_length", EMPTY_TEXT: "empty_text"}
-
-
-def cuda_kernels():
-    """The CUDA kernels (:mod:`gpu_dedup.kernels.cosine_cuda`), loaded on first GPU use only, as the
-    backend registry loads the GPU backend: a CPU install never imports ``numba.cuda``."""
-    return importlib.import_module("gpu_dedup.kernels.cosine_cuda")
 
 
 @dataclass(frozen=True)
@@ -320,7 +313,7 @@ def bucket_rows(hashes, status):
 
 
 def text_signatures(texts, bits: int, seed: int, shingle: str = "word", ngram: int = 3, idf=None, docs=None,
-                    xp=np) -> Signatures:
+                    backend="cpu") -> Signatures:
     """SimHash signatures of normalized ``texts`` (StringBuffers or Arrow strings), rule 7.
 
     ``idf``: an :class:`gpu_dedup.stages.vectors.IdfTable` (tf-idf weights) or
@@ -334,16 +327,9 @@ def text_signatures(texts, bits: int, seed: int, shingle: str = "word", ngram: i
     use_idf = idf is not None
     table = idf.weights if use_idf else np.zeros(1, np.int64)
     shift = np.uint64(64 - idf.bits) if use_idf else np.uint64(0)
-    if xp is not np:
-        out, count = cuda_kernels().text_signatures_device(buf, docs, bits, seed_key(seed), shingle == "word",
-                                                           int(ngram), use_idf, table, shift, xp)
-        status = xp.where(count > 0, OK, EMPTY_TEXT).astype(xp.int8)
-        out[status != OK] = 0
-        return Signatures(out, status)
-    out = np.zeros((docs.shape[0], bits // 64), np.uint64)
-    count = np.zeros(docs.shape[0], np.int64)
-    cpu.simhash_docs(buf.offsets, buf.data, docs, cpu.tasks_for(buf.offsets, docs), shingle == "word", int(ngram),
-                 np.uint64(seed_key(seed)), use_idf, table, shift, GAUSS8, out, count)
-    status = np.where(count > 0, OK, EMPTY_TEXT).astype(np.int8)
+    out, count = get_backend(backend).simhash_text(buf, docs, bits, seed_key(seed), shingle == "word", int(ngram),
+                                                   use_idf, table, shift)
+    xp = array_module(out)
+    status = xp.where(count > 0, OK, EMPTY_TEXT).astype(xp.int8)
     out[status != OK] = 0
     return Signatures(out, status)

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_dedup.backends import array_module
+from gpu_dedup.backends import array_module, to_host
 from gpu_dedup.config import SelectConfig
 from gpu_dedup.stages.normalize import repair_utf8
 
@@ -77,6 +77,76 @@ def survivors(labels, ranks):
     return out
 
 
+class ChainSplit:
+    """:func:`split_chains` over one partition of clusters, one round at a time.
+
+    The partition holds whole clusters (every member of a label, and the verified
+    edges between them), so ejecting members and re-forming their clusters needs
+    nothing from other partitions; only the similarity of members to their
+    survivors does.  ``propose()`` returns (member, survivor) positions to score
+    (none when the partition is done), ``accept(similarity)`` takes their
+    similarity in that order.  One partition holding every node is exactly
+    :func:`split_chains`.
+    """
+
+    def __init__(self, labels, rep, ranks, src, dst, threshold: float, components):
+        xp = self.xp = array_module(labels)
+        n = self.n = labels.shape[0]
+        self.idx = xp.arange(n, dtype=xp.int64)
+        self.labels = labels.astype(xp.int64, copy=True)
+        self.rep, self.ranks, self.src, self.dst = rep, ranks, src, dst
+        self.threshold, self.components = threshold, components
+        self.movable = rep == self.idx  # exact copies follow their representative
+        self.checked = xp.full(n, -1, dtype=xp.int64)  # survivor a member was last found similar enough to
+        self.ejected = xp.zeros(n, dtype=bool)
+        self.rounds = 0
+        self.survivor = survivors(self.labels, ranks)
+        self.done = False
+        self._todo = None
+
+    def propose(self):
+        """(member, survivor) positions whose similarity decides this round (empty: done)."""
+        xp = self.xp
+        self._todo = None
+        if self.done:
+            return xp.zeros(0, dtype=xp.int64), xp.zeros(0, dtype=xp.int64)
+        todo = xp.flatnonzero(self.movable & (self.survivor != self.idx) & (self.checked != self.survivor))
+        if todo.shape[0] == 0:
+            self.done = True
+        else:
+            self._todo = todo
+        return todo, self.survivor[todo]
+
+    def accept(self, similarity) -> None:
+        if self._todo is None:
+            return
+        xp, n, todo = self.xp, self.n, self._todo
+        self._todo = None
+        sim = xp.asarray(similarity, dtype=xp.float64)
+        ok = sim >= self.threshold
+        self.checked[todo[ok]] = self.survivor[todo[ok]]
+        bad = todo[~ok]
+        if bad.shape[0] == 0:
+            self.done = True
+            return
+        self.rounds += 1
+        self.ejected[bad] = True
+        is_bad = xp.zeros(n, dtype=bool)
+        is_bad[bad] = True
+        src, dst, labels = self.src, self.dst, self.labels
+        e = is_bad[src] & is_bad[dst] & (labels[src] == labels[dst])
+        local = self.components(xp.searchsorted(bad, src[e]), xp.searchsorted(bad, dst[e]), bad.shape[0])
+        key = xp.full(n, -1, dtype=xp.int64)
+        key[bad] = bad[local]  # smallest member of the re-formed cluster
+        key = key[self.rep]  # exact copies follow their representative
+        self.labels = xp.unique(labels * (n + 1) + key + 1, return_inverse=True)[1].reshape(-1).astype(xp.int64)
+        self.survivor = survivors(self.labels, self.ranks)
+
+    def result(self):
+        """(labels, survivor, ejected, rounds) as :func:`split_chains` returns them."""
+        return self.labels, self.survivor, self.ejected[self.rep], self.rounds
+
+
 def split_chains(labels, rep, ranks, src, dst, similarity, threshold: float, components, fixed=None):
     """Break chained clusters: every member must reach ``threshold`` similarity to its survivor.
 
@@ -90,42 +160,153 @@ def split_chains(labels, rep, ranks, src, dst, similarity, threshold: float, com
     This repeats until no member is ejected; an ejected member with no verified
     edge to another ejected member ends as a singleton (kept).  Survivors never
     change cluster, so every round splits at least one cluster and the loop
-    ends; the result is deterministic.  ``fixed`` marks nodes that are never
-    ejected (documents of an index the run deduplicates against).
+    ends; the result is deterministic.
+
+    Documents of an index the run deduplicates against are ejected like any
+    other node, as a full dedup of index + new documents would eject them: they
+    rank before every new document, so an ejected one is the survivor of the
+    cluster it re-forms and is never removed, and new documents re-form around
+    it.  ``fixed`` (those documents) is accepted and ignored: pinning them in
+    place left a new document that a full dedup removes as a copy of an indexed
+    document ejected from a larger cluster without that document, and kept it.  The rounds are those of
+    :class:`ChainSplit`.
 
     Returns (labels, survivor, ejected, rounds): ``ejected`` marks the
     documents (exact copies included) that left their connected component.
     """
-    xp = array_module(labels)
-    n = labels.shape[0]
-    idx = xp.arange(n, dtype=xp.int64)
-    labels = labels.astype(xp.int64, copy=True)
-    movable = rep == idx
-    if fixed is not None:
-        movable &= ~fixed
-    checked = xp.full(n, -1, dtype=xp.int64)  # survivor a member was last found similar enough to
-    ejected = xp.zeros(n, dtype=bool)
-    rounds = 0
-    survivor = survivors(labels, ranks)
-    while True:  # a few rounds: each splits at least one cluster
-        todo = xp.flatnonzero(movable & (survivor != idx) & (checked != survivor))
-        if todo.shape[0] == 0:
-            break
-        sim = xp.asarray(similarity(todo, survivor[todo]), dtype=xp.float64)
-        ok = sim >= threshold
-        checked[todo[ok]] = survivor[todo[ok]]
-        bad = todo[~ok]
-        if bad.shape[0] == 0:
-            break
-        rounds += 1
-        ejected[bad] = True
-        is_bad = xp.zeros(n, dtype=bool)
-        is_bad[bad] = True
-        e = is_bad[src] & is_bad[dst] & (labels[src] == labels[dst])
-        local = components(xp.searchsorted(bad, src[e]), xp.searchsorted(bad, dst[e]), bad.shape[0])
-        key = xp.full(n, -1, dtype=xp.int64)
-        key[bad] = bad[local]  # smallest member of the re-formed cluster
-        key = key[rep]  # exact copies follow their representative
-        labels = xp.unique(labels * (n + 1) + key + 1, return_inverse=True)[1].reshape(-1).astype(xp.int64)
-        survivor = survivors(labels, ranks)
-    return labels, survivor, ejected[rep], rounds
+    state = ChainSplit(labels, rep, ranks, src, dst, threshold, components)
+    while not state.done:
+        left, right = state.propose()
+        if left.shape[0]:
+            state.accept(similarity(left, right))
+    return state.result()
+
+
+# ---------------------------------------------------------------------------- partition functions
+
+
+class ClusterPart:
+    """The clusters of one partition: every member of each of its labels (rows and a prior's documents)
+    and the verified edges between them, from connected components to survivors.
+
+    ``members``: frame ``node`` (doc number), ``label`` (component label), ``rank`` (keep policy; a
+    prior's documents below every row), ``rep_node`` (the node whose text it has: itself, its exact
+    group's representative or the indexed document it is a copy of); a node may appear more than once.
+    ``edges``: the verified edges (``src``, ``dst``) whose ends carry these labels.  Labels with one
+    member are singletons and are dropped here: they keep their document and report nothing.
+    Survivors are the best-ranked member of each label, then (``split``) chains are split in rounds
+    (:class:`ChainSplit`: ``propose`` / ``accept``); ``similarity_pairs`` / ``outputs`` give each
+    removed near duplicate's similarity to its survivor and the frame the write stage reads.
+    """
+
+    def __init__(self, members: dict, edges: dict, threshold: float, split: bool, components, first_doc: int):
+        xp = self.xp = array_module(members["node"])
+        m = _sort(members, xp, "label", "node")
+        if m["node"].shape[0]:
+            keep = xp.ones(m["node"].shape[0], dtype=bool)
+            keep[1:] = m["node"][1:] != m["node"][:-1]
+            m = {k: v[keep] for k, v in m.items()}
+        lab = m["label"]
+        start = xp.ones(lab.shape[0], dtype=bool)
+        start[1:] = lab[1:] != lab[:-1]
+        group = xp.cumsum(start) - 1
+        sizes = xp.bincount(group) if lab.shape[0] else xp.zeros(0, dtype=xp.int64)
+        multi = sizes[group] > 1 if lab.shape[0] else xp.zeros(0, dtype=bool)
+        self.clusters_before = int((sizes > 1).sum())  # components with two or more nodes
+        m = {k: v[multi] for k, v in m.items()}
+        self.node, self.rank = m["node"], m["rank"]
+        self.rep_node = m["rep_node"]
+        self.first_doc = first_doc
+        n = self.node.shape[0]
+        by_node = xp.argsort(self.node, kind="stable")
+        self._by_node, self._sorted_nodes = by_node, self.node[by_node]
+        labels = xp.unique(m["label"], return_inverse=True)[1].reshape(-1).astype(xp.int64) if n else \
+            xp.zeros(0, dtype=xp.int64)
+        self.rep = self.position(self.rep_node)
+        src, dst = self.position(edges["src"]), self.position(edges["dst"])
+        self.chain = ChainSplit(labels, self.rep, self.rank, src, dst, threshold, components) if split else None
+        self.labels, self.survivor = labels, survivors(labels, self.rank)
+        self.ejected = xp.zeros(n, dtype=bool)
+        self.rounds = 0
+
+    def position(self, nodes):
+        """Positions of ``nodes`` (every one a member of this partition)."""
+        xp = self.xp
+        nodes = xp.asarray(nodes, dtype=xp.int64)
+        if nodes.shape[0] == 0:
+            return xp.zeros(0, dtype=xp.int64)
+        pos = xp.clip(xp.searchsorted(self._sorted_nodes, nodes), 0, max(self._sorted_nodes.shape[0] - 1, 0))
+        if self._sorted_nodes.shape[0] == 0 or not bool((self._sorted_nodes[pos] == nodes).all()):
+            raise RuntimeError("a cluster's representative or edge end is not among its members")  # pragma: no cover
+        return self._by_node[pos]
+
+    @property
+    def done(self) -> bool:
+        return self.chain is None or self.chain.done
+
+    def propose(self) -> dict:
+        """(member, survivor) pairs, as nodes, whose similarity decides the next chain-splitting round."""
+        xp = self.xp
+        if self.done:
+            z = xp.zeros(0, dtype=xp.int64)
+            return {"src": z, "dst": z}
+        left, right = self.chain.propose()
+        return {"src": self.node[left], "dst": self.node[right]}
+
+    def accept(self, sim) -> None:
+        if self.chain is not None:
+            self.chain.accept(sim)
+
+    def finish(self) -> dict:
+        """Survivors are final: the (rep_node, survivor) pairs of removed near duplicates to score."""
+        if self.chain is not None:
+            self.labels, self.survivor, self.ejected, self.rounds = self.chain.result()
+        xp = self.xp
+        self.kept = self.survivor == xp.arange(self.node.shape[0])
+        self.near = ~self.kept & (self.rep != self.survivor)
+        todo = xp.flatnonzero(self.near)
+        self._todo = todo
+        return {"src": self.rep_node[todo], "dst": self.node[self.survivor[todo]]}
+
+    def outputs(self, sim) -> tuple[dict, dict]:
+        """(rows, counts): the frame of this partition's rows (``node``, ``survivor`` node, ``kept``,
+        ``multi`` (cluster of two or more), ``exact``, ``similarity``) and its counts for the report."""
+        xp = self.xp
+        n = self.node.shape[0]
+        similarity = xp.ones(n, dtype=xp.float64)
+        if self._todo.shape[0]:
+            similarity[self._todo] = xp.asarray(sim, dtype=xp.float64)
+        size = xp.bincount(self.labels, minlength=int(self.labels.max()) + 1 if n else 0) if n else \
+            xp.zeros(0, dtype=xp.int64)
+        multi = size[self.labels] > 1 if n else xp.zeros(0, dtype=bool)
+        surv = self.node[self.survivor] if n else self.node
+        row = self.node >= self.first_doc
+        removed = ~self.kept & row
+        exact = self.rep == self.survivor
+        counts = {
+            "removed": int(removed.sum()), "exact_duplicates": int((removed & exact).sum()),
+            "near_duplicates": int((removed & ~exact).sum()), "chain_split_ejected": int(self.ejected.sum()),
+            "chain_split_rounds": self.rounds, "clusters": int(xp.unique(self.labels[row & multi]).shape[0]),
+            "removed_against_index": int((removed & (surv < self.first_doc)).sum()),
+        }
+        rows = {"node": self.node[row], "survivor": surv[row], "kept": self.kept[row], "multi": multi[row],
+                "exact": exact[row], "similarity": similarity[row]}
+        return rows, counts
+
+    def sizes(self) -> dict:
+        """{cluster size: count} over this partition's clusters of two or more nodes."""
+        xp = self.xp
+        if self.node.shape[0] == 0:
+            return {}
+        size = to_host(xp.bincount(self.labels))
+        values, counts = np.unique(size[size > 1], return_counts=True)
+        return {int(v): int(c) for v, c in zip(values, counts)}
+
+
+def _sort(frame: dict, xp, *names) -> dict:
+    if not frame or frame[names[0]].shape[0] == 0:
+        return frame
+    order = xp.argsort(frame[names[-1]], kind="stable")
+    for name in reversed(names[:-1]):
+        order = order[xp.argsort(frame[name][order], kind="stable")]
+    return {k: v[order] for k, v in frame.items()}

@@ -94,56 +94,39 @@ def verify(edges: Edges, threshold: float, method: str, *, texts=None, cfg: MinH
 # packed signature bits (popcount).  A row without a vector (zero norm)
 # scores 0 with everything.
 
-from gpu_dedup.kernels import cosine_cpu
-from gpu_dedup.stages.projections import cuda_kernels  # noqa: E402
-from gpu_dedup.stages.vectors import term_vectors
+from gpu_dedup.kernels import cosine_cpu  # noqa: E402  (sparse text vectors: a host kernel only)
+from gpu_dedup.stages.vectors import term_vectors  # noqa: E402
 
 
-def vector_norms(vectors, xp=np):
+def vector_norms(vectors, backend="cpu"):
     """L2 norm (float64, rule 8's fixed order) of every row of ``vectors`` (float32, (n, d))."""
-    if xp is not np:
-        return cuda_kernels().row_norms_device(vectors, xp)
-    x = np.ascontiguousarray(vectors, dtype=np.float32)
-    out = np.empty(x.shape[0], np.float64)
-    cosine_cpu.row_norms(x, out)
-    return out
+    return get_backend(backend).row_norms(vectors)
 
 
-def cosine_similarity(left, right, vectors, norms=None, xp=np):
+def cosine_similarity(left, right, vectors, norms=None, backend="cpu"):
     """Exact cosine (float64) of row pairs ``(left[p], right[p])`` of ``vectors``: one
     pass over the pairs, no per-pair Python step; ``norms`` from :func:`vector_norms`."""
     if norms is None:
-        norms = vector_norms(vectors, xp)
-    if xp is not np:
-        return cuda_kernels().cosine_pairs_device(vectors, norms, left, right, xp)
-    left = np.ascontiguousarray(left, np.int64)
-    right = np.ascontiguousarray(right, np.int64)
-    out = np.empty(left.shape[0], np.float64)
-    cosine_cpu.cosine_pairs(np.ascontiguousarray(vectors, dtype=np.float32), norms, left, right, out)
-    return out
+        norms = vector_norms(vectors, backend)
+    return get_backend(backend).cosine_pairs(vectors, norms, left, right)
 
 
-def hamming_distance(left, right, bits, xp=np):
+def hamming_distance(left, right, bits, backend="cpu"):
     """Differing bits between packed signature rows ``left[p]`` and ``right[p]`` (int64)."""
-    if xp is not np:
-        return cuda_kernels().hamming_pairs_device(bits, left, right, xp)
-    left = np.ascontiguousarray(left, np.int64)
-    right = np.ascontiguousarray(right, np.int64)
-    out = np.empty(left.shape[0], np.int64)
-    cosine_cpu.hamming_pairs(np.ascontiguousarray(bits), left, right, out)
-    return out
+    return get_backend(backend).hamming_pairs(bits, left, right)
 
 
-def hamming_cosine(left, right, bits, nbits: int | None = None, xp=np):
+def hamming_cosine(left, right, bits, nbits: int | None = None, backend="cpu"):
     """Estimate ``cos(pi * hamming / D)`` = ``cos(pi * (1 - matching_bits / D))`` over the first
     ``nbits`` (default: all ``64 * words``) bits of the packed signatures."""
+    xp = array_module(bits)
     d = bits.shape[1] * 64 if nbits is None else nbits
     if nbits is not None and nbits != bits.shape[1] * 64:
         bits = bits[:, : (nbits + 63) // 64]
         if nbits % 64:
             bits = bits.copy()
             bits[:, -1] &= xp.uint64((1 << (nbits % 64)) - 1)
-    h = hamming_distance(left, right, bits, xp)
+    h = hamming_distance(left, right, bits, backend)
     return xp.cos(np.pi * h.astype(xp.float64) / d)
 
 

@@ -11,6 +11,7 @@ columns       the validated ``text`` / ``id`` / ``score`` / ``vector`` columns o
 filter        a shard's kept rows written under its name (schema or bytes kept)
 atomic        temporary file + rename for every output; file digests
 ahead         a reader thread one or two batches ahead of its consumer
+filesystems   URLs of object stores (s3://, gs://, any fsspec URL) beside local paths
 ============  ====================================================================
 
 The stages read and write rows through these functions (:mod:`gpu_dedup.stages.read`,
@@ -27,10 +28,12 @@ from gpu_dedup.storage.columns import (
     VIEW_TYPES,
     check_id_type,
     id_column_type,
+    id_kind,
     iter_columns,
     read_columns,
     read_rows,
     rows_only,
+    shard_id_kind,
     without_views,
 )
 from gpu_dedup.storage.discovery import (
@@ -39,17 +42,20 @@ from gpu_dedup.storage.discovery import (
     MEMORY_PATH,
     PARQUET_EXT,
     Shard,
+    Shards,
     discover,
     memory_shard,
 )
+from gpu_dedup.storage.filesystems import RemotePath, as_path, is_url, source
 from gpu_dedup.storage.filter import write_shard
 from gpu_dedup.storage.identity import check_unchanged, shard_identity
 from gpu_dedup.storage.jsonl import ReadWhole
 from gpu_dedup.storage.parquet import device_readable, parquet_metadata, parquet_schema
 
 __all__ = [
-    "ahead", "Shard", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT", "COMPRESSED_EXT",
-    "shard_identity", "check_unchanged", "read_columns", "iter_columns", "ReadWhole", "read_rows", "rows_only",
-    "check_id_type", "without_views", "VIEW_TYPES", "id_column_type", "device_readable", "parquet_schema",
-    "parquet_metadata", "write_shard", "atomic_write_bytes", "atomic_write_parquet", "file_digest",
+    "ahead", "Shard", "Shards", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT",
+    "COMPRESSED_EXT", "shard_identity", "check_unchanged", "read_columns", "iter_columns", "ReadWhole", "read_rows",
+    "rows_only", "check_id_type", "without_views", "VIEW_TYPES", "id_column_type", "id_kind", "shard_id_kind",
+    "device_readable", "parquet_schema", "parquet_metadata", "write_shard", "atomic_write_bytes",
+    "atomic_write_parquet", "file_digest", "RemotePath", "as_path", "is_url", "source",
 ]

@@ -2,7 +2,9 @@
 
 A write that fails (a full disk, a read-only directory) removes its temporary
 file and raises one clear error (:class:`~gpu_dedup.errors.ResourceError` /
-:class:`~gpu_dedup.errors.OutputError`).
+:class:`~gpu_dedup.errors.OutputError`).  A URL (``s3://...``) is uploaded as one
+object instead, which the store publishes whole or not at all (see
+:mod:`gpu_dedup.storage.filesystems`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup.errors import write_error
+from gpu_dedup.storage.filesystems import digest, is_url, put_bytes, table_bytes
 
 
 def _umask() -> int:
@@ -38,7 +41,7 @@ def _mkstemp(path: Path, tmp_dir) -> tuple[int, str]:
         raise write_error(path, exc) from None
 
 
-def _atomically(path: Path, tmp_dir, write) -> None:
+def atomically(path: Path, tmp_dir, write) -> None:
     """``write(fd, tmp)`` fills a temporary file (in ``tmp_dir``, default beside ``path``), which is then
     renamed to ``path``; on any failure the temporary file is removed and an OS error becomes one message."""
     fd, tmp = _mkstemp(path, tmp_dir)
@@ -54,6 +57,9 @@ def _atomically(path: Path, tmp_dir, write) -> None:
 
 def atomic_write_bytes(path: str | Path, payload: bytes, tmp_dir=None) -> None:
     """Write ``payload`` to a temporary file (in ``tmp_dir``, default beside ``path``), then rename it."""
+    if is_url(path):
+        put_bytes(path, payload)
+        return
 
     def write(fd, tmp):
         with os.fdopen(fd, "wb") as f:
@@ -61,23 +67,33 @@ def atomic_write_bytes(path: str | Path, payload: bytes, tmp_dir=None) -> None:
             f.flush()
             os.fsync(f.fileno())
 
-    _atomically(Path(path), tmp_dir, write)
+    atomically(Path(path), tmp_dir, write)
+
+
+def table_codec(compression: str) -> str | None:
+    """pyarrow's ``compression`` argument for ``output.compression`` of a table that is no copy of one input
+    shard (``same``, the shards' setting, is zstd there; ``none`` is None)."""
+    return {"same": "zstd", "none": None}.get(compression, compression)
 
 
 def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd") -> None:
-    """``table`` written to ``path`` with ``compression`` (``same``, the shards' setting: zstd for a table
-    that is not a copy of an input shard)."""
-    compression = "zstd" if compression == "same" else compression
+    """``table`` written to ``path`` with ``compression`` (see :func:`table_codec`)."""
+    codec = table_codec(compression)
+    if is_url(path):
+        put_bytes(path, table_bytes(lambda sink: pq.write_table(table, sink, compression=codec)))
+        return
 
     def write(fd, tmp):
         os.close(fd)
-        pq.write_table(table, tmp, compression=None if compression == "none" else compression)
+        pq.write_table(table, tmp, compression=codec)
 
-    _atomically(Path(path), None, write)
+    atomically(Path(path), None, write)
 
 
 def file_digest(path) -> dict:
     """Size and SHA-256 of a file (what the output manifest records and ``_SUCCESS`` vouches for)."""
+    if is_url(path):
+        return digest(path)
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):

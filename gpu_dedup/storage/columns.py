@@ -18,7 +18,8 @@ from gpu_dedup.backends.strings import arrow_column
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError, read_error
 from gpu_dedup.storage.discovery import Shard
-from gpu_dedup.storage.jsonl import check_json_float_ids, iter_jsonl, read_jsonl
+from gpu_dedup.storage.filesystems import source
+from gpu_dedup.storage.jsonl import iter_jsonl, open_stream, read_jsonl
 from gpu_dedup.storage.parquet import iter_parquet, parquet_schema, read_parquet
 
 VIEW_TYPES = {"string_view": pa.large_string(), "binary_view": pa.large_binary()}  # Arrow's views -> the same bytes
@@ -41,7 +42,7 @@ def read_rows(shard: Shard, cfg: InputConfig, rows) -> pa.Table:
     if shard.format != "parquet":
         return read_columns(shard, cfg).take(pa.array(rows))
     try:
-        meta = pq.ParquetFile(shard.path).metadata
+        meta = pq.ParquetFile(source(shard.path)).metadata
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise read_error(shard.path, exc, f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or "
                          "replace it") from None
@@ -179,10 +180,7 @@ def _validated(shard: Shard, cfg: InputConfig, table: pa.Table, wanted: dict, sc
             raise InputError(
                 f"id column {cfg.id_column!r} of shard {shard.path!r} has type {ids.type}; ids must be scalars "
                 "(integers or strings): choose another --id-column, or --no-id-column to name documents by row")
-        ids = without_views(ids)
-        if shard.format == "jsonl" and pa.types.is_floating(ids.type):
-            check_json_float_ids(shard, cfg.id_column, ids)
-        cols["id"] = ids
+        cols["id"] = id_values(without_views(ids))
     if score_column:
         score = _decoded(table.column(score_column))
         if not (pa.types.is_integer(score.type) or pa.types.is_floating(score.type)):
@@ -193,6 +191,26 @@ def _validated(shard: Shard, cfg: InputConfig, table: pa.Table, wanted: dict, sc
     if cfg.vector_column:
         cols["vector"] = table.column(cfg.vector_column)
     return pa.table(cols) if cols else rows_only(table.num_rows)
+
+
+def id_type(t: pa.DataType) -> pa.DataType:
+    """The type ids of type ``t`` are read as: one per kind, so that shards whose id columns differ only in
+    physical type (string / large_string, int32 / int64, as different writers store them) join into one
+    column with every value as it was: strings and binaries as their large types, integers of up to 32 bits
+    (signed or not) as int64.  Other types as they are."""
+    if pa.types.is_string(t):
+        return pa.large_string()
+    if pa.types.is_binary(t):
+        return pa.large_binary()
+    if pa.types.is_integer(t) and t.bit_width < 64:
+        return pa.int64()
+    return t
+
+
+def id_values(ids):
+    """``ids`` as :func:`id_type` says (values unchanged)."""
+    want = id_type(ids.type)
+    return ids if want == ids.type else pc.cast(ids, want)
 
 
 def rows_only(n: int) -> pa.Table:
@@ -244,26 +262,56 @@ def _as_large_text(text: pa.ChunkedArray) -> pa.ChunkedArray:
     return text
 
 
-def id_column_type(shard: Shard, name: str) -> str | None:
-    """The type of column ``name`` in a shard (Parquet: its schema; JSONL: the first record, where
-    'any' stands for JSON's types), or None when the shard has no such column of an id-like type."""
+_ABSENT = object()
+
+
+def _peek_id(shard: Shard, name: str):
+    """Column ``name`` of a shard without reading its rows: a Parquet shard's type (views and dictionaries
+    as their plain type) or a JSONL shard's first record's value; ``_ABSENT`` when it has no such column
+    or cannot be read here (the run reports an unreadable shard)."""
     try:
         if shard.format == "parquet":
-            schema = pq.read_schema(shard.path)
+            schema = pq.read_schema(source(shard.path))
             if name not in schema.names:
-                return None
-            t = schema.field(name).type
-            ok = (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
-                  or pa.types.is_binary(t) or pa.types.is_large_binary(t))
-            return str(t) if ok else None
+                return _ABSENT
+            t = VIEW_TYPES.get(str(schema.field(name).type), schema.field(name).type)
+            return t.value_type if pa.types.is_dictionary(t) else t
         if shard.format == "jsonl":
-            with pa.input_stream(shard.path, compression="detect") as f:
-                head = f.read(1 << 16)
+            with open_stream(shard.path) as f:
+                head = f.read(1 << 16).removeprefix(b"\xef\xbb\xbf")  # a byte order mark
             for line in head.split(b"\n")[:-1] or [head]:  # the first complete record
                 if line.strip():
                     record = json.loads(line)
-                    value = record.get(name) if isinstance(record, dict) else None
-                    return "any" if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+                    return record.get(name, _ABSENT) if isinstance(record, dict) else _ABSENT
     except (OSError, ValueError, pa.ArrowException):
-        return None  # the run reports an unreadable shard
+        pass
+    return _ABSENT
+
+
+def id_column_type(shard: Shard, name: str) -> str | None:
+    """The type of column ``name`` in a shard (Parquet: its schema, as :func:`id_type` reads it; JSONL: the
+    first record, where 'any' stands for JSON's types), or None when the shard has no such column of an
+    id-like type."""
+    t = _peek_id(shard, name)
+    if isinstance(t, pa.DataType):
+        return str(id_type(t)) if id_kind(t) in ("string", "binary", "integer") else None
+    return "any" if isinstance(t, (str, int)) and not isinstance(t, bool) else None
+
+
+def id_kind(t) -> str | None:
+    """The kind of an id type (``string``, ``binary``, ``integer``, ``float``), or None for another type."""
+    for kind, test in (("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+                       ("binary", lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)),
+                       ("integer", pa.types.is_integer), ("float", pa.types.is_floating)):
+        if test(t):
+            return kind
     return None
+
+
+def shard_id_kind(shard: Shard, name: str) -> str | None:
+    """The :func:`id_kind` of column ``name`` in a shard without reading it (see :func:`_peek_id`); None when
+    that cannot be told here (the read says what is wrong)."""
+    t = _peek_id(shard, name)
+    if isinstance(t, pa.DataType):
+        return id_kind(t)
+    return {str: "string", int: "integer", float: "float"}.get(type(t))

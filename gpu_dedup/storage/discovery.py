@@ -7,25 +7,39 @@ compressed), or one in-memory Arrow table (format ``memory``, see
 **What a directory input reads.**  Walking a directory (or expanding a glob
 pattern) reads the files with a shard extension and skips every file *and
 directory* whose name starts with ``.`` or ``_`` (hidden files, ``_SUCCESS``,
-Spark's ``_temporary``, gpu_dedup's own ``.gpu_dedup_*`` bookkeeping).  A file
-named explicitly on the command line is read whatever its name.  Every input
-must be a regular file (symbolic links to one are followed): a FIFO, socket or
-device, a broken or looping link and a file name that is not valid UTF-8 are
-refused with a message naming the file.
+Spark's ``_temporary``, gpu_dedup's own ``.gpu_dedup_*`` bookkeeping).  Symbolic
+links to directories are followed (as a glob follows them; a link to a directory
+that contains it is an error), a directory a pattern matches is walked (Spark's
+``data.parquet/`` of part files), a file reached twice (through a link) is read
+once, and a directory that cannot be read is an error naming it.  Whatever a
+walk leaves out is listed (:class:`Shards`, report.json's ``inputs_skipped``)
+and what looks like data among it -- files of another extension, shard files
+behind a ``.`` or ``_`` name -- is named in a warning.  A file named explicitly
+on the command line is read whatever its name (even one holding ``*``, ``?`` or
+``[``).  Every input must be a regular file (symbolic links to one are
+followed): a FIFO, socket or device, a broken or looping link and a file name
+that is not valid UTF-8 are refused with a message naming the file.  An input URL (``s3://bucket/crawl/``, ``gs://...``, any fsspec URL) names an
+object, a prefix (read as a directory is) or a glob (see
+:func:`gpu_dedup.storage.filesystems.remote_inputs`).
 """
 
 from __future__ import annotations
 
 import errno
 import glob
+import logging
 import os
 import stat
+import sys
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
 from gpu_dedup.errors import InputError
+from gpu_dedup.storage.filesystems import input_size, is_url, local_path, remote_inputs
 from gpu_dedup.storage.identity import PARQUET_EXT, shard_identity
+
+log = logging.getLogger("gpu_dedup")
 
 JSONL_EXT = (".jsonl", ".json", ".ndjson")
 COMPRESSED_EXT = (".gz", ".bz2", ".zst")
@@ -107,54 +121,135 @@ def _checked_file(path: str, shown: str) -> int:
     return st.st_size
 
 
-def _walk(root: str) -> list[str]:
-    """Shard files under ``root``, skipping hidden / private files and directories (sorted)."""
+class Shards(list):
+    """The shards :func:`discover` found (a list), with ``skipped``: what the walks and patterns left out,
+    one ``{"path", "reason"}`` per file or directory (listed in report.json as ``inputs_skipped``)."""
+
+    def __init__(self, items=(), skipped=()):
+        super().__init__(items)
+        self.skipped = list(skipped)
+
+
+def _skip_reason(path: str, is_dir: bool) -> str | None:
+    name = os.path.basename(path)
+    if _skipped(name):
+        return "hidden or private name (starts with . or _)"
+    if not is_dir and not _is_shard_name(name):
+        return "not a shard file name (" + ", ".join(PARQUET_EXT + JSONL_EXT) + ", the JSON ones also compressed)"
+    return None
+
+
+def _walk(root: str, skipped: list) -> list[str]:
+    """Shard files under ``root`` (sorted), following symbolic links to directories as a glob does; the
+    files and directories left out are appended to ``skipped``.  An unreadable directory and a link to a
+    directory that holds it (a loop) are errors naming them: a walk never reads less than it was given
+    without saying so."""
     files = []
-    for dp, dirs, fs in os.walk(root, onerror=None, followlinks=False):
-        dirs[:] = [d for d in dirs if not _skipped(d)]
-        files += [os.path.join(dp, f) for f in fs if _is_shard_name(f)]
+    stack = [(root, ())]
+    while stack:  # one step per directory
+        d, ancestors = stack.pop()
+        try:
+            st = os.stat(d)
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise InputError(f"cannot read directory {d!r} inside input {root!r} ({exc.strerror}); fix its "
+                             "permissions, or move it out of the input directory") from None
+        here = ancestors + ((st.st_dev, st.st_ino),)
+        subdirs = []
+        for e in entries:  # one step per directory entry
+            path = os.path.join(d, e.name)
+            try:
+                is_dir = e.is_dir()  # follows a symbolic link
+            except OSError:
+                is_dir = False
+            reason = _skip_reason(path, is_dir)
+            if reason is not None:
+                skipped.append({"path": path, "reason": ("directory: " if is_dir else "") + reason})
+            elif is_dir:
+                if e.is_symlink():
+                    try:
+                        target = os.stat(path)
+                    except OSError:
+                        target = None
+                    if target is not None and (target.st_dev, target.st_ino) in here:
+                        raise InputError(f"input directory {root!r} holds {path!r}, a symbolic link to a directory "
+                                         "that contains it (a loop); remove the link, or pass the directories "
+                                         "to read one by one")
+                subdirs.append(path)
+            else:
+                files.append(path)  # regular or not: discover() checks it
+        stack.extend((sd, here) for sd in reversed(subdirs))
     return sorted(files)
 
 
-def discover(inputs, fmt: str = "auto") -> list[Shard]:
+def _warn_skipped(skipped: list) -> None:
+    """One warning naming the skipped files that look like data: visible files of another extension and
+    shard files behind a hidden or private name (the rest, e.g. ``_SUCCESS`` or ``.git``, is expected)."""
+    shown = [s["path"] for s in skipped if not s["reason"].startswith("directory")
+             and not os.path.basename(s["path"]).startswith(".gpu_dedup")
+             and (not _skipped(os.path.basename(s["path"])) or _is_shard_name(os.path.basename(s["path"]).lstrip("._")))]
+    if shown:
+        more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
+        log.warning("skipped %d input file(s) that are not read as shards: %s%s (only %s files are read, the JSON "
+                    "ones also as .gz, .bz2 or .zst, and names starting with . or _ are skipped; report.json lists "
+                    "every file skipped under inputs_skipped); name a file explicitly to read it whatever its name",
+                    len(shown), ", ".join(repr(p) for p in shown[:5]), more, ", ".join(PARQUET_EXT + JSONL_EXT))
+
+
+def discover(inputs, fmt: str = "auto", warn: bool = True) -> Shards:
     """Expand files, directories (recursively) and glob patterns into a sorted shard list
     (a list of Shard objects, e.g. memory shards, is returned as it is); see the module doc for
-    what a directory input reads."""
+    what a directory input reads.  ``warn``: log what the walks skipped that looks like data (see
+    :class:`Shards` for the full list)."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     if isinstance(inputs, list) and inputs and all(isinstance(s, Shard) for s in inputs):
-        return inputs
+        return inputs if isinstance(inputs, Shards) else Shards(inputs)
     found: list[tuple[str, str]] = []  # (absolute path, relative name)
+    skipped: list[dict] = []
     for item in inputs:
-        item = os.fspath(item)
-        if os.path.isdir(item):
+        item = local_path(str(item) if is_url(item) else os.fspath(item))
+        if is_url(item):
+            found += remote_inputs(item, _is_shard_name, _skipped)
+        elif os.path.isdir(item):
             root = os.path.abspath(item)
-            files = _walk(root)
+            files = _walk(root, skipped)
             if not files:
                 raise InputError(
                     f"input directory {item!r} holds no .parquet or .jsonl[.gz] files (nor .pq, .json, .ndjson; "
                     "names starting with . or _ are skipped); point at the shard directory"
                 )
             found += [(f, os.path.relpath(f, root)) for f in files]
-        elif os.path.lexists(item) and not glob.has_magic(item):
+        elif os.path.lexists(item):  # a file (or link), even when its name holds *, ? or [
             found.append((os.path.abspath(item), os.path.basename(item)))
         elif glob.has_magic(item):
             static = item[: min(item.index(c) for c in "*?[" if c in item)]
             base = os.path.abspath(os.path.dirname(static) if not static.endswith(os.sep) else static)
-            files = sorted(f for f in glob.glob(item, recursive=True)
-                           if not os.path.isdir(f)
-                           and not any(_skipped(p) for p in os.path.relpath(os.path.abspath(f), base).split(os.sep)))
+            files = []
+            hidden_too = {"include_hidden": True} if sys.version_info >= (3, 11) else {}  # to list them as skipped
+            for f in sorted(glob.glob(item, recursive=True, **hidden_too)):  # one step per match
+                rel = os.path.relpath(os.path.abspath(f), base)
+                hidden = next((p for p in rel.split(os.sep) if _skipped(p)), None)
+                if hidden is not None:
+                    skipped.append({"path": os.path.abspath(f), "reason": f"matched by {item!r} under a hidden or "
+                                    f"private name ({hidden!r} starts with . or _)"})
+                elif os.path.isdir(f):  # e.g. Spark's data.parquet/ directory of part files: read as a directory
+                    files += _walk(os.path.abspath(f), skipped)
+                else:
+                    files.append(os.path.abspath(f))
             if not files:
                 raise InputError(f"input pattern {item!r} matches no files (names starting with . or _ are skipped)")
-            found += [(os.path.abspath(f), os.path.relpath(os.path.abspath(f), base)) for f in files]
+            found += [(f, os.path.relpath(f, base)) for f in sorted(set(files))]
         else:
             raise InputError(f"input path {item!r} does not exist; give a file, a directory or a glob pattern")
     if not found:
         raise InputError("no input shards given")
     names: dict[str, str] = {}
+    reals: dict[str, str] = {}
     shards = []
     for path, name in found:
-        size = _checked_file(path, path)
+        size = input_size(path, path) if is_url(path) else _checked_file(path, path)
         if name in names and names[name] != path:
             raise InputError(
                 f"two inputs would be written under the same name {name!r}: {names[name]!r} and {path!r}; "
@@ -162,7 +257,13 @@ def discover(inputs, fmt: str = "auto") -> list[Shard]:
             )
         if name in names:
             continue  # the same file named twice
-        names[name] = path
+        real = os.path.realpath(path)
+        if real in reals:  # one file reached twice (e.g. through a link to its directory): read once
+            skipped.append({"path": path, "reason": f"the same file as {reals[real]!r}, which is read"})
+            continue
+        names[name], reals[real] = path, path
         shards.append(Shard(path, name, _format_of(path, fmt), size=size, identity=shard_identity(path)))
-    return shards
+    if warn:
+        _warn_skipped(skipped)
+    return Shards(shards, skipped)
 

@@ -16,11 +16,12 @@ import pyarrow.parquet as pq
 
 from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.storage.ahead import ahead
-from gpu_dedup.storage.atomic import _atomically, publish, unlink
+from gpu_dedup.storage.atomic import atomically, publish, unlink
 from gpu_dedup.storage.columns import VIEW_TYPES, without_views
 from gpu_dedup.storage.discovery import Shard
+from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes, source
 from gpu_dedup.storage.identity import check_unchanged
-from gpu_dedup.storage.jsonl import gather_lines_of, jsonl_blocks, jsonl_codec, nonblank_lines
+from gpu_dedup.storage.jsonl import codec_of, gather_lines_of, jsonl_blocks, nonblank_lines
 from gpu_dedup.storage.parquet import iter_parquet, shard_codec
 
 
@@ -41,7 +42,7 @@ def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str,
     os.close(fd)
     try:
         rows = writer(shard.path, keep, tmp, compression)
-        if rows is None or not _same_schema(pq.read_schema(tmp), pq.read_schema(shard.path)):
+        if rows is None or not _same_schema(pq.read_schema(tmp), pq.read_schema(source(shard.path))):
             unlink(tmp)
             return None
         publish(tmp, target)
@@ -57,7 +58,7 @@ def resolve_codec(compression: str, shard: Shard):
     if compression != "same":
         return compression
     try:
-        return shard_codec(pq.ParquetFile(shard.path).metadata)
+        return shard_codec(pq.ParquetFile(source(shard.path)).metadata)
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise _unreadable(shard, exc) from None
 
@@ -74,16 +75,31 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
     if shard.format == "memory":
         return int(np.count_nonzero(keep))
     check_unchanged([shard])  # the rows to keep were decided on what was read then
-    target = Path(out_dir) / shard.name
+    target = as_path(out_dir) / shard.name  # a local path, or a URL (uploaded: the device writer writes files)
     if shard.format == "parquet":
         codec = resolve_codec(compression, shard)
-        if device_writer is not None and isinstance(codec, str):
+        if device_writer is not None and isinstance(codec, str) and not is_url(target):
             target.parent.mkdir(parents=True, exist_ok=True)
             rows = _write_parquet_on_device(shard, keep, target, codec, device_writer)
             if rows is not None:
                 return rows
         return _write_parquet(shard, keep, target, codec)
     return write_jsonl_shard(shard, keep, target)
+
+
+def _published(target, write) -> None:
+    """``write(fd, tmp)`` fills a temporary file that becomes ``target``: renamed into place, or for a URL
+    uploaded as one object (from a local temporary file, removed afterwards)."""
+    if not is_url(target):
+        atomically(target, None, write)
+        return
+    fd, tmp = tempfile.mkstemp(prefix=".gpu-dedup-upload.", suffix=".tmp")
+    try:
+        write(fd, tmp)
+        with pa.memory_map(tmp) as f:
+            put_bytes(target, f.read_buffer())
+    finally:
+        unlink(tmp)
 
 
 def _changed(shard: Shard, then: int, now: int, what: str = "rows") -> InputError:
@@ -110,7 +126,7 @@ def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec) -> int:
     Memory: a batch or two read, plus the kept rows of one output row group (their pieces are
     copied into each column's one run and dropped piece by piece)."""
     try:
-        meta = pq.ParquetFile(shard.path).metadata
+        meta = pq.ParquetFile(source(shard.path)).metadata
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise _unreadable(shard, exc) from None
     if meta.num_rows != keep.shape[0]:
@@ -152,7 +168,7 @@ def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec) -> int:
             if writer is not None:
                 writer.close()
 
-    _atomically(target, None, write)
+    _published(target, write)
     return kept_rows
 
 
@@ -231,7 +247,7 @@ def _value_bytes(chunk: pa.Array, large: bool) -> int:
 def write_jsonl_shard(shard: Shard, keep: np.ndarray, target: Path) -> int:
     """The kept lines of a JSONL shard, byte for byte, in its compression: read, filtered and
     written (compressed) a block of lines at a time."""
-    codec = jsonl_codec(shard.path)
+    codec = codec_of(shard.path)
 
     def write(fd, tmp):
         seen = 0
@@ -255,7 +271,7 @@ def write_jsonl_shard(shard: Shard, keep: np.ndarray, target: Path) -> int:
         finally:
             os.close(synced)
 
-    _atomically(target, None, write)
+    _published(target, write)
     return int(np.count_nonzero(keep))
 
 

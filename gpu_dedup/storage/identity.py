@@ -4,7 +4,9 @@
 changes with any rewrite (a Parquet file's footer; the first and last 64 KiB of
 any other file).  It is taken when the shard is discovered and checked again
 before anything is published: a file replaced during a run fails the run instead
-of ending in outputs that belong to neither version.
+of ending in outputs that belong to neither version.  An object in a store (a URL)
+is identified by its size and the token the store changes on every rewrite (the
+ETag on S3, the generation on GCS), else by its modification time and the same bytes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import hashlib
 import os
 
 from gpu_dedup.errors import InputError
+from gpu_dedup.storage.filesystems import RemotePath, is_url, read_range, remote_error
 
 PARQUET_EXT = (".parquet", ".pq")
 
@@ -22,6 +25,8 @@ FOOTER_MAX = 1 << 22  # a Parquet footer larger than this is hashed by its last 
 
 def shard_identity(path: str) -> str:
     """Cheap digest of a file's identity: size, mtime and the bytes a rewrite changes (see module doc)."""
+    if is_url(path):
+        return _object_identity(path)
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
@@ -44,6 +49,20 @@ def shard_identity(path: str) -> str:
     except OSError as exc:
         raise InputError(f"cannot read input {path!r} ({exc.strerror}); check that it exists and is readable") \
             from None
+    return h.hexdigest()[:32]
+
+
+def _object_identity(url: str) -> str:
+    """Size and rewrite token of an object; without a content-derived token, also the bytes at its ends."""
+    try:
+        st = RemotePath(url).stat()
+        h = hashlib.sha256(f"{st.st_size}\0{st.st_mtime_ns}\0{st.token}\0".encode())
+        if st.token == str(st.st_mtime_ns):  # no ETag / generation: the bytes a rewrite changes, as for a file
+            h.update(read_range(url, 0, min(st.st_size, IDENTITY_BLOCK)))
+            if st.st_size > IDENTITY_BLOCK:
+                h.update(read_range(url, max(IDENTITY_BLOCK, st.st_size - IDENTITY_BLOCK), st.st_size))
+    except Exception as exc:  # noqa: BLE001 - the store's errors become one InputError
+        raise remote_error(url, exc, reading=True) from None
     return h.hexdigest()[:32]
 
 

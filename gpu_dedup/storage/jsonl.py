@@ -3,6 +3,8 @@ kept lines back byte for byte in the input's compression."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import re
 
@@ -12,17 +14,38 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from gpu_dedup.errors import InputError, read_error
-from gpu_dedup.kernels.lines_cpu import gather_lines, nonblank_lines
-from gpu_dedup.storage.discovery import COMPRESSED_EXT, Shard
+from gpu_dedup.kernels.lines_cpu import first_nonblank, gather_lines, nonblank_lines
+from gpu_dedup.storage.discovery import Shard
+from gpu_dedup.storage.filesystems import is_url, read_buffer
+from gpu_dedup.storage.filesystems import open_stream as remote_stream
+
+log = logging.getLogger("gpu_dedup")
+
+
+CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+
+
+def codec_of(path: str) -> str | None:
+    """The compression of a JSON Lines shard, by its extension in any case (``.GZ`` too); None: plain."""
+    return CODECS.get(os.path.splitext(str(path).lower())[1])
+
+
+def open_stream(path: str):
+    """An Arrow input stream of the shard's decompressed bytes (an object in a store through its filesystem)."""
+    if is_url(path):
+        return remote_stream(path)
+    return pa.input_stream(path, compression=codec_of(path))
 
 
 def read_bytes(path: str):
     """The shard's (decompressed) bytes as an Arrow buffer: memory-mapped when uncompressed."""
+    if is_url(path):  # an object in a store: downloaded whole
+        return read_buffer(path)
     try:
-        if not path.lower().endswith(COMPRESSED_EXT):
+        if codec_of(path) is None:
             with pa.memory_map(path) as f:
                 return f.read_buffer()
-        with pa.input_stream(path, compression="detect") as f:
+        with open_stream(path) as f:
             return f.read_buffer()
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise read_error(path, exc, f"cannot read shard {path!r}: {exc}") from None
@@ -115,6 +138,7 @@ def read_jsonl(shard: Shard, wanted: dict | None = None) -> pa.Table | None:
     data, starts, ends = jsonl_lines(raw)
     if starts.shape[0] == 0:
         return None
+    _check_objects(shard, data, starts, ends)
     body = raw
     table = None
     if wanted:
@@ -136,6 +160,10 @@ def read_jsonl(shard: Shard, wanted: dict | None = None) -> pa.Table | None:
             f"shard {shard.path!r}: {starts.shape[0]} non-blank lines but {table.num_rows} JSON records; "
             "each line must hold exactly one JSON object"
         )
+    if wanted and wanted.get("id") in table.column_names and pa.types.is_floating(table.column(wanted["id"]).type):
+        check_json_float_ids(shard, wanted["id"], table.column(wanted["id"]), data)
+    if wanted and wanted.get("text") in table.column_names:
+        _warn_missing_field(shard, wanted["text"], table.column(wanted["text"]), data, starts, ends)
     return table
 
 
@@ -150,7 +178,7 @@ def jsonl_blocks(path: str, block_bytes: int | None = None, first_bytes: int = 0
     newline).  Memory: about a block."""
     block_bytes = block_bytes or STREAM_BLOCK
     try:
-        with pa.input_stream(path, compression="detect") as f:
+        with open_stream(path) as f:
             carry = b""
             size = max(block_bytes, first_bytes)
             while True:  # one step per block read
@@ -188,16 +216,22 @@ def iter_jsonl(shard: Shard, wanted: dict, block_bytes: int | None = None):
         starts, ends = nonblank_lines(data)
         if starts.shape[0] == 0:
             continue
+        first = first_nonblank(data, starts, ends)
         if schema is None:  # the first lines: the sample read_jsonl takes, whole in this block
             if not wanted or (ahead is not None and
                               np.searchsorted(starts, starts[0] + SAMPLE_BYTES) >= starts.shape[0]):
                 raise ReadWhole(shard.path)
+            if starts[0] == 0 and ends[0] > 3 and bytes(data[:3]) == b"\xef\xbb\xbf":  # a UTF-8 byte order mark
+                first[0] = first_nonblank(data, starts[:1] + 3, ends[:1])[0]
             try:
                 schema = _wanted_schema(data, starts, ends, wanted)
             except pa.ArrowException:
                 schema = None
-            if schema is None:
-                raise ReadWhole(shard.path)
+            if schema is None or (wanted.get("id") in schema.names
+                                  and pa.types.is_floating(schema.field(wanted["id"]).type)):
+                raise ReadWhole(shard.path)  # floating ids: checked against the whole file's integers
+        if np.any(first != ord("{")):  # a line that is no JSON object: reported (by line) by the whole read
+            raise ReadWhole(shard.path)
         try:
             table = _parse_json(pa.py_buffer(block), pajson.ParseOptions(
                 explicit_schema=schema, unexpected_field_behavior="ignore", newlines_in_values=False))
@@ -205,7 +239,55 @@ def iter_jsonl(shard: Shard, wanted: dict, block_bytes: int | None = None):
             raise ReadWhole(shard.path) from None
         if table.num_rows != starts.shape[0]:
             raise ReadWhole(shard.path)
+        text = wanted.get("text")
+        if text in table.column_names and table.column(text).null_count and \
+                _missing_field(text, table.column(text), data, starts, ends)[1]:
+            raise ReadWhole(shard.path)  # lines without the text field: the whole read tells which (a warning)
         yield table
+
+
+def _line_number(data, pos: int) -> int:
+    return int(np.count_nonzero(data[:pos] == 0x0A)) + 1
+
+
+def _check_objects(shard: Shard, data, starts, ends) -> None:
+    """Every non-blank line must hold a JSON object: a line that is ``null`` (read as a document of nulls),
+    a number, a string or an array is refused, naming its line."""
+    first = first_nonblank(data, starts, ends)
+    if starts[0] == 0 and ends[0] > 3 and bytes(data[:3]) == b"\xef\xbb\xbf":  # a UTF-8 byte order mark
+        first[0] = first_nonblank(data, starts[:1] + 3, ends[:1])[0]
+    bad = np.flatnonzero(first != ord("{"))
+    if bad.shape[0]:
+        k = int(bad[0])
+        text = bytes(data[starts[k]:min(ends[k], starts[k] + 40)]).decode("utf-8", "replace").strip()
+        raise InputError(f"line {_line_number(data, starts[k])} of shard {shard.path!r} is {text!r}, not a JSON "
+                         f"object ({bad.shape[0]} such line(s)); each line must hold one document as a JSON object: "
+                         "fix or remove those lines")
+
+
+MISSING_SAMPLE = 10_000  # lines with a null text checked for a missing text field (a warning's evidence)
+
+
+def _missing_field(name: str, column, data, starts, ends) -> tuple:
+    """(the rows whose text is null, those of the first MISSING_SAMPLE of them whose line has no ``name``)."""
+    nulls = np.flatnonzero(np.asarray(column.is_null()))
+    if nulls.shape[0] == 0:
+        return nulls, []
+    sample = nulls[:MISSING_SAMPLE]
+    lines = bytes(gather_lines_of(data, starts[sample], ends[sample])).decode("utf-8", "replace").splitlines()
+    return nulls, [k for k, line in zip(sample, lines) if name not in json.loads(line)]  # a sample of bad lines
+
+
+def _warn_missing_field(shard: Shard, name: str, column, data, starts, ends) -> None:
+    """Lines without the text field are read as documents without text (counted as null_text); say so,
+    naming a line, unlike an explicit ``null``.  Only lines whose text is null are looked at (at most
+    MISSING_SAMPLE of them)."""
+    nulls, missing = _missing_field(name, column, data, starts, ends)
+    if missing:
+        log.warning("%s%d line(s) of shard %s have no %r field (first: line %d) and are read as documents without "
+                    "text (counted as null_text); name the text field with --text-column if it is another one",
+                    "at least " if nulls.shape[0] > MISSING_SAMPLE else "", len(missing), shard.path, name,
+                    _line_number(data, starts[missing[0]]))
 
 
 def _bad_line(data, starts, ends, exc) -> str:
@@ -236,18 +318,37 @@ def _bad_line(data, starts, ends, exc) -> str:
     return f"line {line}: {reason}; fix or remove that line"
 
 
-def check_json_float_ids(shard: Shard, column: str, ids) -> None:
+def check_json_float_ids(shard: Shard, column: str, ids, data=None) -> None:
     """JSON integers beyond int64 are parsed as doubles, which keep only 53 bits: such ids would not be
-    kept verbatim (distinct ids could even collapse into one), so they are refused."""
+    kept verbatim (distinct ids could even collapse into one), so they are refused.  So are integers mixed
+    with numbers that have a fraction or exponent (``data``: the shard's bytes): the reader makes every id a
+    double, so ``4`` would be kept as ``4.0``."""
     big = pc.max(pc.abs(ids)).as_py()
     if big is not None and big >= 2.0**53:
         raise InputError(
             f"id column {column!r} of shard {shard.path!r} holds numbers as large as {big:.6g}, beyond what a JSON "
             "reader keeps exactly (integers beyond 2**63 are read as floating point, losing digits); write the ids "
             "as JSON strings, or use --no-id-column to name documents by row")
+    if data is None:
+        return
+    key = rb"[{,]\s*" + re.escape(json.dumps(column).encode()) + rb"\s*:\s*"
+    integer = re.search(key + rb"(-?\d+)\s*[,}]", data)  # C loops over the buffer; the first of each kind
+    real = re.search(key + rb"(-?\d+(?:\.\d*(?:[eE][-+]?\d+)?|[eE][-+]?\d+))\s*[,}]", data)
+    if integer is not None and real is not None:
+        i, r = integer.group(1).decode(), real.group(1).decode()
+        raise InputError(
+            f"id column {column!r} of shard {shard.path!r} mixes integers (line {_line_number(data, integer.start(1))}"
+            f": {i}) and numbers with a fraction or exponent (line {_line_number(data, real.start(1))}: {r}), so a "
+            f"JSON reader makes every id a floating-point number ({i} would be kept as {float(i)}); write the ids as "
+            "one type (all integers, or JSON strings), or use --no-id-column to name documents by row")
 
 
+def compress_like(path: str, body: bytes) -> bytes:
+    codec = codec_of(path)
+    if codec is None:
+        return body
+    sink = pa.BufferOutputStream()
+    with pa.CompressedOutputStream(sink, codec) as out:
+        out.write(body)
+    return sink.getvalue().to_pybytes()
 
-def jsonl_codec(path: str) -> str | None:
-    """The compression of a JSONL shard, by its extension (None: uncompressed)."""
-    return {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}.get(os.path.splitext(path.lower())[1])

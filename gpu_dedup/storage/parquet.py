@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import read_error
 from gpu_dedup.storage.discovery import Shard
+from gpu_dedup.storage.filesystems import source
 
 BATCH_BYTES = 1 << 25  # about this many bytes of the read columns per streamed batch (32 MiB)
 BUFFER_BYTES = 1 << 22  # read buffer per column chunk when streaming (pages are decoded as they arrive)
@@ -29,7 +30,7 @@ FALLBACK_CODEC = "zstd"
 
 def parquet_schema(shard: Shard) -> pa.Schema:
     try:
-        return pq.read_schema(shard.path)
+        return pq.read_schema(source(shard.path))
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise read_error(shard.path, exc, f"shard {shard.path!r} is not a readable Parquet file ({exc}); remove or "
                          "replace it") from None
@@ -41,14 +42,14 @@ def _corrupt(shard: Shard, exc: BaseException) -> Exception:
 
 def parquet_metadata(shard: Shard) -> pq.FileMetaData:
     try:
-        return pq.ParquetFile(shard.path).metadata
+        return pq.ParquetFile(source(shard.path)).metadata
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise _corrupt(shard, exc) from None
 
 
 def read_parquet(shard: Shard, columns: list[str], row_groups=None) -> pa.Table:
     try:
-        f = pq.ParquetFile(shard.path)
+        f = pq.ParquetFile(source(shard.path))
         return f.read(columns=columns) if row_groups is None else f.read_row_groups(list(row_groups), columns=columns)
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise _corrupt(shard, exc) from None
@@ -57,7 +58,7 @@ def read_parquet(shard: Shard, columns: list[str], row_groups=None) -> pa.Table:
 def open_streamed(shard: Shard) -> pq.ParquetFile:
     """The shard opened for streamed reads: column chunks read through a small buffer, nothing pre-read."""
     try:
-        return pq.ParquetFile(shard.path, buffer_size=BUFFER_BYTES, pre_buffer=False)
+        return pq.ParquetFile(source(shard.path), buffer_size=BUFFER_BYTES, pre_buffer=False)
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise _corrupt(shard, exc) from None
 

@@ -18,6 +18,7 @@ import pytest
 from gpu_dedup import backends, storage
 from gpu_dedup.backends import count_transfer, to_device, to_host, transfer_totals
 from gpu_dedup.backends.gpu import corpus_estimate
+from gpu_dedup.backends.prepare import SAMPLE
 from gpu_dedup.backends.strings import (
     arrow_column,
     arrow_strings,
@@ -83,6 +84,28 @@ def test_column_buffers_of_a_cudf_like_column_equal_arrow(large):
     got = [bytes(chars[off[k]:off[k + 1]]) if valid[k] else None for k in range(len(arr))]
     assert got == [None if t is None else t.encode() for t in texts[2:]]
     assert off.dtype == np.int64 and want_off.dtype == np.int64 and want_chars.dtype == np.uint8
+
+
+class ChildlessColumn(FakePlcColumn):
+    """A strings column as libcudf may leave one of only nulls: rows, a null mask, but no offsets child."""
+
+    def children(self):
+        return []
+
+    def data(self):
+        return None
+
+
+@pytest.mark.parametrize(("n", "nulls"), [(0, 0), (3, 3), (2, 0)])
+def test_column_buffers_of_a_column_without_children_has_a_row_per_offset(n, nulls):
+    mask = np.zeros(1, np.uint8) if nulls else None  # every bit 0: every row null
+    col = ChildlessColumn(None, None, 0, n, mask, nulls)
+    off, chars, valid = column_buffers(col)
+    assert off.tolist() == [0] * (n + 1) and chars.shape == (0,)  # n + 1 offsets: rows stay aligned
+    assert (valid is None) if not nulls else valid.tolist() == [False] * n
+    raw = raw_text([col, fake_plc_column(pa.array(["x", None, "yz"]))])  # concatenated with another shard
+    assert len(raw) == n + 3 and raw.null().tolist() == [bool(nulls)] * n + [False, True, False]
+    assert bytes(raw.chars[raw.offsets[n + 2]:raw.offsets[n + 3]]) == b"yz"
 
 
 def test_arrow_strings_round_trip_of_sliced_buffers():
@@ -159,7 +182,7 @@ def test_batched_run_equals_the_whole_corpus_run(tmp_path, monkeypatch, verify):
     monkeypatch.setattr(cpu, "normalize_column", counted)
     monkeypatch.setattr(local, "SIGNATURE_CHUNK", 64)
     batched = local.run(tmp_path / "in", tmp_path / "batched", cfg)
-    assert calls == [3] and len(slices) > 10 and sum(slices) == 300
+    assert calls == [3] and len(slices) > 10 and sum(slices) == 300 + len(SAMPLE)  # + prepare's sample, once
     assert batched.report["gpu"]["resident"] is False and batched.report["gpu"]["batch_bytes"] == 1500
     for name in ["duplicates.parquet"] + [s.name for s in whole.shards]:
         assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "batched" / name).read_bytes(), name

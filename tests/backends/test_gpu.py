@@ -80,17 +80,21 @@ def test_probe_without_a_device_says_so_and_how_to_run(monkeypatch):
 
 def test_backend_gpu_fails_at_once_and_auto_falls_back_saying_why(monkeypatch, caplog, tmp_path):
     from gpu_dedup import backends as registry
+    from gpu_dedup.backends.gpu_probe import SIMULATOR_SWITCH
     from gpu_dedup.config import Config
     from gpu_dedup.index.commands import run
 
+    # the real registry, whatever ``--backend gpu`` made of the name "cpu" for the rest of the session
+    monkeypatch.setattr(registry, "_REGISTRY", {"cpu": "gpu_dedup.backends.cpu", "gpu": "gpu_dedup.backends.gpu_probe"})
+    monkeypatch.setattr(registry, "_CACHE", {})
+    monkeypatch.delenv(SIMULATOR_SWITCH, raising=False)
     monkeypatch.setitem(sys.modules, "cupy", None)
-    monkeypatch.delitem(registry._CACHE, "gpu", raising=False)
     with pytest.raises(BackendError, match="CuPy"):
         registry.get_backend("gpu")
     with pytest.raises(BackendError, match=r"cuda12"):  # before reading or writing anything
         run(tmp_path / "missing-input", tmp_path / "out", Config(backend="gpu"))
     assert not (tmp_path / "out").exists()
-    caplog.set_level(logging.INFO, logger="gpu_dedup")
+    caplog.set_level(logging.DEBUG, logger="gpu_dedup")  # a CPU install: the reason at -v
     monkeypatch.setattr(registry, "_AUTO_FALLBACK", [])  # as in a fresh process
     be = registry.get_backend("auto")
     assert be.name == "cpu"
@@ -101,6 +105,189 @@ def test_backend_gpu_fails_at_once_and_auto_falls_back_saying_why(monkeypatch, c
     for _ in range(3):
         assert registry.get_backend("auto").name == "cpu"
     assert sum("backend auto" in r.getMessage() for r in caplog.records) == 1
+
+
+def fake_device(monkeypatch, count=1):
+    """CuPy with ``count`` devices, numba-cuda answering, NVVM found: what probe() checks before the frames."""
+    from numba import cuda
+
+    from gpu_dedup.backends import gpu_probe
+
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(count=count))
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.delenv(gpu_probe.SIMULATOR_SWITCH, raising=False)
+    if "numba_cuda" not in sys.modules:
+        try:
+            import numba_cuda  # noqa: F401
+        except ImportError:
+            monkeypatch.setitem(sys.modules, "numba_cuda", types.ModuleType("numba_cuda"))
+    return gpu_probe
+
+
+def test_probe_without_nvvm_names_cuda_home_and_the_wheel(monkeypatch):
+    from numba.cuda.cudadrv import nvvm
+
+    gpu_probe = fake_device(monkeypatch)
+    monkeypatch.setattr(nvvm, "is_available", lambda: False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    with pytest.raises(BackendError) as info:
+        gpu_probe.probe()
+    msg = str(info.value)
+    assert "NVVM" in msg and "CUDA_HOME=/usr/local/cuda" in msg and "numba-cuda[cu13]" in msg, msg
+    monkeypatch.setenv("CUDA_HOME", "/opt/cuda-without-nvvm")
+    with pytest.raises(BackendError, match="CUDA_HOME=/opt/cuda-without-nvvm has no usable nvvm"):
+        gpu_probe.probe()
+
+
+def test_probe_tells_a_broken_cudf_from_a_missing_one(monkeypatch, tmp_path, caplog):
+    from numba.cuda.cudadrv import nvvm
+
+    gpu_probe = fake_device(monkeypatch)
+    monkeypatch.setattr(nvvm, "is_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "cudf", None)  # not installed
+    info = gpu_probe.probe()
+    assert info["frames"] == "pyarrow" and "cudf_error" not in info
+    (tmp_path / "cudf").mkdir()
+    (tmp_path / "cudf" / "__init__.py").write_text(
+        "raise ImportError('libcudf.so: cannot open shared object file: No such file or directory')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cudf")
+    caplog.set_level(logging.WARNING, logger="gpu_dedup")
+    info = gpu_probe.probe()  # installed, but broken: said, and the run goes on with pyarrow
+    assert info["frames"] == "pyarrow" and "libcudf.so: cannot open" in info["cudf_error"], info
+    assert any("cuDF is installed but does not import" in r.getMessage() for r in caplog.records)
+    assert "cugraph_error" not in info
+    (tmp_path / "cugraph").mkdir()  # cuGraph likewise: installed but broken is said
+    (tmp_path / "cugraph" / "__init__.py").write_text("import pylibcugraph_missing_part\n")
+    monkeypatch.delitem(sys.modules, "cugraph", raising=False)
+    info = gpu_probe.probe()
+    assert "pylibcugraph_missing_part" in info["cugraph_error"]
+    assert any("cuGraph is installed but does not import" in r.getMessage() for r in caplog.records)
+
+
+def test_simulator_needs_its_own_switch(monkeypatch):
+    from gpu_dedup.backends import gpu_probe
+
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    monkeypatch.delenv(gpu_probe.SIMULATOR_SWITCH, raising=False)
+    with pytest.raises(BackendError, match="CuPy"):  # the simulator alone is no device
+        gpu_probe.probe()
+    monkeypatch.setenv(gpu_probe.SIMULATOR_SWITCH, "1")
+    assert gpu_probe.probe() == {"devices": 0, "frames": "pyarrow", "simulator": True}
+
+
+FRAMES = {"cudf": "cuDF reads Parquet text columns and writes shards",
+          "broken": "(cuDF is installed but does not import: ",
+          "missing": "(cuDF not installed: pyarrow writes)"}
+
+
+def frames_case(info) -> str:
+    return "cudf" if info.get("frames") == "cudf" else "broken" if info.get("cudf_error") else "missing"
+
+
+@pytest.mark.parametrize("info", [{"frames": "cudf"}, {"frames": "pyarrow"},
+                                  {"frames": "pyarrow", "cudf_error": "ImportError: libcudf.so: cannot open"}])
+def test_mode_says_which_frames_and_why(info):
+    from gpu_dedup.backends.gpu import GPUBackend
+
+    be = object.__new__(GPUBackend)  # the mode line alone, no device
+    be.info, be.device_name = info, "NVIDIA H100 80GB HBM3"
+    mode = be.mode
+    case = frames_case(info)
+    assert FRAMES[case] in mode and mode.count("cuDF") == 1, mode
+    assert all(text not in mode for other, text in FRAMES.items() if other != case), mode
+    if case == "broken":
+        assert "libcudf.so: cannot open" in mode
+
+
+def test_backend_turns_off_low_occupancy_warnings_in_every_config_module(monkeypatch):
+    """numba-cuda reads ``numba.cuda.core.config``; versions that keep it apart from ``numba.core.config``
+    warned at every small launch."""
+    import numba
+
+    from gpu_dedup.backends.gpu import GPUBackend
+
+    own = types.ModuleType("numba.cuda.core.config")
+    own.CUDA_LOW_OCCUPANCY_WARNINGS = 1
+    monkeypatch.setitem(sys.modules, "numba.cuda.core.config", own)
+    monkeypatch.setattr(numba.config, "CUDA_LOW_OCCUPANCY_WARNINGS", 1)
+    monkeypatch.setattr(numba.config, "ENABLE_CUDASIM", 1)  # built as under the simulator: no device needed
+    GPUBackend()
+    assert own.CUDA_LOW_OCCUPANCY_WARNINGS == 0 and numba.config.CUDA_LOW_OCCUPANCY_WARNINGS == 0
+
+
+def fake_rmm(current_kind: str):
+    """A stand-in for rmm / rmm.mr / rmm.allocators.cupy recording what setup_memory does."""
+    calls = []
+
+    class Resource:
+        def __init__(self, upstream=None, *args, **kwargs):
+            self.upstream = upstream
+
+    mr = types.ModuleType("rmm.mr")
+    mr.CudaMemoryResource = type("CudaMemoryResource", (Resource,), {})
+    mr.ManagedMemoryResource = type("ManagedMemoryResource", (Resource,), {})
+    mr.PoolMemoryResource = type("PoolMemoryResource", (Resource,), {})
+    state = {"current": getattr(mr, current_kind)()}
+    mr.get_current_device_resource = lambda: state["current"]
+
+    def set_current(res):
+        calls.append(("set", res))
+        state["current"] = res
+
+    mr.set_current_device_resource = set_current
+    rmm = types.ModuleType("rmm")
+    rmm.mr = mr
+    rmm.reinitialize = lambda **kw: calls.append(("reinitialize", kw))
+    allocators = types.ModuleType("rmm.allocators")
+    cupy_alloc = types.ModuleType("rmm.allocators.cupy")
+    cupy_alloc.rmm_cupy_allocator = object()
+    rmm.allocators = allocators
+    allocators.cupy = cupy_alloc
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(set_allocator=lambda a: calls.append(("cupy allocator", a)))
+    modules = {"rmm": rmm, "rmm.mr": mr, "rmm.allocators": allocators, "rmm.allocators.cupy": cupy_alloc,
+               "cupy": cupy}
+    return modules, calls, state, cupy_alloc.rmm_cupy_allocator
+
+
+@pytest.mark.parametrize("current", ["CudaMemoryResource", "ManagedMemoryResource"])
+def test_setup_memory_wraps_the_current_resource_and_keeps_a_users_own(monkeypatch, current):
+    from gpu_dedup.backends import gpu
+
+    modules, calls, state, allocator = fake_rmm(current)
+    for name, mod in modules.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(gpu, "_MEMORY", {})
+    before = state["current"]
+    got = gpu.setup_memory()
+    assert not [c for c in calls if c[0] == "reinitialize"]  # undefined once cuDF objects exist
+    assert ("cupy allocator", allocator) in calls
+    if current == "CudaMemoryResource":  # RMM's default: a pool on top of it
+        assert type(state["current"]).__name__ == "PoolMemoryResource" and state["current"].upstream is before
+        assert got["allocator"] == "RMM pool (cuDF and CuPy)"
+    else:  # the user's resource stays
+        assert state["current"] is before and not [c for c in calls if c[0] == "set"]
+        assert got["allocator"] == "RMM ManagedMemoryResource set by the caller (cuDF and CuPy)"
+    done = len(calls)
+    assert gpu.setup_memory() is got and len(calls) == done  # once per process
+
+
+def test_auto_fallback_test_holds_under_backend_gpu():
+    """``pytest --backend gpu`` maps the name "cpu" to the GPU backend for the session; the test of auto's
+    fallback still sees the real registry (run here on the simulator's GPU backend, as a device run would)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from gpu_dedup.backends.gpu_probe import SIMULATOR_SWITCH
+
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", SIMULATOR_SWITCH: "1"}
+    test = f"{Path(__file__).name}::test_backend_gpu_fails_at_once_and_auto_falls_back_saying_why"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--backend", "gpu", test],
+                          cwd=Path(__file__).parent, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
 # ------------------------------------------------------------------ array algorithms on NumPy
@@ -182,8 +369,9 @@ def cpu():
 
 @pytest.mark.gpu
 def test_gpu_mode_names_device_and_frames(gpu_backend):
-    assert gpu_backend.name == "gpu" and gpu_backend.mode.startswith("gpu: CUDA kernels (numba-cuda) on ")
-    assert ("cuDF" in gpu_backend.mode) or ("pyarrow frames (cuDF not installed)" in gpu_backend.mode)
+    mode = gpu_backend.mode
+    assert gpu_backend.name == "gpu" and mode.startswith("gpu: CUDA kernels (numba-cuda) on ")
+    assert mode.count("cuDF") == 1 and FRAMES[frames_case(gpu_backend.info)] in mode, mode
     import cupy
 
     assert gpu_backend.xp is cupy

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from gpu_dedup.backends import get_backend
 from gpu_dedup.backends.prepare import MESSAGE
 from gpu_dedup.config import Config
@@ -71,3 +73,43 @@ def test_warm_prepare_in_process_is_quick_and_silent(caplog):
         seconds = be.prepare(cfg)
     assert MESSAGE not in caplog.text
     assert 0 <= seconds < 5
+
+
+class CudaCompilingBackend:
+    """The CPU backend, except that its normalization is counted and its exact hashes compile a CUDA kernel
+    (to PTX, no device needed), as the GPU backend's first launches do."""
+
+    def __init__(self, cpu):
+        self.cpu, self.normalized = cpu, 0
+
+    def __getattr__(self, name):
+        return getattr(self.cpu, name)
+
+    def normalize_column(self, column, cfg):
+        self.normalized += 1
+        return self.cpu.normalize_column(column, cfg)
+
+    def exact_hashes(self, strings, seed1, seed2):
+        from numba import cuda
+
+        def touch(x):
+            x[0] = 1
+
+        cuda.compile_ptx(touch, "void(int64[::1])", cc=(8, 0))
+        return self.cpu.exact_hashes(strings, seed1, seed2)
+
+
+def test_prepare_hears_numba_cuda_compiling_and_normalizes_on_the_backend(caplog):
+    """numba-cuda raises its compile events on its own event module; the GPU normalization kernel is the
+    backend's normalize_column, so prepare must call that (not the host normalization) to compile it."""
+    pytest.importorskip("numba_cuda")
+    from gpu_dedup.backends.prepare import prepare
+
+    cfg = Config.from_dict({"minhash": {"num_perm": 16, "ngram": 2}, "exact_dedup": True})
+    cpu = get_backend("cpu")
+    cpu.prepare(cfg)  # every CPU kernel of cfg loaded: what compiles next is the CUDA kernel alone
+    backend = CudaCompilingBackend(cpu)
+    with caplog.at_level("INFO", logger="gpu_dedup"):
+        _, compiled = prepare(backend, cfg)
+    assert backend.normalized == 1
+    assert compiled and caplog.text.count(MESSAGE) == 1

@@ -61,3 +61,52 @@ def test_bench_dask_suite_without_gpu_workers_says_what_is_missing(tmp_path, cap
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert bench_gpu.main(["--suite", "dask", "--e2e-docs", "40", "--workdir", str(tmp_path)]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_corpus_suite_writes_planted_shards_once_and_reuses_them(tmp_path):
+    args = ["--suite", "corpus", "--e2e-docs", "40", "--words", "5", "15", "--configs", "default", "cosine-vectors",
+            "--corpus-dir", str(tmp_path), "--out", str(tmp_path / "c.json")]
+    assert bench_gpu.main(args) == 0
+    res = json.loads((tmp_path / "c.json").read_text())
+    assert sorted((c["kind"], c["rows"]) for c in res["corpus"]) == [("text", 40), ("vectors", 40)]
+    text_dir = next(c["path"] for c in res["corpus"] if c["kind"] == "text")
+    first = {p.name: p.stat().st_mtime_ns for p in (tmp_path / text_dir).iterdir()}
+    assert bench_gpu.main(args) == 0  # found by its marker: not written again
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / text_dir).iterdir()} == first
+    assert len([n for n in first if n.endswith(".parquet")]) == 16
+
+
+def test_compare_outputs_finds_a_changed_byte_and_ignores_the_report(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        (d / "part-0.parquet").write_bytes(b"same bytes")
+        (d / "_SUCCESS").write_text("")
+    (a / "report.json").write_text('{"seconds": 1}')
+    (b / "report.json").write_text('{"seconds": 2}')
+    assert bench_gpu.compare_outputs(a, b) == {"identical": True, "files": 2, "differ": [], "only_in_one": [],
+                                               "same_table": []}
+    (b / "part-0.parquet").write_bytes(b"same bytez")
+    (b / "duplicates.parquet").write_bytes(b"")
+    got = bench_gpu.compare_outputs(a, b)
+    assert not got["identical"] and got["differ"] == ["part-0.parquet"] and got["only_in_one"] == ["duplicates.parquet"]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"id": [1, 2], "text": ["a", "b"]})
+    pq.write_table(table, a / "part-0.parquet")
+    pq.write_table(table, b / "part-0.parquet", compression="zstd")  # other bytes, the same table
+    got = bench_gpu.compare_outputs(a, b)
+    assert got["differ"] == ["part-0.parquet"] and got["same_table"] == ["part-0.parquet"] and not got["identical"]
+
+
+def test_end_to_end_skips_what_would_start_after_the_deadline(tmp_path):
+    import time
+
+    kw = dict(words=(5, 15), workdir=tmp_path, corpus_dir=tmp_path / "corpus")
+    rows = bench_gpu.end_to_end([60], ["cpu", "cpu"], configs=["default"], deadline=time.time() + 120, **kw)
+    assert [r["config"] for r in rows] == ["default", "default"] and all("seconds" in r for r in rows)
+    assert rows[1]["identical"] is True and rows[1]["compared"]["files"] >= 2  # the same backend twice
+    rows = bench_gpu.end_to_end([60], ["cpu", "cpu"], configs=["default", "fineweb"], deadline=time.time() + 1, **kw)
+    assert [r["config"] for r in rows] == ["default", "default", "fineweb", "fineweb"]
+    assert all("deadline" in r["skipped"] for r in rows)

@@ -126,3 +126,20 @@ def test_corpus_layouts_hold_the_same_documents(tmp_path, monkeypatch, layout, f
     assert [pq.ParquetFile(p).metadata.num_row_groups for p in paths] == groups
     whole = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "files").glob("*.parquet"))])
     assert pa.concat_tables([pq.read_table(p) for p in paths]).equals(whole)
+
+
+def test_datatrove_runs_its_minhash_steps_beside_gpu_dedup(tmp_path):
+    """datatrove's four MinhashDedup steps on the planted corpus (in shards), scored like every peer."""
+    for module in ("datatrove", "spacy", "xxhash", "tokenizers"):
+        pytest.importorskip(module)
+    res = tmp_path / "res"
+    payload = peers.run(sizes=(600,), real=None, tools=["gpu_dedup", "datatrove"], quality_sample=300, sig_docs=600,
+                        results=res, workdir=tmp_path)
+    by = {r["tool"]: r for r in payload["end_to_end"]}
+    dt = by["datatrove"]
+    assert dt["documents"] == 600 and dt["shards"] == peers.DATATROVE_SHARDS and dt["texts_with_digits"] == 0
+    assert dt["removed"] > 0 and dt["recall"] >= 0.8 and 0.0 < dt["precision"] <= 1.0
+    assert by["gpu_dedup"]["recall"] >= 0.9
+    md = (res / "peers.md").read_text()
+    assert "| planted-600 | datatrove |" in md and "letters only (0 texts with a digit" in md
+    assert payload["versions"]["datatrove"]

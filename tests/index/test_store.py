@@ -65,6 +65,24 @@ def test_incremental_equals_full_dedup(batches, tmp_path, method, split):
             assert near.num_rows > 0 and min(near.column("similarity").to_pylist()) >= 0.8 - 1e-6
 
 
+def test_against_an_index_removes_what_a_full_dedup_removes_when_chains_cross_the_index(tmp_path):
+    """Planted corpus split in halves: a new document close to an indexed document that a full dedup ejects
+    from a larger cluster (the new half bridges two indexed documents below the threshold to each other) is
+    removed as in the full dedup, with split_chains on (the default)."""
+    sample = planted_corpus(n_docs=4000, n_clusters=800, seed=5)
+    t = sample.table.select(["id", "text"])
+    for name, part in (("a", t.slice(0, 2000)), ("b", t.slice(2000))):
+        write_shards(part, tmp_path / name, shards=1, prefix=name)
+        write_shards(part, tmp_path / "all", shards=1, prefix=name)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(tmp_path / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    b = run(tmp_path / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix")
+    full = run(tmp_path / "all", tmp_path / "full", cfg)
+    b_ids = set(t.slice(2000).column("id").to_pylist())
+    assert _removed(b) == _removed(full) & b_ids
+    assert full.report["counts"]["chain_split_ejected"] > 0
+
+
 def test_indexed_documents_always_survive(batches, tmp_path):
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "select": {"keep": "longest"}})
     first = run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
@@ -315,17 +333,19 @@ def test_index_of_another_hash_family_fails_naming_it_and_the_fix(batches, tmp_p
         run(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "index")
 
 
-def _cli_run(*args, fault=None):
+def _cli_run(*args, fault=None, quiet=True):
     import os
 
     env = {k: v for k, v in os.environ.items() if k != "GPU_DEDUP_FAULT"}
     if fault:
         env["GPU_DEDUP_FAULT"] = fault
-    return subprocess.run([sys.executable, "-m", "gpu_dedup", *map(str, args), "--backend", "cpu", "-q"], env=env,
+    return subprocess.run([sys.executable, "-m", "gpu_dedup", *map(str, args), "--backend", "cpu",
+                           *(["-q"] if quiet else [])], env=env,
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("fault", ["report:before-success", "commit:before-success", "index:before-append"])
+@pytest.mark.parametrize("fault", ["report:before-success", "commit:before-success", "index:before-append",
+                                   "index:before-manifest", "index:after-append"])
 def test_an_update_index_run_killed_before_it_finishes_reruns_to_the_same_outputs_and_index(batches, tmp_path, fault):
     """The index is appended to after the outputs are published: a run killed before then leaves the index
     as it was, so the rerun the error message asks for neither appends the documents twice nor removes
@@ -337,20 +357,25 @@ def test_an_update_index_run_killed_before_it_finishes_reruns_to_the_same_output
     args = ("run", batches / "b", "-o", tmp_path / "out", "--id-column", "id", "--against", tmp_path / "ix",
             "--update-index")
     assert _cli_run(*args, fault=fault).returncode == -9
-    done = _cli_run(*args)
+    done = _cli_run(*args, quiet=fault != "index:after-append")  # -q shows errors only: the warning needs without
     assert done.returncode == 0, done.stderr
     assert Index.open(tmp_path / "ix").documents == Index.open(tmp_path / "want_ix").documents == 1600
     for name in ["duplicates.parquet"] + sorted(p.name for p in (tmp_path / "want").glob("b-*")):
         assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "want" / name).read_bytes(), name
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["counts"]["removed"] == want.report["counts"]["removed"] < 800
-    assert report["index"]["documents_after"] == 1600
+    if fault == "index:after-append":  # the killed run had appended: the rerun matched the index as it was before
+        assert "already appended" in done.stderr and report["index"]["updated"] is False
+        assert _segments(tmp_path / "ix")[3].keys() == _segments(tmp_path / "want_ix")[3].keys()
+    else:
+        assert report["index"]["documents_after"] == 1600
 
 
 def test_an_index_run_killed_before_it_finishes_reruns(batches, tmp_path):
     args = ("run", batches / "a", "-o", tmp_path / "out", "--id-column", "id", "--index-out", tmp_path / "ix")
     assert _cli_run(*args, fault="report:before-success").returncode == -9
-    assert not (tmp_path / "ix").exists()
+    # no index: at most the directory with the lock file the killed build held (taken over by the rerun)
+    assert not (tmp_path / "ix").exists() or [p.name for p in (tmp_path / "ix").iterdir()] == [".gpu_dedup_index.lock"]
     done = _cli_run(*args)
     assert done.returncode == 0, done.stderr
     assert Index.open(tmp_path / "ix").documents == 800
@@ -428,3 +453,201 @@ def test_query_takes_one_string_as_one_query_and_refuses_other_types(batches, tm
         index.query([text], threshold="0.8")
     with pytest.raises(ConfigError, match="members = -1"):
         index.query([text], members=-1)
+
+
+# ---------------------------------------------------------------- one writer at a time; damage is detected
+
+
+def _ids_in(path) -> set:
+    index = Index.open(path)
+    return set(index.ids(np.arange(index.documents)).to_pylist())
+
+
+def test_a_second_writer_of_an_index_stops_with_exit_4_and_appends_nothing(batches, tmp_path):
+    """While one run appends to an index (or builds it), another `--update-index` run or build of the same
+    index stops at once with exit 4 naming the holder, and the index is left as it was."""
+    from gpu_dedup.index.store import IndexBuilder
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    before = _segments(tmp_path / "ix")
+    args = ("run", batches / "b", "-o", tmp_path / "out_b", "--id-column", "id", "--against", tmp_path / "ix",
+            "--update-index")
+    with Index.open(tmp_path / "ix").writing():
+        second = _cli_run(*args)
+    assert second.returncode == 4, second.stderr
+    assert "is being written by another gpu-dedup run (pid" in second.stderr and "Traceback" not in second.stderr
+    assert not (tmp_path / "out_b" / "_SUCCESS").exists()
+    assert _segments(tmp_path / "ix")[1:3] == before[1:3]
+    assert _cli_run(*args).returncode == 0 and Index.open(tmp_path / "ix").documents == 1600
+    with IndexBuilder(tmp_path / "new", cfg):
+        build = _cli_run("index", "build", batches / "c", "-o", tmp_path / "new", "--id-column", "id")
+    assert build.returncode == 4 and "is in use by another gpu-dedup run" in build.stderr, build.stderr
+    assert not (tmp_path / "new").exists()
+
+
+def test_concurrent_appends_and_builds_never_lose_documents(batches, tmp_path):
+    """Two `--update-index` runs started together, and two builds of one directory: every run that exits 0
+    has its documents in the index, exactly once; the others exit 4 (or 3: the index was built meanwhile)."""
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    py = [sys.executable, "-m", "gpu_dedup"]
+
+    def start(*args):
+        return subprocess.Popen(py + [*map(str, args), "--backend", "cpu", "-q", "--id-column", "id"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    procs = {b: start("run", batches / b, "-o", tmp_path / f"out_{b}", "--against", tmp_path / "ix",
+                      "--update-index") for b in ("b", "c")}
+    codes = {b: p.wait(timeout=300) for b, p in procs.items()}
+    assert set(codes.values()) <= {0, 4} and 0 in codes.values(), {b: p.stderr.read() for b, p in procs.items()}
+    want = set(pq.read_table(batches / "a").column("id").to_pylist())
+    for b, code in codes.items():
+        if code == 0:
+            want |= set(pq.read_table(batches / b).column("id").to_pylist())
+    assert _ids_in(tmp_path / "ix") == want and Index.open(tmp_path / "ix").documents == len(want)
+    builds = [start("index", "build", batches / b, "-o", tmp_path / "built") for b in ("b", "c")]
+    codes = [p.wait(timeout=300) for p in builds]
+    assert sorted(codes)[0] == 0 and sorted(codes)[1] in (3, 4), codes
+    winner = ("b", "c")[codes.index(0)]
+    assert _ids_in(tmp_path / "built") == set(pq.read_table(batches / winner).column("id").to_pylist())
+
+
+def test_an_index_opened_before_another_process_appended_is_read_again_before_it_appends(batches, tmp_path):
+    """Index.add on an index object opened before another writer appended: the other documents are matched
+    and kept (the object reads the index again under the lock), never discarded as an unlisted segment."""
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    stale = Index.open(tmp_path / "ix")
+    run(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix", update_index=True)
+    got = stale.add(_frame(batches / "c", "arrow"), text="text", id="id", backend="cpu")
+    assert got.first_doc == 1600 and stale.documents == 2400
+    assert _ids_in(tmp_path / "ix") == set(pq.read_table(batches / "all").column("id").to_pylist())
+
+
+def _damage_cases(ix, other):
+    def overwrite(p):  # 4 KiB inside the texts, same size
+        path = p / "seg-00000" / "docs.arrow"
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2: len(data) // 2 + 4096] = b"\0" * 4096
+        path.write_bytes(bytes(data))
+
+    def edit(key, value):
+        def hurt(p):
+            m = json.loads((p / "manifest.json").read_text())
+            m[key] = value
+            (p / "manifest.json").write_text(json.dumps(m))
+        return hurt
+
+    import shutil
+
+    return {
+        "overwritten-texts": (overwrite, "seg-00000/docs.arrow changed after it was written"),
+        "bands-of-another-index": (lambda p: shutil.copy(other / "seg-00000" / "bands.arrow",
+                                                         p / "seg-00000" / "bands.arrow"), "seg-00000/bands.arrow"),
+        "threshold-edited": (edit("threshold", 0.3), "checksum does not match"),
+        "id-column-a-number": (edit("id_column", 5), "checksum does not match"),
+        "config-edited": (edit("config", {**json.loads((ix / "manifest.json").read_text())["config"], "rows": 3}),
+                          "checksum does not match"),
+    }
+
+
+def test_a_damaged_or_mixed_index_is_refused_not_queried(batches, tmp_path):
+    """Segments carry a size and SHA-256 in the manifest, which carries its own checksum; opening the index
+    verifies them: a damaged segment, a segment of another index or an edited manifest is exit 3 naming
+    the index, for query, info and runs against it, never an answer."""
+    import shutil
+
+    from gpu_dedup.cli import main
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    run(batches / "b", tmp_path / "out_b", cfg, index_out=tmp_path / "other")
+    queries = tmp_path / "q.txt"
+    queries.write_text("\n".join(pq.read_table(batches / "a").column("text").to_pylist()[:50]) + "\n")
+    for name, (hurt, said) in _damage_cases(tmp_path / "ix", tmp_path / "other").items():
+        shutil.copytree(tmp_path / "ix", tmp_path / name)
+        hurt(tmp_path / name)
+        q = subprocess.run([sys.executable, "-m", "gpu_dedup", "query", str(tmp_path / name), str(queries)],
+                           capture_output=True, text=True)
+        assert q.returncode == 3 and q.stdout == "", (name, q.stdout[:200], q.stderr)
+        assert f"the index in {str(tmp_path / name)!r} is damaged" in q.stderr and said in q.stderr, (name, q.stderr)
+        assert "Traceback" not in q.stderr and len(q.stderr.strip().splitlines()) == 1, q.stderr
+        assert main(["index", "info", str(tmp_path / name)]) == 3
+        if name == "overwritten-texts":  # verify=False checks sizes only (the cost of a read of every file saved)
+            assert Index.open(tmp_path / name, verify=False).documents == 800
+        with pytest.raises(InputError, match="is damaged"):
+            run(batches / "c", tmp_path / f"out_{name}", cfg, against=tmp_path / name)
+
+
+def test_an_index_without_checksums_still_opens_with_a_warning_and_its_values_are_checked(batches, tmp_path,
+                                                                                          caplog):
+    from gpu_dedup.index.format import CHECKSUMS, MANIFEST_DIGEST
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    m = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    legacy = {k: v for k, v in m.items() if k not in (CHECKSUMS, MANIFEST_DIGEST)}
+    (tmp_path / "ix" / "manifest.json").write_text(json.dumps(legacy))
+    with caplog.at_level("WARNING", logger="gpu_dedup"):
+        assert Index.open(tmp_path / "ix").documents == 800
+    assert "without checksums" in caplog.text
+    for key, value, said in (("id_column", 5, "id_column = 5 is not a column name"),
+                             ("threshold", "high", "threshold = 'high'"),
+                             ("segments", ["../../etc"], "seg-NNNNN"),
+                             ("documents", -1, "documents = -1"),
+                             ("fingerprint", "0" * 16, "does not match its fingerprint")):
+        (tmp_path / "ix" / "manifest.json").write_text(json.dumps({**legacy, key: value}))
+        with pytest.raises(InputError, match=f"is damaged .*{said}"):
+            Index.open(tmp_path / "ix")
+    from gpu_dedup.cli import main
+
+    (tmp_path / "ix" / "manifest.json").write_text(json.dumps({**legacy, "id_column": 5}))
+    assert main(["run", str(batches / "b"), "-o", str(tmp_path / "out_b"), "--against", str(tmp_path / "ix"),
+                 "-q"]) == 3  # not a TypeError, nor a config error about --id-column
+
+
+def test_runs_against_an_index_refuse_ids_of_another_kind_and_outputs_inside_it(batches, tmp_path):
+    """Integer ids against an index of string ids (or of row numbers) were a traceback when the duplicates
+    table joined them; -o inside the index directory mixed a run's outputs with the index."""
+    from gpu_dedup.cli import main
+    from gpu_dedup.errors import OutputError
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    t = pq.read_table(batches / "b")
+    pq.write_table(t.set_column(0, "id", pa.array(np.arange(t.num_rows))), tmp_path / "int_ids.parquet")
+    for ix in ("ix", "rows"):
+        if ix == "rows":
+            assert main(["index", "build", str(batches / "a"), "-o", str(tmp_path / "rows"), "--no-id-column",
+                         "-q"]) == 0
+            args = [str(batches / "b")]
+        else:
+            args = [str(tmp_path / "int_ids.parquet")]
+        with pytest.raises(InputError, match=r"holds (integer|string) ids, but the index in .* holds (string|integer) "
+                                             r"ids.*--no-id-column"):
+            run(args, tmp_path / f"out_{ix}", cfg, against=tmp_path / ix, update_index=True)
+    assert Index.open(tmp_path / "ix").documents == 800
+    for out, kw in ((tmp_path / "ix" / "out", {"against": tmp_path / "ix"}),
+                    (tmp_path / "new_ix", {"index_out": tmp_path / "new_ix"})):
+        with pytest.raises(OutputError, match="is inside the index directory"):
+            run(batches / "b", out, cfg, **kw)
+    assert sorted(p.name for p in (tmp_path / "ix").iterdir()) == ["manifest.json", "seg-00000"]
+
+
+def test_a_segment_the_manifest_does_not_list_is_named_when_the_index_opens(batches, tmp_path, caplog):
+    import shutil
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    shutil.copytree(tmp_path / "ix", tmp_path / "before")
+    run(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix", update_index=True)
+    shutil.copy(tmp_path / "before" / "manifest.json", tmp_path / "ix" / "manifest.json")  # restored from a copy
+    with caplog.at_level("WARNING", logger="gpu_dedup"):
+        assert Index.open(tmp_path / "ix").documents == 800
+    assert "holds seg-00001, which its manifest does not list" in caplog.text
+    (tmp_path / "ix" / ".gpu_dedup_index.lock").mkdir()  # something else where the lock file goes: exit 4
+    from gpu_dedup.errors import OutputError
+
+    with pytest.raises(OutputError, match="cannot open the lock file"):
+        run(batches / "c", tmp_path / "out_c", cfg, against=tmp_path / "ix", update_index=True)

@@ -60,7 +60,7 @@ def test_report_html_is_self_contained_with_real_figures(demo_run):
     assert "shingle: word" in page and "num_perm: 128" in page  # the parameters, as YAML
     # the largest clusters with sample texts, members highlighted against the survivor
     top = rep["largest_clusters"][0]
-    assert f"cluster {top['cluster_id']:,}: {top['size']:,} documents" in page
+    assert f"cluster_id {top['cluster_id']}: {top['size']} documents" in page
     assert top["survivor"]["text"][:60].replace("&", "&amp;") in page
     assert "<ins>" in page and "<del>" in page
     assert len(page) < 600_000
@@ -260,10 +260,57 @@ def test_near_duplicates_are_shown_when_exact_copies_make_the_largest_clusters(t
         assert p["survivor"]["row"] == row["cluster_id"] and p["member"]["similarity"] >= t - 1e-6  # split chains
     # the page shows both, the differences marked, and stays self-contained
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
-    body = page.split("<h2>Largest near-duplicate clusters</h2>")[1].split("<h2>Inputs</h2>")[0]
+    body = page.split("<h2>Other clusters with the most near duplicates</h2>")[1].split("<h2>Inputs</h2>")[0]
     near_part, closest_part = body.split("<h2>Removed documents closest to the threshold</h2>")
     assert near_part.count('class="cluster"') == 4 and "<ins>edit" in near_part and "<del>" in near_part
     assert closest_part.count('class="cluster"') == 6 and "<ins>edit" in closest_part
     assert f"similarity {closest[0]['member']['similarity']:.3f} (at or above the threshold)" in closest_part
-    assert "<ins>edit" not in page.split("<h2>Largest clusters</h2>")[1].split("<h2>Largest near-duplicate")[0]
+    assert "<ins>edit" not in page.split("<h2>Largest clusters</h2>")[1].split("<h2>Other clusters with")[0]
     assert not re.search(r"(src|href)=\"(?!data:)", page) and "<script" not in page
+
+
+def test_page_reads_as_a_user_expects(demo_run):
+    """Words in the number they need, searchable ids, per-shard counts, no raw Python in the footer, two cluster
+    sections that never show one cluster twice, and why copies_collapsed differs from the exact copies."""
+    result, _ = demo_run
+    rep = json.loads(json.dumps(result.report))
+    page = render(rep, figs=None)
+    footer = page.split("Machine: ")[1].split("</p>")[0]
+    assert "{" not in footer and "'" not in footer and "CPU" in footer and "Python " in footer
+    largest = {c["cluster_id"] for c in rep["largest_clusters"]}
+    near = {c["cluster_id"] for c in rep["largest_near_duplicate_clusters"]}
+    assert largest and not largest & near
+    dup = result.duplicates.to_pandas()
+    for i in rep["inputs"]:  # kept and removed rows of every shard, as the duplicates table says
+        removed = int(((dup["shard"] == i["name"]) & ~dup["kept"]).sum())
+        assert i["removed"] == removed and i["kept"] + i["removed"] == i["rows"]
+        assert f"<td>{i['name']}</td><td>parquet</td><td class=\"n\">{i['rows']:,}</td><td class=\"n\">" \
+               f"{i['kept']:,}</td><td class=\"n\">{i['removed']:,}</td>" in page
+    # one cluster of one exact copy, with a cluster id beyond a thousand
+    c = dict(rep["largest_clusters"][0], cluster_id=2434, size=2, exact_copies=1, near_duplicates=1)
+    rep["largest_clusters"] = [c]
+    page = render(rep, figs=None)
+    assert "cluster_id 2434: 2 documents (1 exact copy, 1 near duplicate)" in page and "2,434" not in page
+    assert "1 exact copies" not in page and "1 near duplicates" not in page
+    rep["stages"]["exact"]["copies_collapsed"] = rep["counts"]["exact_duplicates"] + 50
+    assert "copies_collapsed</code> (" in render(rep, figs=None)
+    rep["stages"]["exact"]["copies_collapsed"] = rep["counts"]["exact_duplicates"]
+    assert "copies_collapsed</code> (" not in render(rep, figs=None)
+
+
+def test_evaluate_figure_names_the_similarity_not_a_run(monkeypatch, tmp_path):
+    """The chaining panel's loop over runs named ``split_chains`` must not rename the similarity in the titles."""
+    import matplotlib.pyplot as plt
+
+    from gpu_dedup.report.plots import plot_evaluation
+
+    src = Path(__file__).resolve().parents[2] / "results" / "eval" / "debian-copyright" / "evaluation.json"
+    report = json.loads(src.read_text())
+    assert len(report["runs"]) >= 2  # the default run and the one with split_chains flipped
+    closed = []
+    monkeypatch.setattr(plt, "close", lambda fig: closed.append(fig))
+    plot_evaluation(report, tmp_path / "e.png")
+    fig = closed[0]
+    texts = [fig._suptitle.get_text()] + [ax.get_xlabel() for ax in fig.axes]
+    assert all("split_chains" not in t and "default" not in t for t in texts), texts
+    assert "with Jaccard >=" in texts[0] and "exact Jaccard similarity to the cluster's survivor" in texts

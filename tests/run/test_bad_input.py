@@ -25,6 +25,7 @@ def test_missing_text_column_exits_3_naming_columns(tmp_path, capsys):
     assert main(["run", str(tmp_path / "a.parquet"), "-o", str(tmp_path / "o")]) == 3
     err = capsys.readouterr().err
     assert "text column 'text' is not in shard" in err and "'id', 'body'" in err and "--text-column" in err
+    assert not (tmp_path / "o").exists()  # a new output directory is not left behind (nor its checkpoint directory)
 
 
 def test_text_column_missing_in_one_shard_names_that_shard(tmp_path):

@@ -21,13 +21,13 @@ OUTPUTS = ["duplicates.parquet", "part-00000.parquet", "part-00001.parquet", "pa
 CFG = {"backend": "cpu", "input": {"id_column": "id"}}
 
 
-def _cli(inp, out, *extra, fault=None):
+def _cli(inp, out, *extra, fault=None, quiet=True):
     env = dict(os.environ)
     env.pop("GPU_DEDUP_FAULT", None)
     if fault:
         env["GPU_DEDUP_FAULT"] = fault
     cmd = [sys.executable, "-m", "gpu_dedup", "run", str(inp), "-o", str(out), "--id-column", "id", "--backend",
-           "cpu", "-q", *extra]
+           "cpu", *(["-q"] if quiet else []), *extra]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -97,7 +97,7 @@ def test_stale_checkpoints_are_never_reused(corpus, tmp_path):
     out2 = tmp_path / "out2"
     assert _cli(inp, out2, fault="components").returncode == -signal.SIGKILL
     (inp / "part-00001.parquet").write_bytes((corpus / "in" / "part-00002.parquet").read_bytes())
-    res = _cli(inp, out2)
+    res = _cli(inp, out2, quiet=False)  # -q shows errors only
     assert res.returncode == 0 and "belong to another run" in res.stderr
     assert json.loads((out2 / "report.json").read_text())["resumed_from_checkpoint"] == []
     run(inp, tmp_path / "clean2", Config.from_dict(CFG))
@@ -159,7 +159,7 @@ def test_truncated_checkpoint_is_discarded_and_recomputed(corpus, tmp_path):
     assert _cli(corpus / "in", out, fault="components").returncode == -signal.SIGKILL
     npz = out / CHECKPOINT_DIR / "verify.npz"
     npz.write_bytes(npz.read_bytes()[: npz.stat().st_size // 2])  # truncated (a full disk, a copy cut short)
-    again = _cli(corpus / "in", out)
+    again = _cli(corpus / "in", out, quiet=False)  # the warning: -q shows errors only
     assert again.returncode == 0, again.stderr
     assert "unreadable" in again.stderr and "Traceback" not in again.stderr
     assert json.loads((out / "report.json").read_text())["resumed_from_checkpoint"] == ["bands", "buckets", "exact"]

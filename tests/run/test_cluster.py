@@ -143,11 +143,14 @@ def test_workers_killed_by_memory_name_the_settings_to_change(corpus, tmp_path, 
     from distributed.scheduler import KilledWorker
 
     from gpu_dedup.errors import ResourceError
-    from gpu_dedup.run import cluster as dist
+    from gpu_dedup.run.cluster import executor as dist
 
     class DyingClient:  # every task's workers die, as under a too-small memory limit
         def map(self, *args, **kwargs):
             return []
+
+        def run(self, *args, **kwargs):  # per-worker set-up: no worker answers
+            return {}
 
         def gather(self, futures):
             raise KilledWorker("map_block-1", "tcp://127.0.0.1:1", 3)
@@ -202,3 +205,130 @@ def test_more_gpu_workers_than_gpus_is_one_clear_error_and_no_cuda_on_the_client
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert message in proc.stdout, proc.stdout
     assert "CUDA []" in proc.stdout, proc.stdout
+
+
+# ------------------------------------------------------------------ no funnel: every stage on the workers
+
+
+@pytest.fixture(scope="module")
+def cluster3():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      env={"NUMBA_NUM_THREADS": "1"}) as cluster:
+        yield cluster.scheduler_address
+
+
+@pytest.mark.parametrize("extra, block_rows", [
+    ({"cluster": {"components_gathered_edges": 0}}, 150),  # large-star / small-star rounds, not union-find
+    ({"select": {"keep": "lowest_id"}, "cluster": {"shuffle": "tasks"}}, 450),  # Dask's own shuffle; id ranks
+    ({"select": {"split_chains": False}, "exact_dedup": False}, 700),
+])
+def test_three_workers_any_block_size_equal_single_process(corpus, cluster3, tmp_path, extra, block_rows):
+    cfg = Config.from_dict({**BASE, **{k: v for k, v in extra.items() if k != "cluster"}})
+    single = run(corpus / "in", tmp_path / "single", cfg)
+    dist = run(corpus / "in", tmp_path / "three",
+               cfg.with_overrides({"cluster.scheduler": cluster3, "cluster.block_rows": block_rows,
+                                   **{f"cluster.{k}": v for k, v in extra.get("cluster", {}).items()}}))
+    _identical(tmp_path / "single", tmp_path / "three", _names(tmp_path / "single"))
+    assert (dist.kept == single.kept).all() and (dist.cluster == single.cluster).all()  # read back from the output
+    assert dist.edges is None  # the client never held the edges
+    for key in ("chaining", "histograms", "largest_clusters", "largest_near_duplicate_clusters", "closest_to_threshold"):
+        assert dist.report[key] == single.report[key], key
+    assert dist.report["cluster"]["routes"] > 10 and dist.report["cluster"]["shuffled_rows"] > 0
+    assert_accounted(dist, _inputs(corpus))
+
+
+def test_ranks_with_string_ids_nulls_and_ties_equal_single_process(cluster2, tmp_path):
+    """keep = lowest_id over string ids with nulls and repeats, and keep = score with NaN and null scores:
+    the rank sort's ranges put every tie, NaN and null where one process's sort does."""
+    import numpy as np
+    import pyarrow as pa
+
+    sample = planted_corpus(n_docs=900, n_clusters=60, words=(20, 60), edit_rate=(0, 0.05), seed=5)
+    rng = np.random.default_rng(0)
+    ids = [None if rng.random() < 0.1 else f"d{int(rng.integers(0, 400)):04d}" for _ in range(900)]
+    score = [None if rng.random() < 0.1 else (float("nan") if rng.random() < 0.1 else float(rng.integers(0, 5)))
+             for _ in range(900)]
+    table = pa.table({"doc": pa.array(ids, pa.string()), "text": sample.table.column("text"),
+                      "score": pa.array(score, pa.float64())})
+    (tmp_path / "in").mkdir()
+    for i, lo in enumerate(range(0, 900, 300)):
+        pq.write_table(table.slice(lo, 300), tmp_path / "in" / f"p{i}.parquet", row_group_size=100)
+    for keep in ({"keep": "lowest_id"}, {"keep": "score", "score_column": "score"}):
+        cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "doc"}, "select": keep})
+        name = keep["keep"]
+        single = run(tmp_path / "in", tmp_path / f"single-{name}", cfg)
+        run(tmp_path / "in", tmp_path / f"two-{name}",
+            cfg.with_overrides({"cluster.scheduler": cluster2, "cluster.block_rows": 100}))
+        assert single.report["counts"]["removed"] > 0
+        _identical(tmp_path / f"single-{name}", tmp_path / f"two-{name}", _names(tmp_path / f"single-{name}"))
+
+
+def test_run_against_an_index_on_workers_equals_one_process(corpus, cluster2, tmp_path):
+    from gpu_dedup.index.commands import run as index_run
+
+    files = sorted((corpus / "in").glob("*.parquet"))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for f in files[:2]:
+        (tmp_path / "a" / f.name).write_bytes(f.read_bytes())
+    (tmp_path / "b" / files[2].name).write_bytes(files[2].read_bytes())
+    cfg = Config.from_dict(BASE)
+    index_run(tmp_path / "a", tmp_path / "a-out", cfg, index_out=tmp_path / "ix")
+    single = index_run(tmp_path / "b", tmp_path / "single", cfg, against=tmp_path / "ix")
+    dist = index_run(tmp_path / "b", tmp_path / "two", cfg.with_overrides({"cluster.scheduler": cluster2,
+                                                                         "cluster.block_rows": 150}),
+                     against=tmp_path / "ix")
+    assert single.report["counts"]["removed_against_index"] > 0
+    _identical(tmp_path / "single", tmp_path / "two", _names(tmp_path / "single"))
+    assert dist.report["counts"] == single.report["counts"]
+    with pytest.raises(Exception, match="one process"):
+        index_run(tmp_path / "b", tmp_path / "upd", cfg.with_overrides({"cluster.scheduler": cluster2}),
+                  against=tmp_path / "ix", update_index=True)
+
+
+def test_cosine_vectors_on_workers_equal_single_process(cluster2, tmp_path):
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(60, 32)).astype(np.float32)
+    vecs = np.concatenate([base[rng.integers(0, 60, 600)] + rng.normal(scale=0.02, size=(600, 32)).astype(np.float32)])
+    vecs[5] = 0  # a vector without direction (never an exact key)
+    vecs[400] = 0
+    table = pa.table({"id": pa.array(np.arange(600)), "emb": pa.FixedSizeListArray.from_arrays(
+        pa.array(vecs.ravel()), 32)})
+    (tmp_path / "in").mkdir()
+    for i, lo in enumerate(range(0, 600, 200)):
+        pq.write_table(table.slice(lo, 200), tmp_path / "in" / f"v{i}.parquet", row_group_size=50)
+    cfg = Config.from_dict({"backend": "cpu", "similarity": "cosine", "input": {"id_column": "id",
+                                                                             "vector_column": "emb"},
+                            "lsh": {"threshold": 0.9}, "cosine": {"bad_vectors": "keep"}})
+    single = run(tmp_path / "in", tmp_path / "single", cfg)
+    run(tmp_path / "in", tmp_path / "two", cfg.with_overrides({"cluster.scheduler": cluster2,
+                                                               "cluster.block_rows": 50}))
+    assert single.report["counts"]["removed"] > 100
+    _identical(tmp_path / "single", tmp_path / "two", _names(tmp_path / "single"))
+
+
+def test_a_killed_cluster_run_resumes_from_the_workers_checkpoints(corpus, tmp_path):
+    """SIGKILL after the verify stage of a --workers run (client and its local workers), then the same
+    command: the finished stages load from the parts the workers saved, and the outputs are the same."""
+    import json
+    import os
+
+    args = [sys.executable, "-m", "gpu_dedup", "run", str(corpus / "in"), "-o", str(tmp_path / "out"), "--id-column",
+            "id", "--backend", "cpu", "--workers", "2", "--set", "cluster.block_rows=300", "-q"]
+    killed = subprocess.run(args, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "GPU_DEDUP_FAULT": "verify"}, start_new_session=True)
+    assert killed.returncode == -9, killed.stderr
+    assert (tmp_path / "out" / ".gpu_dedup_checkpoint" / "exact").is_dir()
+    again = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert {"exact", "bands", "buckets"} <= set(report["resumed_from_checkpoint"])
+    assert report["stages"]["buckets"].get("resumed") is True and "resumed" not in report["stages"]["verify"]
+    single = run(corpus / "in", tmp_path / "single", Config.from_dict(BASE))
+    _identical(tmp_path / "single", tmp_path / "out", _names(tmp_path / "single"))
+    assert_accounted(single, _inputs(corpus))

@@ -150,6 +150,7 @@ def test_duplicates_similarity_is_the_exact_cosine_to_the_survivor(corpus, tmp_p
 
 
 def test_cli_run_report_dask_and_resume(corpus, tmp_path):
+    pytest.importorskip("distributed")  # its Dask part: a machine without Dask (the GPU image) skips
     d, _ = corpus
     args = ["run", d / "in", "--similarity", "cosine", "--vector-column", "emb", "--threshold", "0.9",
             "--id-column", "id", "--backend", "cpu", "-q"]
@@ -179,6 +180,7 @@ def test_cli_run_report_dask_and_resume(corpus, tmp_path):
 
 
 def test_bad_vectors_error_names_row_and_shard_or_are_kept_and_counted(tmp_path):
+    pytest.importorskip("distributed")  # its Dask part: a machine without Dask (the GPU image) skips
     x = planted_embeddings(60, 8, n_clusters=5, seed=1).vectors.copy()
     x[33, 2] = np.nan
     t = pa.table({"id": pa.array(np.arange(60)), "emb": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 8)})
@@ -200,6 +202,7 @@ def test_bad_vectors_error_names_row_and_shard_or_are_kept_and_counted(tmp_path)
 
 def test_text_vectors_without_a_vector_column_one_process_and_dask(tmp_path):
     """Cosine of tf-idf vectors of the text: near copies (a word changed) are found; Dask equals one process."""
+    pytest.importorskip("distributed")  # its Dask part: a machine without Dask (the GPU image) skips
     rng = np.random.default_rng(0)
     words = [f"w{i}" for i in range(400)]
     base = [" ".join(rng.choice(words, 60)) for _ in range(60)]

@@ -86,6 +86,27 @@ def test_ejected_members_reform_a_cluster_with_a_new_survivor():
     assert len(set(labels.tolist())) == 3
 
 
+def test_an_indexed_document_below_the_threshold_leaves_with_the_new_documents_close_to_it():
+    """Nodes 0 and 1 are indexed documents (ranked first), 2 and 3 new ones: 2 bridges 0 and 1, 3 is close to 1
+    only.  A full dedup ejects 1 (0.7 to survivor 0) and 3, which re-form {1, 3} with survivor 1: 3 is removed.
+    Indexed documents pinned in place (never ejected) left 3 alone and kept it."""
+    sim = np.full((4, 4), 0.3)
+    np.fill_diagonal(sim, 1)
+    for a, b, s in [(0, 2, .9), (1, 2, .85), (0, 1, .7), (1, 3, .9), (0, 3, .75)]:
+        sim[a, b] = sim[b, a] = s
+    edges = [(0, 2), (1, 2), (1, 3)]
+    (labels, survivor, ejected, _), _ = _run_split(4, edges, sim, ranks=[-8, -7, 0, 1])
+    full = survivor.tolist()
+    assert full == [0, 1, 0, 1] and ejected.tolist() == [False, True, False, True]
+    src = np.array([a for a, b in edges], np.int64)
+    dst = np.array([b for a, b in edges], np.int64)
+    labels = get_backend("cpu").components(src, dst, 4)
+    _, survivor, _, _ = split_chains(labels, np.arange(4), np.array([-8, -7, 0, 1]), src, dst,
+                                     lambda a, b: sim[a, b], 0.8, get_backend("cpu").components,
+                                     fixed=np.array([True, True, False, False]))
+    assert survivor.tolist() == full  # the same clusters when the indexed documents are marked
+
+
 def test_exact_copies_follow_their_representative():
     sim = np.array([[1, .9, .5, .5], [.9, 1, .9, .9], [.5, .9, 1, 1], [.5, .9, 1, 1]])
     rep = [0, 1, 2, 2]  # 3 is an exact copy of 2: it never enters the similarity computation

@@ -1,6 +1,7 @@
 """What a run reads: directory policy, non-regular files, links, names, column types, identity, memory."""
 
 import os
+import re
 import threading
 
 import pyarrow as pa
@@ -151,3 +152,166 @@ def test_json_ids_beyond_int64_are_refused_not_rounded(tmp_path):
     wide.write_text("".join(f'{{"id": {2**62 + i}, "text": "b"}}\n' for i in range(3)))
     assert read(discover(str(wide)), InputConfig(id_column="id")).table.column("id").to_pylist() == [
         2**62, 2**62 + 1, 2**62 + 2]
+
+
+# ---------------------------------------------------------------- a walk reads everything it is given, or says why
+
+
+def test_a_symlinked_subdirectory_is_read_as_the_equivalent_glob_reads_it(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    _shard(tmp_path / "elsewhere" / "b.parquet")
+    (tmp_path / "in").mkdir()
+    _shard(tmp_path / "in" / "a.parquet")
+    os.symlink(tmp_path / "elsewhere", tmp_path / "in" / "linked")
+    walked = [s.name for s in discover(tmp_path / "in")]
+    assert walked == ["a.parquet", os.path.join("linked", "b.parquet")]
+    assert [s.name for s in discover(str(tmp_path / "in" / "**" / "*.parquet"))] == walked
+    os.symlink(tmp_path / "in", tmp_path / "in" / "loop")  # a link to a directory holding it: one error
+    with pytest.raises(InputError, match=r"loop.*a symbolic link to a directory that contains it"):
+        discover(tmp_path / "in")
+
+
+def test_an_unreadable_subdirectory_is_an_error_naming_it(tmp_path, monkeypatch):
+    _shard(tmp_path / "a.parquet")
+    (tmp_path / "locked").mkdir()
+    _shard(tmp_path / "locked" / "b.parquet")
+    real = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path) == str(tmp_path / "locked"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(InputError, match=r"cannot read directory '.*locked' .*Permission denied"):
+        discover(tmp_path)
+
+
+def test_files_a_walk_skips_are_named_in_a_warning_and_listed_in_the_report(tmp_path, caplog):
+    from gpu_dedup.config import Config
+    from gpu_dedup.run.local import run
+
+    (tmp_path / "in" / "sub").mkdir(parents=True)
+    _shard(tmp_path / "in" / "a.parquet", text=["one two three four five six", "seven eight nine ten eleven"])
+    (tmp_path / "in" / "b.jsonl.xz").write_bytes(b"\xfd7zXZ")  # a compression gpu_dedup does not read
+    (tmp_path / "in" / "sub" / "part-00000").write_bytes(b"PAR1")  # Spark's part file without extension
+    _shard(tmp_path / "in" / "_c.parquet")
+    (tmp_path / "in" / "_SUCCESS").write_text("")
+    with caplog.at_level("WARNING", logger="gpu_dedup"):
+        result = run(tmp_path / "in", tmp_path / "out", Config(backend="cpu"))
+    assert "skipped 3 input file(s)" in caplog.text
+    for name in ("b.jsonl.xz", "part-00000", "_c.parquet"):
+        assert name in caplog.text
+    assert "_SUCCESS" not in caplog.text  # expected beside shards: listed, not warned about
+    listed = {os.path.basename(s["path"]): s["reason"] for s in result.report["inputs_skipped"]}
+    assert set(listed) == {"b.jsonl.xz", "part-00000", "_c.parquet", "_SUCCESS"}
+    assert "not a shard file name" in listed["b.jsonl.xz"] and "hidden or private" in listed["_c.parquet"]
+    assert result.report["inputs_skipped"] == __import__("json").loads(
+        (tmp_path / "out" / "report.json").read_text())["inputs_skipped"]
+
+
+def test_a_pattern_reads_the_directories_it_matches_and_lists_what_it_skips(tmp_path):
+    (tmp_path / "d").mkdir()
+    _shard(tmp_path / "d" / "a.parquet")
+    (tmp_path / "d" / "spark.parquet").mkdir()  # Spark writes a dataset as a directory of part files
+    _shard(tmp_path / "d" / "spark.parquet" / "part-0.parquet")
+    _shard(tmp_path / "d" / "_b.parquet")
+    shards = discover(str(tmp_path / "d" / "*.parquet"))
+    assert [s.name for s in shards] == ["a.parquet", os.path.join("spark.parquet", "part-0.parquet")]
+    assert [(os.path.basename(s["path"]), s["reason"].split(" (")[0]) for s in shards.skipped] == \
+        [("_b.parquet", "matched by " + repr(str(tmp_path / "d" / "*.parquet")) + " under a hidden or private name")]
+    with pytest.raises(InputError, match="matches no files"):
+        discover(str(tmp_path / "d" / "_*.parquet"))
+
+
+def test_a_file_whose_name_looks_like_a_pattern_is_read_as_named(tmp_path):
+    _shard(tmp_path / "x1.parquet", text=["not this one"])
+    _shard(tmp_path / "x[1].parquet", text=["this one"])
+    shards = discover(str(tmp_path / "x[1].parquet"))
+    assert [s.name for s in shards] == ["x[1].parquet"]
+
+
+def test_one_file_reached_twice_is_read_once_and_listed(tmp_path):
+    (tmp_path / "in" / "2024").mkdir(parents=True)
+    _shard(tmp_path / "in" / "2024" / "a.parquet")
+    os.symlink(tmp_path / "in" / "2024", tmp_path / "in" / "current")
+    shards = discover(tmp_path / "in")
+    assert [s.name for s in shards] == [os.path.join("2024", "a.parquet")]
+    assert [(os.path.relpath(s["path"], tmp_path), s["reason"].split(",")[0]) for s in shards.skipped] == \
+        [(os.path.join("in", "current", "a.parquet"), f"the same file as {str(tmp_path / 'in' / '2024' / 'a.parquet')!r}")]
+
+
+# ---------------------------------------------------------------- JSON Lines values a reader would silently change
+
+
+def test_a_json_line_that_is_not_an_object_is_refused_naming_its_line(tmp_path):
+    for value in ("null", "  null", "true", '"text"', "[1, 2]", "7"):
+        path = tmp_path / "a.jsonl"
+        path.write_text(f'{{"text": "one"}}\n\n{value}\n{{"text": "two"}}\n')
+        with pytest.raises(InputError, match=rf"line 3 of shard .*a.jsonl.* is .{re.escape(value.strip())}., not a JSON "
+                                             r"object \(1 such line\(s\)\)"):
+            read(discover(str(path)))
+
+
+def test_integer_ids_mixed_with_fractions_are_refused_naming_both_lines(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"id": 1, "text": "a"}\n{"id": 4.5, "text": "b"}\n{"text": "c", "id": 4}\n')
+    with pytest.raises(InputError, match=r"mixes integers \(line 1: 1\) and numbers with a fraction or exponent "
+                                         r"\(line 2: 4\.5\).*1 would be kept as 1\.0.*JSON strings"):
+        read(discover(str(path)), InputConfig(id_column="id"))
+    path.write_text('{"id": 1, "text": "a"}\n{"id": 2e0, "text": "b"}\n')
+    with pytest.raises(InputError, match=r"\(line 2: 2e0\)"):
+        read(discover(str(path)), InputConfig(id_column="id"))
+    path.write_text('{"id": 1.0, "text": "a"}\n{"id": 2.5, "text": "b"}\n')  # floats only: kept as they are
+    assert read(discover(str(path)), InputConfig(id_column="id")).table.column("id").to_pylist() == [1.0, 2.5]
+
+
+def test_a_line_without_the_text_field_is_named_in_a_warning(tmp_path, caplog):
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"text": "a"}\n{"text": null}\n{"body": "b"}\n{"text": "c"}\n')
+    with caplog.at_level("WARNING", logger="gpu_dedup"):
+        corpus = read(discover(str(path)))
+    assert corpus.table.column("text").to_pylist() == ["a", None, None, "c"]
+    assert "1 line(s) of shard" in caplog.text and "have no 'text' field (first: line 3)" in caplog.text
+    caplog.clear()
+    path.write_text('{"text": "a"}\n{"text": null}\n')
+    with caplog.at_level("WARNING", logger="gpu_dedup"):
+        read(discover(str(path)))
+    assert "field" not in caplog.text  # an explicit null is a document without text, as documented
+
+
+@pytest.mark.parametrize("types", [(pa.string(), pa.large_string()), (pa.int32(), pa.int64()),
+                                   (pa.uint16(), pa.int64()), (pa.binary(), pa.large_binary())])
+def test_id_columns_differing_only_in_physical_type_keep_their_ids(tmp_path, types):
+    """Writers store one kind of id differently (pandas large_string, Spark string, int32 or int64): the ids
+    are kept, in a run with --id-column and in one that finds the column named id by itself."""
+    from gpu_dedup.cli import main
+
+    def value(i):
+        return str(i).encode() if pa.types.is_binary(types[0]) else (str(i) if pa.types.is_string(types[0]) else i)
+
+    for k, t in enumerate(types):
+        (tmp_path / "in").mkdir(exist_ok=True)
+        pq.write_table(pa.table({"id": pa.array([value(10 + 2 * k), value(11 + 2 * k)], t),
+                                 "text": [f"shard {k} first document text", "the same text in both shards"]}),
+                       tmp_path / "in" / f"{k}.parquet")
+    corpus = read(discover(tmp_path / "in"), InputConfig(id_column="id"))
+    assert [str(v) if not isinstance(v, bytes) else v.decode() for v in corpus.table.column("id").to_pylist()] == \
+        ["10", "11", "12", "13"]
+    assert main(["run", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "-q", "--backend", "cpu"]) == 0
+    dup = pq.read_table(tmp_path / "out" / "duplicates.parquet")
+    assert {v.decode() if isinstance(v, bytes) else str(v) for v in dup.column("id").to_pylist()} == {"11", "13"}
+
+
+def test_jsonl_with_an_upper_case_extension_or_a_byte_order_mark_is_read(tmp_path):
+    import gzip
+
+    lines = "".join(f'{{"id": "d{i}", "text": "document number {i}"}}\n' for i in range(5)).encode()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "A.JSONL.GZ").write_bytes(gzip.compress(lines))  # compression told by the extension, any case
+    (tmp_path / "in" / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + lines.replace(b'"d', b'"e'))  # Windows editors
+    corpus = read(discover(tmp_path / "in"), InputConfig(id_column="id"))
+    assert corpus.table.num_rows == 10 and corpus.table.column("id").to_pylist()[:1] == ["d0"]
+    from gpu_dedup.storage import id_column_type
+
+    assert {id_column_type(s, "id") for s in discover(tmp_path / "in")} == {"any"}  # the CLI finds the id column

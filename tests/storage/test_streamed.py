@@ -12,6 +12,7 @@ import pytest
 
 from gpu_dedup import storage
 from gpu_dedup.config import InputConfig
+from gpu_dedup.errors import InputError
 from gpu_dedup.storage import filter as filt
 from gpu_dedup.storage import parquet as pqs
 
@@ -165,7 +166,8 @@ def test_streamed_reads_give_the_whole_reads_columns(tmp_path, monkeypatch):
 
 
 def test_jsonl_whose_later_lines_change_type_is_read_whole(tmp_path, monkeypatch):
-    """The first lines fix id as an integer; a later one is a float: the whole file's inference decides."""
+    """The first lines fix id as an integer; a later one is a float: the whole file is read, which refuses
+    integers mixed with fractions as the whole read always did."""
     path = tmp_path / "a.jsonl"
     rows = [{"id": i, "text": f"t {i}"} for i in range(3000)] + [{"id": 0.5, "text": "half"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -177,9 +179,9 @@ def test_jsonl_whose_later_lines_change_type_is_read_whole(tmp_path, monkeypatch
         list(storage.iter_columns(shard, cfg))
     from gpu_dedup.stages.read import read
 
-    c = read([shard], cfg)
-    assert c.table.column("id").type == pa.float64() and c.table.num_rows == 3001
-    assert c.table.column("text").to_pylist()[-1] == "half"
+    with pytest.raises(InputError, match=r"mixes integers \(line 1: 0\) and numbers with a fraction or exponent "
+                                         r"\(line 3001: 0.5\)"):
+        read([shard], cfg)
 
 
 def test_streamed_parquet_read_takes_a_batch_of_memory_whatever_the_row_groups(tmp_path):
@@ -238,3 +240,51 @@ def test_short_unique_strings_keep_their_pages_and_dictionary_fallback(tmp_path,
     storage.write_shard(storage.discover([src])[0], keep, tmp_path / "out", "zstd")
     _old_write(src, keep, tmp_path / "old.parquet", "zstd")
     assert _digest(tmp_path / "out" / "in.parquet") == _digest(tmp_path / "old.parquet")
+
+
+@pytest.mark.parametrize("bad,message", [
+    ("null", r"line 2501 of shard .* is 'null', not a JSON object"),
+    ('{"id": 1.5, "text": "x"}', r"mixes integers \(line 1: 0\) and numbers with a fraction or exponent \(line 2501"),
+])
+def test_a_later_block_the_whole_read_refuses_is_refused_by_line(tmp_path, monkeypatch, bad, message):
+    """A line past the first block that the whole read refuses is refused by a streamed read too, naming
+    its line in the whole file."""
+    path = tmp_path / "a.jsonl"
+    lines = [json.dumps({"id": i, "text": f"t {i}"}) for i in range(3000)]
+    lines[2500] = bad
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(storage.jsonl, "STREAM_BLOCK", 2000)
+    monkeypatch.setattr(storage.jsonl, "SAMPLE_BYTES", 1000)
+    from gpu_dedup.stages.read import read
+
+    with pytest.raises(InputError, match=message):
+        read(storage.discover([path]), InputConfig(id_column="id"))
+
+
+def test_lines_without_the_text_field_past_the_first_block_are_named(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "a.jsonl"
+    lines = [json.dumps({"id": i, "text": f"t {i}"}) for i in range(3000)]
+    lines[2500] = json.dumps({"id": 2500, "body": "elsewhere"})
+    lines[2600] = json.dumps({"id": 2600, "text": None})  # an explicit null: no warning of its own
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(storage.jsonl, "STREAM_BLOCK", 2000)
+    monkeypatch.setattr(storage.jsonl, "SAMPLE_BYTES", 1000)
+    from gpu_dedup.stages.read import read
+
+    with caplog.at_level("WARNING", logger="gpu_dedup"):
+        c = read(storage.discover([path]), InputConfig(id_column="id"))
+    assert c.table.num_rows == 3000 and c.table.column("text").null_count == 2
+    assert "1 line(s) of shard" in caplog.text and "(first: line 2501)" in caplog.text
+
+
+def test_explicit_null_texts_are_streamed(tmp_path, monkeypatch):
+    """Null texts with the field present need no whole read: the blocks are streamed as they are."""
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "text": None if i % 3 == 0 else f"t {i}"}) + "\n"
+                            for i in range(3000)))
+    monkeypatch.setattr(storage.jsonl, "STREAM_BLOCK", 2000)
+    monkeypatch.setattr(storage.jsonl, "SAMPLE_BYTES", 1000)
+    shard = storage.discover([path])[0]
+    cfg = InputConfig(id_column="id")
+    parts = list(storage.iter_columns(shard, cfg))
+    assert len(parts) > 3 and pa.concat_tables(parts).equals(storage.read_columns(shard, cfg))

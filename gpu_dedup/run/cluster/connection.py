@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 from gpu_dedup.config import Config
 from gpu_dedup.errors import BackendError, ConfigError
@@ -21,13 +22,7 @@ def connect(cfg: Config):
                            "checkout (or pip install 'dask[distributed,dataframe]')") from None
     c = cfg.cluster
     if c.scheduler:
-        try:
-            client = Client(c.scheduler)
-        except (OSError, ValueError, TypeError) as e:  # unreachable, or not an address (no port, bad scheme)
-            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise BackendError(f"cannot connect to the Dask scheduler {c.scheduler!r} ({reason}); give its "
-                               "address as tcp://HOST:PORT (--scheduler, cluster.scheduler) and check that it "
-                               "runs, or use --workers N for a local cluster") from None
+        client = _client_within(Client, c.scheduler, connect_timeout())
         cluster = None
     elif cfg.backend == "gpu":
         devices = gpu_devices(c.workers)  # before dask-cuda: a clear error, and no CUDA context here
@@ -50,6 +45,46 @@ def connect(cfg: Config):
     if log.isEnabledFor(logging.INFO):  # -q: nothing
         print(f"Dask dashboard: {client.dashboard_link}", flush=True)
     return client, cluster
+
+
+def connect_timeout() -> float:
+    """Seconds a client waits for a scheduler to answer: Dask's ``distributed.comm.timeouts.connect``."""
+    import dask
+
+    try:
+        return float(dask.utils.parse_timedelta(dask.config.get("distributed.comm.timeouts.connect", "30s")))
+    except (TypeError, ValueError):
+        return 30.0
+
+
+def _client_within(Client, address: str, timeout: float):
+    """``Client(address)``, or a BackendError when no Dask scheduler answers within ``timeout`` seconds
+    (Dask's own timeout does not bound the handshake: a port that accepts connections but speaks another
+    protocol, e.g. the dashboard's HTTP, made it wait forever or read a length of exabytes)."""
+    box = {}
+
+    def go():
+        try:
+            box["client"] = Client(address, timeout=timeout)
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=go, name="gpu_dedup-connect", daemon=True)
+    thread.start()
+    thread.join(timeout + 5)
+    fix = ("give its address as tcp://HOST:PORT (--scheduler, cluster.scheduler; a scheduler listens on port 8786 "
+           "unless told otherwise, its dashboard on 8787) and check that it runs, or use --workers N for a local "
+           "cluster")
+    if thread.is_alive():  # it stays behind as a daemon thread; the process ends with the error
+        raise BackendError(f"no Dask scheduler answered at {address!r} within {timeout + 5:.0f} s (a port that is "
+                           f"not a scheduler's, e.g. an HTTP server?); {fix}")
+    exc = box.get("error")
+    if isinstance(exc, (OSError, ValueError, TypeError, MemoryError)):  # unreachable, not an address, garbage
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BackendError(f"cannot connect to the Dask scheduler {address!r} ({reason}); {fix}") from None
+    if exc is not None:
+        raise exc
+    return box["client"]
 
 
 def visible_gpus() -> list | None:

@@ -1,0 +1,144 @@
+"""DataFrame kinds (pyarrow, pandas, cuDF), registered in one place, as dask's ``dispatch`` does.
+
+Wherever gpu_dedup meets a user's frame (the DataFrame API) or builds one to
+move rows between Dask workers, it asks :func:`kind_of` (or :data:`KINDS`) for
+the kind and calls its methods; no other module branches on frame types.  A
+kind is recognised by its type's module name, so pandas and cuDF are imported
+only when a frame of theirs is there.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pyarrow as pa
+
+from gpu_dedup.backends import on_device
+from gpu_dedup.errors import InputError
+
+
+class ArrowKind:
+    name = "arrow"
+
+    def matches(self, obj) -> bool:
+        return isinstance(obj, pa.Table)
+
+    def columns(self, frame) -> list:
+        return list(frame.column_names)
+
+    def to_arrow(self, frame, cols: list) -> pa.Table:
+        return frame.select(cols)
+
+    def take(self, frame, kept: np.ndarray):
+        return frame.filter(pa.array(kept, pa.bool_()))
+
+    def from_arrow(self, table: pa.Table):
+        return table
+
+
+class PandasKind:
+    name = "pandas"
+
+    def matches(self, obj) -> bool:
+        pd = sys.modules.get("pandas")  # a pandas frame exists only where pandas is imported
+        return pd is not None and isinstance(obj, pd.DataFrame)
+
+    def columns(self, frame) -> list:
+        return list(frame.columns)
+
+    def to_arrow(self, frame, cols: list) -> pa.Table:
+        arrays = {}
+        for c in cols:
+            try:
+                arrays[c] = pa.array(frame[c], from_pandas=True)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                raise InputError(f"column {c!r} cannot be converted to Arrow ({exc}); give it one type, e.g. "
+                                 f"df[{c!r}].astype(str)") from None
+        return pa.table(arrays)
+
+    def take(self, frame, kept: np.ndarray):
+        return frame.iloc[np.flatnonzero(kept)]  # keeps its index and dtypes
+
+    def from_arrow(self, table: pa.Table):
+        return table.to_pandas()
+
+    def from_columns(self, columns: dict):
+        """A frame of NumPy and Arrow columns (Arrow ones as pandas' Arrow-backed arrays)."""
+        import pandas as pd  # noqa: PLC0415  imported only where pandas frames are built
+
+        cols = {}
+        for k, v in columns.items():
+            if isinstance(v, pa.ChunkedArray):
+                v = v.combine_chunks()
+            cols[k] = pd.arrays.ArrowExtensionArray(v) if isinstance(v, pa.Array) else v
+        return pd.DataFrame(cols) if cols else pd.DataFrame()
+
+    def to_columns(self, frame) -> dict:
+        import pandas as pd  # noqa: PLC0415
+
+        out = {}
+        for c in frame.columns:
+            col = frame[c]
+            if isinstance(col.dtype, pd.ArrowDtype):
+                arr = pa.array(col.array)
+                out[c] = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+            else:
+                out[c] = col.to_numpy()
+        return out
+
+
+class CudfKind:
+    name = "cudf"
+
+    def matches(self, obj) -> bool:
+        return (type(obj).__module__ or "").split(".")[0] == "cudf" and hasattr(obj, "to_arrow")
+
+    def columns(self, frame) -> list:
+        return list(frame.columns)
+
+    def to_arrow(self, frame, cols: list) -> pa.Table:
+        return frame[cols].to_arrow(preserve_index=False)  # device -> host copy of these columns only
+
+    def take(self, frame, kept: np.ndarray):
+        return frame.iloc[np.flatnonzero(kept)]  # gathers on the device
+
+    def from_arrow(self, table: pa.Table):
+        import cudf  # noqa: PLC0415  a cuDF frame was given, so cuDF is installed
+
+        return cudf.DataFrame.from_arrow(table)
+
+    def from_columns(self, columns: dict):
+        """A cuDF frame of CuPy and Arrow columns (the device arrays are not copied)."""
+        import cudf  # noqa: PLC0415  GPU workers only
+        import dask_cudf  # noqa: F401,PLC0415  registers cuDF with Dask's dispatch in this process
+
+        return cudf.DataFrame({k: cudf.Series.from_arrow(v) if isinstance(v, (pa.Array, pa.ChunkedArray))
+                               else cudf.Series(v) for k, v in columns.items()})
+
+    def to_columns(self, frame) -> dict:
+        return {c: (frame[c].to_arrow() if frame[c].dtype == "object" else frame[c].values) for c in frame.columns}
+
+
+KINDS = {k.name: k for k in (ArrowKind(), PandasKind(), CudfKind())}
+
+
+def kind_of(frame):
+    """The registered kind of a user's frame; one clear error for anything else."""
+    for kind in KINDS.values():
+        if kind.matches(frame):
+            return kind
+    raise InputError(
+        f"dedup() takes a pandas DataFrame, a pyarrow Table or a cuDF DataFrame, not "
+        f"{type(frame).__module__}.{type(frame).__name__}; convert it first (e.g. .to_pandas() or pyarrow.table(...))")
+
+
+def for_columns(columns: dict):
+    """The kind to build a frame of these columns in: cuDF when any array lives on the device, else pandas."""
+    device = any(on_device(v) for v in columns.values() if not isinstance(v, (pa.Array, pa.ChunkedArray)))
+    return KINDS["cudf" if device else "pandas"]
+
+
+def columns_of(frame) -> dict:
+    """A pandas or cuDF frame's columns as arrays (NumPy / CuPy; Arrow for Arrow-backed columns)."""
+    return KINDS["cudf" if CudfKind().matches(frame) else "pandas"].to_columns(frame)

@@ -1,0 +1,208 @@
+"""An index in an object store (``s3://bucket/index/``): a local copy to memory-map, new segments uploaded.
+
+An index is memory-mapped when it is opened, which an object in a store cannot be:
+:func:`open_index` copies the manifest and the segments it lists into a local cache
+directory (``$GPU_DEDUP_CACHE/index/<digest of the URL>``, default
+``~/.cache/gpu_dedup``; a segment never changes once written, so only segments not yet
+there are downloaded, each file to a temporary name, checked for its size, then renamed)
+and opens that copy.  Appending to it (``run --against URL --update-index``) writes the
+new segment in the copy, uploads its files and then the manifest, last: a reader of the
+URL sees the new segment only once the manifest names it, as with a local index, and an
+append killed before the manifest leaves an unlisted segment that the next append
+replaces.  Building (``run --index-out URL``, ``index build -o URL``) writes the index in
+a local temporary directory and uploads it the same way, segments first.
+
+One writer at a time, as for a local index; an append whose index changed in the store
+since it was opened (another run appended meanwhile) is refused before its manifest is
+uploaded, naming the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+
+from gpu_dedup.config import Config
+from gpu_dedup.errors import InputError, OutputError
+from gpu_dedup.index.format import FORMAT, MANIFEST, SEGMENT_FILES, segment_name
+from gpu_dedup.index.store import Index, IndexBuilder
+from gpu_dedup.storage.filesystems import RemotePath, filesystem, is_url, put_bytes, remote_error
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("GPU_DEDUP_CACHE") or Path.home() / ".cache" / "gpu_dedup") / "index"
+
+
+def _read_manifest(remote: RemotePath) -> tuple[bytes, dict] | None:
+    """The manifest's bytes and content, or None when the URL holds none."""
+    try:
+        raw = (remote / MANIFEST).read_bytes()
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - a missing bucket, denied access: one message
+        raise remote_error(str(remote / MANIFEST), exc, reading=True) from None
+    try:
+        return raw, json.loads(raw)
+    except ValueError as exc:
+        raise InputError(f"index manifest {str(remote / MANIFEST)!r} is not valid JSON ({exc}); restore it or build "
+                         "a new index") from None
+
+
+def local_copy(url) -> Path:
+    """The local copy of the index at ``url`` (see the module doc), brought up to date with its manifest."""
+    remote = RemotePath(str(url))
+    got = _read_manifest(remote)
+    if got is None:
+        raise InputError(f"{remote.url!r} is not a gpu_dedup index (no {MANIFEST}); build one with `gpu-dedup index "
+                         "build ... -o URL` or `gpu-dedup run ... --index-out URL`")
+    raw, manifest = got
+    local = cache_root() / hashlib.sha256(remote.url.encode()).hexdigest()[:20]
+    local.mkdir(parents=True, exist_ok=True)
+    fs, _ = filesystem(remote.url)
+    copied = _copied(local)
+    for name in manifest.get("segments", []) if isinstance(manifest, dict) else []:
+        for f in SEGMENT_FILES:
+            src, dest = remote / name / f, local / name / f
+            try:
+                st = src.stat()
+                if dest.is_file() and copied.get(f"{name}/{f}") == [st.st_size, st.token]:
+                    continue  # this very object was copied before (segments never change once published)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                tmp = dest.with_name(f".{f}.tmp")
+                fs.get_file(src.key, str(tmp))
+                if tmp.stat().st_size != st.st_size:
+                    raise OSError(f"downloaded {tmp.stat().st_size} of {st.st_size} bytes")
+                os.replace(tmp, dest)
+                copied[f"{name}/{f}"] = [st.st_size, st.token]
+                _record(local, copied)
+            except FileNotFoundError:
+                raise InputError(f"the index at {remote.url!r} is damaged (its manifest lists {name}/{f}, which is "
+                                 "missing); restore it or rebuild it") from None
+            except OSError as exc:
+                raise remote_error(str(src), exc, reading=True) from None
+    (local / MANIFEST).write_bytes(raw)
+    return local
+
+
+COPIED = ".copied.json"  # in the local copy: size and ETag of each file as it was copied from the store
+
+
+def _copied(local: Path) -> dict:
+    try:
+        data = json.loads((local / COPIED).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _record(local: Path, copied: dict) -> None:
+    tmp = local / f".{COPIED}.tmp"
+    tmp.write_text(json.dumps(copied))
+    os.replace(tmp, local / COPIED)
+
+
+class RemoteIndex(Index):
+    """An index opened from a URL: its local copy, whose appends are uploaded (see the module doc)."""
+
+    remote: RemotePath
+
+    def append(self, **payload) -> int:
+        before = list(self.manifest["segments"])
+        first = super().append(**payload)
+        publish(self.path, self.remote, [s for s in self.manifest["segments"] if s not in before], before)
+        return first
+
+    def info(self) -> dict:
+        return {**super().info(), "path": self.remote.url, "local_copy": str(self.path)}
+
+
+def open_index(path, cfg: Config | None = None) -> Index:
+    """:meth:`Index.open` of a local directory, or of an index in an object store (a local copy)."""
+    if not is_url(path):
+        return Index.open(path, cfg)
+    index = RemoteIndex.open(local_copy(path), cfg)
+    index.remote = RemotePath(str(path))
+    return index
+
+
+def publish(local: Path, remote: RemotePath, segments: list, expected: list) -> None:
+    """Upload ``segments`` of the index in ``local`` to ``remote``, then its manifest, last; refused when the
+    remote manifest no longer lists ``expected`` (another writer appended since it was opened)."""
+    got = _read_manifest(remote)
+    now = got[1].get("segments", []) if got is not None and isinstance(got[1], dict) else []
+    if now != expected:  # the local copy's new segments were never published: the next open copies the store's
+        raise OutputError(f"the index at {remote.url!r} changed since this run opened it (another run appended to "
+                          "it); nothing was appended: rerun, so that this run dedups against its new documents too")
+    copied = _copied(local)
+    for name in segments:
+        for f in SEGMENT_FILES:
+            with pa.memory_map(str(local / name / f)) as m:  # uploaded in parts, not read into memory at once
+                put_bytes(remote / name / f, m.read_buffer())
+            st = (remote / name / f).stat()
+            copied[f"{name}/{f}"] = [st.st_size, st.token]  # the local file is that object: no download next time
+    put_bytes(remote / MANIFEST, (local / MANIFEST).read_bytes())
+    _record(local, copied)
+
+
+class RemoteIndexBuilder:
+    """The sink of ``run --index-out URL``: builds the index in a local temporary directory when the run hands it
+    its documents, then uploads it (segments, then the manifest)."""
+
+    def __init__(self, url, cfg: Config):
+        self.path = RemotePath(str(url))
+        self.cfg = cfg
+        got = _read_manifest(self.path)
+        if got is not None:
+            if isinstance(got[1], dict) and got[1].get("format") == FORMAT:
+                raise InputError(f"an index already exists at {self.path.url!r}; use it with --against (and "
+                                 "--update-index), or remove it to build a new one")
+            raise OutputError(f"{str(self.path / MANIFEST)!r} is not a gpu_dedup index manifest, and building an "
+                              f"index at {self.path.url!r} would overwrite it; choose a new or empty prefix")
+        if (self.path / segment_name(0)).is_dir():
+            raise OutputError(f"{str(self.path / segment_name(0))!r} exists, and building an index at "
+                              f"{self.path.url!r} would overwrite it; choose a new or empty prefix")
+        self._tmp = tempfile.mkdtemp(prefix="gpu_dedup-index-")
+        self._builder = IndexBuilder(Path(self._tmp) / "index", cfg)
+
+    @property
+    def index(self):
+        return self._builder.index
+
+    @property
+    def documents(self) -> int:
+        return self._builder.documents
+
+    def __enter__(self) -> "RemoteIndexBuilder":  # the local build's lock, held as a local build holds it
+        self._builder.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._builder.__exit__(exc_type, exc, tb)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    @property
+    def source(self):
+        return getattr(self._builder, "source", None)
+
+    @source.setter
+    def source(self, value) -> None:
+        self._builder.source = value
+
+    def append(self, **payload) -> int:
+        try:
+            first = self._builder.append(**payload)
+            publish(self._builder.path, self.path, list(self._builder.index.manifest["segments"]), [])
+            return first
+        finally:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def index_builder(path, cfg: Config):
+    """The sink that builds a new index at ``path``: a local directory, or a URL."""
+    return RemoteIndexBuilder(path, cfg) if is_url(path) else IndexBuilder(path, cfg)

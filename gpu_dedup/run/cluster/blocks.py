@@ -1,0 +1,291 @@
+"""Blocks on Dask workers: planning them from shard metadata, reading them, and what each block computes.
+
+A block is a shard, or consecutive Parquet row groups of one up to
+``cluster.block_rows`` rows.  Its columns and normalized texts (device arrays
+on a GPU worker) stay on the worker that read it; these functions run there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gpu_dedup import storage
+from gpu_dedup.backends import array_module, get_backend, to_device, to_host
+from gpu_dedup.backends.strings import arrow_strings, string_buffers
+from gpu_dedup.config import Config
+from gpu_dedup.errors import InputError
+from gpu_dedup.stages.families import RowData, family_for
+from gpu_dedup.stages.selection import text_lengths
+from gpu_dedup.stages.vectors import Vectors
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class Block:
+    index: int
+    shard_index: int
+    row0: int  # global row of the block's first document
+    shard_row0: int  # its row inside the shard
+    rows: int
+    row_groups: tuple | None  # Parquet row groups; None: the whole shard
+
+
+def inspect_shard(shard: storage.Shard, cfg: Config) -> dict:
+    """Rows, id type and row-group sizes of one shard; validates its columns."""
+    score = cfg.select.score_column if cfg.select.keep == "score" else None
+    if shard.format == "parquet":
+        table = storage.read_columns(shard, cfg.input, score, row_groups=[])  # validates names and types, 0 rows
+        meta = pq.ParquetFile(storage.source(shard.path)).metadata
+        groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        id_type = table.column("id").type if cfg.input.id_column else None
+        return {"rows": int(sum(groups)), "row_groups": groups, "id_type": id_type}
+    table = storage.read_columns(shard, cfg.input, score)
+    if table is None:
+        return {"rows": 0, "row_groups": None, "id_type": None}
+    return {"rows": table.num_rows, "row_groups": None,
+            "id_type": table.column("id").type if cfg.input.id_column else None}
+
+
+def plan_blocks(infos: list, block_rows: int) -> list:
+    blocks, row0 = [], 0
+    for s, info in enumerate(infos):
+        if info["row_groups"] is None or not info["row_groups"]:
+            if info["rows"]:
+                blocks.append(Block(len(blocks), s, row0, 0, info["rows"], None))
+            row0 += info["rows"]
+            continue
+        start, group_start, acc = 0, 0, 0
+        for g, n in enumerate(info["row_groups"]):  # one step per row group (metadata only)
+            acc += n
+            if acc >= block_rows or g == len(info["row_groups"]) - 1:
+                if acc:
+                    blocks.append(Block(len(blocks), s, row0 + start, start, acc, tuple(range(group_start, g + 1))))
+                start, group_start, acc = start + acc, g + 1, 0
+        row0 += info["rows"]
+    return blocks
+
+
+# --------------------------------------------------------------------------- a block on its worker
+
+
+@dataclass
+class BlockData:
+    """A block on its worker: its columns, then its normalized texts."""
+
+    block: Block
+    table: pa.Table  # text[, id][, score]
+    strings: object = None  # normalized StringBuffers (device arrays on a GPU worker)
+    invalid_utf8: int = 0
+    vectors: Vectors | None = None  # input.vector_column
+    null: np.ndarray | None = None
+
+    def rows(self) -> RowData:
+        return RowData(strings=self.strings, vectors=self.vectors)
+
+    @property
+    def norm(self) -> pa.Array:
+        """Normalized texts as host Arrow (copied from the device on a GPU worker)."""
+        return arrow_strings(to_host(self.strings.offsets), to_host(self.strings.data))
+
+
+def load_block(block: Block, shard, cfg: Config, dim: int | None = None) -> BlockData:
+    score = cfg.select.score_column if cfg.select.keep == "score" else None
+    table = storage.read_columns(shard, cfg.input, score, block.row_groups)
+    if table is None or table.num_rows != block.rows:
+        rows = 0 if table is None else table.num_rows
+        raise InputError(f"shard {shard.path!r} changed during the run ({rows} rows, expected {block.rows}); "
+                         "inputs must not change during a run")
+    vecs = None
+    if cfg.input.vector_column:  # vectors of the block (bad rows named by shard and row, per cosine.bad_vectors)
+        vecs = family_for(cfg).load_vectors(table.column("vector"), shard.path, block.shard_row0, dim)
+        table = table.drop_columns(["vector"])
+    data = BlockData(block, table, vectors=vecs)
+    data.null = np.asarray(family_for(cfg).null_rows(table, vecs), bool)
+    return data
+
+
+def block_dim(data: BlockData) -> int | None:
+    """The vector length of a block (None: no vector column, or only null rows)."""
+    v = data.vectors
+    if v is None or not (v.status != 3).any():
+        return None
+    return v.dim
+
+
+def block_docs(data: BlockData) -> dict:
+    b = data.block
+    return {"row": np.arange(b.row0, b.row0 + b.rows, dtype=np.int64), "null": data.null}
+
+
+def id_hashes(data: BlockData) -> dict:
+    """Two 64-bit hashes of each id of a block (collisions ~2**-128): the frame that counts repeated ids."""
+    import pandas as pd  # noqa: PLC0415  the Dask executor's frames: a one-process run does not import pandas
+
+    ids = data.table.column("id").combine_chunks()
+    values = pd.Series(pd.arrays.ArrowExtensionArray(ids))
+    h1 = pd.util.hash_pandas_object(values, index=False, hash_key="gpu_dedup_ids_01").to_numpy(np.uint64)
+    h2 = pd.util.hash_pandas_object(values, index=False, hash_key="gpu_dedup_ids_02").to_numpy(np.uint64)
+    return {"h1": h1.view(np.int64), "h2": h2.view(np.int64)}
+
+
+def distinct_pairs(part: dict) -> dict:
+    """Distinct (h1, h2) of one partition (every copy of a pair is there)."""
+    if part["h1"].shape[0] == 0:
+        return {"distinct": 0}
+    keys = np.unique(np.column_stack([part["h1"], part["h2"]]), axis=0)
+    return {"distinct": int(keys.shape[0])}
+
+
+def normalize_block(data: BlockData, cfg: Config) -> BlockData:
+    if not family_for(cfg).uses_text:
+        return data
+    strings, invalid = get_backend(cfg.backend).normalize_column(data.table.column("text"), cfg.normalize)
+    return replace(data, strings=strings, invalid_utf8=invalid)
+
+
+def block_norm_info(data: BlockData) -> dict:
+    return {"invalid_utf8": data.invalid_utf8, "text_bytes": data.strings.nbytes if data.strings is not None else 0}
+
+
+def block_keys(data: BlockData, family) -> dict:
+    keys = family.exact_keys(data.rows(), family.cfg.backend)
+    xp = array_module(keys)
+    keys = xp.asarray(keys)
+    return {"k0": keys[:, 0], "k1": keys[:, 1], "k2": keys[:, 2]}
+
+
+def block_stats(data: BlockData, family):
+    return family.stats(data.rows())
+
+
+def block_signatures(data: BlockData, rows: dict, family) -> dict:
+    r = rows["row"]
+    sig = family.signatures(data.rows(), r - data.block.row0, backend=family.cfg.backend)
+    xp = array_module(sig.values)
+    return {"row": r, "values": sig.values, "features": xp.asarray(sig.features), "usable": xp.asarray(sig.usable)}
+
+
+def block_bands(sig: dict, family) -> dict:
+    """Band hashes (and, when the family keeps them, the values) of a block's rows with a signature."""
+    xp = array_module(sig["values"])
+    pick = xp.flatnonzero(xp.asarray(sig["usable"]))
+    values = sig["values"][pick]
+    part = {"lsh_row": sig["row"][to_device(to_host(pick), array_module(sig["row"]))],
+            "band_hashes": xp.asarray(family.band_hashes(values, family.cfg.backend))}
+    if family.keep_signatures:
+        part["signatures"] = values
+    return part
+
+
+# --------------------------------------------------------------------------- what rows carry when they move
+
+
+def text_payload(data: BlockData, part: dict, column: str, first_doc: int, prior) -> dict:
+    """``part`` with ``{column}_data``: the normalized text of the node in ``column`` (this block's row, or a
+    prior's document) as UTF-8 bytes (an Arrow column)."""
+    nodes = to_host(part[column])
+    rows = nodes - first_doc
+    own = nodes >= first_doc
+    values = pa.nulls(nodes.shape[0], pa.large_binary())
+    pieces, order = [], []
+    if own.any():
+        pieces.append(data.norm.take(pa.array(rows[own] - data.block.row0)).cast(pa.large_binary()))
+        order.append(np.flatnonzero(own))
+    if (~own).any():
+        pieces.append(prior.texts(nodes[~own]).cast(pa.large_string()).cast(pa.large_binary()))
+        order.append(np.flatnonzero(~own))
+    if pieces:
+        values = pa.concat_arrays(pieces)
+        inverse = np.empty(nodes.shape[0], np.int64)
+        inverse[np.concatenate(order)] = np.arange(nodes.shape[0])
+        values = values.take(pa.array(inverse))
+    return {**part, f"{column}_data": values}
+
+
+def vector_payload(data: BlockData, part: dict, column: str, first_doc: int, prior) -> dict:
+    """``part`` with ``{column}_data``: the node's vector as float32 bytes."""
+    nodes = to_host(part[column])
+    own = nodes >= first_doc
+    dim = data.vectors.matrix.shape[1] if data.vectors is not None else 1
+    mat = np.zeros((nodes.shape[0], dim), np.float32)
+    if own.any():
+        mat[own] = data.vectors.matrix[nodes[own] - first_doc - data.block.row0]
+    if (~own).any():
+        mat[~own] = prior.vectors(nodes[~own]).matrix
+    return {**part, f"{column}_data": _fixed_binary(np.ascontiguousarray(mat, np.float32))}
+
+
+def signature_payload(bands: dict, part: dict, column: str, first_doc: int, prior) -> dict:
+    """``part`` with ``{column}_data``: the node's signature row (from its block's bands) as bytes."""
+    nodes = to_host(part[column])
+    sig = to_host(bands["signatures"])
+    own = nodes >= first_doc
+    out = np.zeros((nodes.shape[0], sig.shape[1]), sig.dtype)
+    if own.any():
+        out[own] = sig[np.searchsorted(to_host(bands["lsh_row"]), nodes[own] - first_doc)]
+    if (~own).any():
+        out[~own] = prior.signatures(nodes[~own])
+    return {**part, f"{column}_data": _fixed_binary(np.ascontiguousarray(out))}
+
+
+def _fixed_binary(matrix: np.ndarray) -> pa.Array:
+    width = matrix.shape[1] * matrix.dtype.itemsize
+    flat = pa.py_buffer(matrix.tobytes())
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), matrix.shape[0], [None, flat]).cast(pa.large_binary())
+
+
+def pair_similarity(part: dict, family, method: str) -> dict:
+    """Similarity of the pairs of one partition, both ends' payloads side by side."""
+    m = part["src"].shape[0]
+    left, right = np.arange(m), np.arange(m) + m
+    be = family.cfg.backend
+    if m == 0:
+        return {"src": part["src"], "dst": part["dst"], "sim": np.zeros(0, np.float64)}
+    a, b = part["src_data"], part["dst_data"]
+    both = pa.concat_arrays([a, b])
+    if method != "exact":
+        values = _matrix(both, family.empty_values().dtype)
+        sim = family.pair_similarity(None, values, left, right, be)
+    elif family.uses_text:
+        sim = family.pair_similarity(RowData(strings=string_buffers(both.cast(pa.large_string()))), None, left,
+                                     right, be)
+    else:
+        x = _matrix(both, np.float32)
+        sim = family.pair_similarity(RowData(vectors=Vectors(x, np.zeros(2 * m, np.int8))), None, left, right, be)
+    return {"src": part["src"], "dst": part["dst"], "sim": np.asarray(to_host(sim), np.float64)}
+
+
+def _matrix(col: pa.Array, dtype) -> np.ndarray:
+    """The fixed-width rows of a binary column as a matrix of ``dtype``."""
+    col = col.cast(pa.large_binary())
+    buf = np.frombuffer(col.buffers()[2], np.uint8) if len(col) else np.zeros(0, np.uint8)
+    offsets = np.frombuffer(col.buffers()[1], np.int64)[col.offset: col.offset + len(col) + 1]
+    data = buf[offsets[0]: offsets[-1]]
+    width = int(offsets[1] - offsets[0]) if len(col) else 0
+    return np.ascontiguousarray(data).view(dtype).reshape(len(col), -1) if width else \
+        np.zeros((len(col), 0), dtype)
+
+
+def take_ids(data: BlockData, part: dict, column: str) -> dict:
+    """``part`` with ``id``: the id of the row in ``column`` (this block's rows)."""
+    rows = to_host(part[column]) - data.block.row0
+    return {**part, "id": data.table.column("id").take(pa.array(rows.astype(np.int64))).combine_chunks()}
+
+
+def take_column(data: BlockData, rows: np.ndarray, column: str) -> pa.Array:
+    return data.table.column(column).take(pa.array(rows - data.block.row0)).combine_chunks()
+
+
+def block_rank_key(data: BlockData, keep: str) -> pa.Array:
+    t = data.table
+    if keep == "longest":
+        lengths = text_lengths(t.column("text"))
+        return lengths.combine_chunks() if isinstance(lengths, pa.ChunkedArray) else lengths
+    if keep == "lowest_id":
+        return t.column("id").combine_chunks()
+    return t.column("score").combine_chunks()

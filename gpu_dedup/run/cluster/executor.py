@@ -1,0 +1,683 @@
+"""The Dask executor: every part is a future on a worker; the client holds one future per partition.
+
+Blocks (shards, or groups of Parquet row groups up to ``cluster.block_rows``)
+are read, normalized and signed where they are loaded; every per-document
+table the sequence builds (ranks, exact groups, band hashes, buckets, star
+edges, component labels, clusters, survivors, the duplicates table) is a list
+of futures, one per block or per shuffle partition, and rows move between
+them only through :func:`gpu_dedup.run.cluster.routing.route` (Dask's shuffle).
+What reaches the client is per-block metadata and counts: its memory does not
+grow with the corpus.
+
+GPU workers (``--backend gpu``: Dask-CUDA, one worker per GPU): blocks hold
+device arrays and the partition functions run on the device; frames are
+shuffled as cuDF frames.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import operator
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import gpu_dedup.run.cluster.blocks as B
+import gpu_dedup.run.cluster.routing as routing
+from gpu_dedup import storage
+from gpu_dedup.backends import get_backend, to_host
+from gpu_dedup.config import Config
+from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
+from gpu_dedup.run.cluster.connection import connect
+from gpu_dedup.run.contract import shard_starts
+from gpu_dedup.run.prior import NoPrior
+from gpu_dedup.run.sequence import CorpusCounts
+from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
+from gpu_dedup.stages import frames
+from gpu_dedup.stages.components import (
+    both_directions,
+    changed_pairs,
+    large_star,
+    local_components,
+    small_star,
+    small_star_orient,
+    star_labels,
+    unique_pairs_part,
+)
+from gpu_dedup.stages.families import family_for
+from gpu_dedup.stages.selection import ranks_from_keys
+from gpu_dedup.storage.atomic import atomically, table_codec
+from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes, remove_tree, source
+
+log = logging.getLogger("gpu_dedup")
+
+SAMPLE_PER_BLOCK = 256  # keys each block offers for the rank sort's splitters
+COMPONENTS_GATHERED_EDGES = 2_000_000  # up to this many edges, one worker runs union-find over all of them
+
+
+class _ClientSide:
+    """What the client says of the backend: the workers run the kernels."""
+
+    def __init__(self, cfg: Config):
+        self.name = cfg.backend
+        self.mode = f"dask: {cfg.backend} workers"
+
+
+class ClusterCorpus(CorpusCounts):
+    def __init__(self, shards, n, null_count, id_column, duplicate_ids):
+        self.shards, self.n, self.null_count, self.id_column = shards, n, null_count, id_column
+        self.duplicate_ids = duplicate_ids
+
+
+class DaskExecutor:
+    """Blocks and every per-document table on Dask workers (see the module docstring)."""
+
+    holds_corpus = False
+
+    def __init__(self, shards, cfg: Config, prior=None):
+        self.shards = shards
+        self.skipped = list(getattr(shards, "skipped", ()))  # what directory walks left out (report.json)
+        self.cfg = cfg
+        self.prior = prior if prior is not None else NoPrior()
+        self.backend = _ClientSide(cfg)  # the client runs no kernels (and starts no CUDA context)
+        self.part_backend = cfg.backend  # resolved on each worker
+        self.client = self.cluster = None
+        self.blocks: list = []
+        self.loaded: list = []
+        self.normalized: list | None = None
+        self.family = None
+        self._prepared = None
+        self.bands = None  # the bands parts (signatures for verification by signature)
+        self.routes = 0
+        self.moved: dict = {}  # stage -> futures of (rows, bytes) its routes moved, per source part
+
+    # ---- setup ----------------------------------------------------------------
+    def connect(self) -> None:
+        """Start or join the cluster (before anything is written: an unreachable scheduler leaves nothing)."""
+        if self.client is None:
+            self.client, self.cluster = connect(self.cfg)
+
+    def prepare(self, st: StageLog) -> None:
+        self.st = st
+        self.connect()
+        # each worker loads (the first time after install: compiles) the kernels this config uses
+        seconds = self.client.run(_prepare_worker, self.cfg)
+        self.startup_seconds = max(seconds.values(), default=0.0)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+    def report_extras(self) -> dict:
+        peaks = self.client.run(peak_rss_mb)
+        moved = {stage: np.sum(self.client.gather(futs), axis=0) for stage, futs in self.moved.items() if futs}
+        return {"kernel_prepare_seconds": round(self.startup_seconds, 3), "inputs_skipped": self.skipped, "cluster": {
+            "workers": len(peaks),
+            "scheduler": self.cfg.cluster.scheduler or "local",
+            "dashboard": self.client.dashboard_link,
+            "worker_peak_rss_mb": {k: round(v, 1) for k, v in peaks.items()},
+            "client_peak_rss_mb": round(peak_rss_mb(), 1),
+            "blocks": len(self.blocks),
+            "partitions": self.partitions,
+            "routes": self.routes,
+            "shuffled_rows": int(sum(m[0] for m in moved.values())),
+            "shuffle_mb": round(sum(float(m[1]) for m in moved.values()) / 2**20, 2),
+            "shuffle_mb_by_stage": {k: round(float(m[1]) / 2**20, 2) for k, m in moved.items()},
+        }}
+
+    # ---- read / normalize -------------------------------------------------------
+    def read(self, progress=None) -> ClusterCorpus:
+        cfg, client = self.cfg, self.client
+        infos = client.gather(client.map(B.inspect_shard, self.shards, cfg=cfg, pure=False))
+        first = None
+        for shard, inf in zip(self.shards, infos):
+            if cfg.input.id_column and inf["id_type"] is not None:
+                first = storage.check_id_type(shard, cfg.input.id_column, inf["id_type"], first)
+        shards = self.shards = [s.with_rows(i["rows"]) for s, i in zip(self.shards, infos)]
+        self.blocks = B.plan_blocks(infos, cfg.cluster.block_rows)
+        n = sum(i["rows"] for i in infos)
+        self.family = family_for(cfg, n)
+        self.blocks_count = max(1, len(self.blocks))
+        self.partitions = self.blocks_count
+        self.block_starts = np.array([b.row0 for b in self.blocks] + [n], np.int64) if self.blocks else \
+            np.array([0, 0], np.int64)
+        block_shards = [shards[b.shard_index] for b in self.blocks]
+        self.loaded = client.map(B.load_block, self.blocks, block_shards, cfg=cfg, pure=False)
+        if cfg.input.vector_column:  # one vector length for the whole corpus: the first block's with vectors
+            dims = client.gather(client.map(B.block_dim, self.loaded, pure=False))
+            dim = next((d for d in dims if d is not None), None)
+            redo = [k for k, d in enumerate(dims) if d is not None and d != dim]
+            for k, fut in zip(redo, client.map(B.load_block, [self.blocks[k] for k in redo],
+                                                [block_shards[k] for k in redo], cfg=cfg, dim=dim, pure=False)):
+                self.loaded[k] = fut  # rows of another length: an error, or kept as bad_length (cosine.bad_vectors)
+            client.gather([self.loaded[k] for k in redo])
+        if not self.loaded:  # no rows: one empty block keeps every table one partition wide
+            self.loaded = [client.submit(_empty_block, cfg, pure=False)]
+        null = self.total(_null_count, self.loaded)["null"]
+        if progress is not None:
+            progress(len(shards))
+        dup = 0
+        if cfg.input.id_column and n:
+            hashes = self.map(B.id_hashes, self.loaded)
+            routed = self.route(hashes, frames.hash_dest, self.partitions, on=("h1",))
+            dup = n - self.total(B.distinct_pairs, routed)["distinct"]
+        self.corpus = ClusterCorpus(shards, n, null, cfg.input.id_column, dup)
+        return self.corpus
+
+    def docs(self) -> list:
+        return self.map(B.block_docs, self.loaded)
+
+    def _normalize(self) -> list:
+        if self.normalized is None:
+            with self.st.stage("normalize", self.corpus.n) as info:
+                self.normalized = self.client.map(B.normalize_block, self.loaded, cfg=self.cfg, pure=False)
+                got = self.client.gather(self.client.map(B.block_norm_info, self.normalized, pure=False))
+                self.invalid_utf8 = sum(g["invalid_utf8"] for g in got)
+                info.update(invalid_utf8=self.invalid_utf8, text_mb=round(sum(g["text_bytes"] for g in got) / 2**20, 1))
+        return self.normalized
+
+    def normalize(self) -> dict:
+        if not self.family.uses_text:
+            return {}
+        self._normalize()
+        return {"invalid_utf8": self.invalid_utf8}
+
+    def _blocks_data(self) -> list:
+        return self._normalize() if self.family.uses_text else self.loaded
+
+    def _family(self):
+        """The family with corpus statistics (summed over the blocks), scattered to the workers once."""
+        if self._prepared is None and not self.family.needs_stats:
+            self._prepared = (self.family, self.family)
+        if self._prepared is None:
+            stats = self.client.gather(self.client.map(B.block_stats, self._normalize(), family=self.family,
+                                                       pure=False))
+            fam = self.family.prepare([s for s in stats if s is not None])
+            self._prepared = (fam, self.client.scatter(fam, broadcast=True))
+        return self._prepared[1]
+
+    # ---- per-document stages -------------------------------------------------------
+    def exact_keys(self) -> list:
+        return self.map(B.block_keys, self._blocks_data(), family=self.family)
+
+    def ranks(self) -> list:
+        """Every row's rank under the keep policy: a sample sort (splitters from a sample of every block, rows
+        routed by range, each range ranked as one process would, offsets from the ranges' sizes)."""
+        keep = self.cfg.select.keep
+        keys = self.map(_rank_frame, self.loaded, keep=keep)
+        samples = self.collect(_rank_sample, keys, k=SAMPLE_PER_BLOCK, keep=keep)
+        splitters = _splitters([s for s in samples if s is not None], self.partitions)
+        ranged = self.route(keys, _range_dest, self.partitions, splitters=splitters, keep=keep)
+        sizes = self.collect(frames.size, ranged)
+        offsets = np.concatenate(([0], np.cumsum(sizes)))[:-1]
+        ranked = self.client.map(_rank_range, ranged, [int(o) for o in offsets], keep=keep, pure=False)
+        back = self.route(ranked, frames.block_dest, self.blocks_count, on="row", starts=self.block_starts)
+        return self.map(_by_row, back)  # in the block's row order, as the docs frames
+
+    def signatures(self, rows: list, progress=None) -> list:
+        sigs = self.map(B.block_signatures, self._blocks_data(), rows, family=self._family())
+        if progress is not None:
+            progress(self.total(_rows_of, rows)["rows"])
+        return sigs
+
+    def band_hashes(self, sigs: list) -> list:
+        return self.map(B.block_bands, sigs, family=self._family())
+
+    def keep_bands(self, bands: list) -> None:
+        self.bands = bands
+
+    # ---- moving rows ---------------------------------------------------------------
+    def map(self, fn, *parts, outputs: int = 1, with_index: bool = False, **kw):
+        n = len(next(p for p in parts if p is not None))
+        args = [p if p is not None else [None] * n for p in parts]
+        if with_index:
+            futures = self.client.map(_call_with_index, [fn] * n, range(n), *args, pure=False, **kw)
+        else:
+            futures = self.client.map(fn, *args, pure=False, **kw)
+        if outputs == 1:
+            return futures
+        return tuple(self.client.map(operator.getitem, futures, [j] * n, pure=False) for j in range(outputs))
+
+    def route(self, parts: list, dest, n: int, explode=None, explode_kw=None, **kw) -> list:
+        self.routes += 1
+        stage = getattr(self.st, "current", None) or "report"
+        return routing.route(self.client, parts, dest, n, explode=explode, explode_kw=explode_kw,
+                             shuffle_method=self.cfg.cluster.shuffle,
+                             account=self.moved.setdefault(stage, []).extend, **kw)
+
+    def total(self, fn, *parts, **kw) -> dict:
+        out: dict = {}
+        for d in self.client.gather(self.map(fn, *parts, **kw)):
+            for k, v in d.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def collect(self, fn, parts: list, **kw) -> list:
+        return self.client.gather(self.map(fn, parts, **kw))
+
+    # ---- pairs ---------------------------------------------------------------------
+    def score(self, pairs: list, progress=None) -> list:
+        """The similarity of each pair, computed where its second end's block is: the pairs travel to the
+        block of their first end, take its payload (normalized text, signature or vector), travel to the
+        block of their second end, take its payload and are scored there; only the similarity comes back."""
+        method = self.cfg.verify.method
+        f = self.prior.first_doc
+        tagged = self.map(_tag_pairs, pairs, with_index=True)
+        source = self._blocks_data() if method == "exact" else self.bands
+        payload = (B.text_payload if self.family.uses_text else B.vector_payload) if method == "exact" else \
+            B.signature_payload
+        at_src = self.route(tagged, frames.block_dest, self.blocks_count, on="src", starts=self.block_starts,
+                            first_doc=f)
+        with_src = self.map(payload, source, at_src, column="src", first_doc=f, prior=self.prior)
+        at_dst = self.route(with_src, frames.block_dest, self.blocks_count, on="dst", starts=self.block_starts,
+                            first_doc=f)
+        with_both = self.map(payload, source, at_dst, column="dst", first_doc=f, prior=self.prior)
+        scored = self.map(_score_tagged, with_both, family=self._family(), method=method)
+        back = self.route(scored, _part_dest, len(pairs))
+        out = self.map(_sims_in_order, back)
+        if progress is not None:
+            progress(self.total(_rows_of_pairs, pairs)["rows"])
+        return out
+
+    def components(self, edges: list) -> list:
+        """Connected components: union-find on one worker up to COMPONENTS_GATHERED_EDGES edges, else
+        large-star / small-star rounds over shuffles (stages/components.py); labels routed by node."""
+        total = self.total(_edges_of, edges)["edges"]
+        limit = self.cfg.cluster.components_gathered_edges
+        if total > limit and self.cfg.backend == "gpu":  # Dask-CUDA: cuGraph's multi-GPU WCC where installed
+            labels = _cugraph_components(self.client, edges, self.partitions)
+            if labels is not None:
+                return labels
+        if total <= limit:
+            gathered = self.route(edges, _zero_dest, 1)
+            labels = self.map(local_components, gathered, backend=self.part_backend)
+            return self.route(labels, frames.hash_dest, self.partitions, on="node")
+        a = self.map(unique_pairs_part, self.route(self.map(_oriented, edges), frames.hash_dest, self.partitions,
+                                                   on=("x", "y")))
+        rounds = 0
+        while True:
+            rounds += 1
+            b = self.map(large_star, self.route(self.map(both_directions, self.map(_as_edges, a)),
+                                                frames.hash_dest, self.partitions, on="x"))
+            b = self.map(unique_pairs_part, self.route(b, frames.hash_dest, self.partitions, on=("x", "y")))
+            c = self.map(small_star, self.route(self.map(small_star_orient, b), frames.hash_dest, self.partitions,
+                                                on="x"))
+            c = self.map(unique_pairs_part, self.route(c, frames.hash_dest, self.partitions, on=("x", "y")))
+            changed = self.total(changed_pairs, a, c)["changed"]
+            log.info("components: large-star/small-star round %d, %d edges changed", rounds, changed)
+            a = c
+            if changed == 0:
+                break
+        labels = self.map(star_labels, self.route(a, frames.hash_dest, self.partitions, on="x"))
+        labels = self.map(_unique_nodes, self.route(labels, frames.hash_dest, self.partitions, on="node"))
+        self.components_rounds = rounds
+        return labels
+
+    # ---- checkpoints: every part saved by its worker ----------------------------------
+    def save(self, ckpt, unit: str, parts: dict, meta: dict) -> None:
+        if not ckpt.fingerprint:  # no checkpoints (a run against an index)
+            return
+        directory = ckpt.dir / unit
+        written = {}
+        for name, p in parts.items():
+            if p is None:
+                continue
+            paths = [str(directory / f"{name}-{k:05d}.npz") for k in range(len(p))]
+            self.client.gather(self.client.map(_save_part, p, paths, pure=False))
+            written[name] = len(p)
+        ckpt.save(unit, {}, {**meta, "parts": written})
+
+    def load(self, ckpt, unit: str):
+        arrays, meta = ckpt.load(unit)
+        directory = ckpt.dir / unit
+        parts = {}
+        for name, count in meta.get("parts", {}).items():
+            paths = [str(directory / f"{name}-{k:05d}.npz") for k in range(count)]
+            futs = self.client.map(_load_part, paths, backend=self.part_backend, pure=False)
+            try:
+                self.client.gather(self.client.map(_present, futs, pure=False))
+            except CheckpointUnreadable:
+                raise
+            except Exception as exc:  # a part file missing or garbled: the unit is computed again
+                log.warning("checkpoint %s is unreadable (%s); computing its stages again", directory, exc)
+                raise CheckpointUnreadable(unit) from None
+            parts[name] = futs
+        return parts, meta
+
+    # ---- outputs ---------------------------------------------------------------------
+    def ids(self, parts: list, column: str = "row") -> list:
+        tagged = self.map(_tag_rows, parts, column=column, with_index=True)
+        there = self.route(tagged, frames.block_dest, self.blocks_count, on="_row", starts=self.block_starts)
+        got = self.map(B.take_ids, self.loaded, there, column="_row")
+        back = self.route(got, _part_dest, len(parts))
+        return self.map(_ids_in_order, back)
+
+    def take(self, rows, column: str) -> pa.Array:
+        rows = np.asarray(rows, np.int64)
+        owner = np.searchsorted(self.block_starts[1:], rows, side="right")
+        parts, order = [], []
+        for k in np.unique(owner):  # one task per block holding a row (a report shows a few dozen)
+            sel = np.flatnonzero(owner == k)
+            parts.append(self.client.submit(B.take_column, self.loaded[k], rows[sel], column, pure=False))
+            order.append(sel)
+        if not parts:
+            return pa.array([], pa.large_string() if column == "text" else pa.int64())
+        got = self.client.gather(parts)
+        if column == "text":
+            binary = any(pa.types.is_binary(p.type) or pa.types.is_large_binary(p.type) for p in got)
+            got = [p.cast(pa.large_binary() if binary else pa.large_string()) for p in got]
+        values = pa.concat_arrays(got)
+        inverse = np.empty(rows.shape[0], np.int64)
+        inverse[np.concatenate(order)] = np.arange(rows.shape[0])
+        return values.take(pa.array(inverse))
+
+    def write_shards(self, removed: list, out: Path, ckpt, progress=None) -> int:
+        """Each shard written by a worker from its blocks' removed rows (a shard's blocks are consecutive)."""
+        shards = self.corpus.shards
+        by_shard: dict[int, list] = {}
+        for b, fut in zip(self.blocks, removed):
+            by_shard.setdefault(b.shard_index, []).append(fut)
+        starts = shard_starts(shards)
+        written = 0
+        futures = {}
+        for i, shard in enumerate(shards):
+            rec = ckpt.marked(f"shard-{i}")
+            if _staged(rec, shard, out):  # written and digested by an earlier, resumed run
+                written += rec["rows"]
+                continue
+            futures[i] = self.client.submit(_write_shard, shard, int(starts[i]), by_shard.get(i, []), str(out),
+                                            self.cfg.output.compression, pure=False)
+        for i in sorted(futures):  # marks in shard order
+            record = futures[i].result()
+            written += record["rows"]
+            ckpt.mark(f"shard-{i}", record)
+            maybe_crash("write:first-shard")
+            if progress is not None:
+                progress(1)
+        if progress is not None and len(futures) < len(shards):
+            progress(len(shards) - len(futures))
+        return written
+
+    def write_table(self, parts: list, path) -> int:
+        """One Parquet file from the blocks' tables, in order: each block's table is written to a part file by
+        its worker, then one worker streams them into the file in row groups of the same size one process
+        writes (so the file is the same), never holding more than a row group and one part."""
+        path = as_path(path)
+        tmp_dir = path.parent / f".{path.name}.parts"
+        paths = [str(tmp_dir / f"part-{k:05d}.parquet") for k in range(len(parts))]
+        rows = self.client.gather(self.client.map(_write_part, parts, paths, pure=False))
+        self.client.submit(_merge_parts, paths, str(path), self.cfg.output.compression, pure=False).result()
+        remove_tree(tmp_dir)
+        return int(sum(rows))
+
+
+# --------------------------------------------------------------------------- worker functions
+
+
+def _prepare_worker(cfg: Config) -> float:
+    return float(get_backend(cfg.backend).prepare(cfg) or 0.0)
+
+
+def _cugraph_components(client, edges: list, partitions: int):
+    """Weakly connected components by cuGraph on every GPU worker (``cugraph.dask``), labelled by each
+    component's smallest node like the other engines; None where cuGraph is not installed."""
+    try:
+        import cugraph  # noqa: PLC0415  Dask-CUDA workers only
+        import cugraph.dask as dcg  # noqa: PLC0415
+        import dask  # noqa: PLC0415
+        import dask.dataframe as dd  # noqa: PLC0415
+        from cugraph.dask.comms import comms  # noqa: PLC0415
+    except Exception:  # not installed (or broken): the large-star / small-star rounds instead
+        log.info("components: cuGraph is not importable; large-star / small-star rounds instead")
+        return None
+    frames_ = [dask.delayed(routing.to_df)(f) for f in edges]
+    meta = client.submit(routing.empty, client.submit(routing.to_df, edges[0], pure=False), pure=False).result()
+    ddf = dd.from_delayed(frames_, meta=meta, verify_meta=False)
+    comms.initialize(p2p=True)
+    try:
+        g = cugraph.Graph(directed=False)
+        g.from_dask_cudf_edgelist(ddf, source="src", destination="dst")
+        wcc = dcg.weakly_connected_components(g)  # vertex, labels (arbitrary ids)
+        smallest = wcc.groupby("labels")["vertex"].min().rename("label").reset_index()
+        labelled = wcc.merge(smallest, on="labels")[["vertex", "label"]].rename(columns={"vertex": "node"})
+        parts = client.compute(labelled.to_delayed())
+    finally:
+        comms.destroy()
+    frames_out = client.map(routing.from_df, parts, pure=False)
+    return routing.route(client, frames_out, frames.hash_dest, partitions, on="node")
+
+
+def _call_with_index(fn, part_index: int, *args, **kw):
+    return fn(*args, part_index=part_index, **kw)
+
+
+def _empty_block(cfg: Config):
+    b = B.Block(0, 0, 0, 0, 0, None)
+    table = pa.table({"text": pa.array([], pa.large_string())})
+    data = B.BlockData(b, table)
+    data.null = np.zeros(0, bool)
+    return data
+
+
+def _null_count(data) -> dict:
+    return {"null": int(data.null.sum())}
+
+
+def _rows_of(part) -> dict:
+    return {"rows": frames.size(part)}
+
+
+def _rows_of_pairs(part) -> dict:
+    return {"rows": int(part["src"].shape[0])}
+
+
+def _edges_of(part) -> dict:
+    return {"edges": int(part["src"].shape[0])}
+
+
+def _zero_dest(frame: dict, n: int):
+    return np.zeros(frames.size(frame), np.int64)
+
+
+def _part_dest(frame: dict, n: int):
+    return frame["_part"]
+
+
+def _tag_pairs(part: dict, part_index: int) -> dict:
+    n = part["src"].shape[0]
+    return {"src": to_host(part["src"]), "dst": to_host(part["dst"]), "_part": np.full(n, part_index, np.int64),
+            "_i": np.arange(n, dtype=np.int64)}
+
+
+def _score_tagged(part: dict, family, method: str) -> dict:
+    scored = B.pair_similarity(part, family, method)
+    return {"sim": scored["sim"], "_part": part["_part"], "_i": part["_i"]}
+
+
+def _sims_in_order(part: dict) -> dict:
+    part = frames.sort_by(part, "_i")
+    return {"sim": part["sim"]}
+
+
+def _tag_rows(part: dict, column: str, part_index: int) -> dict:
+    rows = to_host(part[column])
+    n = rows.shape[0]
+    return {"_row": rows, "_part": np.full(n, part_index, np.int64), "_i": np.arange(n, dtype=np.int64)}
+
+
+def _ids_in_order(part: dict) -> dict:
+    order = np.argsort(part["_i"], kind="stable")
+    return {"id": part["id"].take(pa.array(order))}
+
+
+def _oriented(part: dict) -> dict:
+    return {"x": np.minimum(to_host(part["src"]), to_host(part["dst"])),
+            "y": np.maximum(to_host(part["src"]), to_host(part["dst"]))}
+
+
+def _as_edges(part: dict) -> dict:
+    return {"src": part["x"], "dst": part["y"]}
+
+
+def _unique_nodes(part: dict) -> dict:
+    if part["node"].shape[0] == 0:
+        return part
+    part = frames.sort_by(part, "node")
+    keep = np.ones(part["node"].shape[0], bool)
+    keep[1:] = part["node"][1:] != part["node"][:-1]
+    return frames.take(part, keep)
+
+
+def _by_row(part: dict) -> dict:
+    return frames.sort_by(part, "row")
+
+
+def _rank_frame(data, keep: str) -> dict:
+    """A block's rows with the policy's key (an Arrow column, as one process ranks by it)."""
+    rows = np.arange(data.block.row0, data.block.row0 + data.block.rows, dtype=np.int64)
+    return {"row": rows, "key": B.block_rank_key(data, keep)}
+
+
+def _sortable(key: pa.Array, keep: str):
+    """(values ascending in the policy's order: descending keys negated; mask of the rows that sort after
+    every value: nulls and NaN, which every policy puts last)."""
+    last = np.asarray(key.is_null(), bool)
+    if keep in ("longest", "score"):
+        v = np.asarray(key.cast(pa.float64()).fill_null(0).to_numpy(zero_copy_only=False), np.float64)
+        last |= np.isnan(v)
+        return -v, last
+    valid = key.drop_null()
+    if len(valid) == 0:
+        return np.zeros(len(key)), np.ones(len(key), bool)
+    v = key.fill_null(valid[0]).to_numpy(zero_copy_only=False)  # a null's place is the last range anyway
+    if v.dtype.kind == "f":
+        last |= np.isnan(v)
+    return v, last
+
+
+def _rank_sample(part: dict, k: int, keep: str):
+    """Up to ``k`` evenly spaced keys of a block (sorted, nulls and NaN left out): the splitters' sample."""
+    v, last = _sortable(part["key"], keep)
+    v = np.sort(v[~last])
+    if v.shape[0] == 0:
+        return None
+    return v[np.linspace(0, v.shape[0] - 1, min(k, v.shape[0])).astype(np.int64)]
+
+
+def _splitters(samples: list, n: int):
+    if not samples or n == 1:
+        return np.zeros(0)
+    allv = np.sort(np.concatenate(samples))
+    return allv[np.linspace(0, allv.shape[0] - 1, n + 1)[1:-1].astype(np.int64)]
+
+
+def _range_dest(frame: dict, n: int, splitters, keep: str) -> np.ndarray:
+    """The range of each row's key: every row of one key in one range; nulls and NaN in the last."""
+    v, last = _sortable(frame["key"], keep)
+    d = np.asarray(np.searchsorted(splitters, v, side="right") if len(splitters) else np.zeros(v.shape[0]),
+                   np.int64)
+    d[last] = n - 1
+    return d
+
+
+def _rank_range(part: dict, offset: int, keep: str) -> dict:
+    """Ranks of one range of keys (all rows of a key are here), ties by row, as one process ranks."""
+    order = np.argsort(part["row"], kind="stable")
+    rows = part["row"][order]
+    key = part["key"].take(pa.array(order))
+    return {"row": rows, "rank": offset + ranks_from_keys(keep, rows.shape[0], length=key, ids=key, score=key)}
+
+
+def _save_part(part, path: str) -> int:
+    """One part of a finished stage, saved by the worker that holds it (an object in a store: one upload)."""
+    buf = io.BytesIO()  # a part that is None (nothing to say) is saved as an empty archive
+    np.savez(buf, **({k: to_host(v) for k, v in part.items()} if part is not None else {"__none__": np.zeros(0)}))
+    storage.atomic_write_bytes(as_path(path), buf.getbuffer())
+    return 1
+
+
+def _load_part(path: str, backend) -> dict:
+    where = as_path(path)
+    with np.load(io.BytesIO(where.read_bytes()) if is_url(where) else where, allow_pickle=False) as z:
+        part = {k: z[k] for k in z.files}
+    if "__none__" in part:
+        return None
+    xp = get_backend(backend).xp
+    return {k: xp.asarray(v) for k, v in part.items()}
+
+
+def _present(part) -> int:
+    return 1
+
+
+def _write_shard(shard, start: int, removed: list, out: str, compression: str) -> dict:
+    keep = np.ones(shard.rows, bool)
+    n_removed = 0
+    for part in removed:
+        rows = to_host(part["row"]) - start
+        keep[rows] = False
+        n_removed += rows.shape[0]
+    rows = storage.write_shard(shard, keep, out, compression)
+    return {"name": shard.name, "rows": rows, **storage.file_digest(as_path(out) / shard.name)}
+
+
+def _staged(record, shard, out: Path) -> bool:
+    """Whether a resumed run's staged shard is still the file its mark recorded (else it is written again)."""
+    if not record or record.get("name") != shard.name or "rows" not in record:
+        return False
+    path = as_path(out) / shard.name
+    try:
+        if path.stat().st_size != record.get("size"):
+            return False
+        return storage.file_digest(path)["sha256"] == record.get("sha256")
+    except OSError:
+        return False
+
+
+def _write_part(table: pa.Table, path: str) -> int:
+    storage.atomic_write_parquet(as_path(path), table, "none")
+    return table.num_rows
+
+
+ROW_GROUP = 1024 * 1024  # rows per row group of pyarrow's write_table (its default)
+
+
+def _merge_parts(paths: list, path: str, compression: str) -> None:
+    """Stream the part files into one Parquet file at ``path`` (atomically), row groups of ROW_GROUP rows; an
+    object in a store is built in a local temporary file, then uploaded."""
+    schema = pq.read_schema(source(paths[0])) if paths else None
+
+    def write(fd, tmp):
+        os.close(fd)
+        with pq.ParquetWriter(tmp, schema, compression=table_codec(compression)) as w:
+            pending: list = []
+            count = written = 0
+            for p in paths:  # one part at a time
+                t = pq.read_table(source(p))
+                pending.append(t)
+                count += t.num_rows
+                while count >= ROW_GROUP:
+                    whole = pa.concat_tables(pending)
+                    w.write_table(whole.slice(0, ROW_GROUP).combine_chunks(), row_group_size=ROW_GROUP)
+                    written += ROW_GROUP
+                    rest = whole.slice(ROW_GROUP)
+                    pending, count = [rest], rest.num_rows
+            if count or not written:  # the rest; an empty table is one empty row group, as write_table writes
+                whole = pa.concat_tables(pending) if pending else schema.empty_table()
+                w.write_table(whole.combine_chunks(), row_group_size=ROW_GROUP)
+
+    if not is_url(path):
+        atomically(Path(path), None, write)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "merged.parquet"
+        atomically(local, None, write)
+        with pa.memory_map(str(local)) as m:  # uploaded in parts, not read into memory at once
+            put_bytes(path, m.read_buffer())

@@ -1,0 +1,181 @@
+"""The executor contract: everything the stage sequence may ask of an executor, in one place.
+
+The sequence (:mod:`gpu_dedup.run.sequence`) is the dedup algorithm of the
+seeds, map -> shuffle -> reduce, written once.  Its per-document state never
+lives in the sequence: it lives in **parts**, a list of per-partition objects
+that the executor keeps where it computes,
+
+- one process (:class:`gpu_dedup.run.local.LocalExecutor`): one part, the whole
+  corpus, its arrays in host memory (NumPy) or device memory (CuPy);
+- Dask / Dask-CUDA (:class:`gpu_dedup.run.cluster.DaskExecutor`): one part per
+  block or shuffle partition, a future on a worker; the client holds the list
+  of futures and a few numbers per block, never a value per document.
+
+A part is usually a **frame**: a dict of equal-length 1-D arrays (columns) of the
+executor's array module.  Parts of other objects (a block's signatures, the
+star rounds of one partition of buckets) are opaque to the executor: it only
+hands them to functions.  Functions the sequence passes (``fn``) are plain
+module-level functions of :mod:`gpu_dedup.stages` or the sequence module, so a
+Dask worker can run them; they see one part at a time.
+
+What an executor decides is only where parts live and how rows move between
+them (:meth:`Executor.route`); what it adds of its own are the operations whose
+best implementation depends on where the data is: reading and writing shards,
+scoring pairs (the texts must meet), ranking by the keep policy (a sort),
+connected components (union-find in one process, large-star/small-star over
+shuffles on a cluster) and checkpoints.  It holds no dedup logic: every
+decision (exact groups, buckets, star edges, survivors, chain splitting, the
+duplicates table) is a function of :mod:`gpu_dedup.stages` that the sequence
+maps over parts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+import numpy as np
+
+from gpu_dedup.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from gpu_dedup.run.stagelog import StageLog
+    from gpu_dedup.stages.families import Family
+
+Parts = list  # one object per partition, kept where the executor computes (a future on a Dask worker)
+Frame = dict  # column name -> 1-D array (NumPy or CuPy), equal lengths
+
+
+class Corpus(Protocol):
+    """What the sequence sees of the corpus after :meth:`Executor.read`: counts, never documents."""
+
+    shards: list  # the input shards with their row counts
+    n: int  # documents read
+    null_count: int  # documents without text (or vector)
+    duplicate_ids: int  # rows whose id another row also has
+    id_column: str | None  # None: ids are generated (the row numbers)
+
+    @property
+    def id_generated(self) -> bool: ...
+
+
+class Executor(Protocol):
+    """Everything the stage sequence asks of an executor (and nothing more); see the module docstring.
+
+    Parts are lists (one object per partition).  Block-aligned parts have one object per corpus block,
+    holding its rows in row order; routed parts have :attr:`partitions` objects.
+    """
+
+    backend: Any  # what the report says of the kernels (``mode``)
+    part_backend: Any  # the backend the partition functions run on (an object, or a name a worker resolves)
+    family: Family  # the similarity family, sized for this run by :meth:`read`
+    shards: list  # the input shards
+    partitions: int  # partitions of a routed table (1 in one process)
+    blocks_count: int  # blocks of the corpus (1 in one process)
+    block_starts: np.ndarray  # global row of each block's first row, and the row count (after :meth:`read`)
+    holds_corpus: bool  # every per-row array is in this process (the RunResult then carries them)
+
+    # ---- set-up and teardown
+    def prepare(self, st: StageLog) -> None:
+        """Start (or join) the executor's workers and load or compile the kernels the config uses."""
+
+    def close(self) -> None: ...
+
+    def report_extras(self) -> dict:
+        """This executor's section of report.json (kernel load time, GPU transfers, workers, shuffle volume)."""
+
+    # ---- the corpus: texts and vectors stay in their blocks
+    def read(self, progress: Callable | None = None) -> Corpus:
+        """Read every shard into blocks; count rows, null rows and repeated ids."""
+
+    def normalize(self) -> dict:
+        """Normalize the texts where they live; its counts (``invalid_utf8``)."""
+
+    def docs(self) -> Parts:
+        """Block-aligned frames ``row`` (global row), ``null``."""
+
+    def exact_keys(self) -> Parts:
+        """Block-aligned frames ``k0``, ``k1``, ``k2`` (uint64): the family's exact keys."""
+
+    def ranks(self) -> Parts:
+        """Block-aligned frames ``rank``: every row's place in the keep policy's order (0 = best, ties to the
+        lower row), a permutation of the rows (a sort: where the keys are decides how it runs)."""
+
+    def signatures(self, rows: Parts, progress: Callable | None = None) -> Parts:
+        """Per block, the family's signatures of the rows in frame ``row`` (ascending): frames ``row``,
+        ``values`` (rows x width), ``features``, ``usable``."""
+
+    def band_hashes(self, sigs: Parts) -> Parts:
+        """Per block: ``lsh_row`` (rows with a signature), ``band_hashes`` (rows x bands, uint64) and, where
+        the family keeps them, ``signatures``."""
+
+    def keep_bands(self, bands: Parts) -> None:
+        """The band parts that verification by signature reads (fresh or loaded from a checkpoint)."""
+
+    # ---- moving rows
+    def map(self, fn: Callable, *parts: Parts | None, outputs: int = 1, with_index: bool = False,
+            **kw) -> Parts | tuple:
+        """``fn(*objects, **kw)`` on each partition of the aligned ``parts`` (None: ``fn`` gets None there);
+        ``with_index``: also ``part_index=k``; ``outputs`` > 1: ``fn`` returns that many objects, and so
+        does this, each a list of parts."""
+
+    def route(self, parts: Parts, dest: Callable, n: int, explode: Callable | None = None,
+              explode_kw: dict | None = None, **kw) -> Parts:
+        """Rows to ``n`` partitions: ``dest(frame, n, **kw)`` gives each row's partition in [0, n) (see
+        :mod:`gpu_dedup.stages.frames`); each destination holds its rows in source-part order, positions in
+        order, so a route is deterministic.  ``explode(obj, **explode_kw)`` turns an object that is not a frame
+        into one, where rows move."""
+
+    def total(self, fn: Callable, *parts: Parts | None, **kw) -> dict:
+        """``fn(*objects, **kw)`` -> dict of numbers on each partition, summed where the sequence runs."""
+
+    def collect(self, fn: Callable, parts: Parts, **kw) -> list:
+        """``fn(object, **kw)`` of each partition, brought to where the sequence runs: small results only."""
+
+    def score(self, pairs: Parts, progress: Callable | None = None) -> Parts:
+        """Similarity (the family's, by ``verify.method``) of the node pairs ``src``, ``dst`` of each frame,
+        aligned with it (frames ``sim``).  Nodes are doc numbers: a prior's documents below its
+        ``first_doc``, this run's row ``r`` as ``first_doc + r``; the texts, signatures or vectors are brought
+        together where they live."""
+
+    def components(self, edges: Parts) -> Parts:
+        """Connected components of the edges ``src``, ``dst``: frames ``node``, ``label`` (the smallest node
+        of its component) for every node of an edge, routed by ``hash_dest(node)``."""
+
+    # ---- checkpoints (a finished stage unit's parts, saved where they live)
+    def save(self, ckpt, unit: str, parts: dict, meta: dict) -> None: ...
+
+    def load(self, ckpt, unit: str) -> tuple[dict, dict]:
+        """The parts and metadata :meth:`save` wrote; CheckpointUnreadable when they cannot be read."""
+
+    # ---- outputs
+    def ids(self, parts: Parts, column: str = "row") -> Parts:
+        """Per part: frame ``id`` (an Arrow array) of the input rows in ``column``, whatever block holds them."""
+
+    def take(self, rows: np.ndarray, column: str):
+        """A few rows' original ``text`` or ``id`` (a host Arrow array in the order of ``rows``)."""
+
+    def write_shards(self, removed: Parts, out, ckpt, progress: Callable | None = None) -> int:
+        """Every shard's kept rows under its name (``removed``: block-aligned frames ``row`` of the rows it
+        removes), each marked in ``ckpt`` once written; the rows written."""
+
+    def write_table(self, parts: Parts, path) -> int:
+        """The Arrow tables of ``parts`` (in order) as one Parquet file at ``path``, the same file one process
+        writes; its rows."""
+
+    def index_payload(self, docs: Parts, keys: Parts | None, bands: Parts, centres: Parts, dup: Parts,
+                      first_doc: int) -> dict:
+        """What :meth:`gpu_dedup.index.Index.append` takes of this run's documents (one process only)."""
+
+
+# ---------------------------------------------------------------------------- shared policy
+
+
+def shard_starts(shards) -> np.ndarray:
+    """Global row of each shard's first row, and the total: ``starts[i]:starts[i+1]`` are shard ``i``'s rows."""
+    return np.cumsum([0] + [s.rows for s in shards]).astype(np.int64)
+
+
+def one_process_only(what: str, instead: str = "") -> ConfigError:
+    """The error for something that runs in one process only (``instead``: what to do for a cluster)."""
+    return ConfigError(f"{what} runs in one process; drop cluster.workers / cluster.scheduler (--workers / "
+                       f"--scheduler){'; ' + instead if instead else ''}")

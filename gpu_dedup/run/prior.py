@@ -1,0 +1,115 @@
+"""The documents a run is deduplicated against (an index), behind one object.
+
+A plain run has no prior: :class:`NoPrior` answers every question with
+"nothing" and the stage sequence reads as the algorithm of the seeds.  A run
+against an index (``--against``) gets an :class:`IndexPrior`: its documents
+take part in matching and always survive, exactly as in a full dedup of the
+index's documents and the new ones together.
+
+**Nodes are doc numbers.**  The index's documents keep their numbers
+``0 .. first_doc - 1``; this run's input row ``r`` is document ``first_doc + r``.
+Every node of the run (bucket members, edge ends, labels, survivors) is such a
+number, so indexed documents order before every new one and nothing is
+renumbered.  An indexed document stands for its index cluster through its
+*home*, the cluster's survivor: edges to it join the home's component, and
+survivors are chosen among indexed documents first (homes first), then by the
+keep policy.
+
+The object is what Dask workers receive: it pickles as the index's path and
+reopens the index on the worker (memory-mapped, once per process).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_OPEN: dict = {}  # (path, documents) -> opened index, per process (a Dask worker reopens once)
+
+
+class NoPrior:
+    """A run without an index: no indexed document takes part."""
+
+    active = False
+    first_doc = 0
+
+    def exact_matches(self, keys):
+        return np.full(keys.shape[0], -1, np.int64)
+
+    def bucket_centres(self, band, hashes):
+        z = np.zeros(0, np.int64)
+        return z, z, z
+
+    def home(self, docs):
+        return docs
+
+    def is_index(self, sink) -> bool:
+        return False
+
+    def ranks(self, docs):  # pragma: no cover - no indexed document is ever a node
+        return np.zeros(0, np.int64)
+
+
+class IndexPrior:
+    """An opened :class:`gpu_dedup.index.Index` as the run's prior (see the module docstring)."""
+
+    active = True
+
+    def __init__(self, index):
+        self._index = index
+        self._open = type(index).open  # pickled by reference: how a worker reopens the index
+        self.path = str(index.path)
+        self.first_doc = int(index.documents)
+
+    def __getstate__(self):
+        return {"path": self.path, "first_doc": self.first_doc, "open": self._open}
+
+    def __setstate__(self, state):
+        self.path, self.first_doc, self._open = state["path"], state["first_doc"], state["open"]
+        self._index = None
+
+    @property
+    def index(self):
+        if self._index is None:  # on a worker: the same index, opened once per process
+            key = (self.path, self.first_doc)
+            if key not in _OPEN:
+                _OPEN[key] = self._open(self.path)
+            self._index = _OPEN[key]
+        return self._index
+
+    def is_index(self, sink) -> bool:
+        """Whether ``sink`` is this very index (a run that updates the index it is deduplicated against)."""
+        return sink is not None and sink is self._index
+
+    def exact_matches(self, keys):
+        """Indexed document with each exact key (host (n, 3) uint64), or -1."""
+        return self.index.exact_matches(np.asarray(keys))
+
+    def bucket_centres(self, band, hashes):
+        """The index's centre sequence of each (band, hash) bucket: (bucket position, round, doc)."""
+        return self.index.bucket_centres(np.asarray(band), np.asarray(hashes))
+
+    def home(self, docs):
+        """The survivor of each indexed document's index cluster (doc numbers)."""
+        docs = np.asarray(docs, np.int64)
+        if docs.shape[0] == 0:
+            return docs
+        return np.asarray(self.index.survivors(docs), np.int64)
+
+    def ranks(self, docs):
+        """Ranks of indexed documents, all before this run's rows (which rank from 0): homes first, each
+        group in doc order."""
+        docs = np.asarray(docs, np.int64)
+        f = self.first_doc
+        return np.where(self.home(docs) == docs, docs - 2 * f, docs - f).astype(np.int64)
+
+    def ids(self, docs):
+        return self.index.ids(np.asarray(docs, np.int64))
+
+    def texts(self, docs):
+        return self.index.texts(np.asarray(docs, np.int64))
+
+    def signatures(self, docs):
+        return self.index.signatures(np.asarray(docs, np.int64))
+
+    def vectors(self, docs):
+        return self.index.vectors(np.asarray(docs, np.int64))

@@ -1,0 +1,131 @@
+"""Frames: the unit of per-document state between stages, and how their rows are routed.
+
+A frame is a dict of equal-length 1-D arrays (NumPy on the host, CuPy on a GPU),
+one partition of a table.  The stage sequence moves rows between partitions
+only by :meth:`Executor.route <gpu_dedup.run.contract.Executor.route>` with one
+of the destinations below, so a table routed by the same key in two places
+lands in the same partitions on every executor: :func:`hash_dest` (a
+specified 64-bit mix of the key columns, modulo the partition count) and
+:func:`block_dest` (the corpus block holding a row).  One partition (one
+process) routes nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from gpu_dedup.backends import array_module
+
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
+
+
+def size(frame: dict) -> int:
+    """Rows of ``frame`` (0 for a frame without columns)."""
+    for v in frame.values():
+        return int(len(v))
+    return 0
+
+
+def module_of(frame: dict):
+    return array_module(*frame.values())
+
+
+def take(frame: dict, idx) -> dict:
+    """Rows ``idx`` (positions or a bool mask) of every column; Arrow columns (ids, payloads) too."""
+    return {k: _take(v, idx) for k, v in frame.items()}
+
+
+def _take(v, idx):
+    if isinstance(v, (pa.Array, pa.ChunkedArray)):
+        idx = np.asarray(idx)
+        return v.filter(pa.array(idx)) if idx.dtype == bool else v.take(pa.array(idx.astype(np.int64)))
+    return v[idx]
+
+
+def concat(frames: list, like: dict | None = None) -> dict:
+    """Rows of ``frames`` in order (``like``: the columns of an empty result)."""
+    frames = [f for f in frames if f]
+    if not frames:
+        return {k: v[:0] for k, v in (like or {}).items()}
+    xp = module_of(frames[0])
+    return {k: pa.concat_arrays([f[k] for f in frames]) if isinstance(frames[0][k], pa.Array)
+            else xp.concatenate([f[k] for f in frames]) for k in frames[0]}
+
+
+def mix64(x):
+    """splitmix64's finalizer of uint64 values (wrapping arithmetic): the routing hash."""
+    xp = array_module(x)
+    x = x.astype(xp.uint64, copy=True)
+    with np.errstate(over="ignore"):
+        x ^= x >> xp.uint64(30)
+        x *= xp.uint64(_M1)
+        x ^= x >> xp.uint64(27)
+        x *= xp.uint64(_M2)
+        x ^= x >> xp.uint64(31)
+    return x
+
+
+def key_hash(frame: dict, on) -> np.ndarray:
+    """uint64 hash of the columns ``on`` (a name or a tuple of names) of every row."""
+    on = (on,) if isinstance(on, str) else tuple(on)
+    xp = module_of(frame)
+    h = xp.zeros(size(frame), dtype=xp.uint64)
+    with np.errstate(over="ignore"):
+        for name in on:
+            h = mix64(h ^ mix64(frame[name].astype(xp.int64).view(xp.uint64)) + xp.uint64(0x9E3779B97F4A7C15))
+    return h
+
+
+def hash_dest(frame: dict, n: int, on) -> np.ndarray:
+    """Partition of every row by the hash of its ``on`` columns."""
+    xp = module_of(frame)
+    if n == 1:
+        return xp.zeros(size(frame), dtype=xp.int64)
+    return (key_hash(frame, on) % xp.uint64(n)).astype(xp.int64)
+
+
+def block_dest(frame: dict, n: int, on: str, starts, first_doc: int = 0) -> np.ndarray:
+    """Corpus block of the row (or doc number ``first_doc + row``) in column ``on``; documents of a prior
+    (doc numbers below ``first_doc``) go to block 0, whose functions look them up in the index."""
+    xp = module_of(frame)
+    if n == 1:
+        return xp.zeros(size(frame), dtype=xp.int64)
+    rows = frame[on] - first_doc
+    starts = xp.asarray(np.asarray(starts, np.int64))
+    return xp.clip(xp.searchsorted(starts[1:], rows, side="right"), 0, n - 1).astype(xp.int64)
+
+
+def sort_by(frame: dict, *names) -> dict:
+    """Rows sorted by ``names`` (first name most significant), stably."""
+    xp = module_of(frame)
+    if size(frame) == 0:
+        return frame
+    order = xp.argsort(frame[names[-1]], kind="stable")
+    for name in reversed(names[:-1]):
+        order = order[xp.argsort(frame[name][order], kind="stable")]
+    return take(frame, order)
+
+
+def lookup(keys, table_keys, table_values, default):
+    """For each of ``keys``: the value of ``table_values`` at the same key in ``table_keys`` (unique keys,
+    any order), else ``default``."""
+    xp = array_module(keys)
+    out = xp.full(keys.shape[0], default, dtype=table_values.dtype)
+    if table_keys.shape[0] == 0 or keys.shape[0] == 0:
+        return out
+    order = xp.argsort(table_keys, kind="stable")
+    sk = table_keys[order]
+    pos = xp.clip(xp.searchsorted(sk, keys), 0, sk.shape[0] - 1)
+    hit = sk[pos] == keys
+    out[hit] = table_values[order[pos[hit]]]
+    return out
+
+
+def member(keys, table_keys):
+    """Whether each of ``keys`` is among ``table_keys``."""
+    xp = array_module(keys)
+    if table_keys.shape[0] == 0:
+        return xp.zeros(keys.shape[0], dtype=bool)
+    return xp.isin(keys, table_keys)

@@ -1,0 +1,624 @@
+"""Where shards and outputs live: a local path, or the URL of an object store (``s3://``, ``gs://``,
+``az://``, any fsspec file system).
+
+Local paths never pass through here: they keep their own code (memory maps, temporary file +
+rename, ``flock``).  A URL names an object or a prefix of an fsspec file system; this module gives
+the few operations the rest of gpu_dedup needs on one:
+
+- :func:`is_url` tells them apart (``file://`` URLs are local paths);
+- :class:`RemotePath` is a small pathlib look-alike for a URL (``/``, ``name``, ``parent``,
+  ``exists``, ``stat``, ``read_bytes``, ``write_bytes``, ``unlink``, ``glob``), so call sites that
+  join and test paths serve both;
+- :func:`source` opens a URL for pyarrow's readers, :func:`read_buffer` reads a whole object
+  (decompressed), :func:`put_bytes` writes one, :func:`digest` gives its size and SHA-256,
+  :func:`remove_tree` deletes a prefix, :func:`remote_inputs` expands an input URL (an object, a
+  prefix or a glob) into shard URLs.
+
+**Writes.**  An object store publishes an object only when its upload completes (a single PUT,
+or the completion of a multipart upload): :func:`put_bytes` is atomic there, as a temporary file
+renamed into place is on a local disk.  A failing upload is aborted (its parts deleted) and raises
+one clear error; a process killed during an upload leaves no object, only an incomplete multipart
+upload, which the next run on the output directory aborts (:func:`abort_uploads`).  The SHA-256
+of what was uploaded is stored with the object (S3 user metadata ``sha256``) so that verifying an
+output does not download it again; on stores without it the object is read back and hashed.
+
+Parts of a multipart upload are 64 MiB (``GPU_DEDUP_PART_BYTES`` sets another size, at least 5 MiB).
+
+**Credentials and endpoints** come from the store's own configuration: for S3 the AWS chain
+(``AWS_ACCESS_KEY_ID`` / ``AWS_PROFILE`` / instance roles; ``AWS_ENDPOINT_URL`` for MinIO and
+other S3-compatible stores), for GCS the Google chain; any fsspec option can be set as an
+environment variable ``FSSPEC_<PROTOCOL>_<OPTION>`` (e.g. ``FSSPEC_S3_ANON=true``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob as _glob
+import hashlib
+import os
+import posixpath
+import re
+import signal
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from gpu_dedup.errors import ConfigError, InputError, OutputError, ResourceError
+
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*)://")
+PART_BYTES = 64 << 20  # multipart upload part size (S3 needs at least 5 MiB but the last); GPU_DEDUP_PART_BYTES
+MIN_PART_BYTES = 5 << 20
+_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
+             "abfss": "adlfs"}
+READ_ONLY = ("http", "https")  # fsspec stores that cannot hold outputs
+
+
+def is_url(path) -> bool:
+    """Whether ``path`` is a URL of an fsspec file system (``s3://bucket/key``); ``file://`` is local."""
+    if isinstance(path, RemotePath):
+        return True
+    if not isinstance(path, str):
+        return False
+    m = _SCHEME.match(path)
+    return m is not None and m.group(1).lower() != "file"
+
+
+def local_path(path):
+    """A ``file://`` URL as the local path it names; anything else as it is."""
+    if isinstance(path, str) and path.lower().startswith("file://"):
+        return path[len("file://"):]
+    return path
+
+
+def as_path(path):
+    """A :class:`RemotePath` for a URL, a :class:`pathlib.Path` for anything else."""
+    from pathlib import Path
+
+    if isinstance(path, RemotePath):
+        return path
+    path = local_path(os.fspath(path) if not isinstance(path, str) else path)
+    return RemotePath(path) if is_url(path) else Path(path)
+
+
+def protocol(url: str) -> str:
+    return _SCHEME.match(str(url)).group(1).lower()
+
+
+def _install_hint(proto: str) -> str:
+    package = _PACKAGES.get(proto)
+    extra = " (pip install -e '.[s3]' from the gpu_dedup checkout)" if package == "s3fs" else ""
+    return f"pip install {package}{extra}" if package else f"install the fsspec implementation of {proto}://"
+
+
+_FS: dict = {}
+
+
+def filesystem(url: str):
+    """(fsspec file system, path inside it) of ``url``; a missing package is one ConfigError."""
+    proto = protocol(url)
+    try:
+        import fsspec
+    except ImportError:
+        raise ConfigError(f"{url!r} is a URL of an object store, which gpu_dedup reads and writes through fsspec; "
+                          f"it is not installed: {_install_hint(proto)}") from None
+    fs = _FS.get(proto)
+    if fs is None:
+        try:
+            cls = fsspec.get_filesystem_class(proto)
+        except (ImportError, ValueError) as exc:
+            raise ConfigError(f"cannot use {url!r}: {exc}; {_install_hint(proto)}") from None
+        try:  # listings are never cached: other processes (a rerun, Dask workers) write the same prefixes
+            fs = cls(use_listings_cache=False)
+        except TypeError:
+            fs = cls()
+        _FS[proto] = fs
+    return fs, fs._strip_protocol(url)
+
+
+def _join(url: str, name: str) -> str:
+    return url.rstrip("/") + "/" + name.lstrip("/")
+
+
+@dataclass(frozen=True)
+class RemoteStat:
+    st_size: int
+    st_mtime_ns: int
+    token: str  # what changes when the object is rewritten: its ETag (S3), generation (GCS), or mtime
+
+
+class RemotePath:
+    """A URL with the pathlib methods gpu_dedup uses on output and checkpoint paths (see the module doc).
+    An object store has no directories: a "directory" is the prefix of the objects under it."""
+
+    __slots__ = ("url",)
+
+    def __init__(self, url: str):
+        url = str(url)
+        proto = protocol(url)
+        rest = url[len(proto) + 3:]
+        rest = re.sub("/+", "/", rest).rstrip("/")
+        object.__setattr__(self, "url", f"{proto}://{rest}")
+
+    def __setattr__(self, *_):  # immutable, as pathlib paths are
+        raise AttributeError("RemotePath is immutable")
+
+    # ---- names
+    def __truediv__(self, name) -> "RemotePath":
+        return RemotePath(_join(self.url, str(name)))
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"RemotePath({self.url!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, RemotePath) and other.url == self.url
+
+    def __hash__(self) -> int:
+        return hash(self.url)
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.url.split("://", 1)[1])
+
+    @property
+    def stem(self) -> str:
+        return posixpath.splitext(self.name)[0]
+
+    @property
+    def parent(self) -> "RemotePath":
+        proto, rest = self.url.split("://", 1)
+        head = posixpath.dirname(rest)
+        return RemotePath(f"{proto}://{head or rest}")
+
+    @property
+    def parents(self) -> list:
+        out, p = [], self
+        while p.parent != p:
+            p = p.parent
+            out.append(p)
+        return out
+
+    @property
+    def fs(self):
+        return filesystem(self.url)[0]
+
+    @property
+    def key(self) -> str:
+        """The path inside the file system (``bucket/key`` for S3)."""
+        return filesystem(self.url)[1]
+
+    def resolve(self) -> "RemotePath":
+        return self
+
+    def relative_to(self, other: "RemotePath") -> str:
+        prefix = other.url + "/"
+        if not self.url.startswith(prefix):
+            raise ValueError(f"{self.url!r} is not under {other.url!r}")
+        return self.url[len(prefix):]
+
+    # ---- queries
+    def _info(self):
+        try:
+            return self.fs.info(self.key)
+        except FileNotFoundError:
+            return None
+
+    def exists(self) -> bool:
+        return self.is_file() or self.is_dir()
+
+    def is_file(self) -> bool:
+        info = self._info()
+        return info is not None and info.get("type") == "file"
+
+    def is_dir(self) -> bool:
+        """Whether objects lie under this prefix (an object store's directory)."""
+        try:
+            return bool(self.fs.ls(self.key, detail=False))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def is_symlink(self) -> bool:
+        return False
+
+    def stat(self) -> RemoteStat:
+        info = self._info()
+        if info is None or info.get("type") != "file":
+            raise FileNotFoundError(2, "no such object", self.url)
+        return _stat(info)
+
+    def glob(self, pattern: str) -> list:
+        """Objects directly under this prefix whose names match ``pattern`` (no ``**``)."""
+        try:
+            names = self.fs.ls(self.key, detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [self / posixpath.basename(n) for n in sorted(names)
+                if fnmatch.fnmatchcase(posixpath.basename(n.rstrip("/")), pattern)]
+
+    def iterdir(self) -> list:
+        return self.glob("*")
+
+    # ---- reading and writing
+    def read_bytes(self) -> bytes:
+        return self.fs.cat_file(self.key)
+
+    def read_text(self, encoding: str = "utf-8") -> str:
+        return self.read_bytes().decode(encoding)
+
+    def write_bytes(self, data: bytes) -> None:
+        put_bytes(self, data)
+
+    def unlink(self, missing_ok: bool = False) -> None:
+        try:
+            self.fs.rm_file(self.key)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
+        """Nothing to make: an object store's prefixes exist while objects lie under them."""
+
+    def rmdir(self) -> None:
+        """Nothing to remove (see :meth:`mkdir`)."""
+
+
+def _stat(info: dict) -> RemoteStat:
+    token = info.get("ETag") or info.get("etag") or info.get("generation") or info.get("md5Hash") or ""
+    mtime = info.get("LastModified") or info.get("mtime") or info.get("updated") or info.get("last_modified")
+    ns = 0
+    if hasattr(mtime, "timestamp"):
+        ns = int(mtime.timestamp() * 1e9)
+    elif isinstance(mtime, (int, float)):
+        ns = int(mtime * 1e9)
+    return RemoteStat(int(info.get("size") or 0), ns, str(token or ns))
+
+
+def info(url) -> RemoteStat:
+    """Size, modification time and rewrite token of the object ``url``."""
+    return RemotePath(str(url)).stat()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def remote_error(url, exc: BaseException, reading: bool) -> Exception:
+    """One clear error (InputError reading, OutputError writing) for an object store's failure on ``url``."""
+    text = str(exc).strip() or type(exc).__name__
+    low = text.lower()
+    err = InputError if reading else OutputError
+    what = "read" if reading else "write"
+    if isinstance(exc, (ConfigError, InputError, OutputError, ResourceError)):
+        return exc
+    if "bucket does not exist" in low or "nosuchbucket" in low:
+        return err(f"cannot {what} {str(url)!r}: its bucket does not exist ({text}); check the URL, or create the "
+                   "bucket first")
+    if isinstance(exc, PermissionError) or "access denied" in low or "forbidden" in low or "403" in low:
+        return err(f"cannot {what} {str(url)!r}: access denied ({text}); check the credentials (AWS_PROFILE, "
+                   f"AWS_ACCESS_KEY_ID, ...) and that they may {what} this key")
+    if "credentials" in low or "nocredentials" in type(exc).__name__.lower():
+        return err(f"cannot {what} {str(url)!r}: no credentials for the store ({text}); configure them (e.g. "
+                   "AWS_PROFILE or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; FSSPEC_S3_ANON=true for a public "
+                   "bucket)")
+    if isinstance(exc, FileNotFoundError):
+        return err(f"{str(url)!r} does not exist ({text}); check the URL")
+    return err(f"cannot {what} {str(url)!r} ({type(exc).__name__}: {text}); check the URL, the credentials and the "
+               "network, then rerun")
+
+
+def _store_errors():
+    """Exception classes a store's client raises besides OSError (botocore's), for mapping."""
+    out = [OSError]
+    try:
+        import botocore.exceptions as be
+
+        out += [be.BotoCoreError, be.ClientError]
+    except ImportError:
+        pass
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def source(path):
+    """What pyarrow's readers take for ``path``: the local path itself, or a seekable file of a URL."""
+    if not is_url(path):
+        return path
+    fs, key = filesystem(str(path))
+    try:
+        return fs.open(key, "rb")
+    except _store_errors() as exc:
+        raise remote_error(path, exc, reading=True) from None
+
+
+_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+
+
+def read_buffer(url: str) -> pa.Buffer:
+    """The (decompressed, by the name's extension) bytes of the object ``url`` as an Arrow buffer."""
+    fs, key = filesystem(url)
+    try:
+        raw = pa.py_buffer(fs.cat_file(key))
+    except _store_errors() as exc:
+        raise remote_error(url, exc, reading=True) from None
+    codec = _CODECS.get(posixpath.splitext(key.lower())[1])
+    if codec is None:
+        return raw
+    with pa.input_stream(pa.BufferReader(raw), compression=codec) as f:
+        return f.read_buffer()
+
+
+def open_stream(path):
+    """An Arrow input stream of ``path``'s (decompressed) bytes, read as they are consumed."""
+    if not is_url(path):
+        return pa.input_stream(path, compression="detect")
+    fs, key = filesystem(str(path))
+    try:
+        return pa.input_stream(fs.open(key, "rb"), compression=_CODECS.get(posixpath.splitext(key.lower())[1]))
+    except _store_errors() as exc:
+        raise remote_error(path, exc, reading=True) from None
+
+
+def read_range(url: str, start: int, end: int) -> bytes:
+    fs, key = filesystem(url)
+    return fs.cat_file(key, start=start, end=end)
+
+
+def input_size(url: str, shown: str) -> int:
+    """Size of the object ``url``; an InputError naming ``shown`` when it is not one."""
+    fs, key = filesystem(url)
+    try:
+        got = fs.info(key)
+    except _store_errors() as exc:
+        raise remote_error(shown, exc, reading=True) from None
+    if got.get("type") != "file":
+        raise InputError(f"input {shown!r} is not an object (a prefix?); give an object, a prefix ending in / or a glob")
+    return int(got.get("size") or 0)
+
+
+def remote_inputs(item: str, is_shard_name, skipped) -> list[tuple[str, str]]:
+    """(URL, relative output name) of the shards an input URL names: the object itself; every shard
+    object under a prefix (names starting with ``.`` or ``_`` skipped at any level); or a glob's
+    matches (relative to the pattern's static prefix)."""
+    fs, key = filesystem(item)
+    proto = protocol(item)
+
+    def url(k: str) -> str:
+        return f"{proto}://{k.lstrip('/')}"
+
+    try:
+        if _glob.has_magic(key):
+            static = key[: min(key.index(c) for c in "*?[" if c in key)]
+            base = static if static.endswith("/") else posixpath.dirname(static)
+            hits = fs.glob(key, detail=True)
+            files = sorted(k for k, v in hits.items() if v.get("type") == "file"
+                           and not any(skipped(p) for p in posixpath.relpath(k, base).split("/")))
+            if not files:
+                raise InputError(f"input pattern {item!r} matches no objects (names starting with . or _ are "
+                                 "skipped)")
+            return [(url(k), posixpath.relpath(k, base)) for k in files]
+        got = _info_or_none(fs, key)
+        if got is not None and got.get("type") == "file" and not item.endswith("/"):
+            return [(url(key), posixpath.basename(key))]
+        root = key.rstrip("/")
+        found = fs.find(root, detail=False)
+        files = sorted(k for k in found
+                       if is_shard_name(posixpath.basename(k))
+                       and not any(skipped(p) for p in posixpath.relpath(k, root).split("/")))
+        if not files:
+            if not found and got is None:
+                _check_bucket(fs, item, key)
+                raise InputError(f"input {item!r} does not exist (no object and no objects under it); check the "
+                                 "URL")
+            raise InputError(f"input prefix {item!r} holds no .parquet or .jsonl[.gz] objects (nor .pq, .json, "
+                             ".ndjson; names starting with . or _ are skipped); point at the shard prefix")
+        return [(url(k), posixpath.relpath(k, root)) for k in files]
+    except InputError:
+        raise
+    except _store_errors() as exc:
+        raise remote_error(item, exc, reading=True) from None
+
+
+def _info_or_none(fs, key):
+    try:
+        return fs.info(key)
+    except FileNotFoundError:
+        return None
+
+
+def _check_bucket(fs, url, key) -> None:
+    """A missing bucket named as such (listing a missing bucket's prefix may just be empty)."""
+    bucket = key.split("/", 1)[0]
+    try:
+        fs.ls(bucket, detail=False)
+    except FileNotFoundError as exc:
+        raise remote_error(url, exc, reading=True) from None
+    except _store_errors():
+        pass
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _fault(point: str) -> None:
+    """Fault injection for tests (as :func:`gpu_dedup.run.checkpoint.maybe_crash`): GPU_DEDUP_FAULT names it."""
+    if os.environ.get("GPU_DEDUP_FAULT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _metadata_kwargs(proto: str, sha: str) -> dict:
+    return {"Metadata": {"sha256": sha}} if proto in ("s3", "s3a") else {}
+
+
+def part_bytes() -> int:
+    """Bytes per part of a multipart upload: ``GPU_DEDUP_PART_BYTES`` (at least 5 MiB), else 64 MiB."""
+    raw = os.environ.get("GPU_DEDUP_PART_BYTES")
+    if not raw:
+        return PART_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"GPU_DEDUP_PART_BYTES={raw!r} is not a number of bytes; give e.g. 67108864 (64 MiB)") \
+            from None
+    if value < MIN_PART_BYTES:
+        raise ConfigError(f"GPU_DEDUP_PART_BYTES={value} is below the 5 MiB S3 needs for a part; give at least "
+                          f"{MIN_PART_BYTES}")
+    return value
+
+
+def put_bytes(path, data, part_size: int | None = None) -> dict:
+    """Upload ``data`` (bytes or an Arrow buffer) as the object ``path``: published whole or not at all
+    (see the module doc); larger than a part (:func:`part_bytes`), as a multipart upload.  Returns its
+    digest, ``{"size", "sha256"}``."""
+    url = str(path)
+    part = part_size or part_bytes()
+    fs, key = filesystem(url)
+    proto = protocol(url)
+    view = memoryview(data)
+    sha = hashlib.sha256(view).hexdigest()
+    kwargs = _metadata_kwargs(proto, sha)
+    try:
+        if view.nbytes <= part:
+            fs.pipe_file(key, bytes(view), **kwargs)
+        else:
+            f = fs.open(key, "wb", block_size=part, **kwargs)
+            try:
+                for lo in range(0, view.nbytes, part):
+                    f.write(view[lo: lo + part])
+                    _fault("upload:part")
+                f.close()
+            except BaseException:
+                _discard(f)
+                raise
+    except _store_errors() as exc:
+        raise _write_failure(url, exc) from None
+    return {"size": view.nbytes, "sha256": sha}
+
+
+def put_exclusive(path, data: bytes) -> bool:
+    """Create the object ``path`` only if there is none: True when created, False when one exists.
+    Atomic where the store has conditional writes (S3 ``If-None-Match``; GCS); elsewhere written
+    only after finding none (a race the caller's read-back check closes)."""
+    url = str(path)
+    fs, key = filesystem(url)
+    try:
+        try:
+            fs.pipe_file(key, data, mode="create")
+            return True
+        except FileExistsError:
+            return False
+        except (TypeError, NotImplementedError, ValueError):  # no conditional writes here
+            if _info_or_none(fs, key) is not None:
+                return False
+            fs.pipe_file(key, data)
+            return True
+    except _store_errors() as exc:
+        raise _write_failure(url, exc) from None
+
+
+def _discard(f) -> None:
+    """Abort an unfinished upload (its parts are deleted) and keep the file from completing it later."""
+    try:
+        f.discard()
+    except Exception:  # noqa: BLE001 - the original error is the one to report
+        pass
+    try:
+        f.closed = True  # fsspec would complete the upload when the file object is collected
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _write_failure(url, exc) -> Exception:
+    mapped = remote_error(url, exc, reading=False)
+    if isinstance(mapped, OutputError) and "access denied" not in str(mapped) and "bucket does not exist" \
+            not in str(mapped):
+        return OutputError(f"upload of {url!r} failed ({type(exc).__name__}: {str(exc).strip()}); it was aborted "
+                           "and nothing was published for this run: check the network and the store, then rerun")
+    return mapped
+
+
+def digest(path) -> dict:
+    """Size and SHA-256 of the object ``path``: the SHA-256 stored with it at upload when the store
+    keeps it, else computed by reading the object."""
+    url = str(path)
+    fs, key = filesystem(url)
+    try:
+        got = fs.info(key)
+        if protocol(url) in ("s3", "s3a"):
+            meta = fs.metadata(key) or {}
+            sha = meta.get("sha256")
+            if sha:
+                return {"size": int(got["size"]), "sha256": sha}
+        h = hashlib.sha256()
+        with fs.open(key, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        return {"size": int(got["size"]), "sha256": h.hexdigest()}
+    except FileNotFoundError:
+        raise
+    except _store_errors() as exc:
+        raise remote_error(url, exc, reading=True) from None
+
+
+def copy(src, dst) -> None:
+    """Copy the object ``src`` to ``dst`` in one store (a server-side copy where the store has one)."""
+    fs, skey = filesystem(str(src))
+    _, dkey = filesystem(str(dst))
+    try:
+        fs.copy(skey, dkey)
+    except _store_errors() as exc:
+        raise _write_failure(str(dst), exc) from None
+
+
+def remove_tree(path, missing_ok: bool = True) -> None:
+    """Delete a directory tree: a local one (errors raised, a missing one too unless ``missing_ok``), or every
+    object under a prefix."""
+    if not is_url(path):
+        import shutil
+
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+        return
+    fs, key = filesystem(str(path))
+    try:
+        if fs.find(key.rstrip("/") + "/", detail=False):
+            fs.rm(key.rstrip("/") + "/", recursive=True)
+    except FileNotFoundError:
+        pass
+    except _store_errors() as exc:
+        raise remote_error(str(path), exc, reading=False) from None
+
+
+def abort_uploads(prefix) -> int:
+    """Abort the incomplete multipart uploads under ``prefix`` (S3): what a process killed during an
+    upload leaves; returns how many.  Other stores: nothing to do."""
+    url = str(prefix)
+    if protocol(url) not in ("s3", "s3a"):
+        return 0
+    fs, key = filesystem(url)
+    bucket, _, sub = key.partition("/")
+    try:
+        listed = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=sub.rstrip("/") + "/")
+        uploads = listed.get("Uploads") or []
+        for u in uploads:
+            fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
+        return len(uploads)
+    except _store_errors():  # not permitted to list them: they expire by the bucket's lifecycle rules
+        return 0
+
+
+def table_bytes(write) -> pa.Buffer:
+    """The bytes ``write(sink)`` writes to an in-memory Arrow sink (a Parquet file to upload)."""
+    sink = pa.BufferOutputStream()
+    write(sink)
+    return sink.getvalue()
+
+
+__all__ = ["is_url", "as_path", "local_path", "RemotePath", "RemoteStat", "filesystem", "source", "read_buffer",
+           "put_bytes", "put_exclusive", "digest", "copy", "remove_tree", "abort_uploads", "remote_inputs",
+           "input_size", "remote_error", "info", "read_range", "table_bytes", "open_stream"]

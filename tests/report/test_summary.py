@@ -1,0 +1,45 @@
+"""Report numbers made without bringing per-document values together: the similarity quantiles found by
+narrowing histograms equal numpy's, whatever the partitions."""
+
+import numpy as np
+import pytest
+
+from gpu_dedup.report import build
+
+
+class InProcess:
+    """The one executor method similarity_summary uses, over a list of parts in this process."""
+
+    def collect(self, fn, parts, **kw):
+        return [fn(p, **kw) for p in parts]
+
+
+def values(part):
+    return part
+
+
+@pytest.mark.parametrize("gather", [4096, 7])
+@pytest.mark.parametrize("kind", ["uniform", "ties", "one", "cosine"])
+def test_quantiles_over_parts_equal_numpy(monkeypatch, gather, kind):
+    monkeypatch.setattr(build, "GATHER_AT_MOST", gather)  # 7: every quantile found by narrowing
+    rng = np.random.default_rng(len(kind) * 31 + gather)
+    v = {"uniform": rng.random(20_000), "ties": np.round(rng.random(20_000), 2),
+         "one": np.array([0.83]), "cosine": rng.uniform(-1, 1, 5_000)}[kind]
+    parts = np.array_split(v, 6)
+    got = build.similarity_summary(InProcess(), parts, values, 0.8)
+    want = {f"p{int(q * 100)}": round(float(x), 4) for q, x in zip(build.QUANTILES, np.quantile(v, build.QUANTILES))}
+    assert got["quantiles"] == want
+    assert got["n"] == v.shape[0] and got["below"] == int((v < 0.8).sum())
+    assert got["hist"] == np.histogram(v, bins=build.SIMILARITY_BINS)[0].tolist()
+
+
+def test_no_values_no_quantiles():
+    got = build.similarity_summary(InProcess(), [np.zeros(0), np.zeros(0)], values, 0.8)
+    assert got == {"n": 0, "below": 0, "hist": [0] * 20, "quantiles": {}}
+
+
+def test_size_histograms_from_counts():
+    sizes = np.array([2, 2, 3, 4, 5, 9, 17, 2])
+    counts = dict(zip(*np.unique(sizes, return_counts=True)))
+    assert build.log2_histogram(counts) == {"2": 3, "3-4": 2, "5-8": 1, "9-16": 1, "17-32": 1}
+    assert build.size_counts({"3": 1, 2: 3}) == {"sizes": [2, 3], "counts": [3, 1]}  # JSON keys read back

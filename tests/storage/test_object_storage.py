@@ -1,0 +1,334 @@
+"""Inputs and outputs in an object store, against a real S3 API served on 127.0.0.1 (moto's server, see
+``s3server.py``): the same outputs as a local run, the output rules without rename or flock (lock object,
+staged prefix, ``_SUCCESS`` last), resume, and one clear error for a missing bucket, a denied key and an
+interrupted upload."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from gpu_dedup.config import Config
+from gpu_dedup.errors import ConfigError, InputError, OutputError
+from gpu_dedup.evaluation.sample import planted_corpus, write_shards
+from gpu_dedup.run.local import run
+from gpu_dedup.storage import discover, filesystems
+from gpu_dedup.storage.filesystems import RemotePath, put_bytes
+
+CFG = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+OUTPUTS = ("duplicates.parquet", "part-00000.parquet", "part-00001.parquet", "extra.jsonl")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Two Parquet shards and a JSON Lines shard of a planted corpus, and a local run of them (the reference)."""
+    d = tmp_path_factory.mktemp("corpus")
+    s = planted_corpus(n_docs=600, n_clusters=60, cluster_size=(2, 4), words=(40, 120), edit_rate=(0, 0.05), seed=3)
+    table = s.table.select(["id", "text"])
+    write_shards(table.slice(0, 500), d / "in", shards=2)
+    with open(d / "in" / "extra.jsonl", "w") as f:
+        for row in table.slice(500).to_pylist():
+            f.write(json.dumps(row) + "\n")
+    run(d / "in", d / "local", CFG)
+    return d
+
+
+def _upload(server, bucket, local: Path, prefix: str) -> None:
+    c = server.client()
+    for p in sorted(local.rglob("*")):
+        if p.is_file():
+            c.upload_file(str(p), bucket, f"{prefix}/{p.relative_to(local)}")
+
+
+def _keys(server, bucket, prefix=""):
+    c = server.client()
+    out = []
+    for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        out += [o["Key"] for o in page.get("Contents", [])]
+    return sorted(out)
+
+
+def _get(server, bucket, key) -> bytes:
+    return server.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def _same_as_local(server, bucket, prefix, local: Path) -> None:
+    for name in OUTPUTS:
+        assert _get(server, bucket, f"{prefix}/{name}") == (local / name).read_bytes(), name
+    report = json.loads(_get(server, bucket, f"{prefix}/report.json"))
+    assert report["counts"] == json.loads((local / "report.json").read_text())["counts"]
+    keys = _keys(server, bucket, prefix + "/")
+    names = {k[len(prefix) + 1:] for k in keys}
+    # the outputs, the manifest and _SUCCESS; no lock, no staged prefix, no checkpoint left
+    assert names == {*OUTPUTS, "report.json", "report.html", "_SUCCESS", ".gpu_dedup_manifest.json"}, names
+    manifest = json.loads(_get(server, bucket, f"{prefix}/.gpu_dedup_manifest.json"))
+    assert manifest["state"] == "complete" and _get(server, bucket, f"{prefix}/_SUCCESS") == \
+        f"{manifest['fingerprint']}\n".encode()
+    assert set(manifest["files"]) == {*OUTPUTS, "report.json", "report.html"}
+    uploads = server.client().list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    assert uploads == []
+
+
+def _cli(*args, fault=None, env=None):
+    e = dict(os.environ, **(env or {}))
+    e.pop("GPU_DEDUP_FAULT", None)
+    if fault:
+        e["GPU_DEDUP_FAULT"] = fault
+    return subprocess.run([sys.executable, "-m", "gpu_dedup", *args], env=e, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_run_reads_and_writes_s3_as_a_local_run_does(s3_server, bucket, corpus):
+    """A prefix of shards in, a prefix of outputs out: byte-identical to the local run; a rerun is welcome."""
+    _upload(s3_server, bucket, corpus / "in", "crawl")
+    proc = _cli("run", f"s3://{bucket}/crawl/", "-o", f"s3://{bucket}/out/", "--backend", "cpu", "--id-column", "id")
+    assert proc.returncode == 0, proc.stderr
+    assert f"outputs in s3://{bucket}/out/" in proc.stdout
+    _same_as_local(s3_server, bucket, "out", corpus / "local")
+    report = json.loads(_get(s3_server, bucket, "out/report.json"))
+    assert [i["path"] for i in report["inputs"]] == [f"s3://{bucket}/crawl/{n}" for n in
+                                                     ("extra.jsonl", "part-00000.parquet", "part-00001.parquet")]
+    # the same command again: the output prefix is its own (manifest), the outputs are the same
+    again = run(f"s3://{bucket}/crawl/", f"s3://{bucket}/out", CFG)
+    assert again.report["counts"] == report["counts"]
+    _same_as_local(s3_server, bucket, "out", corpus / "local")
+    # a glob of objects, and a local output of remote inputs
+    local = run(f"s3://{bucket}/crawl/part-*.parquet", corpus / "from-s3", CFG)
+    assert [s.name for s in local.shards] == ["part-00000.parquet", "part-00001.parquet"]
+    assert (corpus / "from-s3" / "_SUCCESS").exists()
+
+
+def test_outputs_it_did_not_write_are_refused(s3_server, bucket, corpus):
+    _upload(s3_server, bucket, corpus / "in", "crawl")
+    put_bytes(f"s3://{bucket}/out/duplicates.parquet", b"someone else's")
+    with pytest.raises(OutputError, match="was not written by gpu_dedup"):
+        run(f"s3://{bucket}/crawl/", f"s3://{bucket}/out", CFG)
+    assert _get(s3_server, bucket, "out/duplicates.parquet") == b"someone else's"
+    assert _keys(s3_server, bucket, "out/") == ["out/duplicates.parquet"]  # lock released, nothing staged
+    with pytest.raises(OutputError, match="inside the input prefix"):
+        run(f"s3://{bucket}/crawl/", f"s3://{bucket}/crawl/out", CFG)
+    with pytest.raises(OutputError, match="is an object, not a prefix"):
+        run(f"s3://{bucket}/crawl/", f"s3://{bucket}/crawl/extra.jsonl", CFG)
+
+
+def test_a_live_lock_object_stops_a_second_run(s3_server, bucket, corpus):
+    _upload(s3_server, bucket, corpus / "in", "crawl")
+    holder = {"token": "x" * 32, "pid": 1, "host": "another-machine", "started": "2026-11-26 10:00:00"}
+    put_bytes(f"s3://{bucket}/out/.gpu_dedup.lock", json.dumps(holder).encode())
+    proc = _cli("run", f"s3://{bucket}/crawl/", "-o", f"s3://{bucket}/out", "--backend", "cpu")
+    assert proc.returncode == 4, proc.stderr
+    assert "in use by another gpu-dedup run (pid 1 on another-machine" in proc.stderr
+    assert f"delete the lock object 's3://{bucket}/out/.gpu_dedup.lock'" in proc.stderr
+    assert _keys(s3_server, bucket, "out/") == ["out/.gpu_dedup.lock"]  # the holder's lock is left alone
+
+
+def test_missing_bucket_and_denied_keys_are_one_clear_error(s3_server, bucket, corpus):
+    _upload(s3_server, bucket, corpus / "in", "crawl")
+    _upload(s3_server, bucket, corpus / "in", "denied")  # readable by no one but an administrator
+    cases = [
+        (("run", "s3://no-such-bucket-here/crawl/", "-o", str(corpus / "o1")), 3, "its bucket does not exist"),
+        (("run", f"s3://{bucket}/crawl/", "-o", "s3://no-such-bucket-here/out"), 4, "its bucket does not exist"),
+        (("run", f"s3://{bucket}/denied/", "-o", str(corpus / "o2")), 3, "access denied"),
+        (("run", f"s3://{bucket}/crawl/", "-o", f"s3://{bucket}/readonly/out"), 4, "access denied"),
+        (("run", f"s3://{bucket}/nothing-here/", "-o", str(corpus / "o3")), 3, "does not exist"),
+    ]
+    for args, code, said in cases:
+        proc = _cli(*args, "--backend", "cpu", "-q")
+        assert proc.returncode == code, (args, proc.stderr)
+        assert said in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (corpus / "o1").exists() and not (corpus / "o2").exists()
+    assert _keys(s3_server, bucket, "readonly/") == []
+
+
+def test_an_interrupted_upload_publishes_nothing_and_the_rerun_completes(s3_server, bucket, corpus, tmp_path):
+    """A run killed in the middle of a multipart upload of a staged shard: no object at any output name, no
+    _SUCCESS; the same command again takes over the dead run's lock, aborts the unfinished upload, resumes
+    from the checkpoints and publishes the outputs of a clean run."""
+    big = tmp_path / "in"
+    big.mkdir()
+    import numpy as np
+
+    words = np.array([f"w{i:05d}x" for i in range(20000)])
+    picks = np.random.default_rng(7).integers(0, 20000, (24000, 60))
+    with open(big / "big.jsonl", "w") as f:  # 12 MB of unrelated lines: three 5 MiB parts when written back
+        for i in range(24000):
+            f.write(json.dumps({"id": i, "text": " ".join(words[picks[i]])}) + "\n")
+    _upload(s3_server, bucket, big, "crawl")
+    args = ("run", f"s3://{bucket}/crawl/", "-o", f"s3://{bucket}/out", "--backend", "cpu", "--id-column", "id")
+    env = {"GPU_DEDUP_PART_BYTES": str(5 << 20)}
+    killed = _cli(*args, fault="upload:part", env=env)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    keys = _keys(s3_server, bucket, "out/")
+    assert "out/_SUCCESS" not in keys and "out/big.jsonl" not in keys and "out/.gpu_dedup_checkpoint/staged/big.jsonl" \
+        not in keys
+    assert "out/.gpu_dedup.lock" in keys  # the killed run's
+    uploads = s3_server.client().list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    assert [u["Key"] for u in uploads] == ["out/.gpu_dedup_checkpoint/staged/big.jsonl"]
+    again = _cli(*args, env=env)
+    assert again.returncode == 0, again.stderr
+    assert s3_server.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    report = json.loads(_get(s3_server, bucket, "out/report.json"))
+    assert report["resumed_from_checkpoint"]  # the stages before the write were not computed again
+    clean = run(big, tmp_path / "clean", CFG)
+    assert _get(s3_server, bucket, "out/big.jsonl") == (tmp_path / "clean" / "big.jsonl").read_bytes()
+    assert _get(s3_server, bucket, "out/duplicates.parquet") == (tmp_path / "clean" / "duplicates.parquet").read_bytes()
+    assert report["counts"] == clean.report["counts"]
+    assert "out/.gpu_dedup.lock" not in _keys(s3_server, bucket, "out/")
+
+
+def test_a_run_killed_in_its_commit_is_finished_by_the_next(s3_server, bucket, corpus):
+    _upload(s3_server, bucket, corpus / "in", "crawl")
+    args = ("run", f"s3://{bucket}/crawl/", "-o", f"s3://{bucket}/out", "--backend", "cpu", "--id-column", "id")
+    killed = _cli(*args, fault="commit:renamed")
+    assert killed.returncode == -signal.SIGKILL
+    keys = _keys(s3_server, bucket, "out/")
+    assert "out/_SUCCESS" not in keys and any(k.startswith("out/.gpu_dedup_checkpoint/staged/") for k in keys)
+    assert json.loads(_get(s3_server, bucket, "out/.gpu_dedup_manifest.json"))["state"] == "committing"
+    again = _cli(*args)
+    assert again.returncode == 0, again.stderr
+    _same_as_local(s3_server, bucket, "out", corpus / "local")
+
+
+def test_a_failing_upload_is_aborted_and_leaves_no_object(s3_server, bucket, monkeypatch):
+    """The second part of a multipart upload fails (a dropped connection): one OutputError, no object, no
+    parts left behind."""
+    fs, _ = filesystems.filesystem(f"s3://{bucket}/x")
+    calls = []
+    real = fs.call_s3  # what a multipart upload's parts go through
+
+    def flaky(method, *args, **kwargs):
+        if method == "upload_part":
+            calls.append(kwargs.get("PartNumber"))
+            if kwargs.get("PartNumber") == 2:
+                raise ConnectionResetError(104, "Connection reset by peer")
+        return real(method, *args, **kwargs)
+
+    monkeypatch.setattr(fs, "call_s3", flaky)
+    with pytest.raises(OutputError, match="upload of .* failed .*nothing was published"):
+        put_bytes(f"s3://{bucket}/x/big.bin", os.urandom(11 << 20), part_size=5 << 20)
+    monkeypatch.undo()
+    assert 2 in calls
+    assert _keys(s3_server, bucket) == []
+    assert s3_server.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_dask_workers_read_and_write_the_store(s3_server, bucket, corpus):
+    pytest.importorskip("distributed")
+    _upload(s3_server, bucket, corpus / "in", "crawl")
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "cluster": {"workers": 2}})
+    run(f"s3://{bucket}/crawl/", f"s3://{bucket}/dask", cfg)
+    _same_as_local(s3_server, bucket, "dask", corpus / "local")
+
+
+def test_remote_paths_join_and_compare_as_paths_do():
+    p = RemotePath("s3://bkt//out/")
+    assert str(p) == "s3://bkt/out" and str(p / "a/b.parquet") == "s3://bkt/out/a/b.parquet"
+    assert (p / "x").parent == p and (p / "x.npz").stem == "x" and p.name == "out"
+    assert filesystems.is_url("gs://b/k") and not filesystems.is_url("/tmp/x") and not filesystems.is_url("file:///x")
+    assert not filesystems.is_url(Path("s3:/x"))
+    assert filesystems.as_path("file:///tmp/x") == Path("/tmp/x")
+
+
+def test_what_cannot_be_in_a_store_is_refused(s3_server, bucket, corpus):
+    with pytest.raises(OutputError, match="read-only"):
+        run(corpus / "in", "https://example.invalid/out", CFG)
+    proc = _cli("evaluate", str(corpus / "in"), "-o", f"s3://{bucket}/eval", "--sample", "0", "--no-plot")
+    assert proc.returncode == 4 and "must be a local directory" in proc.stderr, proc.stderr
+    with pytest.raises(ConfigError, match="GPU_DEDUP_PART_BYTES"):
+        os.environ["GPU_DEDUP_PART_BYTES"] = "1000"
+        try:
+            put_bytes(f"s3://{bucket}/y", b"x")
+        finally:
+            del os.environ["GPU_DEDUP_PART_BYTES"]
+
+
+def test_discovery_of_prefixes_skips_private_names(s3_server, bucket):
+    for key in ("c/a.parquet", "c/sub/b.jsonl", "c/_SUCCESS", "c/.hidden/x.parquet", "c/_tmp/y.parquet",
+                "c/notes.txt"):
+        put_bytes(f"s3://{bucket}/{key}", b"{}\n" if key.endswith("jsonl") else b"PAR1")
+    shards = discover(f"s3://{bucket}/c/")
+    assert [(s.name, s.format) for s in shards] == [("a.parquet", "parquet"), ("sub/b.jsonl", "jsonl")]
+    assert shards[0].path == f"s3://{bucket}/c/a.parquet" and shards[0].size == 4 and shards[0].identity
+    with pytest.raises(InputError, match="matches no objects"):
+        discover(f"s3://{bucket}/c/*.csv")
+
+
+def test_local_paths_never_touch_fsspec(tmp_path, monkeypatch):
+    """The local code path stays as it was: no URL layer call for local inputs and outputs."""
+    monkeypatch.setattr(filesystems, "filesystem", lambda url: (_ for _ in ()).throw(AssertionError(url)))
+    write_shards(planted_corpus(n_docs=100, n_clusters=10, seed=1).table.select(["id", "text"]), tmp_path / "in", 2)
+    run(tmp_path / "in", tmp_path / "out", CFG)
+    assert (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_an_index_in_the_store_is_built_used_updated_and_queried(s3_server, bucket, corpus, tmp_path, monkeypatch):
+    """--index-out URL, --against URL --update-index, query URL and index info URL give what the same commands
+    give with a local index; the store's index is read through a local copy."""
+    from gpu_dedup.index.commands import run as index_run
+
+    monkeypatch.setenv("GPU_DEDUP_CACHE", str(tmp_path / "cache"))
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_shards(pq.read_table(corpus / "in" / "part-00000.parquet"), first, shards=1)
+    write_shards(pq.read_table(corpus / "in" / "part-00001.parquet"), second, shards=1)
+    url = f"s3://{bucket}/ix"
+    index_run(first, tmp_path / "o1", CFG, index_out=url)
+    index_run(first, tmp_path / "l1", CFG, index_out=tmp_path / "local-ix")
+    assert sorted(k.split("/", 1)[1] for k in _keys(s3_server, bucket, "ix/")) == \
+        ["manifest.json", "seg-00000/bands.arrow", "seg-00000/centers.arrow", "seg-00000/docs.arrow"]
+    with pytest.raises(InputError, match="an index already exists"):
+        index_run(first, tmp_path / "o1b", CFG, index_out=url)
+    remote = index_run(second, tmp_path / "o2", CFG, against=url, update_index=True)
+    local = index_run(second, tmp_path / "l2", CFG, against=tmp_path / "local-ix", update_index=True)
+    assert (tmp_path / "o2" / "duplicates.parquet").read_bytes() == (tmp_path / "l2" / "duplicates.parquet").read_bytes()
+    assert remote.report["counts"] == local.report["counts"] and remote.report["counts"]["removed_against_index"] > 0
+    manifest = json.loads(_get(s3_server, bucket, "ix/manifest.json"))
+    assert manifest["segments"] == ["seg-00000", "seg-00001"] and manifest["documents"] == 500
+    queries = "\n".join(pq.read_table(second / "part-00000.parquet").column("text").to_pylist()[:5]) + "\n"
+    env = {"GPU_DEDUP_CACHE": str(tmp_path / "cache2")}  # a fresh copy, downloaded by the query
+    q_remote = subprocess.run([sys.executable, "-m", "gpu_dedup", "query", url, "-q"], input=queries, text=True,
+                              capture_output=True, env=dict(os.environ, **env), timeout=600)
+    q_local = subprocess.run([sys.executable, "-m", "gpu_dedup", "query", str(tmp_path / "local-ix"), "-q"],
+                             input=queries, text=True, capture_output=True, timeout=600)
+    assert q_remote.returncode == 0, q_remote.stderr
+    assert q_remote.stdout == q_local.stdout and q_remote.stdout.count("\n") == 5
+    info = _cli("index", "info", url, env=env)
+    assert info.returncode == 0 and json.loads(info.stdout)["path"] == url and json.loads(info.stdout)["documents"] == 500
+    # another run appended meanwhile: this one refuses to publish a manifest without it
+    from gpu_dedup.index.remote import open_index
+
+    third = tmp_path / "third"  # new documents (appending the same inputs again is taken for a rerun)
+    import pyarrow.json as pajson
+
+    write_shards(pajson.read_json(corpus / "in" / "extra.jsonl").select(["id", "text"]), third, shards=1)
+    monkeypatch.setenv("GPU_DEDUP_CACHE", str(tmp_path / "other-machine"))  # its own local copy, as on another
+    stale = open_index(url, CFG)  # machine (one copy shared by both would be re-read under the index's lock)
+    monkeypatch.setenv("GPU_DEDUP_CACHE", str(tmp_path / "cache"))
+    index_run(third, tmp_path / "o3", CFG, against=url, update_index=True)
+    with pytest.raises(OutputError, match="changed since this run opened it"):
+        index_run(third, tmp_path / "o4", CFG, against=stale, update_index=True)
+    assert json.loads(_get(s3_server, bucket, "ix/manifest.json"))["segments"] == ["seg-00000", "seg-00001",
+                                                                                    "seg-00002"]
+    fresh = open_index(url, CFG)  # the refused append's local segment is not taken for the store's
+    assert fresh.documents == 600
+    assert (fresh.path / "seg-00002" / "docs.arrow").read_bytes() == _get(s3_server, bucket, "ix/seg-00002/docs.arrow")
+
+
+def test_compressed_json_lines_in_the_store(s3_server, bucket, tmp_path):
+    """A .jsonl.gz object is read and its kept lines written back, compressed, as a local run does."""
+    import gzip
+
+    rows = planted_corpus(n_docs=300, n_clusters=30, seed=4).table.select(["id", "text"]).to_pylist()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    _upload(s3_server, bucket, tmp_path / "in", "gz")
+    remote = run(f"s3://{bucket}/gz/a.jsonl.gz", f"s3://{bucket}/gz-out", CFG)
+    local = run(tmp_path / "in" / "a.jsonl.gz", tmp_path / "out", CFG)
+    assert remote.report["counts"] == local.report["counts"] and remote.report["counts"]["removed"] > 0
+    assert gzip.decompress(_get(s3_server, bucket, "gz-out/a.jsonl.gz")) == \
+        gzip.decompress((tmp_path / "out" / "a.jsonl.gz").read_bytes())
