@@ -142,7 +142,9 @@ class Executor(Protocol):
         of its component) for every node of an edge, routed by ``hash_dest(node)``."""
 
     # ---- checkpoints (a finished stage unit's parts, saved where they live)
-    def save(self, ckpt, unit: str, parts: dict, meta: dict) -> None: ...
+    def save(self, ckpt, unit: str, parts: dict, meta: dict) -> dict:
+        """Persist a finished unit's parts (by name) and ``meta``; the parts the sequence goes on with (the
+        same frames; a cluster hands back futures without the tasks that computed them)."""
 
     def load(self, ckpt, unit: str) -> tuple[dict, dict]:
         """The parts and metadata :meth:`save` wrote; CheckpointUnreadable when they cannot be read."""

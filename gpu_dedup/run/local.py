@@ -460,11 +460,12 @@ class LocalExecutor:
         return [{"node": nodes, "label": nodes[comp] if nodes.shape[0] else nodes}]
 
     # ---- checkpoints ---------------------------------------------------------------------
-    def save(self, ckpt, unit: str, parts: dict, meta: dict) -> None:
+    def save(self, ckpt, unit: str, parts: dict, meta: dict) -> dict:
         arrays = {f"{name}/{col}": to_host(v) for name, p in parts.items() if p[0] is not None
                   for col, v in p[0].items()}
         meta = {**meta, "parts": {name: p[0] is not None for name, p in parts.items()}}
         ckpt.save(unit, arrays, meta)
+        return parts
 
     def load(self, ckpt, unit: str):
         arrays, meta = ckpt.load(unit)

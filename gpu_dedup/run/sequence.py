@@ -437,9 +437,9 @@ class _Sequence:
         parts, counts, extra = compute()
         self.counts.update(counts)
         self.extra.update(extra)
-        self.ex.save(self.ckpt, unit, parts, {"stages": {n: self.st.stages[n] for n in stages if n in self.st.stages},
-                                   "counts": counts, "extra": extra})
-        return parts
+        meta = {"stages": {n: self.st.stages[n] for n in stages if n in self.st.stages}, "counts": counts,
+                "extra": extra}
+        return self.ex.save(self.ckpt, unit, parts, meta)
 
     def _route(self, parts, dest, **kw):
         return self.ex.route(parts, dest, self.ex.partitions, **kw)

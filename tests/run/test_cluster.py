@@ -332,3 +332,53 @@ def test_a_killed_cluster_run_resumes_from_the_workers_checkpoints(corpus, tmp_p
     single = run(corpus / "in", tmp_path / "single", Config.from_dict(BASE))
     _identical(tmp_path / "single", tmp_path / "out", _names(tmp_path / "single"))
     assert_accounted(single, _inputs(corpus))
+
+
+def _double(frame):
+    return {"a": frame["a"] * 2}
+
+
+def _saved_left():
+    from gpu_dedup.run.cluster import executor
+
+    return len(executor._SAVED)
+
+
+def test_saved_parts_go_on_without_the_tasks_that_computed_them(cluster2, tmp_path):
+    """A finished unit's parts come back from ``save`` as futures with no dependencies (the scheduler can
+    forget every task of the unit), the same frames taken where the worker left them; a worker without a
+    part reads it from its checkpoint file."""
+    import numpy as np
+
+    from gpu_dedup.run.checkpoint import Checkpoints
+    from gpu_dedup.run.cluster.executor import DaskExecutor, _reuse_or_load
+
+    ex = DaskExecutor([], Config.from_dict({**BASE, "cluster": {"scheduler": cluster2}}))
+    ex.connect()
+    try:
+        client = ex.client
+        first = client.map(lambda k: {"a": np.arange(k, k + 5)}, range(3), pure=False)
+        parts = client.map(_double, first, pure=False)
+        history = {f.key for f in first} | {f.key for f in parts}
+        out = ex.save(Checkpoints(tmp_path, "fp"), "unit", {"p": parts, "none": None}, {"counts": {}})
+        assert out["none"] is None
+        got = client.gather(out["p"])
+        assert [g["a"].tolist() for g in got] == [(2 * np.arange(k, k + 5)).tolist() for k in range(3)]
+        deps = client.run_on_scheduler(lambda dask_scheduler, keys: [len(dask_scheduler.tasks[k].dependencies)
+                                                                     for k in keys], keys=[f.key for f in out["p"]])
+        assert deps == [0, 0, 0]
+        assert sum(client.run(_saved_left).values()) == 0  # each frame reused by the worker that held it
+        del first, parts
+        import time
+
+        for _ in range(100):  # the scheduler forgets the unit's tasks once the client lets them go
+            left = client.run_on_scheduler(lambda dask_scheduler, keys: sorted(set(keys) & set(dask_scheduler.tasks)),
+                                           keys=sorted(history))
+            if not left:
+                break
+            time.sleep(0.05)
+        assert left == []
+        path = tmp_path / ".gpu_dedup_checkpoint" / "unit" / "p-00001.npz"
+        assert _reuse_or_load(str(path), "cpu")["a"].tolist() == got[1]["a"].tolist()  # no frame here: the file
+    finally:
+        ex.close()

@@ -94,7 +94,8 @@ class DaskExecutor:
         self._prepared = None
         self.bands = None  # the bands parts (signatures for verification by signature)
         self.routes = 0
-        self.moved: dict = {}  # stage -> futures of (rows, bytes) its routes moved, per source part
+        self.moved: dict = {}  # stage -> futures of (rows, bytes) its routes moved, per source part (unsettled)
+        self.moved_totals: dict = {}  # stage -> [rows, bytes] of the settled futures
 
     # ---- setup ----------------------------------------------------------------
     def connect(self) -> None:
@@ -106,18 +107,24 @@ class DaskExecutor:
         self.st = st
         self.connect()
         # each worker loads (the first time after install: compiles) the kernels this config uses
+        self.client.run(_forget_saved)  # a run before this one on the same workers may have left some
         seconds = self.client.run(_prepare_worker, self.cfg)
         self.startup_seconds = max(seconds.values(), default=0.0)
 
     def close(self) -> None:
         if self.client is not None:
+            try:  # frames no new future took (a failed stage) leave the workers with the client
+                self.client.run(_forget_saved)
+            except Exception:  # noqa: BLE001 - workers already gone: nothing is left on them
+                pass
             self.client.close()
         if self.cluster is not None:
             self.cluster.close()
 
     def report_extras(self) -> dict:
         peaks = self.client.run(peak_rss_mb)
-        moved = {stage: np.sum(self.client.gather(futs), axis=0) for stage, futs in self.moved.items() if futs}
+        self._settle_moved()
+        moved = self.moved_totals
         return {"kernel_prepare_seconds": round(self.startup_seconds, 3), "inputs_skipped": self.skipped, "cluster": {
             "workers": len(peaks),
             "scheduler": self.cfg.cluster.scheduler or "local",
@@ -321,18 +328,40 @@ class DaskExecutor:
         return labels
 
     # ---- checkpoints: every part saved by its worker ----------------------------------
-    def save(self, ckpt, unit: str, parts: dict, meta: dict) -> None:
-        if not ckpt.fingerprint:  # no checkpoints (a run against an index)
-            return
+    def save(self, ckpt, unit: str, parts: dict, meta: dict) -> dict:
+        """Each part saved by its worker; the parts returned are new futures of the same frames with no
+        history: Dask keeps every finished task that a held future descends from (to compute it again should
+        a worker die), so without this cut the scheduler (in the client process on a local cluster) would
+        hold every task of every stage until the run ends, a state that grows with blocks x partitions x
+        routes.  The new futures reuse the frames where they are (no copy); a worker that lost one reads it
+        back from its checkpoint file."""
+        self._settle_moved()
+        if not ckpt.fingerprint:  # no checkpoints (a run against an index): the history stays
+            return parts
         directory = ckpt.dir / unit
-        written = {}
+        written, fresh = {}, {}
         for name, p in parts.items():
             if p is None:
+                fresh[name] = None
                 continue
             paths = [str(directory / f"{name}-{k:05d}.npz") for k in range(len(p))]
             self.client.gather(self.client.map(_save_part, p, paths, pure=False))
             written[name] = len(p)
+            holders = self.client.who_has(p)
+            fresh[name] = [self.client.submit(_reuse_or_load, path, self.part_backend, pure=False,
+                                              workers=list(holders.get(f.key, ())) or None,
+                                              allow_other_workers=True) for f, path in zip(p, paths)]
         ckpt.save(unit, {}, {**meta, "parts": written})
+        return fresh
+
+    def _settle_moved(self) -> None:
+        """The (rows, bytes) futures of the routes so far summed per stage and dropped (each holds its
+        route's tasks in the scheduler)."""
+        for stage, futs in self.moved.items():
+            if futs:
+                got = np.sum(self.client.gather(futs), axis=0)
+                self.moved_totals[stage] = self.moved_totals.get(stage, 0) + got
+        self.moved = {}
 
     def load(self, ckpt, unit: str):
         arrays, meta = ckpt.load(unit)
@@ -434,6 +463,7 @@ def _cugraph_components(client, edges: list, partitions: int):
         import dask  # noqa: PLC0415
         import dask.dataframe as dd  # noqa: PLC0415
         from cugraph.dask.comms import comms  # noqa: PLC0415
+        from distributed import wait  # noqa: PLC0415
     except Exception:  # not installed (or broken): the large-star / small-star rounds instead
         log.info("components: cuGraph is not importable; large-star / small-star rounds instead")
         return None
@@ -448,6 +478,7 @@ def _cugraph_components(client, edges: list, partitions: int):
         smallest = wcc.groupby("labels")["vertex"].min().rename("label").reset_index()
         labelled = wcc.merge(smallest, on="labels")[["vertex", "label"]].rename(columns={"vertex": "node"})
         parts = client.compute(labelled.to_delayed())
+        wait(parts)  # the labels are computed before the comms they ran over go
     finally:
         comms.destroy()
     frames_out = client.map(routing.from_df, parts, pure=False)
@@ -600,7 +631,25 @@ def _save_part(part, path: str) -> int:
     buf = io.BytesIO()  # a part that is None (nothing to say) is saved as an empty archive
     np.savez(buf, **({k: to_host(v) for k, v in part.items()} if part is not None else {"__none__": np.zeros(0)}))
     storage.atomic_write_bytes(as_path(path), buf.getbuffer())
+    _SAVED[path] = part
     return 1
+
+
+_SAVED: dict = {}  # worker-global: path -> the part its save wrote there, until the part's new future takes it
+
+
+def _reuse_or_load(path: str, backend):
+    """The part saved at ``path``: the frame its save left in this worker's memory, else read from the file."""
+    try:
+        return _SAVED.pop(path)
+    except KeyError:
+        return _load_part(path, backend)
+
+
+def _forget_saved() -> int:
+    n = len(_SAVED)
+    _SAVED.clear()
+    return n
 
 
 def _load_part(path: str, backend) -> dict:

@@ -65,7 +65,7 @@ def finish(df) -> dict:
     return {k: v for k, v in frame.items() if k not in TAGS}
 
 
-DIRECT_PIECES = 4096  # up to this many (source, destination) pieces, rows move as futures (see route)
+DIRECT_PIECES = 256  # up to this many (source, destination) pieces (16 x 16), rows move as futures (see route)
 
 
 def split(obj, src: int, dest, n: int, explode=None, explode_kw=None, **kw) -> list:
