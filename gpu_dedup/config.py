@@ -172,12 +172,12 @@ class SelectConfig:
 
 @dataclass(frozen=True)
 class OutputConfig:
-    compression: str = "zstd"  # Parquet codec of the deduplicated shards and tables
+    compression: str = "same"  # Parquet codec of the deduplicated shards: same (each input shard's) or a codec
     duplicates_table: bool = True
     shards: bool = True  # False: no deduplicated shards, only duplicates.parquet (the removed rows) and the report
 
     def __post_init__(self):
-        _choice("output", "compression", self.compression, ("zstd", "snappy", "gzip", "lz4", "brotli", "none"))
+        _choice("output", "compression", self.compression, ("same", "zstd", "snappy", "gzip", "lz4", "brotli", "none"))
         if not self.shards and not self.duplicates_table:
             raise ConfigError("output.shards and output.duplicates_table are both false: the run would write no "
                               "result; keep one of them true")

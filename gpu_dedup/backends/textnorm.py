@@ -167,6 +167,19 @@ def normalize_counted(texts, cfg: NormalizeConfig = NormalizeConfig()) -> tuple[
     Nulls become empty strings.  Accepts Arrow (chunked) string or binary arrays,
     pandas Series, NumPy arrays and lists of str.
     """
+    out, out_start, lengths, invalid = normalize_segments(texts, cfg)
+    n = lengths.shape[0]
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    text_cpu.compact_left(out, out_start, lengths, offsets)  # in place: no second text-sized buffer
+    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out[: int(offsets[-1])])), invalid
+
+
+def normalize_segments(texts, cfg: NormalizeConfig = NormalizeConfig()):
+    """(buffer, start, length, invalid): document k normalized is ``buffer[start[k]:start[k] + length[k]]``,
+    in order, not yet packed together (:func:`normalize_counted` packs them in place; a caller copying
+    them elsewhere anyway gathers them in parallel instead); ``invalid``: documents that had
+    ill-formed UTF-8."""
     chunks = _chunks(texts)
     parts = [raw_buffers(c) for c in chunks]
     n = sum(p[1].shape[0] for p in parts)
@@ -210,11 +223,8 @@ def normalize_counted(texts, cfg: NormalizeConfig = NormalizeConfig()) -> tuple[
             src = out_start.copy()
             src[slow] = room + fb_offsets[:-1]
             merged, offsets = _gather(np.concatenate((out, fb)), src, lengths)
-            return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(merged)), invalid
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    text_cpu.compact_left(out, out_start, lengths, offsets)  # in place: no second text-sized buffer
-    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out[: int(offsets[-1])])), invalid
+            return merged, offsets[:-1], lengths, invalid
+    return out, out_start, lengths, invalid
 
 
 def normalize(texts, cfg: NormalizeConfig = NormalizeConfig()) -> pa.LargeStringArray:

@@ -396,6 +396,31 @@ def _params(cfg, limit=None) -> dict:
             "config": cfg.to_dict(), "limit": limit}
 
 
+# the shard layouts of a planted corpus: files of 100,000 documents, one row group each (what make_corpus
+# writes); every document in one file with one row group (what pandas.to_parquet writes for up to ~10^6
+# rows); every document in one file with row groups of MANY_ROW_GROUP_ROWS rows
+LAYOUTS = ("files", "one-row-group", "many-row-groups")
+MANY_ROW_GROUP_ROWS = 10_000
+
+
+def lay_out(directory: Path, layout: str) -> None:
+    """Rewrite the shards of ``directory`` (as make_corpus wrote them) into ``layout``, in place."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if layout == "files":
+        return
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    files = sorted(Path(directory).glob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(f) for f in files])
+    rows = max(1, table.num_rows) if layout == "one-row-group" else MANY_ROW_GROUP_ROWS
+    pq.write_table(table, Path(directory) / "corpus.parquet.tmp", row_group_size=rows)
+    for f in files:
+        f.unlink()
+    (Path(directory) / "corpus.parquet.tmp").rename(Path(directory) / "corpus.parquet")
+
+
 def _label(n: int) -> str:
     for unit, div in (("M", 1_000_000), ("k", 1000)):
         if n >= div and n % div == 0:
@@ -511,7 +536,9 @@ def signature_stage(corpus: Path, cfg, tools, cores: int, datasketch_docs: int) 
 
 def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: str | None = "debian-man",
         tools=TOOLS, quality_sample: int = 5000, quality_max_docs: int = 200_000, sig_docs: int = 100_000,
-        datasketch_sig_docs: int = 20_000, results="bench-results", workdir=None, config=None) -> dict:
+        datasketch_sig_docs: int = 20_000, results="bench-results", workdir=None, config=None,
+        layouts=("files",)) -> dict:
+    """``layouts``: how the planted corpora are sharded (see :data:`LAYOUTS`), each size in each layout."""
     from gpu_dedup.config import Config
 
     cfg = config or Config(backend="cpu")
@@ -527,11 +554,13 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
         tmp = Path(tmp)
         corpora = []
         for n in sorted(sizes):
-            d = tmp / f"planted-{n}"
-            make_corpus(d, n)
-            if "datatrove" in tools:  # one datatrove task per shard: enough shards for every core
-                _reshard(d, DATATROVE_SHARDS)
-            corpora.append((f"planted-{_label(n)}", d, n))
+            for layout in layouts:  # the same documents in each shard layout
+                d = tmp / f"planted-{n}-{layout}"
+                make_corpus(d, n)
+                if layout == "files" and "datatrove" in tools:  # one datatrove task per shard: a shard per core
+                    _reshard(d, DATATROVE_SHARDS)
+                lay_out(d, layout)
+                corpora.append((f"planted-{_label(n)}" + ("" if layout == "files" else f"-{layout}"), d, n))
         if real:
             from gpu_dedup.evaluation import datasets
 
@@ -551,7 +580,7 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
                    and (t not in PLANTED_ONLY or name.startswith("planted"))]
             rows = end_to_end(name, path, cfg, use, tmp, quality_sample, quality_max_docs)
             e2e += rows
-            if name.startswith("planted"):
+            if name.startswith("planted") and path.name.endswith(layouts[0]):
                 scaling += rows
             for t in (*EVERY_SIZE, PLAIN):  # their output directories: disk, not results
                 if t in tools:

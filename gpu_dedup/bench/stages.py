@@ -7,23 +7,28 @@ manual pages when /usr/share/man has them) the table gives, per stage, our
 throughput, the limit's throughput on the same bytes in the same process, and
 their ratio:
 
-* read Parquet: ``read`` of one shard against
+* read Parquet: ``read`` of one shard (streamed, a batch of pages at a time) against
   ``pyarrow.parquet.read_table`` of the same file and the same columns;
-* read JSONL: ``read`` against reading the file's bytes;
+* read JSONL: ``read`` (streamed, a block of lines at a time) against reading the file's bytes;
+* read + normalize: ``read`` handing each batch's text to ``normalize_counted`` as it is read
+  (what a run does: reading overlaps normalizing) against ``read_table`` then ``normalize_counted``
+  one after the other;
 * normalize: ``normalize_counted`` (the default NFKC, lowercase, punctuation,
   whitespace) against a memory copy of the text bytes and against one
   ``decode_utf8`` pass over every document (parallel, like ours);
-* write Parquet: ``storage.write_shard`` (reads the shard, filters it,
-  writes it) against the same three steps in plain pyarrow calls, against
-  ``pyarrow.parquet.write_table`` of the same kept table with the same codec
-  (no read, no filter), and against zstd of the same text bytes;
+* write Parquet: ``storage.write_shard`` (streams the shard, filters it, writes it in the shard's
+  own codec: ``output.compression: same``) against the same three steps in plain pyarrow calls,
+  against ``pyarrow.parquet.write_table`` of the same kept table with the same codec (no read, no
+  filter), and against the codec alone on the same text bytes; the planted shards are written with
+  zstd and with snappy (what pandas writes);
 * write JSONL: ``write_shard`` against writing the kept lines' bytes.
 
 MB/s counts the stage's input bytes: the file for read, the text for
 normalize, the kept table (Arrow bytes) for write.  Each timing is the best
 of ``--repeat`` runs.  ``--jsonl-mb`` adds a peak-memory check: a JSONL file
 of about that size is read in a child process, and its VmHWM (peak resident
-set) is reported as a multiple of the file size.
+set) is reported as a multiple of the file size: the read stage as a run does it, each block's text
+normalized as it is read and the raw text dropped.
 """
 
 from __future__ import annotations
@@ -98,11 +103,14 @@ def write_jsonl(table: pa.Table, path: Path, repeat: int = 1) -> Path:
     return path
 
 
-def bench_corpus(name: str, table: pa.Table, tmp: Path, repeat: int) -> list[dict]:
+def bench_corpus(name: str, table: pa.Table, tmp: Path, repeat: int, codecs=("zstd",)) -> list[dict]:
     cfg = InputConfig(text_column="text", id_column="id")
+    norm_cfg = NormalizeConfig()
     table = table.select(["id", "text"]).combine_chunks()
-    pq_path = tmp / f"{name}.parquet"
-    pq.write_table(table, pq_path, compression="zstd")
+    pq_paths = {codec: tmp / f"{name}-{codec}.parquet" for codec in codecs}
+    for codec, path in pq_paths.items():
+        pq.write_table(table, path, compression=codec)
+    pq_path = pq_paths[codecs[0]]
     js_path = write_jsonl(table, tmp / f"{name}.jsonl")
     rows = []
     for path, fmt in ((pq_path, "parquet"), (js_path, "jsonl")):
@@ -119,7 +127,11 @@ def bench_corpus(name: str, table: pa.Table, tmp: Path, repeat: int) -> list[dic
     text = corpus.text
     data, starts, ends = raw_buffers(text.chunk(0) if text.num_chunks == 1 else text.combine_chunks())
     mb = int(ends[-1] - starts[0]) / 1e6 if len(starts) else 0.0
-    norm_cfg = NormalizeConfig()
+    shards = discover([str(pq_path)])
+    ours = _best(lambda: read(shards, cfg, text=lambda column: normalize_counted(column, norm_cfg)), repeat)
+    limit = _best(lambda: normalize_counted(pq.read_table(pq_path, columns=["text", "id"]).column("text"), norm_cfg),
+                  repeat)
+    rows.append(_row("read + normalize", mb, ours, limit, "pq.read_table, then normalize"))
     ours = _best(lambda: normalize_counted(text, norm_cfg), repeat)
     ours_runner = _best(lambda: normalize_counted(repair_utf8(text)[0], norm_cfg), repeat)
     copy = _best(lambda: data.copy(), repeat)
@@ -135,24 +147,27 @@ def bench_corpus(name: str, table: pa.Table, tmp: Path, repeat: int) -> list[dic
     kept = table.filter(pa.array(keep))
     mb = kept.nbytes / 1e6
     out = tmp / "out"
-    for path, fmt in ((pq_path, "parquet"), (js_path, "jsonl")):
+    for codec, path in pq_paths.items():
         shard = discover([str(path)])[0]
-        ours = _best(lambda: write_shard(shard, keep, out), repeat)
-        if fmt == "parquet":
-            def plain():  # the same work in plain pyarrow calls: read every column, filter, write
-                pq.write_table(pq.read_table(path).filter(pa.array(keep)), tmp / "limit.parquet", compression="zstd")
+        ours = _best(lambda: write_shard(shard, keep, out), repeat)  # output.compression: same
 
-            limit = _best(plain, repeat)
-            rows.append(_row("write parquet", mb, ours, limit, "pq.read_table + filter + pq.write_table, zstd"))
-            limit = _best(lambda: pq.write_table(kept, tmp / "limit.parquet", compression="zstd"), repeat)
-            rows.append(_row("write parquet", mb, ours, limit, "pq.write_table of the kept table, zstd"))
-            tdata, ts, te = raw_buffers(kept.column("text").combine_chunks())
-            limit = _best(lambda: pa.compress(tdata, "zstd"), repeat)
-            rows.append(_row("write parquet", mb, ours, limit, "zstd of the kept text bytes"))
-        else:
-            body = Path(out / shard.name).read_bytes()
-            limit = _best(lambda: Path(tmp / "limit.jsonl").write_bytes(body), repeat)
-            rows.append(_row("write jsonl", len(body) / 1e6, ours, limit, "write the kept lines' bytes"))
+        def plain():  # the same work in plain pyarrow calls: read every column, filter, write
+            pq.write_table(pq.read_table(path).filter(pa.array(keep)), tmp / "limit.parquet", compression=codec)
+
+        limit = _best(plain, repeat)
+        rows.append(_row("write parquet", mb, ours, limit, f"{codec} shard: pq.read_table + filter + pq.write_table"))
+        limit = _best(lambda: pq.write_table(kept, tmp / "limit.parquet", compression=codec), repeat)
+        rows.append(_row("write parquet", mb, ours, limit, f"{codec} shard: pq.write_table of the kept table"))
+        limit = _best(lambda: pq.read_table(path), repeat)
+        rows.append(_row("write parquet", mb, ours, limit, f"{codec} shard: pq.read_table of it (reading it)"))
+        tdata, ts, te = raw_buffers(kept.column("text").combine_chunks())
+        limit = _best(lambda: pa.compress(tdata, codec), repeat)
+        rows.append(_row("write parquet", mb, ours, limit, f"{codec} shard: {codec} of the kept text bytes"))
+    shard = discover([str(js_path)])[0]
+    ours = _best(lambda: write_shard(shard, keep, out), repeat)
+    body = Path(out / shard.name).read_bytes()
+    limit = _best(lambda: Path(tmp / "limit.jsonl").write_bytes(body), repeat)
+    rows.append(_row("write jsonl", len(body) / 1e6, ours, limit, "write the kept lines' bytes"))
     for r in rows:
         r["corpus"] = name
     return rows
@@ -161,11 +176,13 @@ def bench_corpus(name: str, table: pa.Table, tmp: Path, repeat: int) -> list[dic
 _CHILD = r"""
 import sys
 from gpu_dedup.config import InputConfig
-from gpu_dedup.storage import discover, read_columns
-t = read_columns(discover([sys.argv[1]])[0], InputConfig(text_column="text", id_column="id"))
+from gpu_dedup.stages.normalize import normalize_counted
+from gpu_dedup.stages.read import read
+from gpu_dedup.storage import discover
+c = read(discover([sys.argv[1]]), InputConfig(text_column="text", id_column="id"), text=normalize_counted)
 with open("/proc/self/status") as f:
     hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
-print(t.num_rows, hwm * 1024)
+print(c.table.num_rows, hwm * 1024)
 """
 
 
@@ -230,7 +247,8 @@ def main(argv=None) -> int:
                 print(f"skipping {name}: no documents")
                 continue
             (tmp / name).mkdir()
-            rows += bench_corpus(name, table, tmp / name, args.repeat)
+            rows += bench_corpus(name, table, tmp / name, args.repeat,
+                                 codecs=("zstd", "snappy") if name.startswith("planted") else ("zstd",))
         mem = jsonl_peak_memory(tmp, args.jsonl_mb) if args.jsonl_mb else None
     info = {"date": _dt.date.today().isoformat(), "machine": machine(), "threads": numba.get_num_threads(),
             "note": "best of %d runs per timing, ours and limit side by side in one process" % args.repeat}

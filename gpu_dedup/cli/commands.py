@@ -276,7 +276,7 @@ def cmd_bench_peers(args) -> int:
     peers.run(sizes=args.sizes, peer_max_docs=args.peer_max_docs, real=None if args.real == "none" else args.real,
               tools=args.tools, quality_sample=args.quality_sample, quality_max_docs=args.quality_max_docs,
               sig_docs=args.signature_docs, datasketch_sig_docs=args.datasketch_signature_docs,
-              results=args.results, workdir=args.workdir, config=cfg)
+              results=args.results, workdir=args.workdir, config=cfg, layouts=tuple(args.layouts))
     return 0
 
 

@@ -200,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000],
                    help="planted-corpus sizes (documents)")
     b.add_argument("--peer-max-docs", type=int, default=100_000, help="largest corpus the peers run on")
+    b.add_argument("--layouts", nargs="+", default=["files"], choices=["files", "one-row-group", "many-row-groups"],
+                   help="shard layouts of the planted corpora: files of 10^5 documents (one row group each), or "
+                        "one file with one row group, or one file with row groups of 10^4 documents")
     b.add_argument("--real", default="debian-man", help="real corpus from installed Debian packages, or 'none'")
     b.add_argument("--tools", nargs="+", default=["gpu_dedup", "rensa", "datasketch"],
                    choices=["gpu_dedup", "rensa", "datasketch", "datatrove"],

@@ -54,7 +54,8 @@ from gpu_dedup.run.progress import chunks
 from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_output
 from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages.families import RowData, family_for
-from gpu_dedup.stages.read import read
+from gpu_dedup.stages.normalize import BatchNormalizer
+from gpu_dedup.stages.read import read, read_texts
 from gpu_dedup.stages.selection import ranks_from_keys, text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
@@ -155,6 +156,7 @@ class LocalExecutor:
         self._norm = None  # normalized texts (host Arrow), made from the buffers when first asked for
         self._strings = None
         self._raw = None  # RawText of the text columns a device reader read (until normalized)
+        self._batches = None  # normalized batches of the read stage (see BatchNormalizer), until joined
         self.reader = None  # "cudf" when a device reader read the text columns, else "pyarrow"
         self.family = None  # the similarity family (stages/families.py), sized by read()
         self._prepared = None  # the family with corpus statistics (tf-idf), computed on first use
@@ -186,13 +188,21 @@ class LocalExecutor:
         score = cfg.select.score_column if cfg.select.keep == "score" else None
         reader = self._text_reader(score)
         self.reader = "cudf" if reader is not None else "pyarrow"
-        c = read(self.shards, cfg.input, score, progress=progress, text_reader=reader)
+        hook = None
+        if reader is None and self.batch_bytes is None and self.backend.name == "cpu" and family_for(cfg).uses_text:
+            # each batch normalized as it is read, its raw text dropped (the memory of the stage: a few batches)
+            hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None)
+        c = read(self.shards, cfg.input, score, progress=progress, text_reader=reader, text=hook)
         table = c.table
         n = table.num_rows
         self.family = family_for(cfg, n)
         if c.vectors is not None:
             self.vectors = self._load_vectors(c.vectors, c.shards, n)
-        if c.device_text is not None:  # text columns read into device memory: one buffer set
+        if hook is not None:
+            self._batches = c.text_parts
+            c.text_parts = None
+            null = hook.null(self._batches)
+        elif c.device_text is not None:  # text columns read into device memory: one buffer set
             self._raw = raw_text(c.device_text, self.xp)
             c.device_text = None
             null = self._raw.null(self.xp)
@@ -200,8 +210,11 @@ class LocalExecutor:
             null = self.family.null_rows(table, self.vectors)
         key = None
         if cfg.select.keep == "longest" and n:
-            key = text_lengths(table.column("text")) if self._raw is None else \
-                pa.array(to_host(code_point_lengths(self._raw, self.xp)))
+            if hook is not None:
+                key = hook.lengths(self._batches)
+            else:
+                key = text_lengths(table.column("text")) if self._raw is None else \
+                    pa.array(to_host(code_point_lengths(self._raw, self.xp)))
         elif cfg.select.keep == "lowest_id":
             key = table.column("id")
         elif cfg.select.keep == "score":
@@ -250,19 +263,29 @@ class LocalExecutor:
         """Normalized texts as kernel buffers (computed on first use, e.g. again after a resume)."""
         if self._strings is None:
             with self.st.stage("normalize", self.corpus.n) as info:
-                # the text read into device memory (only for a run that is not batched), or the host column
-                column = self._raw if self._raw is not None else self.corpus.table.column("text")
-                if self.batch_bytes is None:  # the whole corpus at once, where the backend computes
-                    self._strings, invalid = self.backend.normalize_column(column, self.cfg.normalize)
+                if self._batches is not None:  # normalized batch by batch as the read stage read them
+                    self._strings, invalid, seconds = BatchNormalizer.join(self._batches)
+                    self._batches = None
+                    info.update(normalized_while_reading_seconds=round(seconds, 3))
                 else:
-                    self._strings, invalid = self._normalize_batches(column)
-                # the original texts are read again only where needed (written shards, report examples)
-                self._raw = None
-                if "text" in self.corpus.table.column_names:
-                    self.corpus.table = self.corpus.table.drop_columns(["text"])
+                    self._strings, invalid = self._normalize_column()
                 info.update(invalid_utf8=invalid, text_mb=round(self._strings.nbytes / 2**20, 1))
             self._invalid = invalid
         return self._strings
+
+    def _normalize_column(self):
+        """Normalized texts of the corpus's text read into device memory, or of the table's text column."""
+        # the text read into device memory (only for a run that is not batched), or the host column
+        column = self._raw if self._raw is not None else self.corpus.table.column("text")
+        if self.batch_bytes is None:  # the whole corpus at once, where the backend computes
+            strings, invalid = self.backend.normalize_column(column, self.cfg.normalize)
+        else:
+            strings, invalid = self._normalize_batches(column)
+        # the original texts are read again only where needed (written shards, report examples)
+        self._raw = None
+        if "text" in self.corpus.table.column_names:
+            self.corpus.table = self.corpus.table.drop_columns(["text"])
+        return strings, invalid
 
     def _normalize_batches(self, column):
         """Normalize ``column`` in slices of at most ``batch_bytes`` of text; the result stays on the host."""
@@ -535,7 +558,7 @@ class LocalExecutor:
 
 
 class _ShardTexts:
-    """``take(rows)`` of the original texts, read again from the shards that hold the rows."""
+    """``take(rows)`` of the original texts, read again (streamed) from the shards that hold the rows."""
 
     def __init__(self, corpus: LocalCorpus, cfg: Config):
         self.corpus, self.cfg = corpus, cfg
@@ -545,12 +568,15 @@ class _ShardTexts:
         shards = self.corpus.shards
         starts = np.cumsum([0] + [s.rows for s in shards])
         owner = np.searchsorted(starts, rows, side="right") - 1
-        parts, order = [], []
-        for k in np.unique(owner):  # one read per shard holding a row (a report shows a few dozen texts)
-            sel = np.flatnonzero(owner == k)
-            table = storage.read_rows(shards[k], replace(self.cfg.input, id_column=None), rows[sel] - starts[k])
-            parts.append(table.column("text").combine_chunks())
-            order.append(sel)
+        cfg = replace(self.cfg.input, id_column=None)
+        order = [np.flatnonzero(owner == k) for k in np.unique(owner)]  # the rows each shard holds
+
+        def texts(sel):  # read again, streamed; decoding releases the GIL: up to a shard per core at a time
+            k = owner[sel[0]]
+            return read_texts(shards[k], cfg, rows[sel] - starts[k])
+
+        with ThreadPoolExecutor(max(1, min(len(order), os.cpu_count() or 1))) as pool:
+            parts = list(pool.map(texts, order))  # one read per shard holding a row (a few dozen texts)
         if not parts:
             return pa.array([], pa.large_string())
         binary = any(pa.types.is_binary(p.type) or pa.types.is_large_binary(p.type) for p in parts)

@@ -4,12 +4,21 @@ The corpus table has the internal columns ``row`` (dense int64), ``shard``
 (int32 index into the shard list), ``shard_row`` (int64), ``id`` (the user's
 id column verbatim, or a generated int64 = ``row``), ``text`` (large_string)
 and, for ``select.keep = score``, ``score``.  Files are found, validated and
-parsed by :mod:`gpu_dedup.shards`.
+parsed by :mod:`gpu_dedup.storage`.
+
+Shards are read in batches of consecutive rows (a Parquet shard a batch of
+pages at a time whatever its row groups, a JSONL shard a block of lines at a
+time; see :func:`gpu_dedup.storage.iter_columns`), on a reader thread one
+batch ahead of the caller, so reading overlaps what is done with each batch.
+With ``text`` given, each batch's text column goes to it as soon as it is
+read and is not kept (the caller normalizes it and drops the raw text): the
+memory the stage takes is then a few batches plus what ``text`` keeps.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import closing
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +26,17 @@ import pyarrow as pa
 
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError
-from gpu_dedup.storage import Shard, check_id_type, discover, read_columns
+from gpu_dedup.storage import (
+    ahead,
+    ReadWhole,
+    Shard,
+    check_id_type,
+    discover,
+    iter_columns,
+    parquet_metadata,
+    read_columns,
+    read_rows,
+)
 
 log = logging.getLogger("gpu_dedup")
 
@@ -32,6 +51,7 @@ class Corpus:
     score_column: str | None = None
     vectors: list | None = None  # input.vector_column: (shard index, first row, column) per shard read
     device_text: list | None = None  # text columns in device memory, one per shard (a device reader's)
+    text_parts: list | None = None  # what ``read(text=...)`` returned for each batch's text column, in row order
 
     def __len__(self) -> int:
         return self.table.num_rows
@@ -50,61 +70,156 @@ class Corpus:
 
 
 def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = None, progress=None,
-         text_reader=None) -> Corpus:
+         text_reader=None, text=None) -> Corpus:
     """Read every shard's id, text (and score) columns into one corpus table.
 
     ``text_reader(path, column)``: reads the text column of a Parquet shard into device
     memory (cuDF) instead; the corpus then holds those columns (``device_text``, one per
     shard) and its table has no ``text`` column.  Only when :func:`device_readable`.
+    ``text(column)``: called with the text column of each batch as it is read (a chunked
+    large_string / large_binary array); the table then has no ``text`` column and the
+    corpus's ``text_parts`` are its results, in row order.
     ``progress(1)`` is called after each shard."""
     shards = inputs if inputs and isinstance(inputs, list) and isinstance(inputs[0], Shard) else discover(inputs, cfg.format)
-    parts, out_shards, vector_parts, device_text = [], [], [], []
+    parts, out_shards, vector_parts, device_text, text_parts = [], [], [], [], []
     first_id = None
     row0 = 0
-    for i, shard in enumerate(shards):  # one step per shard file
-        table = read_columns(shard, cfg, score_column, skip_text=text_reader is not None)
-        if text_reader is not None:
-            column = shard.text if shard.format == "memory" else text_reader(shard.path, cfg.text_column)
-            rows = len(column)
-            if rows != table.num_rows:
-                raise InputError(f"shard {shard.path!r} gave {table.num_rows} rows to pyarrow but {rows} text rows "
-                                 "to cuDF; it changed while being read or is corrupt: rerun, or set "
-                                 "gpu.reader: pyarrow")
-            device_text.append(column)
-        if progress is not None:
-            progress(1)
-        if table is None:
-            out_shards.append(shard.with_rows(0))
-            continue
-        n = table.num_rows
-        cols = {
-            "row": pa.array(np.arange(row0, row0 + n, dtype=np.int64)),
-            "shard": pa.array(np.full(n, i, np.int32)),
-            "shard_row": pa.array(np.arange(n, dtype=np.int64)),
-        }
-        if cfg.id_column:
-            first_id = check_id_type(shard, cfg.id_column, table.column("id").type, first_id)
-            cols["id"] = table.column("id")
-        else:
-            cols["id"] = cols["row"]
-        if text_reader is None:
-            cols["text"] = table.column("text")
-        if score_column:
-            cols["score"] = table.column("score")
-        if cfg.vector_column:
-            vector_parts.append((i, row0, table.column("vector")))
-        parts.append(pa.table(cols))
-        out_shards.append(shard.with_rows(n))
-        row0 += n
+    mine = _Shard(row0)  # the batches of the shard being read
+    with closing(ahead(_batches(shards, cfg, score_column, text_reader))) as batches:  # the reader thread stops
+        for i, kind, table in batches:  # one step per batch
+            shard = shards[i]
+            if kind == "again":  # read whole after some batches (see storage.iter_columns): those are dropped
+                mine, first_id = _Shard(row0), mine.first_id
+                continue
+            if kind == "batch":
+                if not mine.seen:
+                    mine.first_id = first_id  # the id type the shards before this one fixed
+                if table is not None:
+                    first_id = _add_batch(mine, shard, cfg, table, i, first_id, score_column, text)
+                continue
+            # kind == "end": the shard is read
+            if text_reader is not None:
+                column = shard.text if shard.format == "memory" else text_reader(shard.path, cfg.text_column)
+                if len(column) != mine.rows:
+                    raise InputError(f"shard {shard.path!r} gave {mine.rows} rows to pyarrow but {len(column)} "
+                                     "text rows to cuDF; it changed while being read or is corrupt: rerun, or set "
+                                     "gpu.reader: pyarrow")
+                device_text.append(column)
+            if progress is not None:
+                progress(1)
+            if not mine.seen:  # a JSONL shard without records
+                out_shards.append(shard.with_rows(0))
+                mine = _Shard(row0)
+                continue
+            parts += mine.tables
+            text_parts += mine.text
+            if cfg.vector_column:
+                vector_parts.append((i, row0, pa.chunked_array(mine.vectors, mine.vector_type)))
+            out_shards.append(shard.with_rows(mine.rows))
+            row0 += mine.rows
+            mine = _Shard(row0)
     table = pa.concat_tables(parts) if parts else _empty_table(score_column is not None)
-    if text_reader is not None and "text" in table.column_names:
+    if (text_reader is not None or text is not None) and "text" in table.column_names:
         table = table.drop_columns(["text"])
     log.info("read %d documents from %d shard(s)%s", table.num_rows, len(out_shards),
              " (text columns into device memory)" if text_reader is not None else "")
     return Corpus(table, out_shards, cfg.text_column, cfg.id_column, score_column,
                   vectors=vector_parts if cfg.vector_column else None,
-                  device_text=device_text if text_reader is not None else None)
+                  device_text=device_text if text_reader is not None else None,
+                  text_parts=text_parts if text is not None else None)
 
+
+class _Shard:
+    """What has been read of one shard so far."""
+
+    def __init__(self, row0: int):
+        self.row0, self.rows, self.seen, self.first_id = row0, 0, False, None
+        self.tables, self.text, self.vectors, self.vector_type = [], [], [], None
+
+
+def _add_batch(mine: _Shard, shard: Shard, cfg: InputConfig, table: pa.Table, i: int, first_id, score_column,
+               text) -> tuple:
+    """Add one batch of validated columns of shard ``i`` to ``mine``; returns the first id type seen."""
+    n = table.num_rows
+    mine.seen = True
+    start = mine.row0 + mine.rows
+    cols = {
+        "row": pa.array(np.arange(start, start + n, dtype=np.int64)),
+        "shard": pa.array(np.full(n, i, np.int32)),
+        "shard_row": pa.array(np.arange(mine.rows, mine.rows + n, dtype=np.int64)),
+    }
+    if cfg.id_column:
+        first_id = check_id_type(shard, cfg.id_column, table.column("id").type, first_id)
+        cols["id"] = table.column("id")
+    else:
+        cols["id"] = cols["row"]
+    if "text" in table.column_names:
+        if text is not None:
+            mine.text.append(text(table.column("text")))
+        else:
+            cols["text"] = table.column("text")
+    if score_column:
+        cols["score"] = table.column("score")
+    if cfg.vector_column:
+        column = table.column("vector")
+        mine.vectors += column.chunks
+        mine.vector_type = column.type
+    mine.tables.append(pa.table(cols))
+    mine.rows += n
+    return first_id
+
+
+def _batches(shards, cfg: InputConfig, score_column, text_reader):
+    """(shard index, kind, table) for every batch of every shard: kind ``batch`` (table: its validated
+    columns, or None for a JSONL shard without records), ``again`` (the shard's batches so far are
+    void: it is read whole, see :class:`~gpu_dedup.storage.ReadWhole`), then ``end``."""
+    skip = text_reader is not None
+    for i, shard in enumerate(shards):  # one step per shard file
+        if skip:  # the ids (and score) of the shard; its text goes to the device reader
+            yield i, "batch", read_columns(shard, cfg, score_column, skip_text=True)
+        else:
+            try:
+                for table in iter_columns(shard, cfg, score_column):  # one step per batch
+                    yield i, "batch", table
+            except ReadWhole:
+                yield i, "again", None
+                yield i, "batch", read_columns(shard, cfg, score_column)
+        yield i, "end", None
+
+
+def read_texts(shard: Shard, cfg: InputConfig, rows) -> pa.Array:
+    """The text column at ``rows`` (shard-relative, any order, repeats allowed) of one shard, read again:
+    streamed through the Parquet row groups that hold them (or the JSONL shard's blocks) up to the last
+    of them, in the memory of a batch (a report's examples: a few dozen texts of any shard)."""
+    rows = np.asarray(rows, np.int64)
+    if shard.format == "memory" or rows.shape[0] == 0:
+        return read_rows(shard, cfg, rows).column("text").combine_chunks()
+    stream, groups = rows, None  # each row's position in what is read
+    if shard.format == "parquet":
+        meta = parquet_metadata(shard)
+        sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], np.int64)
+        starts = np.concatenate(([0], np.cumsum(sizes)))
+        group_of = np.searchsorted(starts, rows, side="right") - 1
+        groups = np.unique(group_of)
+        first = np.concatenate(([0], np.cumsum(sizes[groups])))  # where each read group starts
+        stream = rows - starts[group_of] + first[np.searchsorted(groups, group_of)]
+    wanted = np.unique(stream)
+    parts, pos = [], 0
+    try:
+        for table in iter_columns(shard, cfg, row_groups=None if groups is None else groups.tolist()):
+            n = table.num_rows  # one step per batch, up to the last wanted row
+            mine = wanted[(wanted >= pos) & (wanted < pos + n)]
+            if mine.shape[0]:
+                parts += table.column("text").take(pa.array(mine - pos)).chunks
+            pos += n
+            if pos > wanted[-1]:
+                break
+    except ReadWhole:
+        return read_rows(shard, cfg, rows).column("text").combine_chunks()
+    if pos <= wanted[-1]:
+        raise InputError(f"shard {shard.path!r} has {pos} rows now but had more when read; inputs must not "
+                         "change during a run")
+    return pa.concat_arrays(parts).take(pa.array(np.searchsorted(wanted, stream)))
 
 
 def _empty_table(with_score: bool) -> pa.Table:

@@ -6,10 +6,11 @@ module        what it holds
 discovery     files, directories and globs -> a sorted list of :class:`Shard`
 identity      a digest that changes when a shard is rewritten (checked before publishing)
 jsonl         JSON Lines bytes, line scanning, parsing, bad-line reports, compression
-parquet       Parquet schema and row-group reads; what a device reader can read
-columns       the validated ``text`` / ``id`` / ``score`` / ``vector`` columns of one shard
+parquet       Parquet schema, whole and streamed reads, codecs; what a device reader can read
+columns       the validated ``text`` / ``id`` / ``score`` / ``vector`` columns of one shard (whole or in batches)
 filter        a shard's kept rows written under its name (schema or bytes kept)
 atomic        temporary file + rename for every output; file digests
+ahead         a reader thread one or two batches ahead of its consumer
 filesystems   URLs of object stores (s3://, gs://, any fsspec URL) beside local paths
 ============  ====================================================================
 
@@ -17,6 +18,7 @@ The stages read and write rows through these functions (:mod:`gpu_dedup.stages.r
 :mod:`gpu_dedup.stages.write`); nothing here knows about deduplication.
 """
 
+from gpu_dedup.storage.ahead import ahead
 from gpu_dedup.storage.atomic import (
     atomic_write_bytes,
     atomic_write_parquet,
@@ -27,6 +29,7 @@ from gpu_dedup.storage.columns import (
     check_id_type,
     id_column_type,
     id_kind,
+    iter_columns,
     read_columns,
     read_rows,
     rows_only,
@@ -46,12 +49,13 @@ from gpu_dedup.storage.discovery import (
 from gpu_dedup.storage.filesystems import RemotePath, as_path, is_url, source
 from gpu_dedup.storage.filter import write_shard
 from gpu_dedup.storage.identity import check_unchanged, shard_identity
-from gpu_dedup.storage.parquet import device_readable, parquet_schema
+from gpu_dedup.storage.jsonl import ReadWhole
+from gpu_dedup.storage.parquet import device_readable, parquet_metadata, parquet_schema
 
 __all__ = [
-    "Shard", "Shards", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT", "COMPRESSED_EXT",
-    "shard_identity", "check_unchanged", "read_columns", "read_rows", "rows_only", "check_id_type",
-    "without_views", "VIEW_TYPES", "id_column_type", "id_kind", "shard_id_kind", "device_readable", "parquet_schema",
-    "write_shard", "atomic_write_bytes", "atomic_write_parquet", "file_digest", "RemotePath", "as_path", "is_url",
-    "source",
+    "ahead", "Shard", "Shards", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT",
+    "COMPRESSED_EXT", "shard_identity", "check_unchanged", "read_columns", "iter_columns", "ReadWhole", "read_rows",
+    "rows_only", "check_id_type", "without_views", "VIEW_TYPES", "id_column_type", "id_kind", "shard_id_kind",
+    "device_readable", "parquet_schema", "parquet_metadata", "write_shard", "atomic_write_bytes",
+    "atomic_write_parquet", "file_digest", "RemotePath", "as_path", "is_url", "source",
 ]

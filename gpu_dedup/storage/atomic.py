@@ -70,15 +70,22 @@ def atomic_write_bytes(path: str | Path, payload: bytes, tmp_dir=None) -> None:
     atomically(Path(path), tmp_dir, write)
 
 
+def table_codec(compression: str) -> str | None:
+    """pyarrow's ``compression`` argument for ``output.compression`` of a table that is no copy of one input
+    shard (``same``, the shards' setting, is zstd there; ``none`` is None)."""
+    return {"same": "zstd", "none": None}.get(compression, compression)
+
+
 def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd") -> None:
+    """``table`` written to ``path`` with ``compression`` (see :func:`table_codec`)."""
+    codec = table_codec(compression)
     if is_url(path):
-        put_bytes(path, table_bytes(lambda sink: pq.write_table(table, sink, compression=None if compression == "none"
-                                                                 else compression)))
+        put_bytes(path, table_bytes(lambda sink: pq.write_table(table, sink, compression=codec)))
         return
 
     def write(fd, tmp):
         os.close(fd)
-        pq.write_table(table, tmp, compression=None if compression == "none" else compression)
+        pq.write_table(table, tmp, compression=codec)
 
     atomically(Path(path), None, write)
 

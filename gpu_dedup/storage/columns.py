@@ -19,8 +19,8 @@ from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError, read_error
 from gpu_dedup.storage.discovery import Shard
 from gpu_dedup.storage.filesystems import source
-from gpu_dedup.storage.jsonl import open_stream, read_jsonl
-from gpu_dedup.storage.parquet import parquet_schema, read_parquet
+from gpu_dedup.storage.jsonl import iter_jsonl, open_stream, read_jsonl
+from gpu_dedup.storage.parquet import iter_parquet, parquet_schema, read_parquet
 
 VIEW_TYPES = {"string_view": pa.large_string(), "binary_view": pa.large_binary()}  # Arrow's views -> the same bytes
 
@@ -71,12 +71,8 @@ def _text_type_ok(t: pa.DataType) -> bool:
                               pa.types.is_large_binary, pa.types.is_null))
 
 
-def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None, row_groups=None,
-                 skip_text: bool = False):
-    """The validated text (and id, score) columns of one shard, or of some of its
-    Parquet row groups, as a table with columns ``text``[, ``id``][, ``score``];
-    None for a JSONL shard without records.  ``skip_text``: the text column is checked
-    to be there but not read (a device reader reads it; see :func:`device_readable`)."""
+def _wanted(cfg: InputConfig, score_column: str | None):
+    """({role: column name}, the optional roles) of the columns a run reads."""
     wanted = {"text": cfg.text_column}
     if cfg.id_column:
         wanted["id"] = cfg.id_column
@@ -86,6 +82,29 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
         wanted["vector"] = cfg.vector_column
     # with a vector column the text is optional (shown in the report when present)
     optional = {"text"} if cfg.vector_column else set()
+    return wanted, optional
+
+
+def _parquet_wanted(shard: Shard, wanted: dict, optional: set, skip_text: bool) -> dict:
+    """The wanted columns a Parquet shard has (checked present and unique), less the text when skipped."""
+    names = parquet_schema(shard).names
+    wanted = _present(wanted, optional, names)
+    for key, col in wanted.items():
+        if col not in names:
+            raise _missing(shard, key, col, names)
+    _check_unique(shard, names, wanted)
+    if skip_text:  # present and unique: the device reader reads it
+        wanted.pop("text")
+    return wanted
+
+
+def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None, row_groups=None,
+                 skip_text: bool = False):
+    """The validated text (and id, score) columns of one shard, or of some of its
+    Parquet row groups, as a table with columns ``text``[, ``id``][, ``score``];
+    None for a JSONL shard without records.  ``skip_text``: the text column is checked
+    to be there but not read (a device reader reads it; see :func:`device_readable`)."""
+    wanted, optional = _wanted(cfg, score_column)
     if shard.format == "memory":
         table = shard.data
         if shard.text is not None and not skip_text:  # the device column, copied to the host
@@ -99,14 +118,7 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
         if row_groups is not None:
             raise InputError("in-memory input has no row groups; it runs in one process")
     elif shard.format == "parquet":
-        names = parquet_schema(shard).names
-        wanted = _present(wanted, optional, names)
-        for key, col in wanted.items():
-            if col not in names:
-                raise _missing(shard, key, col, names)
-        _check_unique(shard, names, wanted)
-        if skip_text:  # present and unique: the device reader reads it
-            wanted.pop("text")
+        wanted = _parquet_wanted(shard, wanted, optional, skip_text)
         table = read_parquet(shard, list(dict.fromkeys(wanted.values())), row_groups)
     else:
         table = read_jsonl(shard, wanted)
@@ -116,6 +128,38 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
         for key, col in wanted.items():
             if col not in table.column_names:
                 raise _missing(shard, key, col, table.column_names)
+    return _validated(shard, cfg, table, wanted, score_column, skip_text)
+
+
+def iter_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None, skip_text: bool = False,
+                 batch_bytes: int | None = None, row_groups=None):
+    """:func:`read_columns` of one shard as tables of consecutive rows, in order, each about
+    ``batch_bytes`` of input: a Parquet shard streamed a batch of pages at a time (whatever its row
+    groups), a JSONL shard a block of lines at a time, a memory shard in one table.  A Parquet shard
+    without rows yields one empty table, a JSONL shard without records nothing.
+
+    A JSONL shard whose later lines do not fit the types its first lines fixed raises
+    :class:`ReadWhole` (maybe after some tables): its tables are those of :func:`read_columns`,
+    which infers every field's type from the whole file."""
+    if shard.format == "memory" or (row_groups is not None and shard.format != "parquet"):
+        yield read_columns(shard, cfg, score_column, row_groups, skip_text)
+        return
+    wanted, optional = _wanted(cfg, score_column)
+    if shard.format == "parquet":
+        wanted = _parquet_wanted(shard, wanted, optional, skip_text)
+        for table in iter_parquet(shard, list(dict.fromkeys(wanted.values())), batch_bytes, row_groups):
+            yield _validated(shard, cfg, table, wanted, score_column, skip_text)
+        return
+    for table in iter_jsonl(shard, wanted, batch_bytes):
+        present = _present(wanted, optional, table.column_names)
+        for key, col in present.items():
+            if col not in table.column_names:
+                raise _missing(shard, key, col, table.column_names)
+        yield _validated(shard, cfg, table, present, score_column, skip_text)
+
+
+def _validated(shard: Shard, cfg: InputConfig, table: pa.Table, wanted: dict, score_column, skip_text: bool):
+    """The run's columns of ``table`` (read from ``shard``), checked and in the run's types."""
     if shard.format != "parquet":
         _check_unique(shard, table.column_names, wanted)
     cols = {}

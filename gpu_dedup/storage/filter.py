@@ -1,10 +1,13 @@
-"""Kept rows of one input shard, written under its name: Parquet keeps its schema (and schema metadata);
-JSONL keeps the kept lines byte for byte, in the input's compression."""
+"""Kept rows of one input shard, written under its name: Parquet keeps its schema (and schema metadata)
+and, with ``output.compression: same``, its codec; JSONL keeps the kept lines byte for byte, in the
+input's compression.  Both are streamed: the shard is read a batch (a block of lines) at a time on a
+reader thread while the kept rows are written."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -12,22 +15,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup.errors import InputError, ResourceError
-from gpu_dedup.storage.atomic import (
-    atomic_write_bytes,
-    atomic_write_parquet,
-    publish,
-    unlink,
-)
+from gpu_dedup.storage.ahead import ahead
+from gpu_dedup.storage.atomic import atomically, publish, unlink
 from gpu_dedup.storage.columns import VIEW_TYPES, without_views
 from gpu_dedup.storage.discovery import Shard
-from gpu_dedup.storage.filesystems import as_path, is_url, source
+from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes, source
 from gpu_dedup.storage.identity import check_unchanged
-from gpu_dedup.storage.jsonl import (
-    compress_like,
-    gather_lines_of,
-    jsonl_lines,
-    read_bytes,
-)
+from gpu_dedup.storage.jsonl import codec_of, gather_lines_of, jsonl_blocks, nonblank_lines
+from gpu_dedup.storage.parquet import iter_parquet, shard_codec
 
 
 def _same_schema(written: pa.Schema, source: pa.Schema) -> bool:
@@ -57,11 +52,23 @@ def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str,
         raise
 
 
-def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression: str = "zstd",
+def resolve_codec(compression: str, shard: Shard):
+    """The Parquet codec to write ``shard``'s kept rows with: ``compression``, or for ``same`` the
+    shard's own (see :func:`~gpu_dedup.storage.parquet.shard_codec`; a name, or {column: name})."""
+    if compression != "same":
+        return compression
+    try:
+        return shard_codec(pq.ParquetFile(source(shard.path)).metadata)
+    except (OSError, pa.ArrowException, MemoryError) as exc:
+        raise _unreadable(shard, exc) from None
+
+
+def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression: str = "same",
                 device_writer=None) -> int:
     """Write the kept rows of one input shard under its name in ``out_dir``; return rows written.
 
-    A memory shard is not written: its kept rows are the caller's to take
+    ``compression``: the Parquet codec, or ``same`` (the input shard's; JSONL keeps its own
+    compression whatever it is).  A memory shard is not written: its kept rows are the caller's to take
     (``shard.data.filter(keep)``).  ``device_writer(path, keep, tmp, compression)``: the GPU
     backend's Parquet writer (cuDF), tried first for Parquet shards; returns the rows written
     or None where it cannot keep the codec or schema (pyarrow writes the shard then)."""
@@ -69,38 +76,203 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
         return int(np.count_nonzero(keep))
     check_unchanged([shard])  # the rows to keep were decided on what was read then
     target = as_path(out_dir) / shard.name  # a local path, or a URL (uploaded: the device writer writes files)
-    if shard.format == "parquet" and device_writer is not None and not is_url(target):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        rows = _write_parquet_on_device(shard, keep, target, compression, device_writer)
-        if rows is not None:
-            return rows
     if shard.format == "parquet":
-        try:
-            table = pq.ParquetFile(source(shard.path)).read()
-        except (OSError, pa.ArrowException) as exc:
-            if isinstance(exc, MemoryError):
-                raise ResourceError(f"ran out of memory reading shard {shard.path!r} to write its kept rows ({exc}); "
-                                    "the shard itself may be fine: free memory or split the input") from None
-            raise InputError(f"shard {shard.path!r} became unreadable during the run ({exc})") from None
-        if table.num_rows != keep.shape[0]:
-            raise InputError(
-                f"shard {shard.path!r} had {keep.shape[0]} rows when read and {table.num_rows} now; "
-                "inputs must not change during a run"
-            )
-        kept = _filter_rows(table, pa.array(keep), shard.path)
-        atomic_write_parquet(target, kept, compression)
-        return kept.num_rows
-    raw = read_bytes(shard.path)
-    data, starts, ends = jsonl_lines(raw)
-    if starts.shape[0] != keep.shape[0]:
-        raise InputError(
-            f"shard {shard.path!r} had {keep.shape[0]} records when read and {starts.shape[0]} now; "
-            "inputs must not change during a run"
-        )
-    body = gather_lines_of(data, starts[keep], ends[keep])
-    atomic_write_bytes(target, compress_like(shard.path, body))
-    return int(keep.sum())
+        codec = resolve_codec(compression, shard)
+        if device_writer is not None and isinstance(codec, str) and not is_url(target):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            rows = _write_parquet_on_device(shard, keep, target, codec, device_writer)
+            if rows is not None:
+                return rows
+        return _write_parquet(shard, keep, target, codec)
+    return write_jsonl_shard(shard, keep, target)
 
+
+def _published(target, write) -> None:
+    """``write(fd, tmp)`` fills a temporary file that becomes ``target``: renamed into place, or for a URL
+    uploaded as one object (from a local temporary file, removed afterwards)."""
+    if not is_url(target):
+        atomically(target, None, write)
+        return
+    fd, tmp = tempfile.mkstemp(prefix=".gpu-dedup-upload.", suffix=".tmp")
+    try:
+        write(fd, tmp)
+        with pa.memory_map(tmp) as f:
+            put_bytes(target, f.read_buffer())
+    finally:
+        unlink(tmp)
+
+
+def _changed(shard: Shard, then: int, now: int, what: str = "rows") -> InputError:
+    return InputError(f"shard {shard.path!r} had {then} {what} when read and {now} now; "
+                      "inputs must not change during a run")
+
+
+def _unreadable(shard: Shard, exc: BaseException) -> Exception:
+    if isinstance(exc, MemoryError):
+        return ResourceError(f"ran out of memory reading shard {shard.path!r} to write its kept rows ({exc}); "
+                             "the shard itself may be fine: free memory or split the input")
+    return InputError(f"shard {shard.path!r} became unreadable during the run ({exc})")
+
+
+ROW_GROUP_ROWS = 1024 * 1024  # pyarrow's default rows per written row group
+
+
+def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec) -> int:
+    """The kept rows, streamed: the shard is read a batch at a time and each batch filtered (on a reader
+    thread, a batch ahead), and the kept rows are written as a whole-table ``pq.write_table`` writes
+    them: row groups of ``ROW_GROUP_ROWS``, each column of a row group handed to the writer as one
+    run of values (the writer cuts its pages and dictionary fallbacks by where its write batches
+    fall, so this is what makes the file byte for byte the one a whole read, filter and write gives).
+    Memory: a batch or two read, plus the kept rows of one output row group (their pieces are
+    copied into each column's one run and dropped piece by piece)."""
+    try:
+        meta = pq.ParquetFile(source(shard.path)).metadata
+    except (OSError, pa.ArrowException, MemoryError) as exc:
+        raise _unreadable(shard, exc) from None
+    if meta.num_rows != keep.shape[0]:
+        raise _changed(shard, keep.shape[0], meta.num_rows)
+    kept_rows = int(np.count_nonzero(keep))
+    group = min(kept_rows, ROW_GROUP_ROWS)
+
+    def kept_batches():  # on the reader thread: read and filtered a batch ahead of the writer
+        start = 0
+        for batch in iter_parquet(shard, None):  # read errors: one InputError / ResourceError
+            n = batch.num_rows
+            yield _filter_rows(batch, pa.array(keep[start:start + n]), shard.path)
+            start += n
+        if start != keep.shape[0]:
+            raise _changed(shard, keep.shape[0], start)
+
+    def write(fd, tmp):
+        os.close(fd)
+        writer = None
+        pieces, held = [], 0  # the current row group's kept rows
+        try:
+            with closing(ahead(kept_batches())) as batches:  # the reader thread stops even on an error
+                for kept in batches:
+                    if writer is None:
+                        writer = pq.ParquetWriter(tmp, kept.schema, compression=_codec_arg(codec))
+                    while kept.num_rows:  # one step per batch, two where a row group ends in it
+                        take = kept.slice(0, group - held)
+                        kept = kept.slice(take.num_rows)
+                        pieces.append(take)
+                        held += take.num_rows
+                        if held == group:
+                            _write_group(writer, pieces)
+                            pieces, held = [], 0
+            if held:  # the last, shorter row group
+                _write_group(writer, pieces)
+            if kept_rows == 0:  # the schema and one empty row group, as pq.write_table of no rows writes
+                writer.write_table(writer.schema.empty_table())
+        finally:
+            if writer is not None:
+                writer.close()
+
+    _published(target, write)
+    return kept_rows
+
+
+def _codec_arg(codec):
+    if isinstance(codec, dict):  # per column ("none" by name: a column's codec cannot be None)
+        return codec
+    return None if codec == "none" else codec
+
+
+def _write_group(writer, pieces: list) -> None:
+    """One row group of the rows of ``pieces`` (tables, emptied by this call), each column one array."""
+    schema = pieces[0].schema
+    columns = [[c for t in pieces for c in t.column(i).chunks] for i in range(len(schema))]
+    pieces.clear()
+    arrays = []
+    for i, field in enumerate(schema):  # one step per column
+        chunks, columns[i] = columns[i], None
+        arrays.append(_one_array(chunks, field.type))
+    writer.write_table(pa.Table.from_arrays(arrays, schema=schema), row_group_size=max(1, len(arrays[0])))
+
+
+def _one_array(chunks: list, type_: pa.DataType) -> pa.Array:
+    """The chunks (a list, emptied by this call) as one array.  Strings, binaries and fixed-width
+    values are copied into buffers of the final size, each chunk dropped once copied (the memory this
+    takes is the column plus one chunk); other types are concatenated by Arrow."""
+    n = sum(len(c) for c in chunks)
+    large = pa.types.is_large_string(type_) or pa.types.is_large_binary(type_)
+    variable = large or pa.types.is_string(type_) or pa.types.is_binary(type_)
+    fixed = not variable and pa.types.is_primitive(type_) and not pa.types.is_boolean(type_)
+    if len(chunks) == 1 or not (variable or fixed):
+        out = pa.concat_arrays(chunks) if chunks else pa.array([], type_)
+        chunks.clear()
+        return out
+    nulls = sum(c.null_count for c in chunks)
+    pool = pa.default_memory_pool()
+    valid = np.empty(n if nulls else 0, bool)
+    if variable:
+        offsets = np.empty(n + 1, np.int64 if large else np.int32)
+        offsets[0] = 0
+        data = np.empty(sum(_value_bytes(c, large) for c in chunks), np.uint8)
+    else:
+        width = type_.bit_width // 8
+        data = np.empty(n * width, np.uint8)
+    row = pos = 0
+    while chunks:  # one step per chunk
+        c = chunks.pop(0)
+        m = len(c)
+        if nulls:
+            valid[row:row + m] = np.asarray(c.is_valid())
+        bufs = c.buffers()
+        if variable:
+            off = np.frombuffer(bufs[1], np.int64 if large else np.int32)[c.offset:c.offset + m + 1]
+            nb = int(off[-1] - off[0])
+            if nb:
+                data[pos:pos + nb] = np.frombuffer(bufs[2], np.uint8)[off[0]:off[-1]]
+            offsets[row + 1:row + m + 1] = off[1:] - off[0] + pos
+        else:
+            nb = m * width
+            if nb:
+                data[pos:pos + nb] = np.frombuffer(bufs[1], np.uint8)[c.offset * width:c.offset * width + nb]
+        row, pos = row + m, pos + nb
+        del c, bufs
+        pool.release_unused()  # the chunk's memory back to the system now, not when Arrow next allocates
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)] if variable else [validity, pa.py_buffer(data)]
+    return pa.Array.from_buffers(type_, n, buffers, null_count=nulls)
+
+
+def _value_bytes(chunk: pa.Array, large: bool) -> int:
+    if len(chunk) == 0:
+        return 0
+    off = np.frombuffer(chunk.buffers()[1], np.int64 if large else np.int32)
+    return int(off[chunk.offset + len(chunk)] - off[chunk.offset])
+
+
+def write_jsonl_shard(shard: Shard, keep: np.ndarray, target: Path) -> int:
+    """The kept lines of a JSONL shard, byte for byte, in its compression: read, filtered and
+    written (compressed) a block of lines at a time."""
+    codec = codec_of(shard.path)
+
+    def write(fd, tmp):
+        seen = 0
+        with pa.PythonFile(os.fdopen(fd, "wb"), mode="w") as raw:
+            out = pa.CompressedOutputStream(raw, codec) if codec else raw
+            with out:
+                with closing(ahead(jsonl_blocks(shard.path))) as blocks:  # read errors: InputError / ResourceError
+                    for block in blocks:
+                        data = np.frombuffer(block, np.uint8)
+                        starts, ends = nonblank_lines(data)
+                        mine = keep[seen:seen + starts.shape[0]]
+                        seen += starts.shape[0]
+                        if seen > keep.shape[0]:
+                            break
+                        out.write(gather_lines_of(data, starts[mine], ends[mine]))
+        if seen != keep.shape[0]:
+            raise _changed(shard, keep.shape[0], seen, "records")
+        synced = os.open(tmp, os.O_RDONLY)  # on disk before it is published, as every written file
+        try:
+            os.fsync(synced)
+        finally:
+            os.close(synced)
+
+    _published(target, write)
+    return int(np.count_nonzero(keep))
 
 
 def _filter_rows(table: pa.Table, mask: pa.Array, path: str) -> pa.Table:

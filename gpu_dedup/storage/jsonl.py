@@ -167,6 +167,85 @@ def read_jsonl(shard: Shard, wanted: dict | None = None) -> pa.Table | None:
     return table
 
 
+class ReadWhole(Exception):
+    """A JSONL shard that cannot be read a block at a time: its later lines do not fit the types its first
+    lines fixed (or those lines fix none); :func:`read_jsonl` reads it whole, inferring every type."""
+
+
+def jsonl_blocks(path: str, block_bytes: int | None = None, first_bytes: int = 0):
+    """The shard's (decompressed) bytes as buffers of whole lines, about ``block_bytes`` (default
+    STREAM_BLOCK; the first at least ``first_bytes``) each, in order (the last one may lack a final
+    newline).  Memory: about a block."""
+    block_bytes = block_bytes or STREAM_BLOCK
+    try:
+        with open_stream(path) as f:
+            carry = b""
+            size = max(block_bytes, first_bytes)
+            while True:  # one step per block read
+                chunk = f.read(size)
+                size = block_bytes
+                buf = carry + chunk if carry else chunk
+                if not chunk:
+                    if buf:
+                        yield buf
+                    return
+                cut = buf.rfind(b"\n") + 1
+                if cut == 0:  # no line ends in it yet
+                    carry = buf
+                    continue
+                yield memoryview(buf)[:cut]
+                carry = buf[cut:]
+    except (OSError, pa.ArrowException, MemoryError) as exc:
+        raise read_error(path, exc, f"cannot read shard {path!r}: {exc}") from None
+
+
+STREAM_BLOCK = 1 << 25  # bytes of whole lines per streamed block (32 MiB)
+
+
+def iter_jsonl(shard: Shard, wanted: dict, block_bytes: int | None = None):
+    """:func:`read_jsonl`'s table of ``wanted`` fields a block of lines at a time: the types are learned
+    from the first lines as there, each block parsed with them.  Raises :class:`ReadWhole` (maybe after
+    some tables) where :func:`read_jsonl` would infer the types from the whole file or a block does not
+    parse (it then reports the line); a shard without records yields nothing."""
+    schema = None
+    blocks = jsonl_blocks(shard.path, block_bytes, 2 * SAMPLE_BYTES)  # the first block holds the sample
+    ahead = next(blocks, None)
+    while ahead is not None:  # one step per block, with the next one read ahead
+        block, ahead = ahead, next(blocks, None)
+        data = np.frombuffer(block, np.uint8)
+        starts, ends = nonblank_lines(data)
+        if starts.shape[0] == 0:
+            continue
+        first = first_nonblank(data, starts, ends)
+        if schema is None:  # the first lines: the sample read_jsonl takes, whole in this block
+            if not wanted or (ahead is not None and
+                              np.searchsorted(starts, starts[0] + SAMPLE_BYTES) >= starts.shape[0]):
+                raise ReadWhole(shard.path)
+            if starts[0] == 0 and ends[0] > 3 and bytes(data[:3]) == b"\xef\xbb\xbf":  # a UTF-8 byte order mark
+                first[0] = first_nonblank(data, starts[:1] + 3, ends[:1])[0]
+            try:
+                schema = _wanted_schema(data, starts, ends, wanted)
+            except pa.ArrowException:
+                schema = None
+            if schema is None or (wanted.get("id") in schema.names
+                                  and pa.types.is_floating(schema.field(wanted["id"]).type)):
+                raise ReadWhole(shard.path)  # floating ids: checked against the whole file's integers
+        if np.any(first != ord("{")):  # a line that is no JSON object: reported (by line) by the whole read
+            raise ReadWhole(shard.path)
+        try:
+            table = _parse_json(pa.py_buffer(block), pajson.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="ignore", newlines_in_values=False))
+        except pa.ArrowException:
+            raise ReadWhole(shard.path) from None
+        if table.num_rows != starts.shape[0]:
+            raise ReadWhole(shard.path)
+        text = wanted.get("text")
+        if text in table.column_names and table.column(text).null_count and \
+                _missing_field(text, table.column(text), data, starts, ends)[1]:
+            raise ReadWhole(shard.path)  # lines without the text field: the whole read tells which (a warning)
+        yield table
+
+
 def _line_number(data, pos: int) -> int:
     return int(np.count_nonzero(data[:pos] == 0x0A)) + 1
 
@@ -189,16 +268,21 @@ def _check_objects(shard: Shard, data, starts, ends) -> None:
 MISSING_SAMPLE = 10_000  # lines with a null text checked for a missing text field (a warning's evidence)
 
 
+def _missing_field(name: str, column, data, starts, ends) -> tuple:
+    """(the rows whose text is null, those of the first MISSING_SAMPLE of them whose line has no ``name``)."""
+    nulls = np.flatnonzero(np.asarray(column.is_null()))
+    if nulls.shape[0] == 0:
+        return nulls, []
+    sample = nulls[:MISSING_SAMPLE]
+    lines = bytes(gather_lines_of(data, starts[sample], ends[sample])).decode("utf-8", "replace").splitlines()
+    return nulls, [k for k, line in zip(sample, lines) if name not in json.loads(line)]  # a sample of bad lines
+
+
 def _warn_missing_field(shard: Shard, name: str, column, data, starts, ends) -> None:
     """Lines without the text field are read as documents without text (counted as null_text); say so,
     naming a line, unlike an explicit ``null``.  Only lines whose text is null are looked at (at most
     MISSING_SAMPLE of them)."""
-    nulls = np.flatnonzero(np.asarray(column.is_null()))
-    if nulls.shape[0] == 0:
-        return
-    sample = nulls[:MISSING_SAMPLE]
-    lines = bytes(gather_lines_of(data, starts[sample], ends[sample])).decode("utf-8", "replace").splitlines()
-    missing = [k for k, line in zip(sample, lines) if name not in json.loads(line)]  # a sample of bad lines
+    nulls, missing = _missing_field(name, column, data, starts, ends)
     if missing:
         log.warning("%s%d line(s) of shard %s have no %r field (first: line %d) and are read as documents without "
                     "text (counted as null_text); name the text field with --text-column if it is another one",

@@ -109,6 +109,25 @@ def test_tiny_run_writes_tables_figure_and_scores(tmp_path):
     assert (res / "peers.png").stat().st_size > 10_000
 
 
+@pytest.mark.parametrize("layout,files,groups", [("files", 2, [1, 1]), ("one-row-group", 1, [1]),
+                                                  ("many-row-groups", 1, [3])])
+def test_corpus_layouts_hold_the_same_documents(tmp_path, monkeypatch, layout, files, groups):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gpu_dedup.bench.workers import make_corpus
+
+    monkeypatch.setattr(peers, "MANY_ROW_GROUP_ROWS", 900)
+    make_corpus(tmp_path / "files", 2000, chunk=1000, words=(5, 20))
+    make_corpus(tmp_path / layout, 2000, chunk=1000, words=(5, 20))
+    peers.lay_out(tmp_path / layout, layout)
+    paths = sorted((tmp_path / layout).glob("*.parquet"))
+    assert len(paths) == files
+    assert [pq.ParquetFile(p).metadata.num_row_groups for p in paths] == groups
+    whole = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "files").glob("*.parquet"))])
+    assert pa.concat_tables([pq.read_table(p) for p in paths]).equals(whole)
+
+
 def test_datatrove_runs_its_minhash_steps_beside_gpu_dedup(tmp_path):
     """datatrove's four MinhashDedup steps on the planted corpus (in shards), scored like every peer."""
     for module in ("datatrove", "spacy", "xxhash", "tokenizers"):

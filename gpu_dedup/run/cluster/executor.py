@@ -51,7 +51,7 @@ from gpu_dedup.stages.components import (
 )
 from gpu_dedup.stages.families import family_for
 from gpu_dedup.stages.selection import ranks_from_keys
-from gpu_dedup.storage.atomic import atomically
+from gpu_dedup.storage.atomic import atomically, table_codec
 from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes, remove_tree, source
 
 log = logging.getLogger("gpu_dedup")
@@ -692,7 +692,7 @@ def _merge_parts(paths: list, path: str, compression: str) -> None:
 
     def write(fd, tmp):
         os.close(fd)
-        with pq.ParquetWriter(tmp, schema, compression=None if compression == "none" else compression) as w:
+        with pq.ParquetWriter(tmp, schema, compression=table_codec(compression)) as w:
             pending: list = []
             count = written = 0
             for p in paths:  # one part at a time

@@ -1,0 +1,84 @@
+"""Read stage: batches of every shard in order, the text hook, and texts read again for the report."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gpu_dedup import storage
+from gpu_dedup.config import InputConfig
+from gpu_dedup.stages.read import read, read_texts
+from gpu_dedup.storage import parquet as pqs
+
+
+@pytest.fixture
+def shards(tmp_path):
+    texts = [f"document {i} " + "word " * (i % 37) for i in range(3000)]
+    pq.write_table(pa.table({"id": np.arange(3000), "text": texts}), tmp_path / "many.parquet", row_group_size=250)
+    pq.write_table(pa.table({"id": np.arange(3000), "text": texts}), tmp_path / "one.parquet")
+    (tmp_path / "lines.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
+    return tmp_path, texts
+
+
+def test_read_texts_streams_only_up_to_the_rows_it_needs(shards, monkeypatch):
+    d, texts = shards
+    monkeypatch.setattr(pqs, "BATCH_BYTES", 4000)  # batches of ~100 rows
+    seen = []
+    real = pqs.iter_parquet
+
+    def counting(*args, **kw):
+        for t in real(*args, **kw):
+            seen.append((kw.get("row_groups", args[3] if len(args) > 3 else None), t.num_rows))
+            yield t
+
+    monkeypatch.setattr(storage.columns, "iter_parquet", counting)
+    rows = np.array([1203, 5, 260, 5, 1210, 0])  # any order, repeats
+    for name in ("many.parquet", "one.parquet", "lines.jsonl"):
+        seen.clear()
+        shard = storage.discover([d / name])[0]
+        got = read_texts(shard, InputConfig(), rows)
+        assert got.to_pylist() == [texts[r] for r in rows], name
+        if name == "many.parquet":  # row groups 0, 1 and 4 only
+            assert {tuple(g) for g, _ in seen} == {(0, 1, 4)} and sum(n for _, n in seen) <= 750
+        if name == "one.parquet":  # stops after the batch holding row 1210
+            assert sum(n for _, n in seen) < 1210 + 1100
+
+
+def test_the_text_hook_gets_every_batch_and_the_table_keeps_none(shards, monkeypatch):
+    d, texts = shards
+    monkeypatch.setattr(pqs, "BATCH_BYTES", 4000)
+    monkeypatch.setattr(storage.jsonl, "STREAM_BLOCK", 5000)
+    monkeypatch.setattr(storage.jsonl, "SAMPLE_BYTES", 2000)
+    got = []
+    c = read(storage.discover([d]), InputConfig(id_column="id"),
+                        text=lambda column: got.append(column.to_pylist()) or len(got))
+    assert "text" not in c.table.column_names and c.table.num_rows == 9000
+    assert c.text_parts == list(range(1, len(got) + 1)) and len(got) > 20
+    assert sum(got, []) == texts * 3
+    assert c.table.column("shard_row").to_pylist() == list(range(3000)) * 3
+    assert c.table.column("row").to_pylist() == list(range(9000))
+    assert [s.rows for s in c.shards] == [3000, 3000, 3000]
+
+
+def test_a_read_error_in_the_reader_thread_is_raised_to_the_caller(shards, monkeypatch):
+    d, _ = shards
+    bad = d / "bad.parquet"
+    bad.write_bytes((d / "many.parquet").read_bytes()[:-100] + b"\0" * 100)
+    with pytest.raises(storage.discovery.InputError, match="bad.parquet"):
+        read(storage.discover([d]), InputConfig(id_column="id"))
+
+
+def test_the_reader_thread_stops_when_the_caller_fails(shards, monkeypatch):
+    import threading
+
+    d, _ = shards
+    monkeypatch.setattr(pqs, "BATCH_BYTES", 4000)
+
+    def failing(column):
+        raise RuntimeError("the caller failed")
+
+    with pytest.raises(RuntimeError, match="the caller failed"):
+        read(storage.discover([d]), InputConfig(id_column="id"), text=failing)
+    assert not [t for t in threading.enumerate() if t.name == "gpu_dedup-read"]
