@@ -76,7 +76,12 @@ def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None,
                 for name, extra in configs:
                     out = tmp / f"out-{name.replace(' ', '-')}"
                     t0 = time.perf_counter()
-                    rep = run_cli_job(tmp / "in", out, base + extra)
+                    try:
+                        rep = run_cli_job(tmp / "in", out, base + extra)
+                    except RuntimeError as exc:  # e.g. workers out of memory: a row that says so, and on
+                        rows.append(_failed(n, variant, text_bytes, name, time.perf_counter() - t0, exc))
+                        print(rows[-1], flush=True)
+                        continue
                     wall = time.perf_counter() - t0
                     same = None
                     if first is None:
@@ -99,24 +104,50 @@ def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None,
                         else None,
                     })
                     print(rows[-1], flush=True)
-    dask_rows = [r for r in rows if r["config"] != "1 process" and r["variant"] == "planted"]
-    growth = None
-    if len(dask_rows) > 1:
-        growth = round(dask_rows[-1]["client_peak_rss_mb"] - dask_rows[0]["client_peak_rss_mb"], 1)
-    payload = {"benchmark": "workers", "date": _dt.date.today().isoformat(), "machine": machine(),
-               "workers": workers, "block_rows": block_rows, "memory_limit": memory_limit, "rows": rows,
-               "client_growth_mb": growth}
-    md = [f"{workers} local Dask workers, cluster.block_rows = {block_rows:,}, `--no-shards`; machine "
-          f"{payload['machine']}, {payload['date']}. Client growth from the smallest to the largest planted corpus: "
-          f"{growth} MiB.", "",
+    payload = summary(rows, workers, block_rows, memory_limit)
+    write_results(results, "workers-memory" if memory_limit else "workers", payload, markdown(payload))
+    return payload
+
+
+def _failed(n: int, variant: str, text_bytes: int, config: str, wall: float, exc: Exception) -> dict:
+    """A row for a configuration whose run failed: its wall time to the failure and the error's last line."""
+    last = [line for line in str(exc).splitlines() if line.strip()][-1]
+    return {"documents": n, "variant": variant, "text_mb": round(text_bytes / 2**20, 1), "config": config,
+            "wall_seconds": round(wall, 2), "failed": last.removeprefix("gpu-dedup: error: ")}
+
+
+def summary(rows: list, workers: int, block_rows: int, memory_limit) -> dict:
+    """The results file's payload: the rows, the machine and the client's growth over the planted corpora."""
+    done = [r for r in rows if r["config"] != "1 process" and r["variant"] == "planted" and "failed" not in r]
+    growth = round(done[-1]["client_peak_rss_mb"] - done[0]["client_peak_rss_mb"], 1) if len(done) > 1 else None
+    return {"benchmark": "workers", "date": _dt.date.today().isoformat(), "machine": machine(), "workers": workers,
+            "block_rows": block_rows, "memory_limit": memory_limit, "rows": rows, "client_growth_mb": growth}
+
+
+def markdown(payload: dict) -> str:
+    md = [f"{payload['workers']} local Dask workers, cluster.block_rows = {payload['block_rows']:,}, `--no-shards`; "
+          f"machine {payload['machine']}, {payload['date']}. Client growth from the smallest to the largest planted "
+          f"corpus: {payload['client_growth_mb']} MiB.", "",
           "| documents | variant | text MiB | configuration | wall s | vs 1 process | client peak MiB | "
           "max worker peak MiB | blocks | routes | shuffled rows | shuffle MiB | removed | identical |",
           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    md += [f"| {r['documents']:,} | {r['variant']} | {r['text_mb']:,} | {r['config']} | {r['wall_seconds']} | "
-           f"{r['wall_vs_one_process'] or '-'} | {r['client_peak_rss_mb']:.0f} | {r['worker_peak_rss_mb'] or '-'} | "
-           f"{r['blocks'] or '-'} | {r['routes'] or '-'} | {r['shuffled_rows'] or '-'} | {r['shuffle_mb'] or '-'} | "
-           f"{r['removed']:,} | {'-' if r['identical_to_one_process'] is None else r['identical_to_one_process']} |"
-           for r in rows]
-    name = "workers-memory" if memory_limit else "workers"
-    write_results(results, name, payload, "\n".join(md) + "\n")
-    return payload
+    for r in payload["rows"]:
+        if "failed" in r:
+            after = f" after {r['wall_seconds']} s" if r.get("wall_seconds") is not None else ""
+            text = "-" if r.get("text_mb") is None else f"{r['text_mb']:,}"
+            md.append(f"| {r['documents']:,} | {r['variant']} | {text} | {r['config']} | "
+                      f"failed{after}: {r['failed']} |||||||||")
+            continue
+        md.append(f"| {r['documents']:,} | {r['variant']} | {r['text_mb']:,} | {r['config']} | {r['wall_seconds']} | "
+                  f"{r['wall_vs_one_process'] or '-'} | {r['client_peak_rss_mb']:.0f} | "
+                  f"{r['worker_peak_rss_mb'] or '-'} | {r['blocks'] or '-'} | {r['routes'] or '-'} | "
+                  f"{r['shuffled_rows'] or '-'} | {r['shuffle_mb'] or '-'} | {r['removed']:,} | "
+                  f"{'-' if r['identical_to_one_process'] is None else r['identical_to_one_process']} |")
+    stages = [r for r in payload["rows"] if r.get("shuffle_mb_by_stage")]
+    if stages:
+        names = list(dict.fromkeys(k for r in stages for k in r["shuffle_mb_by_stage"]))
+        md += ["", "Shuffled MiB per stage:", "", "| documents | variant | " + " | ".join(names) + " |",
+               "| --- | --- | " + " | ".join("---" for _ in names) + " |"]
+        md += [f"| {r['documents']:,} | {r['variant']} | " + " | ".join(str(r["shuffle_mb_by_stage"].get(k, 0))
+                                                                     for k in names) + " |" for r in stages]
+    return "\n".join(md) + "\n"
