@@ -9,7 +9,8 @@ Layout of an index directory (format ``gpu_dedup-index``, version 2)::
     seg-00000/docs.arrow   doc, id, kept, survivor, key_len, key_h1, key_h2, text[, signature]
     seg-00000/bands.arrow  band, hash, doc   (sorted by band, hash, doc)
     seg-00000/centers.arrow band, hash, round, doc  (sorted; see below)
-    seg-00001/...          one segment per build or append; old segments never change
+    seg-00001/...          one segment per build or append (a cluster run's: one per block, all
+                           published by one manifest write); old segments never change
 
 ``*.arrow`` files are Arrow IPC files (uncompressed, memory-mapped on open, so
 opening costs almost nothing and rows are fetched by position).  ``doc``
