@@ -197,3 +197,20 @@ def test_a_cluster_index_in_an_object_store_is_one_clear_error(corpus, tmp_path)
     with pytest.raises(ConfigError, match=r"--update-index 's3://bucket/ix'.*drop --workers"):
         index_run(corpus / "a", tmp_path / "out", cfg, against="s3://bucket/ix", update_index=True)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_killed_cluster_index_build_resumes_from_its_checkpoints(corpus, tmp_path):
+    """SIGKILL after the verify stage of a --workers --index-out run; the same command resumes from the workers'
+    checkpoints and builds the index one process builds."""
+    args = [sys.executable, "-m", "gpu_dedup", "run", str(corpus / "a"), "-o", str(tmp_path / "out"), "--index-out",
+            str(tmp_path / "ix"), "--id-column", "id", "--backend", "cpu", "--workers", "2",
+            "--set", "cluster.block_rows=150", "-q"]
+    killed = subprocess.run(args, capture_output=True, text=True, timeout=600, start_new_session=True,
+                            env={**os.environ, "GPU_DEDUP_FAULT": "verify"})
+    assert killed.returncode == -9, killed.stderr
+    again = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert {"exact", "bands"} <= set(report["resumed_from_checkpoint"])
+    index_run(corpus / "a", tmp_path / "single", Config.from_dict(BASE), index_out=tmp_path / "ix1")
+    _same_index(tmp_path / "ix1", tmp_path / "ix")
