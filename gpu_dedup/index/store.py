@@ -518,9 +518,10 @@ class Index:
         """Add ``len(counts)`` segments of ``counts[k]`` documents each, published by one manifest write: what a
         cluster run appends (one segment per block, written by the worker holding the block).
 
-        ``write(plan)`` writes them: ``plan[k]`` is a dict of ``name``, ``tmp`` (a directory to create and write
-        the files in), ``dir`` (where to rename it once whole) and ``first`` (its first doc number); it returns
-        each segment's :func:`write_segment` checksums, in order.  As with :meth:`append`, a run killed before the
+        ``write(plan, write_segment)`` writes them: ``plan[k]`` is a dict of ``name``, ``tmp`` (a directory to
+        create and write the files in with :func:`write_segment`, handed over so that the executor need not
+        import the index), ``dir`` (where to rename it once whole) and ``first`` (its first doc number); it
+        returns each segment's checksums, in order.  As with :meth:`append`, a run killed before the
         manifest leaves only unlisted segments (replaced by the next append), and every segment records this
         append's ``source``.  Returns the doc number of the first added document."""
         if not self._locked:
@@ -550,7 +551,7 @@ class Index:
             self._discard_unlisted(p["name"])
             shutil.rmtree(p["tmp"], ignore_errors=True)
         try:
-            sums = list(write(plan))
+            sums = list(write(plan, write_segment))
         except BaseException:  # no segment of a failed append is left behind
             for p in plan:
                 shutil.rmtree(p["tmp"], ignore_errors=True)

@@ -7,7 +7,10 @@ on a GPU worker) stay on the worker that read it; these functions run there.
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -287,17 +290,11 @@ def block_id_type(data: BlockData, ids: bool) -> pa.DataType:
     return data.table.schema.field("id").type if ids and "id" in names else pa.int64()
 
 
-def write_index_segment(data: BlockData, keys: dict, bands: dict, dup: dict, centres: dict, plan: dict, *,
+def write_index_segment(data: BlockData, keys: dict, bands: dict, dup: dict, centres: dict, plan: dict, *, writer,
                         first_doc: int, bands_count: int, id_type, ids: bool, texts: bool, dim: int | None) -> dict:
     """The index segment of one block (its documents ``first_doc + row``), written in ``plan["tmp"]`` and renamed
-    to ``plan["dir"]`` once whole: the same columns one process writes for these rows.  Returns its files'
-    checksums (see :meth:`gpu_dedup.index.Index.append_segments`)."""
-    import os  # noqa: PLC0415
-    import shutil  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
-
-    from gpu_dedup.index.store import write_segment  # noqa: PLC0415  only runs that write an index need it
-
+    to ``plan["dir"]`` once whole by ``writer`` (the index's own segment writer): the same columns one process
+    writes for these rows.  Returns its files' checksums (see :meth:`gpu_dedup.index.Index.append_segments`)."""
     b = data.block
     n, row0 = b.rows, b.row0
     kept = np.ones(n, bool)
@@ -324,7 +321,7 @@ def write_index_segment(data: BlockData, keys: dict, bands: dict, dup: dict, cen
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        sums = write_segment(
+        sums = writer(
             tmp, plan["first"], ids=id_values, kept=kept, survivor=survivor,
             keys=np.column_stack([to_host(keys["k0"]), to_host(keys["k1"]), to_host(keys["k2"])]),
             texts=data.norm if texts else None, band_docs=first_doc + lsh_row, band_hashes=to_host(bands["band_hashes"]),

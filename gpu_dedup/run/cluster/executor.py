@@ -424,9 +424,9 @@ class DaskExecutor:
                                          pure=False).result()
         bands_count = int(layout[0])
 
-        def write(plan):
+        def write(plan, writer):
             return self.client.gather(self.client.map(
-                B.write_index_segment, data, keys, bands, dup, at_blocks, plan, first_doc=first_doc,
+                B.write_index_segment, data, keys, bands, dup, at_blocks, plan, writer=writer, first_doc=first_doc,
                 bands_count=bands_count, id_type=id_type, ids=self.corpus.id_column is not None,
                 texts=self.family.uses_text, dim=self.vector_dim, pure=False))
 
