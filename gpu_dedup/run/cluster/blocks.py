@@ -324,7 +324,8 @@ def write_index_segment(data: BlockData, keys: dict, bands: dict, dup: dict, cen
         sums = writer(
             tmp, plan["first"], ids=id_values, kept=kept, survivor=survivor,
             keys=np.column_stack([to_host(keys["k0"]), to_host(keys["k1"]), to_host(keys["k2"])]),
-            texts=data.norm if texts else None, band_docs=first_doc + lsh_row, band_hashes=to_host(bands["band_hashes"]),
+            texts=data.norm if texts else None, band_docs=first_doc + lsh_row,
+            band_hashes=to_host(bands["band_hashes"]),
             centres=(to_host(centres["band"]), to_host(centres["hash"]), to_host(centres["round"]),
                      to_host(centres["doc"])),
             signatures=full, vectors=vectors, bands=bands_count, id_type=id_type)
