@@ -19,7 +19,6 @@ from gpu_dedup.errors import ConfigError, InputError, OutputError
 from gpu_dedup.index.remote import index_builder, open_index
 from gpu_dedup.index.store import Index
 from gpu_dedup.run import local
-from gpu_dedup.run.contract import one_process_only
 from gpu_dedup.run.checkpoint import run_fingerprint
 from gpu_dedup.run.outdir import check_output_path
 from gpu_dedup.run.sequence import RunResult
@@ -38,8 +37,8 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
                           "(--against DIR --update-index appends to the existing index)")
     if update_index and against is None:
         raise ConfigError("--update-index appends to the index given by --against; add --against DIR")
-    if (index_out is not None or update_index) and cfg.cluster.enabled:
-        raise one_process_only("writing an index (--index-out, --update-index)")
+    if cfg.cluster.enabled:
+        _check_cluster_index(index_out, against if update_index else None)
     index_dir = index_out if index_out is not None else (against.path if isinstance(against, Index) else against)
     if index_dir is not None and output_dir is not None and _inside(Path(output_dir), Path(index_dir)):
         raise OutputError(f"the output directory {str(output_dir)!r} is inside the index directory "
@@ -72,6 +71,21 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
             sink.source = _source(cfg, inputs)
         return local.run(inputs, output_dir, cfg, restart=restart, prior=prior, sink=sink, write_shards=write_shards)
 
+
+
+def _check_cluster_index(index_out, updated) -> None:
+    """A cluster run's workers write the index's segments into its directory: an index in an object store
+    (whose segments a one-process run uploads from a local copy) is refused, naming what to do instead."""
+    url = index_out if index_out is not None and is_url(index_out) else None
+    if updated is not None:
+        remote = getattr(updated, "remote", None)  # an opened index from a URL
+        url = remote.url if remote is not None else (str(updated) if is_url(updated) else url)
+    if url is not None:
+        option = "--index-out" if index_out is not None else "--against ... --update-index"
+        raise ConfigError(
+            f"{option} {url!r}: a cluster run (--workers / --scheduler) writes an index with its workers, into a "
+            "directory every worker sees, not into an object store; write it to a shared directory and copy that "
+            "to the store, or run in one process (drop --workers / --scheduler), which uploads the index itself")
 
 
 def _source(cfg: Config, inputs) -> str | None:

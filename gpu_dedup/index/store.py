@@ -9,7 +9,8 @@ Layout of an index directory (format ``gpu_dedup-index``, version 2)::
     seg-00000/docs.arrow   doc, id, kept, survivor, key_len, key_h1, key_h2, text[, signature]
     seg-00000/bands.arrow  band, hash, doc   (sorted by band, hash, doc)
     seg-00000/centers.arrow band, hash, round, doc  (sorted; see below)
-    seg-00001/...          one segment per build or append; old segments never change
+    seg-00001/...          one segment per build or append (a cluster run's: one per block, all
+                           published by one manifest write); old segments never change
 
 ``*.arrow`` files are Arrow IPC files (uncompressed, memory-mapped on open, so
 opening costs almost nothing and rows are fetched by position).  ``doc``
@@ -100,6 +101,8 @@ from gpu_dedup.storage import atomic_write_bytes, file_digest
 
 log = logging.getLogger("gpu_dedup")
 
+MAX_SEGMENTS = 100_000  # seg-00000 .. seg-99999
+
 
 class Index:
     """An opened index; see the module docstring for the format."""
@@ -109,6 +112,7 @@ class Index:
         self.manifest = manifest
         self.segments = segments
         self._keys = None
+        self._unloaded = None  # (names, first doc) of segments a cluster append published, opened on first use
         self._lock_fd = None  # held while this object writes (see writing())
         self._locked = False  # the index's lock is held for this object (by it, or by its builder)
         self.source = None  # what the next append records as its segment's source (see appended_from)
@@ -231,6 +235,19 @@ class Index:
         finally:
             release_lock(self.path / LOCK, self._lock_fd)
             self._lock_fd, self._locked = None, False
+
+    @property
+    def segments(self) -> list:
+        if self._unloaded is not None:  # opened when first used: the client of a cluster append never maps them
+            names, first = self._unloaded
+            self._unloaded = None
+            self._segments = self._segments + self._load_segments(self.path, {**self.manifest, CHECKSUMS: {}},
+                                                                  names, first)
+        return self._segments
+
+    @segments.setter
+    def segments(self, value: list) -> None:
+        self._segments, self._unloaded = value, None
 
     @property
     def similarity(self) -> str:
@@ -460,55 +477,20 @@ class Index:
                 f"{on_disk[1]} documents now, {self.documents} when opened), and these documents were deduplicated "
                 "against the earlier state; nothing was appended: open the index again and rerun")
         n = len(ids)
-        if texts is None:
-            texts = pa.nulls(n, pa.large_string())
         c = self.manifest["config"]
         if layout is not None and tuple(layout) != (c["bands"], c["rows"]):  # pragma: no cover - runs pin it
             raise RuntimeError(f"run layout {tuple(layout)} differs from the index's {(c['bands'], c['rows'])}")
         first = self.documents
         name = segment_name(len(self.segments))
-        cols = {
-            "doc": pa.array(np.arange(first, first + n, dtype=np.int64)),
-            "id": ids,
-            "kept": pa.array(np.asarray(kept, bool)),
-            "survivor": pa.array(np.asarray(survivor, np.int64)),
-            "key_len": pa.array(keys[:, 0]),
-            "key_h1": pa.array(keys[:, 1]),
-            "key_h2": pa.array(keys[:, 2]),
-            "text": pc.cast(texts, pa.large_string()),
-        }
-        if signatures is not None:
-            cols["signature"] = pa.FixedSizeListArray.from_arrays(pa.array(signatures.ravel()), signatures.shape[1])
-        if vectors is not None:
-            m = np.ascontiguousarray(vectors, np.float32)
-            cols["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(m.ravel()), m.shape[1])
-        want = self.segments[0].docs.schema.field("id").type if self.segments else cols["id"].type
-        if cols["id"].type != want and same_kind(cols["id"].type, want):  # e.g. large_string from pandas
-            try:
-                cols["id"] = pc.cast(cols["id"], want)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                pass  # does not fit: reported below
-        if cols["id"].type != want:
-            raise InputError(f"ids of type {cols['id'].type} cannot join an index whose ids are "
-                             f"{self.segments[0].docs.schema.field('id').type}; use the same id column type")
-        bands = self.manifest["config"]["bands"]
-        band = np.tile(np.arange(bands, dtype=np.int32), band_docs.shape[0])
-        doc = np.repeat(np.asarray(band_docs, np.int64), bands)
-        h = np.asarray(band_hashes, np.uint64).ravel()
-        order = np.lexsort((doc, h, band))
+        want = self.segments[0].docs.schema.field("id").type if self.segments else None
         tmp = self.path / f".{name}.tmp"
         self._discard_unlisted(name)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
-            write_ipc(tmp / "docs.arrow", pa.table(cols))
-            write_ipc(tmp / "bands.arrow", pa.table({"band": band[order], "hash": h[order], "doc": doc[order]}))
-            cb, ch, cr, cd = (np.asarray(x) for x in centres)
-            corder = np.lexsort((cd, cr, ch, cb))
-            write_ipc(tmp / "centers.arrow", pa.table({
-                "band": pa.array(cb[corder].astype(np.int32)), "hash": pa.array(ch[corder].astype(np.uint64)),
-                "round": pa.array(cr[corder].astype(np.int32)), "doc": pa.array(cd[corder].astype(np.int64))}))
-            sums = {f: file_digest(tmp / f) for f in SEGMENT_FILES}
+            sums = write_segment(tmp, first, ids=ids, kept=kept, survivor=survivor, keys=keys, texts=texts,
+                                 band_docs=band_docs, band_hashes=band_hashes, centres=centres,
+                                 signatures=signatures, vectors=vectors, bands=c["bands"], id_type=want)
             os.replace(tmp, self.path / name)
         except BaseException:  # e.g. a full disk: no half-written segment is left behind
             shutil.rmtree(tmp, ignore_errors=True)
@@ -532,11 +514,73 @@ class Index:
         self.source = None
         return first
 
+    def append_segments(self, counts: list, write, layout=None) -> int:
+        """Add ``len(counts)`` segments of ``counts[k]`` documents each, published by one manifest write: what a
+        cluster run appends (one segment per block, written by the worker holding the block).
+
+        ``write(plan, write_segment)`` writes them: ``plan[k]`` is a dict of ``name``, ``tmp`` (a directory to
+        create and write the files in with :func:`write_segment`, handed over so that the executor need not
+        import the index), ``dir`` (where to rename it once whole) and ``first`` (its first doc number); it
+        returns each segment's checksums, in order.  As with :meth:`append`, a run killed before the
+        manifest leaves only unlisted segments (replaced by the next append), and every segment records this
+        append's ``source``.  Returns the doc number of the first added document."""
+        if not self._locked:
+            with self.writing():
+                return self.append_segments(counts, write, layout)
+        on_disk = _on_disk(self.path)
+        if on_disk != _state(self.manifest):
+            raise OutputError(
+                f"the index in {str(self.path)!r} changed since this process opened it (another writer appended: "
+                f"{on_disk[1]} documents now, {self.documents} when opened), and these documents were deduplicated "
+                "against the earlier state; nothing was appended: open the index again and rerun")
+        c = self.manifest["config"]
+        if layout is not None and tuple(layout) != (c["bands"], c["rows"]):  # pragma: no cover - runs pin it
+            raise RuntimeError(f"run layout {tuple(layout)} differs from the index's {(c['bands'], c['rows'])}")
+        k0 = len(self.manifest["segments"])
+        if k0 + len(counts) > MAX_SEGMENTS:
+            raise OutputError(
+                f"appending {len(counts)} segments (one per block) to the index in {str(self.path)!r}, which holds "
+                f"{k0}, would pass the {MAX_SEGMENTS} segments an index can hold; raise cluster.block_rows (fewer, "
+                "larger blocks), or rebuild the index from its corpus into fewer segments")
+        first = self.documents
+        names = [segment_name(k0 + k) for k in range(len(counts))]
+        starts = first + np.concatenate(([0], np.cumsum(np.asarray(counts, np.int64)))).astype(np.int64)
+        plan = [{"name": name, "tmp": str(self.path / f".{name}.tmp"), "dir": str(self.path / name),
+                 "first": int(starts[k])} for k, name in enumerate(names)]
+        for p in plan:
+            self._discard_unlisted(p["name"])
+            shutil.rmtree(p["tmp"], ignore_errors=True)
+        try:
+            sums = list(write(plan, write_segment))
+        except BaseException:  # no segment of a failed append is left behind
+            for p in plan:
+                shutil.rmtree(p["tmp"], ignore_errors=True)
+                shutil.rmtree(p["dir"], ignore_errors=True)
+            raise
+        manifest = dict(self.manifest)
+        manifest["segments"] = list(self.manifest["segments"]) + names
+        manifest["documents"] = int(starts[-1])
+        manifest[CHECKSUMS] = {**self.manifest.get(CHECKSUMS, {}), **dict(zip(names, sums))}
+        if self.source is not None:
+            manifest[SOURCES] = {**self.manifest.get(SOURCES, {}), **{name: self.source for name in names}}
+        manifest.pop(MANIFEST_DIGEST, None)
+        if k0:
+            manifest["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        maybe_crash("index:before-manifest")
+        self._write_manifest(self.path, manifest)
+        self.manifest = sealed(manifest)
+        maybe_crash("index:after-append")
+        self._segments, self._unloaded = self.segments, (names, first)  # mapped when first used (not by a cluster run)
+        self._keys = None
+        self.source = None
+        return first
+
     def appended_from(self, source: str) -> str | None:
-        """The segment an earlier append of the same inputs and config (``source``: their run fingerprint)
-        wrote, or None."""
-        for name, src in self.manifest.get(SOURCES, {}).items():
-            if src == source and name in self.manifest["segments"]:
+        """The first segment an earlier append of the same inputs and config (``source``: their run fingerprint)
+        wrote, or None (an append of several segments records its source with each)."""
+        sources = self.manifest.get(SOURCES, {})
+        for name in self.manifest["segments"]:
+            if sources.get(name) == source:
                 return name
         return None
 
@@ -635,6 +679,52 @@ def _take(chunks: list, starts: np.ndarray, rows: np.ndarray) -> pa.Array:
 
 
 
+def write_segment(directory: Path, first: int, *, ids, kept, survivor, keys, texts, band_docs, band_hashes, centres,
+                  signatures=None, vectors=None, bands: int, id_type=None) -> dict:
+    """Write one segment's files (docs ``first ..``, see the module docstring) into ``directory`` (which exists);
+    ``id_type``: the index's id type (None: these ids name it).  Returns each file's size and SHA-256.  The one
+    segment of a one-process append, and each block's segment of a cluster append (written by its worker)."""
+    n = len(ids)
+    if texts is None:
+        texts = pa.nulls(n, pa.large_string())
+    cols = {
+        "doc": pa.array(np.arange(first, first + n, dtype=np.int64)),
+        "id": ids,
+        "kept": pa.array(np.asarray(kept, bool)),
+        "survivor": pa.array(np.asarray(survivor, np.int64)),
+        "key_len": pa.array(keys[:, 0]),
+        "key_h1": pa.array(keys[:, 1]),
+        "key_h2": pa.array(keys[:, 2]),
+        "text": pc.cast(texts, pa.large_string()),
+    }
+    if signatures is not None:
+        cols["signature"] = pa.FixedSizeListArray.from_arrays(pa.array(signatures.ravel()), signatures.shape[1])
+    if vectors is not None:
+        m = np.ascontiguousarray(vectors, np.float32)
+        cols["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(m.ravel()), m.shape[1])
+    want = cols["id"].type if id_type is None else id_type
+    if cols["id"].type != want and same_kind(cols["id"].type, want):  # e.g. large_string from pandas
+        try:
+            cols["id"] = pc.cast(cols["id"], want)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # does not fit: reported below
+    if cols["id"].type != want:
+        raise InputError(f"ids of type {cols['id'].type} cannot join an index whose ids are {want}; use the same id "
+                         "column type")
+    band = np.tile(np.arange(bands, dtype=np.int32), band_docs.shape[0])
+    doc = np.repeat(np.asarray(band_docs, np.int64), bands)
+    h = np.asarray(band_hashes, np.uint64).ravel()
+    order = np.lexsort((doc, h, band))
+    write_ipc(directory / "docs.arrow", pa.table(cols))
+    write_ipc(directory / "bands.arrow", pa.table({"band": band[order], "hash": h[order], "doc": doc[order]}))
+    cb, ch, cr, cd = (np.asarray(x) for x in centres)
+    corder = np.lexsort((cd, cr, ch, cb))
+    write_ipc(directory / "centers.arrow", pa.table({
+        "band": pa.array(cb[corder].astype(np.int32)), "hash": pa.array(ch[corder].astype(np.uint64)),
+        "round": pa.array(cr[corder].astype(np.int32)), "doc": pa.array(cd[corder].astype(np.int64))}))
+    return {f: file_digest(directory / f) for f in SEGMENT_FILES}
+
+
 class IndexBuilder:
     """The sink of ``run --index-out DIR``: creates the index at ``path`` when the run hands it its
     documents.  A context manager: entering it takes the index directory's lock (a second build of the
@@ -661,8 +751,8 @@ class IndexBuilder:
                                  "(and --update-index), or remove it to build a new one")
             raise OutputError(f"{str(p / MANIFEST)!r} is not a gpu_dedup index manifest, and building an index in "
                               f"{str(p)!r} would overwrite it; choose a new or empty directory for the index")
-        for name in (segment_name(0), f".{segment_name(0)}.tmp"):
-            if os.path.lexists(p / name) and not _leftover_segment(p / name):
+        for name in _segment_entries(p):
+            if not _leftover_segment(p / name):
                 raise OutputError(f"{str(p / name)!r} exists, and building an index in {str(p)!r} would overwrite "
                                   "it; choose a new or empty directory for the index")
 
@@ -682,10 +772,9 @@ class IndexBuilder:
                 f"the index directory {str(p)!r} is in use by another gpu-dedup run ({holder}); two runs cannot "
                 "build one index: wait for it to finish, or choose another directory"))
             self._check_empty()  # again, under the lock: another build may have finished meanwhile
-            for name in (segment_name(0), f".{segment_name(0)}.tmp"):
-                if os.path.lexists(p / name):
-                    log.warning("removing %s: a segment an interrupted index build left behind", p / name)
-                    shutil.rmtree(p / name)
+            for name in _segment_entries(p):
+                log.warning("removing %s: a segment an interrupted index build left behind", p / name)
+                shutil.rmtree(p / name)
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise
@@ -696,7 +785,7 @@ class IndexBuilder:
             self.index = None
             if self._fd is not None:  # only under our lock: what is there is this build's
                 (self.path / MANIFEST).unlink(missing_ok=True)
-                for name in (segment_name(0), f".{segment_name(0)}.tmp"):
+                for name in _segment_entries(self.path):
                     shutil.rmtree(self.path / name, ignore_errors=True)
         if self._fd is not None:
             release_lock(self.path / LOCK, self._fd)
@@ -721,6 +810,24 @@ class IndexBuilder:
         index._locked = False
         self.index = index
         return first
+
+    def append_segments(self, counts: list, write, layout=None) -> int:
+        """:meth:`Index.append_segments` of the new index (a cluster run's blocks, one segment each)."""
+        if self._fd is None:  # pragma: no cover - commands.run enters the builder
+            raise RuntimeError("IndexBuilder.append_segments outside its with block")
+        index = Index.create(self.path, self.cfg, layout)
+        index._locked = True  # under this builder's lock
+        index.source = self.source
+        first = index.append_segments(counts, write, layout)
+        index._locked = False
+        self.index = index
+        return first
+
+
+def _segment_entries(p: Path) -> list:
+    """Segments (``seg-NNNNN``) and their temporary directories (``.seg-NNNNN.tmp``) in ``p``."""
+    return sorted(n for n in _listdir(p) if SEGMENT_NAME.fullmatch(n) or (
+        n.startswith(".") and n.endswith(".tmp") and SEGMENT_NAME.fullmatch(n[1:-4])))
 
 
 def _leftover_segment(path: Path) -> bool:

@@ -164,9 +164,12 @@ class Executor(Protocol):
         """The Arrow tables of ``parts`` (in order) as one Parquet file at ``path``, the same file one process
         writes; its rows."""
 
-    def index_payload(self, docs: Parts, keys: Parts | None, bands: Parts, centres: Parts, dup: Parts,
-                      first_doc: int) -> dict:
-        """What :meth:`gpu_dedup.index.Index.append` takes of this run's documents (one process only)."""
+    def append_index(self, sink, docs: Parts, keys: Parts | None, bands: Parts, centres: Parts, dup: Parts,
+                     first_doc: int, layout) -> None:
+        """Every document of this run into ``sink`` (an index being built or updated; its documents are
+        ``first_doc + row``): one process hands :meth:`gpu_dedup.index.Index.append` the whole corpus as one
+        segment; a cluster's workers write one segment per block, which
+        :meth:`gpu_dedup.index.Index.append_segments` publishes with one manifest write."""
 
 
 # ---------------------------------------------------------------------------- shared policy

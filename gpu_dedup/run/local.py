@@ -523,6 +523,11 @@ class LocalExecutor:
         storage.atomic_write_parquet(path, parts[0], self.cfg.output.compression)
         return parts[0].num_rows
 
+    def append_index(self, sink, docs: list, keys: list | None, bands: list, centres: list, dup: list,
+                     first_doc: int, layout) -> None:
+        """The whole corpus as one segment of ``sink`` (see the contract)."""
+        sink.append(**self.index_payload(docs, keys, bands, centres, dup, first_doc), layout=layout)
+
     def index_payload(self, docs: list, keys: list | None, bands: list, centres: list, dup: list,
                       first_doc: int) -> dict:
         """What an index keeps of this run's documents (see :meth:`gpu_dedup.index.Index.append`)."""

@@ -59,12 +59,14 @@ class IndexPrior:
         self._open = type(index).open  # pickled by reference: how a worker reopens the index
         self.path = str(index.path)
         self.first_doc = int(index.documents)
+        self.segments = len(index.manifest["segments"])  # a prefix of the index (Index.before) reopens as one
 
     def __getstate__(self):
-        return {"path": self.path, "first_doc": self.first_doc, "open": self._open}
+        return {"path": self.path, "first_doc": self.first_doc, "open": self._open, "segments": self.segments}
 
     def __setstate__(self, state):
         self.path, self.first_doc, self._open = state["path"], state["first_doc"], state["open"]
+        self.segments = state["segments"]
         self._index = None
 
     @property
@@ -72,7 +74,11 @@ class IndexPrior:
         if self._index is None:  # on a worker: the same index, opened once per process
             key = (self.path, self.first_doc)
             if key not in _OPEN:
-                _OPEN[key] = self._open(self.path)
+                index = self._open(self.path)
+                names = index.manifest["segments"]
+                if len(names) > self.segments:  # the index as it was before a later append (a rerun's prior)
+                    index = index.before(names[self.segments])
+                _OPEN[key] = index
             self._index = _OPEN[key]
         return self._index
 

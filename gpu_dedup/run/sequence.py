@@ -691,9 +691,8 @@ class _Sequence:
         """Hand every document of this run to the sink (an index being built or updated)."""
         maybe_crash("index:before-append")
         with self.st.stage("index", self.n) as info:
-            payload = self.ex.index_payload(self.docs, self.keys, self.bands, self.centres, self.dup,
-                                            self.first_doc)
-            self.job.sink.append(**payload, layout=self.family.layout)
+            self.ex.append_index(self.job.sink, self.docs, self.keys, self.bands, self.centres, self.dup,
+                                 self.first_doc, self.family.layout)
             info.update(documents=self.job.sink.documents)
 
     def report(self) -> dict:

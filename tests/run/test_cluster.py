@@ -283,9 +283,6 @@ def test_run_against_an_index_on_workers_equals_one_process(corpus, cluster2, tm
     assert single.report["counts"]["removed_against_index"] > 0
     _identical(tmp_path / "single", tmp_path / "two", _names(tmp_path / "single"))
     assert dist.report["counts"] == single.report["counts"]
-    with pytest.raises(Exception, match="one process"):
-        index_run(tmp_path / "b", tmp_path / "upd", cfg.with_overrides({"cluster.scheduler": cluster2}),
-                  against=tmp_path / "ix", update_index=True)
 
 
 def test_cosine_vectors_on_workers_equal_single_process(cluster2, tmp_path):

@@ -24,7 +24,6 @@ from dataclasses import replace
 from gpu_dedup.errors import ResourceError
 from gpu_dedup.run.checkpoint import Checkpoints, NoCheckpoints, run_fingerprint
 from gpu_dedup.run.cluster.executor import DaskExecutor
-from gpu_dedup.run.contract import one_process_only
 from gpu_dedup.run.sequence import Job, RunResult, execute, open_output
 from gpu_dedup.run.stagelog import StageLog
 
@@ -37,10 +36,10 @@ def run(shards, job: Job, restart: bool = False, inputs=None) -> RunResult:
     """The sequence on a Dask cluster; the same outputs as the single-process run.
 
     Resumable like it (stage checkpoints under the output directory, written by the workers), except runs
-    with an index, which keep none; the output directory is locked, staged and published alike."""
+    against an index, which keep none; the output directory is locked, staged and published alike.  A run
+    that writes an index has the workers write its segments (one per block) into the index directory, which
+    every worker must see, like the output directory."""
     cfg = job.cfg
-    if job.sink is not None:
-        raise one_process_only("writing an index (--index-out, --update-index)")
     if cfg.backend == "auto":  # decided on the client without touching CUDA: GPU workers only when asked for
         cfg = replace(cfg, backend="cpu")
     job = replace(job, cfg=cfg)

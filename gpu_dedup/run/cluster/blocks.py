@@ -7,7 +7,10 @@ on a GPU worker) stay on the worker that read it; these functions run there.
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -279,6 +282,58 @@ def take_ids(data: BlockData, part: dict, column: str) -> dict:
 
 def take_column(data: BlockData, rows: np.ndarray, column: str) -> pa.Array:
     return data.table.column(column).take(pa.array(rows - data.block.row0)).combine_chunks()
+
+
+def block_id_type(data: BlockData, ids: bool) -> pa.DataType:
+    """The type of a block's ids (generated ids: int64)."""
+    names = data.table.schema.names
+    return data.table.schema.field("id").type if ids and "id" in names else pa.int64()
+
+
+def write_index_segment(data: BlockData, keys: dict, bands: dict, dup: dict, centres: dict, plan: dict, *, writer,
+                        first_doc: int, bands_count: int, id_type, ids: bool, texts: bool, dim: int | None) -> dict:
+    """The index segment of one block (its documents ``first_doc + row``), written in ``plan["tmp"]`` and renamed
+    to ``plan["dir"]`` once whole by ``writer`` (the index's own segment writer): the same columns one process
+    writes for these rows.  Returns its files' checksums (see :meth:`gpu_dedup.index.Index.append_segments`)."""
+    b = data.block
+    n, row0 = b.rows, b.row0
+    kept = np.ones(n, bool)
+    survivor = first_doc + row0 + np.arange(n, dtype=np.int64)
+    rows = to_host(dup["row"]) - row0
+    kept[rows] = to_host(dup["kept"])
+    survivor[rows] = to_host(dup["cluster"])
+    lsh_row = to_host(bands["lsh_row"])
+    full = None
+    if "signatures" in bands:  # as one process stores them: zeros for rows without a signature
+        sig = to_host(bands["signatures"])
+        full = np.zeros((n, sig.shape[1]), sig.dtype)
+        full[lsh_row - row0] = sig
+    vectors = None
+    if data.vectors is not None:
+        vectors = to_host(data.vectors.matrix)
+        if dim is not None and vectors.shape[1] != dim:  # a block of null vectors only: zeros of the corpus's length
+            vectors = np.zeros((n, dim), np.float32)
+    if not ids:
+        id_values = pa.array(first_doc + row0 + np.arange(n, dtype=np.int64), pa.int64())
+    else:
+        id_values = data.table.column("id").combine_chunks() if n else pa.array([], id_type)
+    tmp = Path(plan["tmp"])
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        sums = writer(
+            tmp, plan["first"], ids=id_values, kept=kept, survivor=survivor,
+            keys=np.column_stack([to_host(keys["k0"]), to_host(keys["k1"]), to_host(keys["k2"])]),
+            texts=data.norm if texts else None, band_docs=first_doc + lsh_row,
+            band_hashes=to_host(bands["band_hashes"]),
+            centres=(to_host(centres["band"]), to_host(centres["hash"]), to_host(centres["round"]),
+                     to_host(centres["doc"])),
+            signatures=full, vectors=vectors, bands=bands_count, id_type=id_type)
+        os.replace(tmp, plan["dir"])
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sums
 
 
 def block_rank_key(data: BlockData, keep: str) -> pa.Array:

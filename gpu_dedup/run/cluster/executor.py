@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import gpu_dedup.run.cluster.blocks as B
 import gpu_dedup.run.cluster.routing as routing
 from gpu_dedup import storage
-from gpu_dedup.backends import get_backend, to_host
+from gpu_dedup.backends import array_module, get_backend, to_host
 from gpu_dedup.config import Config
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash, staged
 from gpu_dedup.run.cluster.connection import connect
@@ -94,6 +94,7 @@ class DaskExecutor:
         self._prepared = None
         self.bands = None  # the bands parts (signatures for verification by signature)
         self.routes = 0
+        self.vector_dim = None  # the corpus's vector length (input.vector_column)
         self.moved: dict = {}  # stage -> futures of (rows, bytes) its routes moved, per source part (unsettled)
         self.moved_totals: dict = {}  # stage -> [rows, bytes] of the settled futures
 
@@ -159,7 +160,7 @@ class DaskExecutor:
         self.loaded = client.map(B.load_block, self.blocks, block_shards, cfg=cfg, pure=False)
         if cfg.input.vector_column:  # one vector length for the whole corpus: the first block's with vectors
             dims = client.gather(client.map(B.block_dim, self.loaded, pure=False))
-            dim = next((d for d in dims if d is not None), None)
+            dim = self.vector_dim = next((d for d in dims if d is not None), None)
             redo = [k for k, d in enumerate(dims) if d is not None and d != dim]
             for k, fut in zip(redo, client.map(B.load_block, [self.blocks[k] for k in redo],
                                                 [block_shards[k] for k in redo], cfg=cfg, dim=dim, pure=False)):
@@ -434,6 +435,32 @@ class DaskExecutor:
             progress(len(shards) - len(futures))
         return written
 
+    def append_index(self, sink, docs: list, keys: list | None, bands: list, centres: list, dup: list,
+                     first_doc: int, layout) -> None:
+        """One segment per block, written into the index directory by the worker holding the block (its docs,
+        band hashes and the centres among its documents); the client publishes them with one manifest write
+        and holds only their checksums."""
+        if keys is None:
+            keys = self.exact_keys()
+        own = self.map(_own_centres, centres, first_doc=first_doc)
+        at_blocks = self.route(own, frames.block_dest, self.blocks_count, on="doc", starts=self.block_starts,
+                               first_doc=first_doc)
+        data = self._blocks_data()
+        counts = [b.rows for b in self.blocks] or [0]  # no rows: the one empty block, one empty segment
+        id_type = _index_id_type(sink)
+        if id_type is None:  # a new index: its first block's ids name the type (later blocks are cast to it)
+            id_type = self.client.submit(B.block_id_type, self.loaded[0], self.corpus.id_column is not None,
+                                         pure=False).result()
+        bands_count = int(layout[0])
+
+        def write(plan, writer):
+            return self.client.gather(self.client.map(
+                B.write_index_segment, data, keys, bands, dup, at_blocks, plan, writer=writer, first_doc=first_doc,
+                bands_count=bands_count, id_type=id_type, ids=self.corpus.id_column is not None,
+                texts=self.family.uses_text, dim=self.vector_dim, pure=False))
+
+        sink.append_segments(counts, write, layout)
+
     def write_table(self, parts: list, path) -> int:
         """One Parquet file from the blocks' tables, in order: each block's table is written to a part file by
         its worker, then one worker streams them into the file in row groups of the same size one process
@@ -483,6 +510,19 @@ def _cugraph_components(client, edges: list, partitions: int):
         comms.destroy()
     frames_out = client.map(routing.from_df, parts, pure=False)
     return routing.route(client, frames_out, frames.hash_dest, partitions, on="node")
+
+
+def _index_id_type(sink):
+    """The id type of the index ``sink`` appends to (None: a new index)."""
+    index = getattr(sink, "index", sink)  # an IndexBuilder holds no index before its append
+    segments = getattr(index, "segments", None) if index is not None else None
+    return segments[0].docs.schema.field("id").type if segments else None
+
+
+def _own_centres(part: dict, first_doc: int) -> dict:
+    """The centres of one partition's buckets that are documents of this run (an index records those)."""
+    xp = array_module(part["doc"])
+    return frames.take(part, xp.flatnonzero(part["doc"] >= first_doc))
 
 
 def _call_with_index(fn, part_index: int, *args, **kw):
