@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpu_dedup.backends import array_module, get_backend
-from gpu_dedup.stages import frames
+from gpu_dedup.stages.frames import distinct_pairs
 from gpu_dedup.stages.edges import Edges
 
 
@@ -81,7 +81,7 @@ def _first_min(x, m, xp):
 
 def unique_pairs_part(part: dict) -> dict:
     """Distinct (x, y) of one partition (every copy of a pair is here)."""
-    return frames.distinct_pairs({"x": part["x"], "y": part["y"]}, "x", "y")
+    return distinct_pairs({"x": part["x"], "y": part["y"]}, "x", "y")
 
 
 def changed_pairs(old: dict, new: dict) -> dict:

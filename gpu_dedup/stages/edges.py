@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_dedup.backends import array_module, to_host
-from gpu_dedup.stages import frames
+from gpu_dedup.stages.frames import distinct_pairs
 from gpu_dedup.stages.buckets import Buckets
 
 
@@ -254,4 +254,4 @@ def star_outputs(state: StarRounds):
 
 def unique_edges(part: dict) -> dict:
     """Edges of one partition (every copy of a pair is there) once each, sorted by (src, dst)."""
-    return frames.distinct_pairs(part, "src", "dst")
+    return distinct_pairs(part, "src", "dst")
