@@ -151,17 +151,25 @@ def test_a_rerun_of_a_cluster_update_killed_after_its_append_does_not_append_twi
     assert report["counts"] == ref.report["counts"]
 
 
-def test_a_cluster_build_killed_before_its_manifest_leaves_no_index_and_reruns(corpus, tmp_path):
+def _build_killed_at(fault: str, corpus, tmp_path, between=lambda: None) -> None:
+    """A --workers --index-out run of part a SIGKILLed at ``fault``, ``between()``, then the same command again."""
     args = [sys.executable, "-m", "gpu_dedup", "run", str(corpus / "a"), "-o", str(tmp_path / "out"), "--index-out",
             str(tmp_path / "ix"), "--id-column", "id", "--backend", "cpu", "--workers", "2",
             "--set", "cluster.block_rows=150", "-q"]
     killed = subprocess.run(args, capture_output=True, text=True, timeout=600, start_new_session=True,
-                            env={**os.environ, "GPU_DEDUP_FAULT": "index:before-manifest"})
+                            env={**os.environ, "GPU_DEDUP_FAULT": fault})
     assert killed.returncode == -9, killed.stderr
-    assert not (tmp_path / "ix" / "manifest.json").exists() and list((tmp_path / "ix").glob("seg-*"))
-    index_run(corpus / "a", tmp_path / "single", Config.from_dict(BASE), index_out=tmp_path / "ix1")
+    between()
     again = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
+
+
+def test_a_cluster_build_killed_before_its_manifest_leaves_no_index_and_reruns(corpus, tmp_path):
+    def nothing_published():
+        assert not (tmp_path / "ix" / "manifest.json").exists() and list((tmp_path / "ix").glob("seg-*"))
+
+    _build_killed_at("index:before-manifest", corpus, tmp_path, nothing_published)
+    index_run(corpus / "a", tmp_path / "single", Config.from_dict(BASE), index_out=tmp_path / "ix1")
     _same_index(tmp_path / "ix1", tmp_path / "ix")
 
 
@@ -202,14 +210,7 @@ def test_a_cluster_index_in_an_object_store_is_one_clear_error(corpus, tmp_path)
 def test_a_killed_cluster_index_build_resumes_from_its_checkpoints(corpus, tmp_path):
     """SIGKILL after the verify stage of a --workers --index-out run; the same command resumes from the workers'
     checkpoints and builds the index one process builds."""
-    args = [sys.executable, "-m", "gpu_dedup", "run", str(corpus / "a"), "-o", str(tmp_path / "out"), "--index-out",
-            str(tmp_path / "ix"), "--id-column", "id", "--backend", "cpu", "--workers", "2",
-            "--set", "cluster.block_rows=150", "-q"]
-    killed = subprocess.run(args, capture_output=True, text=True, timeout=600, start_new_session=True,
-                            env={**os.environ, "GPU_DEDUP_FAULT": "verify"})
-    assert killed.returncode == -9, killed.stderr
-    again = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr
+    _build_killed_at("verify", corpus, tmp_path)
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert {"exact", "bands"} <= set(report["resumed_from_checkpoint"])
     index_run(corpus / "a", tmp_path / "single", Config.from_dict(BASE), index_out=tmp_path / "ix1")
