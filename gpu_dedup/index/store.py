@@ -463,65 +463,24 @@ class Index:
 
         Returns the doc number of the first added document.
         """
-        if not self._locked:
-            with self.writing():
-                if _on_disk(self.path) != _state(self.manifest):  # pragma: no cover - writing() reloaded it
-                    raise RuntimeError("index changed while locked")
-                return self.append(ids=ids, kept=kept, survivor=survivor, keys=keys, texts=texts,
-                                   band_docs=band_docs, band_hashes=band_hashes, centres=centres,
-                                   signatures=signatures, vectors=vectors, layout=layout)
-        on_disk = _on_disk(self.path)
-        if on_disk != _state(self.manifest):  # e.g. opened before another process appended, then locked
-            raise OutputError(
-                f"the index in {str(self.path)!r} changed since this process opened it (another writer appended: "
-                f"{on_disk[1]} documents now, {self.documents} when opened), and these documents were deduplicated "
-                "against the earlier state; nothing was appended: open the index again and rerun")
-        n = len(ids)
-        c = self.manifest["config"]
-        if layout is not None and tuple(layout) != (c["bands"], c["rows"]):  # pragma: no cover - runs pin it
-            raise RuntimeError(f"run layout {tuple(layout)} differs from the index's {(c['bands'], c['rows'])}")
-        first = self.documents
-        name = segment_name(len(self.segments))
-        want = self.segments[0].docs.schema.field("id").type if self.segments else None
-        tmp = self.path / f".{name}.tmp"
-        self._discard_unlisted(name)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        try:
-            sums = write_segment(tmp, first, ids=ids, kept=kept, survivor=survivor, keys=keys, texts=texts,
-                                 band_docs=band_docs, band_hashes=band_hashes, centres=centres,
-                                 signatures=signatures, vectors=vectors, bands=c["bands"], id_type=want)
-            os.replace(tmp, self.path / name)
-        except BaseException:  # e.g. a full disk: no half-written segment is left behind
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        manifest = dict(self.manifest)
-        manifest["segments"] = list(self.manifest["segments"]) + [name]
-        manifest["documents"] = first + n
-        manifest[CHECKSUMS] = {**self.manifest.get(CHECKSUMS, {}), name: sums}
-        if self.source is not None:
-            manifest[SOURCES] = {**self.manifest.get(SOURCES, {}), name: self.source}
-        manifest.pop(MANIFEST_DIGEST, None)
-        if self.segments:
-            manifest["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        maybe_crash("index:before-manifest")
-        self._write_manifest(self.path, manifest)
-        self.manifest = sealed(manifest)
-        maybe_crash("index:after-append")
-        self.segments = self.segments + self._load_segments(self.path, {**self.manifest, CHECKSUMS: {}}, [name],
-                                                            first)  # its checksums were just taken
-        self._keys = None
-        self.source = None
-        return first
+        payload = {"ids": ids, "kept": kept, "survivor": survivor, "keys": keys, "texts": texts,
+                   "band_docs": band_docs, "band_hashes": band_hashes, "centres": centres, "signatures": signatures,
+                   "vectors": vectors}
+
+        def write(plan, writer):  # this process writes the one segment; the index's ids name the id type
+            want = self.segments[0].docs.schema.field("id").type if self.segments else None
+            return [writer(plan[0], bands=self.manifest["config"]["bands"], id_type=want, **payload)]
+
+        return self.append_segments([len(ids)], write, layout)
 
     def append_segments(self, counts: list, write, layout=None) -> int:
         """Add ``len(counts)`` segments of ``counts[k]`` documents each, published by one manifest write: what a
         cluster run appends (one segment per block, written by the worker holding the block).
 
-        ``write(plan, write_segment)`` writes them: ``plan[k]`` is a dict of ``name``, ``tmp`` (a directory to
-        create and write the files in with :func:`write_segment`, handed over so that the executor need not
-        import the index), ``dir`` (where to rename it once whole) and ``first`` (its first doc number); it
-        returns each segment's checksums, in order.  As with :meth:`append`, a run killed before the
+        ``write(plan, publish_segment)`` writes them: ``plan[k]`` is a dict of ``name``, ``tmp`` (the directory
+        to write the files in), ``dir`` (where to rename it once whole) and ``first`` (its first doc number);
+        ``publish_segment(plan[k], **columns)`` writes one (handed over so that an executor need not import the
+        index); it returns each segment's checksums, in order.  As with :meth:`append`, a run killed before the
         manifest leaves only unlisted segments (replaced by the next append), and every segment records this
         append's ``source``.  Returns the doc number of the first added document."""
         if not self._locked:
@@ -551,7 +510,7 @@ class Index:
             self._discard_unlisted(p["name"])
             shutil.rmtree(p["tmp"], ignore_errors=True)
         try:
-            sums = list(write(plan, write_segment))
+            sums = list(write(plan, publish_segment))
         except BaseException:  # no segment of a failed append is left behind
             for p in plan:
                 shutil.rmtree(p["tmp"], ignore_errors=True)
@@ -679,6 +638,22 @@ def _take(chunks: list, starts: np.ndarray, rows: np.ndarray) -> pa.Array:
 
 
 
+def publish_segment(plan: dict, **columns) -> dict:
+    """Segment ``plan["first"]..`` (see :meth:`Index.append_segments`) written whole in ``plan["tmp"]`` by
+    :func:`write_segment`, then renamed to ``plan["dir"]``; nothing is left of it when a write fails (a full
+    disk).  Returns its files' checksums."""
+    tmp = Path(plan["tmp"])
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        sums = write_segment(tmp, plan["first"], **columns)
+        os.replace(tmp, plan["dir"])
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sums
+
+
 def write_segment(directory: Path, first: int, *, ids, kept, survivor, keys, texts, band_docs, band_hashes, centres,
                   signatures=None, vectors=None, bands: int, id_type=None) -> dict:
     """Write one segment's files (docs ``first ..``, see the module docstring) into ``directory`` (which exists);
@@ -801,24 +776,21 @@ class IndexBuilder:
         return 0 if self.index is None else self.index.documents
 
     def append(self, **payload) -> int:
-        if self._fd is None:  # pragma: no cover - commands.run enters the builder
-            raise RuntimeError("IndexBuilder.append outside its with block")
-        index = Index.create(self.path, self.cfg, payload.get("layout"))
-        index._locked = True  # under this builder's lock
-        index.source = self.source
-        first = index.append(**payload)
-        index._locked = False
-        self.index = index
-        return first
+        """:meth:`Index.append` of the new index (a one-process run's documents, one segment)."""
+        return self._into_new(payload.get("layout"), lambda index: index.append(**payload))
 
     def append_segments(self, counts: list, write, layout=None) -> int:
         """:meth:`Index.append_segments` of the new index (a cluster run's blocks, one segment each)."""
+        return self._into_new(layout, lambda index: index.append_segments(counts, write, layout))
+
+    def _into_new(self, layout, add) -> int:
+        """``add(index)`` to the index this builder creates, under the builder's lock; its first doc number."""
         if self._fd is None:  # pragma: no cover - commands.run enters the builder
-            raise RuntimeError("IndexBuilder.append_segments outside its with block")
+            raise RuntimeError("IndexBuilder appended to outside its with block")
         index = Index.create(self.path, self.cfg, layout)
         index._locked = True  # under this builder's lock
         index.source = self.source
-        first = index.append_segments(counts, write, layout)
+        first = add(index)
         index._locked = False
         self.index = index
         return first

@@ -7,10 +7,7 @@ on a GPU worker) stay on the worker that read it; these functions run there.
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -292,9 +289,9 @@ def block_id_type(data: BlockData, ids: bool) -> pa.DataType:
 
 def write_index_segment(data: BlockData, keys: dict, bands: dict, dup: dict, centres: dict, plan: dict, *, writer,
                         first_doc: int, bands_count: int, id_type, ids: bool, texts: bool, dim: int | None) -> dict:
-    """The index segment of one block (its documents ``first_doc + row``), written in ``plan["tmp"]`` and renamed
-    to ``plan["dir"]`` once whole by ``writer`` (the index's own segment writer): the same columns one process
-    writes for these rows.  Returns its files' checksums (see :meth:`gpu_dedup.index.Index.append_segments`)."""
+    """The index segment of one block (its documents ``first_doc + row``) published at ``plan`` by ``writer``
+    (the index's own segment writer): the same columns one process writes for these rows.  Returns its files'
+    checksums (see :meth:`gpu_dedup.index.Index.append_segments`)."""
     b = data.block
     n, row0 = b.rows, b.row0
     kept = np.ones(n, bool)
@@ -317,23 +314,13 @@ def write_index_segment(data: BlockData, keys: dict, bands: dict, dup: dict, cen
         id_values = pa.array(first_doc + row0 + np.arange(n, dtype=np.int64), pa.int64())
     else:
         id_values = data.table.column("id").combine_chunks() if n else pa.array([], id_type)
-    tmp = Path(plan["tmp"])
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        sums = writer(
-            tmp, plan["first"], ids=id_values, kept=kept, survivor=survivor,
-            keys=np.column_stack([to_host(keys["k0"]), to_host(keys["k1"]), to_host(keys["k2"])]),
-            texts=data.norm if texts else None, band_docs=first_doc + lsh_row,
-            band_hashes=to_host(bands["band_hashes"]),
-            centres=(to_host(centres["band"]), to_host(centres["hash"]), to_host(centres["round"]),
-                     to_host(centres["doc"])),
-            signatures=full, vectors=vectors, bands=bands_count, id_type=id_type)
-        os.replace(tmp, plan["dir"])
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return sums
+    return writer(
+        plan, ids=id_values, kept=kept, survivor=survivor,
+        keys=np.column_stack([to_host(keys["k0"]), to_host(keys["k1"]), to_host(keys["k2"])]),
+        texts=data.norm if texts else None, band_docs=first_doc + lsh_row, band_hashes=to_host(bands["band_hashes"]),
+        centres=(to_host(centres["band"]), to_host(centres["hash"]), to_host(centres["round"]),
+                 to_host(centres["doc"])),
+        signatures=full, vectors=vectors, bands=bands_count, id_type=id_type)
 
 
 def block_rank_key(data: BlockData, keep: str) -> pa.Array:
