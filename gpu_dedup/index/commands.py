@@ -100,9 +100,9 @@ def _source(cfg: Config, inputs) -> str | None:
 def _check_id_kind(prior: Index, inputs, cfg: Config) -> None:
     """A run against an index names its documents' survivors by the index's ids: ids of another kind (int64
     against an index of strings) are refused before anything runs (the shards' schemas say)."""
-    if not prior.segments or cfg.input.id_column is None:
+    theirs = prior.id_type
+    if theirs is None or cfg.input.id_column is None:
         return
-    theirs = prior.segments[0].docs.schema.field("id").type
     for shard in storage.discover(inputs, cfg.input.format, warn=False):  # one schema read per shard
         if shard.format == "memory":
             continue

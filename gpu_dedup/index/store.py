@@ -250,6 +250,11 @@ class Index:
         self._segments, self._unloaded = value, None
 
     @property
+    def id_type(self):
+        """The Arrow type of the index's ids (None while it holds no segment: the first append's ids name it)."""
+        return self.segments[0].docs.schema.field("id").type if self.segments else None
+
+    @property
     def similarity(self) -> str:
         return index_similarity(self.manifest)
 
@@ -467,9 +472,8 @@ class Index:
                    "band_docs": band_docs, "band_hashes": band_hashes, "centres": centres, "signatures": signatures,
                    "vectors": vectors}
 
-        def write(plan, writer):  # this process writes the one segment; the index's ids name the id type
-            want = self.segments[0].docs.schema.field("id").type if self.segments else None
-            return [writer(plan[0], bands=self.manifest["config"]["bands"], id_type=want, **payload)]
+        def write(plan, writer):  # this process writes the one segment
+            return [writer(plan[0], bands=self.manifest["config"]["bands"], id_type=self.id_type, **payload)]
 
         return self.append_segments([len(ids)], write, layout)
 
@@ -774,6 +778,8 @@ class IndexBuilder:
     @property
     def documents(self) -> int:
         return 0 if self.index is None else self.index.documents
+
+    id_type = None  # a new index: its first append's ids name the type
 
     def append(self, **payload) -> int:
         """:meth:`Index.append` of the new index (a one-process run's documents, one segment)."""

@@ -447,7 +447,7 @@ class DaskExecutor:
                                first_doc=first_doc)
         data = self._blocks_data()
         counts = [b.rows for b in self.blocks] or [0]  # no rows: the one empty block, one empty segment
-        id_type = _index_id_type(sink)
+        id_type = sink.id_type
         if id_type is None:  # a new index: its first block's ids name the type (later blocks are cast to it)
             id_type = self.client.submit(B.block_id_type, self.loaded[0], self.corpus.id_column is not None,
                                          pure=False).result()
@@ -510,13 +510,6 @@ def _cugraph_components(client, edges: list, partitions: int):
         comms.destroy()
     frames_out = client.map(routing.from_df, parts, pure=False)
     return routing.route(client, frames_out, frames.hash_dest, partitions, on="node")
-
-
-def _index_id_type(sink):
-    """The id type of the index ``sink`` appends to (None: a new index)."""
-    index = getattr(sink, "index", sink)  # an IndexBuilder holds no index before its append
-    segments = getattr(index, "segments", None) if index is not None else None
-    return segments[0].docs.schema.field("id").type if segments else None
 
 
 def _own_centres(part: dict, first_doc: int) -> dict:
