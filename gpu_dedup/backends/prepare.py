@@ -5,7 +5,8 @@ backend methods a run uses, with the run's argument types: the text
 normalization (its fast path and, for the code points the configured Unicode
 form changes, which nearly every real corpus has, its slow path), the
 exact-duplicate keys (if ``exact_dedup``), the signature
-kernel of the configured shingle mode, the band hashes and the verification
+kernel of the configured shingle mode, the band hashes (and, on the host, the
+buckets' pre-filter) and the verification
 kernels of ``verify.method``.  Numba then loads each kernel from its on-disk
 cache, or compiles it the first time after an install (or an upgrade of the
 kernel sources).  Nothing else is compiled: a word-shingle run never builds
@@ -34,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 from numba.core import event
 
+from gpu_dedup.kernels.buckets_cpu import maybe_shared
 from gpu_dedup.kernels.params import hash_params
 
 log = logging.getLogger("gpu_dedup")
@@ -119,7 +121,9 @@ def prepare(backend, cfg) -> tuple[float, bool]:
         docs = np.arange(len(strings), dtype=np.int64)
         sig, _ = backend.minhash(strings, params, mh.shingle, mh.ngram, cfg.signature_perms, docs)
         bands, rows = cfg.layout
-        backend.band_hashes(sig, bands, rows, params.band_base)
+        bh = backend.band_hashes(sig, bands, rows, params.band_base)
+        if backend.xp is np:  # the host's bucket pre-filter (a GPU sorts every row)
+            maybe_shared(bh)
         if cfg.verify.method == "exact":
             offsets, values = backend.shingle_sets(strings, params, mh.shingle, mh.ngram, docs=docs)
             backend.jaccard_pairs(offsets, values, [0], [1])

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_dedup.backends import array_module, to_host
+from gpu_dedup.kernels.buckets_cpu import maybe_shared
 
 
 @dataclass(frozen=True)
@@ -102,18 +103,25 @@ def buckets(band_hashes, docs=None, min_size: int = 2) -> Buckets:
     """Group rows of an (n, bands) band-hash matrix by (band, hash); drop buckets below ``min_size``.
 
     ``docs``: the document number of each row (ascending; default: the row).
-    One stable sort per band (bounded memory): O(bands) steps, not O(documents).
+    One stable sort per band (bounded memory): O(bands) steps, not O(documents); on the host only of the
+    rows that can share the band's hash with another row (:func:`maybe_shared`), when ``min_size`` >= 2.
     """
     xp = array_module(band_hashes)
     n, num_bands = band_hashes.shape
     doc = xp.arange(n, dtype=xp.int64) if docs is None else xp.asarray(docs, dtype=xp.int64)
     if n == 0:
         return empty_buckets(xp)
+    # on the host, rows sharing no band hash with another row are dropped before the sorts (a bitmap pass per
+    # band, kernels/buckets_cpu.py): they make no bucket of ``min_size`` >= 2; a GPU sorts them all at once
+    shared = maybe_shared(band_hashes) if xp is np and min_size >= 2 else None
     parts = []
     for band in range(num_bands):  # one sort per band
-        col = band_hashes[:, band]
+        col, d = band_hashes[:, band], doc
+        if shared is not None:
+            keep = np.flatnonzero(shared[band])
+            col, d = col[keep], d[keep]
         order = xp.argsort(col, kind="stable")  # rows ascend, so members ascend within a bucket
-        parts.append(_runs(xp, xp.full(n, band, dtype=xp.int32), col[order], doc[order], min_size))
+        parts.append(_runs(xp, xp.full(col.shape[0], band, dtype=xp.int32), col[order], d[order], min_size))
     return concat_buckets(parts) if any(len(p) for p in parts) else empty_buckets(xp)
 
 

@@ -123,3 +123,20 @@ def test_star_rounds_one_round_equals_verified_star_edges_and_stays_linear():
     _res = star_rounds(b, sim, 0.5, rounds=1, keep_all=True)
     e_none, scored = _res.verified, len(_res.scored)
     assert len(e_none) == scored
+
+
+def test_buckets_of_wide_hashes_match_brute_force_grouping():
+    """Full 64-bit hashes, most rows in no bucket (the host drops those before sorting)."""
+    rng = np.random.default_rng(5)
+    bh = rng.integers(0, 2**64, size=(3000, 6), dtype=np.uint64)
+    bh[100:400] = bh[1000:1300]  # near duplicates: every band shared
+    bh[::97, 3] = 12345  # one bucket spread over the corpus
+    bh[2000:2010, 5] = bh[10, 5]
+    b = buckets(bh)
+    got = {(int(b.band[i]), int(b.hash[i])): list(b.members[b.offsets[i] : b.offsets[i + 1]]) for i in range(len(b))}
+    assert got == _brute_buckets(bh)
+    docs = np.arange(3000, dtype=np.int64) * 3 + 11  # rows named by doc numbers
+    b2 = buckets(bh, docs=docs)
+    assert np.array_equal(b2.members, docs[b.members]) and np.array_equal(b2.offsets, b.offsets)
+    single = buckets(bh, min_size=1)  # every row, singletons included
+    assert single.members.shape[0] == bh.size
