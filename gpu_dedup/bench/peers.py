@@ -70,7 +70,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_dedup.bench import growth_exponent, machine, run_cli_job, write_results
+from gpu_dedup.bench import child_env, growth_exponent, machine, run_cli_job, write_results
 from gpu_dedup.bench.workers import make_corpus
 
 TOOLS = ("gpu_dedup", "rensa", "datasketch")  # the default; datatrove on request (--tools ... datatrove)
@@ -299,7 +299,7 @@ def child_main(argv) -> int:
 def _child(args, env=None) -> dict:
     cmd = [sys.executable, "-m", "gpu_dedup.bench.peers", *map(str, args)]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(env))
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark child failed: {' '.join(cmd[:6])}\n{proc.stderr[-3000:]}")
@@ -713,7 +713,8 @@ def markdown(p: dict) -> str:
              f"Parameters for every tool: {par['num_perm']} permutations, {par['shingle']} {par['ngram']}-grams, "
              f"{par['bands']} bands x {par['rows']} rows, threshold {par['threshold']}; gpu_dedup verifies "
              f"candidates ({par['verify']}), {par['hash_bits']}-bit hashes.", "",
-             "**End to end** (Parquet shards -> removed ids; each tool in its own process, start-up included; "
+             "**End to end** (Parquet shards -> removed ids; each tool in its own process, start-up included, "
+             "Python caching bytecode as in a user's shell; "
              f"`{SHARDS}` also writes the deduplicated shards, which no peer does):", "",
              "| corpus | tool | docs | seconds | docs/s | MB/s | peak RSS MiB | candidate pairs | removed "
              "| recall (J>=t) | recall (J>=t+0.05) | precision | its time / gpu_dedup's |",
