@@ -156,6 +156,10 @@ class Executor(Protocol):
     def take(self, rows: np.ndarray, column: str):
         """A few rows' original ``text`` or ``id`` (a host Arrow array in the order of ``rows``)."""
 
+    def release_texts(self) -> None:
+        """No later step scores pairs or hands texts to an index: the normalized texts may be freed (the write
+        stage then streams the shards without them)."""
+
     def write_shards(self, removed: Parts, out, ckpt, progress: Callable | None = None) -> int:
         """Every shard's kept rows under its name (``removed``: block-aligned frames ``row`` of the rows it
         removes), each marked in ``ckpt`` once written; the rows written."""

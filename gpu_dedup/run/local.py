@@ -155,6 +155,7 @@ class LocalExecutor:
         self.st = None
         self._norm = None  # normalized texts (host Arrow), made from the buffers when first asked for
         self._strings = None
+        self._released = False  # release_texts() freed the normalized texts
         self._raw = None  # RawText of the text columns a device reader read (until normalized)
         self._batches = None  # normalized batches of the read stage (see BatchNormalizer), until joined
         self.reader = None  # "cudf" when a device reader read the text columns, else "pyarrow"
@@ -261,6 +262,8 @@ class LocalExecutor:
     @property
     def strings(self):
         """Normalized texts as kernel buffers (computed on first use, e.g. again after a resume)."""
+        if self._released:
+            raise RuntimeError("the normalized texts were released (release_texts) before a step that reads them")
         if self._strings is None:
             with self.st.stage("normalize", self.corpus.n) as info:
                 if self._batches is not None:  # normalized batch by batch as the read stage read them
@@ -495,6 +498,12 @@ class LocalExecutor:
         if column == "text" and "text" not in self.corpus.table.column_names:
             return _ShardTexts(self.corpus, self.cfg).take(rows)
         return self.corpus.table.column(column).take(pa.array(np.asarray(rows, np.int64))).combine_chunks()
+
+    def release_texts(self) -> None:
+        """Free the normalized texts (at 10^6 documents as large as the text itself) before the write stage
+        streams the shards; asking for them afterwards is an error, not a silent second normalization."""
+        self._strings = self._norm = None
+        self._released = True
 
     def write_shards(self, removed: list, out: Path, ckpt, progress=None) -> int:
         kept = np.ones(self.corpus.n, bool)

@@ -669,6 +669,8 @@ class _Sequence:
             written = 0  # rows in deduplicated shards: none in memory or with output.shards false
             target = self.job.target
             if target is not None and self.job.write_shards:
+                if self.job.sink is None:  # nothing reads the normalized texts any more (an index would)
+                    ex.release_texts()
                 written = ex.write_shards(ex.map(_removed, dup), target, self.ckpt, progress=info.progress.update)
                 if written != self.counts["kept"]:  # pragma: no cover - guarded by tests
                     raise RuntimeError(f"accounting error: {written} rows written but {self.counts['kept']} kept")

@@ -307,3 +307,29 @@ def test_split_chains_mode_accounts_for_every_row_and_keeps_members_close(plante
     assert (frame.groupby("cluster_id")["kept"].sum() == 1).all()
     again = run(d / "in", tmp_path / "out2", cfg)
     assert np.array_equal(again.cluster, result.cluster)
+
+
+def test_write_stage_streams_without_the_normalized_texts(planted, tmp_path, monkeypatch):
+    """The normalized texts (as large as the text) are freed before the shards are written, unless an index
+    reads them afterwards; reading them after that is an error, not a second normalization."""
+    from gpu_dedup.index import IndexBuilder
+    from gpu_dedup.run.local import LocalExecutor
+
+    d, _ = planted
+    seen = []
+    write = LocalExecutor.write_shards
+
+    def spy(self, *args, **kw):
+        seen.append(self._strings is None)
+        if self._strings is None:
+            with pytest.raises(RuntimeError, match="released"):
+                self.strings  # noqa: B018
+        return write(self, *args, **kw)
+
+    monkeypatch.setattr(LocalExecutor, "write_shards", spy)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    plain = run(d / "in", tmp_path / "plain", cfg)
+    with IndexBuilder(tmp_path / "index", cfg) as builder:
+        indexed = run(d / "in", tmp_path / "indexed", cfg, sink=builder)
+    assert seen == [True, False]
+    assert plain.report["counts"] == indexed.report["counts"]

@@ -408,6 +408,9 @@ class DaskExecutor:
         inverse[np.concatenate(order)] = np.arange(rows.shape[0])
         return values.take(pa.array(inverse))
 
+    def release_texts(self) -> None:
+        """Nothing to free from here: a worker's block texts go with the block's futures."""
+
     def write_shards(self, removed: list, out: Path, ckpt, progress=None) -> int:
         """Each shard written by a worker from its blocks' removed rows (a shard's blocks are consecutive)."""
         shards = self.corpus.shards
