@@ -13,3 +13,7 @@ python3 -m gpu_dedup bench skew --results "$out" "${work[@]}"  # 10% boilerplate
 python3 -m gpu_dedup bench workers --results "$out" "${work[@]}"  # 1 process vs 1, 2 workers
 python3 -m gpu_dedup bench workers --documents 1500000 --workers 2 --memory-limit 1.5GiB --block-rows 20000 \
   --results "$out" "${work[@]}"  # workers under a memory limit
+for run in layouts layouts/second-run; do  # 10^5 and 10^6 documents, one row group and row groups of 10^4, twice
+  python3 -m gpu_dedup bench peers --sizes 100000 1000000 --layouts one-row-group many-row-groups \
+    --tools gpu_dedup rensa --peer-max-docs 1000000 --real none --results "$out/$run" "${work[@]}"
+done
