@@ -5,8 +5,8 @@ backend methods a run uses, with the run's argument types: the text
 normalization (its fast path and, for the code points the configured Unicode
 form changes, which nearly every real corpus has, its slow path), the
 exact-duplicate keys (if ``exact_dedup``), the signature
-kernel of the configured shingle mode, the band hashes (and, on the host, the
-buckets' pre-filter) and the verification
+kernel of the configured shingle mode, the band hashes (and the buckets'
+pre-filter of host arrays) and the verification
 kernels of ``verify.method``.  Numba then loads each kernel from its on-disk
 cache, or compiles it the first time after an install (or an upgrade of the
 kernel sources).  Nothing else is compiled: a word-shingle run never builds
@@ -122,8 +122,8 @@ def prepare(backend, cfg) -> tuple[float, bool]:
         sig, _ = backend.minhash(strings, params, mh.shingle, mh.ngram, cfg.signature_perms, docs)
         bands, rows = cfg.layout
         bh = backend.band_hashes(sig, bands, rows, params.band_base)
-        if backend.xp is np:  # the host's bucket pre-filter (a GPU sorts every row)
-            maybe_shared(bh)
+        # the host's bucket pre-filter: a CPU run's, and a GPU run's whose corpus is batched through host memory
+        maybe_shared(np.asarray(bh.get() if hasattr(bh, "get") else bh, np.uint64))
         if cfg.verify.method == "exact":
             offsets, values = backend.shingle_sets(strings, params, mh.shingle, mh.ngram, docs=docs)
             backend.jaccard_pairs(offsets, values, [0], [1])

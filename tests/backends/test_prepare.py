@@ -103,6 +103,8 @@ def test_prepare_hears_numba_cuda_compiling_and_normalizes_on_the_backend(caplog
     """numba-cuda raises its compile events on its own event module; the GPU normalization kernel is the
     backend's normalize_column, so prepare must call that (not the host normalization) to compile it."""
     pytest.importorskip("numba_cuda")
+    from numba import cuda  # noqa: F401  (the GPU backend has loaded the CUDA target before it prepares)
+
     from gpu_dedup.backends.prepare import prepare
 
     cfg = Config.from_dict({"minhash": {"num_perm": 16, "ngram": 2}, "exact_dedup": True})
