@@ -72,6 +72,9 @@ def _runs(xp, band, hashes, doc, min_size: int) -> Buckets:
                    doc[in_multi].astype(xp.int64))
 
 
+BAND_MIX = np.uint64(0xD6E8FEB86659FD93)  # an odd constant: the band number spread over the key's bits
+
+
 def group_buckets(band, hashes, doc, min_size: int = 2) -> Buckets:
     """Group a long frame (band, band hash, doc) into buckets of at least ``min_size`` members.
 
@@ -81,6 +84,10 @@ def group_buckets(band, hashes, doc, min_size: int = 2) -> Buckets:
     xp = array_module(band, hashes, doc)
     if doc.shape[0] == 0:
         return empty_buckets(xp)
+    if xp is np and min_size >= 2:  # on the host, only rows whose (band, hash) another row may share are sorted
+        key = hashes.astype(np.uint64) ^ (band.astype(np.uint64) * BAND_MIX)  # equal pairs, equal keys
+        keep = np.flatnonzero(maybe_shared(key.reshape(-1, 1))[0])
+        band, hashes, doc = band[keep], hashes[keep], doc[keep]
     order = xp.argsort(doc, kind="stable")
     order = order[xp.argsort(hashes[order], kind="stable")]
     order = order[xp.argsort(band[order], kind="stable")]

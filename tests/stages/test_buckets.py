@@ -140,3 +140,22 @@ def test_buckets_of_wide_hashes_match_brute_force_grouping():
     assert np.array_equal(b2.members, docs[b.members]) and np.array_equal(b2.offsets, b.offsets)
     single = buckets(bh, min_size=1)  # every row, singletons included
     assert single.members.shape[0] == bh.size
+
+
+def test_group_buckets_of_a_shuffled_long_frame_match_brute_force():
+    """A shuffle partition's long frame (band, hash, doc) in any order, most pairs alone; the same hash in two
+    bands is two buckets."""
+    from gpu_dedup.stages.buckets import group_buckets, long_frame
+
+    rng = np.random.default_rng(8)
+    bh = rng.integers(0, 2**64, size=(2000, 5), dtype=np.uint64)
+    bh[50:150] = bh[900:1000]
+    bh[::41, 1] = 99
+    bh[::53, 2] = 99  # the same value in another band
+    frame = long_frame({"band_hashes": bh, "lsh_row": np.arange(2000, dtype=np.int64)})
+    perm = rng.permutation(frame["doc"].shape[0])
+    b = group_buckets(frame["band"][perm], frame["hash"][perm], frame["doc"][perm])
+    got = {(int(b.band[i]), int(b.hash[i])): list(b.members[b.offsets[i] : b.offsets[i + 1]]) for i in range(len(b))}
+    assert got == _brute_buckets(bh)
+    assert list(got) == sorted(got)  # ordered by (band, hash)
+    assert group_buckets(frame["band"], frame["hash"], frame["doc"], min_size=1).members.shape[0] == bh.size
