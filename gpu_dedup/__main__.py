@@ -1,7 +1,5 @@
 """``python -m gpu_dedup`` = the ``gpu-dedup`` command."""
 
-import sys
+from gpu_dedup.cli import console
 
-from gpu_dedup.cli import main
-
-sys.exit(main())
+console()

@@ -740,3 +740,43 @@ def test_query_help_says_plain_text_is_one_query_per_line(capsys):
         main(["query", "--help"])
     out = capsys.readouterr().out
     assert "one query per line" in out and "--jsonl" in out
+
+
+def test_the_command_runs_exit_handlers_flushes_and_exits_with_the_status():
+    """``gpu-dedup`` ends with os._exit after main (no interpreter teardown): exit handlers still run,
+    everything printed arrives, and the exit status is main's."""
+    script = ("import atexit, sys\n"
+              "from gpu_dedup.cli import console\n"
+              "atexit.register(lambda: print('exit handler ran', flush=True))\n"
+              "sys.stdout.write('buffered, not flushed\\n')\n"
+              "sys.argv = ['gpu-dedup'] + sys.argv[1:]\n"
+              "console()\n"
+              "print('never printed')\n")
+    ok = subprocess.run([sys.executable, "-c", script, "config"], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert "buffered, not flushed" in ok.stdout and "exit handler ran" in ok.stdout
+    assert "bands" in ok.stdout and "never printed" not in ok.stdout
+    bad = subprocess.run([sys.executable, "-c", script, "run", "/nonexistent/shards", "-o", "/nonexistent/out"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 3 and "does not exist" in bad.stderr and "exit handler ran" in bad.stdout
+
+
+def test_the_command_exits_as_usual_while_another_thread_runs(monkeypatch):
+    """A non-daemon thread still alive: no shortcut (Python joins it as usual)."""
+    import threading
+
+    from gpu_dedup import cli
+
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    ended = []
+    monkeypatch.setattr(cli, "main", lambda: 0)
+    monkeypatch.setattr("os._exit", lambda code: ended.append(code))
+    try:
+        with pytest.raises(SystemExit) as exc:
+            cli.console()
+    finally:
+        stop.set()
+        worker.join()
+    assert exc.value.code == 0 and ended == []

@@ -210,4 +210,32 @@ def main(argv=None) -> int:
         return EXIT_INTERNAL
 
 
-__all__ = ["main", "build_parser"]
+def console() -> None:
+    """The ``gpu-dedup`` command (and ``python -m gpu_dedup``): :func:`main`, then the process ends as soon as
+    its work is done and flushed.
+
+    Once a run has loaded its compiled kernels, the interpreter's own teardown (freeing every module and
+    Numba's and LLVM's state) takes 0.3 to 1 s, longer than the stages of a small run.  The exit handlers
+    still run (a Dask cluster is closed, temporary directories are removed, logs are flushed); only that
+    teardown is skipped, and only when no other non-daemon thread is alive (otherwise Python exits as
+    usual, joining it).  Outputs are committed, synced and closed before :func:`main` returns."""
+    import atexit
+    import os
+
+    code = main()
+    code = 0 if code is None else code if isinstance(code, int) else 1
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if run_exit_handlers is None or others:
+        sys.exit(code)
+    run_exit_handlers()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said there
+            pass
+    os._exit(code)
+
+
+__all__ = ["main", "build_parser", "console"]
