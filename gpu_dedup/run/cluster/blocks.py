@@ -291,25 +291,39 @@ def _fixed_binary(matrix: np.ndarray) -> pa.Array:
     return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), matrix.shape[0], [None, flat]).cast(pa.large_binary())
 
 
-def pair_similarity(part: dict, family, method: str) -> dict:
-    """Similarity of the pairs of one partition, both ends' payloads side by side."""
-    m = part["src"].shape[0]
-    left, right = np.arange(m), np.arange(m) + m
+def indexed_similarity(values: pa.Array, left, right, family, method: str) -> np.ndarray:
+    """Similarity of the pairs (``left[i]``, ``right[i]``) of rows of ``values``: payloads (normalized texts,
+    signature rows or vectors as bytes, see the payload functions above), each row once however many pairs
+    it is in."""
     be = family.cfg.backend
-    if m == 0:
-        return {"src": part["src"], "dst": part["dst"], "sim": np.zeros(0, np.float64)}
-    a, b = part["src_data"], part["dst_data"]
-    both = pa.concat_arrays([a, b])
     if method != "exact":
-        values = _matrix(both, family.empty_values().dtype)
-        sim = family.pair_similarity(None, values, left, right, be)
+        sim = family.pair_similarity(None, _matrix(values, family.empty_values().dtype), left, right, be)
     elif family.uses_text:
-        sim = family.pair_similarity(RowData(strings=string_buffers(both.cast(pa.large_string()))), None, left,
+        sim = family.pair_similarity(RowData(strings=string_buffers(values.cast(pa.large_string()))), None, left,
                                      right, be)
     else:
-        x = _matrix(both, np.float32)
-        sim = family.pair_similarity(RowData(vectors=Vectors(x, np.zeros(2 * m, np.int8))), None, left, right, be)
-    return {"src": part["src"], "dst": part["dst"], "sim": np.asarray(to_host(sim), np.float64)}
+        x = _matrix(values, np.float32)
+        sim = family.pair_similarity(RowData(vectors=Vectors(x, np.zeros(len(values), np.int8))), None, left, right,
+                                     be)
+    return np.asarray(to_host(sim), np.float64)
+
+
+def score_at_block(data, part: dict, answers: dict, payload, family, method: str, first_doc: int, prior) -> dict:
+    """Similarities of the pairs ``part`` (``src``, ``dst``, ``_part``, ``_i``) that reached the block of their
+    second ends, ``data`` (a block, or its bands for verification by signature): the second ends' payloads
+    are the block's own, the first ends' came in ``answers`` (``node``, ``node_data``: each first end these
+    pairs need, once)."""
+    m = part["src"].shape[0]
+    if m == 0:
+        return {"sim": np.zeros(0, np.float64), "_part": part["_part"], "_i": part["_i"]}
+    dst_nodes, right = np.unique(to_host(part["dst"]), return_inverse=True)
+    own = payload(data, {"node": dst_nodes}, column="node", first_doc=first_doc, prior=prior)["node_data"]
+    src_nodes = to_host(answers["node"])  # distinct: each asked once, answered by its one block
+    order = np.argsort(src_nodes, kind="stable")
+    left = order[np.searchsorted(src_nodes[order], to_host(part["src"]))]
+    values = pa.concat_arrays([answers["node_data"].cast(pa.large_binary()), own.cast(pa.large_binary())])
+    sim = indexed_similarity(values, left, right.reshape(-1) + src_nodes.shape[0], family, method)
+    return {"sim": sim, "_part": part["_part"], "_i": part["_i"]}
 
 
 def _matrix(col: pa.Array, dtype) -> np.ndarray:
