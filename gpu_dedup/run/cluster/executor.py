@@ -158,7 +158,8 @@ class DaskExecutor:
         self.block_starts = np.array([b.row0 for b in self.blocks] + [n], np.int64) if self.blocks else \
             np.array([0, 0], np.int64)
         block_shards = [shards[b.shard_index] for b in self.blocks]
-        self.homes = B.spread_blocks([b.rows for b in self.blocks], sorted(client.scheduler_info()["workers"]))
+        # every worker (scheduler_info() lists only 5 in some Dask releases: dask/distributed#9045)
+        self.homes = B.spread_blocks([b.rows for b in self.blocks], sorted(client.nthreads()))
         self.loaded = [client.submit(B.load_block, b, shard, cfg=cfg, pure=False, workers=[home] if home else None,
                                      allow_other_workers=True)
                        for b, shard, home in zip(self.blocks, block_shards, self.homes)]
