@@ -379,3 +379,38 @@ def test_saved_parts_go_on_without_the_tasks_that_computed_them(cluster2, tmp_pa
         assert _reuse_or_load(str(path), "cpu")["a"].tolist() == got[1]["a"].tolist()  # no frame here: the file
     finally:
         ex.close()
+
+
+def _arrow_pool():
+    import pyarrow as pa
+
+    return pa.default_memory_pool().backend_name
+
+
+def test_blocks_stay_on_the_worker_that_read_them(corpus, tmp_path):
+    """Blocks are spread over the workers by rows and stay where they are read: every task that reads one runs
+    there, so after a whole run no block has a copy on another worker (Dask copied blocks to the workers of
+    the small frames they met, until one worker held every block); workers allocate Arrow memory with the
+    system allocator, which gives freed memory back."""
+    import collections
+
+    from gpu_dedup.run.checkpoint import NoCheckpoints
+    from gpu_dedup.run.cluster.executor import DaskExecutor
+    from gpu_dedup.run.sequence import Job, execute
+    from gpu_dedup.storage.discovery import discover
+
+    cfg = Config.from_dict({**BASE, "cluster": {"workers": 2, "block_rows": 300}})
+    ex = DaskExecutor(discover([corpus / "in"]), cfg)
+    try:
+        result = execute(Job(cfg), ex, NoCheckpoints())
+        assert result.report["counts"]["removed"] > 0
+        held = ex.client.who_has(ex.loaded)
+        holders = [sorted(held[f.key]) for f in ex.loaded]
+        assert len(ex.loaded) == 9 and all(len(h) == 1 for h in holders), holders  # 300, 300, 200 rows a shard
+        rows = collections.Counter()
+        for b, h in zip(ex.blocks, holders):
+            rows[h[0]] += b.rows
+        assert sorted(rows.values()) == [1100, 1300]  # fewest rows first: 300 300 | 300 300 | 200 200 | ...
+        assert set(ex.client.run(_arrow_pool).values()) == {"system"}
+    finally:
+        ex.close()

@@ -70,6 +70,19 @@ def plan_blocks(infos: list, block_rows: int) -> list:
     return blocks
 
 
+def spread_blocks(rows: list, workers: list) -> list:
+    """The worker each block is read on: the one with the fewest rows so far (ties: the first), so every
+    worker holds about its share of the corpus, whatever order the workers become free in."""
+    load = dict.fromkeys(workers, 0)
+    homes = []
+    for r in rows:
+        w = min(load, key=load.get) if load else None
+        if w is not None:
+            load[w] += r
+        homes.append(w)
+    return homes
+
+
 # --------------------------------------------------------------------------- a block on its worker
 
 
@@ -86,6 +99,19 @@ class BlockData:
 
     def rows(self) -> RowData:
         return RowData(strings=self.strings, vectors=self.vectors)
+
+    def __sizeof__(self) -> int:
+        """Bytes the block holds (columns, normalized texts, vectors; device bytes on a GPU worker): what Dask
+        weighs it by (``dask.sizeof`` falls back to ``sys.getsizeof``) when it places a task that reads the
+        block and when it spills.  Weighed as an empty object, a block was copied to whichever worker held the
+        small frame a task paired it with, and one worker ended up holding every block."""
+        n = object.__sizeof__(self) + (self.table.nbytes if self.table is not None else 0)
+        arrays = [self.null]
+        if self.strings is not None:
+            arrays += [self.strings.offsets, self.strings.data]
+        if self.vectors is not None:
+            arrays += [self.vectors.matrix, self.vectors.status]
+        return n + sum(int(a.nbytes) for a in arrays if a is not None)
 
     @property
     def norm(self) -> pa.Array:
@@ -141,11 +167,23 @@ def distinct_pairs(part: dict) -> dict:
     return {"distinct": int(keys.shape[0])}
 
 
+LENGTH = "_length"  # the original texts' lengths (the ``longest`` policy's key), kept when the texts go
+
+
 def normalize_block(data: BlockData, cfg: Config) -> BlockData:
+    """The block with its normalized texts, and without its original texts: nothing after normalization reads
+    them but the ``longest`` policy's key (their lengths, kept) and the report's few sample texts (read from
+    the shard again, :func:`take_column`)."""
     if not family_for(cfg).uses_text:
         return data
-    strings, invalid = get_backend(cfg.backend).normalize_column(data.table.column("text"), cfg.normalize)
-    return replace(data, strings=strings, invalid_utf8=invalid)
+    text = data.table.column("text")
+    strings, invalid = get_backend(cfg.backend).normalize_column(text, cfg.normalize)
+    table = data.table.drop_columns(["text"])
+    if cfg.select.keep == "longest":
+        lengths = text_lengths(text)
+        table = table.append_column(LENGTH, lengths.combine_chunks() if isinstance(lengths, pa.ChunkedArray)
+                                    else lengths)
+    return replace(data, table=table, strings=strings, invalid_utf8=invalid)
 
 
 def block_norm_info(data: BlockData) -> dict:
@@ -168,6 +206,20 @@ def block_signatures(data: BlockData, rows: dict, family) -> dict:
     sig = family.signatures(data.rows(), r - data.block.row0, backend=family.cfg.backend)
     xp = array_module(sig.values)
     return {"row": r, "values": sig.values, "features": xp.asarray(sig.features), "usable": xp.asarray(sig.usable)}
+
+
+def block_signed(data: BlockData, rows: dict, family) -> dict:
+    """A block's signatures and band hashes in one task: what the signature stage counts (``row``,
+    ``features``, ``usable``) and, under ``bands``, the band hashes (see :func:`block_bands`).  The signature
+    values (``signature_perms`` x 4 bytes a row, the largest table a block makes) never wait in a worker's
+    memory for their band hashes; they go as soon as the bands are made (unless the family keeps them)."""
+    sig = block_signatures(data, rows, family)
+    bands = block_bands(sig, family)
+    return {"row": sig["row"], "features": sig["features"], "usable": sig["usable"], "bands": bands}
+
+
+def signed_bands(signed: dict) -> dict:
+    return signed["bands"]
 
 
 def block_bands(sig: dict, family) -> dict:
@@ -239,25 +291,39 @@ def _fixed_binary(matrix: np.ndarray) -> pa.Array:
     return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), matrix.shape[0], [None, flat]).cast(pa.large_binary())
 
 
-def pair_similarity(part: dict, family, method: str) -> dict:
-    """Similarity of the pairs of one partition, both ends' payloads side by side."""
-    m = part["src"].shape[0]
-    left, right = np.arange(m), np.arange(m) + m
+def indexed_similarity(values: pa.Array, left, right, family, method: str) -> np.ndarray:
+    """Similarity of the pairs (``left[i]``, ``right[i]``) of rows of ``values``: payloads (normalized texts,
+    signature rows or vectors as bytes, see the payload functions above), each row once however many pairs
+    it is in."""
     be = family.cfg.backend
-    if m == 0:
-        return {"src": part["src"], "dst": part["dst"], "sim": np.zeros(0, np.float64)}
-    a, b = part["src_data"], part["dst_data"]
-    both = pa.concat_arrays([a, b])
     if method != "exact":
-        values = _matrix(both, family.empty_values().dtype)
-        sim = family.pair_similarity(None, values, left, right, be)
+        sim = family.pair_similarity(None, _matrix(values, family.empty_values().dtype), left, right, be)
     elif family.uses_text:
-        sim = family.pair_similarity(RowData(strings=string_buffers(both.cast(pa.large_string()))), None, left,
+        sim = family.pair_similarity(RowData(strings=string_buffers(values.cast(pa.large_string()))), None, left,
                                      right, be)
     else:
-        x = _matrix(both, np.float32)
-        sim = family.pair_similarity(RowData(vectors=Vectors(x, np.zeros(2 * m, np.int8))), None, left, right, be)
-    return {"src": part["src"], "dst": part["dst"], "sim": np.asarray(to_host(sim), np.float64)}
+        x = _matrix(values, np.float32)
+        sim = family.pair_similarity(RowData(vectors=Vectors(x, np.zeros(len(values), np.int8))), None, left, right,
+                                     be)
+    return np.asarray(to_host(sim), np.float64)
+
+
+def score_at_block(data, part: dict, answers: dict, payload, family, method: str, first_doc: int, prior) -> dict:
+    """Similarities of the pairs ``part`` (``src``, ``dst``, ``_part``, ``_i``) that reached the block of their
+    second ends, ``data`` (a block, or its bands for verification by signature): the second ends' payloads
+    are the block's own, the first ends' came in ``answers`` (``node``, ``node_data``: each first end these
+    pairs need, once)."""
+    m = part["src"].shape[0]
+    if m == 0:
+        return {"sim": np.zeros(0, np.float64), "_part": part["_part"], "_i": part["_i"]}
+    dst_nodes, right = np.unique(to_host(part["dst"]), return_inverse=True)
+    own = payload(data, {"node": dst_nodes}, column="node", first_doc=first_doc, prior=prior)["node_data"]
+    src_nodes = to_host(answers["node"])  # distinct: each asked once, answered by its one block
+    order = np.argsort(src_nodes, kind="stable")
+    left = order[np.searchsorted(src_nodes[order], to_host(part["src"]))]
+    values = pa.concat_arrays([answers["node_data"].cast(pa.large_binary()), own.cast(pa.large_binary())])
+    sim = indexed_similarity(values, left, right.reshape(-1) + src_nodes.shape[0], family, method)
+    return {"sim": sim, "_part": part["_part"], "_i": part["_i"]}
 
 
 def _matrix(col: pa.Array, dtype) -> np.ndarray:
@@ -277,8 +343,14 @@ def take_ids(data: BlockData, part: dict, column: str) -> dict:
     return {**part, "id": data.table.column("id").take(pa.array(rows.astype(np.int64))).combine_chunks()}
 
 
-def take_column(data: BlockData, rows: np.ndarray, column: str) -> pa.Array:
-    return data.table.column(column).take(pa.array(rows - data.block.row0)).combine_chunks()
+def take_column(data: BlockData, rows: np.ndarray, column: str, shard, cfg: Config) -> pa.Array:
+    """``column`` (text or id) of the block's ``rows``; original texts, which a normalized block no longer
+    holds, read from the block's rows of its shard."""
+    table = data.table
+    if column not in table.schema.names:
+        score = cfg.select.score_column if cfg.select.keep == "score" else None
+        table = storage.read_columns(shard, cfg.input, score, data.block.row_groups)
+    return table.column(column).take(pa.array(rows - data.block.row0)).combine_chunks()
 
 
 def block_id_type(data: BlockData, ids: bool) -> pa.DataType:
@@ -325,6 +397,8 @@ def write_index_segment(data: BlockData, keys: dict, bands: dict, dup: dict, cen
 
 def block_rank_key(data: BlockData, keep: str) -> pa.Array:
     t = data.table
+    if keep == "longest" and LENGTH in t.schema.names:  # a normalized block: its original texts' lengths
+        return t.column(LENGTH).combine_chunks()
     if keep == "longest":
         lengths = text_lengths(t.column("text"))
         return lengths.combine_chunks() if isinstance(lengths, pa.ChunkedArray) else lengths

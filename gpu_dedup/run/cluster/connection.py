@@ -13,9 +13,15 @@ from gpu_dedup.errors import BackendError, ConfigError
 log = logging.getLogger("gpu_dedup")
 
 
+# The scheduler of a local cluster this process starts: no work stealing.  A task that reads a block is placed
+# on the block's worker (DaskExecutor.map); stealing it for an idle worker copied the block (tens of MiB) there.
+LOCAL_SCHEDULER = {"distributed.scheduler.work-stealing": False}
+
+
 def connect(cfg: Config):
     """A client for ``cluster.scheduler``, or a local cluster of ``cluster.workers`` workers."""
     try:
+        import dask
         from distributed import Client, LocalCluster
     except ImportError:
         raise BackendError("--workers / --scheduler need Dask: pip install -e '.[dask]' in the gpu_dedup "
@@ -31,15 +37,17 @@ def connect(cfg: Config):
         except ImportError:
             raise BackendError("GPU workers need dask-cuda and dask-cudf: pip install -e '.[cuda12]' (or "
                                "'.[cuda13]') in the gpu_dedup checkout; README.md, section GPU") from None
-        cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, n_workers=c.workers, memory_limit=c.memory_limit,
-                                   dashboard_address=":0")
+        with dask.config.set(LOCAL_SCHEDULER):
+            cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, n_workers=c.workers,
+                                       memory_limit=c.memory_limit, dashboard_address=":0")
         client = Client(cluster)
     else:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         threads = max(1, cores // c.workers)
-        cluster = LocalCluster(n_workers=c.workers, threads_per_worker=1, processes=True,
-                               memory_limit=c.memory_limit, dashboard_address=":0",
-                               env={"NUMBA_NUM_THREADS": str(threads)})
+        with dask.config.set(LOCAL_SCHEDULER):
+            cluster = LocalCluster(n_workers=c.workers, threads_per_worker=1, processes=True,
+                                   memory_limit=c.memory_limit, dashboard_address=":0",
+                                   env={"NUMBA_NUM_THREADS": str(threads)})
         client = Client(cluster)
     log.info("Dask dashboard: %s (%d workers)", client.dashboard_link, len(client.scheduler_info()["workers"]))
     if log.isEnabledFor(logging.INFO):  # -q: nothing

@@ -89,6 +89,7 @@ class DaskExecutor:
         self.client = self.cluster = None
         self.blocks: list = []
         self.loaded: list = []
+        self.homes: list = []  # the worker each block is read on (B.spread_blocks)
         self.normalized: list | None = None
         self.family = None
         self._prepared = None
@@ -157,7 +158,11 @@ class DaskExecutor:
         self.block_starts = np.array([b.row0 for b in self.blocks] + [n], np.int64) if self.blocks else \
             np.array([0, 0], np.int64)
         block_shards = [shards[b.shard_index] for b in self.blocks]
-        self.loaded = client.map(B.load_block, self.blocks, block_shards, cfg=cfg, pure=False)
+        # every worker (scheduler_info() lists only 5 in some Dask releases: dask/distributed#9045)
+        self.homes = B.spread_blocks([b.rows for b in self.blocks], sorted(client.nthreads()))
+        self.loaded = [client.submit(B.load_block, b, shard, cfg=cfg, pure=False, workers=[home] if home else None,
+                                     allow_other_workers=True)
+                       for b, shard, home in zip(self.blocks, block_shards, self.homes)]
         if cfg.input.vector_column:  # one vector length for the whole corpus: the first block's with vectors
             dims = client.gather(client.map(B.block_dim, self.loaded, pure=False))
             dim = self.vector_dim = next((d for d in dims if d is not None), None)
@@ -168,6 +173,7 @@ class DaskExecutor:
             client.gather([self.loaded[k] for k in redo])
         if not self.loaded:  # no rows: one empty block keeps every table one partition wide
             self.loaded = [client.submit(_empty_block, cfg, pure=False)]
+            self.homes = [None]
         null = self.total(_null_count, self.loaded)["null"]
         if progress is not None:
             progress(len(shards))
@@ -186,6 +192,7 @@ class DaskExecutor:
         if self.normalized is None:
             with self.st.stage("normalize", self.corpus.n) as info:
                 self.normalized = self.client.map(B.normalize_block, self.loaded, cfg=self.cfg, pure=False)
+                self.loaded = self.normalized  # the blocks without their original texts (normalize_block)
                 got = self.client.gather(self.client.map(B.block_norm_info, self.normalized, pure=False))
                 self.invalid_utf8 = sum(g["invalid_utf8"] for g in got)
                 info.update(invalid_utf8=self.invalid_utf8, text_mb=round(sum(g["text_bytes"] for g in got) / 2**20, 1))
@@ -225,18 +232,22 @@ class DaskExecutor:
         ranged = self.route(keys, _range_dest, self.partitions, splitters=splitters, keep=keep)
         sizes = self.collect(frames.size, ranged)
         offsets = np.concatenate(([0], np.cumsum(sizes)))[:-1]
-        ranked = self.client.map(_rank_range, ranged, [int(o) for o in offsets], keep=keep, pure=False)
+        ranked = self.client.map(_rank_range, ranged, [int(o) for o in offsets], keep=keep, pure=False,
+                                 priority=routing.later())
         back = self.route(ranked, frames.block_dest, self.blocks_count, on="row", starts=self.block_starts)
         return self.map(_by_row, back)  # in the block's row order, as the docs frames
 
     def signatures(self, rows: list, progress=None) -> list:
-        sigs = self.map(B.block_signatures, self._blocks_data(), rows, family=self._family())
+        """Per block: what the signature stage counts, with the block's band hashes already made in the same
+        task (:func:`~gpu_dedup.run.cluster.blocks.block_signed`): a worker never holds the signature values
+        of all its blocks at once."""
+        sigs = self.map(B.block_signed, self._blocks_data(), rows, family=self._family())
         if progress is not None:
             progress(self.total(_rows_of, rows)["rows"])
         return sigs
 
     def band_hashes(self, sigs: list) -> list:
-        return self.map(B.block_bands, sigs, family=self._family())
+        return self.map(B.signed_bands, sigs)
 
     def keep_bands(self, bands: list) -> None:
         self.bands = bands
@@ -245,13 +256,31 @@ class DaskExecutor:
     def map(self, fn, *parts, outputs: int = 1, with_index: bool = False, **kw):
         n = len(next(p for p in parts if p is not None))
         args = [p if p is not None else [None] * n for p in parts]
+        first = routing.later()  # depth first: a stage's consumers run as soon as their inputs are ready
         if with_index:
-            futures = self.client.map(_call_with_index, [fn] * n, range(n), *args, pure=False, **kw)
-        else:
-            futures = self.client.map(fn, *args, pure=False, **kw)
+            fn, args = _call_with_index, [[fn] * n, range(n), *args]
+        homes = self._block_homes(parts)
+        if homes is None:
+            futures = self.client.map(fn, *args, pure=False, priority=first, **kw)
+        else:  # a task that reads a block runs where the block is: the block never travels
+            futures = [self.client.submit(fn, *a, pure=False, priority=first, workers=home, allow_other_workers=True,
+                                          **kw) for a, home in zip(zip(*args), homes)]
         if outputs == 1:
             return futures
-        return tuple(self.client.map(operator.getitem, futures, [j] * n, pure=False) for j in range(outputs))
+        return tuple(self.client.map(operator.getitem, futures, [j] * n, pure=False, priority=routing.later())
+                     for j in range(outputs))
+
+    def _block_homes(self, parts) -> list | None:
+        """The workers holding each block, when ``parts`` include the blocks (else None).  A block weighs as
+        much as its texts (BlockData.__sizeof__), so Dask's placement would seldom move it anyway; the pin
+        (a loose one: another worker runs the task when the holder is gone) leaves no room for the occupancy
+        estimate or work stealing to copy a block next to the small frame it is paired with, which left one
+        worker holding every block."""
+        blocks = next((p for p in parts if p is not None and (p is self.loaded or p is self.normalized)), None)
+        if blocks is None:
+            return None
+        held = self.client.who_has(blocks)
+        return [sorted(held.get(f.key, ())) or ([home] if home else None) for f, home in zip(blocks, self.homes)]
 
     def route(self, parts: list, dest, n: int, explode=None, explode_kw=None, **kw) -> list:
         self.routes += 1
@@ -272,22 +301,27 @@ class DaskExecutor:
 
     # ---- pairs ---------------------------------------------------------------------
     def score(self, pairs: list, progress=None) -> list:
-        """The similarity of each pair, computed where its second end's block is: the pairs travel to the
-        block of their first end, take its payload (normalized text, signature or vector), travel to the
-        block of their second end, take its payload and are scored there; only the similarity comes back."""
+        """The similarity of each pair, computed at the block of its second end: the pairs travel there (ids
+        only); each partition asks the blocks of its pairs' first ends for their payloads (normalized text,
+        signature or vector), each first end once, and they travel back once per asking partition, not once
+        per pair (a star's centre is in as many pairs as its bucket has members, in every band: payloads per
+        pair were 1.1 GB of the boilerplate corpus's shuffle at 10^6 documents, a worker's 3.7 GB peak); the
+        second ends' payloads are the block's own.  Only the similarities come back."""
         method = self.cfg.verify.method
         f = self.prior.first_doc
-        tagged = self.map(_tag_pairs, pairs, with_index=True)
         source = self._blocks_data() if method == "exact" else self.bands
         payload = (B.text_payload if self.family.uses_text else B.vector_payload) if method == "exact" else \
             B.signature_payload
-        at_src = self.route(tagged, frames.block_dest, self.blocks_count, on="src", starts=self.block_starts,
+        tagged = self.map(_tag_pairs, pairs, with_index=True)
+        at_dst = self.route(tagged, frames.block_dest, self.blocks_count, on="dst", starts=self.block_starts,
                             first_doc=f)
-        with_src = self.map(payload, source, at_src, column="src", first_doc=f, prior=self.prior)
-        at_dst = self.route(with_src, frames.block_dest, self.blocks_count, on="dst", starts=self.block_starts,
+        asks = self.map(_first_ends, at_dst, with_index=True)
+        at_src = self.route(asks, frames.block_dest, self.blocks_count, on="node", starts=self.block_starts,
                             first_doc=f)
-        with_both = self.map(payload, source, at_dst, column="dst", first_doc=f, prior=self.prior)
-        scored = self.map(_score_tagged, with_both, family=self._family(), method=method)
+        answers = self.route(self.map(payload, source, at_src, column="node", first_doc=f, prior=self.prior),
+                             _asker_dest, self.blocks_count)
+        scored = self.map(B.score_at_block, source, at_dst, answers, payload=payload, family=self._family(),
+                          method=method, first_doc=f, prior=self.prior)
         back = self.route(scored, _part_dest, len(pairs))
         out = self.map(_sims_in_order, back)
         if progress is not None:
@@ -395,7 +429,10 @@ class DaskExecutor:
         parts, order = [], []
         for k in np.unique(owner):  # one task per block holding a row (a report shows a few dozen)
             sel = np.flatnonzero(owner == k)
-            parts.append(self.client.submit(B.take_column, self.loaded[k], rows[sel], column, pure=False))
+            shard = self.corpus.shards[self.blocks[k].shard_index] if self.blocks else None
+            parts.append(self.client.submit(B.take_column, self.loaded[k], rows[sel], column, shard, self.cfg,
+                                            pure=False, workers=self._block_homes([self.loaded])[k],
+                                            allow_other_workers=True))
             order.append(sel)
         if not parts:
             return pa.array([], pa.large_string() if column == "text" else pa.int64())
@@ -481,6 +518,11 @@ class DaskExecutor:
 
 
 def _prepare_worker(cfg: Config) -> float:
+    """Loads the kernels; and has Arrow allocate host memory with the system allocator, which gives freed
+    buffers back to the OS at once (Dask starts workers with MALLOC_TRIM_THRESHOLD_ set): Arrow's default pool
+    (mimalloc) kept the freed pages of a worker's original texts and read buffers, up to 360 MiB a worker of
+    memory no table held at 10^6 documents on 2 workers."""
+    pa.set_memory_pool(pa.system_memory_pool())
     return float(get_backend(cfg.backend).prepare(cfg) or 0.0)
 
 
@@ -563,9 +605,14 @@ def _tag_pairs(part: dict, part_index: int) -> dict:
             "_i": np.arange(n, dtype=np.int64)}
 
 
-def _score_tagged(part: dict, family, method: str) -> dict:
-    scored = B.pair_similarity(part, family, method)
-    return {"sim": scored["sim"], "_part": part["_part"], "_i": part["_i"]}
+def _first_ends(part: dict, part_index: int) -> dict:
+    """The distinct first ends of a partition's pairs: what it asks their blocks for (``_to``: itself)."""
+    nodes = np.unique(to_host(part["src"]))
+    return {"node": nodes, "_to": np.full(nodes.shape[0], part_index, np.int64)}
+
+
+def _asker_dest(frame: dict, n: int):
+    return frame["_to"]
 
 
 def _sims_in_order(part: dict) -> dict:

@@ -14,6 +14,7 @@ graphs and holds one future per partition; the rows go from worker to worker.
 
 from __future__ import annotations
 
+import itertools
 import operator
 
 import numpy as np
@@ -65,25 +66,35 @@ def finish(df) -> dict:
     return {k: v for k, v in frame.items() if k not in TAGS}
 
 
+_SUBMITTED = itertools.count(1)
+
+
+def later() -> int:
+    """A Dask task priority above every one handed out before: among the tasks ready on a worker, the one
+    submitted last runs first (depth first), so a stage's consumer takes its inputs (routed pieces, gathered
+    partitions) as soon as they are ready, and they go, instead of waiting while every earlier task of the
+    stage runs and adds its output to the worker's memory.  Results do not depend on the order tasks run in."""
+    return next(_SUBMITTED)
+
+
 DIRECT_PIECES = 256  # up to this many (source, destination) pieces (16 x 16), rows move as futures (see route)
 
 
 def split(obj, src: int, dest, n: int, explode=None, explode_kw=None, **kw) -> list:
-    """A part cut into the ``n`` pieces its rows go to, each a frame with ``_src`` and ``_pos``."""
+    """A part cut into the ``n`` pieces its rows go to, each in the part's row order (a stable sort by
+    destination): no tags, the pieces' order is the rows' order."""
     frame = explode(obj, **(explode_kw or {})) if explode is not None else obj
     size = frames.size(frame)
     xp = frames.module_of(frame) if frame else np
     d = xp.asarray(dest(frame, n, **kw), dtype=xp.int64) if size else xp.zeros(0, dtype=xp.int64)
-    tagged = {**frame, "_src": xp.full(size, src, dtype=xp.int64), "_pos": xp.arange(size, dtype=xp.int64)}
     order = xp.argsort(d, kind="stable")
     bounds = to_host(xp.searchsorted(d[order], xp.arange(n + 1)))
-    return [frames.take(tagged, order[bounds[k]:bounds[k + 1]]) for k in range(n)]
+    return [frames.take(frame, order[bounds[k]:bounds[k + 1]]) for k in range(n)]
 
 
 def gather_pieces(*pieces) -> dict:
-    """One destination's pieces, in source order, tags dropped."""
-    frame = frames.concat(list(pieces))
-    return {k: v for k, v in frame.items() if k not in TAGS}
+    """One destination's pieces, in source order (each already in its source's row order)."""
+    return frames.concat(list(pieces))
 
 
 def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuffle_method=None, account=None,
@@ -100,12 +111,14 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
     if shuffle_method is None and len(parts) * n <= DIRECT_PIECES:
         m = len(parts)
         cut = client.map(split, parts, range(m), dest=dest, n=n, explode=explode, explode_kw=explode_kw, pure=False,
-                         **kw)
+                         priority=later(), **kw)
         if account is not None:  # (rows, bytes) each source moves, gathered when the report is written
             account(client.map(moved, cut, pure=False))
-        flat = client.map(operator.getitem, cut * n, [k for k in range(n) for _ in range(m)], pure=False)
+        flat = client.map(operator.getitem, cut * n, [k for k in range(n) for _ in range(m)], pure=False,
+                          priority=later())
         # destination k gathers piece k of every source, in source order
-        return client.map(gather_pieces, *[[flat[k * m + j] for k in range(n)] for j in range(m)], pure=False)
+        return client.map(gather_pieces, *[[flat[k * m + j] for k in range(n)] for j in range(m)], pure=False,
+                          priority=later())
     ready = [client.submit(prepare, p, i, dest, n, explode=explode, explode_kw=explode_kw, pure=False, **kw)
              for i, p in enumerate(parts)]
     if account is not None:
