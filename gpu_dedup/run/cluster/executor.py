@@ -110,7 +110,7 @@ class DaskExecutor:
         self.connect()
         # each worker loads (the first time after install: compiles) the kernels this config uses
         self.client.run(_forget_saved)  # a run before this one on the same workers may have left some
-        seconds = self.client.run(_prepare_worker, self.cfg)
+        seconds = self.client.run(_prepare_worker, self.cfg, own=self.cluster is not None)
         self.startup_seconds = max(seconds.values(), default=0.0)
 
     def close(self) -> None:
@@ -517,12 +517,14 @@ class DaskExecutor:
 # --------------------------------------------------------------------------- worker functions
 
 
-def _prepare_worker(cfg: Config) -> float:
-    """Loads the kernels; and has Arrow allocate host memory with the system allocator, which gives freed
-    buffers back to the OS at once (Dask starts workers with MALLOC_TRIM_THRESHOLD_ set): Arrow's default pool
-    (mimalloc) kept the freed pages of a worker's original texts and read buffers, up to 360 MiB a worker of
-    memory no table held at 10^6 documents on 2 workers."""
-    pa.set_memory_pool(pa.system_memory_pool())
+def _prepare_worker(cfg: Config, own: bool = True) -> float:
+    """Loads the kernels; and, on workers this run started (``own``), has Arrow allocate host memory with the
+    system allocator, which gives freed buffers back to the OS at once (Dask starts workers with
+    MALLOC_TRIM_THRESHOLD_ set): Arrow's default pool (mimalloc) kept the freed pages of a worker's original
+    texts and read buffers, up to 360 MiB a worker of memory no table held at 10^6 documents on 2 workers.
+    The workers of a user's scheduler keep their process-wide pool: a run changes nothing it does not own."""
+    if own:
+        pa.set_memory_pool(pa.system_memory_pool())
     return float(get_backend(cfg.backend).prepare(cfg) or 0.0)
 
 
