@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 from numba.core import event
 
+from gpu_dedup.backends import to_host
 from gpu_dedup.kernels.buckets_cpu import maybe_shared
 from gpu_dedup.kernels.params import hash_params
 
@@ -123,7 +124,7 @@ def prepare(backend, cfg) -> tuple[float, bool]:
         bands, rows = cfg.layout
         bh = backend.band_hashes(sig, bands, rows, params.band_base)
         # the host's bucket pre-filter: a CPU run's, and a GPU run's whose corpus is batched through host memory
-        maybe_shared(np.asarray(bh.get() if hasattr(bh, "get") else bh, np.uint64))
+        maybe_shared(to_host(bh))
         if cfg.verify.method == "exact":
             offsets, values = backend.shingle_sets(strings, params, mh.shingle, mh.ngram, docs=docs)
             backend.jaccard_pairs(offsets, values, [0], [1])

@@ -102,7 +102,9 @@ class Executor(Protocol):
 
     def signatures(self, rows: Parts, progress: Callable | None = None) -> Parts:
         """Per block, the family's signatures of the rows in frame ``row`` (ascending): frames ``row``,
-        ``values`` (rows x width), ``features``, ``usable``."""
+        ``values`` (rows x width), ``features``, ``usable``; where the family keeps no signature values, an
+        executor may hand over their band hashes instead of ``values`` (made chunk by chunk) for
+        :meth:`band_hashes` to pass on."""
 
     def band_hashes(self, sigs: Parts) -> Parts:
         """Per block: ``lsh_row`` (rows with a signature), ``band_hashes`` (rows x bands, uint64) and, where
