@@ -29,8 +29,12 @@ import math
 import numpy as np
 from . import cosine_scalar
 from .cosine_scalar import GAUSS8
+from .compat_cuda import restore_numpy_aliases
 from .twin import compile_twins
-from numba import cuda, types
+
+restore_numpy_aliases()  # before numba-cuda's first compile reads them
+
+from numba import cuda, types  # noqa: E402
 
 dev = compile_twins(cuda.jit(device=True), module=cosine_scalar)
 

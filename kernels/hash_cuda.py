@@ -72,8 +72,12 @@ and ``signature_similarity`` a thread per pair; all grid-stride.
 """
 
 from .hash_scalar import SENTINEL
+from .compat_cuda import restore_numpy_aliases
 from .twin import compile_twins
-from numba import cuda, types
+
+restore_numpy_aliases()  # before numba-cuda's first compile reads them
+
+from numba import cuda, types  # noqa: E402
 
 dev = compile_twins(cuda.jit(device=True))
 

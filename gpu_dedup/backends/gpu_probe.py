@@ -77,6 +77,10 @@ def probe() -> dict:
     try:
         import numba_cuda  # noqa: F401  the numba-cuda package: numba's built-in CUDA target is deprecated
         from numba import cuda
+
+        from gpu_dedup.kernels.compat_cuda import restore_numpy_aliases
+
+        restore_numpy_aliases()  # a user's own @cuda.jit kernels compile on NumPy >= 2.5 too
     except Exception as exc:
         raise BackendError(f"GPU backend needs numba-cuda, which is not importable ({exc}); {EXTRA_HINT}") from None
     try:

@@ -7,6 +7,8 @@ GPU backend can send its unstable documents through the very same host code.
 
 from __future__ import annotations
 
+import functools
+import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
@@ -18,6 +20,8 @@ from gpu_dedup.backends.strings import as_arrow_strings, string_buffers
 from gpu_dedup.config import NormalizeConfig
 from gpu_dedup.kernels import text_scalar as tk
 from gpu_dedup.kernels import text_cpu
+
+log = logging.getLogger(__name__)
 
 
 def repair_utf8(texts) -> tuple[pa.Array, int]:
@@ -101,9 +105,44 @@ def _kernel(data, starts, ends, form, lowercase, punctuation, whitespace, out, o
                              out, out_start, lengths, status)
 
 
+COMPOSING = {"NFC": "NFD", "NFKC": "NFKD"}  # a composing form -> the decomposition it composes
+
+
+@functools.cache
+def pyarrow_composes() -> bool:
+    """Whether ``pc.utf8_normalize`` composes for NFC and NFKC.  Up to pyarrow 25 it returns the
+    decomposed text for every form (apache/arrow#51225, fixed in pyarrow 26)."""
+    return pc.utf8_normalize(pa.array(["A\u0300"]), form="NFC").to_pylist() == ["\u00c0"]
+
+
+@functools.cache
+def _unicodedata():
+    """unicodedata2 where installed (Unicode 17, the kernel tables' version), else the standard library's."""
+    try:
+        import unicodedata2 as ud
+    except ImportError:
+        import unicodedata as ud
+    import pyarrow
+
+    log.warning("pyarrow %s's utf8_normalize does not compose NFC/NFKC (fixed in pyarrow 26): the documents the "
+                "normalization kernel hands back are decomposed by pyarrow, then composed by Python's unicodedata "
+                "(Unicode %s) one by one; pip install 'pyarrow>=26' for the faster path", pyarrow.__version__,
+                ud.unidata_version)
+    return ud
+
+
+def _normal_form(arr: pa.Array, form: str) -> pa.Array:
+    if form not in COMPOSING or pyarrow_composes():
+        return pc.utf8_normalize(arr, form=form)
+    # pyarrow decomposes right (NFD, NFKD); composing that decomposition canonically gives the composing form
+    decomposed = pc.utf8_normalize(arr, form=COMPOSING[form])
+    compose = _unicodedata().normalize
+    return pa.array([None if s is None else compose("NFC", s) for s in decomposed.to_pylist()], arr.type)
+
+
 def _unicode_steps(arr: pa.Array, cfg: NormalizeConfig) -> pa.Array:
     if cfg.unicode != "none":
-        arr = pc.utf8_normalize(arr, form=cfg.unicode)
+        arr = _normal_form(arr, cfg.unicode)
     if cfg.lowercase:
         arr = pc.utf8_lower(arr)
     return arr

@@ -426,7 +426,7 @@ def test_gpu_components_buckets_edges_equal_cpu(cpu, gpu_backend):
     assert np.array_equal(to_host(got.members), want.members) and np.array_equal(to_host(got.offsets), want.offsets)
     e = edges(got)
     assert np.array_equal(to_host(e.src), edges(want).src) and np.array_equal(to_host(e.dst), edges(want).dst)
-    sims = rng.random(100_000)
+    sims = rng.random(1 << 17)  # indexed by a ^ b: ids below 100,000 XOR to below 2 ** 17
 
     def sim(a, b):
         return sims[to_host(a) ^ to_host(b)] if not isinstance(a, np.ndarray) else sims[a ^ b]

@@ -71,6 +71,8 @@ import numpy as np
 import pyarrow.compute as pc
 from gpu_dedup.kernels import text_scalar as tk
 
+from gpu_dedup.backends import textnorm
+from gpu_dedup.backends.textnorm import pyarrow_composes
 from gpu_dedup.stages.normalize import normalize_counted, raw_buffers
 
 FORMS = ("NFKC", "NFC", "NFKD", "NFD", "none")
@@ -80,11 +82,20 @@ _PUNCT_CLASS = "[" + "".join(f"\\x{{{lo:x}}}-\\x{{{hi:x}}}" for lo, hi in PUNCTU
 _WS_CLASS = "[" + "".join(f"\\x{{{c:x}}}" for c in _WS) + "]+"
 
 
+def _normal_form(arr, form):
+    """pyarrow's utf8proc; up to pyarrow 25 it does not compose (apache/arrow#51225): then unicodedata2."""
+    if form not in ("NFC", "NFKC") or pyarrow_composes():
+        return pc.utf8_normalize(arr, form=form)
+    ud = pytest.importorskip("unicodedata2", reason=f"pyarrow {pa.__version__} does not compose {form}: the "
+                                                    "oracle needs unicodedata2 (pip install unicodedata2)")
+    return pa.array([ud.normalize(form, s) for s in arr.to_pylist()], arr.type)
+
+
 def _oracle(arr, cfg):
     arr, _ = repair_utf8(arr)
     arr = arr.fill_null("")
     if cfg.unicode != "none":
-        arr = pc.utf8_normalize(arr, form=cfg.unicode)
+        arr = _normal_form(arr, cfg.unicode)
     if cfg.lowercase:
         arr = pc.utf8_lower(arr)
     if cfg.punctuation:
@@ -239,3 +250,29 @@ def test_batches_normalized_then_joined_equal_the_whole_column():
     want = string_buffers(whole)
     assert np.array_equal(joined.offsets, want.offsets - want.offsets[0])
     assert joined.data.tobytes() == want.data[want.offsets[0]:want.offsets[-1]].tobytes()
+
+
+@pytest.mark.skipif(not pyarrow_composes(), reason=f"pyarrow {pa.__version__} does not compose: no oracle to check "
+                                                   "the composing fallback against")
+@pytest.mark.parametrize("form", ["NFC", "NFKC"])
+def test_composing_fallback_for_a_pyarrow_that_does_not_compose(form, monkeypatch, caplog):
+    """With pyarrow <= 25, the documents the kernel hands back are decomposed by pyarrow (NFD/NFKD) and
+    composed by unicodedata2 (the tables' Unicode version): the same bytes as pyarrow 26's NFC/NFKC, every
+    code point alone and between neighbours."""
+    ud = pytest.importorskip("unicodedata2")
+    cps = _all_code_points()
+    # between neighbours, assigned code points only: utf8proc gives a few that Unicode 17 leaves unassigned
+    # (U+10EF6, U+1D127, ...) a combining class, unicodedata2 none
+    texts = cps + [_NEIGHBOURS[i % len(_NEIGHBOURS)] + c + _NEIGHBOURS[(i * 7 + 3) % len(_NEIGHBOURS)]
+                   for i, c in enumerate(cps) if ud.category(c) != "Cn"]
+    arr = pa.array(texts, pa.large_string())
+    cfg = NormalizeConfig(form, True, True, True)
+    want = _oracle(arr, cfg)
+    monkeypatch.setattr(textnorm, "pyarrow_composes", lambda: False)
+    textnorm._unicodedata.cache_clear()
+    try:
+        got = normalize(arr, cfg)
+    finally:
+        textnorm._unicodedata.cache_clear()
+    assert got.equals(want)
+    assert "does not compose" in caplog.text
