@@ -30,7 +30,7 @@ import numpy as np
 from . import cosine_scalar
 from .cosine_scalar import GAUSS8
 from .compat_cuda import restore_numpy_aliases
-from .twin import compile_twins
+from .twin import compile_twins, guard_cache
 
 restore_numpy_aliases()  # before numba-cuda's first compile reads them
 
@@ -46,7 +46,7 @@ MAX_NGRAM = 64  # local ring slots (cosine.text.ngram <= 64)
 THREADS = 128
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def simhash_docs(offsets, data, docs, word_mode, n, seed_key, use_idf, idf_q, idf_shift, gauss, out, features):
     """``out[k, h]`` (uint32) = bits ``32h .. 32h + 31`` of the signature of ``docs[k]`` (rule 7);
     ``features[k]`` = feature occurrences."""
@@ -68,7 +68,7 @@ def simhash_docs(offsets, data, docs, word_mode, n, seed_key, use_idf, idf_q, id
             features[k] = m
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def cosine_pairs(x, norms, left, right, out):
     for p in range(cuda.grid(1), left.shape[0], cuda.gridsize(1)):
         a = left[p]
@@ -77,13 +77,13 @@ def cosine_pairs(x, norms, left, right, out):
         out[p] = _dot_rows(x, a, x, b) / den if den > 0.0 else 0.0
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def row_norms(x, out):
     for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
         out[i] = math.sqrt(_dot_rows(x, i, x, i))
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def hamming_pairs(sig, left, right, out):
     for p in range(cuda.grid(1), left.shape[0], cuda.gridsize(1)):
         out[p] = _hamming(sig, left[p], right[p])
@@ -142,3 +142,7 @@ def hamming_pairs_device(sig, left, right, xp, threads: int = THREADS):
     if left.shape[0]:
         hamming_pairs[_grid(left.shape[0], threads), threads](_dev(sig, xp), left, right, out)
     return out
+
+
+# kernels are cached on disk (NVVM takes seconds per kernel on a device); entries compiled from older sources go
+guard_cache(globals(), __file__, sources=("cosine_scalar.py", "hash_scalar.py", "twin.py", "compat_cuda.py"))

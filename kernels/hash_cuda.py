@@ -73,7 +73,7 @@ and ``signature_similarity`` a thread per pair; all grid-stride.
 
 from .hash_scalar import SENTINEL
 from .compat_cuda import restore_numpy_aliases
-from .twin import compile_twins
+from .twin import compile_twins, guard_cache
 
 restore_numpy_aliases()  # before numba-cuda's first compile reads them
 
@@ -108,7 +108,7 @@ def _hash_round(data, start, end, p0, p1, word_mode, n, base, word_base, word_ba
     return first
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def minhash_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode, n, base, word_base, word_base2,
                      a, b, span, out, counts, first):
     """Block per segment (grid-stride).  Dynamic shared memory: (num_perm + span) uint32.
@@ -178,7 +178,7 @@ def minhash_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mod
                     cuda.atomic.min(first, k, state[3])
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def count_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode, n, base, word_base, word_base2,
                    counts, first):
     """Full-shingle count and first token position per document (``counts`` from 0,
@@ -202,7 +202,7 @@ def count_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode,
             cuda.atomic.min(first, k, mine)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def emit_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode, n, base, word_base, word_base2, span,
                   cursor, values):
     """Write every full shingle value of each document into ``values`` at
@@ -238,7 +238,7 @@ def emit_segments(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, word_mode, 
             slot = 1 - slot
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def short_values(short, data, doc_start, doc_end, first, word_mode, n, base, word_base, word_base2, out):
     """out[i] = the one shingle value of short document ``short[i]`` (fewer than n
     tokens, first token at ``first[short[i]]``); thread per document."""
@@ -248,7 +248,7 @@ def short_values(short, data, doc_start, doc_end, first, word_mode, n, base, wor
         out[i] = h
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def short_signatures(short, xvals, a, b, out, counts):
     """Signature rows of short documents from their one shingle; thread per (document, permutation)."""
     num_perm = a.shape[0]
@@ -261,7 +261,7 @@ def short_signatures(short, xvals, a, b, out, counts):
             counts[k] = 1
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def band_hashes(sig, bands, rows, band_base, out):
     """out[k, band] = band_hash(sig[k], band); thread per (document, band)."""
     for t in range(cuda.grid(1), sig.shape[0] * bands, cuda.gridsize(1)):
@@ -270,7 +270,7 @@ def band_hashes(sig, bands, rows, band_base, out):
         out[k, band] = _band_hash(sig[k], band, rows, band_base)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def exact_hashes(offsets, data, seed1, seed2, out):
     """out[k] = exact_hash of document k's bytes (two 64-bit lanes); thread per document."""
     for k in range(cuda.grid(1), offsets.shape[0] - 1, cuda.gridsize(1)):
@@ -279,7 +279,7 @@ def exact_hashes(offsets, data, seed1, seed2, out):
         out[k, 1] = h2
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def jaccard_pairs(set_offsets, values, left, right, out):
     """Exact Jaccard of sorted unique shingle sets per (left, right) pair; two empty sets give 0."""
     for e in range(cuda.grid(1), left.shape[0], cuda.gridsize(1)):
@@ -297,7 +297,7 @@ def jaccard_pairs(set_offsets, values, left, right, out):
             out[e] = 0.0
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def signature_similarity(sig, left, right, out):
     """Fraction of equal signature values per (left, right) pair; thread per pair."""
     num_perm = sig.shape[1]
@@ -311,7 +311,7 @@ def signature_similarity(sig, left, right, out):
         out[e] = same / num_perm
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def hook_min(labels, new, src, dst):
     """Hooking step of label propagation: for each edge (u, v) with
     m = min(labels[u], labels[v]), lower new[u], new[v], new[labels[u]] and
@@ -337,7 +337,7 @@ tdev = compile_twins(cuda.jit(device=True), module=_text)
 _normalize_text = tdev.normalize_text
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def normalize_texts(data, doc_start, doc_end, stage1, stage2, ascii_action, need, lowercase, remove_punct,
                     collapse_ws, out, out_start, lengths, status):
     """Thread per document (grid-stride): ``kernels.text_scalar.normalize_text`` of document k into
@@ -349,7 +349,7 @@ def normalize_texts(data, doc_start, doc_end, stage1, stage2, ascii_action, need
         status[k] = s
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def gather_segments(src_values, src, lengths, dst, dst_values):
     """dst_values[dst[k]:dst[k] + lengths[k]] = src_values[src[k]:...]; block per segment
     (grid-stride), the block's threads copy consecutive bytes (coalesced)."""
@@ -358,3 +358,7 @@ def gather_segments(src_values, src, lengths, dst, dst_values):
         d = dst[k]
         for i in range(cuda.threadIdx.x, lengths[k], cuda.blockDim.x):
             dst_values[d + i] = src_values[s + i]
+
+
+# kernels are cached on disk (NVVM takes seconds per kernel on a device); entries compiled from older sources go
+guard_cache(globals(), __file__, sources=("hash_scalar.py", "text_scalar.py", "twin.py", "compat_cuda.py"))

@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "results" / "gpu" / "first-contact.sh"
-STEPS = ["setup", "corpus", "env", "smoke", "test-gpu", "signatures", "e2e", "test-backend"]
+STEPS = ["setup", "corpus", "env", "smoke", "signatures", "e2e", "test-gpu", "test-backend"]
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 

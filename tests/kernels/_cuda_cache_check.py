@@ -1,0 +1,46 @@
+"""Compile every CUDA kernel for its launch signatures through the dispatcher, with numba-cuda's disk cache.
+
+    NUMBA_CACHE_DIR=/tmp/c python tests/kernels/_cuda_cache_check.py
+
+Run twice by ``tests/kernels/test_cuda_cache.py``: the first run compiles and saves every kernel, the second
+loads them all.  No device is needed: the device queries a compile makes (compute capability, runtime
+version) are answered for an sm_90 device, and binding the kernel to a CUDA context is skipped.  Prints one
+line: ``kernels N hits H misses M seconds S``.
+"""
+
+import os
+import sys
+import time
+import types as pytypes
+
+import numba.cuda.codegen as codegen
+import numba.cuda.dispatcher as dispatcher
+
+CC = (9, 0)
+dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=CC)
+codegen.JITCUDACodegen.magic_tuple = lambda self: ((13, 0), CC)  # the cache index key: runtime version, device
+codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc if cc is not None else (*CC, "a")
+dispatcher._Kernel.bind = lambda self: None  # loading the module into a CUDA context needs a device
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _cuda_compile_check import SIGNATURES  # noqa: E402
+
+from gpu_dedup.kernels import hash_cuda as k  # noqa: E402
+
+
+def main() -> int:
+    start = time.perf_counter()
+    hits = misses = 0
+    for name, variants in SIGNATURES.items():
+        kernel = getattr(k, name)
+        for sig in variants:
+            kernel.compile(sig)
+        hits += sum(kernel._cache_hits.values())
+        misses += sum(kernel._cache_misses.values())
+    count = sum(len(v) for v in SIGNATURES.values())
+    print(f"kernels {count} hits {hits} misses {misses} seconds {time.perf_counter() - start:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
