@@ -95,6 +95,7 @@ def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None,
                         "documents": n, "variant": variant, "text_mb": round(text_bytes / 2**20, 1), "config": name,
                         "wall_seconds": round(wall, 2), "pipeline_seconds": rep["wall_seconds"],
                         "client_peak_rss_mb": round(rep["peak_rss_mb"], 1),
+                        "scheduler_peak_rss_mb": cluster.get("scheduler_peak_rss_mb"),
                         "worker_peak_rss_mb": max(cluster.get("worker_peak_rss_mb", {}).values(), default=None),
                         "blocks": cluster.get("blocks"), "routes": cluster.get("routes"),
                         "shuffled_rows": cluster.get("shuffled_rows"), "shuffle_mb": cluster.get("shuffle_mb"),
@@ -129,18 +130,20 @@ def markdown(payload: dict) -> str:
           f"machine {payload['machine']}, {payload['date']}. Client growth from the smallest to the largest planted "
           f"corpus: {payload['client_growth_mb']} MiB.", "",
           "| documents | variant | text MiB | configuration | wall s | vs 1 process | client peak MiB | "
-          "max worker peak MiB | blocks | routes | shuffled rows | shuffle MiB | removed | identical |",
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+          "scheduler peak MiB | max worker peak MiB | blocks | routes | shuffled rows | shuffle MiB | removed | "
+          "identical |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in payload["rows"]:
         if "failed" in r:
             after = f" after {r['wall_seconds']} s" if r.get("wall_seconds") is not None else ""
             text = "-" if r.get("text_mb") is None else f"{r['text_mb']:,}"
             md.append(f"| {r['documents']:,} | {r['variant']} | {text} | {r['config']} | "
-                      f"failed{after}: {r['failed']} |||||||||")
+                      f"failed{after}: {r['failed']} ||||||||||")
             continue
         md.append(f"| {r['documents']:,} | {r['variant']} | {r['text_mb']:,} | {r['config']} | {r['wall_seconds']} | "
                   f"{r['wall_vs_one_process'] or '-'} | {r['client_peak_rss_mb']:.0f} | "
-                  f"{r['worker_peak_rss_mb'] or '-'} | {r['blocks'] or '-'} | {r['routes'] or '-'} | "
+                  f"{r.get('scheduler_peak_rss_mb') or '-'} | {r['worker_peak_rss_mb'] or '-'} | "
+                  f"{r['blocks'] or '-'} | {r['routes'] or '-'} | "
                   f"{r['shuffled_rows'] or '-'} | {r['shuffle_mb'] or '-'} | {r['removed']:,} | "
                   f"{'-' if r['identical_to_one_process'] is None else r['identical_to_one_process']} |")
     stages = [r for r in payload["rows"] if r.get("shuffle_mb_by_stage")]

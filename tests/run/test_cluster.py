@@ -317,18 +317,67 @@ def test_a_killed_cluster_run_resumes_from_the_workers_checkpoints(corpus, tmp_p
 
     args = [sys.executable, "-m", "gpu_dedup", "run", str(corpus / "in"), "-o", str(tmp_path / "out"), "--id-column",
             "id", "--backend", "cpu", "--workers", "2", "--set", "cluster.block_rows=300", "-q"]
+    mark = f"killed-{os.getpid()}-{tmp_path.name}"
     killed = subprocess.run(args, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "GPU_DEDUP_FAULT": "verify"}, start_new_session=True)
+                            env={**os.environ, "GPU_DEDUP_FAULT": "verify", "GPU_DEDUP_TEST_MARK": mark},
+                            start_new_session=True)
     assert killed.returncode == -9, killed.stderr
+    assert _survivors(mark) == []  # the local scheduler and workers end with the client, however it ends
     assert (tmp_path / "out" / ".gpu_dedup_checkpoint" / "exact").is_dir()
     again = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert {"exact", "bands", "buckets"} <= set(report["resumed_from_checkpoint"])
+    assert report["cluster"]["scheduler_peak_rss_mb"] > 50  # a process of its own, measured
     assert report["stages"]["buckets"].get("resumed") is True and "resumed" not in report["stages"]["verify"]
     single = run(corpus / "in", tmp_path / "single", Config.from_dict(BASE))
     _identical(tmp_path / "single", tmp_path / "out", _names(tmp_path / "single"))
     assert_accounted(single, _inputs(corpus))
+
+
+def _survivors(mark: str, wait: float = 20.0) -> list:
+    """Processes still running with ``GPU_DEDUP_TEST_MARK=mark`` in their environment after ``wait`` seconds."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + wait
+    while True:
+        left = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get("GPU_DEDUP_TEST_MARK") == mark and proc.status() != psutil.STATUS_ZOMBIE:
+                    left.append((proc.pid, " ".join(proc.cmdline())[:200]))
+            except (psutil.Error, OSError):
+                continue
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def test_a_local_cluster_runs_its_scheduler_in_a_child_process(corpus, tmp_path):
+    """--workers N: the scheduler is a child process (its task state does not grow the client), the report
+    gives its peak memory, and closing the run ends it and the workers."""
+    import os
+
+    import psutil
+
+    from gpu_dedup.run.cluster.executor import DaskExecutor
+    from gpu_dedup.run.stagelog import peak_rss_mb
+
+    ex = DaskExecutor([], Config.from_dict({**BASE, "cluster": {"workers": 2}}))
+    ex.connect()
+    try:
+        pid = ex.client.run_on_scheduler(os.getpid)
+        assert pid != os.getpid() and psutil.Process(pid).ppid() == os.getpid()
+        assert not ex.client.run_on_scheduler(lambda dask_scheduler: "stealing" in dask_scheduler.extensions)
+        workers = list(ex.client.run(os.getpid).values())
+        assert len(workers) == 2 and pid not in workers
+        assert ex.client.run_on_scheduler(peak_rss_mb) > 50
+    finally:
+        ex.close()
+    for p in [pid, *workers]:
+        assert not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE
 
 
 def _double(frame):

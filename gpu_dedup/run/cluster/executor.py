@@ -133,6 +133,9 @@ class DaskExecutor:
             "dashboard": self.client.dashboard_link,
             "worker_peak_rss_mb": {k: round(v, 1) for k, v in peaks.items()},
             "client_peak_rss_mb": round(peak_rss_mb(), 1),
+            # the scheduler this run started (its own process on CPU workers); a joined one's is not this run's
+            "scheduler_peak_rss_mb": (round(self.client.run_on_scheduler(peak_rss_mb), 1)
+                                      if self.cluster is not None else None),
             "blocks": len(self.blocks),
             "partitions": self.partitions,
             "routes": self.routes,
