@@ -19,6 +19,7 @@ import logging
 import os
 
 from gpu_dedup.errors import BackendError
+from gpu_dedup.kernels.compat_cuda import restore_numpy_aliases
 
 log = logging.getLogger("gpu_dedup")
 
@@ -77,8 +78,6 @@ def probe() -> dict:
     try:
         import numba_cuda  # noqa: F401  the numba-cuda package: numba's built-in CUDA target is deprecated
         from numba import cuda
-
-        from gpu_dedup.kernels.compat_cuda import restore_numpy_aliases
 
         restore_numpy_aliases()  # a user's own @cuda.jit kernels compile on NumPy >= 2.5 too
     except Exception as exc:
