@@ -122,11 +122,9 @@ def _unicodedata():
         import unicodedata2 as ud
     except ImportError:
         import unicodedata as ud
-    import pyarrow
-
     log.warning("pyarrow %s's utf8_normalize does not compose NFC/NFKC (fixed in pyarrow 26): the documents the "
                 "normalization kernel hands back are decomposed by pyarrow, then composed by Python's unicodedata "
-                "(Unicode %s) one by one; pip install 'pyarrow>=26' for the faster path", pyarrow.__version__,
+                "(Unicode %s) one by one; pip install 'pyarrow>=26' for the faster path", pa.__version__,
                 ud.unidata_version)
     return ud
 

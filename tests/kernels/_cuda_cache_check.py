@@ -4,28 +4,24 @@
 
 Run twice by ``tests/kernels/test_cuda_cache.py``: the first run compiles and saves every kernel, the second
 loads them all.  No device is needed: the device queries a compile makes (compute capability, runtime
-version) are answered for an sm_90 device, and binding the kernel to a CUDA context is skipped.  Prints one
+version) are answered as `_cuda_compile_check.py` answers them, and binding the kernel to a CUDA context is skipped.  Prints one
 line: ``kernels N hits H misses M seconds S``.
 """
 
 import os
 import sys
 import time
-import types as pytypes
 
 import numba.cuda.codegen as codegen
 import numba.cuda.dispatcher as dispatcher
 
-CC = (9, 0)
-dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=CC)
-codegen.JITCUDACodegen.magic_tuple = lambda self: ((13, 0), CC)  # the cache index key: runtime version, device
-codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc if cc is not None else (*CC, "a")
-dispatcher._Kernel.bind = lambda self: None  # loading the module into a CUDA context needs a device
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _cuda_compile_check import SIGNATURES  # noqa: E402
+# answers the device query of a compile (compute capability CC) and imports the kernels as ``k``
+from _cuda_compile_check import CC, SIGNATURES, k  # noqa: E402
 
-from gpu_dedup.kernels import hash_cuda as k  # noqa: E402
+codegen.JITCUDACodegen.magic_tuple = lambda self: ((13, 0), CC)  # the cache index key: runtime version, device
+codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc if cc is not None else (*CC, "")
+dispatcher._Kernel.bind = lambda self: None  # loading the module into a CUDA context needs a device
 
 
 def main() -> int:

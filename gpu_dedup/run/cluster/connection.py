@@ -91,8 +91,8 @@ def _scheduler_process_class():
     from distributed.deploy.spec import ProcessInterface
 
     class SchedulerProcess(ProcessInterface):
-        """A Dask scheduler in a child process of this one, the way a Nanny runs a worker: Dask's own
-        process wrapper hands it this process's Dask config and ends it when this process ends."""
+        """A Dask scheduler in a child process of this one, the way a Nanny runs a worker: Dask's own process
+        wrapper ends it when this process ends; ``config`` (Dask settings) is set in the child."""
 
         def __init__(self, config: dict | None = None, **options):
             super().__init__()
@@ -117,7 +117,6 @@ def _scheduler_process_class():
                 await self.close()
                 raise BackendError(f"the local Dask scheduler did not start within {timeout:.0f} s "
                                    "(distributed.comm.timeouts.connect)") from None
-            self.external_address = self.address
             await super().start()
 
         async def close(self):
