@@ -197,6 +197,9 @@ class ClusterConfig:
     # connected components: up to this many verified edges, one worker runs union-find over all of them;
     # above, large-star / small-star rounds over shuffles (no worker ever holds every edge)
     components_gathered_edges: int = 2_000_000
+    # CPU workers: each block's normalized texts in a file of the worker's local directory, mapped into memory
+    # only while a task reads them (the OS keeps them in its page cache while it has room); false: in memory
+    spill_texts: bool = True
 
     def __post_init__(self):
         if self.workers is not None and self.workers < 1:

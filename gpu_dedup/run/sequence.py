@@ -46,7 +46,7 @@ from gpu_dedup.run.prior import NoPrior
 from gpu_dedup.run.remote_outdir import RemoteOutputDir
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
 from gpu_dedup.stages import frames
-from gpu_dedup.stages.buckets import bucket_part, bucket_sizes, long_frame
+from gpu_dedup.stages.buckets import bucket_dest, bucket_part, bucket_sizes, long_frame
 from gpu_dedup.stages.edges import Edges, star_accept, star_open, star_outputs, star_propose, star_start, unique_edges
 from gpu_dedup.stages.exact import exact_copies, key_frame, with_copies
 from gpu_dedup.stages.selection import ClusterPart
@@ -548,7 +548,7 @@ class _Sequence:
         def compute():
             lsh = self.extra.get("lsh_rows", 0)
             with self.st.stage("buckets", lsh * self.family.layout[0], "band hashes") as info:
-                routed = self._route(self.bands, frames.hash_dest, on=("band", "hash"), explode=long_frame,
+                routed = self._route(self.bands, bucket_dest, explode=long_frame,
                                      explode_kw={"first_doc": self.first_doc})
                 # with a prior, a lone new document still meets the index's documents of its bucket
                 bk = ex.map(bucket_part, routed, min_size=1 if prior.active else 2, first_doc=self.first_doc)

@@ -146,6 +146,18 @@ def long_frame(part: dict, first_doc: int = 0) -> dict:
             "doc": xp.repeat(rows + first_doc, nb)}
 
 
+def bucket_dest(frame: dict, n: int):
+    """The partition of each row of a long frame: its band hash (already a 64-bit hash) salted by its band,
+    modulo ``n``, so every member of a bucket meets in one partition (one pass: the generic
+    :func:`~gpu_dedup.stages.frames.hash_dest` mixes both columns twice)."""
+    h = frame["hash"]
+    xp = array_module(h)
+    if n == 1:
+        return xp.zeros(h.shape[0], dtype=xp.int64)
+    salted = h.view(xp.uint64) ^ (frame["band"].astype(xp.uint64) * xp.uint64(0x9E3779B97F4A7C15))
+    return (salted % xp.uint64(n)).astype(xp.int64)
+
+
 def bucket_part(part: dict, min_size: int, first_doc: int = 0) -> dict:
     """Buckets of one partition with at least ``min_size`` members, as the CSR arrays of
     :class:`Buckets` (``band``, ``hash``, ``offsets``, ``members``: doc numbers).  ``part`` is a block of

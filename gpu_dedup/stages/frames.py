@@ -44,6 +44,12 @@ def _take(v, idx):
     return v[idx]
 
 
+def rows_between(frame: dict, lo: int, hi: int) -> dict:
+    """Rows ``lo`` to ``hi`` (exclusive) of every column, without a copy."""
+    return {k: v.slice(lo, hi - lo) if isinstance(v, (pa.Array, pa.ChunkedArray)) else v[lo:hi]
+            for k, v in frame.items()}
+
+
 def concat(frames: list, like: dict | None = None) -> dict:
     """Rows of ``frames`` in order (``like``: the columns of an empty result)."""
     frames = [f for f in frames if f]

@@ -1,5 +1,6 @@
 """Dask scale-out: results identical to the single-process pipeline for 2 and 4 workers."""
 
+import os
 import subprocess
 import sys
 
@@ -93,6 +94,7 @@ def test_cli_two_local_workers_equal_single_process(corpus, tmp_path):
     {"verify": {"method": "signature"}},
     {"select": {"keep": "longest"}},
     {"exact_dedup": False, "minhash": {"shingle": "char", "ngram": 7}},
+    {"cluster": {"spill_texts": False}},
 ])
 def test_four_workers_equal_single_process(corpus, cluster4, tmp_path, extra):
     cfg = Config.from_dict({**BASE, **extra})
@@ -137,6 +139,11 @@ def test_split_chains_two_workers_equal_single_process(corpus, cluster2, tmp_pat
     assert {k: dist.report["counts"][k] for k in same} == {k: single.report["counts"][k] for k in same}
     assert_accounted(single, _inputs(corpus))
     assert_accounted(dist, _inputs(corpus))
+    # the workers read the normalized texts from files of their local directories, which go with the run
+    assert dist.report["cluster"]["spilled_text_mb"] > 0
+    with distributed.Client(cluster2) as client:
+        left = client.run(lambda dask_worker: os.listdir(dask_worker.local_directory))
+    assert not any("gpu_dedup-texts" in names for names in left.values())
 
 
 def test_workers_killed_by_memory_name_the_settings_to_change(corpus, tmp_path, monkeypatch):

@@ -14,15 +14,33 @@ def test_a_route_keeps_source_order_and_arrow_columns():
     parts = [{"k": np.array([3, 1, 3, 0], np.int64), "id": pa.array(["a", "b", "c", None])},
              {"k": np.array([1, 3], np.int64), "id": pa.array(["e", "f"])}]
     cut = [routing.split(p, i, frames.hash_dest, 3, on="k") for i, p in enumerate(parts)]
-    out = [routing.gather_pieces(*[c[k] for c in cut]) for k in range(3)]
+    out = [routing.gather_pieces(0, *[c[k] for c in cut]) for k in range(3)]
     assert sum(frames.size(o) for o in out) == 6
     for o in out:  # each destination: one key's rows (or several keys'), sources in order, positions in order
         ids = o["id"].to_pylist()
         for key in set(o["k"].tolist()):
             want = [i for p in parts for kk, i in zip(p["k"].tolist(), p["id"].to_pylist()) if kk == key]
             assert [i for kk, i in zip(o["k"].tolist(), ids) if kk == key] == want
-    again = [routing.gather_pieces(*[c[k] for c in cut]) for k in range(3)]
+    again = [routing.gather_pieces(0, *[c[k] for c in cut]) for k in range(3)]
     assert all(a["id"].equals(b["id"]) for a, b in zip(out, again))
+    # grouped by the worker that gathers them (destinations 0 and 2 on one, 1 on another): the same rows
+    groups, place = routing.destination_groups(["w0", "w1", "w0"])
+    assert groups == [[0, 2], [1]] and place == [(0, 0), (1, 0), (0, 1)]
+    cut = [routing.split(p, i, frames.hash_dest, 3, groups=groups, on="k") for i, p in enumerate(parts)]
+    grouped = [routing.gather_pieces(i, *[c[g] for c in cut]) for g, i in place]
+    for a, b in zip(out, grouped):
+        assert a["id"].equals(b["id"]) and np.array_equal(a["k"], b["k"])
+
+
+def test_sources_tally_what_they_hand_to_a_route():
+    part = {"k": np.arange(10, dtype=np.int64), "id": pa.array([f"d{i}" for i in range(10)])}
+    routing.split(part, 0, frames.hash_dest, 3, account=("run-a", "exact"), on="k")
+    routing.prepare(part, 1, frames.hash_dest, 3, account=("run-a", "exact"), on="k")
+    routing.split(part, 0, frames.hash_dest, 3, account=("run-b", "exact"), on="k")
+    rows, size = routing.moved(part)
+    assert rows == 10 and size == 80 + part["id"].nbytes
+    assert routing.take_moved("run-a") == {"exact": [20, 2 * size]}
+    assert routing.take_moved("run-a") == {} and routing.take_moved("run-b") == {"exact": [10, size]}
 
 
 def test_frames_round_trip_through_pandas_with_arrow_columns():
@@ -123,8 +141,8 @@ def test_route_pieces_carry_only_the_frames_columns():
     source's row order, and a destination gathers the pieces in source order."""
     part = {"k": np.arange(10, dtype=np.int64), "v": np.arange(10, dtype=np.int32)}
     pieces = routing.split(part, 0, frames.hash_dest, 3, on="k")
-    assert all(set(p) == {"k", "v"} for p in pieces)
-    assert all((np.diff(p["k"]) > 0).all() for p in pieces)
+    assert all(set(p) == {"k", "v"} and counts == [frames.size(p)] for p, counts in pieces)
+    assert all((np.diff(p["k"]) > 0).all() for p, _ in pieces)
 
 
 def test_blocks_are_spread_by_rows_over_the_workers():
@@ -134,3 +152,61 @@ def test_blocks_are_spread_by_rows_over_the_workers():
     homes = spread_blocks(rows, ["a", "b"])
     assert [sum(r for r, h in zip(rows, homes) if h == w) for w in "ab"] == [250, 250]
     assert spread_blocks([5], []) == [None]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+@pytest.mark.parametrize("ids", [
+    pa.array(["a", "b", "a", None, "", None, "ab", "b"]),
+    pa.array([b"\x00", b"", None, b"\x00\x00", b""], pa.large_binary()),
+    pa.array([3, -1, 3, None, 2**40, -1], pa.int64()),
+    pa.array([2**64 - 1, 0, 2**64 - 1, 5], pa.uint64()),
+    pa.array([1.5, float("nan"), 1.5, None, 0.0]),
+])
+def test_distinct_ids_counted_from_their_hashes_as_arrow_counts_them(ids, backend):
+    """The cluster's repeated-id count (two hashes per id, distinct pairs per partition) equals Arrow's count
+    of distinct ids, nulls counted as one id, whichever way an id type is hashed."""
+    import pyarrow.compute as pc
+
+    from gpu_dedup.run.cluster import blocks as B
+
+    data = B.BlockData(B.Block(0, 0, 0, len(ids), 0, None), pa.table({"id": ids}))
+    hashed = B.id_hashes(data, backend=backend)
+    # two partitions by the first hash: every copy of an id is in one of them
+    parts = [frames.take(hashed, frames.hash_dest(hashed, 2, on=("h1",)) == k) for k in range(2)]
+    distinct = sum(B.distinct_pairs(p)["distinct"] for p in parts)
+    assert distinct == pc.count_distinct(ids, mode="all").as_py()
+
+
+def test_spilled_texts_are_the_normalized_texts_mapped_only_while_read(tmp_path, monkeypatch):
+    """A CPU worker's normalized block keeps its texts in a file of the worker's local directory: the block
+    no longer weighs them, every reader sees the same texts, and the file is unmapped once the reader lets
+    them go; the run's texts go at its end."""
+    import gc
+    import os
+    import sys
+
+    B, cfg, shard, block, _ = _one_block(tmp_path)
+    monkeypatch.setattr(B, "text_dir", lambda run, worker=None: str(tmp_path / run))
+    os.makedirs(tmp_path / "r1")
+    loaded = B.load_block(block, shard, cfg)
+    kept = B.normalize_block(loaded, cfg)
+    spilled = B.normalize_block(loaded, cfg, run="r1")
+    assert kept.text_file is None and spilled.strings is None and spilled.text_file.startswith(str(tmp_path / "r1"))
+    assert B.block_norm_info(spilled) == {**B.block_norm_info(kept), "spilled_bytes": kept.text_bytes} and \
+        kept.text_bytes > 0
+    assert sys.getsizeof(spilled) <= sys.getsizeof(kept) - kept.text_bytes
+    assert spilled.norm.equals(kept.norm)
+
+    def mapped():
+        with open("/proc/self/maps") as f:
+            return spilled.text_file in f.read()
+
+    texts = spilled.texts()
+    assert np.array_equal(texts.offsets, kept.strings.offsets) and np.array_equal(texts.data, kept.strings.data)
+    assert mapped()
+    del texts
+    gc.collect()
+    assert not mapped()
+    no_spill = cfg.with_overrides({"cluster.spill_texts": False})
+    assert B.normalize_block(loaded, no_spill, run="r1").text_file is None
+    assert B.drop_texts("r1") == 2 and not (tmp_path / "r1").exists()

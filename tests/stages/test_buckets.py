@@ -2,6 +2,7 @@ import time
 from collections import defaultdict
 
 import numpy as np
+import pytest
 
 from gpu_dedup.stages.buckets import buckets
 from gpu_dedup.stages.edges import edges, unique_pairs
@@ -159,3 +160,23 @@ def test_group_buckets_of_a_shuffled_long_frame_match_brute_force():
     assert got == _brute_buckets(bh)
     assert list(got) == sorted(got)  # ordered by (band, hash)
     assert group_buckets(frame["band"], frame["hash"], frame["doc"], min_size=1).members.shape[0] == bh.size
+
+
+@pytest.mark.parametrize("n", [1, 3, 7])
+def test_bucket_dest_sends_every_member_of_a_bucket_to_one_partition(n):
+    """Partitions of the buckets shuffle: all rows of one (band, hash) go to one partition, the same hash in
+    two bands may go to two, and random hashes spread evenly."""
+    from gpu_dedup.stages.buckets import bucket_dest, long_frame
+
+    rng = np.random.default_rng(n)
+    bh = rng.integers(0, 2**64, size=(3000, 4), dtype=np.uint64)
+    bh[::7] = bh[1::7]  # pairs sharing every band
+    bh[::11, 2] = 5
+    frame = long_frame({"band_hashes": bh, "lsh_row": np.arange(3000, dtype=np.int64)})
+    d = bucket_dest(frame, n)
+    assert d.dtype == np.int64 and d.min() >= 0 and d.max() < n
+    seen: dict = {}
+    for band, h, k in zip(frame["band"].tolist(), frame["hash"].tolist(), d.tolist()):
+        assert seen.setdefault((band, h), k) == k
+    counts = np.bincount(d, minlength=n)
+    assert counts.min() > 0.85 * d.shape[0] / n

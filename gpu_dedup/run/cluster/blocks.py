@@ -7,6 +7,9 @@ on a GPU worker) stay on the worker that read it; these functions run there.
 
 from __future__ import annotations
 
+import os
+import shutil
+import uuid
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -15,9 +18,10 @@ import pyarrow.parquet as pq
 
 from gpu_dedup import storage
 from gpu_dedup.backends import array_module, get_backend, to_device, to_host
-from gpu_dedup.backends.strings import arrow_strings, string_buffers
+from gpu_dedup.backends.strings import StringBuffers, arrow_strings, string_buffers
 from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError
+from gpu_dedup.stages import frames
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.selection import text_lengths
 from gpu_dedup.stages.vectors import Vectors
@@ -92,13 +96,25 @@ class BlockData:
 
     block: Block
     table: pa.Table  # text[, id][, score]
-    strings: object = None  # normalized StringBuffers (device arrays on a GPU worker)
+    strings: object = None  # normalized StringBuffers (device arrays on a GPU worker), unless in a file
     invalid_utf8: int = 0
     vectors: Vectors | None = None  # input.vector_column
     null: np.ndarray | None = None
+    text_file: str | None = None  # the normalized texts' file (spill_texts): ``.offsets`` and ``.data``
+    text_bytes: int = 0
+
+    def texts(self):
+        """The normalized texts: in memory, or mapped from the block's file for as long as the caller holds
+        them (the mapping goes with the arrays, and the pages a task read with it)."""
+        if self.strings is not None or self.text_file is None:
+            return self.strings
+        offsets = np.memmap(self.text_file + ".offsets", np.int64, "r").view(np.ndarray)
+        data = np.memmap(self.text_file + ".data", np.uint8, "r").view(np.ndarray) if self.text_bytes else \
+            np.zeros(0, np.uint8)
+        return StringBuffers(offsets, data)
 
     def rows(self) -> RowData:
-        return RowData(strings=self.strings, vectors=self.vectors)
+        return RowData(strings=self.texts(), vectors=self.vectors)
 
     def __sizeof__(self) -> int:
         """Bytes the block holds (columns, normalized texts, vectors; device bytes on a GPU worker): what Dask
@@ -116,7 +132,8 @@ class BlockData:
     @property
     def norm(self) -> pa.Array:
         """Normalized texts as host Arrow (copied from the device on a GPU worker)."""
-        return arrow_strings(to_host(self.strings.offsets), to_host(self.strings.data))
+        texts = self.texts()
+        return arrow_strings(to_host(texts.offsets), to_host(texts.data))
 
 
 def load_block(block: Block, shard, cfg: Config, dim: int | None = None) -> BlockData:
@@ -148,32 +165,57 @@ def block_docs(data: BlockData) -> dict:
     return {"row": np.arange(b.row0, b.row0 + b.rows, dtype=np.int64), "null": data.null}
 
 
-def id_hashes(data: BlockData) -> dict:
-    """Two 64-bit hashes of each id of a block (collisions ~2**-128): the frame that counts repeated ids."""
-    import pandas as pd  # noqa: PLC0415  the Dask executor's frames: a one-process run does not import pandas
+ID_SEEDS = (0x6770755F64656475, 0x705F6964735F3031)  # the ids' two 64-bit hash lanes (not the exact keys' seeds)
+NULL_ID = (-0x2545F4914F6CDD1D, 0x1D)  # the lanes of a null id: nulls are one id, as pc.count_distinct counts them
 
+
+def id_hashes(data: BlockData, backend: str = "cpu") -> dict:
+    """Two 64-bit hashes of each id of a block: the frame that counts repeated ids.  String and binary ids:
+    the exact-key kernel's two lanes over their bytes (collisions ~2**-128), on CPU workers; integer ids:
+    the routing hash of the value, which is one to one; other types (and GPU workers, which keep their
+    kernels on the device): pandas' hash of each value."""
     ids = data.table.column("id").combine_chunks()
-    values = pd.Series(pd.arrays.ArrowExtensionArray(ids))
-    h1 = pd.util.hash_pandas_object(values, index=False, hash_key="gpu_dedup_ids_01").to_numpy(np.uint64)
-    h2 = pd.util.hash_pandas_object(values, index=False, hash_key="gpu_dedup_ids_02").to_numpy(np.uint64)
-    return {"h1": h1.view(np.int64), "h2": h2.view(np.int64)}
+    t = ids.type
+    if backend == "cpu" and (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+                             or pa.types.is_large_binary(t)):
+        buffers = string_buffers(ids)
+        h = get_backend("cpu").exact_hashes(buffers, *ID_SEEDS)  # lanes of the bytes; with the length, a key
+        h1, h2 = (h[:, 0] ^ frames.mix64(np.diff(buffers.offsets))).view(np.int64), h[:, 1].view(np.int64)
+    elif pa.types.is_integer(t):
+        values = ids.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        h1, h2 = frames.mix64(values).view(np.int64), np.zeros(len(ids), np.int64)
+    else:
+        import pandas as pd  # noqa: PLC0415  the Dask executor's frames: a one-process run does not import pandas
+
+        values = pd.Series(pd.arrays.ArrowExtensionArray(ids))
+        h1 = pd.util.hash_pandas_object(values, index=False, hash_key="gpu_dedup_ids_01").to_numpy(np.uint64)
+        h2 = pd.util.hash_pandas_object(values, index=False, hash_key="gpu_dedup_ids_02").to_numpy(np.uint64)
+        h1, h2 = h1.view(np.int64), h2.view(np.int64)
+    if ids.null_count:
+        null = np.asarray(ids.is_null(), bool)
+        h1, h2 = np.where(null, NULL_ID[0], h1), np.where(null, NULL_ID[1], h2)
+    return {"h1": np.ascontiguousarray(h1), "h2": np.ascontiguousarray(h2)}
 
 
 def distinct_pairs(part: dict) -> dict:
     """Distinct (h1, h2) of one partition (every copy of a pair is there)."""
-    if part["h1"].shape[0] == 0:
+    n = part["h1"].shape[0]
+    if n == 0:
         return {"distinct": 0}
-    keys = np.unique(np.column_stack([part["h1"], part["h2"]]), axis=0)
-    return {"distinct": int(keys.shape[0])}
+    order = np.lexsort((part["h2"], part["h1"]))
+    h1, h2 = part["h1"][order], part["h2"][order]
+    return {"distinct": 1 + int(np.count_nonzero((h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])))}
 
 
 LENGTH = "_length"  # the original texts' lengths (the ``longest`` policy's key), kept when the texts go
 
 
-def normalize_block(data: BlockData, cfg: Config) -> BlockData:
+def normalize_block(data: BlockData, cfg: Config, run: str | None = None) -> BlockData:
     """The block with its normalized texts, and without its original texts: nothing after normalization reads
     them but the ``longest`` policy's key (their lengths, kept) and the report's few sample texts (read from
-    the shard again, :func:`take_column`)."""
+    the shard again, :func:`take_column`).  On a CPU worker (``cluster.spill_texts``, and ``run`` given) the
+    normalized texts go to a file of the worker's local directory (:func:`text_dir`), which each task that
+    reads them maps: a worker holds the texts of the blocks its running tasks read, not of all its blocks."""
     if not family_for(cfg).uses_text:
         return data
     text = data.table.column("text")
@@ -183,11 +225,43 @@ def normalize_block(data: BlockData, cfg: Config) -> BlockData:
         lengths = text_lengths(text)
         table = table.append_column(LENGTH, lengths.combine_chunks() if isinstance(lengths, pa.ChunkedArray)
                                     else lengths)
-    return replace(data, table=table, strings=strings, invalid_utf8=invalid)
+    out = replace(data, table=table, strings=strings, invalid_utf8=invalid, text_bytes=int(strings.nbytes))
+    if run is not None and cfg.cluster.spill_texts and cfg.backend == "cpu":
+        path = os.path.join(text_dir(run), f"block-{data.block.index:06d}-{uuid.uuid4().hex[:8]}")
+        np.ascontiguousarray(strings.offsets, np.int64).tofile(path + ".offsets")
+        np.ascontiguousarray(strings.data).tofile(path + ".data")
+        out = replace(out, strings=None, text_file=path)
+    return out
+
+
+def text_dir(run: str, worker=None) -> str:
+    """The directory of run ``run``'s spilled texts in the local directory of ``worker`` (by default the one
+    running this task), made if missing."""
+    if worker is None:
+        from distributed import get_worker  # noqa: PLC0415  the Dask executor's workers only
+
+        worker = get_worker()
+    path = os.path.join(worker.local_directory, "gpu_dedup-texts", run)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def drop_texts(run: str, dask_worker=None) -> int:
+    """Removes run ``run``'s spilled texts from a worker (``Client.run`` passes it, at the end of the run):
+    the files it removed."""
+    path = text_dir(run, dask_worker)
+    count = len(os.listdir(path))
+    shutil.rmtree(path, ignore_errors=True)
+    try:  # the directory of every run's texts, when no other run's are left in it
+        os.rmdir(os.path.dirname(path))
+    except OSError:
+        pass
+    return count
 
 
 def block_norm_info(data: BlockData) -> dict:
-    return {"invalid_utf8": data.invalid_utf8, "text_bytes": data.strings.nbytes if data.strings is not None else 0}
+    return {"invalid_utf8": data.invalid_utf8, "text_bytes": data.text_bytes,
+            "spilled_bytes": data.text_bytes if data.text_file is not None else 0}
 
 
 def block_keys(data: BlockData, family) -> dict:

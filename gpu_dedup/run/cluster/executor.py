@@ -21,6 +21,7 @@ import logging
 import operator
 import os
 import tempfile
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -91,13 +92,14 @@ class DaskExecutor:
         self.loaded: list = []
         self.homes: list = []  # the worker each block is read on (B.spread_blocks)
         self.normalized: list | None = None
+        self.spilled_text_mb = 0.0
         self.family = None
         self._prepared = None
         self.bands = None  # the bands parts (signatures for verification by signature)
         self.routes = 0
         self.vector_dim = None  # the corpus's vector length (input.vector_column)
-        self.moved: dict = {}  # stage -> futures of (rows, bytes) its routes moved, per source part (unsettled)
-        self.moved_totals: dict = {}  # stage -> [rows, bytes] of the settled futures
+        self.run_key = uuid.uuid4().hex  # the workers tally what this run's routes move under it
+        self.moved_totals: dict = {}  # stage -> [rows, bytes] the routes moved (routing.take_moved)
 
     # ---- setup ----------------------------------------------------------------
     def connect(self) -> None:
@@ -115,8 +117,9 @@ class DaskExecutor:
 
     def close(self) -> None:
         if self.client is not None:
-            try:  # frames no new future took (a failed stage) leave the workers with the client
+            try:  # frames no new future took (a failed stage), and the run's spilled texts, go with the client
                 self.client.run(_forget_saved)
+                self.client.run(B.drop_texts, self.run_key)
             except Exception:  # noqa: BLE001 - workers already gone: nothing is left on them
                 pass
             self.client.close()
@@ -137,6 +140,7 @@ class DaskExecutor:
             "scheduler_peak_rss_mb": (round(self.client.run_on_scheduler(peak_rss_mb), 1)
                                       if self.cluster is not None else None),
             "blocks": len(self.blocks),
+            "spilled_text_mb": self.spilled_text_mb,  # normalized texts the workers keep in local files
             "partitions": self.partitions,
             "routes": self.routes,
             "shuffled_rows": int(sum(m[0] for m in moved.values())),
@@ -182,7 +186,7 @@ class DaskExecutor:
             progress(len(shards))
         dup = 0
         if cfg.input.id_column and n:
-            hashes = self.map(B.id_hashes, self.loaded)
+            hashes = self.map(B.id_hashes, self.loaded, backend=cfg.backend)
             routed = self.route(hashes, frames.hash_dest, self.partitions, on=("h1",))
             dup = n - self.total(B.distinct_pairs, routed)["distinct"]
         self.corpus = ClusterCorpus(shards, n, null, cfg.input.id_column, dup)
@@ -194,10 +198,11 @@ class DaskExecutor:
     def _normalize(self) -> list:
         if self.normalized is None:
             with self.st.stage("normalize", self.corpus.n) as info:
-                self.normalized = self.client.map(B.normalize_block, self.loaded, cfg=self.cfg, pure=False)
+                self.normalized = self.map(B.normalize_block, self.loaded, cfg=self.cfg, run=self.run_key)
                 self.loaded = self.normalized  # the blocks without their original texts (normalize_block)
                 got = self.client.gather(self.client.map(B.block_norm_info, self.normalized, pure=False))
                 self.invalid_utf8 = sum(g["invalid_utf8"] for g in got)
+                self.spilled_text_mb = round(sum(g["spilled_bytes"] for g in got) / 2**20, 1)
                 info.update(invalid_utf8=self.invalid_utf8, text_mb=round(sum(g["text_bytes"] for g in got) / 2**20, 1))
         return self.normalized
 
@@ -289,8 +294,14 @@ class DaskExecutor:
         self.routes += 1
         stage = getattr(self.st, "current", None) or "report"
         return routing.route(self.client, parts, dest, n, explode=explode, explode_kw=explode_kw,
-                             shuffle_method=self.cfg.cluster.shuffle,
-                             account=self.moved.setdefault(stage, []).extend, **kw)
+                             shuffle_method=self.cfg.cluster.shuffle, account=(self.run_key, stage),
+                             homes=self._destination_homes(n), **kw)
+
+    def _destination_homes(self, n: int) -> list:
+        """The worker each of a route's ``n`` destinations is gathered on: destination ``k`` where block
+        ``k`` is (a destination by block is next to its block; by hash, spread as the blocks are)."""
+        homes = self.homes or [None]
+        return [homes[k % len(homes)] for k in range(n)]
 
     def total(self, fn, *parts, **kw) -> dict:
         out: dict = {}
@@ -373,7 +384,6 @@ class DaskExecutor:
         hold every task of every stage until the run ends, a state that grows with blocks x partitions x
         routes.  The new futures reuse the frames where they are (no copy); a worker that lost one reads it
         back from its checkpoint file."""
-        self._settle_moved()
         if not ckpt.fingerprint:  # no checkpoints (a run against an index): the history stays
             return parts
         directory = ckpt.dir / unit
@@ -393,13 +403,10 @@ class DaskExecutor:
         return fresh
 
     def _settle_moved(self) -> None:
-        """The (rows, bytes) futures of the routes so far summed per stage and dropped (each holds its
-        route's tasks in the scheduler)."""
-        for stage, futs in self.moved.items():
-            if futs:
-                got = np.sum(self.client.gather(futs), axis=0)
-                self.moved_totals[stage] = self.moved_totals.get(stage, 0) + got
-        self.moved = {}
+        """What the routes moved so far, by stage: the workers' tallies (a worker lost takes its tally)."""
+        for tallies in self.client.run(routing.take_moved, self.run_key).values():
+            for stage, got in tallies.items():
+                self.moved_totals[stage] = self.moved_totals.get(stage, 0) + np.asarray(got, np.int64)
 
     def load(self, ckpt, unit: str):
         arrays, meta = ckpt.load(unit)

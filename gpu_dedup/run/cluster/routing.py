@@ -16,22 +16,43 @@ from __future__ import annotations
 
 import itertools
 import operator
+import threading
 
 import numpy as np
 
-from gpu_dedup.backends import frame_kinds, to_host
+from gpu_dedup.backends import array_module, frame_kinds, to_host
 from gpu_dedup.stages import frames
 
 TAGS = ("_dest", "_src", "_pos")
 
 
-def moved(obj) -> tuple:
-    """(rows, bytes) a source part hands to a route (its pieces, or its frame for Dask's shuffle)."""
-    if isinstance(obj, list):
-        return tuple(map(sum, zip((0, 0), *[moved(piece) for piece in obj])))
-    if hasattr(obj, "memory_usage"):  # a DataFrame
-        return len(obj), int(obj.memory_usage(deep=True).sum())
-    return frames.size(obj), sum(int(v.nbytes) for v in obj.values())
+def moved(frame) -> tuple:
+    """(rows, bytes) of a frame (dict of arrays, or a DataFrame) a source part hands to a route."""
+    if hasattr(frame, "memory_usage"):  # a DataFrame
+        return len(frame), int(frame.memory_usage(deep=True).sum())
+    return frames.size(frame), sum(int(v.nbytes) for v in frame.values())
+
+
+_MOVED: dict = {}  # worker-global: account key (run, stage) -> [rows, bytes] the sources handed to routes
+_MOVED_LOCK = threading.Lock()
+
+
+def _count(account, frame) -> None:
+    """Adds a source's (rows, bytes) to this worker's tally for ``account`` (a route needs no task for it)."""
+    if account is None:
+        return
+    rows, size = moved(frame)
+    with _MOVED_LOCK:
+        tally = _MOVED.setdefault(account, [0, 0])
+        tally[0] += rows
+        tally[1] += size
+
+
+def take_moved(run: str) -> dict:
+    """This worker's tallies of run ``run``, by stage, handed over once (and forgotten)."""
+    with _MOVED_LOCK:
+        mine = [k for k in _MOVED if k[0] == run]
+        return {k[1]: _MOVED.pop(k) for k in mine}
 
 
 def to_df(frame: dict):
@@ -44,9 +65,10 @@ def from_df(df) -> dict:
     return frame_kinds.columns_of(df)
 
 
-def prepare(obj, src: int, dest, n: int, explode=None, explode_kw=None, **kw):
+def prepare(obj, src: int, dest, n: int, explode=None, explode_kw=None, account=None, **kw):
     """A part ready to move: exploded into a frame if it is none, with ``_dest``, ``_src`` and ``_pos``."""
     frame = explode(obj, **(explode_kw or {})) if explode is not None else obj
+    _count(account, frame)
     size = frames.size(frame)
     xp = frames.module_of(frame) if frame else np
     d = dest(frame, n, **kw) if size else xp.zeros(0, dtype=xp.int64)
@@ -80,49 +102,88 @@ def later() -> int:
 DIRECT_PIECES = 256  # up to this many (source, destination) pieces (16 x 16), rows move as futures (see route)
 
 
-def split(obj, src: int, dest, n: int, explode=None, explode_kw=None, **kw) -> list:
-    """A part cut into the ``n`` pieces its rows go to, each in the part's row order (a stable sort by
-    destination): no tags, the pieces' order is the rows' order."""
+def destination_order(d, n: int):
+    """The positions of ``d`` (destinations in ``0..n-1``) sorted by destination, stably: a radix sort on the
+    host (NumPy sorts integers of 16 bits or fewer by radix, eight times faster than int64 at 1.6 M rows)."""
+    xp = array_module(d)
+    if xp is np and n <= 1 << 16:
+        d = d.astype(np.uint16)
+    return xp.argsort(d, kind="stable")
+
+
+def split(obj, src: int, dest, n: int, explode=None, explode_kw=None, groups=None, account=None, **kw) -> list:
+    """A part cut into one piece per group of destinations (``groups``: lists of destinations, by default
+    each alone): a piece is ``(frame, counts)``, the rows of its destinations one destination after another
+    (in the group's order), each destination's rows in the part's row order; no tags."""
     frame = explode(obj, **(explode_kw or {})) if explode is not None else obj
+    _count(account, frame)
     size = frames.size(frame)
     xp = frames.module_of(frame) if frame else np
     d = xp.asarray(dest(frame, n, **kw), dtype=xp.int64) if size else xp.zeros(0, dtype=xp.int64)
-    order = xp.argsort(d, kind="stable")
+    order = destination_order(d, n)
     bounds = to_host(xp.searchsorted(d[order], xp.arange(n + 1)))
-    return [frames.take(frame, order[bounds[k]:bounds[k + 1]]) for k in range(n)]
+    pieces = []
+    for group in groups if groups is not None else [[k] for k in range(n)]:
+        idx = [order[bounds[k]:bounds[k + 1]] for k in group]
+        rows = idx[0] if len(idx) == 1 else xp.concatenate(idx)
+        pieces.append((frames.take(frame, rows), [int(bounds[k + 1] - bounds[k]) for k in group]))
+    return pieces
 
 
-def gather_pieces(*pieces) -> dict:
-    """One destination's pieces, in source order (each already in its source's row order)."""
-    return frames.concat(list(pieces))
+def split_one(*args, **kw) -> tuple:
+    """The one piece of :func:`split` when every destination is gathered on one worker (no getitem task)."""
+    return split(*args, **kw)[0]
+
+
+def gather_pieces(at: int, *pieces) -> dict:
+    """One destination's rows: the ``at``-th destination's rows of each source's piece, in source order."""
+    out = []
+    for frame, counts in pieces:
+        lo = sum(counts[:at])
+        out.append(frames.rows_between(frame, lo, lo + counts[at]))
+    return frames.concat(out)
+
+
+def destination_groups(homes: list) -> tuple:
+    """(groups, place): the destinations grouped by the worker they are gathered on (``homes[k]``, None:
+    anywhere), and for each destination its (group, position in the group)."""
+    by_home: dict = {}
+    for k, h in enumerate(homes):
+        by_home.setdefault(h, []).append(k)
+    groups = list(by_home.values())
+    place = {k: (g, i) for g, members in enumerate(groups) for i, k in enumerate(members)}
+    return groups, [place[k] for k in range(len(homes))]
 
 
 def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuffle_method=None, account=None,
-          **kw) -> list:
+          homes=None, **kw) -> list:
     """Rows of ``parts`` to ``n`` partitions by ``dest(frame, n, **kw)``; a list of ``n`` futures.
 
     Up to DIRECT_PIECES (source, destination) pieces (and unless ``shuffle_method`` names one of Dask's),
-    each source is cut into its pieces by one task and each destination gathers its pieces: a few hundred
-    small tasks and no DataFrame graph.  Above, Dask's shuffle (p2p by default) moves them.
-    ``account(futures)``: receives, per source part, a future of the (rows, bytes) it moves."""
+    each source is cut by one task into one piece per worker that gathers destinations (``homes[k]``: the
+    worker destination ``k`` is gathered on, loosely; None: anywhere), and each destination takes its rows
+    from every source's piece for its worker: (sources x workers) pieces moved as futures, not (sources x
+    destinations), so a route is a few dozen small tasks and no DataFrame graph.  Above, Dask's shuffle
+    (p2p by default) moves them.  ``account``: a key under which each source's worker tallies the (rows,
+    bytes) it hands over (:func:`take_moved`)."""
     import dask  # noqa: PLC0415
     import dask.dataframe as dd  # noqa: PLC0415
 
     if shuffle_method is None and len(parts) * n <= DIRECT_PIECES:
         m = len(parts)
-        cut = client.map(split, parts, range(m), dest=dest, n=n, explode=explode, explode_kw=explode_kw, pure=False,
-                         priority=later(), **kw)
-        if account is not None:  # (rows, bytes) each source moves, gathered when the report is written
-            account(client.map(moved, cut, pure=False))
-        flat = client.map(operator.getitem, cut * n, [k for k in range(n) for _ in range(m)], pure=False,
-                          priority=later())
-        # destination k gathers piece k of every source, in source order
-        return client.map(gather_pieces, *[[flat[k * m + j] for k in range(n)] for j in range(m)], pure=False,
-                          priority=later())
-    ready = [client.submit(prepare, p, i, dest, n, explode=explode, explode_kw=explode_kw, pure=False, **kw)
+        groups, place = destination_groups(list(homes) if homes is not None else [None] * n)
+        cut = client.map(split if len(groups) > 1 else split_one, parts, range(m), dest=dest, n=n, explode=explode,
+                         explode_kw=explode_kw, groups=groups, account=account, pure=False, priority=later(), **kw)
+        pieces = [client.map(operator.getitem, cut, [g] * m, pure=False, priority=later())
+                  for g in range(len(groups))] if len(groups) > 1 else [cut]
+        first = later()
+        return [client.submit(gather_pieces, i, *pieces[g], pure=False, priority=first,
+                              workers=[homes[k]] if homes is not None and homes[k] else None,
+                              allow_other_workers=True)
+                for k, (g, i) in enumerate(place)]
+    ready = [client.submit(prepare, p, i, dest, n, explode=explode, explode_kw=explode_kw, account=account,
+                           pure=False, **kw)
              for i, p in enumerate(parts)]
-    if account is not None:
-        account(client.map(moved, ready, pure=False))
     meta = client.submit(empty, ready[0], pure=False).result()
     ddf = dd.from_delayed([dask.delayed(f) for f in ready], meta=meta, verify_meta=False)
     with dask.config.set({"dataframe.shuffle.method": shuffle_method} if shuffle_method else {}):
