@@ -22,6 +22,7 @@ from gpu_dedup.backends.strings import StringBuffers, arrow_strings, string_buff
 from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError
 from gpu_dedup.stages import frames
+from gpu_dedup.stages.exact import exact_keys
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.selection import text_lengths
 from gpu_dedup.stages.vectors import Vectors
@@ -165,22 +166,21 @@ def block_docs(data: BlockData) -> dict:
     return {"row": np.arange(b.row0, b.row0 + b.rows, dtype=np.int64), "null": data.null}
 
 
-ID_SEEDS = (0x6770755F64656475, 0x705F6964735F3031)  # the ids' two 64-bit hash lanes (not the exact keys' seeds)
+ID_SEED = 0x1D5  # the ids' hash seed (not the exact keys' seed, so the two never share lanes)
 NULL_ID = (-0x2545F4914F6CDD1D, 0x1D)  # the lanes of a null id: nulls are one id, as pc.count_distinct counts them
 
 
 def id_hashes(data: BlockData, backend: str = "cpu") -> dict:
     """Two 64-bit hashes of each id of a block: the frame that counts repeated ids.  String and binary ids:
-    the exact-key kernel's two lanes over their bytes (collisions ~2**-128), on CPU workers; integer ids:
-    the routing hash of the value, which is one to one; other types (and GPU workers, which keep their
+    their exact keys (byte length folded into the first lane; collisions ~2**-128), on CPU workers; integer
+    ids: the routing hash of the value, which is one to one; other types (and GPU workers, which keep their
     kernels on the device): pandas' hash of each value."""
     ids = data.table.column("id").combine_chunks()
     t = ids.type
     if backend == "cpu" and (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
                              or pa.types.is_large_binary(t)):
-        buffers = string_buffers(ids)
-        h = get_backend("cpu").exact_hashes(buffers, *ID_SEEDS)  # lanes of the bytes; with the length, a key
-        h1, h2 = (h[:, 0] ^ frames.mix64(np.diff(buffers.offsets))).view(np.int64), h[:, 1].view(np.int64)
+        keys = exact_keys(ids, seed=ID_SEED)
+        h1, h2 = (keys[:, 1] ^ frames.mix64(keys[:, 0])).view(np.int64), keys[:, 2].view(np.int64)
     elif pa.types.is_integer(t):
         values = ids.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         h1, h2 = frames.mix64(values).view(np.int64), np.zeros(len(ids), np.int64)
@@ -199,12 +199,7 @@ def id_hashes(data: BlockData, backend: str = "cpu") -> dict:
 
 def distinct_pairs(part: dict) -> dict:
     """Distinct (h1, h2) of one partition (every copy of a pair is there)."""
-    n = part["h1"].shape[0]
-    if n == 0:
-        return {"distinct": 0}
-    order = np.lexsort((part["h2"], part["h1"]))
-    h1, h2 = part["h1"][order], part["h2"][order]
-    return {"distinct": 1 + int(np.count_nonzero((h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])))}
+    return {"distinct": frames.size(frames.distinct_pairs(part, "h1", "h2"))}
 
 
 LENGTH = "_length"  # the original texts' lengths (the ``longest`` policy's key), kept when the texts go
@@ -227,7 +222,9 @@ def normalize_block(data: BlockData, cfg: Config, run: str | None = None) -> Blo
                                     else lengths)
     out = replace(data, table=table, strings=strings, invalid_utf8=invalid, text_bytes=int(strings.nbytes))
     if run is not None and cfg.cluster.spill_texts and cfg.backend == "cpu":
-        path = os.path.join(text_dir(run), f"block-{data.block.index:06d}-{uuid.uuid4().hex[:8]}")
+        directory = text_dir(run)
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, f"block-{data.block.index:06d}-{uuid.uuid4().hex[:8]}")
         np.ascontiguousarray(strings.offsets, np.int64).tofile(path + ".offsets")
         np.ascontiguousarray(strings.data).tofile(path + ".data")
         out = replace(out, strings=None, text_file=path)
@@ -236,20 +233,20 @@ def normalize_block(data: BlockData, cfg: Config, run: str | None = None) -> Blo
 
 def text_dir(run: str, worker=None) -> str:
     """The directory of run ``run``'s spilled texts in the local directory of ``worker`` (by default the one
-    running this task), made if missing."""
+    running this task)."""
     if worker is None:
         from distributed import get_worker  # noqa: PLC0415  the Dask executor's workers only
 
         worker = get_worker()
-    path = os.path.join(worker.local_directory, "gpu_dedup-texts", run)
-    os.makedirs(path, exist_ok=True)
-    return path
+    return os.path.join(worker.local_directory, "gpu_dedup-texts", run)
 
 
 def drop_texts(run: str, dask_worker=None) -> int:
     """Removes run ``run``'s spilled texts from a worker (``Client.run`` passes it, at the end of the run):
     the files it removed."""
     path = text_dir(run, dask_worker)
+    if not os.path.isdir(path):
+        return 0
     count = len(os.listdir(path))
     shutil.rmtree(path, ignore_errors=True)
     try:  # the directory of every run's texts, when no other run's are left in it

@@ -26,10 +26,8 @@ from gpu_dedup.stages import frames
 TAGS = ("_dest", "_src", "_pos")
 
 
-def moved(frame) -> tuple:
-    """(rows, bytes) of a frame (dict of arrays, or a DataFrame) a source part hands to a route."""
-    if hasattr(frame, "memory_usage"):  # a DataFrame
-        return len(frame), int(frame.memory_usage(deep=True).sum())
+def moved(frame: dict) -> tuple:
+    """(rows, bytes) of the frame a source part hands to a route (its columns, before any routing tags)."""
     return frames.size(frame), sum(int(v.nbytes) for v in frame.values())
 
 
