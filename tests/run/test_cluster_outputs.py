@@ -14,20 +14,20 @@ def test_a_route_keeps_source_order_and_arrow_columns():
     parts = [{"k": np.array([3, 1, 3, 0], np.int64), "id": pa.array(["a", "b", "c", None])},
              {"k": np.array([1, 3], np.int64), "id": pa.array(["e", "f"])}]
     cut = [routing.split(p, i, frames.hash_dest, 3, on="k") for i, p in enumerate(parts)]
-    out = [routing.gather_pieces(0, *[c[k] for c in cut]) for k in range(3)]
+    out = [routing.gather_pieces(0, [c[k] for c in cut]) for k in range(3)]
     assert sum(frames.size(o) for o in out) == 6
     for o in out:  # each destination: one key's rows (or several keys'), sources in order, positions in order
         ids = o["id"].to_pylist()
         for key in set(o["k"].tolist()):
             want = [i for p in parts for kk, i in zip(p["k"].tolist(), p["id"].to_pylist()) if kk == key]
             assert [i for kk, i in zip(o["k"].tolist(), ids) if kk == key] == want
-    again = [routing.gather_pieces(0, *[c[k] for c in cut]) for k in range(3)]
+    again = [routing.gather_pieces(0, [c[k] for c in cut]) for k in range(3)]
     assert all(a["id"].equals(b["id"]) for a, b in zip(out, again))
     # grouped by the worker that gathers them (destinations 0 and 2 on one, 1 on another): the same rows
     groups, place = routing.destination_groups(["w0", "w1", "w0"])
     assert groups == [[0, 2], [1]] and place == [(0, 0), (1, 0), (0, 1)]
     cut = [routing.split(p, i, frames.hash_dest, 3, groups=groups, on="k") for i, p in enumerate(parts)]
-    grouped = [routing.gather_pieces(i, *[c[g] for c in cut]) for g, i in place]
+    grouped = [routing.gather_pieces(i, [c[g] for c in cut]) for g, i in place]
     for a, b in zip(out, grouped):
         assert a["id"].equals(b["id"]) and np.array_equal(a["k"], b["k"])
 
