@@ -92,6 +92,7 @@ class DaskExecutor:
         self.loaded: list = []
         self.homes: list = []  # the worker each block is read on (B.spread_blocks)
         self.normalized: list | None = None
+        self.invalid_utf8: int | None = None  # counted by the normalize stage
         self.spilled_text_mb = 0.0
         self.family = None
         self._prepared = None
@@ -181,6 +182,9 @@ class DaskExecutor:
         if not self.loaded:  # no rows: one empty block keeps every table one partition wide
             self.loaded = [client.submit(_empty_block, cfg, pure=False)]
             self.homes = [None]
+        if self.family.uses_text:  # each block normalized as soon as it is read (the next task on its worker):
+            # a worker holds the original texts of the blocks being read, not of all its blocks until a later stage
+            self.loaded = self.normalized = self.map(B.normalize_block, self.loaded, cfg=cfg, run=self.run_key)
         null = self.total(_null_count, self.loaded)["null"]
         if progress is not None:
             progress(len(shards))
@@ -196,10 +200,10 @@ class DaskExecutor:
         return self.map(B.block_docs, self.loaded)
 
     def _normalize(self) -> list:
-        if self.normalized is None:
+        """The normalized blocks (normalized as they were read, :meth:`read`); the normalize stage counts them
+        (its time is the wait for normalizations still running, the rest is in the read stage's)."""
+        if self.invalid_utf8 is None:
             with self.st.stage("normalize", self.corpus.n) as info:
-                self.normalized = self.map(B.normalize_block, self.loaded, cfg=self.cfg, run=self.run_key)
-                self.loaded = self.normalized  # the blocks without their original texts (normalize_block)
                 got = self.client.gather(self.client.map(B.block_norm_info, self.normalized, pure=False))
                 self.invalid_utf8 = sum(g["invalid_utf8"] for g in got)
                 self.spilled_text_mb = round(sum(g["spilled_bytes"] for g in got) / 2**20, 1)
