@@ -60,12 +60,14 @@ def similarity_summary(ex, parts, fn, threshold: float) -> dict:
         return out
     lo = min(st["min"] for st in stats if st["n"])
     hi = max(st["max"] for st in stats if st["n"])
-    cache: dict[int, float] = {}
+    ranks = {}
     for q in QUANTILES:
         vi = q * (n - 1)
         k = int(np.floor(vi))
-        a = cache.setdefault(k, _order_statistic(ex, parts, fn, k, lo, hi))
-        b = cache.setdefault(min(k + 1, n - 1), _order_statistic(ex, parts, fn, min(k + 1, n - 1), lo, hi))
+        ranks[q] = (vi, k, min(k + 1, n - 1))
+    found = _order_statistics(ex, parts, fn, sorted({r for _, a, b in ranks.values() for r in (a, b)}), lo, hi)
+    for q, (vi, k, k1) in ranks.items():
+        a, b = found[k], found[k1]
         # numpy's linear interpolation, through numpy itself: quantile gamma of the pair (a, b)
         value = float(np.quantile(np.array([a, b], np.float64), vi - k)) if b != a else a
         out["quantiles"][f"p{int(q * 100)}"] = round(value, 4)
@@ -84,30 +86,38 @@ NARROW_BINS = 4096  # bins of one narrowing pass
 GATHER_AT_MOST = 4096  # values brought to the client once a range holds no more
 
 
-def _order_statistic(ex, parts, fn, k: int, lo: float, hi: float) -> float:
-    """The ``k``-th smallest (0-based) value of ``fn(part)`` over all parts.  Each pass bins the values of
-    the current range into NARROW_BINS bins (per part, summed) and keeps the bin holding rank ``k``; a
-    value belongs to a range by the chain of bin formulas, so every value is in exactly one bin of each
-    pass.  Once a range holds few values (or all of them are equal) they are brought together and sorted."""
-    chain: list = []  # (lo, hi, bin) of each pass
-    below = 0  # values before the current range
-    for _ in range(64):
-        got = ex.collect(_narrow, parts, values=fn, chain=chain, lo=lo, hi=hi)
-        hist = np.sum([g["hist"] for g in got], axis=0)
-        inside = int(hist.sum())
-        present = [g for g in got if g["n"]]
-        if present and min(g["min"] for g in present) == max(g["max"] for g in present):
-            return float(present[0]["min"])  # every value left is the same one
-        if inside <= GATHER_AT_MOST or lo == hi or not np.isfinite(hi - lo):
-            values = np.sort(np.concatenate([g["values"] for g in ex.collect(_narrow, parts, values=fn, chain=chain,
-                                                                           lo=lo, hi=hi, gather=True)]))
-            return float(values[k - below])
-        cum = np.cumsum(hist)
-        j = int(np.searchsorted(cum, k - below, side="right"))
-        below += int(cum[j - 1]) if j else 0
-        chain.append((lo, hi, j))
-        w = (hi - lo) / NARROW_BINS
-        lo, hi = lo + j * w, lo + (j + 1) * w
+def _order_statistics(ex, parts, fn, ks: list, lo: float, hi: float) -> dict:
+    """The ``k``-th smallest (0-based) value of ``fn(part)`` over all parts, for every ``k`` of ``ks``, all
+    narrowed together (one pass over the parts serves every rank).  For each rank, a pass bins the values of
+    its current range into NARROW_BINS bins (per part, summed) and keeps the bin holding the rank; a value
+    belongs to a range by the chain of bin formulas, so every value is in exactly one bin of each pass.  Once
+    a range holds few values (or all of them are equal) they are brought together and sorted."""
+    state = {k: {"chain": [], "below": 0, "lo": lo, "hi": hi, "gather": False} for k in ks}  # below: values
+    found: dict[int, float] = {}  # before the range; chain: (lo, hi, bin) of each pass
+    for _ in range(66):
+        active = [k for k in ks if k not in found]
+        if not active:
+            return found
+        queries = [(state[k]["chain"], state[k]["lo"], state[k]["hi"], state[k]["gather"]) for k in active]
+        got = ex.collect(_narrow, parts, values=fn, queries=queries)
+        for i, k in enumerate(active):
+            s, res = state[k], [g[i] for g in got]
+            if s["gather"]:
+                found[k] = float(np.sort(np.concatenate([r["values"] for r in res]))[k - s["below"]])
+                continue
+            hist = np.sum([r["hist"] for r in res], axis=0)
+            present = [r for r in res if r["n"]]
+            if present and min(r["min"] for r in present) == max(r["max"] for r in present):
+                found[k] = float(present[0]["min"])  # every value left is the same one
+            elif int(hist.sum()) <= GATHER_AT_MOST or s["lo"] == s["hi"] or not np.isfinite(s["hi"] - s["lo"]):
+                s["gather"] = True
+            else:
+                cum = np.cumsum(hist)
+                j = int(np.searchsorted(cum, k - s["below"], side="right"))
+                s["below"] += int(cum[j - 1]) if j else 0
+                s["chain"] = [*s["chain"], (s["lo"], s["hi"], j)]
+                w = (s["hi"] - s["lo"]) / NARROW_BINS
+                s["lo"], s["hi"] = s["lo"] + j * w, s["lo"] + (j + 1) * w
     raise RuntimeError("quantile narrowing did not converge")  # pragma: no cover
 
 
@@ -117,14 +127,21 @@ def _bins(v, lo: float, hi: float) -> np.ndarray:
     return np.clip(((v - lo) / (hi - lo) * NARROW_BINS).astype(np.int64), 0, NARROW_BINS - 1)
 
 
-def _narrow(part, values, chain, lo: float, hi: float, gather: bool = False) -> dict:
-    v = np.asarray(values(part), np.float64)
-    for c_lo, c_hi, j in chain:
-        v = v[_bins(v, c_lo, c_hi) == j]
-    if gather:
-        return {"values": v}
-    return {"hist": np.bincount(_bins(v, lo, hi), minlength=NARROW_BINS), "n": int(v.shape[0]),
-            "min": float(v.min()) if v.shape[0] else 0.0, "max": float(v.max()) if v.shape[0] else 0.0}
+def _narrow(part, values, queries: list) -> list:
+    """For each query (chain, lo, hi, gather) of :func:`_order_statistics`: the values of the part in the
+    query's range (gather), or their histogram over ``lo..hi`` with their count, min and max."""
+    v_all = np.asarray(values(part), np.float64)
+    out = []
+    for chain, lo, hi, gather in queries:
+        v = v_all
+        for c_lo, c_hi, j in chain:
+            v = v[_bins(v, c_lo, c_hi) == j]
+        if gather:
+            out.append({"values": v})
+            continue
+        out.append({"hist": np.bincount(_bins(v, lo, hi), minlength=NARROW_BINS), "n": int(v.shape[0]),
+                    "min": float(v.min()) if v.shape[0] else 0.0, "max": float(v.max()) if v.shape[0] else 0.0})
+    return out
 
 
 def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes: dict, cluster_sizes: dict,

@@ -33,6 +33,23 @@ def test_quantiles_over_parts_equal_numpy(monkeypatch, gather, kind):
     assert got["hist"] == np.histogram(v, bins=build.SIMILARITY_BINS)[0].tolist()
 
 
+def test_every_quantile_is_narrowed_in_the_same_passes(monkeypatch):
+    """One pass over the parts serves every rank: a cluster's report waits on a few rounds of tasks, not on
+    two or more per quantile."""
+    monkeypatch.setattr(build, "GATHER_AT_MOST", 7)
+    v = np.random.default_rng(5).random(50_000)
+    calls = []
+
+    class Counting(InProcess):
+        def collect(self, fn, parts, **kw):
+            calls.append(fn.__name__)
+            return super().collect(fn, parts, **kw)
+
+    got = build.similarity_summary(Counting(), np.array_split(v, 4), values, 0.8)
+    assert got["quantiles"]["p50"] == round(float(np.quantile(v, 0.5)), 4)
+    assert calls[0] == "_value_stats" and 1 < len(calls) <= 5, calls
+
+
 def test_no_values_no_quantiles():
     got = build.similarity_summary(InProcess(), [np.zeros(0), np.zeros(0)], values, 0.8)
     assert got == {"n": 0, "below": 0, "hist": [0] * 20, "quantiles": {}}
