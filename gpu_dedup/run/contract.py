@@ -71,6 +71,7 @@ class Executor(Protocol):
     shards: list  # the input shards
     partitions: int  # partitions of a routed table (1 in one process)
     blocks_count: int  # blocks of the corpus (1 in one process)
+    workers: int  # processes the blocks are spread over (1 in one process; after :meth:`read`)
     block_starts: np.ndarray  # global row of each block's first row, and the row count (after :meth:`read`)
     holds_corpus: bool  # every per-row array is in this process (the RunResult then carries them)
 

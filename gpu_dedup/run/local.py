@@ -134,6 +134,7 @@ class LocalExecutor:
     """
 
     partitions = 1  # one part: the whole corpus
+    workers = 1
     blocks_count = 1
     holds_corpus = True  # every per-row array is in this process (RunResult carries them)
 

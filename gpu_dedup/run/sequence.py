@@ -46,7 +46,8 @@ from gpu_dedup.run.prior import NoPrior
 from gpu_dedup.run.remote_outdir import RemoteOutputDir
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
 from gpu_dedup.stages import frames
-from gpu_dedup.stages.buckets import bucket_dest, bucket_part, bucket_sizes, long_frame
+from gpu_dedup.stages.buckets import (band_rounds, bucket_dest, bucket_part, bucket_sizes, concat_bucket_parts,
+                                      long_frame)
 from gpu_dedup.stages.edges import Edges, star_accept, star_open, star_outputs, star_propose, star_start, unique_edges
 from gpu_dedup.stages.exact import exact_copies, key_frame, with_copies
 from gpu_dedup.stages.selection import ClusterPart
@@ -217,6 +218,10 @@ def _bucket_centres(bk: dict, prior) -> dict | None:
     q, r, d = prior.bucket_centres(to_host(bk["band"]), to_host(bk["hash"]))
     return {"bucket": xp.asarray(q, dtype=xp.int64), "round": xp.asarray(r, dtype=xp.int64),
             "doc": xp.asarray(d, dtype=xp.int64)}
+
+
+def _bucket_rows(bk: dict) -> dict:
+    return {"memberships": int(bk["members"].shape[0])}
 
 
 def _bucket_counts(bk: dict, centres: dict | None) -> dict:
@@ -548,13 +553,20 @@ class _Sequence:
         def compute():
             lsh = self.extra.get("lsh_rows", 0)
             with self.st.stage("buckets", lsh * self.family.layout[0], "band hashes") as info:
-                routed = self._route(self.bands, bucket_dest, explode=long_frame,
-                                     explode_kw={"first_doc": self.first_doc})
-                # with a prior, a lone new document still meets the index's documents of its bucket
-                bk = ex.map(bucket_part, routed, min_size=1 if prior.active else 2, first_doc=self.first_doc)
+                rounds = band_rounds(self.family.layout[0], ex.blocks_count, ex.workers)
+                done = []
+                for lo, hi in rounds:  # each round's buckets made before the next round's band hashes move
+                    routed = self._route(self.bands, bucket_dest, explode=long_frame,
+                                         explode_kw={"first_doc": self.first_doc, "bands": (lo, hi)})
+                    # with a prior, a lone new document still meets the index's documents of its bucket
+                    done.append(ex.map(bucket_part, routed, min_size=1 if prior.active else 2,
+                                       first_doc=self.first_doc))
+                    if len(rounds) > 1:
+                        ex.total(_bucket_rows, done[-1])
+                bk = done[0] if len(done) == 1 else ex.map(concat_bucket_parts, *done)
                 centres = ex.map(_bucket_centres, bk, prior=prior)
                 c = ex.total(_bucket_counts, bk, centres)
-                info.update(buckets=c["buckets"], memberships=c["memberships"])
+                info.update(buckets=c["buckets"], memberships=c["memberships"], rounds=len(rounds))
             sizes = _merge_counts(ex.collect(bucket_sizes, bk))
             return ({"buckets": bk, "centres": centres},
                     {"candidate_buckets": c["candidate_buckets"], "bucket_memberships": c["memberships"]},

@@ -95,10 +95,11 @@ def group_buckets(band, hashes, doc, min_size: int = 2) -> Buckets:
 
 
 def concat_buckets(parts: list) -> Buckets:
+    """Buckets of several parts, one after another (the parts' module; NumPy when there are none)."""
+    xp = array_module(parts[0].members) if parts else np
     parts = [p for p in parts if len(p)]
     if not parts:
-        return empty_buckets()
-    xp = array_module(parts[0].members)
+        return empty_buckets(xp)
     sizes = xp.concatenate([p.sizes for p in parts])
     offsets = xp.zeros(sizes.shape[0] + 1, dtype=xp.int64)
     offsets[1:] = xp.cumsum(sizes)
@@ -135,15 +136,29 @@ def buckets(band_hashes, docs=None, min_size: int = 2) -> Buckets:
 # ---------------------------------------------------------------------------- partition functions
 
 
-def long_frame(part: dict, first_doc: int = 0) -> dict:
+def long_frame(part: dict, first_doc: int = 0, bands: tuple | None = None) -> dict:
     """A block's band hashes as the long frame ``band``, ``hash``, ``doc`` (one row per band of each row
-    with a signature; ``doc = first_doc + row``): the rows the buckets shuffle moves."""
+    with a signature; ``doc = first_doc + row``): the rows the buckets shuffle moves.  ``bands``: only the
+    bands ``lo <= band < hi`` (one round of :func:`band_rounds`)."""
     bh = part["band_hashes"]
     xp = array_module(bh)
-    nb = bh.shape[1]
+    lo, hi = bands if bands is not None else (0, bh.shape[1])
+    bh = bh[:, lo:hi]
+    nb = hi - lo
     rows = part["lsh_row"]
-    return {"band": xp.tile(xp.arange(nb, dtype=xp.int32), rows.shape[0]), "hash": bh.reshape(-1),
+    return {"band": xp.tile(xp.arange(lo, hi, dtype=xp.int32), rows.shape[0]), "hash": bh.reshape(-1),
             "doc": xp.repeat(rows + first_doc, nb)}
+
+
+def band_rounds(bands: int, blocks: int, workers: int) -> list:
+    """The bands ``(lo, hi)`` of each round of the buckets shuffle: as many rounds as a worker holds blocks
+    (at most one a band), so that a round moves about ``bands`` band hashes for each row of one block per
+    worker, whatever the corpus size, rather than every band hash of the worker's share at once.  Each
+    partition's buckets of the rounds, concatenated in round order, are the buckets of one round: they are
+    ordered by (band, hash) and every row's partition depends only on its (band, hash)."""
+    rounds = max(1, min(bands, -(-blocks // max(1, workers))))
+    edges = [bands * r // rounds for r in range(rounds + 1)]
+    return [(edges[r], edges[r + 1]) for r in range(rounds)]
 
 
 def bucket_dest(frame: dict, n: int):
@@ -168,6 +183,11 @@ def bucket_part(part: dict, min_size: int, first_doc: int = 0) -> dict:
     else:
         bk = group_buckets(part["band"], part["hash"], part["doc"], min_size=min_size)
     return as_dict(bk)
+
+
+def concat_bucket_parts(*parts: dict) -> dict:
+    """One partition's buckets of every round (:func:`band_rounds`), in round order."""
+    return as_dict(concat_buckets([from_dict(p) for p in parts]))
 
 
 def as_dict(bk: Buckets) -> dict:

@@ -180,3 +180,44 @@ def test_bucket_dest_sends_every_member_of_a_bucket_to_one_partition(n):
         assert seen.setdefault((band, h), k) == k
     counts = np.bincount(d, minlength=n)
     assert counts.min() > 0.85 * d.shape[0] / n
+
+
+@pytest.mark.parametrize(("bands", "blocks", "workers"), [(16, 1, 1), (16, 10, 2), (16, 40, 2), (5, 9, 3), (3, 2, 4)])
+def test_band_rounds_cover_every_band_once_in_order(bands, blocks, workers):
+    """As many rounds as a worker holds blocks, at most one a band, each a run of consecutive bands."""
+    from gpu_dedup.stages.buckets import band_rounds
+
+    rounds = band_rounds(bands, blocks, workers)
+    assert len(rounds) == max(1, min(bands, -(-blocks // workers)))
+    assert [b for lo, hi in rounds for b in range(lo, hi)] == list(range(bands))
+    assert all(hi > lo for lo, hi in rounds)
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+@pytest.mark.parametrize("rounds", [2, 5])
+def test_buckets_made_band_round_by_band_round_equal_one_round(parts, rounds):
+    """Each partition's buckets of the rounds, concatenated in round order, are the buckets the partition
+    gets when every band moves at once (same buckets, same order, same members)."""
+    from gpu_dedup.stages.buckets import (band_rounds, bucket_dest, bucket_part, concat_bucket_parts,
+                                          long_frame)
+
+    rng = np.random.default_rng(parts * 10 + rounds)
+    bh = rng.integers(0, 60, size=(900, 5)).astype(np.uint64)  # few values: large buckets in every band
+    blocks = [{"band_hashes": bh[a:a + 300], "lsh_row": np.arange(300, dtype=np.int64)} for a in (0, 300, 600)]
+
+    def routed(bands):
+        frames_ = [long_frame(b, first_doc=300 * i, bands=bands) for i, b in enumerate(blocks)]
+        whole = {k: np.concatenate([f[k] for f in frames_]) for k in ("band", "hash", "doc")}
+        d = bucket_dest(whole, parts)
+        return [{k: v[d == p] for k, v in whole.items()} for p in range(parts)]
+
+    one = [bucket_part(p, 2) for p in routed(None)]
+    plan = band_rounds(5, rounds * 2, 2)
+    assert len(plan) == rounds
+    by_round = [[bucket_part(p, 2) for p in routed(r)] for r in plan]
+    for p in range(parts):
+        got = concat_bucket_parts(*[r[p] for r in by_round])
+        for k in ("band", "hash", "offsets", "members"):
+            assert np.array_equal(got[k], one[p][k]) and got[k].dtype == one[p][k].dtype, k
+    empty = concat_bucket_parts(*[bucket_part({k: v[:0] for k, v in routed(r)[0].items()}, 2) for r in plan])
+    assert empty["members"].shape[0] == 0 and empty["offsets"].tolist() == [0]

@@ -301,6 +301,11 @@ class DaskExecutor:
                              shuffle_method=self.cfg.cluster.shuffle, account=(self.run_key, stage),
                              homes=self._destination_homes(n), **kw)
 
+    @property
+    def workers(self) -> int:
+        """The workers the blocks are spread over (known after :meth:`read`)."""
+        return max(1, len({h for h in self.homes if h}))
+
     def _destination_homes(self, n: int) -> list:
         """The worker each of a route's ``n`` destinations is gathered on: destination ``k`` where block
         ``k`` is (a destination by block is next to its block; by hash, spread as the blocks are)."""
