@@ -98,14 +98,18 @@ def _order_statistics(ex, parts, fn, ks: list, lo: float, hi: float) -> dict:
         active = [k for k in ks if k not in found]
         if not active:
             return found
-        queries = [(state[k]["chain"], state[k]["lo"], state[k]["hi"], state[k]["gather"]) for k in active]
+        asked = {k: (tuple(state[k]["chain"]), state[k]["lo"], state[k]["hi"], state[k]["gather"]) for k in active}
+        queries = list(dict.fromkeys(asked.values()))  # ranks in the same range share a query
         got = ex.collect(_narrow, parts, values=fn, queries=queries)
-        for i, k in enumerate(active):
+        for k in active:
+            i = queries.index(asked[k])
             s, res = state[k], [g[i] for g in got]
             if s["gather"]:
                 found[k] = float(np.sort(np.concatenate([r["values"] for r in res]))[k - s["below"]])
                 continue
-            hist = np.sum([r["hist"] for r in res], axis=0)
+            hist = np.zeros(NARROW_BINS, np.int64)
+            for r in res:
+                hist[r["bins"]] += r["counts"]
             present = [r for r in res if r["n"]]
             if present and min(r["min"] for r in present) == max(r["max"] for r in present):
                 found[k] = float(present[0]["min"])  # every value left is the same one
@@ -129,7 +133,8 @@ def _bins(v, lo: float, hi: float) -> np.ndarray:
 
 def _narrow(part, values, queries: list) -> list:
     """For each query (chain, lo, hi, gather) of :func:`_order_statistics`: the values of the part in the
-    query's range (gather), or their histogram over ``lo..hi`` with their count, min and max."""
+    query's range (gather), or their histogram over ``lo..hi`` (its non-empty bins and their counts) with
+    their count, min and max."""
     v_all = np.asarray(values(part), np.float64)
     out = []
     for chain, lo, hi, gather in queries:
@@ -139,7 +144,9 @@ def _narrow(part, values, queries: list) -> list:
         if gather:
             out.append({"values": v})
             continue
-        out.append({"hist": np.bincount(_bins(v, lo, hi), minlength=NARROW_BINS), "n": int(v.shape[0]),
+        hist = np.bincount(_bins(v, lo, hi), minlength=NARROW_BINS)
+        bins = np.flatnonzero(hist)  # sparse: a narrowed range holds few of the bins
+        out.append({"bins": bins, "counts": hist[bins], "n": int(v.shape[0]),
                     "min": float(v.min()) if v.shape[0] else 0.0, "max": float(v.max()) if v.shape[0] else 0.0})
     return out
 
