@@ -98,9 +98,9 @@ def later() -> int:
 
 
 # Up to this many (source, gathering worker) pieces, rows move as futures (see route): a route is then
-# sources x (workers + 1) + workers + destinations tasks.  On 2 workers the direct route beat Dask's p2p shuffle
-# at every size measured (20 blocks: a 2 x 10^6-document run in 32 s against 78 s; 500 blocks: 274 s against
-# more than 900 s); above, the tasks per route grow as sources x workers, where p2p's grow as sources + destinations.
+# sources x (workers + 1) + workers + destinations tasks.  On 2 workers the direct route beat Dask's p2p
+# shuffle at every size measured (20 blocks: a 2 x 10^6-document run in 32 s against 78 s; 500 blocks: 274 s
+# against more than 900 s); above, its tasks per route grow as sources x workers, p2p's as sources + destinations.
 DIRECT_PIECES = 4096
 
 
@@ -177,8 +177,8 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
     worker destination ``k`` is gathered on, loosely; None: anywhere); one task per such worker holds the
     pieces it receives (:func:`collect`), and each destination takes its rows from them: (sources x workers)
     pieces moved as futures, a graph with as many edges, not (sources x destinations), and no DataFrame
-    graph.  Above, Dask's shuffle (p2p by default) moves them.  ``account``: a key under which each source's worker tallies the (rows,
-    bytes) it hands over (:func:`take_moved`)."""
+    graph.  Above, Dask's shuffle (p2p by default) moves them.  ``account``: a key under which each
+    source's worker tallies the (rows, bytes) it hands over (:func:`take_moved`)."""
     import dask  # noqa: PLC0415
     import dask.dataframe as dd  # noqa: PLC0415
 
