@@ -99,11 +99,10 @@ def _order_statistics(ex, parts, fn, ks: list, lo: float, hi: float) -> dict:
         if not active:
             return found
         asked = {k: (tuple(state[k]["chain"]), state[k]["lo"], state[k]["hi"], state[k]["gather"]) for k in active}
-        queries = list(dict.fromkeys(asked.values()))  # ranks in the same range share a query
-        got = ex.collect(_narrow, parts, values=fn, queries=queries)
+        index = {q: i for i, q in enumerate(dict.fromkeys(asked.values()))}  # ranks in one range share a query
+        got = ex.collect(_narrow, parts, values=fn, queries=list(index))
         for k in active:
-            i = queries.index(asked[k])
-            s, res = state[k], [g[i] for g in got]
+            s, res = state[k], [g[index[asked[k]]] for g in got]
             if s["gather"]:
                 found[k] = float(np.sort(np.concatenate([r["values"] for r in res]))[k - s["below"]])
                 continue

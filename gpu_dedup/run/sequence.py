@@ -220,10 +220,6 @@ def _bucket_centres(bk: dict, prior) -> dict | None:
             "doc": xp.asarray(d, dtype=xp.int64)}
 
 
-def _bucket_rows(bk: dict) -> dict:
-    return {"memberships": int(bk["members"].shape[0])}
-
-
 def _bucket_counts(bk: dict, centres: dict | None) -> dict:
     xp = array_module(bk["members"])
     sizes = bk["offsets"][1:] - bk["offsets"][:-1]
@@ -562,7 +558,7 @@ class _Sequence:
                     done.append(ex.map(bucket_part, routed, min_size=1 if prior.active else 2,
                                        first_doc=self.first_doc))
                     if len(rounds) > 1:
-                        ex.total(_bucket_rows, done[-1])
+                        ex.total(_bucket_counts, done[-1], None)  # the barrier: this round's buckets are made
                 bk = done[0] if len(done) == 1 else ex.map(concat_bucket_parts, *done)
                 centres = ex.map(_bucket_centres, bk, prior=prior)
                 c = ex.total(_bucket_counts, bk, centres)

@@ -1,13 +1,16 @@
-"""Moving frames between Dask workers: one primitive, :func:`route`, over Dask's own shuffle.
+"""Moving frames between Dask workers: one primitive, :func:`route`.
 
 A part is a future holding a frame (a dict of 1-D arrays; Arrow arrays for
-ids and payloads).  ``route`` adds to each frame its rows' destination and
-their origin (source part, position), turns the parts into a Dask DataFrame
-(pandas partitions; cuDF ones when the columns live on a GPU) and repartitions
-it by destination with ``set_index(divisions=0..n)``, which runs Dask's
-peer-to-peer shuffle (``dataframe.shuffle.method``: p2p by default on a
-distributed cluster, ``cluster.shuffle`` chooses).  Each destination then
-restores the rows' order (by source part, then position), so a route is
+ids and payloads).  Up to DIRECT_PIECES (source, gathering worker) pieces a
+route moves rows as futures: each source is cut, stably by destination, into
+one piece per worker that gathers destinations, one task on that worker holds
+the pieces it receives, and each destination takes its rows from them in
+source order.  Beyond (or when ``cluster.shuffle`` names one), Dask's own
+shuffle moves them: ``route`` adds to each frame its rows' destination and
+origin (source part, position), turns the parts into a Dask DataFrame (pandas
+partitions; cuDF ones when the columns live on a GPU), repartitions it with
+``set_index(divisions=0..n)`` (p2p by default on a distributed cluster), and
+each destination restores the rows' order.  Either way a route is
 deterministic whatever the workers and the arrival order.  The client builds
 graphs and holds one future per partition; the rows go from worker to worker.
 """
