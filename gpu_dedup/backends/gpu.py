@@ -166,6 +166,30 @@ def setup_memory() -> dict:
 _MEMORY: dict = {}
 
 
+def steady_reductions(environ=os.environ) -> str:
+    """CuPy's reductions (``sum``, ``all``, ``max``, ...) with one compiled kernel per operation and dtype.
+
+    By default CuPy reduces through CUB block reductions, whose kernel is compiled for a block size
+    that CuPy picks from the array's length (32 to 512 threads below 2,048 elements).  A run reduces
+    arrays of every length (star rounds, pointer-jumping sweeps), and each new block size meant one
+    more NVRTC compile of CUB (1.5 to 2 s each on an H100; 10 s of a 24 s run at 10^6 documents,
+    although the run had been warmed up on 2,000 documents).  CuPy's own reduction kernel has one
+    block size, so each operation compiles once, and then from CuPy's disk cache.  The setting is
+    CuPy's, for the process; ``CUPY_ACCELERATORS``, where set, is left as the user chose it.
+    Returns what is in effect (for the run's mode line)."""
+    if "CUPY_ACCELERATORS" in environ:
+        return f"CuPy accelerators {environ['CUPY_ACCELERATORS']!r} (CUPY_ACCELERATORS)"
+    try:
+        from cupy import _core
+    except Exception:  # pragma: no cover - no CuPy: the GPU backend does not start
+        return ""
+    setter = getattr(_core, "set_reduction_accelerators", None)
+    if setter is None:  # a CuPy without the switch: reductions as it does them
+        return ""
+    setter([])
+    return "CuPy reductions without CUB"
+
+
 def _minimum_at(labels, new, src, dst):
     """NumPy hooking step of :func:`components_xp`."""
     lu = labels[src]
@@ -264,6 +288,7 @@ class GPUBackend(Backend):
         self._span_dev = None  # (host bytes, lo, hi, device copy of bytes[lo:hi]) of the last host text
         if not self.simulator:
             self.memory = setup_memory()
+            self.reductions = steady_reductions()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -281,6 +306,8 @@ class GPUBackend(Backend):
         pool = getattr(self, "memory", {}).get("allocator")
         if pool:
             frames += f"; {pool}"
+        if getattr(self, "reductions", ""):
+            frames += f"; {self.reductions}"
         comps = "cuGraph components" if self._cugraph() is not None else "CuPy components"
         return f"gpu: {where}, {frames}, {comps}"
 
@@ -545,7 +572,13 @@ class GPUBackend(Backend):
             raise InputError(f"cuDF could not read text column {column!r} of shard {path!r} ({exc}); replace "
                              "the shard, or set gpu.reader: pyarrow to read it on the host") from None
 
-    def write_parquet(self, src: str, keep, dst: str, compression: str) -> int | None:
+    @property
+    def write_parquet(self):
+        """The cuDF writer of kept rows (:meth:`write_parquet_cudf`) where cuDF is installed, else None (the
+        write stage then writes on the host, a shard per core)."""
+        return self.write_parquet_cudf if self.info.get("frames") == "cudf" else None
+
+    def write_parquet_cudf(self, src: str, keep, dst: str, compression: str) -> int | None:
         """cuDF writer of the write stage: read Parquet shard ``src`` into device memory, keep the rows
         of ``keep`` and write them to ``dst`` with ``compression``; None when cuDF is not installed, the
         codec is one cuDF cannot write (gzip, brotli), cuDF cannot read or write this shard (a type it
@@ -694,17 +727,19 @@ class GPUBackend(Backend):
     def row_norms(self, vectors):
         from gpu_dedup.kernels import cosine_cuda
 
-        return cosine_cuda.row_norms_device(vectors, self.xp)
+        return self._out(cosine_cuda.row_norms_device(vectors, self.xp), on_device(vectors))
 
     def cosine_pairs(self, vectors, norms, left, right):
         from gpu_dedup.kernels import cosine_cuda
 
-        return cosine_cuda.cosine_pairs_device(vectors, norms, left, right, self.xp)
+        out = cosine_cuda.cosine_pairs_device(vectors, norms, left, right, self.xp)
+        return self._out(out, on_device(vectors) or on_device(left))
 
     def hamming_pairs(self, bits, left, right):
         from gpu_dedup.kernels import cosine_cuda
 
-        return cosine_cuda.hamming_pairs_device(bits, left, right, self.xp)
+        return self._out(cosine_cuda.hamming_pairs_device(bits, left, right, self.xp),
+                         on_device(bits) or on_device(left))
 
     def components(self, src, dst, n: int) -> np.ndarray:
         """Connected components; label = smallest node index in the component."""

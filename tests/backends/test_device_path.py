@@ -440,7 +440,7 @@ def test_cudf_writer_keeps_the_input_schema_or_leaves_the_shard_to_pyarrow(tmp_p
     keep = np.arange(300) % 3 != 0
     shard = storage.discover(str(src))[0]
     rows = storage.write_shard(shard, keep, tmp_path / "out", "zstd",
-                          device_writer=lambda *a: GPUBackend.write_parquet(backend, *a))
+                          device_writer=lambda *a: GPUBackend.write_parquet_cudf(backend, *a))
     out = tmp_path / "out" / "s.parquet"
     assert rows == 200 and calls == [str(src)]
     assert pq.read_schema(out).remove_metadata().equals(pq.read_schema(src).remove_metadata())

@@ -544,3 +544,40 @@ def test_dedup_on_a_cudf_frame_equals_pandas_on_cpu():
     assert kept["text"].tolist() == cpu.deduplicated["text"].tolist()
     pd.testing.assert_frame_equal(gpu.duplicates.to_pandas(), cpu.duplicates, check_dtype=False)
     assert gpu.duplicates.to_pandas().shape[0] > 0
+
+
+@pytest.mark.parametrize("environ", [{}, {"CUPY_ACCELERATORS": "cub"}, {"CUPY_ACCELERATORS": ""}])
+def test_steady_reductions_drops_cub_unless_the_user_chose(monkeypatch, environ):
+    """CUB block reductions compile per block size (picked from the array length); CuPy's own reduction has
+    one.  A user's CUPY_ACCELERATORS stands."""
+    from gpu_dedup.backends import gpu
+
+    chosen = []
+    core = types.ModuleType("cupy._core")
+    core.set_reduction_accelerators = chosen.append
+    cupy = types.ModuleType("cupy")
+    cupy._core = core
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupy._core", core)
+    got = gpu.steady_reductions(environ)
+    if environ:
+        assert chosen == [] and "CUPY_ACCELERATORS" in got
+    else:
+        assert chosen == [[]] and got == "CuPy reductions without CUB"
+    del core.set_reduction_accelerators  # an older CuPy without the switch: nothing changes, nothing said
+    assert gpu.steady_reductions({}) == ""
+
+
+@pytest.mark.parametrize("frames", [None, "cudf"])
+def test_write_parquet_is_none_without_cudf(monkeypatch, frames):
+    """Without cuDF the write stage gets no device writer, so it writes a shard per core on the host."""
+    import numba
+
+    from gpu_dedup.backends.gpu import GPUBackend
+
+    monkeypatch.setattr(numba.config, "ENABLE_CUDASIM", 1)
+    be = GPUBackend({"frames": frames} if frames else {})
+    assert (be.write_parquet is None) == (frames is None)
+    if frames:
+        assert be.write_parquet == be.write_parquet_cudf
+
