@@ -387,16 +387,34 @@ def _planted_shards(path, n_docs: int, seed: int, words, shards: int):
     return int(pc.sum(pc.binary_length(sample.table.column("text"))).as_py() or 0), sample.table.num_rows
 
 
-def _timed_run(inputs, out, settings: dict):
+def _timed_run(inputs, out, settings: dict, profile=None):
+    """(seconds, result) of one run; with ``profile`` (a path) under cProfile, its costliest calls
+    written there."""
     import shutil
 
     from gpu_dedup.config import Config
     from gpu_dedup.run.local import run
 
     shutil.rmtree(out, ignore_errors=True)
+    cfg = Config.from_dict(settings)
+    if profile is None:
+        t0 = time.perf_counter()
+        res = run(inputs, out, cfg)
+        return time.perf_counter() - t0, res
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
     t0 = time.perf_counter()
-    res = run(inputs, out, Config.from_dict(settings))
-    return time.perf_counter() - t0, res
+    res = prof.runcall(run, inputs, out, cfg)
+    sec = time.perf_counter() - t0
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(60)
+    os.makedirs(os.path.dirname(os.path.abspath(profile)), exist_ok=True)
+    with open(profile, "w") as f:
+        f.write(f"# {sec:.2f}s under cProfile\n" + text.getvalue())
+    return sec, res
 
 
 def _same_outputs(a, b, res) -> bool:
@@ -459,7 +477,7 @@ def _moved(report: dict) -> dict:
 
 def end_to_end(docs=(1_000_000,), backends=("cpu", "gpu"), preset: str | None = None, seed=0, words=(60, 400),
                shards: int = 16, workdir=None, log=print, configs=None, corpus_dir=None, warmup_docs: int = 0,
-               deadline: float | None = None, on_row=None) -> list:
+               deadline: float | None = None, on_row=None, profile_dir=None) -> list:
     """Parquet shards to deduplicated shards on each backend (CPU: every host core), same corpus and
     config: seconds (and seconds per stage), documents/s, GB/s of text, host<->device bytes per stage, and
     every output file compared byte for byte with the first backend's.
@@ -469,6 +487,8 @@ def end_to_end(docs=(1_000_000,), backends=("cpu", "gpu"), preset: str | None = 
     ``warmup_docs``: each backend first runs the config on that many documents (untimed), so that
     compilation stays out of the timed run.  ``deadline`` (``time.time()`` seconds): a run that would
     start too late is skipped, with a row saying so.  ``on_row(rows)`` is called after every row.
+    ``profile_dir``: each timed GPU run also runs under cProfile (little overhead: the GPU path makes few
+    Python calls), and its 60 costliest functions go to ``profile-<config>-<backend>.txt`` there.
     A run that raises gives a row with its error; the next runs go on."""
     import shutil
     import tempfile
@@ -510,7 +530,9 @@ def end_to_end(docs=(1_000_000,), backends=("cpu", "gpu"), preset: str | None = 
                     out = tmp / f"out-{n_docs}-{name}-{backend}"
                     try:
                         warm = _timed_run(warm_in, tmp / "warm", run_settings)[0] if warm_in is not None else None
-                        sec, res = _timed_run(inputs, out, run_settings)
+                        profile = (Path(profile_dir) / f"profile-{name}-{backend}.txt"
+                                   if profile_dir and backend.startswith("gpu") else None)
+                        sec, res = _timed_run(inputs, out, run_settings, profile)
                     except Exception as exc:  # one failing run must not stop the others
                         add({**base, "error": f"{type(exc).__name__}: {exc}"[:2000]})
                         log(f"end-to-end {name} {backend}: FAILED {type(exc).__name__}: {exc}")
@@ -909,6 +931,7 @@ def main(argv=None) -> int:
     p.add_argument("--corpus-dir", help="keep the planted shards here and reuse them in later calls")
     p.add_argument("--warmup-docs", type=int, default=0,
                    help="run each end-to-end configuration on this many documents first, untimed (compilation)")
+    p.add_argument("--profile-dir", help="profile each end-to-end GPU run (cProfile; its costliest calls written here)")
     p.add_argument("--deadline-seconds", type=float,
                    help="skip the measurements that would start later than this many seconds from now")
     p.add_argument("--smoke-docs", type=int, default=5000, help="documents of the smoke suite (default 5000)")
@@ -960,7 +983,7 @@ def main(argv=None) -> int:
             result["end_to_end"] = end_to_end(args.e2e_docs, args.e2e_backends, args.preset, args.seed, words,
                                               workdir=args.workdir, configs=args.configs,
                                               corpus_dir=args.corpus_dir, warmup_docs=args.warmup_docs,
-                                              deadline=deadline,
+                                              deadline=deadline, profile_dir=args.profile_dir,
                                               on_row=lambda rows: (result.__setitem__("end_to_end", rows), save()))
         if "dask" in suites:
             result["dask"] = dask_overhead(args.e2e_docs, args.seed, words, workdir=args.workdir)

@@ -42,9 +42,9 @@ MAX_LOG_BYTES = 6 << 20  # a longer log keeps its first 1 MiB and its last 5 MiB
 # device defaults; a rehearsal uses REHEARSAL instead; FC_* variables override either
 DEVICE = {"docs": 1_000_000, "sig_docs": 1_000_000, "smoke_docs": 5000, "warmup_docs": 2000, "words": "60 400",
           "sig_perms": "128 260", "configs": " ".join(CONFIGS), "deadline": 470, "graph_nodes": 1_000_000,
-          "dask_docs": 100_000}
+          "dask_docs": 100_000, "profile": 0}
 REHEARSAL = {"docs": 10, "sig_docs": 10, "smoke_docs": 10, "warmup_docs": 10, "words": "5 15", "sig_perms": "16",
-             "configs": "default cosine-vectors", "deadline": 400, "graph_nodes": 300, "dask_docs": 10}
+             "configs": "default cosine-vectors", "deadline": 400, "graph_nodes": 300, "dask_docs": 10, "profile": 0}
 # step caps (seconds): a step is stopped there; the deadline caps them all
 CAPS = {"setup": 150, "env": 60, "corpus": 240, "smoke": 150, "test-gpu": 150, "signatures": 90, "e2e": 260,
         "test-backend": 400, "kit": 240, "cudf-minhash": 120, "e2e-cudf": 200, "components": 60, "dask": 150}
@@ -251,7 +251,8 @@ class Driver:
                            "cpu", "gpu", "--deadline-seconds", soon],
             "e2e": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--configs", *self.p["configs"].split(),
                     "--e2e-backends", "cpu", "gpu", "--warmup-docs", str(self.p["warmup_docs"]), "--workdir",
-                    str(self.work), "--deadline-seconds", soon],
+                    str(self.work), "--deadline-seconds", soon]
+                   + (["--profile-dir", str(self.logs)] if self.p["profile"] else []),  # FC_PROFILE=1
             # tier 2: NeMo Curator's kernel (cuDF str.minhash, MurmurHash3) on the same shingles and permutations
             "cudf-minhash": ["--suite", "signatures", "--docs", str(self.p["sig_docs"]), "--perms", "260", "128",
                              "--shingles", "char:24", "char:5", "word:5", "--backends", "gpu", "cudf",
