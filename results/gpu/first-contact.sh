@@ -7,7 +7,8 @@
 # Options (see python3 results/gpu/first_contact.py --help): --steps a,b  --fail-step NAME  --cap STEP=S
 # --deadline S.  FC_DOCS (end-to-end documents, default 1000000), FC_SIG_DOCS, FC_SMOKE_DOCS, FC_WARMUP_DOCS,
 # FC_CONFIGS, FC_WORDS, FC_SIG_PERMS, FC_DEADLINE override the sizes; FC_PROFILE=1 profiles each end-to-end
-# GPU run (cProfile, into the logs).  Writes summary.md, summary.json and logs.tar.gz to $OUT (default /tmp/gpu-dedup-first-contact/out); prints the summary's table last.
+# GPU run (cProfile, into the logs).  Writes summary.md, summary.json and logs.tar.gz to $OUT (default
+# /tmp/gpu-dedup-first-contact/out); prints the summary's table last.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 PY=${PYTHON:-python3}
