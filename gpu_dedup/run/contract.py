@@ -138,7 +138,9 @@ class Executor(Protocol):
         """Similarity (the family's, by ``verify.method``) of the node pairs ``src``, ``dst`` of each frame,
         aligned with it (frames ``sim``).  Nodes are doc numbers: a prior's documents below its
         ``first_doc``, this run's row ``r`` as ``first_doc + r``; the texts, signatures or vectors are brought
-        together where they live."""
+        together where they live.  Similarities are symmetric; an executor may move the ``src`` ends' payloads
+        to the ``dst`` ends (once per receiving block), so callers put first the end that many pairs share (a
+        star's centre, a cluster's survivor)."""
 
     def components(self, edges: Parts) -> Parts:
         """Connected components of the edges ``src``, ``dst``: frames ``node``, ``label`` (the smallest node

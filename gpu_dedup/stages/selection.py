@@ -245,20 +245,20 @@ class ClusterPart:
         return self.chain is None or self.chain.done
 
     def propose(self) -> dict:
-        """(member, survivor) pairs, as nodes, whose similarity decides the next chain-splitting round."""
+        """(survivor, member) pairs, as nodes, whose similarity decides the next chain-splitting round."""
         xp = self.xp
         if self.done:
             z = xp.zeros(0, dtype=xp.int64)
             return {"src": z, "dst": z}
-        left, right = self.chain.propose()
-        return {"src": self.node[left], "dst": self.node[right]}
+        left, right = self.chain.propose()  # (member, survivor): the survivor first, the end many pairs share
+        return {"src": self.node[right], "dst": self.node[left]}
 
     def accept(self, sim) -> None:
         if self.chain is not None:
             self.chain.accept(sim)
 
     def finish(self) -> dict:
-        """Survivors are final: the (rep_node, survivor) pairs of removed near duplicates to score."""
+        """Survivors are final: the (survivor, rep_node) pairs of removed near duplicates to score."""
         if self.chain is not None:
             self.labels, self.survivor, self.ejected, self.rounds = self.chain.result()
         xp = self.xp
@@ -266,7 +266,7 @@ class ClusterPart:
         self.near = ~self.kept & (self.rep != self.survivor)
         todo = xp.flatnonzero(self.near)
         self._todo = todo
-        return {"src": self.rep_node[todo], "dst": self.node[self.survivor[todo]]}
+        return {"src": self.node[self.survivor[todo]], "dst": self.rep_node[todo]}
 
     def outputs(self, sim) -> tuple[dict, dict]:
         """(rows, counts): the frame of this partition's rows (``node``, ``survivor`` node, ``kept``,

@@ -144,11 +144,15 @@ def test_chain_splitting_over_label_partitions_equals_the_whole_graph(parts):
         for s in states:
             p = s.propose()
             if p["src"].shape[0]:
+                # the survivor first: a cluster executor moves the first ends' payloads (once per block)
+                assert set(p["src"].tolist()) <= set(s.node[s.chain.survivor].tolist())
+                assert not np.isin(p["dst"], s.node[s.chain.survivor]).any()
                 s.accept(similarity(p["src"], p["dst"]))
     surv = np.arange(n)
     for s in states:
-        s.finish()
+        near = s.finish()
         surv[s.node] = s.node[s.survivor]
+        assert np.array_equal(near["src"], s.node[s.survivor[s.near]])
     assert np.array_equal(surv, want_surv)
     assert sum(s.clusters_before for s in states) == int((np.bincount(labels, minlength=n) > 1).sum())
 

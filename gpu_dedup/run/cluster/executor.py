@@ -329,7 +329,10 @@ class DaskExecutor:
         signature or vector), each first end once, and they travel back once per asking partition, not once
         per pair (a star's centre is in as many pairs as its bucket has members, in every band: payloads per
         pair were 1.1 GB of the boilerplate corpus's shuffle at 10^6 documents, a worker's 3.7 GB peak); the
-        second ends' payloads are the block's own.  Only the similarities come back."""
+        second ends' payloads are the block's own.  Only the similarities come back.  So the end many pairs
+        share goes first (the contract says so): with a cluster's survivor second, the texts of all its
+        members gathered at the survivor's block (1.4 GiB above a worker's 0.8 GiB with 20 % boilerplate at
+        4 x 10^6 documents)."""
         method = self.cfg.verify.method
         f = self.prior.first_doc
         source = self._blocks_data() if method == "exact" else self.bands
