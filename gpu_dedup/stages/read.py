@@ -8,8 +8,10 @@ parsed by :mod:`gpu_dedup.storage`.
 
 Shards are read in batches of consecutive rows (a Parquet shard a batch of
 pages at a time whatever its row groups, a JSONL shard a block of lines at a
-time; see :func:`gpu_dedup.storage.iter_columns`), on a reader thread one
-batch ahead of the caller, so reading overlaps what is done with each batch.
+time; see :func:`gpu_dedup.storage.iter_columns`), up to one shard per core
+(at most ``READERS``) at once, each on its own reader thread a couple of
+batches ahead of the caller, so shards decode in parallel and reading overlaps
+what is done with each batch; the caller still gets the batches in order.
 With ``text`` given, each batch's text column goes to it as soon as it is
 read and is not kept (the caller normalizes it and drops the raw text): the
 memory the stage takes is then a few batches plus what ``text`` keeps.
@@ -18,8 +20,10 @@ memory the stage takes is then a few batches plus what ``text`` keeps.
 from __future__ import annotations
 
 import logging
+import os
 from contextlib import closing
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +31,6 @@ import pyarrow as pa
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError
 from gpu_dedup.storage import (
-    ahead,
     ReadWhole,
     Shard,
     check_id_type,
@@ -37,8 +40,10 @@ from gpu_dedup.storage import (
     read_columns,
     read_rows,
 )
+from gpu_dedup.storage.ahead import ahead_each
 
 log = logging.getLogger("gpu_dedup")
+READERS = 8  # shards read at once, at most (one per core below that): each holds a couple of 32 MiB batches
 
 @dataclass
 class Corpus:
@@ -85,7 +90,7 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
     first_id = None
     row0 = 0
     mine = _Shard(row0)  # the batches of the shard being read
-    with closing(ahead(_batches(shards, cfg, score_column, text_reader))) as batches:  # the reader thread stops
+    with closing(_batches(shards, cfg, score_column, text_reader)) as batches:  # the reader threads stop
         for i, kind, table in batches:  # one step per batch
             shard = shards[i]
             if kind == "again":  # read whole after some batches (see storage.iter_columns): those are dropped
@@ -169,22 +174,30 @@ def _add_batch(mine: _Shard, shard: Shard, cfg: InputConfig, table: pa.Table, i:
     return first_id
 
 
-def _batches(shards, cfg: InputConfig, score_column, text_reader):
-    """(shard index, kind, table) for every batch of every shard: kind ``batch`` (table: its validated
-    columns, or None for a JSONL shard without records), ``again`` (the shard's batches so far are
-    void: it is read whole, see :class:`~gpu_dedup.storage.ReadWhole`), then ``end``."""
+def _batches(shards, cfg: InputConfig, score_column, text_reader, readers: int | None = None):
+    """(shard index, kind, table) for every batch of every shard, in order: kind ``batch`` (table: its
+    validated columns, or None for a JSONL shard without records), ``again`` (the shard's batches so far
+    are void: it is read whole, see :class:`~gpu_dedup.storage.ReadWhole`), then ``end``.  Up to
+    ``readers`` shards (default: one per core, at most READERS) are read at once, each by its own thread
+    a couple of batches ahead."""
     skip = text_reader is not None
-    for i, shard in enumerate(shards):  # one step per shard file
-        if skip:  # the ids (and score) of the shard; its text goes to the device reader
-            yield i, "batch", read_columns(shard, cfg, score_column, skip_text=True)
-        else:
-            try:
-                for table in iter_columns(shard, cfg, score_column):  # one step per batch
-                    yield i, "batch", table
-            except ReadWhole:
-                yield i, "again", None
-                yield i, "batch", read_columns(shard, cfg, score_column)
-        yield i, "end", None
+    readers = min(READERS, os.cpu_count() or 1) if readers is None else readers
+    return ahead_each([partial(_shard_batches, i, shard, cfg, score_column, skip) for i, shard in enumerate(shards)],
+                      readers)
+
+
+def _shard_batches(i: int, shard: Shard, cfg: InputConfig, score_column, skip: bool):
+    """:func:`_batches` of shard ``i``."""
+    if skip:  # the ids (and score) of the shard; its text goes to the device reader
+        yield i, "batch", read_columns(shard, cfg, score_column, skip_text=True)
+    else:
+        try:
+            for table in iter_columns(shard, cfg, score_column):  # one step per batch
+                yield i, "batch", table
+        except ReadWhole:
+            yield i, "again", None
+            yield i, "batch", read_columns(shard, cfg, score_column)
+    yield i, "end", None
 
 
 def read_texts(shard: Shard, cfg: InputConfig, rows) -> pa.Array:

@@ -81,4 +81,22 @@ def test_the_reader_thread_stops_when_the_caller_fails(shards, monkeypatch):
 
     with pytest.raises(RuntimeError, match="the caller failed"):
         read(storage.discover([d]), InputConfig(id_column="id"), text=failing)
-    assert not [t for t in threading.enumerate() if t.name == "gpu_dedup-read"]
+    assert not [t for t in threading.enumerate() if t.name.startswith("gpu_dedup-read")]
+
+
+@pytest.mark.parametrize("readers", [1, 2, 5])
+def test_shards_read_at_once_come_in_order(shards, monkeypatch, readers):
+    import importlib
+
+    read_stage = importlib.import_module("gpu_dedup.stages.read")  # the package's name ``read`` is the function
+
+    d, texts = shards
+    monkeypatch.setattr(pqs, "BATCH_BYTES", 4000)
+    monkeypatch.setattr(read_stage, "READERS", readers)
+    monkeypatch.setattr(read_stage.os, "cpu_count", lambda: 8)
+    for k in range(3):  # 6 shards: 3 Parquet files of 250-row groups, 2 of one group, a JSONL file
+        pq.write_table(pa.table({"id": np.arange(3000), "text": texts}), d / f"more{k}.parquet", row_group_size=250)
+    c = read(storage.discover([d]), InputConfig(id_column="id"))
+    assert len(c.shards) == 6 and c.table.column("text").to_pylist() == texts * 6
+    assert c.table.column("shard").to_pylist() == sum(([i] * 3000 for i in range(6)), [])
+    assert c.table.column("row").to_pylist() == list(range(18000))
