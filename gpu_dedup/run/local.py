@@ -63,6 +63,7 @@ from gpu_dedup.stages.vectors import Vectors
 log = logging.getLogger("gpu_dedup")
 
 SIGNATURE_CHUNK = 65536  # documents per signature kernel call (progress granularity)
+WRITERS = 8  # shards written at once on the host, at most (one per core below that), as many as are read
 
 
 def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, prior=None, sink=None,
@@ -528,7 +529,7 @@ class LocalExecutor:
                                      device_writer=device_writer)
             return {"name": shards[i].name, **storage.file_digest(out / shards[i].name)}
 
-        threads = 1 if device_writer is not None else max(1, min(len(todo), os.cpu_count() or 1, 4))
+        threads = 1 if device_writer is not None else max(1, min(len(todo), os.cpu_count() or 1, WRITERS))
         with ThreadPoolExecutor(threads) as pool:
             for i, record in zip(todo, pool.map(write_one, todo)):  # in shard order
                 ckpt.mark(f"shard-{i}", record)
