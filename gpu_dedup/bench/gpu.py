@@ -390,6 +390,9 @@ def _planted_shards(path, n_docs: int, seed: int, words, shards: int):
 def _timed_run(inputs, out, settings: dict, profile=None):
     """(seconds, result) of one run; with ``profile`` (a path) under cProfile, its costliest calls
     written there."""
+    import cProfile
+    import io
+    import pstats
     import shutil
 
     from gpu_dedup.config import Config
@@ -397,18 +400,12 @@ def _timed_run(inputs, out, settings: dict, profile=None):
 
     shutil.rmtree(out, ignore_errors=True)
     cfg = Config.from_dict(settings)
-    if profile is None:
-        t0 = time.perf_counter()
-        res = run(inputs, out, cfg)
-        return time.perf_counter() - t0, res
-    import cProfile
-    import io
-    import pstats
-
-    prof = cProfile.Profile()
+    prof = cProfile.Profile() if profile is not None else None
     t0 = time.perf_counter()
-    res = prof.runcall(run, inputs, out, cfg)
+    res = prof.runcall(run, inputs, out, cfg) if prof is not None else run(inputs, out, cfg)
     sec = time.perf_counter() - t0
+    if prof is None:
+        return sec, res
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(60)
     os.makedirs(os.path.dirname(os.path.abspath(profile)), exist_ok=True)
