@@ -191,7 +191,7 @@ class ClusterConfig:
     workers: int | None = None  # None: one process; N: a local Dask cluster of N workers (N GPUs on gpu)
     scheduler: str | None = None  # address of a running Dask scheduler to join instead
     memory_limit: str = "auto"  # per local worker, Dask syntax: "2GiB"
-    block_rows: int = 250_000  # rows per partition (Parquet row groups are grouped up to this)
+    block_rows: int = 250_000  # rows per partition (Parquet row groups, and small shards, are grouped up to this)
     shuffle: str | None = None  # how rows move between workers: null (small: as futures; large: Dask's p2p
     # shuffle), or always one of Dask's: p2p, tasks
     # connected components: up to this many verified edges, one worker runs union-find over all of them;

@@ -93,7 +93,7 @@ def test_a_block_weighs_what_it_holds(tmp_path):
     import sys
 
     B, cfg, shard, block, _ = _one_block(tmp_path)
-    loaded = B.load_block(block, shard, cfg)
+    loaded = B.load_block(block, [shard], cfg)
     assert sys.getsizeof(loaded) >= loaded.table.nbytes > 300
     norm = B.normalize_block(loaded, cfg)
     assert sys.getsizeof(norm) >= norm.table.nbytes + norm.strings.data.nbytes + norm.strings.offsets.nbytes
@@ -106,7 +106,7 @@ def test_a_normalized_block_holds_no_original_texts_and_still_answers_for_them(t
     from gpu_dedup.stages.selection import text_lengths
 
     B, cfg, shard, block, texts = _one_block(tmp_path, keep)
-    loaded = B.load_block(block, shard, cfg)
+    loaded = B.load_block(block, [shard], cfg)
     want_key = B.block_rank_key(loaded, keep)
     norm = B.normalize_block(loaded, cfg)
     assert "text" not in norm.table.schema.names
@@ -114,8 +114,8 @@ def test_a_normalized_block_holds_no_original_texts_and_still_answers_for_them(t
     if keep == "longest":
         assert want_key.to_pylist() == text_lengths(pa.array(texts)).to_pylist()
     rows = np.array([3, 1, 0], np.int64)
-    assert B.take_column(norm, rows, "text", shard, cfg).to_pylist() == [texts[3], None, texts[0]]
-    assert B.take_column(norm, rows, "id", shard, cfg).to_pylist() == ["d3", "d1", "d0"]
+    assert B.take_column(norm, rows, "text", [shard], cfg).to_pylist() == [texts[3], None, texts[0]]
+    assert B.take_column(norm, rows, "id", [shard], cfg).to_pylist() == ["d3", "d1", "d0"]
 
 
 def test_signature_values_go_with_the_task_that_makes_the_bands(tmp_path):
@@ -124,7 +124,7 @@ def test_signature_values_go_with_the_task_that_makes_the_bands(tmp_path):
     from gpu_dedup.stages.families import family_for
 
     B, cfg, shard, block, _ = _one_block(tmp_path)
-    data = B.normalize_block(B.load_block(block, shard, cfg), cfg)
+    data = B.normalize_block(B.load_block(block, [shard], cfg), cfg)
     for method, kept in (("exact", False), ("signature", True)):
         c = cfg.with_overrides({"verify.method": method})
         fam = family_for(c, 5)
@@ -169,7 +169,7 @@ def test_distinct_ids_counted_from_their_hashes_as_arrow_counts_them(ids, backen
 
     from gpu_dedup.run.cluster import blocks as B
 
-    data = B.BlockData(B.Block(0, 0, 0, len(ids), 0, None), pa.table({"id": ids}))
+    data = B.BlockData(B.Block(0, 0, len(ids), ()), pa.table({"id": ids}))
     hashed = B.id_hashes(data, backend=backend)
     # two partitions by the first hash: every copy of an id is in one of them
     parts = [frames.take(hashed, frames.hash_dest(hashed, 2, on=("h1",)) == k) for k in range(2)]
@@ -188,7 +188,7 @@ def test_spilled_texts_are_the_normalized_texts_mapped_only_while_read(tmp_path,
     B, cfg, shard, block, _ = _one_block(tmp_path)
     monkeypatch.setattr(B, "text_dir", lambda run, worker=None: str(tmp_path / run))
     os.makedirs(tmp_path / "r1")
-    loaded = B.load_block(block, shard, cfg)
+    loaded = B.load_block(block, [shard], cfg)
     kept = B.normalize_block(loaded, cfg)
     spilled = B.normalize_block(loaded, cfg, run="r1")
     assert kept.text_file is None and spilled.strings is None and spilled.text_file.startswith(str(tmp_path / "r1"))

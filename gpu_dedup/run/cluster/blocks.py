@@ -1,7 +1,8 @@
 """Blocks on Dask workers: planning them from shard metadata, reading them, and what each block computes.
 
-A block is a shard, or consecutive Parquet row groups of one up to
-``cluster.block_rows`` rows.  Its columns and normalized texts (device arrays
+A block is up to ``cluster.block_rows`` consecutive rows of the corpus:
+consecutive Parquet row groups of one shard, or consecutive small shards (of
+one schema) whole, read in one task.  Its columns and normalized texts (device arrays
 on a GPU worker) stay on the worker that read it; these functions run there.
 """
 
@@ -25,19 +26,32 @@ from gpu_dedup.stages import frames
 from gpu_dedup.stages.exact import exact_keys
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.selection import text_lengths
-from gpu_dedup.stages.vectors import Vectors
+from gpu_dedup.stages.vectors import NULL_ROW, Vectors
 
 # --------------------------------------------------------------------------- planning
 
 
 @dataclass(frozen=True)
-class Block:
-    index: int
+class Piece:
+    """A block's rows of one shard."""
+
     shard_index: int
-    row0: int  # global row of the block's first document
-    shard_row0: int  # its row inside the shard
+    shard_row0: int  # the piece's first row inside the shard
     rows: int
     row_groups: tuple | None  # Parquet row groups; None: the whole shard
+    group_rows: tuple | None = None  # the rows of each of those row groups
+
+
+@dataclass(frozen=True)
+class Block:
+    index: int
+    row0: int  # global row of the block's first document
+    rows: int
+    pieces: tuple  # Piece of each shard the block reads, in corpus order
+
+    @property
+    def shard_indices(self) -> list:
+        return [p.shard_index for p in self.pieces]
 
 
 def inspect_shard(shard: storage.Shard, cfg: Config) -> dict:
@@ -48,31 +62,57 @@ def inspect_shard(shard: storage.Shard, cfg: Config) -> dict:
         meta = pq.ParquetFile(storage.source(shard.path)).metadata
         groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         id_type = table.column("id").type if cfg.input.id_column else None
-        return {"rows": int(sum(groups)), "row_groups": groups, "id_type": id_type}
+        return {"rows": int(sum(groups)), "row_groups": groups, "id_type": id_type, "schema": table.schema}
     table = storage.read_columns(shard, cfg.input, score)
     if table is None:
-        return {"rows": 0, "row_groups": None, "id_type": None}
+        return {"rows": 0, "row_groups": None, "id_type": None, "schema": None}
     return {"rows": table.num_rows, "row_groups": None,
-            "id_type": table.column("id").type if cfg.input.id_column else None}
+            "id_type": table.column("id").type if cfg.input.id_column else None, "schema": table.schema}
 
 
 def plan_blocks(infos: list, block_rows: int) -> list:
-    blocks, row0 = [], 0
+    """Blocks of up to ``block_rows`` consecutive rows (more when one row group holds more): a shard's row
+    groups are cut into blocks, and consecutive small shards whose columns have the same types share one.
+    So a corpus of many small files makes as few blocks as one of large files, and the tasks and routed
+    pieces (a few hundred tasks a block) follow the rows, not the files."""
+    blocks: list = []
+    pieces: list = []
+    row0 = acc = 0
+    schema = None
+
+    def close():
+        nonlocal pieces, acc
+        if acc:
+            blocks.append(Block(len(blocks), row0 - acc, acc, tuple(pieces)))
+        pieces, acc = [], 0
+
     for s, info in enumerate(infos):
-        if info["row_groups"] is None or not info["row_groups"]:
-            if info["rows"]:
-                blocks.append(Block(len(blocks), s, row0, 0, info["rows"], None))
-            row0 += info["rows"]
+        if not info["rows"]:
             continue
-        start, group_start, acc = 0, 0, 0
-        for g, n in enumerate(info["row_groups"]):  # one step per row group (metadata only)
+        if pieces and not _same_schema(schema, info.get("schema")):  # one table a block: one schema
+            close()
+        schema = info.get("schema")
+        groups = info["row_groups"] or [info["rows"]]
+        whole = not info["row_groups"]
+        start = first = 0  # the shard's rows and row groups not yet in a closed block
+        for g, n in enumerate(groups):  # one step per row group (metadata only)
             acc += n
-            if acc >= block_rows or g == len(info["row_groups"]) - 1:
-                if acc:
-                    blocks.append(Block(len(blocks), s, row0 + start, start, acc, tuple(range(group_start, g + 1))))
-                start, group_start, acc = start + acc, g + 1, 0
-        row0 += info["rows"]
+            row0 += n
+            last = g == len(groups) - 1
+            if acc >= block_rows or last:
+                rows = sum(groups[first:g + 1])
+                if rows:
+                    pieces.append(Piece(s, start, rows, None, None) if whole else
+                                  Piece(s, start, rows, tuple(range(first, g + 1)), tuple(groups[first:g + 1])))
+                start, first = start + rows, g + 1
+                if acc >= block_rows:
+                    close()
+    close()
     return blocks
+
+
+def _same_schema(a, b) -> bool:
+    return a is not None and b is not None and a.equals(b)
 
 
 def spread_blocks(rows: list, workers: list) -> list:
@@ -137,26 +177,50 @@ class BlockData:
         return arrow_strings(to_host(texts.offsets), to_host(texts.data))
 
 
-def load_block(block: Block, shard, cfg: Config, dim: int | None = None) -> BlockData:
+def read_piece(piece: Piece, shard, cfg: Config) -> pa.Table:
+    """The run's columns of one piece of a block, read from its shard."""
     score = cfg.select.score_column if cfg.select.keep == "score" else None
-    table = storage.read_columns(shard, cfg.input, score, block.row_groups)
-    if table is None or table.num_rows != block.rows:
+    table = storage.read_columns(shard, cfg.input, score, piece.row_groups)
+    if table is None or table.num_rows != piece.rows:
         rows = 0 if table is None else table.num_rows
-        raise InputError(f"shard {shard.path!r} changed during the run ({rows} rows, expected {block.rows}); "
+        raise InputError(f"shard {shard.path!r} changed during the run ({rows} rows, expected {piece.rows}); "
                          "inputs must not change during a run")
+    return table
+
+
+def load_block(block: Block, shards: list, cfg: Config, dim: int | None = None) -> BlockData:
+    """A block read from ``shards`` (the shard of each of its pieces)."""
+    tables = [read_piece(p, shard, cfg) for p, shard in zip(block.pieces, shards)]
     vecs = None
-    if cfg.input.vector_column:  # vectors of the block (bad rows named by shard and row, per cosine.bad_vectors)
-        vecs = family_for(cfg).load_vectors(table.column("vector"), shard.path, block.shard_row0, dim)
-        table = table.drop_columns(["vector"])
+    if cfg.input.vector_column:
+        vecs = _block_vectors(family_for(cfg), [t.column("vector") for t in tables], block.pieces, shards, dim)
+        tables = [t.drop_columns(["vector"]) for t in tables]
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     data = BlockData(block, table, vectors=vecs)
     data.null = np.asarray(family_for(cfg).null_rows(table, vecs), bool)
     return data
 
 
+def _block_vectors(family, columns: list, pieces, shards: list, dim: int | None) -> Vectors:
+    """The vectors of a block's pieces (bad rows named by shard and row, per cosine.bad_vectors), of one
+    length: ``dim``, else the first non-null row's, as one process reads them."""
+    got = []
+    for col, piece, shard in zip(columns, pieces, shards):
+        v = family.load_vectors(col, shard.path, piece.shard_row0, dim)
+        if dim is None and (v.status != NULL_ROW).any():
+            dim = v.dim
+        got.append(v)
+    if len(got) == 1:
+        return got[0]
+    got = [v if dim is None or v.dim == dim else family.load_vectors(col, shard.path, piece.shard_row0, dim)
+           for v, col, piece, shard in zip(got, columns, pieces, shards)]  # pieces of null rows before the first
+    return Vectors(np.concatenate([v.matrix for v in got]), np.concatenate([v.status for v in got]))
+
+
 def block_dim(data: BlockData) -> int | None:
     """The vector length of a block (None: no vector column, or only null rows)."""
     v = data.vectors
-    if v is None or not (v.status != 3).any():
+    if v is None or not (v.status != NULL_ROW).any():
         return None
     return v.dim
 
@@ -414,14 +478,41 @@ def take_ids(data: BlockData, part: dict, column: str) -> dict:
     return {**part, "id": data.table.column("id").take(pa.array(rows.astype(np.int64))).combine_chunks()}
 
 
-def take_column(data: BlockData, rows: np.ndarray, column: str, shard, cfg: Config) -> pa.Array:
+def take_column(data: BlockData, rows: np.ndarray, column: str, shards: list, cfg: Config) -> pa.Array:
     """``column`` (text or id) of the block's ``rows``; original texts, which a normalized block no longer
-    holds, read from the block's rows of its shard."""
-    table = data.table
-    if column not in table.schema.names:
-        score = cfg.select.score_column if cfg.select.keep == "score" else None
-        table = storage.read_columns(shard, cfg.input, score, data.block.row_groups)
-    return table.column(column).take(pa.array(rows - data.block.row0)).combine_chunks()
+    holds, read again from the pieces of ``shards`` that hold the rows."""
+    at = np.asarray(rows, np.int64) - data.block.row0
+    if column in data.table.schema.names:
+        return data.table.column(column).take(pa.array(at)).combine_chunks()
+    starts = np.cumsum([0] + [p.rows for p in data.block.pieces])
+    owner = np.searchsorted(starts[1:], at, side="right")
+    got, order = [], []
+    for k in np.unique(owner):  # only the pieces holding a row are read
+        sel = np.flatnonzero(owner == k)
+        rows = _piece_rows(data.block.pieces[k], shards[k], cfg, at[sel] - starts[k])
+        got.append(rows.column(column).combine_chunks())
+        order.append(sel)
+    if not got:
+        return pa.array([], pa.large_string())
+    values = pa.concat_arrays(got) if len(got) > 1 else got[0]
+    inverse = np.empty(at.shape[0], np.int64)
+    inverse[np.concatenate(order)] = np.arange(at.shape[0])
+    return values.take(pa.array(inverse))
+
+
+def _piece_rows(piece: Piece, shard, cfg: Config, at: np.ndarray) -> pa.Table:
+    """Rows ``at`` (inside the piece) of a piece's shard, reading only the row groups that hold them."""
+    if piece.group_rows is None:
+        return read_piece(piece, shard, cfg).take(pa.array(at))
+    starts = np.cumsum([0] + list(piece.group_rows))
+    group = np.searchsorted(starts[1:], at, side="right")
+    need = np.unique(group)
+    score = cfg.select.score_column if cfg.select.keep == "score" else None
+    table = storage.read_columns(shard, cfg.input, score, [piece.row_groups[g] for g in need])
+    within = np.cumsum([0] + [piece.group_rows[g] for g in need])  # the rows read, group after group
+    if table is None or table.num_rows != within[-1]:
+        raise InputError(f"shard {shard.path!r} changed during the run; inputs must not change during a run")
+    return table.take(pa.array(within[np.searchsorted(need, group)] + at - starts[group]))
 
 
 def block_id_type(data: BlockData, ids: bool) -> pa.DataType:

@@ -165,7 +165,7 @@ class DaskExecutor:
         self.partitions = self.blocks_count
         self.block_starts = np.array([b.row0 for b in self.blocks] + [n], np.int64) if self.blocks else \
             np.array([0, 0], np.int64)
-        block_shards = [shards[b.shard_index] for b in self.blocks]
+        block_shards = [[shards[i] for i in b.shard_indices] for b in self.blocks]
         # every worker (scheduler_info() lists only 5 in some Dask releases: dask/distributed#9045)
         self.homes = B.spread_blocks([b.rows for b in self.blocks], sorted(client.nthreads()))
         self.loaded = [client.submit(B.load_block, b, shard, cfg=cfg, pure=False, workers=[home] if home else None,
@@ -451,8 +451,8 @@ class DaskExecutor:
         parts, order = [], []
         for k in np.unique(owner):  # one task per block holding a row (a report shows a few dozen)
             sel = np.flatnonzero(owner == k)
-            shard = self.corpus.shards[self.blocks[k].shard_index] if self.blocks else None
-            parts.append(self.client.submit(B.take_column, self.loaded[k], rows[sel], column, shard, self.cfg,
+            shards = [self.corpus.shards[i] for i in self.blocks[k].shard_indices] if self.blocks else []
+            parts.append(self.client.submit(B.take_column, self.loaded[k], rows[sel], column, shards, self.cfg,
                                             pure=False, workers=self._block_homes([self.loaded])[k],
                                             allow_other_workers=True))
             order.append(sel)
@@ -471,11 +471,13 @@ class DaskExecutor:
         """Nothing to free from here: a worker's block texts go with the block's futures."""
 
     def write_shards(self, removed: list, out: Path, ckpt, progress=None) -> int:
-        """Each shard written by a worker from its blocks' removed rows (a shard's blocks are consecutive)."""
+        """Each shard written by a worker from the removed rows of the blocks that read it (consecutive blocks;
+        a block of several small shards hands its removed rows to each of them)."""
         shards = self.corpus.shards
         by_shard: dict[int, list] = {}
         for b, fut in zip(self.blocks, removed):
-            by_shard.setdefault(b.shard_index, []).append(fut)
+            for i in b.shard_indices:
+                by_shard.setdefault(i, []).append(fut)
         starts = shard_starts(shards)
         written = 0
         futures = {}
@@ -592,7 +594,7 @@ def _call_with_index(fn, part_index: int, *args, **kw):
 
 
 def _empty_block(cfg: Config):
-    b = B.Block(0, 0, 0, 0, 0, None)
+    b = B.Block(0, 0, 0, ())
     table = pa.table({"text": pa.array([], pa.large_string())})
     data = B.BlockData(b, table)
     data.null = np.zeros(0, bool)
@@ -775,11 +777,9 @@ def _present(part) -> int:
 
 def _write_shard(shard, start: int, removed: list, out: str, compression: str) -> dict:
     keep = np.ones(shard.rows, bool)
-    n_removed = 0
-    for part in removed:
+    for part in removed:  # the removed rows of the blocks reading this shard (of other shards too)
         rows = to_host(part["row"]) - start
-        keep[rows] = False
-        n_removed += rows.shape[0]
+        keep[rows[(rows >= 0) & (rows < shard.rows)]] = False
     rows = storage.write_shard(shard, keep, out, compression)
     return {"name": shard.name, "rows": rows, **storage.file_digest(as_path(out) / shard.name)}
 

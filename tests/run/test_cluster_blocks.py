@@ -1,0 +1,142 @@
+"""Blocks of a cluster run (gpu_dedup/run/cluster/blocks.py): how rows are cut into blocks, and a block of
+several shards read, asked for its original texts and written back."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gpu_dedup.config import Config
+from gpu_dedup.run.cluster import blocks as B
+from gpu_dedup.storage.discovery import discover
+
+STRING = pa.schema([("text", pa.large_string())])
+BINARY = pa.schema([("text", pa.large_binary())])
+
+
+def _info(rows, groups=None, schema=STRING):
+    return {"rows": rows, "row_groups": groups, "id_type": None, "schema": schema}
+
+
+def _rows_of(blocks):
+    """(shard, row inside the shard) of every row, block after block."""
+    out = []
+    for b in blocks:
+        for p in b.pieces:
+            out += [(p.shard_index, p.shard_row0 + r) for r in range(p.rows)]
+    return out
+
+
+@pytest.mark.parametrize("block_rows", [1, 3, 50, 100, 120, 250, 10_000])
+def test_blocks_hold_every_row_once_in_order_and_no_more_than_asked(block_rows):
+    infos = [_info(100, [40, 40, 20]), _info(0, []), _info(30), _info(7, [7]), _info(60, [25, 35]),
+             _info(5, None, BINARY), _info(5, None, BINARY)]
+    blocks = B.plan_blocks(infos, block_rows)
+    every = [(s, r) for s, info in enumerate(infos) for r in range(info["rows"])]
+    assert _rows_of(blocks) == every
+    assert [b.index for b in blocks] == list(range(len(blocks)))
+    assert [b.row0 for b in blocks] == list(np.cumsum([0] + [b.rows for b in blocks])[:-1])
+    largest_group = 40
+    for b in blocks:
+        assert b.rows == sum(p.rows for p in b.pieces) > 0
+        # a block closes at the row group that reaches block_rows: at most block_rows + one group - 1
+        assert b.rows < block_rows + largest_group
+        for p in b.pieces:
+            groups = infos[p.shard_index]["row_groups"]
+            if p.row_groups is None:
+                assert not groups and p.rows == infos[p.shard_index]["rows"]  # a shard without row groups: whole
+            else:
+                assert sum(groups[g] for g in p.row_groups) == p.rows
+        schemas = {infos[p.shard_index]["schema"].types[0] for p in b.pieces}
+        assert len(schemas) == 1  # one table a block: shards of other column types start a new block
+
+
+def test_small_shards_share_a_block():
+    infos = [_info(100, [100]) for _ in range(10)]
+    assert [len(b.pieces) for b in B.plan_blocks(infos, 250)] == [3, 3, 3, 1]
+    assert len(B.plan_blocks(infos, 100)) == 10  # shards as large as a block: a block each, as before
+
+
+@pytest.fixture
+def three_shards(tmp_path):
+    texts = [f"Document number {i}, Some WORDS  here." for i in range(23)]
+    ids = [f"d{i:02d}" for i in range(23)]
+    vec = [None if i < 9 else [float(i), 1.0, 0.5] for i in range(23)]  # the first shard: null vectors only
+    cuts = [0, 9, 12, 23]
+    for k in range(3):
+        lo, hi = cuts[k], cuts[k + 1]
+        pq.write_table(pa.table({"id": ids[lo:hi], "text": texts[lo:hi],
+                                 "emb": pa.array(vec[lo:hi], pa.list_(pa.float32()))}),
+                       tmp_path / f"part-{k}.parquet", row_group_size=4)
+    shards = discover(sorted(tmp_path.glob("*.parquet")))
+    return tmp_path, shards, texts, ids, vec
+
+
+def _plan(shards, cfg, block_rows):
+    infos = [B.inspect_shard(s, cfg) for s in shards]
+    shards = [s.with_rows(i["rows"]) for s, i in zip(shards, infos)]
+    return shards, B.plan_blocks(infos, block_rows)
+
+
+def test_a_block_of_several_shards_reads_them_in_order_and_gives_back_their_original_texts(three_shards):
+    _, shards, texts, ids, _ = three_shards
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    shards, blocks = _plan(shards, cfg, 14)
+    assert [[p.shard_index for p in b.pieces] for b in blocks] == [[0, 1, 2], [2]]  # 4 + 4 + 1 + 3 + 4: 16 rows
+    got_ids = []
+    for b in blocks:
+        data = B.load_block(b, [shards[i] for i in b.shard_indices], cfg)
+        got_ids += data.table.column("id").to_pylist()
+        norm = B.normalize_block(data, cfg)
+        assert "text" not in norm.table.schema.names
+        rows = np.arange(b.row0, b.row0 + b.rows)[::-1]  # every row, in an order of no piece
+        want = [texts[r] for r in rows]
+        assert B.take_column(norm, rows, "text", [shards[i] for i in b.shard_indices], cfg).to_pylist() == want
+    assert got_ids == ids
+
+
+def test_original_texts_are_read_from_the_row_groups_that_hold_them_only(three_shards, monkeypatch):
+    _, shards, texts, _, _ = three_shards
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    shards, blocks = _plan(shards, cfg, 14)
+    b = blocks[0]  # shard 0 (groups of 4, 4, 1 rows), shard 1 (3), shard 2's first group (4)
+    norm = B.normalize_block(B.load_block(b, [shards[i] for i in b.shard_indices], cfg), cfg)
+    asked = []
+    read = B.storage.read_columns
+    monkeypatch.setattr(B.storage, "read_columns",
+                        lambda shard, *a, **k: asked.append((shard.name, a[2])) or read(shard, *a, **k))
+    rows = np.array([13, 5, 6, 14])  # shard 2's row 1, shard 0's rows 5 and 6 (group 1), shard 2's row 2
+    got = B.take_column(norm, rows, "text", [shards[i] for i in b.shard_indices], cfg)
+    assert got.to_pylist() == [texts[r] for r in rows]
+    assert asked == [("part-0.parquet", [1]), ("part-2.parquet", [0])]
+
+
+def test_vectors_of_a_block_of_several_shards_have_the_first_non_null_rows_length(three_shards):
+    _, shards, _, _, vec = three_shards
+    cfg = Config.from_dict({"backend": "cpu", "similarity": "cosine", "input": {"id_column": "id",
+                                                                                 "vector_column": "emb"}})
+    shards, blocks = _plan(shards, cfg, 100)
+    assert len(blocks) == 1 and len(blocks[0].pieces) == 3
+    data = B.load_block(blocks[0], shards, cfg)
+    assert data.vectors.matrix.shape == (23, 3)  # the null-only first shard has the others' length
+    assert (data.vectors.status[:9] == B.NULL_ROW).all() and (data.vectors.status[9:] != B.NULL_ROW).all()
+    np.testing.assert_array_equal(data.vectors.matrix[9:], np.array(vec[9:], np.float32))
+
+
+def test_each_shard_is_written_from_the_removed_rows_of_the_blocks_that_read_it(three_shards, tmp_path_factory):
+    from gpu_dedup.run.cluster.executor import _write_shard
+    from gpu_dedup.run.contract import shard_starts
+
+    _, shards, _, ids, _ = three_shards
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    shards, blocks = _plan(shards, cfg, 100)
+    out = tmp_path_factory.mktemp("out")
+    removed = {"row": np.array([1, 8, 9, 20], np.int64)}  # one block's removed rows, in shards 0, 1 and 2
+    starts = shard_starts(shards)
+    kept = []
+    for i, shard in enumerate(shards):
+        rec = _write_shard(shard, int(starts[i]), [removed], str(out), "zstd")
+        got = pq.read_table(out / shard.name).column("id").to_pylist()
+        assert rec["rows"] == len(got)
+        kept += got
+    assert kept == [d for i, d in enumerate(ids) if i not in (1, 8, 9, 20)]
