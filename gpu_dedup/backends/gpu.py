@@ -724,22 +724,26 @@ class GPUBackend(Backend):
         return cosine_cuda.text_signatures_device(strings, docs, bits, key, word_mode, int(ngram), use_idf, table,
                                                   shift, self.xp)
 
+    # host arrays go to the device through ``_dev`` (counted); the launchers then use them in place
     def row_norms(self, vectors):
         from gpu_dedup.kernels import cosine_cuda
 
-        return self._out(cosine_cuda.row_norms_device(vectors, self.xp), on_device(vectors))
+        out = cosine_cuda.row_norms_device(self._dev(vectors, np.float32), self.xp)
+        return self._out(out, on_device(vectors))
 
     def cosine_pairs(self, vectors, norms, left, right):
         from gpu_dedup.kernels import cosine_cuda
 
-        out = cosine_cuda.cosine_pairs_device(vectors, norms, left, right, self.xp)
+        out = cosine_cuda.cosine_pairs_device(self._dev(vectors, np.float32), self._dev(norms, np.float64),
+                                              self._dev(left, np.int64), self._dev(right, np.int64), self.xp)
         return self._out(out, on_device(vectors) or on_device(left))
 
     def hamming_pairs(self, bits, left, right):
         from gpu_dedup.kernels import cosine_cuda
 
-        return self._out(cosine_cuda.hamming_pairs_device(bits, left, right, self.xp),
-                         on_device(bits) or on_device(left))
+        out = cosine_cuda.hamming_pairs_device(self._dev(bits), self._dev(left, np.int64), self._dev(right, np.int64),
+                                               self.xp)
+        return self._out(out, on_device(bits) or on_device(left))
 
     def components(self, src, dst, n: int) -> np.ndarray:
         """Connected components; label = smallest node index in the component."""

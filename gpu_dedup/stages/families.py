@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import on_device, to_host
+from gpu_dedup.backends import array_module, get_backend, on_device, to_device, to_host
 from gpu_dedup.backends.strings import StringBuffers
 from gpu_dedup.config import Config
 from gpu_dedup.curves import curve_section
@@ -45,7 +45,6 @@ from gpu_dedup.stages.exact import NO_KEY, exact_keys
 from gpu_dedup.stages.bands import band_hashes as minhash_band_hashes
 from gpu_dedup.stages.minhash import signatures as minhash_signatures
 from gpu_dedup.stages.verify import (
-    cosine_similarity,
     exact_similarity,
     hamming_cosine,
     signature_similarity,
@@ -66,9 +65,10 @@ class RowData:
     def __len__(self) -> int:
         return len(self.vectors) if self.vectors is not None else len(self.strings)
 
-    def vector_norms(self):
+    def vector_norms(self, backend="cpu"):
+        """Norms of the vectors (every backend computes the same bits), where the vectors are."""
         if self.norms is None:
-            self.norms = vector_norms(self.vectors.matrix)
+            self.norms = vector_norms(self.vectors.matrix, backend)
         return self.norms
 
 
@@ -312,11 +312,12 @@ class Cosine(Family):
     # ---- verification
     def exact_similarity(self, data, left, right, backend="cpu", progress=None):
         if self.from_text:
+            # on the host whatever the backend: the sparse term vectors are built by CPU kernels
+            # (stages/vectors.py) and their sparse cosine has no CUDA kernel
             t = self.cfg.cosine.text
             return text_cosine_similarity(np.asarray(to_host(left), np.int64), np.asarray(to_host(right), np.int64),
                                           host_strings(data.strings), t.shingle, t.ngram, self.idf, progress=progress)
-        out = cosine_similarity(np.asarray(to_host(left), np.int64), np.asarray(to_host(right), np.int64),
-                                data.vectors.matrix, data.vector_norms())
+        out = vector_cosine(data, left, right, get_backend(backend))
         if progress is not None:
             progress(len(left))
         return out
@@ -337,6 +338,33 @@ class Cosine(Family):
             out["text_vectors"] = {"shingle": c.text.shingle, "ngram": c.text.ngram, "weighting": c.text.weighting}
         return out
 
+
+
+def vector_cosine(data: RowData, left, right, be):
+    """Exact cosine (rule 8 of kernels/cosine_scalar.py) of row pairs of ``data.vectors`` on backend ``be``.
+
+    Where ``be`` computes in the memory the vectors are in, the pairs are scored in place.  Vectors on the
+    host with a device backend: only the rows the pairs name are copied to the device, once, and scored
+    there.  The results are where the pairs (or the vectors) were; the bits are the same on every backend
+    (one scalar source, a fixed summation order).
+    """
+    matrix = data.vectors.matrix
+    xp = be.xp
+    if xp is array_module(matrix):
+        return be.cosine_pairs(matrix, data.vector_norms(be), left, right)
+    device = on_device(left) or on_device(right)
+    pxp = array_module(left, right)  # the pairs' array module: the distinct rows are found where the pairs are
+    nodes, a, b = pair_rows(to_device(left, pxp).astype(pxp.int64, copy=False),
+                            to_device(right, pxp).astype(pxp.int64, copy=False), pxp)
+    rows = to_device(np.ascontiguousarray(matrix[to_host(nodes)], np.float32), xp)
+    out = be.cosine_pairs(rows, be.row_norms(rows), a, b)
+    return out if device else to_host(out)
+
+
+def pair_rows(left, right, xp=np):
+    """The distinct rows that pairs ``(left[p], right[p])`` name, and the pairs as positions into them."""
+    nodes = xp.unique(xp.concatenate((left, right)))
+    return nodes, xp.searchsorted(nodes, left), xp.searchsorted(nodes, right)
 
 
 def host_strings(strings: StringBuffers) -> StringBuffers:

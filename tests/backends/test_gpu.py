@@ -438,6 +438,38 @@ def test_gpu_components_buckets_edges_equal_cpu(cpu, gpu_backend):
 
 
 @pytest.mark.gpu
+def test_gpu_vector_cosine_equals_cpu_and_returns_where_its_inputs_are(cpu, gpu_backend):
+    """``Cosine.exact_similarity`` on the device: the CPU's bits (one scalar source, a fixed summation
+    order; products of float32 values are exact in float64, so a fused multiply-add rounds like the add),
+    for host vectors with host or device pairs and for device vectors."""
+    import cupy
+
+    from gpu_dedup.backends import on_device
+    from gpu_dedup.config import Config
+    from gpu_dedup.stages.families import RowData, family_for
+    from gpu_dedup.stages.vectors import Vectors
+
+    rng = np.random.default_rng(5)
+    n, d = 5000, 771
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    x[17] = 0
+    status = np.zeros(n, np.int8)
+    left, right = rng.integers(0, n, 20_000), rng.integers(0, n, 20_000)
+    left[:3], right[:3] = 17, [17, 3, 4]
+    cfg = Config.from_dict({"backend": "cpu", "similarity": "cosine", "input": {"vector_column": "emb"}})
+    fam = family_for(cfg, n)
+    want = fam.exact_similarity(RowData(vectors=Vectors(x, status)), left, right, cpu)
+    assert not want[:3].any()
+    got = fam.exact_similarity(RowData(vectors=Vectors(x, status)), left, right, gpu_backend)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float64 and np.array_equal(got, want)
+    got = fam.exact_similarity(RowData(vectors=Vectors(x, status)), cupy.asarray(left), cupy.asarray(right),
+                               gpu_backend)
+    assert on_device(got) and np.array_equal(to_host(got), want)
+    got = fam.exact_similarity(RowData(vectors=Vectors(cupy.asarray(x), status)), left, right, gpu_backend)
+    assert on_device(got) and np.array_equal(to_host(got), want)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("preset", ["default", "fineweb", "nemo_curator"])
 def test_gpu_pipeline_outputs_equal_cpu(tmp_path, preset):
     import pyarrow.parquet as pq

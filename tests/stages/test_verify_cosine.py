@@ -67,3 +67,70 @@ def test_hamming_estimate_tracks_exact_cosine():
     exact = cosine_similarity(left, right, x)
     est = hamming_cosine(left, right, sig.bits)
     assert abs(float(np.mean(est - exact))) < 0.01 and float(np.std(est - exact)) < 0.03
+
+
+# ---------------------------------------------------------------- Cosine.exact_similarity on its backend
+
+
+class Recording:
+    """A backend that records which of its cosine entry points ran, computing with ``inner``; ``xp``: the
+    array module it says it computes in (a stand-in module: the vectors count as being elsewhere)."""
+
+    def __init__(self, inner, xp=None):
+        self.inner, self.xp, self.calls = inner, xp or inner.xp, []
+
+    def row_norms(self, vectors):
+        self.calls.append(("row_norms", vectors.shape[0]))
+        return self.inner.row_norms(vectors)
+
+    def cosine_pairs(self, vectors, norms, left, right):
+        self.calls.append(("cosine_pairs", vectors.shape[0]))
+        return self.inner.cosine_pairs(vectors, norms, left, right)
+
+
+def _elsewhere():
+    """An array module that is not NumPy but makes NumPy arrays: NumPy under another name."""
+    import types
+
+    xp = types.ModuleType("elsewhere")
+    xp.__getattr__ = lambda name: getattr(np, name)
+    return xp
+
+
+def _vector_case():
+    from gpu_dedup.config import Config
+    from gpu_dedup.stages.families import RowData, family_for
+    from gpu_dedup.stages.vectors import from_numpy
+
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((40, 13)).astype(np.float32)
+    x[5] = 0  # no direction: scores 0 with everything
+    x[9] = x[8] * np.float32(3.0)
+    cfg = Config.from_dict({"backend": "cpu", "similarity": "cosine", "input": {"vector_column": "emb"}})
+    left = np.array([0, 8, 5, 30, 39, 12, 12, 3], np.int64)
+    right = np.array([1, 9, 6, 2, 0, 12, 30, 3], np.int64)
+    return family_for(cfg, 40), RowData(vectors=from_numpy(x, bad_vectors="keep")), x, left, right
+
+
+def test_vector_exact_similarity_runs_on_the_backend_it_is_given(cpu_backend):
+    fam, rows, x, left, right = _vector_case()
+    be = Recording(cpu_backend)
+    got = fam.exact_similarity(rows, left, right, be)
+    assert [c[0] for c in be.calls] == ["row_norms", "cosine_pairs"] and be.calls[1][1] == 40  # in place
+    assert got.dtype == np.float64 and np.array_equal(got, cosine_similarity(left, right, x))
+    for k in range(left.shape[0]):
+        want = ref.cosine([float(v) for v in x[left[k]]], [float(v) for v in x[right[k]]])
+        assert got[k] == pytest.approx(want, rel=1e-13, abs=1e-15)
+    assert got[2] == 0.0 and got[5] == pytest.approx(1.0, abs=1e-15)
+
+
+def test_vectors_elsewhere_than_the_backend_send_only_the_rows_the_pairs_name(cpu_backend):
+    fam, rows, x, left, right = _vector_case()
+    be = Recording(cpu_backend, xp=_elsewhere())
+    got = fam.exact_similarity(rows, left, right, be)
+    distinct = np.unique(np.concatenate((left, right))).shape[0]
+    assert be.calls == [("row_norms", distinct), ("cosine_pairs", distinct)] and distinct < 40
+    assert np.array_equal(got, cosine_similarity(left, right, x))  # the same bits as scoring in place
+    none = np.zeros(0, np.int64)
+    empty = fam.exact_similarity(rows, none, none, Recording(cpu_backend, _elsewhere()))
+    assert empty.shape == (0,) and empty.dtype == np.float64
