@@ -462,13 +462,14 @@ def test_blocks_stay_on_the_worker_that_read_them(corpus, tmp_path):
         assert result.report["counts"]["removed"] > 0
         held = ex.client.who_has(ex.loaded)
         holders = [sorted(held[f.key]) for f in ex.loaded]
-        # 300, 300, 350 (a shard's last 200 rows and the next one's first row group of 150), 300, 300, 350, 300, 200
-        assert [b.rows for b in ex.blocks] == [300, 300, 350, 300, 300, 350, 300, 200]
+        # 2,400 rows in 8 blocks, each cut at the row-group boundary (groups of 150 rows, and 50 at a shard's end)
+        # nearest to its share: a block of 350 holds a shard's last 200 rows and the next one's first group
+        assert [b.rows for b in ex.blocks] == [300, 300, 350, 300, 300, 200, 300, 350]
         assert len(ex.loaded) == 8 and all(len(h) == 1 for h in holders), holders
         rows = collections.Counter()
         for b, h in zip(ex.blocks, holders):
             rows[h[0]] += b.rows
-        assert sorted(rows.values()) == [1200, 1200]  # fewest rows first: 300 300 | 350 300 | 300 350 | 300 200
+        assert sorted(rows.values()) == [1150, 1250]  # largest first, to the fewest rows: 350 350 | 300 300 | ...
         assert set(ex.client.run(_arrow_pool).values()) == {"system"}
     finally:
         ex.close()

@@ -40,7 +40,7 @@ def test_blocks_hold_every_row_once_in_order_and_no_more_than_asked(block_rows):
     for b in blocks:
         assert b.rows == sum(p.rows for p in b.pieces) > 0
         # a block closes at the row group that reaches block_rows: at most block_rows + one group - 1
-        assert b.rows < block_rows + largest_group
+        assert b.rows <= block_rows + largest_group
         for p in b.pieces:
             groups = infos[p.shard_index]["row_groups"]
             if p.row_groups is None:
@@ -51,10 +51,23 @@ def test_blocks_hold_every_row_once_in_order_and_no_more_than_asked(block_rows):
         assert len(schemas) == 1  # one table a block: shards of other column types start a new block
 
 
-def test_small_shards_share_a_block():
+def test_small_shards_share_even_blocks_spread_evenly():
     infos = [_info(100, [100]) for _ in range(10)]
-    assert [len(b.pieces) for b in B.plan_blocks(infos, 250)] == [3, 3, 3, 1]
-    assert len(B.plan_blocks(infos, 100)) == 10  # shards as large as a block: a block each, as before
+    blocks = B.plan_blocks(infos, 250)  # 4 blocks, each cut at the shard boundary nearest to a quarter
+    assert [len(b.pieces) for b in blocks] == [2, 3, 2, 3]
+    homes = B.spread_blocks([b.rows for b in blocks], ["a", "b"])
+    assert sorted(sum(b.rows for b, h in zip(blocks, homes) if h == w) for w in "ab") == [500, 500]
+    assert len(B.plan_blocks(infos, 100)) == 10  # shards as large as a block: a block each
+
+
+def test_blocks_as_even_as_row_groups_allow():
+    infos = [_info(1000, [10] * 100), _info(1001, [1] * 1001)]
+    # 2001 rows in 3 blocks: cut at 670 (the boundary of groups of 10 nearest to 667) and at 1334
+    assert [b.rows for b in B.plan_blocks(infos, 700)] == [670, 664, 667]
+
+
+def test_the_largest_blocks_are_spread_first():
+    assert B.spread_blocks([100, 300, 300, 300], ["a", "b"]) == ["b", "a", "b", "a"]  # 400 / 600, not 700 / 300
 
 
 @pytest.fixture
@@ -82,7 +95,7 @@ def test_a_block_of_several_shards_reads_them_in_order_and_gives_back_their_orig
     _, shards, texts, ids, _ = three_shards
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
     shards, blocks = _plan(shards, cfg, 14)
-    assert [[p.shard_index for p in b.pieces] for b in blocks] == [[0, 1, 2], [2]]  # 4 + 4 + 1 + 3 + 4: 16 rows
+    assert [[p.shard_index for p in b.pieces] for b in blocks] == [[0, 1], [2]]  # 12 and 11 rows
     got_ids = []
     for b in blocks:
         data = B.load_block(b, [shards[i] for i in b.shard_indices], cfg)
@@ -98,17 +111,18 @@ def test_a_block_of_several_shards_reads_them_in_order_and_gives_back_their_orig
 def test_original_texts_are_read_from_the_row_groups_that_hold_them_only(three_shards, monkeypatch):
     _, shards, texts, _, _ = three_shards
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    shards, blocks = _plan(shards, cfg, 14)
-    b = blocks[0]  # shard 0 (groups of 4, 4, 1 rows), shard 1 (3), shard 2's first group (4)
+    shards, blocks = _plan(shards, cfg, 8)
+    b = blocks[1]  # rows 8 to 15: shard 0's last row group (1 row), shard 1 (3 rows), shard 2's first group (4)
+    assert [(p.shard_index, p.row_groups) for p in b.pieces] == [(0, (2,)), (1, (0,)), (2, (0,))]
     norm = B.normalize_block(B.load_block(b, [shards[i] for i in b.shard_indices], cfg), cfg)
     asked = []
     read = B.storage.read_columns
     monkeypatch.setattr(B.storage, "read_columns",
                         lambda shard, *a, **k: asked.append((shard.name, a[2])) or read(shard, *a, **k))
-    rows = np.array([13, 5, 6, 14])  # shard 2's row 1, shard 0's rows 5 and 6 (group 1), shard 2's row 2
+    rows = np.array([14, 8, 13])  # shard 2's rows 2 and 1 (its group 0), shard 0's row 8 (its group 2)
     got = B.take_column(norm, rows, "text", [shards[i] for i in b.shard_indices], cfg)
     assert got.to_pylist() == [texts[r] for r in rows]
-    assert asked == [("part-0.parquet", [1]), ("part-2.parquet", [0])]
+    assert asked == [("part-0.parquet", [2]), ("part-2.parquet", [0])]
 
 
 def test_vectors_of_a_block_of_several_shards_have_the_first_non_null_rows_length(three_shards):

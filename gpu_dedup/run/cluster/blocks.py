@@ -71,44 +71,56 @@ def inspect_shard(shard: storage.Shard, cfg: Config) -> dict:
 
 
 def plan_blocks(infos: list, block_rows: int) -> list:
-    """Blocks of up to ``block_rows`` consecutive rows (more when one row group holds more): a shard's row
-    groups are cut into blocks, and consecutive small shards whose columns have the same types share one.
-    So a corpus of many small files makes as few blocks as one of large files, and the tasks and routed
-    pieces (a few hundred tasks a block) follow the rows, not the files."""
-    blocks: list = []
-    pieces: list = []
-    row0 = acc = 0
-    schema = None
-
-    def close():
-        nonlocal pieces, acc
-        if acc:
-            blocks.append(Block(len(blocks), row0 - acc, acc, tuple(pieces)))
-        pieces, acc = [], 0
-
+    """Blocks of consecutive rows, ``ceil(rows / block_rows)`` of them (more where shards of other column
+    types meet: a block is one table), as even as whole Parquet row groups (and whole shards without row
+    groups) allow: each cut at the row-group boundary nearest to its share of the rows.  A shard's row
+    groups are cut into blocks, and consecutive small shards share one, so a corpus of many small files makes
+    as few blocks as one of large files, and the tasks and routed pieces (a few hundred tasks a block) follow
+    the rows, not the files."""
+    units = []  # (shard, row group or None: the whole shard, rows, its first row in the shard), in corpus order
     for s, info in enumerate(infos):
-        if not info["rows"]:
-            continue
-        if pieces and not _same_schema(schema, info.get("schema")):  # one table a block: one schema
-            close()
-        schema = info.get("schema")
-        groups = info["row_groups"] or [info["rows"]]
-        whole = not info["row_groups"]
-        start = first = 0  # the shard's rows and row groups not yet in a closed block
-        for g, n in enumerate(groups):  # one step per row group (metadata only)
-            acc += n
-            row0 += n
-            last = g == len(groups) - 1
-            if acc >= block_rows or last:
-                rows = sum(groups[first:g + 1])
-                if rows:
-                    pieces.append(Piece(s, start, rows, None, None) if whole else
-                                  Piece(s, start, rows, tuple(range(first, g + 1)), tuple(groups[first:g + 1])))
-                start, first = start + rows, g + 1
-                if acc >= block_rows:
-                    close()
-    close()
+        if info["rows"]:
+            groups = info["row_groups"] or [info["rows"]]
+            starts = np.cumsum([0] + groups[:-1])
+            units += [(s, g if info["row_groups"] else None, n, int(r)) for g, (n, r) in enumerate(zip(groups, starts))]
+    if not units:
+        return []
+    ends = np.cumsum([u[2] for u in units])
+    total = int(ends[-1])
+    k = -(-total // block_rows)
+    cuts = set()  # a block ends after these units
+    for j in range(1, k):  # the boundary nearest to j/k of the rows (ties: the earlier), metadata only
+        target = total * j / k
+        i = int(np.searchsorted(ends, target))
+        if i > 0 and (i == len(ends) or target - ends[i - 1] <= ends[i] - target):
+            i -= 1
+        cuts.add(int(np.searchsorted(ends, ends[i], side="right")) - 1)  # after the last unit ending there
+    for i in range(len(units) - 1):
+        s, t = units[i][0], units[i + 1][0]
+        if s != t and not _same_schema(infos[s].get("schema"), infos[t].get("schema")):
+            cuts.add(i)
+    cuts.add(len(units) - 1)
+    blocks, lo, row0 = [], 0, 0
+    for hi in sorted(cuts):
+        pieces = _pieces(units[lo:hi + 1])
+        rows = sum(p.rows for p in pieces)
+        if rows:
+            blocks.append(Block(len(blocks), row0, rows, tuple(pieces)))
+        row0, lo = row0 + rows, hi + 1
     return blocks
+
+
+def _pieces(units: list) -> list:
+    """The pieces of a block's units (consecutive units of one shard make one piece)."""
+    pieces = []
+    for s, g, n, start in units:
+        if pieces and pieces[-1][0] == s:
+            pieces[-1][2].append(g)
+            pieces[-1][3].append(n)
+        else:
+            pieces.append([s, start, [g], [n]])
+    return [Piece(s, start, sum(ns), None, None) if gs == [None] else Piece(s, start, sum(ns), tuple(gs), tuple(ns))
+            for s, start, gs, ns in pieces]
 
 
 def _same_schema(a, b) -> bool:
@@ -116,15 +128,16 @@ def _same_schema(a, b) -> bool:
 
 
 def spread_blocks(rows: list, workers: list) -> list:
-    """The worker each block is read on: the one with the fewest rows so far (ties: the first), so every
-    worker holds about its share of the corpus, whatever order the workers become free in."""
+    """The worker each block is read on: the largest blocks first, each to the worker with the fewest rows so
+    far (ties: the first), so every worker holds about its share of the corpus, whatever order the workers
+    become free in."""
     load = dict.fromkeys(workers, 0)
-    homes = []
-    for r in rows:
+    homes: list = [None] * len(rows)
+    for k in sorted(range(len(rows)), key=lambda k: -rows[k]):  # stable: equal blocks in order
         w = min(load, key=load.get) if load else None
         if w is not None:
-            load[w] += r
-        homes.append(w)
+            load[w] += rows[k]
+        homes[k] = w
     return homes
 
 
