@@ -8,10 +8,17 @@ the client's peak RSS (the driver process: it must stay flat as the corpus
 grows), each worker's peak, the rows and bytes the shuffles moved and the wall
 time.  Outputs must be byte-identical to the one-process run.  ``--memory-limit``
 runs the workers under a per-worker memory limit (Dask spills beyond it).
+
+A third configuration joins a cluster of as many workers that the benchmark
+started once (``--scheduler``), as a run on a deployed cluster does: its wall
+time leaves out the start and close of a local cluster (and the workers' first
+loading of the kernels), which ``--workers`` pays on every run.  Its workers
+live across runs, so their peaks are not one run's and are not reported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import filecmp
 import tempfile
@@ -21,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from gpu_dedup.bench import machine, run_cli_job, write_results
+from gpu_dedup.config import ClusterConfig
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 
 
@@ -54,9 +62,30 @@ def make_corpus(directory: Path, documents: int, chunk: int = 500_000, words=(30
     return total
 
 
-def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None, block_rows: int = 100_000,
-        results="bench-results", workdir=None, boilerplate: float = 0.0, single_up_to: int = 1_000_000) -> dict:
-    """``documents``: corpus sizes; one process runs for sizes up to ``single_up_to`` (the reference)."""
+def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None,
+        block_rows: int = ClusterConfig.block_rows,
+        results="bench-results", workdir=None, boilerplate: float = 0.0, single_up_to: int = 1_000_000,
+        running: bool = True) -> dict:
+    """``documents``: corpus sizes; one process runs for sizes up to ``single_up_to`` (the reference);
+    ``running``: also runs joining a cluster started once (see the module docstring)."""
+    with _running_cluster(workers, memory_limit) if running else contextlib.nullcontext() as address:
+        return _run(documents, workers, memory_limit, block_rows, results, workdir, boilerplate, single_up_to, address)
+
+
+@contextlib.contextmanager
+def _running_cluster(workers: int, memory_limit):
+    """The scheduler address of a local cluster like the one ``--workers`` starts, for as long as the runs go."""
+    from gpu_dedup.run.cluster.connection import local_cluster, worker_threads
+
+    cluster = local_cluster(workers, memory_limit or ClusterConfig.memory_limit,
+                            {"NUMBA_NUM_THREADS": str(worker_threads(workers))})
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close()
+
+
+def _run(documents, workers, memory_limit, block_rows, results, workdir, boilerplate, single_up_to, address) -> dict:
     rows = []
     variants = [("planted", 0.0)] + ([("boilerplate", boilerplate)] if boilerplate else [])
     for n in documents:
@@ -70,6 +99,8 @@ def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None,
                 dask = ["--workers", str(workers)] + (["--set", f"cluster.memory_limit={memory_limit}"]
                                                       if memory_limit else [])
                 configs = [(f"{workers} workers", dask)]
+                if address is not None:
+                    configs.append((f"{workers} workers, running", ["--scheduler", address]))
                 if n <= single_up_to:
                     configs.insert(0, ("1 process", []))
                 first, single_wall = None, None
@@ -96,7 +127,9 @@ def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None,
                         "wall_seconds": round(wall, 2), "pipeline_seconds": rep["wall_seconds"],
                         "client_peak_rss_mb": round(rep["peak_rss_mb"], 1),
                         "scheduler_peak_rss_mb": cluster.get("scheduler_peak_rss_mb"),
-                        "worker_peak_rss_mb": max(cluster.get("worker_peak_rss_mb", {}).values(), default=None),
+                        # a running cluster's workers peaked over every run so far: not this run's
+                        "worker_peak_rss_mb": None if name.endswith("running") else
+                        max(cluster.get("worker_peak_rss_mb", {}).values(), default=None),
                         "blocks": cluster.get("blocks"), "routes": cluster.get("routes"),
                         "shuffled_rows": cluster.get("shuffled_rows"), "shuffle_mb": cluster.get("shuffle_mb"),
                         "shuffle_mb_by_stage": cluster.get("shuffle_mb_by_stage"),
@@ -119,7 +152,7 @@ def _failed(n: int, variant: str, text_bytes: int, config: str, wall: float, exc
 
 def summary(rows: list, workers: int, block_rows: int, memory_limit) -> dict:
     """The results file's payload: the rows, the machine and the client's growth over the planted corpora."""
-    done = [r for r in rows if r["config"] != "1 process" and r["variant"] == "planted" and "failed" not in r]
+    done = [r for r in rows if r["config"] == f"{workers} workers" and r["variant"] == "planted" and "failed" not in r]
     growth = round(done[-1]["client_peak_rss_mb"] - done[0]["client_peak_rss_mb"], 1) if len(done) > 1 else None
     return {"benchmark": "workers", "date": _dt.date.today().isoformat(), "machine": machine(), "workers": workers,
             "block_rows": block_rows, "memory_limit": memory_limit, "rows": rows, "client_growth_mb": growth}

@@ -12,10 +12,14 @@ pytest.importorskip("distributed")
 def test_tiny_run_writes_rows_with_identical_outputs_and_stage_volumes(tmp_path):
     payload = workers.run(documents=(1200,), workers=2, block_rows=400, results=tmp_path / "res",
                           workdir=tmp_path)
-    one, dask = payload["rows"]
+    one, dask, running = payload["rows"]
     assert one["config"] == "1 process" and dask["config"] == "2 workers"
     assert dask["identical_to_one_process"] is True and dask["removed"] == one["removed"] > 0
     assert dask["blocks"] == 3 and set(dask["shuffle_mb_by_stage"]) >= {"exact", "buckets"}
+    # the same run joining a cluster the benchmark started once: its workers' peaks are not this run's
+    assert running["config"] == "2 workers, running" and running["identical_to_one_process"] is True
+    assert running["blocks"] == 3 and running["worker_peak_rss_mb"] is None and dask["worker_peak_rss_mb"] > 0
+    assert running["scheduler_peak_rss_mb"] is None and running["wall_vs_one_process"] > 0
     md = (tmp_path / "res" / "workers.md").read_text()
     assert "Shuffled MiB per stage" in md and "| 1,200 | planted |" in md
     assert json.loads((tmp_path / "res" / "workers.json").read_text())["rows"] == payload["rows"]
@@ -33,7 +37,7 @@ def test_a_failed_configuration_is_a_row_and_the_others_still_run(tmp_path, monk
     monkeypatch.setattr(workers, "run_cli_job", job)
     payload = workers.run(documents=(300, 600), workers=2, block_rows=300, results=tmp_path / "res",
                           workdir=tmp_path)
-    assert [r["config"] for r in payload["rows"]] == ["1 process", "2 workers"] * 2
+    assert [r["config"] for r in payload["rows"]] == ["1 process", "2 workers", "2 workers, running"] * 2
     failed = [r for r in payload["rows"] if "failed" in r]
     assert [r["failed"] for r in failed] == ["Dask workers died running a task; lower cluster.block_rows"] * 2
     assert payload["client_growth_mb"] is None

@@ -44,14 +44,18 @@ def connect(cfg: Config):
                                        memory_limit=c.memory_limit, dashboard_address=":0")
         client = Client(cluster)
     else:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        threads = max(1, cores // c.workers)
-        cluster = local_cluster(c.workers, c.memory_limit, {"NUMBA_NUM_THREADS": str(threads)})
+        cluster = local_cluster(c.workers, c.memory_limit, {"NUMBA_NUM_THREADS": str(worker_threads(c.workers))})
         client = Client(cluster)
     log.info("Dask dashboard: %s (%d workers)", client.dashboard_link, len(client.scheduler_info()["workers"]))
     if log.isEnabledFor(logging.INFO):  # -q: nothing
         print(f"Dask dashboard: {client.dashboard_link}", flush=True)
     return client, cluster
+
+
+def worker_threads(workers: int) -> int:
+    """Kernel threads of each of ``workers`` local workers: this machine's cores shared among them."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // workers)
 
 
 def local_cluster(workers: int, memory_limit, env: dict):
