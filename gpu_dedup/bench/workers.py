@@ -9,11 +9,12 @@ grows), each worker's peak, the rows and bytes the shuffles moved and the wall
 time.  Outputs must be byte-identical to the one-process run.  ``--memory-limit``
 runs the workers under a per-worker memory limit (Dask spills beyond it).
 
-A third configuration joins a cluster of as many workers that the benchmark
-started once (``--scheduler``), as a run on a deployed cluster does: its wall
-time leaves out the start and close of a local cluster (and the workers' first
-loading of the kernels), which ``--workers`` pays on every run.  Its workers
-live across runs, so their peaks are not one run's and are not reported.
+A third configuration joins a cluster of as many workers (``--scheduler``) that
+the benchmark started, and loaded the kernels on, before the clock started, as
+a run on a deployed cluster does: its wall time leaves out the start and close
+of a local cluster and the workers' first loading of the kernels, which
+``--workers`` pays on every run.  The cluster closes after the run, so no idle
+worker runs beside the other configurations.
 """
 
 from __future__ import annotations
@@ -67,25 +68,7 @@ def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None,
         results="bench-results", workdir=None, boilerplate: float = 0.0, single_up_to: int = 1_000_000,
         running: bool = True) -> dict:
     """``documents``: corpus sizes; one process runs for sizes up to ``single_up_to`` (the reference);
-    ``running``: also runs joining a cluster started once (see the module docstring)."""
-    with _running_cluster(workers, memory_limit) if running else contextlib.nullcontext() as address:
-        return _run(documents, workers, memory_limit, block_rows, results, workdir, boilerplate, single_up_to, address)
-
-
-@contextlib.contextmanager
-def _running_cluster(workers: int, memory_limit):
-    """The scheduler address of a local cluster like the one ``--workers`` starts, for as long as the runs go."""
-    from gpu_dedup.run.cluster.connection import local_cluster, worker_threads
-
-    cluster = local_cluster(workers, memory_limit or ClusterConfig.memory_limit,
-                            {"NUMBA_NUM_THREADS": str(worker_threads(workers))})
-    try:
-        yield cluster.scheduler_address
-    finally:
-        cluster.close()
-
-
-def _run(documents, workers, memory_limit, block_rows, results, workdir, boilerplate, single_up_to, address) -> dict:
+    ``running``: also a run joining a cluster started before it (see the module docstring)."""
     rows = []
     variants = [("planted", 0.0)] + ([("boilerplate", boilerplate)] if boilerplate else [])
     for n in documents:
@@ -98,22 +81,18 @@ def _run(documents, workers, memory_limit, block_rows, results, workdir, boilerp
                         f"cluster.block_rows={block_rows}"]
                 dask = ["--workers", str(workers)] + (["--set", f"cluster.memory_limit={memory_limit}"]
                                                       if memory_limit else [])
-                configs = [(f"{workers} workers", dask)]
-                if address is not None:
-                    configs.append((f"{workers} workers, running", ["--scheduler", address]))
+                configs = [(f"{workers} workers", dask)] + ([(f"{workers} workers, running", [])] if running else [])
                 if n <= single_up_to:
                     configs.insert(0, ("1 process", []))
                 first, single_wall = None, None
                 for name, extra in configs:
                     out = tmp / f"out-{name.replace(' ', '-')}"
-                    t0 = time.perf_counter()
-                    try:
-                        rep = run_cli_job(tmp / "in", out, base + extra)
-                    except RuntimeError as exc:  # e.g. workers out of memory: a row that says so, and on
-                        rows.append(_failed(n, variant, text_bytes, name, time.perf_counter() - t0, exc))
+                    rep, wall, exc = _timed(tmp / "in", out, base + extra, workers, memory_limit,
+                                            name.endswith("running"))
+                    if exc is not None:  # e.g. workers out of memory: a row that says so, and on
+                        rows.append(_failed(n, variant, text_bytes, name, wall, exc))
                         print(rows[-1], flush=True)
                         continue
-                    wall = time.perf_counter() - t0
                     same = None
                     if first is None:
                         first = out
@@ -127,9 +106,7 @@ def _run(documents, workers, memory_limit, block_rows, results, workdir, boilerp
                         "wall_seconds": round(wall, 2), "pipeline_seconds": rep["wall_seconds"],
                         "client_peak_rss_mb": round(rep["peak_rss_mb"], 1),
                         "scheduler_peak_rss_mb": cluster.get("scheduler_peak_rss_mb"),
-                        # a running cluster's workers peaked over every run so far: not this run's
-                        "worker_peak_rss_mb": None if name.endswith("running") else
-                        max(cluster.get("worker_peak_rss_mb", {}).values(), default=None),
+                        "worker_peak_rss_mb": max(cluster.get("worker_peak_rss_mb", {}).values(), default=None),
                         "blocks": cluster.get("blocks"), "routes": cluster.get("routes"),
                         "shuffled_rows": cluster.get("shuffled_rows"), "shuffle_mb": cluster.get("shuffle_mb"),
                         "shuffle_mb_by_stage": cluster.get("shuffle_mb_by_stage"),
@@ -141,6 +118,39 @@ def _run(documents, workers, memory_limit, block_rows, results, workdir, boilerp
     payload = summary(rows, workers, block_rows, memory_limit)
     write_results(results, "workers-memory" if memory_limit else "workers", payload, markdown(payload))
     return payload
+
+
+def _timed(inputs, out, extra, workers: int, memory_limit, running: bool) -> tuple:
+    """(report, wall seconds, None) of one ``gpu-dedup run``, or (None, seconds to the failure, error).
+    ``running``: the run joins a cluster started (and its kernels loaded) before the clock starts, and closed
+    after it stops: no other process runs beside the other configurations' runs."""
+    with _running_cluster(workers, memory_limit) if running else contextlib.nullcontext() as address:
+        extra = extra + (["--scheduler", address] if address else [])
+        t0 = time.perf_counter()
+        try:
+            return run_cli_job(inputs, out, extra), time.perf_counter() - t0, None
+        except RuntimeError as exc:
+            return None, time.perf_counter() - t0, exc
+
+
+@contextlib.contextmanager
+def _running_cluster(workers: int, memory_limit):
+    """The scheduler address of a local cluster like the one ``--workers`` starts, its workers' kernels
+    loaded as a deployed cluster's are after its first run."""
+    from distributed import Client
+
+    from gpu_dedup.config import Config
+    from gpu_dedup.run.cluster.connection import local_cluster, worker_threads
+    from gpu_dedup.run.cluster.executor import _prepare_worker
+
+    cluster = local_cluster(workers, memory_limit or ClusterConfig.memory_limit,
+                            {"NUMBA_NUM_THREADS": str(worker_threads(workers))})
+    try:
+        with Client(cluster) as client:
+            client.run(_prepare_worker, Config.from_dict({"backend": "cpu"}))
+        yield cluster.scheduler_address
+    finally:
+        cluster.close()
 
 
 def _failed(n: int, variant: str, text_bytes: int, config: str, wall: float, exc: Exception) -> dict:

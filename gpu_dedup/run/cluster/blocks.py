@@ -502,8 +502,8 @@ def take_column(data: BlockData, rows: np.ndarray, column: str, shards: list, cf
     got, order = [], []
     for k in np.unique(owner):  # only the pieces holding a row are read
         sel = np.flatnonzero(owner == k)
-        rows = _piece_rows(data.block.pieces[k], shards[k], cfg, at[sel] - starts[k])
-        got.append(rows.column(column).combine_chunks())
+        table = _piece_rows(data.block.pieces[k], shards[k], cfg, at[sel] - starts[k])
+        got.append(table.column(column).combine_chunks())
         order.append(sel)
     if not got:
         return pa.array([], pa.large_string())
