@@ -189,7 +189,8 @@ def markdown(payload: dict) -> str:
                   f"{r['blocks'] or '-'} | {r['routes'] or '-'} | "
                   f"{r['shuffled_rows'] or '-'} | {r['shuffle_mb'] or '-'} | {r['removed']:,} | "
                   f"{'-' if r['identical_to_one_process'] is None else r['identical_to_one_process']} |")
-    stages = [r for r in payload["rows"] if r.get("shuffle_mb_by_stage")]
+    # a running cluster's runs move what the --workers runs move: their rows once
+    stages = [r for r in payload["rows"] if r.get("shuffle_mb_by_stage") and not r["config"].endswith("running")]
     if stages:
         names = list(dict.fromkeys(k for r in stages for k in r["shuffle_mb_by_stage"]))
         md += ["", "Shuffled MiB per stage:", "", "| documents | variant | " + " | ".join(names) + " |",

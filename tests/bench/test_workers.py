@@ -22,6 +22,7 @@ def test_tiny_run_writes_rows_with_identical_outputs_and_stage_volumes(tmp_path)
     assert running["scheduler_peak_rss_mb"] is None and running["wall_vs_one_process"] > 0
     md = (tmp_path / "res" / "workers.md").read_text()
     assert "Shuffled MiB per stage" in md and "| 1,200 | planted |" in md
+    assert md.split("Shuffled MiB per stage")[1].count("| 1,200 | planted |") == 1  # the running run moves the same
     assert json.loads((tmp_path / "res" / "workers.json").read_text())["rows"] == payload["rows"]
 
 
