@@ -144,6 +144,7 @@ def test_each_shard_is_written_from_the_removed_rows_of_the_blocks_that_read_it(
     _, shards, _, ids, _ = three_shards
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
     shards, blocks = _plan(shards, cfg, 100)
+    assert [b.shard_indices for b in blocks] == [[0, 1, 2]]  # one block reads the three shards
     out = tmp_path_factory.mktemp("out")
     removed = {"row": np.array([1, 8, 9, 20], np.int64)}  # one block's removed rows, in shards 0, 1 and 2
     starts = shard_starts(shards)
