@@ -25,7 +25,7 @@ from gpu_dedup.cli.commands import (
     cmd_run,
     cmd_tune,
 )
-from gpu_dedup.config import preset_names
+from gpu_dedup.config import ClusterConfig, preset_names
 from gpu_dedup.errors import (
     EXIT_CODES,
 )
@@ -186,14 +186,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--documents", type=int, nargs="+", default=[100_000], help="corpus sizes, e.g. 100000 1000000")
     b.add_argument("--workers", type=int, default=2)
     b.add_argument("--memory-limit", help="per-worker limit, e.g. 2GiB")
-    b.add_argument("--block-rows", type=int, default=250_000, help="cluster.block_rows (default: the run's, 250000)")
+    b.add_argument("--block-rows", type=int, default=ClusterConfig.block_rows,
+                   help="cluster.block_rows (default: the run's, %(default)s)")
     b.add_argument("--boilerplate", type=float, default=0.0,
                    help="also a variant with this share of boilerplate copies and near copies, e.g. 0.2")
     b.add_argument("--single-up-to", type=int, default=1_000_000,
                    help="run one process (the reference) for corpora up to this size")
     b.add_argument("--no-running", dest="running", action="store_false",
-                   help="skip the runs that join a cluster started once (--scheduler), which leave out a local "
-                        "cluster's start and close")
+                   help="skip the runs that join a cluster started before each of them (--scheduler), which leave "
+                        "out a local cluster's start and close")
     b.add_argument("--results", default="bench-results")
     b.add_argument("--workdir")
     b.set_defaults(func=cmd_bench_workers, quiet=False, verbose=0)
