@@ -29,8 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from gpu_dedup.bench import machine, run_cli_job, write_results
-from gpu_dedup.config import ClusterConfig
+from gpu_dedup.config import ClusterConfig, Config
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
+from gpu_dedup.run.cluster.connection import local_cluster, worker_threads
+from gpu_dedup.run.cluster.executor import prepare_worker
 
 
 def make_corpus(directory: Path, documents: int, chunk: int = 500_000, words=(30, 120),
@@ -137,17 +139,13 @@ def _timed(inputs, out, extra, workers: int, memory_limit, running: bool) -> tup
 def _running_cluster(workers: int, memory_limit):
     """The scheduler address of a local cluster like the one ``--workers`` starts, its workers' kernels
     loaded as a deployed cluster's are after its first run."""
-    from distributed import Client
-
-    from gpu_dedup.config import Config
-    from gpu_dedup.run.cluster.connection import local_cluster, worker_threads
-    from gpu_dedup.run.cluster.executor import _prepare_worker
+    from distributed import Client  # noqa: PLC0415  the Dask extra: only this configuration needs it
 
     cluster = local_cluster(workers, memory_limit or ClusterConfig.memory_limit,
                             {"NUMBA_NUM_THREADS": str(worker_threads(workers))})
     try:
         with Client(cluster) as client:
-            client.run(_prepare_worker, Config.from_dict({"backend": "cpu"}))
+            client.run(prepare_worker, Config.from_dict({"backend": "cpu"}))
         yield cluster.scheduler_address
     finally:
         cluster.close()

@@ -113,7 +113,7 @@ class DaskExecutor:
         self.connect()
         # each worker loads (the first time after install: compiles) the kernels this config uses
         self.client.run(_forget_saved)  # a run before this one on the same workers may have left some
-        seconds = self.client.run(_prepare_worker, self.cfg, own=self.cluster is not None)
+        seconds = self.client.run(prepare_worker, self.cfg, own=self.cluster is not None)
         self.startup_seconds = max(seconds.values(), default=0.0)
 
     def close(self) -> None:
@@ -541,7 +541,7 @@ class DaskExecutor:
 # --------------------------------------------------------------------------- worker functions
 
 
-def _prepare_worker(cfg: Config, own: bool = True) -> float:
+def prepare_worker(cfg: Config, own: bool = True) -> float:
     """Loads the kernels; and, on workers this run started (``own``), has Arrow allocate host memory with the
     system allocator, which gives freed buffers back to the OS at once (Dask starts workers with
     MALLOC_TRIM_THRESHOLD_ set): Arrow's default pool (mimalloc) kept the freed pages of a worker's original
