@@ -189,7 +189,7 @@ def frame_shard(frame, kind: str, text: str, id: str | None, cfg: Config) -> Sha
 
 def _device_text(frame, text: str, id: str | None, cfg: Config) -> bool:
     """Whether the run keeps a cuDF frame's text column ``text`` on the device."""
-    score = cfg.select.score_column if cfg.select.keep == "score" else None
+    score = cfg.select.score_read
     if cfg.input.vector_column or text in (id, score) or text not in _columns(frame, "cudf"):
         return False
     return get_backend(cfg.backend).text_reader(cfg) is not None and is_string_column(frame[text])
@@ -202,7 +202,7 @@ def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config, skip_t
     names = _columns(frame, kind)
     vec = cfg.input.vector_column
     wanted = {"text": text if (vec is None or text in names) else None, "id": id,
-              "score": cfg.select.score_column if cfg.select.keep == "score" else None, "vector": vec}
+              "score": cfg.select.score_read, "vector": vec}
     arg = {"text": "text=", "id": "id=", "score": "score= (select.score_column)",
            "vector": "vector_column= (input.vector_column)"}
     for what, col in wanted.items():

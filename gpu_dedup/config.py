@@ -169,6 +169,11 @@ class SelectConfig:
         if not isinstance(self.split_chains, bool):
             raise ConfigError(f"select.split_chains = {self.split_chains!r} must be true or false")
 
+    @property
+    def score_read(self) -> str | None:
+        """The score column a run reads: ``score_column`` under keep = score, else none."""
+        return self.score_column if self.keep == "score" else None
+
 
 @dataclass(frozen=True)
 class OutputConfig:

@@ -718,7 +718,7 @@ class Evaluation:
         self.cfg = cfg
         self.workdir = Path(workdir)
         self.backend = get_backend(cfg.backend)
-        score = cfg.select.score_column if cfg.select.keep == "score" else None
+        score = cfg.select.score_read
         shards = storage.discover(inputs, cfg.input.format)
         corpus = read(shards, cfg.input, score)
         total = len(corpus)

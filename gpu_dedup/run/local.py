@@ -56,14 +56,14 @@ from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_o
 from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
-from gpu_dedup.stages.read import read, read_texts
+from gpu_dedup.stages.read import READERS, read, read_texts
 from gpu_dedup.stages.selection import ranks_from_keys, text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
 log = logging.getLogger("gpu_dedup")
 
 SIGNATURE_CHUNK = 65536  # documents per signature kernel call (progress granularity)
-WRITERS = 8  # shards written at once on the host, at most (one per core below that), as many as are read
+WRITERS = READERS  # shards written at once on the host, at most (one per core below that), as many as are read
 
 
 def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, prior=None, sink=None,
@@ -190,7 +190,7 @@ class LocalExecutor:
     # ---- read / normalize -------------------------------------------------------
     def read(self, progress=None) -> LocalCorpus:
         cfg = self.cfg
-        score = cfg.select.score_column if cfg.select.keep == "score" else None
+        score = cfg.select.score_read
         reader = self._text_reader(score)
         self.reader = "cudf" if reader is not None else "pyarrow"
         hook = None

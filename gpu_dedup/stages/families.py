@@ -47,6 +47,7 @@ from gpu_dedup.stages.minhash import signatures as minhash_signatures
 from gpu_dedup.stages.verify import (
     exact_similarity,
     hamming_cosine,
+    pair_rows,
     signature_similarity,
     text_cosine_similarity,
     vector_norms,
@@ -359,12 +360,6 @@ def vector_cosine(data: RowData, left, right, be):
     rows = to_device(np.ascontiguousarray(matrix[to_host(nodes)], np.float32), xp)
     out = be.cosine_pairs(rows, be.row_norms(rows), a, b)
     return out if device else to_host(out)
-
-
-def pair_rows(left, right, xp=np):
-    """The distinct rows that pairs ``(left[p], right[p])`` name, and the pairs as positions into them."""
-    nodes = xp.unique(xp.concatenate((left, right)))
-    return nodes, xp.searchsorted(nodes, left), xp.searchsorted(nodes, right)
 
 
 def host_strings(strings: StringBuffers) -> StringBuffers:

@@ -20,6 +20,12 @@ from gpu_dedup.stages.edges import Edges
 CHUNK_BYTES = 256 << 20  # text bytes whose shingle sets are held at once (~8x that in memory)
 
 
+def pair_rows(left, right, xp=np):
+    """The distinct rows that pairs ``(left[p], right[p])`` name, and the pairs as positions into them."""
+    nodes = xp.unique(xp.concatenate((left, right)))
+    return nodes, xp.searchsorted(nodes, left), xp.searchsorted(nodes, right)
+
+
 def exact_similarity(left, right, texts, cfg: MinHashConfig, backend="cpu", chunk_bytes: int = CHUNK_BYTES,
                      progress=None):
     """Exact Jaccard of shingle sets for pairs of rows of ``texts`` (StringBuffers);
@@ -40,10 +46,9 @@ def exact_similarity(left, right, texts, cfg: MinHashConfig, backend="cpu", chun
     bounds = to_host(xp.flatnonzero(xp.diff(chunk_of)) + 1)  # chunk boundaries: a few numbers
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, order.shape[0]]):  # few chunks, not per document
         sel = order[lo:hi]
-        l, r = left[sel], right[sel]
-        nodes = xp.unique(xp.concatenate((l, r)))
+        nodes, a, b = pair_rows(left[sel], right[sel], xp)
         set_offsets, set_values = be.shingle_sets(texts, params, cfg.shingle, cfg.ngram, docs=nodes)
-        out[sel] = be.jaccard_pairs(set_offsets, set_values, xp.searchsorted(nodes, l), xp.searchsorted(nodes, r))
+        out[sel] = be.jaccard_pairs(set_offsets, set_values, a, b)
         if progress is not None:
             progress(sel.shape[0])
     return out
@@ -150,12 +155,10 @@ def text_cosine_similarity(left, right, texts, shingle: str = "word", ngram: int
     bounds = np.flatnonzero(np.diff(chunk_of)) + 1
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, order.shape[0]]):  # few chunks, not per document
         sel = order[lo:hi]
-        a, b = left[sel], right[sel]
-        nodes = np.unique(np.concatenate((a, b)))
+        nodes, a, b = pair_rows(left[sel], right[sel])
         tv = term_vectors(texts, shingle, ngram, idf, docs=nodes)
         res = np.empty(sel.shape[0], np.float64)
-        cosine_cpu.sparse_cosine_pairs(tv.offsets, tv.features, tv.weights, tv.norms, np.searchsorted(nodes, a),
-                                       np.searchsorted(nodes, b), res)
+        cosine_cpu.sparse_cosine_pairs(tv.offsets, tv.features, tv.weights, tv.norms, a, b, res)
         out[sel] = res
         if progress is not None:
             progress(sel.shape[0])

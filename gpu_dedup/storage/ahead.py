@@ -6,7 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 
-_DONE = object()  # a reader's last entry: with an error, or after its last source
+_DONE = object()  # a reader's last entry, with the error that stopped it
 _END = object()  # the end of one source
 
 

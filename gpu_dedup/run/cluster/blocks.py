@@ -56,7 +56,7 @@ class Block:
 
 def inspect_shard(shard: storage.Shard, cfg: Config) -> dict:
     """Rows, id type and row-group sizes of one shard; validates its columns."""
-    score = cfg.select.score_column if cfg.select.keep == "score" else None
+    score = cfg.select.score_read
     if shard.format == "parquet":
         table = storage.read_columns(shard, cfg.input, score, row_groups=[])  # validates names and types, 0 rows
         meta = pq.ParquetFile(storage.source(shard.path)).metadata
@@ -192,7 +192,7 @@ class BlockData:
 
 def read_piece(piece: Piece, shard, cfg: Config) -> pa.Table:
     """The run's columns of one piece of a block, read from its shard."""
-    score = cfg.select.score_column if cfg.select.keep == "score" else None
+    score = cfg.select.score_read
     table = storage.read_columns(shard, cfg.input, score, piece.row_groups)
     if table is None or table.num_rows != piece.rows:
         rows = 0 if table is None else table.num_rows
@@ -520,7 +520,7 @@ def _piece_rows(piece: Piece, shard, cfg: Config, at: np.ndarray) -> pa.Table:
     starts = np.cumsum([0] + list(piece.group_rows))
     group = np.searchsorted(starts[1:], at, side="right")
     need = np.unique(group)
-    score = cfg.select.score_column if cfg.select.keep == "score" else None
+    score = cfg.select.score_read
     table = storage.read_columns(shard, cfg.input, score, [piece.row_groups[g] for g in need])
     within = np.cumsum([0] + [piece.group_rows[g] for g in need])  # the rows read, group after group
     if table is None or table.num_rows != within[-1]:
