@@ -1,5 +1,6 @@
 """Dask scale-out: results identical to the single-process pipeline for 2 and 4 workers."""
 
+import ast
 import os
 import subprocess
 import sys
@@ -385,6 +386,42 @@ def test_a_local_cluster_runs_its_scheduler_in_a_child_process(corpus, tmp_path)
         ex.close()
     for p in [pid, *workers]:
         assert not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE
+
+
+WORKER_THREADS_SCRIPT = """
+import numba  # as a script that imports gpu_dedup at its top does: each worker process imports it too
+from gpu_dedup.config import Config
+from gpu_dedup.run.cluster.connection import worker_threads
+from gpu_dedup.run.cluster.executor import DaskExecutor, prepare_worker
+
+if __name__ == "__main__":
+    ex = DaskExecutor([], Config.from_dict({"backend": "cpu", "cluster": {"workers": 2}}))
+    ex.connect()
+    try:
+        before = sorted(ex.client.run(lambda: numba.config.NUMBA_NUM_THREADS).values())
+        ex.client.run(prepare_worker, ex.cfg)
+        after = sorted(ex.client.run(numba.get_num_threads).values())
+        print((before, after, worker_threads(2)))
+    finally:
+        ex.close()
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: every worker has one thread anyway")
+def test_workers_of_a_script_that_imports_numba_run_their_share_of_the_cores(tmp_path):
+    """A worker process imports its program's main module before the Nanny sets its environment: Numba,
+    imported there, read no NUMBA_NUM_THREADS and took a thread per core (and failed its first compile).
+    Preparing the worker has it read the run's thread count."""
+    script = tmp_path / "main.py"
+    script.write_text(WORKER_THREADS_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("NUMBA_NUM_THREADS", None)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before, after, share = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    cores = len(os.sched_getaffinity(0))
+    assert before == [cores, cores]  # what the workers' Numba read before the environment was set
+    assert after == [share, share] and share < cores
 
 
 def _double(frame):

@@ -20,6 +20,7 @@ import io
 import logging
 import operator
 import os
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -546,10 +547,28 @@ def prepare_worker(cfg: Config, own: bool = True) -> float:
     system allocator, which gives freed buffers back to the OS at once (Dask starts workers with
     MALLOC_TRIM_THRESHOLD_ set): Arrow's default pool (mimalloc) kept the freed pages of a worker's original
     texts and read buffers, up to 360 MiB a worker of memory no table held at 10^6 documents on 2 workers.
-    The workers of a user's scheduler keep their process-wide pool: a run changes nothing it does not own."""
+    The workers of a user's scheduler keep their process-wide pool: a run changes nothing it does not own.
+
+    On its own workers it also has Numba read again the environment the run gave them (NUMBA_NUM_THREADS, the
+    machine's cores shared among the workers): a Nanny sets a worker's environment only after the worker
+    process has imported the main module of the program that started it, and a script that imports gpu_dedup
+    at its top imports Numba there, which then keeps the machine's thread count (every worker running a
+    thread per core) and fails to compile a kernel the first time ("Cannot set NUMBA_NUM_THREADS to a
+    different value once the threads have been launched")."""
     if own:
         pa.set_memory_pool(pa.system_memory_pool())
+        _numba_threads_from_environment()
     return float(get_backend(cfg.backend).prepare(cfg) or 0.0)
+
+
+def _numba_threads_from_environment() -> None:
+    """Numba, imported before this worker's environment was set, takes its NUMBA_NUM_THREADS now (its thread
+    pool starts with the first parallel kernel: none has run here yet)."""
+    numba, pool = sys.modules.get("numba"), sys.modules.get("numba.np.ufunc.parallel")
+    if numba is None or pool is None or getattr(pool, "_is_initialized", True):
+        return  # not imported yet (it will read the environment), or already running its threads
+    numba.config.reload_config()
+    pool.NUM_THREADS = numba.config.NUMBA_NUM_THREADS  # the size the pool starts with, read at import
 
 
 def _cugraph_components(client, edges: list, partitions: int):
