@@ -295,12 +295,16 @@ class DaskExecutor:
         held = self.client.who_has(blocks)
         return [sorted(held.get(f.key, ())) or ([home] if home else None) for f, home in zip(blocks, self.homes)]
 
-    def route(self, parts: list, dest, n: int, explode=None, explode_kw=None, **kw) -> list:
+    def route(self, parts: list, dest, n: int, explode=None, explode_kw=None, before=None, after=None,
+              **kw) -> list:
+        """The contract's route; ``before`` / ``after`` (:class:`routing.Step`, this executor's own routes): a
+        function run in the route's source tasks before the cut, and in its destination tasks after the
+        gathering, instead of a map of tasks on each side."""
         self.routes += 1
         stage = getattr(self.st, "current", None) or "report"
         return routing.route(self.client, parts, dest, n, explode=explode, explode_kw=explode_kw,
                              shuffle_method=self.cfg.cluster.shuffle, account=(self.run_key, stage),
-                             homes=self._destination_homes(n), **kw)
+                             homes=self._destination_homes(n), before=before, after=after, **kw)
 
     @property
     def workers(self) -> int:
@@ -339,18 +343,19 @@ class DaskExecutor:
         source = self._blocks_data() if method == "exact" else self.bands
         payload = (B.text_payload if self.family.uses_text else B.vector_payload) if method == "exact" else \
             B.signature_payload
-        tagged = self.map(_tag_pairs, pairs, with_index=True)
-        at_dst = self.route(tagged, frames.block_dest, self.blocks_count, on="dst", starts=self.block_starts,
-                            first_doc=f)
-        asks = self.map(_first_ends, at_dst, with_index=True)
-        at_src = self.route(asks, frames.block_dest, self.blocks_count, on="node", starts=self.block_starts,
-                            first_doc=f)
-        answers = self.route(self.map(payload, source, at_src, column="node", first_doc=f, prior=self.prior),
-                             _asker_dest, self.blocks_count)
-        scored = self.map(B.score_at_block, source, at_dst, answers, payload=payload, family=self._family(),
-                          method=method, first_doc=f, prior=self.prior)
-        back = self.route(scored, _part_dest, len(pairs))
-        out = self.map(_sims_in_order, back)
+        Step = routing.Step
+        # four routes; each map between two of them runs inside the route's own source or destination tasks
+        at_dst = self.route(pairs, frames.block_dest, self.blocks_count, on="dst", starts=self.block_starts,
+                            first_doc=f, before=Step(_tag_pairs, index=True))
+        answered = self.route(at_dst, frames.block_dest, self.blocks_count, on="node", starts=self.block_starts,
+                              first_doc=f, before=Step(_first_ends, index=True),
+                              after=Step(_answer, [(d,) for d in source], {"payload": payload, "column": "node",
+                                                                           "first_doc": f, "prior": self.prior}))
+        scored = self.route(answered, _asker_dest, self.blocks_count,
+                            after=Step(_score_answers, list(zip(source, at_dst)),
+                                       {"payload": payload, "family": self._family(), "method": method,
+                                        "first_doc": f, "prior": self.prior}))
+        out = self.route(scored, _part_dest, len(pairs), after=Step(_sims_in_order))
         if progress is not None:
             progress(self.total(_rows_of_pairs, pairs)["rows"])
         return out
@@ -440,9 +445,9 @@ class DaskExecutor:
 
     # ---- outputs ---------------------------------------------------------------------
     def ids(self, parts: list, column: str = "row") -> list:
-        tagged = self.map(_tag_rows, parts, column=column, with_index=True)
-        there = self.route(tagged, frames.block_dest, self.blocks_count, on="_row", starts=self.block_starts)
-        got = self.map(B.take_ids, self.loaded, there, column="_row")
+        got = self.route(parts, frames.block_dest, self.blocks_count, on="_row", starts=self.block_starts,
+                         before=routing.Step(_tag_rows, kw={"column": column}, index=True),
+                         after=routing.Step(_take_ids, [(d,) for d in self.loaded]))
         back = self.route(got, _part_dest, len(parts))
         return self.map(_ids_in_order, back)
 
@@ -654,6 +659,20 @@ def _first_ends(part: dict, part_index: int) -> dict:
     """The distinct first ends of a partition's pairs: what it asks their blocks for (``_to``: itself)."""
     nodes = np.unique(to_host(part["src"]))
     return {"node": nodes, "_to": np.full(nodes.shape[0], part_index, np.int64)}
+
+
+def _answer(asked: dict, data, payload, **kw) -> dict:
+    """A block's answers to the rows ``asked`` of it (``payload``: B.text_payload, vector or signature)."""
+    return payload(data, asked, **kw)
+
+
+def _score_answers(answers: dict, data, part: dict, **kw) -> dict:
+    """The similarities of a block's pairs ``part``, the first ends' payloads ``answers`` come (B.score_at_block)."""
+    return B.score_at_block(data, part, answers, **kw)
+
+
+def _take_ids(asked: dict, data) -> dict:
+    return B.take_ids(data, asked, column="_row")
 
 
 def _asker_dest(frame: dict, n: int):

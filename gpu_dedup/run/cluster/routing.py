@@ -100,6 +100,11 @@ def later() -> int:
     return next(_SUBMITTED)
 
 
+# Up to this many sources, each destination takes its pieces straight from the sources' cuts: no holding task
+# (collect) between them, one scheduler round trip less on a route's path; its graph has sources x
+# destinations edges, few at this size.
+HELD_FROM_SOURCES = 8
+
 # Up to this many (source, gathering worker) pieces, rows move as futures (see route): a route is then
 # sources x (workers + 1) + workers + destinations tasks.  On 2 workers the direct route beat Dask's p2p
 # shuffle at every size measured (20 blocks: a 2 x 10^6-document run in 32 s against 78 s; 500 blocks: 274 s
@@ -140,6 +145,44 @@ def split_one(*args, **kw) -> tuple:
     return split(*args, **kw)[0]
 
 
+class Step:
+    """A function a route runs inside its own tasks, fused with its cut (``before``: the source task computes
+    ``fn(part, *args[i], **kw)`` and cuts that) or its gathering (``after``: destination ``k`` returns
+    ``fn(rows, *args[k], **kw)``): the same result as mapping ``fn`` over the parts before or after the
+    route, without a task (and a scheduler round trip) per part in between.  ``args``: per part, the other
+    arguments (futures are resolved where the task runs); ``index``: ``fn`` also gets ``part_index=i``;
+    ``homes``: for ``before``, the workers each source task should run on (where a block it reads is)."""
+
+    def __init__(self, fn, args: list | None = None, kw: dict | None = None, index: bool = False,
+                 homes: list | None = None):
+        self.fn, self.args, self.kw, self.index, self.homes = fn, args, dict(kw or {}), index, homes
+
+    def at(self, k: int) -> tuple:
+        """(fn, args, kw) of part ``k``: what its task calls."""
+        return self.fn, tuple(self.args[k]) if self.args is not None else (), \
+            {**self.kw, "part_index": k} if self.index else self.kw
+
+
+def _run_step(step: tuple | None, obj):
+    if step is None:
+        return obj
+    fn, args, kw = step
+    return fn(obj, *args, **kw)
+
+
+def split_after(obj, step: tuple | None, *args, **kw) -> list:
+    """:func:`split` of ``fn(obj, *args, **kw)`` (``step``: a :meth:`Step.at`)."""
+    return split(_run_step(step, obj), *args, **kw)
+
+
+def split_one_after(obj, step: tuple | None, *args, **kw) -> tuple:
+    return split_after(obj, step, *args, **kw)[0]
+
+
+def prepare_after(obj, step: tuple | None, *args, **kw):
+    return prepare(_run_step(step, obj), *args, **kw)
+
+
 def collect(*pieces) -> list:
     """The pieces a worker gathers, held as one list (references, not copies): a destination then depends on
     this one task, not on every source, so a route has (sources x workers) + destinations edges, not
@@ -147,13 +190,23 @@ def collect(*pieces) -> list:
     return list(pieces)
 
 
-def gather_pieces(at: int, pieces: list) -> dict:
-    """One destination's rows: the ``at``-th destination's rows of each source's piece, in source order."""
+def gather_pieces(at: int, pieces: list, step: tuple | None = None) -> dict:
+    """One destination's rows: the ``at``-th destination's rows of each source's piece, in source order
+    (then ``step``, a :meth:`Step.at`, applied to them)."""
     out = []
     for frame, counts in pieces:
         lo = sum(counts[:at])
         out.append(frames.rows_between(frame, lo, lo + counts[at]))
-    return frames.concat(out)
+    return _run_step(step, frames.concat(out))
+
+
+def gather_direct(at: int, step: tuple | None, *pieces) -> dict:
+    """:func:`gather_pieces` of pieces handed to the task itself (a route of few sources: no holding task)."""
+    return gather_pieces(at, list(pieces), step)
+
+
+def finish_after(df, step: tuple | None = None) -> dict:
+    return _run_step(step, finish(df))
 
 
 def destination_groups(homes: list) -> tuple:
@@ -167,12 +220,17 @@ def destination_groups(homes: list) -> tuple:
     return groups, [place[k] for k in range(len(homes))]
 
 
+def _on(workers) -> dict:
+    """Placement of a task: loosely on ``workers`` (another worker runs it when they are gone), or anywhere."""
+    return {"workers": workers, "allow_other_workers": True} if workers else {}
+
+
 def _home(homes, k: int):
     return [homes[k]] if homes is not None and homes[k] else None
 
 
 def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuffle_method=None, account=None,
-          homes=None, **kw) -> list:
+          homes=None, before: Step | None = None, after: Step | None = None, **kw) -> list:
     """Rows of ``parts`` to ``n`` partitions by ``dest(frame, n, **kw)``; a list of ``n`` futures.
 
     Up to DIRECT_PIECES (source, gathering worker) pieces (and unless ``shuffle_method`` names one of Dask's),
@@ -181,25 +239,37 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
     pieces it receives (:func:`collect`), and each destination takes its rows from them: (sources x workers)
     pieces moved as futures, a graph with as many edges, not (sources x destinations), and no DataFrame
     graph.  Above, Dask's shuffle (p2p by default) moves them.  ``account``: a key under which each
-    source's worker tallies the (rows, bytes) it hands over (:func:`take_moved`)."""
+    source's worker tallies the (rows, bytes) it hands over (:func:`take_moved`).  ``before`` / ``after``
+    (:class:`Step`): a function each source task runs on its part before cutting it, and each destination
+    task on its rows once gathered."""
     import dask  # noqa: PLC0415
     import dask.dataframe as dd  # noqa: PLC0415
 
     groups, place = destination_groups(list(homes) if homes is not None else [None] * n)
-    if shuffle_method is None and len(parts) * len(groups) <= DIRECT_PIECES:
-        m = len(parts)
-        cut = client.map(split if len(groups) > 1 else split_one, parts, range(m), dest=dest, n=n, explode=explode,
-                         explode_kw=explode_kw, groups=groups, account=account, pure=False, priority=later(), **kw)
+    m = len(parts)
+    steps = [before.at(i) if before is not None else None for i in range(m)]
+    where = [before.homes[i] if before is not None and before.homes else None for i in range(m)]
+    ends = [after.at(k) if after is not None else None for k in range(n)]
+    if shuffle_method is None and m * len(groups) <= DIRECT_PIECES:
+        cutter = split_after if len(groups) > 1 else split_one_after
+        src_priority = later()
+        cut = [client.submit(cutter, p, steps[i], i, dest=dest, n=n, explode=explode, explode_kw=explode_kw,
+                             groups=groups, account=account, pure=False, priority=src_priority, **_on(where[i]),
+                             **kw) for i, p in enumerate(parts)]
         pieces = [client.map(operator.getitem, cut, [g] * m, pure=False, priority=later())
                   for g in range(len(groups))] if len(groups) > 1 else [cut]
         first = later()
-        held = [client.submit(collect, *pieces[g], pure=False, priority=first, workers=_home(homes, members[0]),
-                              allow_other_workers=True) for g, members in enumerate(groups)]
-        return [client.submit(gather_pieces, i, held[g], pure=False, priority=first, workers=_home(homes, k),
-                              allow_other_workers=True)
+        if m <= HELD_FROM_SOURCES:
+            return [client.submit(gather_direct, i, ends[k], *pieces[g], pure=False, priority=first,
+                                  **_on(_home(homes, k)))
+                    for k, (g, i) in enumerate(place)]
+        held = [client.submit(collect, *pieces[g], pure=False, priority=first, **_on(_home(homes, members[0])))
+                for g, members in enumerate(groups)]
+        return [client.submit(gather_pieces, i, held[g], ends[k], pure=False, priority=first,
+                              **_on(_home(homes, k)))
                 for k, (g, i) in enumerate(place)]
-    ready = [client.submit(prepare, p, i, dest, n, explode=explode, explode_kw=explode_kw, account=account,
-                           pure=False, **kw)
+    ready = [client.submit(prepare_after, p, steps[i], i, dest, n, explode=explode, explode_kw=explode_kw,
+                           account=account, pure=False, **_on(where[i]), **kw)
              for i, p in enumerate(parts)]
     meta = client.submit(empty, ready[0], pure=False).result()
     ddf = dd.from_delayed([dask.delayed(f) for f in ready], meta=meta, verify_meta=False)
@@ -208,4 +278,4 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
         out = client.compute(routed.to_delayed())
     if len(out) != n:  # pragma: no cover - set_index keeps the divisions it is given
         raise RuntimeError(f"routing made {len(out)} partitions, not {n}")
-    return client.map(finish, out, pure=False)
+    return [client.submit(finish_after, o, ends[k], pure=False) for k, o in enumerate(out)]
