@@ -169,8 +169,8 @@ class DaskExecutor:
         block_shards = [[shards[i] for i in b.shard_indices] for b in self.blocks]
         # every worker (scheduler_info() lists only 5 in some Dask releases: dask/distributed#9045)
         self.homes = B.spread_blocks([b.rows for b in self.blocks], sorted(client.nthreads()))
-        self.loaded = [client.submit(B.load_block, b, shard, cfg=cfg, pure=False, workers=[home] if home else None,
-                                     allow_other_workers=True)
+        self.loaded = [client.submit(B.load_block, b, shard, cfg=cfg, pure=False,
+                                     **routing.placed([home] if home else None))
                        for b, shard, home in zip(self.blocks, block_shards, self.homes)]
         if cfg.input.vector_column:  # one vector length for the whole corpus: the first block's with vectors
             dims = client.gather(client.map(B.block_dim, self.loaded, pure=False))
@@ -276,8 +276,8 @@ class DaskExecutor:
         if homes is None:
             futures = self.client.map(fn, *args, pure=False, priority=first, **kw)
         else:  # a task that reads a block runs where the block is: the block never travels
-            futures = [self.client.submit(fn, *a, pure=False, priority=first, workers=home, allow_other_workers=True,
-                                          **kw) for a, home in zip(zip(*args), homes)]
+            futures = [self.client.submit(fn, *a, pure=False, priority=first, **routing.placed(home), **kw)
+                       for a, home in zip(zip(*args), homes)]
         if outputs == 1:
             return futures
         return tuple(self.client.map(operator.getitem, futures, [j] * n, pure=False, priority=routing.later())
@@ -405,19 +405,18 @@ class DaskExecutor:
         if not ckpt.fingerprint:  # no checkpoints (a run against an index): the history stays
             return parts
         directory = ckpt.dir / unit
-        written, fresh = {}, {}
-        for name, p in parts.items():
-            if p is None:
-                fresh[name] = None
-                continue
-            paths = [str(directory / f"{name}-{k:05d}.npz") for k in range(len(p))]
-            self.client.gather(self.client.map(_save_part, p, paths, pure=False))
-            written[name] = len(p)
-            holders = self.client.who_has(p)
+        named = {name: p for name, p in parts.items() if p is not None}
+        paths = {name: [str(directory / f"{name}-{k:05d}.npz") for k in range(len(p))] for name, p in named.items()}
+        everything = [f for p in named.values() for f in p]
+        # every part of the unit saved at once, and where they are asked once: two round trips a unit
+        self.client.gather(self.client.map(_save_part, everything, [x for n in named for x in paths[n]], pure=False))
+        holders = self.client.who_has(everything)
+        fresh = {name: None for name in parts}
+        for name, p in named.items():
             fresh[name] = [self.client.submit(_reuse_or_load, path, self.part_backend, pure=False,
-                                              workers=list(holders.get(f.key, ())) or None,
-                                              allow_other_workers=True) for f, path in zip(p, paths)]
-        ckpt.save(unit, {}, {**meta, "parts": written})
+                                              **routing.placed(sorted(holders.get(f.key, ()))))
+                           for f, path in zip(p, paths[name])]
+        ckpt.save(unit, {}, {**meta, "parts": {name: len(p) for name, p in named.items()}})
         return fresh
 
     def _settle_moved(self) -> None:
@@ -459,8 +458,7 @@ class DaskExecutor:
             sel = np.flatnonzero(owner == k)
             shards = [self.corpus.shards[i] for i in self.blocks[k].shard_indices] if self.blocks else []
             parts.append(self.client.submit(B.take_column, self.loaded[k], rows[sel], column, shards, self.cfg,
-                                            pure=False, workers=self._block_homes([self.loaded])[k],
-                                            allow_other_workers=True))
+                                            pure=False, **routing.placed(self._block_homes([self.loaded])[k])))
             order.append(sel)
         if not parts:
             return pa.array([], pa.large_string() if column == "text" else pa.int64())

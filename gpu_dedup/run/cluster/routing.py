@@ -220,7 +220,7 @@ def destination_groups(homes: list) -> tuple:
     return groups, [place[k] for k in range(len(homes))]
 
 
-def _on(workers) -> dict:
+def placed(workers) -> dict:
     """Placement of a task: loosely on ``workers`` (another worker runs it when they are gone), or anywhere."""
     return {"workers": workers, "allow_other_workers": True} if workers else {}
 
@@ -254,22 +254,22 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
         cutter = split_after if len(groups) > 1 else split_one_after
         src_priority = later()
         cut = [client.submit(cutter, p, steps[i], i, dest=dest, n=n, explode=explode, explode_kw=explode_kw,
-                             groups=groups, account=account, pure=False, priority=src_priority, **_on(where[i]),
+                             groups=groups, account=account, pure=False, priority=src_priority, **placed(where[i]),
                              **kw) for i, p in enumerate(parts)]
         pieces = [client.map(operator.getitem, cut, [g] * m, pure=False, priority=later())
                   for g in range(len(groups))] if len(groups) > 1 else [cut]
         first = later()
         if m <= HELD_FROM_SOURCES:
             return [client.submit(gather_direct, i, ends[k], *pieces[g], pure=False, priority=first,
-                                  **_on(_home(homes, k)))
+                                  **placed(_home(homes, k)))
                     for k, (g, i) in enumerate(place)]
-        held = [client.submit(collect, *pieces[g], pure=False, priority=first, **_on(_home(homes, members[0])))
+        held = [client.submit(collect, *pieces[g], pure=False, priority=first, **placed(_home(homes, members[0])))
                 for g, members in enumerate(groups)]
         return [client.submit(gather_pieces, i, held[g], ends[k], pure=False, priority=first,
-                              **_on(_home(homes, k)))
+                              **placed(_home(homes, k)))
                 for k, (g, i) in enumerate(place)]
     ready = [client.submit(prepare_after, p, steps[i], i, dest, n, explode=explode, explode_kw=explode_kw,
-                           account=account, pure=False, **_on(where[i]), **kw)
+                           account=account, pure=False, **placed(where[i]), **kw)
              for i, p in enumerate(parts)]
     meta = client.submit(empty, ready[0], pure=False).result()
     ddf = dd.from_delayed([dask.delayed(f) for f in ready], meta=meta, verify_meta=False)
