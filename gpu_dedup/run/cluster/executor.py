@@ -546,20 +546,14 @@ class DaskExecutor:
 
 
 def prepare_worker(cfg: Config, own: bool = True) -> float:
-    """Loads the kernels; and, on workers this run started (``own``), has Arrow allocate host memory with the
-    system allocator, which gives freed buffers back to the OS at once (Dask starts workers with
-    MALLOC_TRIM_THRESHOLD_ set): Arrow's default pool (mimalloc) kept the freed pages of a worker's original
-    texts and read buffers, up to 360 MiB a worker of memory no table held at 10^6 documents on 2 workers.
-    The workers of a user's scheduler keep their process-wide pool: a run changes nothing it does not own.
-
-    On its own workers it also has Numba read again the environment the run gave them (NUMBA_NUM_THREADS, the
-    machine's cores shared among the workers): a Nanny sets a worker's environment only after the worker
-    process has imported the main module of the program that started it, and a script that imports gpu_dedup
-    at its top imports Numba there, which then keeps the machine's thread count (every worker running a
-    thread per core) and fails to compile a kernel the first time ("Cannot set NUMBA_NUM_THREADS to a
-    different value once the threads have been launched")."""
+    """Loads the kernels; on workers this run started (``own``), first has Numba read again the environment
+    the run gave them (NUMBA_NUM_THREADS, the machine's cores shared among the workers): a Nanny sets a
+    worker's environment only after the worker process has imported the main module of the program that
+    started it, and a script that imports gpu_dedup at its top imports Numba there, which then keeps the
+    machine's thread count (every worker running a thread per core) and fails to compile a kernel the first
+    time ("Cannot set NUMBA_NUM_THREADS to a different value once the threads have been launched").  The
+    workers of a user's scheduler are left as they are: a run changes nothing it does not own."""
     if own:
-        pa.set_memory_pool(pa.system_memory_pool())
         _numba_threads_from_environment()
     return float(get_backend(cfg.backend).prepare(cfg) or 0.0)
 
