@@ -58,6 +58,26 @@ class Corpus(Protocol):
     def id_generated(self) -> bool: ...
 
 
+class Step:
+    """A function a route runs in its own work: ``before`` on each source part, ahead of cutting it; ``after``
+    on each destination's rows, once gathered.  The part's call is ``fn(part, *(o[k] for o in others),
+    **kw)`` (``others``: parts aligned with the route's sources for ``before``, its destinations for
+    ``after``; ``index``: also ``part_index=k``), the same as mapping ``fn`` over the parts before or after
+    the route, without a task per part in between on a cluster."""
+
+    def __init__(self, fn: Callable, *others: Parts | list | None, index: bool = False, **kw: Any):
+        self.fn, self.others, self.index, self.kw = fn, others, index, kw
+
+    def at(self, k: int) -> tuple:
+        """(fn, args, kw) of part ``k``: what its call is made of."""
+        args = tuple(o[k] if o is not None else None for o in self.others)
+        return self.fn, args, ({**self.kw, "part_index": k} if self.index else self.kw)
+
+    def __call__(self, part, k: int):
+        fn, args, kw = self.at(k)
+        return fn(part, *args, **kw)
+
+
 class Executor(Protocol):
     """Everything the stage sequence asks of an executor (and nothing more); see the module docstring.
 
@@ -122,11 +142,13 @@ class Executor(Protocol):
         does this, each a list of parts."""
 
     def route(self, parts: Parts, dest: Callable, n: int, explode: Callable | None = None,
-              explode_kw: dict | None = None, **kw) -> Parts:
+              explode_kw: dict | None = None, before: Step | None = None, after: Step | None = None,
+              **kw) -> Parts:
         """Rows to ``n`` partitions: ``dest(frame, n, **kw)`` gives each row's partition in [0, n) (see
         :mod:`gpu_dedup.stages.frames`); each destination holds its rows in source-part order, positions in
         order, so a route is deterministic.  ``explode(obj, **explode_kw)`` turns an object that is not a frame
-        into one, where rows move."""
+        into one, where rows move.  ``before`` / ``after`` (:class:`Step`): run on each source part before it
+        is cut (ahead of ``explode``), and on each destination's rows once gathered."""
 
     def total(self, fn: Callable, *parts: Parts | None, **kw) -> dict:
         """``fn(*objects, **kw)`` -> dict of numbers on each partition, summed where the sequence runs."""

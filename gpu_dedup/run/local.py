@@ -402,10 +402,12 @@ class LocalExecutor:
         out = fn(*args, **kw)
         return tuple([o] for o in out) if outputs > 1 else [out]
 
-    def route(self, parts: list, dest, n: int, explode=None, explode_kw=None, **kw) -> list:
+    def route(self, parts: list, dest, n: int, explode=None, explode_kw=None, before=None, after=None,
+              **kw) -> list:
         if n != 1 or len(parts) != 1:  # pragma: no cover - one process has one partition
             raise RuntimeError(f"one process routes one partition, not {len(parts)} to {n}")
-        return parts
+        part = parts[0] if before is None else before(parts[0], 0)
+        return [part if after is None else after(part, 0)]
 
     def total(self, fn, *parts, **kw) -> dict:
         return dict(self.map(fn, *parts, **kw)[0])

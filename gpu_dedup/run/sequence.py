@@ -40,7 +40,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.report.build import build_report, examples_from_parts, similarity_summary, write_report
 from gpu_dedup.report.page import write_html
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
-from gpu_dedup.run.contract import shard_starts
+from gpu_dedup.run.contract import Step, shard_starts
 from gpu_dedup.run.outdir import DUPLICATES_NAME, REPORT_HTML_NAME, REPORT_NAME, SUCCESS_NAME, OutputDir
 from gpu_dedup.run.prior import NoPrior
 from gpu_dedup.run.remote_outdir import RemoteOutputDir
@@ -445,20 +445,17 @@ class _Sequence:
     def _route(self, parts, dest, **kw):
         return self.ex.route(parts, dest, self.ex.partitions, **kw)
 
-    def _to_blocks(self, parts, on: str, first_doc: int = 0):
+    def _to_blocks(self, parts, on: str, first_doc: int = 0, **kw):
         return self.ex.route(parts, frames.block_dest, self.ex.blocks_count, on=on, starts=self.starts,
-                             first_doc=first_doc)
+                             first_doc=first_doc, **kw)
 
     def _lookup(self, parts, table, out: str, key: str = "_key", value: str = "label"):
         """Left join: each row of ``parts`` gets ``out`` = ``table[value]`` where ``table["node"]`` equals its
         ``key`` (else the key itself), in its own partition and order.  ``table`` is routed by
         ``hash_dest(node)``; the rows travel there and back."""
-        ex = self.ex
-        tagged = ex.map(_tag, parts, with_index=True)
-        there = self._route(tagged, frames.hash_dest, on=key)
-        joined = ex.map(_join, there, table, on=key, value=value, out=out)
-        back = ex.route(joined, _part_dest, len(parts))
-        return ex.map(_untag, back)
+        there = self._route(parts, frames.hash_dest, on=key, before=Step(_tag, index=True),
+                            after=Step(_join, table, on=key, value=value, out=out))
+        return self.ex.route(there, _part_dest, len(parts), after=Step(_untag))
 
     def _score_rounds(self, states, propose, accept, is_open, rounds: int | None = None, progress=None):
         """Rounds of ``propose`` -> score the pairs where the texts live -> ``accept`` on every partition,
@@ -502,9 +499,9 @@ class _Sequence:
                 ranks = ex.ranks() if cfg.select.keep != "first" else None
                 docs = ex.map(_docs_frame, ex.docs(), keys, ranks, prior=self.prior, exact=cfg.exact_dedup)
                 if cfg.exact_dedup:
-                    candidates = ex.map(key_frame, docs, keys)
-                    copies = ex.map(exact_copies, self._route(candidates, frames.hash_dest, on=("k0", "k1", "k2")))
-                    groups = self._to_blocks(ex.map(_copies_and_reps, copies), "row")
+                    copies = self._route(docs, frames.hash_dest, on=("k0", "k1", "k2"), before=Step(key_frame, keys),
+                                         after=Step(exact_copies))
+                    groups = self._to_blocks(copies, "row", before=Step(_copies_and_reps))
                     docs = ex.map(_with_groups, docs, groups)
                 else:
                     docs = ex.map(_no_groups, docs)
@@ -552,11 +549,11 @@ class _Sequence:
                 rounds = band_rounds(self.family.layout[0], ex.blocks_count, ex.workers)
                 done = []
                 for lo, hi in rounds:  # each round's buckets made before the next round's band hashes move
-                    routed = self._route(self.bands, bucket_dest, explode=long_frame,
-                                         explode_kw={"first_doc": self.first_doc, "bands": (lo, hi)})
                     # with a prior, a lone new document still meets the index's documents of its bucket
-                    done.append(ex.map(bucket_part, routed, min_size=1 if prior.active else 2,
-                                       first_doc=self.first_doc))
+                    done.append(self._route(self.bands, bucket_dest, explode=long_frame,
+                                            explode_kw={"first_doc": self.first_doc, "bands": (lo, hi)},
+                                            after=Step(bucket_part, min_size=1 if prior.active else 2,
+                                                       first_doc=self.first_doc)))
                     if len(rounds) > 1:
                         ex.total(_bucket_counts, done[-1], None)  # the barrier: this round's buckets are made
                 bk = done[0] if len(done) == 1 else ex.map(concat_bucket_parts, *done)
@@ -585,8 +582,8 @@ class _Sequence:
                                             progress=info.progress.update)
                 verified, scored, centres = ex.map(star_outputs, states, outputs=3)
                 if ex.partitions > 1:  # a pair found in buckets of two partitions is one edge
-                    verified = ex.map(unique_edges, self._route(verified, frames.hash_dest, on=("src", "dst")))
-                    scored = ex.map(unique_edges, self._route(scored, frames.hash_dest, on=("src", "dst")))
+                    verified = self._route(verified, frames.hash_dest, on=("src", "dst"), after=Step(unique_edges))
+                    scored = self._route(scored, frames.hash_dest, on=("src", "dst"), after=Step(unique_edges))
                 s = ex.total(_edge_counts, scored)["edges"]
                 v = ex.total(_edge_counts, verified)["edges"]
                 info.update(method=method, star_rounds=rounds, candidate_edges=s, verified_edges=v)
@@ -668,8 +665,8 @@ class _Sequence:
         cfg, ex = self.cfg, self.ex
         corpus = self.corpus
         with self.st.stage("write", len(corpus.shards), "shards") as info:
-            per_block = self._to_blocks(self.selected, "node", self.first_doc)
-            dup = ex.map(_block_outputs, per_block, first_doc=self.first_doc)
+            dup = self._to_blocks(self.selected, "node", self.first_doc,
+                                  after=Step(_block_outputs, first_doc=self.first_doc))
             names = [s.name for s in corpus.shards]
             tables = ex.map(_duplicates_part, dup, ex.ids(dup, "row") if not corpus.id_generated else None,
                             self._survivor_ids(dup), first_doc=self.first_doc, starts=shard_starts(corpus.shards),

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -527,3 +528,42 @@ def test_blocks_stay_on_the_worker_that_read_them(corpus, tmp_path):
         assert set(ex.client.run(_arrow_pool).values()) == {_arrow_pool()}
     finally:
         ex.close()
+
+
+def _weighted(part: dict, weights: dict, scale: int = 1, part_index: int = -1) -> dict:
+    """A step that reads another part and its own index: ``k`` kept, ``v`` = k * weight * scale + index."""
+    return {"k": part["k"], "v": part["k"] * weights["w"][0] * scale + part_index}
+
+
+def _summed(part: dict, extra: dict) -> dict:
+    order = np.lexsort((part["v"], part["k"]))
+    return {"k": part["k"][order], "v": part["v"][order] + extra["w"][0]}
+
+
+@pytest.mark.parametrize("sources", [3, 11])  # destinations take the pieces directly, or from a holding task
+@pytest.mark.parametrize("shuffle", [None, "p2p"])
+def test_a_route_runs_its_steps_as_maps_around_it_would(cluster2, sources, shuffle):
+    """route(before=Step(f, x), after=Step(g, y)) gives what map(f) -> route -> map(g) gives: the steps read
+    other parts aligned with the sources (before) or the destinations (after), and their indices."""
+    from distributed import Client
+
+    from gpu_dedup.run.cluster import routing
+    from gpu_dedup.run.contract import Step
+    from gpu_dedup.stages import frames
+
+    rng = np.random.default_rng(sources)
+    with Client(cluster2) as client:
+        workers = sorted(client.nthreads())
+        parts = client.scatter([{"k": rng.integers(0, 40, 30)} for _ in range(sources)])
+        weights = client.scatter([{"w": np.array([i + 2])} for i in range(sources)])
+        extras = client.scatter([{"w": np.array([100 * k])} for k in range(4)])
+        homes = [workers[k % 2] for k in range(4)]
+        fused = routing.route(client, parts, frames.hash_dest, 4, shuffle_method=shuffle, homes=homes, on="k",
+                              before=Step(_weighted, weights, scale=3, index=True), after=Step(_summed, extras))
+        mapped = [client.submit(_weighted, p, w, scale=3, part_index=i) for i, (p, w) in enumerate(zip(parts, weights))]
+        routed = routing.route(client, mapped, frames.hash_dest, 4, shuffle_method=shuffle, homes=homes, on="k")
+        want = [client.submit(_summed, r, e) for r, e in zip(routed, extras)]
+        got, want = client.gather(fused), client.gather(want)
+    assert sum(g["k"].shape[0] for g in got) == 30 * sources
+    for g, w in zip(got, want):
+        assert np.array_equal(g["k"], w["k"]) and np.array_equal(g["v"], w["v"])

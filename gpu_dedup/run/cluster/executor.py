@@ -36,7 +36,7 @@ from gpu_dedup.backends import array_module, get_backend, to_host
 from gpu_dedup.config import Config
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash, staged
 from gpu_dedup.run.cluster.connection import connect
-from gpu_dedup.run.contract import shard_starts
+from gpu_dedup.run.contract import Step, shard_starts
 from gpu_dedup.run.prior import NoPrior
 from gpu_dedup.run.sequence import CorpusCounts
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
@@ -297,14 +297,14 @@ class DaskExecutor:
 
     def route(self, parts: list, dest, n: int, explode=None, explode_kw=None, before=None, after=None,
               **kw) -> list:
-        """The contract's route; ``before`` / ``after`` (:class:`routing.Step`, this executor's own routes): a
-        function run in the route's source tasks before the cut, and in its destination tasks after the
-        gathering, instead of a map of tasks on each side."""
+        """``before`` runs in the route's source tasks (on the worker of a block it reads), ``after`` in its
+        destination tasks: no task per part, and no scheduler round trip, between a route and its maps."""
         self.routes += 1
         stage = getattr(self.st, "current", None) or "report"
         return routing.route(self.client, parts, dest, n, explode=explode, explode_kw=explode_kw,
                              shuffle_method=self.cfg.cluster.shuffle, account=(self.run_key, stage),
-                             homes=self._destination_homes(n), before=before, after=after, **kw)
+                             homes=self._destination_homes(n), before=before, after=after,
+                             source_homes=self._block_homes(before.others) if before is not None else None, **kw)
 
     @property
     def workers(self) -> int:
@@ -343,18 +343,16 @@ class DaskExecutor:
         source = self._blocks_data() if method == "exact" else self.bands
         payload = (B.text_payload if self.family.uses_text else B.vector_payload) if method == "exact" else \
             B.signature_payload
-        Step = routing.Step
         # four routes; each map between two of them runs inside the route's own source or destination tasks
         at_dst = self.route(pairs, frames.block_dest, self.blocks_count, on="dst", starts=self.block_starts,
                             first_doc=f, before=Step(_tag_pairs, index=True))
         answered = self.route(at_dst, frames.block_dest, self.blocks_count, on="node", starts=self.block_starts,
                               first_doc=f, before=Step(_first_ends, index=True),
-                              after=Step(_answer, [(d,) for d in source], {"payload": payload, "column": "node",
-                                                                           "first_doc": f, "prior": self.prior}))
+                              after=Step(_answer, source, payload=payload, column="node", first_doc=f,
+                                         prior=self.prior))
         scored = self.route(answered, _asker_dest, self.blocks_count,
-                            after=Step(_score_answers, list(zip(source, at_dst)),
-                                       {"payload": payload, "family": self._family(), "method": method,
-                                        "first_doc": f, "prior": self.prior}))
+                            after=Step(_score_answers, source, at_dst, payload=payload, family=self._family(),
+                                       method=method, first_doc=f, prior=self.prior))
         out = self.route(scored, _part_dest, len(pairs), after=Step(_sims_in_order))
         if progress is not None:
             progress(self.total(_rows_of_pairs, pairs)["rows"])
@@ -370,27 +368,25 @@ class DaskExecutor:
             if labels is not None:
                 return labels
         if total <= limit:
-            gathered = self.route(edges, _zero_dest, 1)
-            labels = self.map(local_components, gathered, backend=self.part_backend)
+            labels = self.route(edges, _zero_dest, 1, after=Step(local_components, backend=self.part_backend))
             return self.route(labels, frames.hash_dest, self.partitions, on="node")
-        a = self.map(unique_pairs_part, self.route(self.map(_oriented, edges), frames.hash_dest, self.partitions,
-                                                   on=("x", "y")))
+        p = self.partitions
+        a = self.route(edges, frames.hash_dest, p, on=("x", "y"), before=Step(_oriented),
+                       after=Step(unique_pairs_part))
         rounds = 0
         while True:
             rounds += 1
-            b = self.map(large_star, self.route(self.map(both_directions, self.map(_as_edges, a)),
-                                                frames.hash_dest, self.partitions, on="x"))
-            b = self.map(unique_pairs_part, self.route(b, frames.hash_dest, self.partitions, on=("x", "y")))
-            c = self.map(small_star, self.route(self.map(small_star_orient, b), frames.hash_dest, self.partitions,
-                                                on="x"))
-            c = self.map(unique_pairs_part, self.route(c, frames.hash_dest, self.partitions, on=("x", "y")))
+            b = self.route(a, frames.hash_dest, p, on="x", before=Step(_both_directions), after=Step(large_star))
+            b = self.route(b, frames.hash_dest, p, on=("x", "y"), after=Step(unique_pairs_part))
+            c = self.route(b, frames.hash_dest, p, on="x", before=Step(small_star_orient), after=Step(small_star))
+            c = self.route(c, frames.hash_dest, p, on=("x", "y"), after=Step(unique_pairs_part))
             changed = self.total(changed_pairs, a, c)["changed"]
             log.info("components: large-star/small-star round %d, %d edges changed", rounds, changed)
             a = c
             if changed == 0:
                 break
-        labels = self.map(star_labels, self.route(a, frames.hash_dest, self.partitions, on="x"))
-        labels = self.map(_unique_nodes, self.route(labels, frames.hash_dest, self.partitions, on="node"))
+        labels = self.route(a, frames.hash_dest, p, on="x", after=Step(star_labels))
+        labels = self.route(labels, frames.hash_dest, p, on="node", after=Step(_unique_nodes))
         self.components_rounds = rounds
         return labels
 
@@ -445,8 +441,7 @@ class DaskExecutor:
     # ---- outputs ---------------------------------------------------------------------
     def ids(self, parts: list, column: str = "row") -> list:
         got = self.route(parts, frames.block_dest, self.blocks_count, on="_row", starts=self.block_starts,
-                         before=routing.Step(_tag_rows, kw={"column": column}, index=True),
-                         after=routing.Step(_take_ids, [(d,) for d in self.loaded]))
+                         before=Step(_tag_rows, column=column, index=True), after=Step(_take_ids, self.loaded))
         back = self.route(got, _part_dest, len(parts))
         return self.map(_ids_in_order, back)
 
@@ -692,8 +687,9 @@ def _oriented(part: dict) -> dict:
             "y": np.maximum(to_host(part["src"]), to_host(part["dst"]))}
 
 
-def _as_edges(part: dict) -> dict:
-    return {"src": part["x"], "dst": part["y"]}
+def _both_directions(part: dict) -> dict:
+    """The pairs ``x``, ``y`` as edges in both directions (large-star's input)."""
+    return both_directions({"src": part["x"], "dst": part["y"]})
 
 
 def _unique_nodes(part: dict) -> dict:

@@ -145,41 +145,24 @@ def split_one(*args, **kw) -> tuple:
     return split(*args, **kw)[0]
 
 
-class Step:
-    """A function a route runs inside its own tasks, fused with its cut (``before``: the source task computes
-    ``fn(part, *args[i], **kw)`` and cuts that) or its gathering (``after``: destination ``k`` returns
-    ``fn(rows, *args[k], **kw)``): the same result as mapping ``fn`` over the parts before or after the
-    route, without a task (and a scheduler round trip) per part in between.  ``args``: per part, the other
-    arguments (futures are resolved where the task runs); ``index``: ``fn`` also gets ``part_index=i``;
-    ``homes``: for ``before``, the workers each source task should run on (where a block it reads is)."""
-
-    def __init__(self, fn, args: list | None = None, kw: dict | None = None, index: bool = False,
-                 homes: list | None = None):
-        self.fn, self.args, self.kw, self.index, self.homes = fn, args, dict(kw or {}), index, homes
-
-    def at(self, k: int) -> tuple:
-        """(fn, args, kw) of part ``k``: what its task calls."""
-        return self.fn, tuple(self.args[k]) if self.args is not None else (), \
-            {**self.kw, "part_index": k} if self.index else self.kw
-
-
 def _run_step(step: tuple | None, obj):
+    """``step`` (a :meth:`gpu_dedup.run.contract.Step.at`: fn, args, kw) applied to ``obj``; None: ``obj``."""
     if step is None:
         return obj
     fn, args, kw = step
     return fn(obj, *args, **kw)
 
 
-def split_after(obj, step: tuple | None, *args, **kw) -> list:
-    """:func:`split` of ``fn(obj, *args, **kw)`` (``step``: a :meth:`Step.at`)."""
+def step_and_split(obj, step: tuple | None, *args, **kw) -> list:
+    """:func:`split` of ``obj`` once ``step`` ran on it."""
     return split(_run_step(step, obj), *args, **kw)
 
 
-def split_one_after(obj, step: tuple | None, *args, **kw) -> tuple:
-    return split_after(obj, step, *args, **kw)[0]
+def step_and_split_one(obj, step: tuple | None, *args, **kw) -> tuple:
+    return step_and_split(obj, step, *args, **kw)[0]
 
 
-def prepare_after(obj, step: tuple | None, *args, **kw):
+def step_and_prepare(obj, step: tuple | None, *args, **kw):
     return prepare(_run_step(step, obj), *args, **kw)
 
 
@@ -192,7 +175,7 @@ def collect(*pieces) -> list:
 
 def gather_pieces(at: int, pieces: list, step: tuple | None = None) -> dict:
     """One destination's rows: the ``at``-th destination's rows of each source's piece, in source order
-    (then ``step``, a :meth:`Step.at`, applied to them)."""
+    (then ``step`` run on them)."""
     out = []
     for frame, counts in pieces:
         lo = sum(counts[:at])
@@ -205,7 +188,7 @@ def gather_direct(at: int, step: tuple | None, *pieces) -> dict:
     return gather_pieces(at, list(pieces), step)
 
 
-def finish_after(df, step: tuple | None = None) -> dict:
+def finish_and_step(df, step: tuple | None = None) -> dict:
     return _run_step(step, finish(df))
 
 
@@ -230,7 +213,7 @@ def _home(homes, k: int):
 
 
 def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuffle_method=None, account=None,
-          homes=None, before: Step | None = None, after: Step | None = None, **kw) -> list:
+          homes=None, before=None, after=None, source_homes=None, **kw) -> list:
     """Rows of ``parts`` to ``n`` partitions by ``dest(frame, n, **kw)``; a list of ``n`` futures.
 
     Up to DIRECT_PIECES (source, gathering worker) pieces (and unless ``shuffle_method`` names one of Dask's),
@@ -240,18 +223,19 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
     pieces moved as futures, a graph with as many edges, not (sources x destinations), and no DataFrame
     graph.  Above, Dask's shuffle (p2p by default) moves them.  ``account``: a key under which each
     source's worker tallies the (rows, bytes) it hands over (:func:`take_moved`).  ``before`` / ``after``
-    (:class:`Step`): a function each source task runs on its part before cutting it, and each destination
-    task on its rows once gathered."""
+    (:class:`gpu_dedup.run.contract.Step`): what each source task runs on its part before cutting it, and
+    each destination task on its rows once gathered; ``source_homes[i]``: the workers source ``i``'s task
+    should run on (where a block its step reads is)."""
     import dask  # noqa: PLC0415
     import dask.dataframe as dd  # noqa: PLC0415
 
     groups, place = destination_groups(list(homes) if homes is not None else [None] * n)
     m = len(parts)
     steps = [before.at(i) if before is not None else None for i in range(m)]
-    where = [before.homes[i] if before is not None and before.homes else None for i in range(m)]
+    where = list(source_homes) if source_homes is not None else [None] * m
     ends = [after.at(k) if after is not None else None for k in range(n)]
     if shuffle_method is None and m * len(groups) <= DIRECT_PIECES:
-        cutter = split_after if len(groups) > 1 else split_one_after
+        cutter = step_and_split if len(groups) > 1 else step_and_split_one
         src_priority = later()
         cut = [client.submit(cutter, p, steps[i], i, dest=dest, n=n, explode=explode, explode_kw=explode_kw,
                              groups=groups, account=account, pure=False, priority=src_priority, **placed(where[i]),
@@ -268,7 +252,7 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
         return [client.submit(gather_pieces, i, held[g], ends[k], pure=False, priority=first,
                               **placed(_home(homes, k)))
                 for k, (g, i) in enumerate(place)]
-    ready = [client.submit(prepare_after, p, steps[i], i, dest, n, explode=explode, explode_kw=explode_kw,
+    ready = [client.submit(step_and_prepare, p, steps[i], i, dest, n, explode=explode, explode_kw=explode_kw,
                            account=account, pure=False, **placed(where[i]), **kw)
              for i, p in enumerate(parts)]
     meta = client.submit(empty, ready[0], pure=False).result()
@@ -278,4 +262,4 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
         out = client.compute(routed.to_delayed())
     if len(out) != n:  # pragma: no cover - set_index keeps the divisions it is given
         raise RuntimeError(f"routing made {len(out)} partitions, not {n}")
-    return [client.submit(finish_after, o, ends[k], pure=False) for k, o in enumerate(out)]
+    return [client.submit(finish_and_step, o, ends[k], pure=False) for k, o in enumerate(out)]
