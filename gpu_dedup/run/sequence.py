@@ -177,8 +177,9 @@ def _copies_and_reps(copies: dict) -> dict:
             "rep": xp.concatenate((copies["rep"], xp.full(reps.shape[0], -1, dtype=xp.int64)))}
 
 
-def _with_groups(docs: dict, groups: dict) -> dict:
-    """``rep`` (exact representative row) and ``has_copies`` of a block's rows."""
+def _groups_of(groups: dict, docs: dict) -> dict:
+    """A block's rows ``docs`` with ``rep`` (exact representative row) and ``has_copies``, from the exact
+    groups' rows routed to the block (``groups``: first, as a route's ``after`` step gets them)."""
     xp = array_module(docs["row"])
     is_copy = groups["rep"] >= 0
     out = with_copies(docs, {"row": groups["row"][is_copy], "rep": groups["rep"][is_copy]})
@@ -501,8 +502,8 @@ class _Sequence:
                 if cfg.exact_dedup:
                     copies = self._route(docs, frames.hash_dest, on=("k0", "k1", "k2"), before=Step(key_frame, keys),
                                          after=Step(exact_copies))
-                    groups = self._to_blocks(copies, "row", before=Step(_copies_and_reps))
-                    docs = ex.map(_with_groups, docs, groups)
+                    docs = self._to_blocks(copies, "row", before=Step(_copies_and_reps),
+                                           after=Step(_groups_of, docs))
                 else:
                     docs = ex.map(_no_groups, docs)
                 c = ex.total(_exact_counts, docs)

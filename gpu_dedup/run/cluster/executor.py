@@ -442,8 +442,7 @@ class DaskExecutor:
     def ids(self, parts: list, column: str = "row") -> list:
         got = self.route(parts, frames.block_dest, self.blocks_count, on="_row", starts=self.block_starts,
                          before=Step(_tag_rows, column=column, index=True), after=Step(_take_ids, self.loaded))
-        back = self.route(got, _part_dest, len(parts))
-        return self.map(_ids_in_order, back)
+        return self.route(got, _part_dest, len(parts), after=Step(_ids_in_order))
 
     def take(self, rows, column: str) -> pa.Array:
         rows = np.asarray(rows, np.int64)
