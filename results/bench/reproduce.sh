@@ -12,7 +12,8 @@ python3 -m gpu_dedup bench index --results "$out" "${work[@]}"  # 1 M-document i
 python3 -m gpu_dedup bench skew --results "$out" "${work[@]}"  # 10% boilerplate, 10% empty
 docs=(--documents 100000 1000000 4000000 --workers 2 --boilerplate 0.2 --single-up-to 4000000)
 python3 -m gpu_dedup bench workers "${docs[@]}" --results "$out" "${work[@]}"  # 1 process vs 2 workers
-python3 -m gpu_dedup bench workers "${docs[@]}" --block-rows 100000 --results "$out/blocks-100k" "${work[@]}"
+python3 -m gpu_dedup bench workers "${docs[@]}" --block-rows 100000 --no-running --results "$out/blocks-100k" \
+  "${work[@]}"
 python3 -m gpu_dedup bench workers --documents 1500000 --workers 2 --memory-limit 1.5GiB --block-rows 20000 \
   --results "$out" "${work[@]}"  # workers under a memory limit
 for run in layouts layouts/second-run; do  # 10^5 and 10^6 documents, one row group and row groups of 10^4, twice

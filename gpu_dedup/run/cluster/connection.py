@@ -78,7 +78,8 @@ def local_cluster(workers: int, memory_limit, env: dict):
 # The workers of a local cluster start without Dask's MALLOC_TRIM_THRESHOLD_=65536: glibc then keeps its own
 # defaults, which reuse freed arrays of up to 32 MiB instead of handing every array over 128 KiB back to the OS
 # and faulting its pages in again.  At 10^6 documents on 2 workers that was 2.65 M page faults against 0.30 M
-# (with Arrow's own pool), 4.5 s of system time a worker against 2.5 s, for 80 MiB more at a worker's peak.
+# (with Arrow's own pool), 3.8 to 4.9 s of system time a worker against 2.0 to 2.3 s, for about 210 MiB more at
+# a worker's peak (955 against 745 MiB).
 KEEP_GLIBC_DEFAULTS = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
 
