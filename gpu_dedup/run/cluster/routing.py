@@ -4,8 +4,10 @@ A part is a future holding a frame (a dict of 1-D arrays; Arrow arrays for
 ids and payloads).  Up to DIRECT_PIECES (source, gathering worker) pieces a
 route moves rows as futures: each source is cut, stably by destination, into
 one piece per worker that gathers destinations, one task on that worker holds
-the pieces it receives, and each destination takes its rows from them in
-source order.  Beyond (or when ``cluster.shuffle`` names one), Dask's own
+the pieces it receives (up to HELD_FROM_SOURCES sources each destination takes
+them itself), and each destination takes its rows from them in source order.
+The steps a route is given (``before``, ``after``) run inside its cutting and
+gathering tasks.  Beyond (or when ``cluster.shuffle`` names one), Dask's own
 shuffle moves them: ``route`` adds to each frame its rows' destination and
 origin (source part, position), turns the parts into a Dask DataFrame (pandas
 partitions; cuDF ones when the columns live on a GPU), repartitions it with
