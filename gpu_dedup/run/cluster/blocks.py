@@ -192,11 +192,15 @@ class BlockData:
 
 def read_piece(piece: Piece, shard, cfg: Config) -> pa.Table:
     """The run's columns of one piece of a block, read from its shard."""
-    score = cfg.select.score_read
-    table = storage.read_columns(shard, cfg.input, score, piece.row_groups)
-    if table is None or table.num_rows != piece.rows:
-        rows = 0 if table is None else table.num_rows
-        raise InputError(f"shard {shard.path!r} changed during the run ({rows} rows, expected {piece.rows}); "
+    return _read_rows(shard, cfg, piece.row_groups, piece.rows)
+
+
+def _read_rows(shard, cfg: Config, row_groups, rows: int) -> pa.Table:
+    """The run's columns of ``row_groups`` of ``shard`` (None: all), which hold ``rows`` rows when planned."""
+    table = storage.read_columns(shard, cfg.input, cfg.select.score_read, row_groups)
+    if table is None or table.num_rows != rows:
+        got = 0 if table is None else table.num_rows
+        raise InputError(f"shard {shard.path!r} changed during the run ({got} rows, expected {rows}); "
                          "inputs must not change during a run")
     return table
 
@@ -520,11 +524,8 @@ def _piece_rows(piece: Piece, shard, cfg: Config, at: np.ndarray) -> pa.Table:
     starts = np.cumsum([0] + list(piece.group_rows))
     group = np.searchsorted(starts[1:], at, side="right")
     need = np.unique(group)
-    score = cfg.select.score_read
-    table = storage.read_columns(shard, cfg.input, score, [piece.row_groups[g] for g in need])
     within = np.cumsum([0] + [piece.group_rows[g] for g in need])  # the rows read, group after group
-    if table is None or table.num_rows != within[-1]:
-        raise InputError(f"shard {shard.path!r} changed during the run; inputs must not change during a run")
+    table = _read_rows(shard, cfg, [piece.row_groups[g] for g in need], int(within[-1]))
     return table.take(pa.array(within[np.searchsorted(need, group)] + at - starts[group]))
 
 

@@ -448,11 +448,12 @@ class DaskExecutor:
         rows = np.asarray(rows, np.int64)
         owner = np.searchsorted(self.block_starts[1:], rows, side="right")
         parts, order = [], []
+        homes = self._block_homes([self.loaded])  # where every block is: asked once, not once a block
         for k in np.unique(owner):  # one task per block holding a row (a report shows a few dozen)
             sel = np.flatnonzero(owner == k)
             shards = [self.corpus.shards[i] for i in self.blocks[k].shard_indices] if self.blocks else []
             parts.append(self.client.submit(B.take_column, self.loaded[k], rows[sel], column, shards, self.cfg,
-                                            pure=False, **routing.placed(self._block_homes([self.loaded])[k])))
+                                            pure=False, **routing.placed(homes[k])))
             order.append(sel)
         if not parts:
             return pa.array([], pa.large_string() if column == "text" else pa.int64())
