@@ -567,3 +567,16 @@ def test_a_route_runs_its_steps_as_maps_around_it_would(cluster2, sources, shuff
     assert sum(g["k"].shape[0] for g in got) == 30 * sources
     for g, w in zip(got, want):
         assert np.array_equal(g["k"], w["k"]) and np.array_equal(g["v"], w["v"])
+
+
+def test_a_cluster_run_imports_dask_dataframe_only_for_dasks_shuffle(corpus, cluster2, tmp_path):
+    """Routes move rows as futures unless Dask's shuffle is asked for: the client then needs no dask.dataframe,
+    whose import took it about a second while the workers waited for the run's first route."""
+    code = ("import sys\nfrom gpu_dedup.cli import main\n"
+            f"code = main(['run', {str(corpus / 'in')!r}, '-o', {str(tmp_path / 'out')!r}, '--backend', 'cpu', "
+            f"'--id-column', 'id', '-q', '--scheduler', {cluster2!r}])\n"
+            "print((code, 'dask.dataframe' in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ast.literal_eval(proc.stdout.strip().splitlines()[-1]) == (0, False)
+    assert (tmp_path / "out" / "_SUCCESS").exists()

@@ -228,9 +228,6 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
     (:class:`gpu_dedup.run.contract.Step`): what each source task runs on its part before cutting it, and
     each destination task on its rows once gathered; ``source_homes[i]``: the workers source ``i``'s task
     should run on (where a block its step reads is)."""
-    import dask  # noqa: PLC0415
-    import dask.dataframe as dd  # noqa: PLC0415
-
     groups, place = destination_groups(list(homes) if homes is not None else [None] * n)
     m = len(parts)
     steps = [before.at(i) if before is not None else None for i in range(m)]
@@ -254,6 +251,9 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
         return [client.submit(gather_pieces, i, held[g], ends[k], pure=False, priority=first,
                               **placed(_home(homes, k)))
                 for k, (g, i) in enumerate(place)]
+    import dask  # noqa: PLC0415  Dask's shuffle only: importing dask.dataframe takes the client about 1 s
+    import dask.dataframe as dd  # noqa: PLC0415
+
     ready = [client.submit(step_and_prepare, p, steps[i], i, dest, n, explode=explode, explode_kw=explode_kw,
                            account=account, pure=False, **placed(where[i]), **kw)
              for i, p in enumerate(parts)]
