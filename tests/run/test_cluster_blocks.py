@@ -1,6 +1,8 @@
 """Blocks of a cluster run (gpu_dedup/run/cluster/blocks.py): how rows are cut into blocks, and a block of
 several shards read, asked for its original texts and written back."""
 
+import importlib
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -9,6 +11,8 @@ import pytest
 from gpu_dedup.config import Config
 from gpu_dedup.run.cluster import blocks as B
 from gpu_dedup.storage.discovery import discover
+
+read_stage = importlib.import_module("gpu_dedup.stages.read")  # the module (the package exports a function read)
 
 STRING = pa.schema([("text", pa.large_string())])
 BINARY = pa.schema([("text", pa.large_binary())])
@@ -116,13 +120,18 @@ def test_original_texts_are_read_from_the_row_groups_that_hold_them_only(three_s
     assert [(p.shard_index, p.row_groups) for p in b.pieces] == [(0, (2,)), (1, (0,)), (2, (0,))]
     norm = B.normalize_block(B.load_block(b, [shards[i] for i in b.shard_indices], cfg), cfg)
     asked = []
-    read = B.storage.read_columns
-    monkeypatch.setattr(B.storage, "read_columns",
-                        lambda shard, *a, **k: asked.append((shard.name, a[2])) or read(shard, *a, **k))
+    stream = read_stage.iter_columns
+
+    def iter_columns(shard, cfg_input, *a, **k):
+        asked.append((shard.name, cfg_input.id_column, k.get("row_groups")))
+        return stream(shard, cfg_input, *a, **k)
+
+    monkeypatch.setattr(read_stage, "iter_columns", iter_columns)
     rows = np.array([14, 8, 13])  # shard 2's rows 2 and 1 (its group 0), shard 0's row 8 (its group 2)
     got = B.take_column(norm, rows, "text", [shards[i] for i in b.shard_indices], cfg)
     assert got.to_pylist() == [texts[r] for r in rows]
-    assert asked == [("part-0.parquet", [2]), ("part-2.parquet", [0])]
+    # the text column alone (no id column), as one process reads its examples
+    assert asked == [("part-0.parquet", None, [2]), ("part-2.parquet", None, [0])]
 
 
 def test_vectors_of_a_block_of_several_shards_have_the_first_non_null_rows_length(three_shards):

@@ -24,6 +24,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError
 from gpu_dedup.stages import frames
 from gpu_dedup.stages.exact import exact_keys
+from gpu_dedup.stages.read import read_texts
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.selection import text_lengths
 from gpu_dedup.stages.vectors import NULL_ROW, Vectors
@@ -512,8 +513,12 @@ def take_column(data: BlockData, rows: np.ndarray, column: str, shards: list, cf
     got, order = [], []
     for k in np.unique(owner):  # only the pieces holding a row are read
         sel = np.flatnonzero(owner == k)
-        table = _piece_rows(data.block.pieces[k], shards[k], cfg, at[sel] - starts[k])
-        got.append(table.column(column).combine_chunks())
+        piece = data.block.pieces[k]
+        if column == "text":  # the text column alone, streamed up to the last row asked for, as one process
+            # reads its examples (whole row groups of every column took the report 1.4 s at 10^6 documents)
+            got.append(read_texts(shards[k], replace(cfg.input, id_column=None), piece.shard_row0 + at[sel] - starts[k]))
+        else:
+            got.append(_piece_rows(piece, shards[k], cfg, at[sel] - starts[k]).column(column).combine_chunks())
         order.append(sel)
     if not got:
         return pa.array([], pa.large_string())
