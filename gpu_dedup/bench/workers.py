@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import filecmp
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -68,9 +69,12 @@ def make_corpus(directory: Path, documents: int, chunk: int = 500_000, words=(30
 def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None,
         block_rows: int = ClusterConfig.block_rows,
         results="bench-results", workdir=None, boilerplate: float = 0.0, single_up_to: int = 1_000_000,
-        running: bool = True) -> dict:
+        running: bool = True, repeat: int = 1) -> dict:
     """``documents``: corpus sizes; one process runs for sizes up to ``single_up_to`` (the reference);
-    ``running``: also a run joining a cluster started before it (see the module docstring)."""
+    ``running``: also a run joining a cluster started before it (see the module docstring); ``repeat``: runs of
+    each configuration, one of each in turn (the machine's drift hits them alike), reported by their median."""
+    if repeat < 1:
+        raise ValueError(f"repeat = {repeat} must be >= 1")
     rows = []
     variants = [("planted", 0.0)] + ([("boilerplate", boilerplate)] if boilerplate else [])
     for n in documents:
@@ -86,40 +90,69 @@ def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None,
                 configs = [(f"{workers} workers", dask)] + ([(f"{workers} workers, running", [])] if running else [])
                 if n <= single_up_to:
                     configs.insert(0, ("1 process", []))
-                first, single_wall = None, None
-                for name, extra in configs:
-                    out = tmp / f"out-{name.replace(' ', '-')}"
-                    rep, wall, exc = _timed(tmp / "in", out, base + extra, workers, memory_limit,
-                                            name.endswith("running"))
-                    if exc is not None:  # e.g. workers out of memory: a row that says so, and on
-                        rows.append(_failed(n, variant, text_bytes, name, wall, exc))
-                        print(rows[-1], flush=True)
-                        continue
-                    same = None
-                    if first is None:
-                        first = out
-                    else:
-                        same = filecmp.cmp(first / "duplicates.parquet", out / "duplicates.parquet", shallow=False)
-                    cluster = rep.get("cluster", {})
-                    if name == "1 process":
-                        single_wall = wall
-                    rows.append({
-                        "documents": n, "variant": variant, "text_mb": round(text_bytes / 2**20, 1), "config": name,
-                        "wall_seconds": round(wall, 2), "pipeline_seconds": rep["wall_seconds"],
-                        "client_peak_rss_mb": round(rep["peak_rss_mb"], 1),
-                        "scheduler_peak_rss_mb": cluster.get("scheduler_peak_rss_mb"),
-                        "worker_peak_rss_mb": max(cluster.get("worker_peak_rss_mb", {}).values(), default=None),
-                        "blocks": cluster.get("blocks"), "routes": cluster.get("routes"),
-                        "shuffled_rows": cluster.get("shuffled_rows"), "shuffle_mb": cluster.get("shuffle_mb"),
-                        "shuffle_mb_by_stage": cluster.get("shuffle_mb_by_stage"),
-                        "removed": rep["counts"]["removed"], "identical_to_one_process": same,
-                        "wall_vs_one_process": round(wall / single_wall, 2) if single_wall and name != "1 process"
-                        else None,
-                    })
+                runs: dict = {name: [] for name, _ in configs}  # (report, wall, identical) of each repeat
+                failed: dict = {}
+                first = None
+                for r in range(repeat):
+                    for name, extra in configs:
+                        if name in failed:
+                            continue
+                        out = tmp / f"out-{name.replace(' ', '-').replace(',', '')}-{r}"
+                        rep, wall, exc = _timed(tmp / "in", out, base + extra, workers, memory_limit,
+                                                name.endswith("running"))
+                        if exc is not None:  # e.g. workers out of memory: a row that says so, and on
+                            failed[name] = _failed(n, variant, text_bytes, name, wall, exc)
+                            continue
+                        same = None
+                        if first is None:
+                            first = out
+                        else:
+                            same = filecmp.cmp(first / "duplicates.parquet", out / "duplicates.parquet", shallow=False)
+                            shutil.rmtree(out)
+                        runs[name].append((rep, wall, same))
+                        print({"documents": n, "variant": variant, "config": name, "run": r + 1,
+                               "wall_seconds": round(wall, 2), "identical_to_one_process": same}, flush=True)
+                single = _median([w for _, w, _ in runs[configs[0][0]]]) if configs[0][0] == "1 process" else None
+                for name, _ in configs:
+                    rows.append(failed[name] if name in failed else
+                                _row(n, variant, text_bytes, name, runs[name], None if name == "1 process" else single))
                     print(rows[-1], flush=True)
-    payload = summary(rows, workers, block_rows, memory_limit)
+    payload = summary(rows, workers, block_rows, memory_limit, repeat)
     write_results(results, "workers-memory" if memory_limit else "workers", payload, markdown(payload))
     return payload
+
+
+def _median(values: list) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def _row(n: int, variant: str, text_bytes: int, name: str, got: list, single: float | None) -> dict:
+    """One configuration's row from its runs: median wall time, the largest peaks, identical in every run."""
+    reps = [rep for rep, _, _ in got]
+    walls = [w for _, w, _ in got]
+    wall = _median(walls)
+    cluster = [rep.get("cluster", {}) for rep in reps]
+    last = cluster[-1]
+    same = [s for _, _, s in got]
+
+    def peak(values):
+        values = [v for v in values if v is not None]
+        return round(max(values), 1) if values else None
+
+    return {
+        "documents": n, "variant": variant, "text_mb": round(text_bytes / 2**20, 1), "config": name,
+        "wall_seconds": round(wall, 2), "wall_seconds_runs": [round(w, 2) for w in walls],
+        "pipeline_seconds": round(_median([rep["wall_seconds"] for rep in reps]), 3),
+        "client_peak_rss_mb": peak([rep["peak_rss_mb"] for rep in reps]),
+        "scheduler_peak_rss_mb": peak([c.get("scheduler_peak_rss_mb") for c in cluster]),
+        "worker_peak_rss_mb": peak([max(c.get("worker_peak_rss_mb", {}).values(), default=None) for c in cluster]),
+        "blocks": last.get("blocks"), "routes": last.get("routes"),
+        "shuffled_rows": last.get("shuffled_rows"), "shuffle_mb": last.get("shuffle_mb"),
+        "shuffle_mb_by_stage": last.get("shuffle_mb_by_stage"),
+        "removed": reps[-1]["counts"]["removed"],
+        "identical_to_one_process": None if all(s is None for s in same) else all(s is True for s in same),
+        "wall_vs_one_process": round(wall / single, 2) if single else None,
+    }
 
 
 def _timed(inputs, out, extra, workers: int, memory_limit, running: bool) -> tuple:
@@ -158,18 +191,29 @@ def _failed(n: int, variant: str, text_bytes: int, config: str, wall: float, exc
             "wall_seconds": round(wall, 2), "failed": last.removeprefix("gpu-dedup: error: ")}
 
 
-def summary(rows: list, workers: int, block_rows: int, memory_limit) -> dict:
+def summary(rows: list, workers: int, block_rows: int, memory_limit, repeat: int = 1) -> dict:
     """The results file's payload: the rows, the machine and the client's growth over the planted corpora."""
     done = [r for r in rows if r["config"] == f"{workers} workers" and r["variant"] == "planted" and "failed" not in r]
     growth = round(done[-1]["client_peak_rss_mb"] - done[0]["client_peak_rss_mb"], 1) if len(done) > 1 else None
     return {"benchmark": "workers", "date": _dt.date.today().isoformat(), "machine": machine(), "workers": workers,
-            "block_rows": block_rows, "memory_limit": memory_limit, "rows": rows, "client_growth_mb": growth}
+            "block_rows": block_rows, "memory_limit": memory_limit, "repeat": repeat, "rows": rows,
+            "client_growth_mb": growth}
+
+
+def _repeat_note(repeat: int) -> str:
+    return "" if repeat == 1 else (f" Each configuration ran {repeat} times, one of each in turn: wall s is the median "
+                                   "(the runs in brackets), peaks the largest of the runs.")
+
+
+def _wall(r: dict) -> str:
+    runs = r.get("wall_seconds_runs") or []
+    return str(r["wall_seconds"]) if len(runs) < 2 else f"{r['wall_seconds']} ({', '.join(map(str, runs))})"
 
 
 def markdown(payload: dict) -> str:
     md = [f"{payload['workers']} local Dask workers, cluster.block_rows = {payload['block_rows']:,}, `--no-shards`; "
           f"machine {payload['machine']}, {payload['date']}. Client growth from the smallest to the largest planted "
-          f"corpus: {payload['client_growth_mb']} MiB.", "",
+          f"corpus: {payload['client_growth_mb']} MiB." + _repeat_note(payload.get("repeat", 1)), "",
           "| documents | variant | text MiB | configuration | wall s | vs 1 process | client peak MiB | "
           "scheduler peak MiB | max worker peak MiB | blocks | routes | shuffled rows | shuffle MiB | removed | "
           "identical |",
@@ -181,7 +225,7 @@ def markdown(payload: dict) -> str:
             md.append(f"| {r['documents']:,} | {r['variant']} | {text} | {r['config']} | "
                       f"failed{after}: {r['failed']} ||||||||||")
             continue
-        md.append(f"| {r['documents']:,} | {r['variant']} | {r['text_mb']:,} | {r['config']} | {r['wall_seconds']} | "
+        md.append(f"| {r['documents']:,} | {r['variant']} | {r['text_mb']:,} | {r['config']} | {_wall(r)} | "
                   f"{r['wall_vs_one_process'] or '-'} | {r['client_peak_rss_mb']:.0f} | "
                   f"{r.get('scheduler_peak_rss_mb') or '-'} | {r['worker_peak_rss_mb'] or '-'} | "
                   f"{r['blocks'] or '-'} | {r['routes'] or '-'} | "

@@ -263,7 +263,7 @@ def cmd_bench_workers(args) -> int:
     from gpu_dedup.bench import workers
 
     workers.run(args.documents, args.workers, args.memory_limit, args.block_rows, args.results, args.workdir,
-                args.boilerplate, args.single_up_to, args.running)
+                args.boilerplate, args.single_up_to, args.running, args.repeat)
     return 0
 
 

@@ -101,6 +101,17 @@ class _Deprecated(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (argparse names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give e.g. 3") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
 def _chosen_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
     """The (sub)command parser ``args`` were parsed by: ``gpu-dedup bench peers``'s, not the top level's."""
     current = parser
@@ -195,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-running", dest="running", action="store_false",
                    help="skip the runs that join a cluster started before each of them (--scheduler), which leave "
                         "out a local cluster's start and close")
+    b.add_argument("--repeat", type=_positive_int, default=1,
+                   help="runs of each configuration, one of each in turn; the table gives their median wall time")
     b.add_argument("--results", default="bench-results")
     b.add_argument("--workdir")
     b.set_defaults(func=cmd_bench_workers, quiet=False, verbose=0)

@@ -44,3 +44,33 @@ def test_a_failed_configuration_is_a_row_and_the_others_still_run(tmp_path, monk
     assert payload["client_growth_mb"] is None
     md = (tmp_path / "res" / "workers.md").read_text()
     assert md.count("failed after") == 2
+
+
+def test_repeated_runs_take_turns_and_report_their_median(tmp_path, monkeypatch):
+    """--repeat N: one run of each configuration in turn, N rounds; the row's wall time is the median, its
+    peaks the largest, and every run's output is compared with the reference's."""
+    calls = []
+    walls = iter([5.0, 9.0, 7.0, 1.0, 11.0, 8.0, 3.0, 10.0, 6.0])  # 3 rounds of (1 process, 2 workers, running)
+
+    def timed(inputs, out, extra, n_workers, memory_limit, running):
+        name = "running" if running else "workers" if "--workers" in extra else "one"
+        calls.append(name)
+        out.mkdir(parents=True)
+        (out / "duplicates.parquet").write_bytes(b"same" if len(calls) != 8 else b"other")  # round 3's 2 workers
+        peak = {"one": 500.0, "workers": 200.0 + len(calls), "running": 210.0}[name]
+        cluster = {} if name == "one" else {"worker_peak_rss_mb": {"w": 600.0 + len(calls)}, "blocks": 1}
+        return {"wall_seconds": 1.0, "peak_rss_mb": peak, "counts": {"removed": 4}, "cluster": cluster}, next(walls), None
+
+    monkeypatch.setattr(workers, "_timed", timed)
+    payload = workers.run(documents=(300,), workers=2, block_rows=300, results=tmp_path / "res", workdir=tmp_path,
+                          repeat=3)
+    assert calls == ["one", "workers", "running"] * 3
+    one, dask, running = payload["rows"]
+    assert one["wall_seconds_runs"] == [5.0, 1.0, 3.0] and one["wall_seconds"] == 3.0
+    assert dask["wall_seconds"] == 10.0 and dask["wall_vs_one_process"] == round(10.0 / 3.0, 2)
+    assert running["wall_seconds"] == 7.0 and running["identical_to_one_process"] is True
+    assert dask["identical_to_one_process"] is False  # one run of three differed: the row says so
+    assert dask["client_peak_rss_mb"] == 208.0 and dask["worker_peak_rss_mb"] == 608.0  # the largest of the runs
+    assert payload["repeat"] == 3
+    md = (tmp_path / "res" / "workers.md").read_text()
+    assert "ran 3 times" in md and "| 10.0 (9.0, 11.0, 10.0) |" in md
