@@ -133,7 +133,7 @@ def _row(n: int, variant: str, text_bytes: int, name: str, got: list, single: fl
     wall = _median(walls)
     cluster = [rep.get("cluster", {}) for rep in reps]
     last = cluster[-1]
-    same = [s for _, _, s in got]
+    same = [s for _, _, s in got if s is not None]  # the reference's first run is compared with nothing
 
     def peak(values):
         values = [v for v in values if v is not None]
@@ -150,7 +150,7 @@ def _row(n: int, variant: str, text_bytes: int, name: str, got: list, single: fl
         "shuffled_rows": last.get("shuffled_rows"), "shuffle_mb": last.get("shuffle_mb"),
         "shuffle_mb_by_stage": last.get("shuffle_mb_by_stage"),
         "removed": reps[-1]["counts"]["removed"],
-        "identical_to_one_process": None if all(s is None for s in same) else all(s is True for s in same),
+        "identical_to_one_process": all(same) if same else None,
         "wall_vs_one_process": round(wall / single, 2) if single else None,
     }
 

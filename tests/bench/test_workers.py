@@ -67,6 +67,7 @@ def test_repeated_runs_take_turns_and_report_their_median(tmp_path, monkeypatch)
     assert calls == ["one", "workers", "running"] * 3
     one, dask, running = payload["rows"]
     assert one["wall_seconds_runs"] == [5.0, 1.0, 3.0] and one["wall_seconds"] == 3.0
+    assert one["identical_to_one_process"] is True  # its reruns against its first run
     assert dask["wall_seconds"] == 10.0 and dask["wall_vs_one_process"] == round(10.0 / 3.0, 2)
     assert running["wall_seconds"] == 7.0 and running["identical_to_one_process"] is True
     assert dask["identical_to_one_process"] is False  # one run of three differed: the row says so
