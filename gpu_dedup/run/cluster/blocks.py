@@ -24,8 +24,8 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError
 from gpu_dedup.stages import frames
 from gpu_dedup.stages.exact import exact_keys
-from gpu_dedup.stages.read import read_texts
 from gpu_dedup.stages.families import RowData, family_for
+from gpu_dedup.stages.read import read_texts
 from gpu_dedup.stages.selection import text_lengths
 from gpu_dedup.stages.vectors import NULL_ROW, Vectors
 
