@@ -40,7 +40,6 @@ class Piece:
     shard_row0: int  # the piece's first row inside the shard
     rows: int
     row_groups: tuple | None  # Parquet row groups; None: the whole shard
-    group_rows: tuple | None = None  # the rows of each of those row groups
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,7 @@ def _pieces(units: list) -> list:
             pieces[-1][3].append(n)
         else:
             pieces.append([s, start, [g], [n]])
-    return [Piece(s, start, sum(ns), None, None) if gs == [None] else Piece(s, start, sum(ns), tuple(gs), tuple(ns))
+    return [Piece(s, start, sum(ns), None) if gs == [None] else Piece(s, start, sum(ns), tuple(gs))
             for s, start, gs, ns in pieces]
 
 
@@ -192,16 +191,11 @@ class BlockData:
 
 
 def read_piece(piece: Piece, shard, cfg: Config) -> pa.Table:
-    """The run's columns of one piece of a block, read from its shard."""
-    return _read_rows(shard, cfg, piece.row_groups, piece.rows)
-
-
-def _read_rows(shard, cfg: Config, row_groups, rows: int) -> pa.Table:
-    """The run's columns of ``row_groups`` of ``shard`` (None: all), which hold ``rows`` rows when planned."""
-    table = storage.read_columns(shard, cfg.input, cfg.select.score_read, row_groups)
-    if table is None or table.num_rows != rows:
+    """The run's columns of one piece of a block, read from its shard (which must still hold the piece's rows)."""
+    table = storage.read_columns(shard, cfg.input, cfg.select.score_read, piece.row_groups)
+    if table is None or table.num_rows != piece.rows:
         got = 0 if table is None else table.num_rows
-        raise InputError(f"shard {shard.path!r} changed during the run ({got} rows, expected {rows}); "
+        raise InputError(f"shard {shard.path!r} changed during the run ({got} rows, expected {piece.rows}); "
                          "inputs must not change during a run")
     return table
 
@@ -508,17 +502,16 @@ def take_column(data: BlockData, rows: np.ndarray, column: str, shards: list, cf
     at = np.asarray(rows, np.int64) - data.block.row0
     if column in data.table.schema.names:
         return data.table.column(column).take(pa.array(at)).combine_chunks()
+    if column != "text":  # pragma: no cover - a block keeps every column the run reads but its texts
+        raise ValueError(f"a block holds no column {column!r}")
     starts = np.cumsum([0] + [p.rows for p in data.block.pieces])
     owner = np.searchsorted(starts[1:], at, side="right")
     got, order = [], []
     for k in np.unique(owner):  # only the pieces holding a row are read
         sel = np.flatnonzero(owner == k)
-        piece = data.block.pieces[k]
-        if column == "text":  # the text column alone, streamed up to the last row asked for, as one process
-            # reads its examples (not whole row groups of every column the run reads)
-            got.append(read_texts(shards[k], replace(cfg.input, id_column=None), piece.shard_row0 + at[sel] - starts[k]))
-        else:
-            got.append(_piece_rows(piece, shards[k], cfg, at[sel] - starts[k]).column(column).combine_chunks())
+        # the text column alone, streamed up to the last row asked for, as one process reads its examples
+        got.append(read_texts(shards[k], replace(cfg.input, id_column=None),
+                              data.block.pieces[k].shard_row0 + at[sel] - starts[k]))
         order.append(sel)
     if not got:
         return pa.array([], pa.large_string())
@@ -526,18 +519,6 @@ def take_column(data: BlockData, rows: np.ndarray, column: str, shards: list, cf
     inverse = np.empty(at.shape[0], np.int64)
     inverse[np.concatenate(order)] = np.arange(at.shape[0])
     return values.take(pa.array(inverse))
-
-
-def _piece_rows(piece: Piece, shard, cfg: Config, at: np.ndarray) -> pa.Table:
-    """Rows ``at`` (inside the piece) of a piece's shard, reading only the row groups that hold them."""
-    if piece.group_rows is None:
-        return read_piece(piece, shard, cfg).take(pa.array(at))
-    starts = np.cumsum([0] + list(piece.group_rows))
-    group = np.searchsorted(starts[1:], at, side="right")
-    need = np.unique(group)
-    within = np.cumsum([0] + [piece.group_rows[g] for g in need])  # the rows read, group after group
-    table = _read_rows(shard, cfg, [piece.row_groups[g] for g in need], int(within[-1]))
-    return table.take(pa.array(within[np.searchsorted(need, group)] + at - starts[group]))
 
 
 def block_id_type(data: BlockData, ids: bool) -> pa.DataType:

@@ -142,11 +142,6 @@ def split(obj, src: int, dest, n: int, explode=None, explode_kw=None, groups=Non
     return pieces
 
 
-def split_one(*args, **kw) -> tuple:
-    """The one piece of :func:`split` when every destination is gathered on one worker (no getitem task)."""
-    return split(*args, **kw)[0]
-
-
 def _run_step(step: tuple | None, obj):
     """``step`` (a :meth:`gpu_dedup.run.contract.Step.at`: fn, args, kw) applied to ``obj``; None: ``obj``."""
     if step is None:
@@ -161,6 +156,8 @@ def step_and_split(obj, step: tuple | None, *args, **kw) -> list:
 
 
 def step_and_split_one(obj, step: tuple | None, *args, **kw) -> tuple:
+    """The one piece of :func:`step_and_split` when every destination is gathered on one worker (no getitem
+    task)."""
     return step_and_split(obj, step, *args, **kw)[0]
 
 
