@@ -307,12 +307,6 @@ def normalize_block(data: BlockData, cfg: Config, run: str | None = None) -> Blo
     return out
 
 
-def load_and_normalize(block: Block, shards: list, cfg: Config, run: str | None = None) -> BlockData:
-    """:func:`load_block` then :func:`normalize_block`, in one task: the worker drops a block's original
-    texts before it reads its next block."""
-    return normalize_block(load_block(block, shards, cfg), cfg, run=run)
-
-
 def text_dir(run: str, worker=None) -> str:
     """The directory of run ``run``'s spilled texts in the local directory of ``worker`` (by default the one
     running this task)."""

@@ -169,11 +169,7 @@ class DaskExecutor:
         block_shards = [[shards[i] for i in b.shard_indices] for b in self.blocks]
         # every worker (scheduler_info() lists only 5 in some Dask releases: dask/distributed#9045)
         self.homes = B.spread_blocks([b.rows for b in self.blocks], sorted(client.nthreads()))
-        # a text block is normalized in the task that reads it: as two tasks, a worker started reading its
-        # next block while the scheduler handed it the normalization, and held the original texts of both
-        fused = self.family.uses_text and not cfg.input.vector_column
-        load, extra = (B.load_and_normalize, {"run": self.run_key}) if fused else (B.load_block, {})
-        self.loaded = [client.submit(load, b, shard, cfg=cfg, pure=False, **extra,
+        self.loaded = [client.submit(B.load_block, b, shard, cfg=cfg, pure=False,
                                      **routing.placed([home] if home else None))
                        for b, shard, home in zip(self.blocks, block_shards, self.homes)]
         if cfg.input.vector_column:  # one vector length for the whole corpus: the first block's with vectors
@@ -187,11 +183,9 @@ class DaskExecutor:
         if not self.loaded:  # no rows: one empty block keeps every table one partition wide
             self.loaded = [client.submit(_empty_block, cfg, pure=False)]
             self.homes = [None]
-            fused = False
-        if self.family.uses_text and not fused:  # vectors checked first (or the empty block): normalized next
-            self.loaded = self.map(B.normalize_block, self.loaded, cfg=cfg, run=self.run_key)
-        if self.family.uses_text:
-            self.normalized = self.loaded
+        if self.family.uses_text:  # each block normalized as soon as it is read (the next task on its worker):
+            # a worker holds the original texts of the blocks being read, not of all its blocks until a later stage
+            self.loaded = self.normalized = self.map(B.normalize_block, self.loaded, cfg=cfg, run=self.run_key)
         null = self.total(_null_count, self.loaded)["null"]
         if progress is not None:
             progress(len(shards))
