@@ -177,7 +177,7 @@ def test_dedup_of_a_cudf_frame_keeps_its_text_on_the_device_and_equals_pandas():
 
     sample = planted_corpus(n_docs=2000, n_clusters=100, words=(30, 120), edit_rate=(0, 0.05), seed=9)
     pdf = sample.table.select(["id", "text"]).to_pandas()
-    res = gpu_dedup.dedup(cudf.DataFrame.from_pandas(pdf), id="id", backend="gpu")
+    res = gpu_dedup.dedup(cudf.from_pandas(pdf), id="id", backend="gpu")
     want = gpu_dedup.dedup(pdf, id="id", backend="cpu")
     assert (res.kept == want.kept).all() and res.report["gpu"]["reader"] == "cudf"
     assert res.report["stages"]["normalize"].get("host_to_device_bytes", 0) < len(pdf) * 8
