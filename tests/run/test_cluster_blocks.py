@@ -164,3 +164,46 @@ def test_each_shard_is_written_from_the_removed_rows_of_the_blocks_that_read_it(
         assert rec["rows"] == len(got)
         kept += got
     assert kept == [d for i, d in enumerate(ids) if i not in (1, 8, 9, 20)]
+
+
+class _DeviceArray:
+    """Stands in for a CuPy array on a machine without one: its type's module is CuPy's (what
+    ``on_device`` looks at) and ``get()`` copies it to the host."""
+
+    __module__ = "cupy"
+
+    def __init__(self, a):
+        self.a = np.asarray(a)
+        self.nbytes = self.a.nbytes
+
+    def get(self):
+        return self.a.copy()
+
+
+class _KeysOnDevice:
+    class cfg:  # noqa: N801 - what block_keys reads of a family's config
+        backend = "gpu"
+
+    def exact_keys(self, rows, backend):
+        return _DeviceArray(np.arange(12, dtype=np.uint64).reshape(4, 3))
+
+
+def test_what_a_gpu_workers_block_task_returns_is_on_the_host(monkeypatch):
+    """A cluster's frames are host arrays on GPU workers too: a block's rows and ranks are NumPy, and a frame
+    that mixed them with CuPy columns failed on the first Dask-CUDA run (``docs["eligible"] & keys["k0"]``)."""
+    data = type("Data", (), {"rows": lambda self: None})()
+    keys = B.block_keys(data, _KeysOnDevice())
+    assert all(type(v) is np.ndarray for v in keys.values())
+    assert keys["k1"].tolist() == [1, 4, 7, 10]
+
+    row = np.array([5, 6], np.int64)
+    monkeypatch.setattr(B, "block_signatures", lambda data, rows, family: {
+        "row": row, "values": _DeviceArray([[1], [2]]), "features": _DeviceArray([3, 4]),
+        "usable": _DeviceArray([True, True])})
+    monkeypatch.setattr(B, "block_bands", lambda sig, family: {
+        "lsh_row": row, "band_hashes": _DeviceArray([[7, 8], [9, 10]])})
+    signed = B.block_signed(data, {"row": row}, None)
+    assert signed["row"] is row and signed["features"].tolist() == [3, 4]
+    assert type(signed["bands"]["band_hashes"]) is np.ndarray and signed["bands"]["band_hashes"].tolist() == [[7, 8],
+                                                                                                           [9, 10]]
+    assert all(type(v) is np.ndarray for part in (signed, signed["bands"]) for k, v in part.items() if k != "bands")

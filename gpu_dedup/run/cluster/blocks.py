@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup import storage
-from gpu_dedup.backends import array_module, get_backend, to_device, to_host
+from gpu_dedup.backends import array_module, get_backend, on_device, to_device, to_host
 from gpu_dedup.backends.strings import StringBuffers, arrow_strings, string_buffers
 from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError
@@ -337,10 +337,18 @@ def block_norm_info(data: BlockData) -> dict:
             "spilled_bytes": data.text_bytes if data.text_file is not None else 0}
 
 
+def host_frame(frame: dict) -> dict:
+    """``frame`` (nested frames too) with its device columns copied to the host.
+
+    A cluster's frames are host arrays on GPU workers as well: the kernels run on the device inside a block's
+    task, and what leaves the task is NumPy.  A block's rows, its ranks (a sample sort on the host) and what
+    the client routes are host arrays, and a frame that mixed them with CuPy columns failed at the first
+    operation joining the two (the first Dask-CUDA run: ``docs["eligible"] & (keys["k0"] != ...)``)."""
+    return {k: host_frame(v) if isinstance(v, dict) else to_host(v) if on_device(v) else v for k, v in frame.items()}
+
+
 def block_keys(data: BlockData, family) -> dict:
-    keys = family.exact_keys(data.rows(), family.cfg.backend)
-    xp = array_module(keys)
-    keys = xp.asarray(keys)
+    keys = to_host(family.exact_keys(data.rows(), family.cfg.backend))
     return {"k0": keys[:, 0], "k1": keys[:, 1], "k2": keys[:, 2]}
 
 
@@ -362,7 +370,7 @@ def block_signed(data: BlockData, rows: dict, family) -> dict:
     memory for their band hashes; they go as soon as the bands are made (unless the family keeps them)."""
     sig = block_signatures(data, rows, family)
     bands = block_bands(sig, family)
-    return {"row": sig["row"], "features": sig["features"], "usable": sig["usable"], "bands": bands}
+    return host_frame({"row": sig["row"], "features": sig["features"], "usable": sig["usable"], "bands": bands})
 
 
 def signed_bands(signed: dict) -> dict:
