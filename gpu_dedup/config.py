@@ -271,13 +271,19 @@ class GPUConfig:
     memory when cuDF is installed, the corpus fits the limit and every text column is a
     UTF-8 string column; otherwise (or with ``pyarrow``) pyarrow reads them on the host
     and the text is copied to the device once.  The report's ``gpu.reader`` says which ran.
+
+    ``writer``: ``cudf`` writes the deduplicated Parquet shards on the device (each shard read,
+    filtered and compressed there) when cuDF is installed and can write the shard's codec;
+    ``pyarrow`` writes them on the host.  Either way up to one shard per core is written at once.
     """
 
     memory_limit: str = "auto"  # a size such as "12GiB", "500MB" or "8000000000" (bytes)
     reader: str = "cudf"  # Parquet text columns: cuDF reads them into device memory; pyarrow: on the host
+    writer: str = "cudf"  # deduplicated Parquet shards: cuDF writes them on the device; pyarrow: on the host
 
     def __post_init__(self):
         _choice("gpu", "reader", self.reader, ("cudf", "pyarrow"))
+        _choice("gpu", "writer", self.writer, ("cudf", "pyarrow"))
         if self.memory_limit != "auto":
             try:
                 size = parse_size(self.memory_limit)

@@ -516,9 +516,9 @@ def end_to_end(docs=(1_000_000,), backends=("cpu", "gpu"), preset: str | None = 
                     base = {"suite": "end-to-end", "config": name, "preset": name, "docs": n, "backend": backend,
                             "payload": kind, "text_gb": round(payload / 1e9, 3)}
                     run_settings = {**settings, "backend": backend}
-                    if backend == "gpu-pyarrow":  # the GPU backend with its text read on the host by pyarrow
+                    if backend == "gpu-pyarrow":  # the GPU backend with its shards read and written on the host
                         run_settings = {**settings, "backend": "gpu",
-                                        "gpu": {**settings.get("gpu", {}), "reader": "pyarrow"}}
+                                        "gpu": {**settings.get("gpu", {}), "reader": "pyarrow", "writer": "pyarrow"}}
                     expect = took.get(backend, 0.0) * 0.8
                     if deadline is not None and time.time() + expect + 5 > deadline:
                         add({**base, "skipped": f"{max(0.0, deadline - time.time()):.0f}s left before the "
@@ -926,7 +926,8 @@ def main(argv=None) -> int:
                    help="what to measure (see above; all = signatures, end-to-end and dask)")
     p.add_argument("--e2e-docs", type=int, nargs="+", default=[1_000_000], help="corpus sizes of end-to-end and dask")
     p.add_argument("--e2e-backends", nargs="+", default=["cpu", "gpu"], choices=("cpu", "gpu", "gpu-pyarrow"),
-                   help="gpu-pyarrow: the GPU backend with the text read on the host (gpu.reader: pyarrow)")
+                   help="gpu-pyarrow: the GPU backend with the shards read and written on the host "
+                        "(gpu.reader and gpu.writer: pyarrow)")
     p.add_argument("--preset", help="config preset of the end-to-end runs (default, fineweb, nemo_curator)")
     p.add_argument("--configs", nargs="+", help=f"end-to-end configurations: {', '.join(CONFIGS)} or a preset name")
     p.add_argument("--workdir", help="where the end-to-end corpora are written (default: the system temp)")

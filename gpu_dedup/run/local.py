@@ -184,7 +184,8 @@ class LocalExecutor:
         out["inputs_skipped"] = list(getattr(self.shards, "skipped", ()))  # what directory walks left out
         if self.memory_plan is not None:
             moved = {k: v - self._transfers0[k] for k, v in transfer_totals().items()}
-            out["gpu"] = {**self.memory_plan, "reader": self.reader or "pyarrow", **moved}
+            writer = "cudf" if self.backend.write_parquet is not None and self.cfg.gpu.writer == "cudf" else "pyarrow"
+            out["gpu"] = {**self.memory_plan, "reader": self.reader or "pyarrow", "writer": writer, **moved}
         return out
 
     # ---- read / normalize -------------------------------------------------------
@@ -524,14 +525,16 @@ class LocalExecutor:
         starts = shard_starts(shards)
         keeps = [kept[starts[i] : starts[i + 1]] for i in range(len(shards))]
         todo = [i for i, shard in enumerate(shards) if not staged(ckpt.marked(f"shard-{i}"), shard, out)]
-        device_writer = self.backend.write_parquet
+        device_writer = self.backend.write_parquet if self.cfg.gpu.writer == "cudf" else None
 
         def write_one(i):
             storage.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,
                                      device_writer=device_writer)
             return {"name": shards[i].name, **storage.file_digest(out / shards[i].name)}
 
-        threads = 1 if device_writer is not None else max(1, min(len(todo), os.cpu_count() or 1, WRITERS))
+        # cuDF's reader and writer release the GIL, and a shard's digest is host work: on one H100 the device
+        # writer took 17 s for 10^6 documents in 16 shards, one at a time, against 2.2 s for pyarrow on 16 cores
+        threads = max(1, min(len(todo), os.cpu_count() or 1, WRITERS))
         with ThreadPoolExecutor(threads) as pool:
             for i, record in zip(todo, pool.map(write_one, todo)):  # in shard order
                 ckpt.mark(f"shard-{i}", record)

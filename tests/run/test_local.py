@@ -333,3 +333,33 @@ def test_write_stage_streams_without_the_normalized_texts(planted, tmp_path, mon
         indexed = run(d / "in", tmp_path / "indexed", cfg, sink=builder)
     assert seen == [True, False]
     assert plain.report["counts"] == indexed.report["counts"]
+
+
+@pytest.mark.parametrize("writer", ["cudf", "pyarrow"])
+def test_a_device_writer_writes_several_shards_at_once_unless_gpu_writer_is_pyarrow(planted, planted_run, tmp_path,
+                                                                                    monkeypatch, writer):
+    """The write stage hands shards to the backend's device writer (cuDF on a GPU) from as many threads as the
+    host writer uses: one at a time it took 17 s for 10^6 documents on an H100, against 2.2 s for pyarrow on
+    16 cores.  ``gpu.writer: pyarrow`` keeps it on the host."""
+    import threading
+
+    from gpu_dedup.backends import get_backend
+
+    d, _ = planted
+    base, _ = planted_run
+    at_once = threading.Barrier(2, timeout=20)  # broken (an error) unless two shards are in the writer together
+    calls = []
+
+    def device_writer(src, keep, dst, codec):
+        calls.append(src)
+        if len(calls) <= 2:  # the first two shards (of 3)
+            at_once.wait()
+        return None  # cannot write it: pyarrow writes the shard, as the real writer's fallback does
+
+    monkeypatch.setattr(get_backend("cpu"), "write_parquet", device_writer)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "gpu": {"writer": writer}})
+    got = run(d / "in", tmp_path / "out", cfg)
+    assert len(calls) == (3 if writer == "cudf" else 0)
+    assert np.array_equal(got.kept, base.kept)
+    for shard in sorted((d / "out").glob("*.parquet")):
+        assert (tmp_path / "out" / shard.name).read_bytes() == shard.read_bytes()
