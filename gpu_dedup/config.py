@@ -272,14 +272,16 @@ class GPUConfig:
     UTF-8 string column; otherwise (or with ``pyarrow``) pyarrow reads them on the host
     and the text is copied to the device once.  The report's ``gpu.reader`` says which ran.
 
-    ``writer``: ``cudf`` writes the deduplicated Parquet shards on the device (each shard read,
-    filtered and compressed there) when cuDF is installed and can write the shard's codec;
-    ``pyarrow`` writes them on the host.  Either way up to one shard per core is written at once.
+    ``writer``: ``pyarrow`` writes the deduplicated Parquet shards on the host, one shard per core
+    at once; ``cudf`` writes them on the device (each shard read, filtered and compressed there)
+    when cuDF is installed and can write the shard's codec.  On one H100 with 16 cores, writing
+    10^6 documents in 16 shards took pyarrow 2.2 s and cuDF 4.0 s: cuDF's writes do not overlap,
+    about 0.25 s a shard however many threads hand it shards.
     """
 
     memory_limit: str = "auto"  # a size such as "12GiB", "500MB" or "8000000000" (bytes)
     reader: str = "cudf"  # Parquet text columns: cuDF reads them into device memory; pyarrow: on the host
-    writer: str = "cudf"  # deduplicated Parquet shards: cuDF writes them on the device; pyarrow: on the host
+    writer: str = "pyarrow"  # deduplicated Parquet shards: pyarrow on the host, a shard per core; cudf: on the device
 
     def __post_init__(self):
         _choice("gpu", "reader", self.reader, ("cudf", "pyarrow"))

@@ -296,8 +296,8 @@ class GPUBackend(Backend):
     def mode(self) -> str:
         where = f"CUDA kernels (numba-cuda) on {self.device_name}"
         if self.info.get("frames") == "cudf":
-            frames = ("cuDF reads Parquet text columns and writes shards; text, signatures, buckets and graphs "
-                      "in device memory")
+            frames = ("cuDF reads Parquet text columns (and writes shards with gpu.writer: cudf); text, "
+                      "signatures, buckets and graphs in device memory")
         elif self.info.get("cudf_error"):
             frames = ("text, signatures, buckets and graphs in device memory (cuDF is installed but does not "
                       f"import: {self.info['cudf_error'][:200]}; pyarrow reads and writes)")

@@ -177,7 +177,7 @@ def test_simulator_needs_its_own_switch(monkeypatch):
     assert gpu_probe.probe() == {"devices": 0, "frames": "pyarrow", "simulator": True}
 
 
-FRAMES = {"cudf": "cuDF reads Parquet text columns and writes shards",
+FRAMES = {"cudf": "cuDF reads Parquet text columns (and writes shards with gpu.writer: cudf)",
           "broken": "(cuDF is installed but does not import: ",
           "missing": "(cuDF not installed: pyarrow writes)"}
 
