@@ -5,6 +5,7 @@ reader thread while the kept rows are written."""
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from contextlib import closing
@@ -24,14 +25,37 @@ from gpu_dedup.storage.identity import check_unchanged
 from gpu_dedup.storage.jsonl import codec_of, gather_lines_of, jsonl_blocks, nonblank_lines
 from gpu_dedup.storage.parquet import iter_parquet, shard_codec
 
+log = logging.getLogger("gpu_dedup")
 
-def _same_schema(written: pa.Schema, source: pa.Schema) -> bool:
-    """Same fields and types, and no schema metadata of the source's own that ``written`` lacks
-    (pandas' and Arrow's bookkeeping keys aside)."""
+
+def schema_change(written: pa.Schema, source: pa.Schema) -> str | None:
+    """How ``written`` differs from ``source`` (fields, types, nullability, or schema metadata of the
+    source's own that ``written`` lacks, pandas' and Arrow's bookkeeping keys aside); None: it does not."""
+    if not written.remove_metadata().equals(source.remove_metadata()):
+        was = {f.name: f for f in source}
+        now = {f.name: f for f in written}
+        diff = [f"{name}: {_field(was.get(name))} -> {_field(now.get(name))}" for name in list(was) + [
+            n for n in now if n not in was] if _field(was.get(name)) != _field(now.get(name))]
+        return "; ".join(diff) or "the order of the fields"
     own = {k: v for k, v in (source.metadata or {}).items() if k not in (b"pandas", b"ARROW:schema")}
     kept = written.metadata or {}
-    return written.remove_metadata().equals(source.remove_metadata()) and all(kept.get(k) == v
-                                                                               for k, v in own.items())
+    lost = [k.decode(errors="replace") for k, v in own.items() if kept.get(k) != v]
+    return f"schema metadata {', '.join(lost)} not kept" if lost else None
+
+
+def _field(f: pa.Field | None) -> str:
+    return "absent" if f is None else f"{f.type}{'' if f.nullable else ' not null'}"
+
+
+_SAID: set = set()  # the device writer's set-aside reasons already logged by this process
+
+
+def _set_aside(shard: Shard, why: str) -> None:
+    """Say once per reason that the device writer's shard was set aside and pyarrow writes it."""
+    if why not in _SAID:
+        _SAID.add(why)
+        log.warning("gpu.writer cudf: the shard cuDF wrote for %s would change its schema (%s), so pyarrow writes "
+                    "it again; shards like it cost both writers: set gpu.writer: pyarrow", shard.path, why)
 
 
 def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str, writer) -> int | None:
@@ -42,7 +66,10 @@ def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str,
     os.close(fd)
     try:
         rows = writer(shard.path, keep, tmp, compression)
-        if rows is None or not _same_schema(pq.read_schema(tmp), pq.read_schema(source(shard.path))):
+        why = None if rows is None else schema_change(pq.read_schema(tmp), pq.read_schema(source(shard.path)))
+        if rows is None or why is not None:
+            if why is not None:
+                _set_aside(shard, why)
             unlink(tmp)
             return None
         publish(tmp, target)

@@ -219,7 +219,12 @@ def test_device_writer_used_when_it_keeps_the_schema(tmp_path):
 
 
 @pytest.mark.parametrize("change", ["type", "metadata", "declines"])
-def test_device_writer_falls_back_when_it_would_change_the_shard(tmp_path, change):
+def test_device_writer_falls_back_when_it_would_change_the_shard(tmp_path, change, caplog):
+    """What the writer wrote is set aside, pyarrow writes the shard, and the log says why (once a reason): on an
+    H100 not one of the shards cuDF wrote for a corpus of large_string texts was kept, and nothing said so."""
+    from gpu_dedup.storage import filter as filter_mod
+
+    filter_mod._SAID.clear()
     shard, table = _shard(tmp_path)
     keep = np.array([False, True, True, False])
 
@@ -237,6 +242,11 @@ def test_device_writer_falls_back_when_it_would_change_the_shard(tmp_path, chang
     assert got.equals(table.filter(pa.array(keep))) and got.schema.metadata[b"origin"] == b"crawl-7"
     assert got.schema.field("text").type == pa.large_string()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["s.parquet"]
+    said = [r.getMessage() for r in caplog.records if "gpu.writer cudf" in r.getMessage()]
+    why = {"type": "(text: large_string -> string)", "metadata": "(schema metadata origin not kept)"}.get(change)
+    assert len(said) == (0 if why is None else 1) and all(why in m and "set gpu.writer: pyarrow" in m for m in said)
+    storage.write_shard(shard, keep, tmp_path / "again", "zstd", device_writer=writer)
+    assert len([r for r in caplog.records if "gpu.writer cudf" in r.getMessage()]) == len(said)  # said once
 
 
 # ------------------------------------------------------------------ text columns read into device memory
