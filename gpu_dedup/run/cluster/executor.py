@@ -9,9 +9,10 @@ them only through :func:`gpu_dedup.run.cluster.routing.route` (Dask's shuffle).
 What reaches the client is per-block metadata and counts: its memory does not
 grow with the corpus.
 
-GPU workers (``--backend gpu``: Dask-CUDA, one worker per GPU): blocks hold
-device arrays and the partition functions run on the device; frames are
-shuffled as cuDF frames.
+GPU workers (``--backend gpu``: Dask-CUDA, one worker per GPU): a block's
+kernels (normalization, exact keys, signatures, band hashes, pair similarity)
+run on the worker's GPU inside the block's task; the tables between tasks are
+host arrays (:func:`gpu_dedup.run.cluster.blocks.host_frame`), as on CPU workers.
 """
 
 from __future__ import annotations
