@@ -52,6 +52,40 @@ def connect(cfg: Config):
     return client, cluster
 
 
+def quiet_teardown(client) -> None:
+    """Silence Dask in the worker and scheduler processes of a local cluster about to be closed.
+
+    Closing it while tasks run or workers fetch data from each other (Ctrl-C, SIGTERM, a failed stage) makes
+    them log what the close breaks, with tracebacks, on this process's stderr, which they share: "failed
+    during get data ... StreamClosedError", "Closed comm ... while trying to write", "Removing worker ...
+    caused the cluster to lose already computed task(s)".  The run's outcome is decided by then (its error is
+    this process's one line); what a worker logs while the run goes on still shows.  A process that does not
+    answer is left as it is."""
+    try:
+        client.run(_silence_dask_logs, os.getpid(), on_error="ignore")
+        client.run_on_scheduler(_silence_dask_logs, os.getpid())
+    except Exception:  # noqa: BLE001 - the scheduler is gone: nothing is left to close noisily
+        pass
+
+
+# Loggers of a worker or scheduler process that report a closing cluster's broken connections and tasks:
+# Dask's, Tornado's ("Exception in callback") and asyncio's ("Task exception was never retrieved").
+TEARDOWN_LOGGERS = ("distributed", "tornado", "asyncio")
+
+
+def _silence_dask_logs(client_pid: int) -> None:
+    """In a worker or scheduler process: nothing more from TEARDOWN_LOGGERS, CRITICAL included (the scheduler
+    logs a closed client connection as CRITICAL).  Every logger under them is set too: Dask gives some of its
+    own levels (distributed.client, distributed.gc).  Not in the client's process (a LocalCUDACluster's
+    scheduler runs there), whose logging main() sets, and which may go on after the run (main([...]))."""
+    if os.getpid() == client_pid:
+        return
+    names = [n for n in list(logging.root.manager.loggerDict)
+             if n.startswith(tuple(f"{t}." for t in TEARDOWN_LOGGERS))]
+    for name in (*TEARDOWN_LOGGERS, *names):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
 def worker_threads(workers: int) -> int:
     """Kernel threads of each of ``workers`` local workers: this machine's cores shared among them."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

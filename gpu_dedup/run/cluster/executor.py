@@ -36,7 +36,7 @@ from gpu_dedup import storage
 from gpu_dedup.backends import array_module, get_backend, to_host
 from gpu_dedup.config import Config
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash, staged
-from gpu_dedup.run.cluster.connection import connect
+from gpu_dedup.run.cluster.connection import connect, quiet_teardown
 from gpu_dedup.run.contract import Step, shard_starts
 from gpu_dedup.run.prior import NoPrior
 from gpu_dedup.run.sequence import CorpusCounts
@@ -125,6 +125,8 @@ class DaskExecutor:
                 self.client.run(B.drop_texts, self.run_key)
             except Exception:  # noqa: BLE001 - workers already gone: nothing is left on them
                 pass
+            if self.cluster is not None and not log.isEnabledFor(logging.DEBUG):  # -v: everything
+                quiet_teardown(self.client)  # our own cluster's: a joined one's processes serve others after us
             self.client.close()
         if self.cluster is not None:
             self.cluster.close()
