@@ -425,6 +425,49 @@ def test_workers_of_a_script_that_imports_numba_run_their_share_of_the_cores(tmp
     assert after == [share, share] and share < cores
 
 
+CLOSE_WHILE_FETCHING_SCRIPT = """
+import logging
+import sys
+import time
+
+from gpu_dedup.config import Config
+from gpu_dedup.run.cluster.executor import DaskExecutor
+
+
+def produce(i):
+    return bytes(40 * 2**20)
+
+
+if __name__ == "__main__":
+    ex = DaskExecutor([], Config.from_dict({"backend": "cpu", "cluster": {"workers": 2}}))
+    ex.connect()
+    try:
+        ex.client.run(lambda: logging.getLogger("distributed.worker").error("a worker's error during the run"))
+        a, b = sorted(ex.client.scheduler_info()["workers"])
+        made = ex.client.map(produce, range(8), workers=[a], pure=False)
+        used = [ex.client.submit(len, f, workers=[b], pure=False) for f in made]  # b fetches a's results
+        time.sleep(0.5)
+        print("closing", file=sys.stderr, flush=True)
+    finally:
+        ex.close()  # as run() does when Ctrl-C or SIGTERM stops it
+"""
+
+
+def test_closing_a_local_cluster_while_workers_fetch_data_prints_nothing_from_them(tmp_path):
+    """Ctrl-C or SIGTERM closes the cluster while one worker fetches another's results: the workers and the
+    scheduler, which share gpu-dedup's stderr, logged the broken transfers with tracebacks ("failed during get
+    data ... StreamClosedError", "Closed comm", "Removing worker ... lose already computed task(s)") after the
+    run's one line.  What a worker logs while the run goes on still shows."""
+    script = tmp_path / "main.py"
+    script.write_text(CLOSE_WHILE_FETCHING_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "DASK_LOGGING__DISTRIBUTED": "warning"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before, _, after = proc.stderr.partition("closing\n")
+    assert "a worker's error during the run" in before, proc.stderr[-3000:]
+    assert "Traceback" not in after and " - distributed." not in after, after[-3000:]
+
+
 def test_local_workers_keep_glibc_memory_defaults(monkeypatch):
     """Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536 (every freed array over 128 KiB goes back to the
     OS and faults in again: 2.65 M page faults at 10^6 documents on 2 workers, 0.30 M without); a local
