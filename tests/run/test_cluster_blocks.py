@@ -181,7 +181,7 @@ class _DeviceArray:
 
 
 class _KeysOnDevice:
-    class cfg:  # noqa: N801 - what block_keys reads of a family's config
+    class cfg:  # what block_keys reads of a family's config
         backend = "gpu"
 
     def exact_keys(self, rows, backend):

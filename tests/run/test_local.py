@@ -354,7 +354,7 @@ def test_a_device_writer_writes_several_shards_at_once_unless_gpu_writer_is_pyar
         calls.append(src)
         if len(calls) <= 2:  # the first two shards (of 3)
             at_once.wait()
-        return None  # cannot write it: pyarrow writes the shard, as the real writer's fallback does
+        # no rows written (None): pyarrow writes the shard, as after the real writer's fallback
 
     monkeypatch.setattr(get_backend("cpu"), "write_parquet", device_writer)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "gpu": {"writer": writer}})

@@ -64,7 +64,7 @@ def quiet_teardown(client) -> None:
     try:
         client.run(_silence_dask_logs, os.getpid(), on_error="ignore")
         client.run_on_scheduler(_silence_dask_logs, os.getpid())
-    except Exception:  # noqa: BLE001 - the scheduler is gone: nothing is left to close noisily
+    except Exception:  # noqa: BLE001, S110 - the scheduler is gone: nothing is left to close noisily
         pass
 
 
