@@ -52,6 +52,7 @@ SEGMENT_BYTES = 1 << 15  # a document is cut into segments of this many bytes (o
 SPAN = 1024  # byte positions hashed per round of a block (shared buffer of this many values)
 PERM_CHUNK = 8192  # permutations per launch (shared memory: (chunk + span) * 4 bytes <= 48 KiB)
 ITEM_THREADS = 256  # block size of the thread-per-item kernels
+CUDF_CODECS = {"none": None, "snappy": "snappy", "zstd": "ZSTD", "lz4": "LZ4"}  # cudf.DataFrame.to_parquet's names
 
 
 def signature_threads(num_perm: int) -> int:
@@ -588,7 +589,7 @@ class GPUBackend(Backend):
         cuDF marks a column without nulls ``required`` unless told otherwise; the columns are written
         nullable where the input's are all nullable (as pyarrow writes them), so that the schema stays
         the input's and the caller's schema check passes."""
-        codec = {"none": None, "snappy": "snappy", "zstd": "ZSTD", "lz4": "LZ4"}  # cudf.DataFrame.to_parquet
+        codec = CUDF_CODECS
         if self.info.get("frames") != "cudf" or compression not in codec:
             return None
         import cudf

@@ -179,13 +179,18 @@ class LocalExecutor:
     def close(self) -> None:
         pass
 
+    @property
+    def device_writer(self):
+        """The backend's Parquet writer of kept rows in device memory where ``gpu.writer`` asks for it, else None."""
+        return self.backend.write_parquet if self.cfg.gpu.writer == "cudf" else None
+
     def report_extras(self) -> dict:
         out = {"kernel_prepare_seconds": round(self.startup_seconds, 3)} if self.startup_seconds else {}
         out["inputs_skipped"] = list(getattr(self.shards, "skipped", ()))  # what directory walks left out
         if self.memory_plan is not None:
             moved = {k: v - self._transfers0[k] for k, v in transfer_totals().items()}
-            writer = "cudf" if self.backend.write_parquet is not None and self.cfg.gpu.writer == "cudf" else "pyarrow"
-            out["gpu"] = {**self.memory_plan, "reader": self.reader or "pyarrow", "writer": writer, **moved}
+            out["gpu"] = {**self.memory_plan, "reader": self.reader or "pyarrow",
+                          "writer": "pyarrow" if self.device_writer is None else "cudf", **moved}
         return out
 
     # ---- read / normalize -------------------------------------------------------
@@ -525,7 +530,7 @@ class LocalExecutor:
         starts = shard_starts(shards)
         keeps = [kept[starts[i] : starts[i + 1]] for i in range(len(shards))]
         todo = [i for i, shard in enumerate(shards) if not staged(ckpt.marked(f"shard-{i}"), shard, out)]
-        device_writer = self.backend.write_parquet if self.cfg.gpu.writer == "cudf" else None
+        device_writer = self.device_writer
 
         def write_one(i):
             storage.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup.backends import get_backend
+from gpu_dedup.backends.gpu import CUDF_CODECS
 from gpu_dedup.storage.atomic import file_digest
 from gpu_dedup.storage.discovery import discover
 from gpu_dedup.storage.filter import resolve_codec
@@ -57,8 +58,7 @@ def probe(corpus: Path, work: Path) -> dict:
     frame, st["cudf_read"] = _timed(cudf.read_parquet, src)
     mask = cudf.Series(keep)
     kept, st["filter"] = _timed(lambda: frame[mask])
-    names = {"same": {"zstd": "ZSTD", "snappy": "snappy", "lz4": "LZ4", "none": None}.get(codec, "ZSTD"),
-             "snappy": "snappy", "none": None}
+    names = {"same": CUDF_CODECS.get(codec, "ZSTD"), "snappy": "snappy", "none": None}
     for label, c in names.items():
         dst = work / f"cudf-{label}.parquet"
         _, st[f"cudf_write_{label}"] = _timed(kept.to_parquet, dst, compression=c, index=False)
