@@ -202,15 +202,19 @@ class ClusterConfig:
     # connected components: up to this many verified edges, one worker runs union-find over all of them;
     # above, large-star / small-star rounds over shuffles (no worker ever holds every edge)
     components_gathered_edges: int = 2_000_000
-    # CPU workers: each block's normalized texts in a file of the worker's local directory, mapped into memory
-    # only while a task reads them (the OS keeps them in its page cache while it has room); false: in memory
-    spill_texts: bool = True
+    # CPU workers: where each block's normalized texts are kept. true: in a file of the worker's local
+    # directory, mapped into memory only while a task reads them (the OS keeps them in its page cache while it
+    # has room); false: in worker memory; auto: in memory until this run's texts would take more than
+    # SPILL_SHARE of the worker's memory limit, in files past it
+    spill_texts: bool | str = "auto"
 
     def __post_init__(self):
         if self.workers is not None and self.workers < 1:
             raise ConfigError(f"cluster.workers = {self.workers} must be >= 1 (or null for one process)")
         if self.block_rows < 1:
             raise ConfigError(f"cluster.block_rows = {self.block_rows} must be >= 1")
+        if self.spill_texts not in (True, False, "auto"):
+            raise ConfigError(f"cluster.spill_texts = {self.spill_texts!r} must be true, false or auto")
         if self.shuffle not in (None, "p2p", "tasks"):
             raise ConfigError(f"cluster.shuffle = {self.shuffle!r} must be null (automatic), p2p or tasks")
         if isinstance(self.components_gathered_edges, bool) or not isinstance(self.components_gathered_edges, int) \
@@ -621,7 +625,20 @@ def _check_type(where: str, value, hint):
         options = typing.get_args(hint)
         if value is None and type(None) in options:
             return value
-        hint = next(o for o in options if o is not type(None))
+        options = [o for o in options if o is not type(None)]
+        for option in options[:-1]:  # the first type the value has (bool | str: true, false or a word)
+            try:
+                return _check_type(where, value, option)
+            except ConfigError:
+                pass
+        if len(options) > 1:
+            try:
+                return _check_type(where, value, options[-1])
+            except ConfigError:
+                raise ConfigError(f"{where} = {value!r} has the wrong type; expected "
+                                  f"{' or '.join(o.__name__ for o in options)}"
+                                  + (f" ({VALUE_HINTS[where]})" if where in VALUE_HINTS else "")) from None
+        hint = options[0]
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -643,6 +660,7 @@ def _check_type(where: str, value, hint):
 
 
 VALUE_HINTS = {"cluster.memory_limit": "a size per worker such as 4GiB, or auto",
+               "cluster.spill_texts": "true, false or auto",
                "gpu.memory_limit": "a size such as 12GiB, or auto"}
 
 

@@ -106,6 +106,8 @@ def test_a_block_of_several_shards_reads_them_in_order_and_gives_back_their_orig
         got_ids += data.table.column("id").to_pylist()
         norm = B.normalize_block(data, cfg)
         assert "text" not in norm.table.schema.names
+        streamed = B.read_block(b, [shards[i] for i in b.shard_indices], cfg)  # as CPU workers read it
+        assert streamed.table.equals(norm.table) and streamed.norm.equals(norm.norm)
         rows = np.arange(b.row0, b.row0 + b.rows)[::-1]  # every row, in an order of no piece
         want = [texts[r] for r in rows]
         assert B.take_column(norm, rows, "text", [shards[i] for i in b.shard_indices], cfg).to_pylist() == want

@@ -186,6 +186,7 @@ def test_spilled_texts_are_the_normalized_texts_mapped_only_while_read(tmp_path,
     import sys
 
     B, cfg, shard, block, _ = _one_block(tmp_path)
+    cfg = cfg.with_overrides({"cluster.spill_texts": True})
     monkeypatch.setattr(B, "text_dir", lambda run, worker=None: str(tmp_path / run))
     os.makedirs(tmp_path / "r1")
     loaded = B.load_block(block, [shard], cfg)
@@ -210,3 +211,38 @@ def test_spilled_texts_are_the_normalized_texts_mapped_only_while_read(tmp_path,
     no_spill = cfg.with_overrides({"cluster.spill_texts": False})
     assert B.normalize_block(loaded, no_spill, run="r1").text_file is None
     assert B.drop_texts("r1") == 2 and not (tmp_path / "r1").exists()
+
+
+def test_auto_keeps_a_runs_texts_in_memory_up_to_a_share_of_the_worker_and_spills_past_it(tmp_path, monkeypatch):
+    """``spill_texts: auto``: a worker keeps a run's normalized texts in memory while they stay within
+    SPILL_SHARE of its memory limit, and the blocks past that in files; each run counts its own, and a run's
+    count goes with its texts."""
+    B, cfg, shard, block, _ = _one_block(tmp_path)
+    assert cfg.cluster.spill_texts == "auto"
+    monkeypatch.setattr(B, "text_dir", lambda run, worker=None: str(tmp_path / run))
+    loaded = B.load_block(block, [shard], cfg)
+    size = B.normalize_block(loaded, cfg).text_bytes
+    monkeypatch.setattr(B, "_worker_memory", lambda: 2.5 * size / B.SPILL_SHARE)  # room for two blocks' texts
+    got = [B.normalize_block(loaded, cfg, run="r1").text_file is not None for _ in range(3)]
+    assert got == [False, False, True]
+    assert B.normalize_block(loaded, cfg, run="r2").text_file is None  # another run's share is its own
+    assert B.drop_texts("r1") == 2  # the one spilled block's two files
+    assert B.normalize_block(loaded, cfg, run="r1").text_file is None
+    B.drop_texts("r1")
+    B.drop_texts("r2")
+
+
+@pytest.mark.parametrize("keep", ["first", "longest", "lowest_id"])
+def test_a_block_read_and_normalized_in_one_pass_is_the_block_loaded_then_normalized(tmp_path, keep):
+    """CPU workers read a block batch by batch, normalizing each batch as it is decoded (read_block): the same
+    columns, nulls, normalized texts, invalid UTF-8 count and rank key as loading it whole and normalizing it."""
+    B, cfg, shard, block, texts = _one_block(tmp_path, keep)
+    assert B.streams_text(cfg)
+    want = B.normalize_block(B.load_block(block, [shard], cfg), cfg)
+    got = B.read_block(block, [shard], cfg)
+    assert got.table.equals(want.table) and np.array_equal(got.null, want.null)
+    assert got.norm.equals(want.norm) and got.text_bytes == want.text_bytes > 0
+    assert B.block_norm_info(got) == B.block_norm_info(want)
+    if keep != "first":  # the first policy's rank is the row: no key
+        assert B.block_rank_key(got, keep).equals(B.block_rank_key(want, keep))
+    assert not B.streams_text(cfg.with_overrides({"backend": "gpu"}))

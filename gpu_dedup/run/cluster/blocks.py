@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass, replace
 
@@ -25,6 +26,7 @@ from gpu_dedup.errors import InputError
 from gpu_dedup.stages import frames
 from gpu_dedup.stages.exact import exact_keys
 from gpu_dedup.stages.families import RowData, family_for
+from gpu_dedup.stages.normalize import BatchNormalizer
 from gpu_dedup.stages.read import read_texts
 from gpu_dedup.stages.selection import text_lengths
 from gpu_dedup.stages.vectors import NULL_ROW, Vectors
@@ -194,10 +196,13 @@ def read_piece(piece: Piece, shard, cfg: Config) -> pa.Table:
     """The run's columns of one piece of a block, read from its shard (which must still hold the piece's rows)."""
     table = storage.read_columns(shard, cfg.input, cfg.select.score_read, piece.row_groups)
     if table is None or table.num_rows != piece.rows:
-        got = 0 if table is None else table.num_rows
-        raise InputError(f"shard {shard.path!r} changed during the run ({got} rows, expected {piece.rows}); "
-                         "inputs must not change during a run")
+        raise _changed(shard, 0 if table is None else table.num_rows, piece.rows)
     return table
+
+
+def _changed(shard, got: int, expected: int) -> InputError:
+    return InputError(f"shard {shard.path!r} changed during the run ({got} rows, expected {expected}); "
+                      "inputs must not change during a run")
 
 
 def load_block(block: Block, shards: list, cfg: Config, dim: int | None = None) -> BlockData:
@@ -284,9 +289,8 @@ LENGTH = "_length"  # the original texts' lengths (the ``longest`` policy's key)
 def normalize_block(data: BlockData, cfg: Config, run: str | None = None) -> BlockData:
     """The block with its normalized texts, and without its original texts: nothing after normalization reads
     them but the ``longest`` policy's key (their lengths, kept) and the report's few sample texts (read from
-    the shard again, :func:`take_column`).  On a CPU worker (``cluster.spill_texts``, and ``run`` given) the
-    normalized texts go to a file of the worker's local directory (:func:`text_dir`), which each task that
-    reads them maps: a worker holds the texts of the blocks its running tasks read, not of all its blocks."""
+    the shard again, :func:`take_column`).  Where the texts are kept: :func:`_kept`.  CPU workers read and
+    normalize a block in one step instead (:func:`read_block`); this is the GPU workers' second step."""
     if not family_for(cfg).uses_text:
         return data
     text = data.table.column("text")
@@ -297,14 +301,78 @@ def normalize_block(data: BlockData, cfg: Config, run: str | None = None) -> Blo
         table = table.append_column(LENGTH, lengths.combine_chunks() if isinstance(lengths, pa.ChunkedArray)
                                     else lengths)
     out = replace(data, table=table, strings=strings, invalid_utf8=invalid, text_bytes=int(strings.nbytes))
-    if run is not None and cfg.cluster.spill_texts and cfg.backend == "cpu":
-        directory = text_dir(run)
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, f"block-{data.block.index:06d}-{uuid.uuid4().hex[:8]}")
-        np.ascontiguousarray(strings.offsets, np.int64).tofile(path + ".offsets")
-        np.ascontiguousarray(strings.data).tofile(path + ".data")
-        out = replace(out, strings=None, text_file=path)
-    return out
+    return _kept(out, cfg, run)
+
+
+def streams_text(cfg: Config) -> bool:
+    """Whether a block is read and normalized batch by batch in one task (:func:`read_block`): text on CPU
+    workers.  GPU workers normalize a loaded block on the device (:func:`normalize_block`)."""
+    return cfg.backend == "cpu" and family_for(cfg).uses_text and not cfg.input.vector_column
+
+
+def read_block(block: Block, shards: list, cfg: Config, run: str | None = None) -> BlockData:
+    """A block read and normalized in one pass, as one process reads its corpus: each batch of a Parquet piece
+    normalized as soon as it is decoded and its original texts dropped, so that the worker never holds the
+    block's original texts (a JSONL piece is read whole, then normalized); what :func:`load_block` then
+    :func:`normalize_block` give."""
+    hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None)
+    parts, tables = [], []
+    for piece, shard in zip(block.pieces, shards):
+        batches = storage.iter_columns(shard, cfg.input, cfg.select.score_read, row_groups=piece.row_groups) \
+            if shard.format == "parquet" else [read_piece(piece, shard, cfg)]
+        rows = 0
+        for table in batches:
+            parts.append(hook(table.column("text")))
+            tables.append(table.drop_columns(["text"]))
+            rows += table.num_rows
+        if rows != piece.rows:
+            raise _changed(shard, rows, piece.rows)
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    null = BatchNormalizer.null(parts)
+    if cfg.select.keep == "longest":
+        table = table.append_column(LENGTH, BatchNormalizer.lengths(parts).combine_chunks())
+    strings, invalid, _ = BatchNormalizer.join(parts)
+    data = BlockData(block, table, strings=strings, invalid_utf8=invalid, null=null, text_bytes=int(strings.nbytes))
+    return _kept(data, cfg, run)
+
+
+SPILL_SHARE = 0.25  # spill_texts: auto keeps a run's texts in a worker's memory up to this share of its limit
+_HELD: dict = {}  # worker-global: run -> bytes of normalized texts its blocks keep in this worker's memory
+_HELD_LOCK = threading.Lock()
+
+
+def _kept(data: BlockData, cfg: Config, run: str | None) -> BlockData:
+    """The block with its normalized texts where ``cluster.spill_texts`` keeps them: in memory, or (on a CPU
+    worker, ``run`` given) in a file of the worker's local directory (:func:`text_dir`) that each task reading
+    them maps, so that the worker holds the texts of the blocks its running tasks read, not of all its blocks.
+    ``auto``: in memory while this run's texts on this worker stay within SPILL_SHARE of its memory limit."""
+    if run is None or cfg.backend != "cpu" or cfg.cluster.spill_texts is False or data.strings is None:
+        return data
+    size = int(data.strings.nbytes)
+    with _HELD_LOCK:
+        held = _HELD.get(run, 0)
+        if cfg.cluster.spill_texts == "auto" and held + size <= SPILL_SHARE * _worker_memory():
+            _HELD[run] = held + size
+            return data
+    directory = text_dir(run)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"block-{data.block.index:06d}-{uuid.uuid4().hex[:8]}")
+    np.ascontiguousarray(data.strings.offsets, np.int64).tofile(path + ".offsets")
+    np.ascontiguousarray(data.strings.data).tofile(path + ".data")
+    return replace(data, strings=None, text_file=path)
+
+
+def _worker_memory() -> float:
+    """The memory limit of the worker running this task (the machine's memory where it has none)."""
+    import psutil  # noqa: PLC0415  a Dask dependency: the workers have it
+
+    try:
+        from distributed import get_worker  # noqa: PLC0415  the Dask executor's workers only
+
+        limit = get_worker().memory_manager.memory_limit
+    except (ImportError, ValueError, AttributeError):
+        limit = None
+    return float(limit or psutil.virtual_memory().total)
 
 
 def text_dir(run: str, worker=None) -> str:
@@ -320,6 +388,8 @@ def text_dir(run: str, worker=None) -> str:
 def drop_texts(run: str, dask_worker=None) -> int:
     """Removes run ``run``'s spilled texts from a worker (``Client.run`` passes it, at the end of the run):
     the files it removed."""
+    with _HELD_LOCK:
+        _HELD.pop(run, None)
     path = text_dir(run, dask_worker)
     if not os.path.isdir(path):
         return 0

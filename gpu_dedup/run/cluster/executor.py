@@ -172,7 +172,9 @@ class DaskExecutor:
         block_shards = [[shards[i] for i in b.shard_indices] for b in self.blocks]
         # every worker (scheduler_info() lists only 5 in some Dask releases: dask/distributed#9045)
         self.homes = B.spread_blocks([b.rows for b in self.blocks], sorted(client.nthreads()))
-        self.loaded = [client.submit(B.load_block, b, shard, cfg=cfg, pure=False,
+        streamed = B.streams_text(cfg)  # CPU workers: each block read and normalized in one pass
+        self.loaded = [client.submit(B.read_block if streamed else B.load_block, b, shard, cfg=cfg, pure=False,
+                                     **({"run": self.run_key} if streamed else {}),
                                      **routing.placed([home] if home else None))
                        for b, shard, home in zip(self.blocks, block_shards, self.homes)]
         if cfg.input.vector_column:  # one vector length for the whole corpus: the first block's with vectors
@@ -186,8 +188,11 @@ class DaskExecutor:
         if not self.loaded:  # no rows: one empty block keeps every table one partition wide
             self.loaded = [client.submit(_empty_block, cfg, pure=False)]
             self.homes = [None]
-        if self.family.uses_text:  # each block normalized as soon as it is read (the next task on its worker):
-            # a worker holds the original texts of the blocks being read, not of all its blocks until a later stage
+            streamed = False  # normalized below, as a loaded block is
+        if streamed:
+            self.normalized = self.loaded
+        elif self.family.uses_text:  # GPU workers: each block normalized as soon as it is read (the next task on
+            # its worker): a worker holds the original texts of the blocks being read, not of all its blocks
             self.loaded = self.normalized = self.map(B.normalize_block, self.loaded, cfg=cfg, run=self.run_key)
         null = self.total(_null_count, self.loaded)["null"]
         if progress is not None:
