@@ -130,3 +130,20 @@ def test_yaml_merge_keys_still_load_and_a_size_field_of_another_type_says_what_t
     with pytest.raises(ConfigError, match=r"cluster.memory_limit = 0.5 has the wrong type; expected str \(a size per "
                                           r"worker such as 4GiB, or auto\)"):
         Config().with_overrides({"cluster.memory_limit": 0.5})
+
+
+def test_spill_texts_is_true_false_or_auto():
+    import pytest
+
+    from gpu_dedup.config import Config
+    from gpu_dedup.errors import ConfigError
+
+    assert Config().cluster.spill_texts == "auto"
+    for value in (True, False, "auto"):
+        assert Config().with_overrides({"cluster.spill_texts": value}).cluster.spill_texts == value
+    assert Config.from_dict({"cluster": {"spill_texts": False}}).cluster.spill_texts is False
+    with pytest.raises(ConfigError, match=r"cluster.spill_texts = 'sometimes' must be true, false or auto"):
+        Config().with_overrides({"cluster.spill_texts": "sometimes"})
+    with pytest.raises(ConfigError, match=r"cluster.spill_texts = 2 has the wrong type; expected bool or str "
+                                          r"\(true, false or auto\)"):
+        Config().with_overrides({"cluster.spill_texts": 2})

@@ -236,7 +236,7 @@ def test_auto_keeps_a_runs_texts_in_memory_up_to_a_share_of_the_worker_and_spill
 def test_a_block_read_and_normalized_in_one_pass_is_the_block_loaded_then_normalized(tmp_path, keep):
     """CPU workers read a block batch by batch, normalizing each batch as it is decoded (read_block): the same
     columns, nulls, normalized texts, invalid UTF-8 count and rank key as loading it whole and normalizing it."""
-    B, cfg, shard, block, texts = _one_block(tmp_path, keep)
+    B, cfg, shard, block, _ = _one_block(tmp_path, keep)
     assert B.streams_text(cfg)
     want = B.normalize_block(B.load_block(block, [shard], cfg), cfg)
     got = B.read_block(block, [shard], cfg)
