@@ -626,18 +626,15 @@ def _check_type(where: str, value, hint):
         if value is None and type(None) in options:
             return value
         options = [o for o in options if o is not type(None)]
-        for option in options[:-1]:  # the first type the value has (bool | str: true, false or a word)
-            try:
-                return _check_type(where, value, option)
-            except ConfigError:
-                pass
-        if len(options) > 1:
-            try:
-                return _check_type(where, value, options[-1])
-            except ConfigError:
-                raise ConfigError(f"{where} = {value!r} has the wrong type; expected "
-                                  f"{' or '.join(o.__name__ for o in options)}"
-                                  + (f" ({VALUE_HINTS[where]})" if where in VALUE_HINTS else "")) from None
+        if len(options) > 1:  # the first type the value has (bool | str: true, false or a word)
+            for option in options:
+                try:
+                    return _check_type(where, value, option)
+                except ConfigError:
+                    pass
+            raise ConfigError(f"{where} = {value!r} has the wrong type; expected "
+                              f"{' or '.join(o.__name__ for o in options)}"
+                              + (f" ({VALUE_HINTS[where]})" if where in VALUE_HINTS else ""))
         hint = options[0]
     if hint is bool:
         if isinstance(value, bool):

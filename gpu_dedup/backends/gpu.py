@@ -589,8 +589,7 @@ class GPUBackend(Backend):
         cuDF marks a column without nulls ``required`` unless told otherwise; the columns are written
         nullable where the input's are all nullable (as pyarrow writes them), so that the schema stays
         the input's and the caller's schema check passes."""
-        codec = CUDF_CODECS
-        if self.info.get("frames") != "cudf" or compression not in codec:
+        if self.info.get("frames") != "cudf" or compression not in CUDF_CODECS:
             return None
         import cudf
 
@@ -601,7 +600,7 @@ class GPUBackend(Backend):
                 return None
             mask = self._dev(keep, np.bool_)
             kept = frame[cudf.Series(mask)] if len(frame) else frame
-            kept.to_parquet(dst, compression=codec[compression], index=False, force_nullable_schema=nullable)
+            kept.to_parquet(dst, compression=CUDF_CODECS[compression], index=False, force_nullable_schema=nullable)
         except (MemoryError, RuntimeError, ValueError, NotImplementedError, TypeError) as exc:  # libcudf's errors
             log.debug("cuDF did not write %s (%s): pyarrow writes it", src, exc)
             return None
