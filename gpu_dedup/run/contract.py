@@ -177,6 +177,13 @@ class Executor(Protocol):
         """The parts and metadata :meth:`save` wrote; CheckpointUnreadable when they cannot be read."""
 
     # ---- outputs
+    def soon(self, fn: Callable, *args, **kw):
+        """``fn(*args, **kw)``, a step of the sequence that asks this executor for a few small results (the
+        report's sample documents), started now and taken later with ``.result()`` (its value, or its error
+        raised): a cluster runs it in a thread of the client, its tasks beside those of the stages that follow
+        on workers that would otherwise wait; one process runs it at once (:class:`Ready`, its error raised
+        then)."""
+
     def ids(self, parts: Parts, column: str = "row") -> Parts:
         """Per part: frame ``id`` (an Arrow array) of the input rows in ``column``, whatever block holds them."""
 
@@ -204,6 +211,16 @@ class Executor(Protocol):
 
 
 # ---------------------------------------------------------------------------- shared policy
+
+
+class Ready:
+    """What :meth:`Executor.soon` hands back when it ran the step at once: its value."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
 
 
 def shard_starts(shards) -> np.ndarray:

@@ -49,7 +49,7 @@ from gpu_dedup.run.checkpoint import (
     run_fingerprint,
     staged,
 )
-from gpu_dedup.run.contract import shard_starts
+from gpu_dedup.run.contract import Ready, shard_starts
 from gpu_dedup.run.prior import IndexPrior, NoPrior
 from gpu_dedup.run.progress import chunks
 from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_output
@@ -505,6 +505,10 @@ class LocalExecutor:
         col = self.corpus.table.column("id")
         ids = col.take(pa.array(np.asarray(rows, np.int64))).combine_chunks() if len(rows) else pa.array([], col.type)
         return [{"id": ids}]
+
+    def soon(self, fn, *args, **kw) -> Ready:
+        """At once: this process's workers are its own threads, busy with every stage."""
+        return Ready(fn(*args, **kw))
 
     def take(self, rows, column: str) -> pa.Array:
         if column == "text" and "text" not in self.corpus.table.column_names:

@@ -417,6 +417,7 @@ class _Sequence:
         self.counts: dict = {}
         self.prior = job.prior if job.prior is not None else NoPrior()
         self.first_doc = self.prior.first_doc
+        self.samples = None  # the report's sample documents and similarities, started before the write stage
 
     # ------------------------------------------------------------------ helpers
     def _unit(self, unit: str, stages: tuple, compute):
@@ -665,6 +666,9 @@ class _Sequence:
     def write(self):
         cfg, ex = self.cfg, self.ex
         corpus = self.corpus
+        # the report's samples need only the select stage's rows (and a few dozen original texts): on a cluster
+        # their tasks run beside the write stage's instead of after them
+        self.samples = ex.soon(self._report_samples)
         with self.st.stage("write", len(corpus.shards), "shards") as info:
             dup = self._to_blocks(self.selected, "node", self.first_doc,
                                   after=Step(_block_outputs, first_doc=self.first_doc))
@@ -703,12 +707,18 @@ class _Sequence:
                                  self.first_doc, self.family.layout)
             info.update(documents=self.job.sink.documents)
 
-    def report(self) -> dict:
+    def _report_samples(self) -> tuple:
+        """The report's sample documents (the largest clusters, with their texts; None when not asked for) and
+        the summary of removed near duplicates' similarities to their survivors."""
         cfg, ex = self.cfg, self.ex
         shown = None
         if self.job.examples and not self.prior.active:  # the largest clusters with sample texts
             shown = examples_from_parts(ex, self.selected, self.first_doc, self.corpus, cfg.verify_threshold)
-        near = similarity_summary(ex, self.selected, _near_similarity, cfg.verify_threshold)
+        return shown, similarity_summary(ex, self.selected, _near_similarity, cfg.verify_threshold)
+
+    def report(self) -> dict:
+        cfg, ex = self.cfg, self.ex
+        shown, near = (self.samples or ex.soon(self._report_samples)).result()
         starts = shard_starts(self.corpus.shards)
         removed = ex.collect(_removed_per_shard, ex.map(_removed, self.dup), starts=starts)
         self.removed_per_shard = np.sum(removed, axis=0) if removed else np.zeros(len(self.corpus.shards), np.int64)

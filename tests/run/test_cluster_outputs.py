@@ -1,11 +1,16 @@
 """Pieces of a cluster run that need no cluster: moving rows between partitions keeps their order, and
 the duplicates table merged from per-block parts is the very file one process writes."""
 
+import subprocess
+import sys
+import threading
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from gpu_dedup.errors import InputError
 from gpu_dedup.run.cluster import executor, routing
 from gpu_dedup.stages import frames
 
@@ -41,6 +46,39 @@ def test_sources_tally_what_they_hand_to_a_route():
     assert rows == 10 and size == 80 + part["id"].nbytes
     assert routing.take_moved("run-a") == {"exact": [20, 2 * size]}
     assert routing.take_moved("run-a") == {} and routing.take_moved("run-b") == {"exact": [10, size]}
+
+
+def test_a_step_started_soon_runs_at_once_and_hands_back_its_value_or_its_error_when_asked():
+    started, go = threading.Event(), threading.Event()
+
+    def step(x, plus):
+        started.set()
+        go.wait(30)
+        return x + plus
+
+    pending = executor._Soon(step, (1,), {"plus": 2})
+    assert started.wait(30)  # running in its own thread before anyone asks for it
+    go.set()
+    assert pending.result() == 3
+
+    def fails():
+        raise InputError("shard 'a.parquet' has 3 rows now but had more when read")
+
+    with pytest.raises(InputError, match="had more when read"):
+        executor._Soon(fails, (), {}).result()
+
+
+def test_the_client_reorders_a_few_values_without_importing_pandas():
+    """Arrow's ``pa.array`` imports pandas on its first call (0.4 s), which a cluster's client needs for
+    nothing else; the report's sample rows are put back in order through a view of their positions."""
+    positions = np.array([2, 0, 1], np.int64)
+    view = executor._arrow_int64(positions)
+    assert view.type == pa.int64() and view.to_pylist() == [2, 0, 1]
+    assert pa.array(["a", "b", "c"]).take(view).to_pylist() == ["c", "a", "b"]
+    code = ("import sys, numpy as np; from gpu_dedup.run.cluster.executor import _arrow_int64; "
+            "assert _arrow_int64(np.arange(3)).to_pylist() == [0, 1, 2]; print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
 
 
 def test_frames_round_trip_through_pandas_with_arrow_columns():
@@ -114,8 +152,8 @@ def test_a_normalized_block_holds_no_original_texts_and_still_answers_for_them(t
     if keep == "longest":
         assert want_key.to_pylist() == text_lengths(pa.array(texts)).to_pylist()
     rows = np.array([3, 1, 0], np.int64)
-    assert B.take_column(norm, rows, "text", [shard], cfg).to_pylist() == [texts[3], None, texts[0]]
-    assert B.take_column(norm, rows, "id", [shard], cfg).to_pylist() == ["d3", "d1", "d0"]
+    assert B.original_texts(shard, rows, cfg).to_pylist() == [texts[3], None, texts[0]]
+    assert B.take_column(norm, rows, "id").to_pylist() == ["d3", "d1", "d0"]
 
 
 def test_signature_values_go_with_the_task_that_makes_the_bands(tmp_path):

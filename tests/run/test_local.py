@@ -335,6 +335,31 @@ def test_write_stage_streams_without_the_normalized_texts(planted, tmp_path, mon
     assert plain.report["counts"] == indexed.report["counts"]
 
 
+def test_the_report_samples_are_started_before_the_write_stage(planted, tmp_path, monkeypatch):
+    """The sequence asks for the report's samples (sample texts, similarity summary) before it writes, so a
+    cluster's workers read them beside the write stage; one process takes them at once, and the report is the
+    same."""
+    from gpu_dedup.run.local import LocalExecutor
+
+    d, _ = planted
+    events = []
+    soon, write_table = LocalExecutor.soon, LocalExecutor.write_table
+
+    def spy_soon(self, fn, *args, **kw):
+        events.append("soon")
+        return soon(self, fn, *args, **kw)
+
+    def spy_write_table(self, *args, **kw):
+        events.append("write_table")
+        return write_table(self, *args, **kw)
+
+    monkeypatch.setattr(LocalExecutor, "soon", spy_soon)
+    monkeypatch.setattr(LocalExecutor, "write_table", spy_write_table)
+    res = run(d / "in", tmp_path / "out", Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}}))
+    assert events == ["soon", "write_table"]
+    assert res.report["largest_clusters"] and res.report["chaining"]["near_duplicates_removed"] > 0
+
+
 @pytest.mark.parametrize("writer", ["cudf", "pyarrow"])
 def test_a_device_writer_writes_several_shards_at_once_unless_gpu_writer_is_pyarrow(planted, planted_run, tmp_path,
                                                                                     monkeypatch, writer):

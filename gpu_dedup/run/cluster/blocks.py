@@ -289,7 +289,7 @@ LENGTH = "_length"  # the original texts' lengths (the ``longest`` policy's key)
 def normalize_block(data: BlockData, cfg: Config, run: str | None = None) -> BlockData:
     """The block with its normalized texts, and without its original texts: nothing after normalization reads
     them but the ``longest`` policy's key (their lengths, kept) and the report's few sample texts (read from
-    the shard again, :func:`take_column`).  Where the texts are kept: :func:`_kept`.  CPU workers read and
+    the shard again, :func:`original_texts`).  Where the texts are kept: :func:`_kept`.  CPU workers read and
     normalize a block in one step instead (:func:`read_block`); this is the GPU workers' second step."""
     if not family_for(cfg).uses_text:
         return data
@@ -568,29 +568,20 @@ def take_ids(data: BlockData, part: dict, column: str) -> dict:
     return {**part, "id": data.table.column("id").take(pa.array(rows.astype(np.int64))).combine_chunks()}
 
 
-def take_column(data: BlockData, rows: np.ndarray, column: str, shards: list, cfg: Config) -> pa.Array:
-    """``column`` (text or id) of the block's ``rows``; original texts, which a normalized block no longer
-    holds, read again from the pieces of ``shards`` that hold the rows."""
-    at = np.asarray(rows, np.int64) - data.block.row0
-    if column in data.table.schema.names:
-        return data.table.column(column).take(pa.array(at)).combine_chunks()
-    if column != "text":  # pragma: no cover - a block keeps every column the run reads but its texts
+def take_column(data: BlockData, rows: np.ndarray, column: str) -> pa.Array:
+    """``column`` of the block's ``rows``: a column the block keeps (ids; a normalized block has no original
+    texts: :func:`original_texts` reads them)."""
+    if column not in data.table.schema.names:  # pragma: no cover - a block keeps every column the run reads
         raise ValueError(f"a block holds no column {column!r}")
-    starts = np.cumsum([0] + [p.rows for p in data.block.pieces])
-    owner = np.searchsorted(starts[1:], at, side="right")
-    got, order = [], []
-    for k in np.unique(owner):  # only the pieces holding a row are read
-        sel = np.flatnonzero(owner == k)
-        # the text column alone, streamed up to the last row asked for, as one process reads its examples
-        got.append(read_texts(shards[k], replace(cfg.input, id_column=None),
-                              data.block.pieces[k].shard_row0 + at[sel] - starts[k]))
-        order.append(sel)
-    if not got:
-        return pa.array([], pa.large_string())
-    values = pa.concat_arrays(got) if len(got) > 1 else got[0]
-    inverse = np.empty(at.shape[0], np.int64)
-    inverse[np.concatenate(order)] = np.arange(at.shape[0])
-    return values.take(pa.array(inverse))
+    at = np.asarray(rows, np.int64) - data.block.row0
+    return data.table.column(column).take(pa.array(at)).combine_chunks()
+
+
+def original_texts(shard, rows: np.ndarray, cfg: Config) -> pa.Array:
+    """The original texts of one shard's ``rows`` (shard-relative, any order), read again from the shard: the
+    text column alone, through the row groups that hold them only, as one process reads its examples.  It
+    needs no block, so any worker reads it."""
+    return read_texts(shard, replace(cfg.input, id_column=None), rows)
 
 
 def block_id_type(data: BlockData, ids: bool) -> pa.DataType:

@@ -23,6 +23,7 @@ import operator
 import os
 import sys
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 
@@ -452,16 +453,32 @@ class DaskExecutor:
                          before=Step(_tag_rows, column=column, index=True), after=Step(_take_ids, self.loaded))
         return self.route(got, _part_dest, len(parts), after=Step(_ids_in_order))
 
+    def soon(self, fn, *args, **kw) -> _Soon:
+        return _Soon(fn, args, kw)
+
     def take(self, rows, column: str) -> pa.Array:
+        """``column`` at ``rows`` (a report's few dozen documents): original texts read again from the shards
+        holding them, one task per shard on whichever worker is free (a block keeps normalized texts only);
+        ids from the blocks, one task per block on its worker."""
         rows = np.asarray(rows, np.int64)
-        owner = np.searchsorted(self.block_starts[1:], rows, side="right")
+        if column == "text":
+            shards = self.corpus.shards
+            starts = shard_starts(shards)
+
+            def task(k, sel):
+                return self.client.submit(B.original_texts, shards[k], rows[sel] - starts[k], self.cfg, pure=False)
+        else:
+            starts = self.block_starts
+            homes = self._block_homes([self.loaded])  # where every block is: asked once, not once a block
+
+            def task(k, sel):
+                return self.client.submit(B.take_column, self.loaded[k], rows[sel], column, pure=False,
+                                          **routing.placed(homes[k]))
+        owner = np.searchsorted(starts[1:], rows, side="right")
         parts, order = [], []
-        homes = self._block_homes([self.loaded])  # where every block is: asked once, not once a block
-        for k in np.unique(owner):  # one task per block holding a row (a report shows a few dozen)
+        for k in np.unique(owner):  # a task per shard or block holding a row
             sel = np.flatnonzero(owner == k)
-            shards = [self.corpus.shards[i] for i in self.blocks[k].shard_indices] if self.blocks else []
-            parts.append(self.client.submit(B.take_column, self.loaded[k], rows[sel], column, shards, self.cfg,
-                                            pure=False, **routing.placed(homes[k])))
+            parts.append(task(k, sel))
             order.append(sel)
         if not parts:
             return pa.array([], pa.large_string() if column == "text" else pa.int64())
@@ -472,7 +489,7 @@ class DaskExecutor:
         values = pa.concat_arrays(got)
         inverse = np.empty(rows.shape[0], np.int64)
         inverse[np.concatenate(order)] = np.arange(rows.shape[0])
-        return values.take(pa.array(inverse))
+        return values.take(_arrow_int64(inverse))
 
     def release_texts(self) -> None:
         """Nothing to free from here: a worker's block texts go with the block's futures."""
@@ -545,6 +562,30 @@ class DaskExecutor:
         return int(sum(rows))
 
 
+class _Soon:
+    """``fn(*args, **kw)`` in a thread of the client (see :meth:`DaskExecutor.soon`): the client mostly waits on
+    futures, so the step's tasks run on the workers beside the stages that follow.  ``result()`` waits for it
+    and hands back its value or raises its error; a run that fails first leaves it to end with the client
+    (a daemon thread: it holds no process open), its error unread."""
+
+    def __init__(self, fn, args: tuple, kw: dict):
+        self._box: dict = {}
+        self._thread = threading.Thread(target=self._run, args=(fn, args, kw), name="gpu_dedup-soon", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn, args, kw) -> None:
+        try:
+            self._box["value"] = fn(*args, **kw)
+        except BaseException as exc:  # noqa: BLE001 - handed to result()
+            self._box["error"] = exc
+
+    def result(self):
+        self._thread.join()
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["value"]
+
+
 # --------------------------------------------------------------------------- worker functions
 
 
@@ -600,6 +641,13 @@ def _cugraph_components(client, edges: list, partitions: int):
         comms.destroy()
     frames_out = client.map(routing.from_df, parts, pure=False)
     return routing.route(client, frames_out, frames.hash_dest, partitions, on="node")
+
+
+def _arrow_int64(values: np.ndarray) -> pa.Array:
+    """An Arrow view of int64 ``values``, made without ``pa.array``: its first call imports pandas (0.4 s on
+    the client, which needs pandas for nothing else)."""
+    values = np.ascontiguousarray(values, np.int64)
+    return pa.Array.from_buffers(pa.int64(), values.shape[0], [None, pa.py_buffer(values)])
 
 
 def _own_centres(part: dict, first_doc: int) -> dict:
