@@ -95,8 +95,8 @@ def _plan(shards, cfg, block_rows):
     return shards, B.plan_blocks(infos, block_rows)
 
 
-def test_a_block_of_several_shards_reads_them_in_order_and_gives_back_their_original_texts(three_shards):
-    _, shards, texts, ids, _ = three_shards
+def test_a_block_of_several_shards_reads_them_in_order_and_gives_back_their_ids(three_shards):
+    _, shards, _, ids, _ = three_shards
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
     shards, blocks = _plan(shards, cfg, 14)
     assert [[p.shard_index for p in b.pieces] for b in blocks] == [[0, 1], [2]]  # 12 and 11 rows
