@@ -188,6 +188,10 @@ class OutputConfig:
                               "result; keep one of them true")
 
 
+# what 0 means for the cluster's integer thresholds (their errors say it)
+ZERO_MEANS = {"components_gathered_edges": "0: always the distributed large-star / small-star rounds",
+              "small_route_rows": "0: a route's pieces always taken out of their cuts by a task first"}
+
 MIN_WORKER_MEMORY = 512 * 2**20  # cluster.memory_limit: an idle worker with gpu_dedup loaded uses ~160 MiB
 
 
@@ -202,6 +206,10 @@ class ClusterConfig:
     # connected components: up to this many verified edges, one worker runs union-find over all of them;
     # above, large-star / small-star rounds over shuffles (no worker ever holds every edge)
     components_gathered_edges: int = 2_000_000
+    # after the buckets stage, when its memberships are at most this many: every worker that gathers a route's
+    # rows takes each source's whole cut (all its pieces), one scheduler round trip less a route for (workers)
+    # times the bytes; 0: never (each piece taken out of its cut by a task first)
+    small_route_rows: int = 1_000_000
     # CPU workers: where each block's normalized texts are kept. true: in a file of the worker's local
     # directory, mapped into memory only while a task reads them (the OS keeps them in its page cache while it
     # has room); false: in worker memory; auto: in memory until this run's texts would take more than
@@ -217,10 +225,10 @@ class ClusterConfig:
             raise ConfigError(f"cluster.spill_texts = {self.spill_texts!r} must be true, false or auto")
         if self.shuffle not in (None, "p2p", "tasks"):
             raise ConfigError(f"cluster.shuffle = {self.shuffle!r} must be null (automatic), p2p or tasks")
-        if isinstance(self.components_gathered_edges, bool) or not isinstance(self.components_gathered_edges, int) \
-                or self.components_gathered_edges < 0:
-            raise ConfigError(f"cluster.components_gathered_edges = {self.components_gathered_edges!r} must be an "
-                              "integer >= 0 (0: always the distributed large-star / small-star rounds)")
+        for key in ("components_gathered_edges", "small_route_rows"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"cluster.{key} = {value!r} must be an integer >= 0 ({ZERO_MEANS[key]})")
         if self.memory_limit != "auto":
             try:
                 size = parse_size(self.memory_limit)

@@ -147,3 +147,20 @@ def test_spill_texts_is_true_false_or_auto():
     with pytest.raises(ConfigError, match=r"cluster.spill_texts = 2 has the wrong type; expected bool or str "
                                           r"\(true, false or auto\)"):
         Config().with_overrides({"cluster.spill_texts": 2})
+
+
+def test_cluster_thresholds_are_integers_at_least_zero_and_say_what_zero_means():
+    import pytest
+
+    from gpu_dedup.config import Config
+    from gpu_dedup.errors import ConfigError
+
+    c = Config().cluster
+    assert (c.small_route_rows, c.components_gathered_edges) == (1_000_000, 2_000_000)
+    assert Config().with_overrides({"cluster.small_route_rows": 0}).cluster.small_route_rows == 0
+    with pytest.raises(ConfigError, match=r"cluster.small_route_rows = -1 must be an integer >= 0 \(0: a route's "
+                                          r"pieces always taken out of their cuts by a task first\)"):
+        Config().with_overrides({"cluster.small_route_rows": -1})
+    with pytest.raises(ConfigError, match=r"cluster.components_gathered_edges = -5 must be an integer >= 0 \(0: "
+                                          r"always the distributed large-star / small-star rounds\)"):
+        Config().with_overrides({"cluster.components_gathered_edges": -5})

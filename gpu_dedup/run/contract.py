@@ -150,6 +150,10 @@ class Executor(Protocol):
         into one, where rows move.  ``before`` / ``after`` (:class:`Step`): run on each source part before it
         is cut (ahead of ``explode``), and on each destination's rows once gathered."""
 
+    def expect_rows(self, rows: int) -> None:
+        """The routes from here on move about ``rows`` rows at most (after the buckets stage: its memberships),
+        so an executor may move few rows in fewer round trips (a cluster: ``cluster.small_route_rows``)."""
+
     def total(self, fn: Callable, *parts: Parts | None, **kw) -> dict:
         """``fn(*objects, **kw)`` -> dict of numbers on each partition, summed where the sequence runs."""
 

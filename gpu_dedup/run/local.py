@@ -506,6 +506,9 @@ class LocalExecutor:
         ids = col.take(pa.array(np.asarray(rows, np.int64))).combine_chunks() if len(rows) else pa.array([], col.type)
         return [{"id": ids}]
 
+    def expect_rows(self, rows: int) -> None:
+        """Nothing to plan: rows never move between partitions in one process."""
+
     def soon(self, fn, *args, **kw) -> Ready:
         """At once: this process's workers are its own threads, busy with every stage."""
         return Ready(fn(*args, **kw))

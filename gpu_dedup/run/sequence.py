@@ -231,8 +231,8 @@ def _bucket_counts(bk: dict, centres: dict | None) -> dict:
             "candidate_buckets": int(candidate.sum())}
 
 
-def _edge_counts(part: dict) -> dict:
-    return {"edges": int(part["src"].shape[0])}
+def _edge_counts(scored: dict, verified: dict) -> dict:
+    return {"scored": int(scored["src"].shape[0]), "verified": int(verified["src"].shape[0])}
 
 
 def _home_edges(edges: dict, prior) -> dict:
@@ -569,6 +569,8 @@ class _Sequence:
 
         parts = self._unit("buckets", ("buckets",), compute)
         self.bk, self.centres_in = parts["buckets"], parts["centres"]
+        # every later stage moves the rows of these memberships at most: star pairs, edges, cluster members
+        ex.expect_rows(self.counts["bucket_memberships"])
 
     def verify(self):
         """Star edges per bucket, verified, re-starred for lsh.star_rounds rounds."""
@@ -586,8 +588,8 @@ class _Sequence:
                 if ex.partitions > 1:  # a pair found in buckets of two partitions is one edge
                     verified = self._route(verified, frames.hash_dest, on=("src", "dst"), after=Step(unique_edges))
                     scored = self._route(scored, frames.hash_dest, on=("src", "dst"), after=Step(unique_edges))
-                s = ex.total(_edge_counts, scored)["edges"]
-                v = ex.total(_edge_counts, verified)["edges"]
+                c = ex.total(_edge_counts, scored, verified)  # both counts in one round trip
+                s, v = c["scored"], c["verified"]
                 info.update(method=method, star_rounds=rounds, candidate_edges=s, verified_edges=v)
             return ({"verified": verified, "scored": scored, "centres": centres},
                     {"candidate_edges": s, "verified_edges": v}, {})

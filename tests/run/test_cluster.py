@@ -232,7 +232,8 @@ def cluster3():
 
 
 @pytest.mark.parametrize("extra, block_rows", [
-    ({"cluster": {"components_gathered_edges": 0}}, 150),  # large-star / small-star rounds, not union-find
+    # large-star / small-star rounds, not union-find; every piece taken out of its cut by a task, small routes too
+    ({"cluster": {"components_gathered_edges": 0, "small_route_rows": 0}}, 150),
     ({"select": {"keep": "lowest_id"}, "cluster": {"shuffle": "tasks"}}, 450),  # Dask's own shuffle; id ranks
     ({"select": {"split_chains": False}, "exact_dedup": False}, 700),
 ])

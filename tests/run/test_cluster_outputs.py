@@ -33,8 +33,10 @@ def test_a_route_keeps_source_order_and_arrow_columns():
     assert groups == [[0, 2], [1]] and place == [(0, 0), (1, 0), (0, 1)]
     cut = [routing.split(p, i, frames.hash_dest, 3, groups=groups, on="k") for i, p in enumerate(parts)]
     grouped = [routing.gather_pieces(i, [c[g] for c in cut]) for g, i in place]
-    for a, b in zip(out, grouped):
+    whole = [routing.gather_group(i, g, None, *cut) for g, i in place]  # a small route: the whole cuts handed over
+    for a, b, c in zip(out, grouped, whole):
         assert a["id"].equals(b["id"]) and np.array_equal(a["k"], b["k"])
+        assert a["id"].equals(c["id"]) and np.array_equal(a["k"], c["k"])
 
 
 def test_sources_tally_what_they_hand_to_a_route():

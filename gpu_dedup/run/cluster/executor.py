@@ -101,6 +101,7 @@ class DaskExecutor:
         self._prepared = None
         self.bands = None  # the bands parts (signatures for verification by signature)
         self.routes = 0
+        self.expected_rows: int | None = None  # what later routes move at most (expect_rows); None: unknown
         self.vector_dim = None  # the corpus's vector length (input.vector_column)
         self.run_key = uuid.uuid4().hex  # the workers tally what this run's routes move under it
         self.moved_totals: dict = {}  # stage -> [rows, bytes] the routes moved (routing.take_moved)
@@ -313,7 +314,13 @@ class DaskExecutor:
         return routing.route(self.client, parts, dest, n, explode=explode, explode_kw=explode_kw,
                              shuffle_method=self.cfg.cluster.shuffle, account=(self.run_key, stage),
                              homes=self._destination_homes(n), before=before, after=after,
-                             source_homes=self._block_homes(before.others) if before is not None else None, **kw)
+                             source_homes=self._block_homes(before.others) if before is not None else None,
+                             whole_cuts=self.expected_rows is not None and
+                             self.expected_rows <= self.cfg.cluster.small_route_rows,
+                             **kw)
+
+    def expect_rows(self, rows: int) -> None:
+        self.expected_rows = rows
 
     @property
     def workers(self) -> int:

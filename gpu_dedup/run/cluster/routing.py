@@ -187,6 +187,12 @@ def gather_direct(at: int, step: tuple | None, *pieces) -> dict:
     return gather_pieces(at, list(pieces), step)
 
 
+def gather_group(at: int, group: int, step: tuple | None, *cuts) -> dict:
+    """:func:`gather_direct` of the ``group``-th piece of each source's whole cut, handed to the task itself (a
+    small route: no task that takes a piece out of a cut in between)."""
+    return gather_pieces(at, [c[group] for c in cuts], step)
+
+
 def finish_and_step(df, step: tuple | None = None) -> dict:
     return _run_step(step, finish(df))
 
@@ -212,7 +218,7 @@ def _home(homes, k: int):
 
 
 def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuffle_method=None, account=None,
-          homes=None, before=None, after=None, source_homes=None, **kw) -> list:
+          homes=None, before=None, after=None, source_homes=None, whole_cuts: bool = False, **kw) -> list:
     """Rows of ``parts`` to ``n`` partitions by ``dest(frame, n, **kw)``; a list of ``n`` futures.
 
     Up to DIRECT_PIECES (source, gathering worker) pieces (and unless ``shuffle_method`` names one of Dask's),
@@ -224,7 +230,9 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
     source's worker tallies the (rows, bytes) it hands over (:func:`take_moved`).  ``before`` / ``after``
     (:class:`gpu_dedup.run.contract.Step`): what each source task runs on its part before cutting it, and
     each destination task on its rows once gathered; ``source_homes[i]``: the workers source ``i``'s task
-    should run on (where a block its step reads is)."""
+    should run on (where a block its step reads is); ``whole_cuts`` (a small route, up to HELD_FROM_SOURCES
+    sources): each destination takes its group's piece out of every source's whole cut itself, one scheduler
+    round trip less on the route's path for (workers) times the bytes moved (``cluster.small_route_rows``)."""
     groups, place = destination_groups(list(homes) if homes is not None else [None] * n)
     m = len(parts)
     steps = [before.at(i) if before is not None else None for i in range(m)]
@@ -236,6 +244,11 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
         cut = [client.submit(cutter, p, steps[i], i, dest=dest, n=n, explode=explode, explode_kw=explode_kw,
                              groups=groups, account=account, pure=False, priority=src_priority, **placed(where[i]),
                              **kw) for i, p in enumerate(parts)]
+        if whole_cuts and len(groups) > 1 and m <= HELD_FROM_SOURCES:
+            first = later()
+            return [client.submit(gather_group, i, g, ends[k], *cut, pure=False, priority=first,
+                                  **placed(_home(homes, k)))
+                    for k, (g, i) in enumerate(place)]
         pieces = [client.map(operator.getitem, cut, [g] * m, pure=False, priority=later())
                   for g in range(len(groups))] if len(groups) > 1 else [cut]
         first = later()
