@@ -11,6 +11,7 @@ import json
 import platform
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,14 @@ def machine() -> dict:
         cores = os.cpu_count()
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {"cpu": cpu, "cores": cores, "memory_gib": round(mem, 1), "python": platform.python_version()}
+
+
+def scratch(workdir=None) -> tempfile.TemporaryDirectory:
+    """A temporary directory for a benchmark's generated corpora and outputs, inside ``workdir`` (``--workdir``,
+    made if it does not exist yet) or the system's temporary directory; removed when the benchmark ends."""
+    if workdir is not None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(dir=workdir)
 
 
 def growth_exponent(sizes, values) -> float:

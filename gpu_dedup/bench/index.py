@@ -12,14 +12,13 @@ import datetime as _dt
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.bench import machine, write_results
+from gpu_dedup.bench import machine, scratch, write_results
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 
 _OPEN_AND_QUERY = r"""
@@ -44,7 +43,7 @@ print(json.dumps({"import_s": t_import, "open_s": t_open, "first_query_s": t_fir
 
 def run(documents: int = 1_000_000, queries: int = 10_000, single: int = 200, results="bench-results",
         workdir=None) -> dict:
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+    with scratch(workdir) as tmp:
         tmp = Path(tmp)
         sample = planted_corpus(n_docs=documents + queries // 2, n_clusters=documents // 100, words=(60, 400),
                                 edit_rate=(0.0, 0.05), seed=31)

@@ -64,13 +64,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from gpu_dedup.bench import child_env, growth_exponent, machine, run_cli_job, write_results
+from gpu_dedup.bench import child_env, growth_exponent, machine, run_cli_job, scratch, write_results
 from gpu_dedup.bench.workers import make_corpus
 
 TOOLS = ("gpu_dedup", "rensa", "datasketch")  # the default; datatrove on request (--tools ... datatrove)
@@ -552,7 +551,7 @@ def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: 
         if _gpu_usable():
             tools.insert(tools.index("gpu_dedup") + 1, "gpu_dedup[gpu]")
     e2e, scaling = [], []
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+    with scratch(workdir) as tmp:
         tmp = Path(tmp)
         corpora = []
         for n in sorted(sizes):

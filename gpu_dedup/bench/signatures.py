@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,7 +42,7 @@ from numba.extending import intrinsic  # noqa: E402
 
 from gpu_dedup.backends import get_backend  # noqa: E402
 from gpu_dedup.backends.strings import string_buffers  # noqa: E402
-from gpu_dedup.bench import machine, write_results  # noqa: E402
+from gpu_dedup.bench import machine, scratch, write_results  # noqa: E402
 from gpu_dedup.bench.peers import _read_corpus, peer_shingles  # noqa: E402
 from gpu_dedup.bench.workers import make_corpus  # noqa: E402
 from gpu_dedup.config import Config  # noqa: E402
@@ -249,7 +248,7 @@ def markdown(p: dict) -> str:
 
 
 def run(docs: int = 100_000, repeats: int = 5, results="bench-results", corpus=None, workdir=None) -> dict:
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+    with scratch(workdir) as tmp:
         if corpus is None:
             corpus = Path(tmp) / "planted"
             make_corpus(corpus, docs)

@@ -8,10 +8,15 @@ of wall time against the number of documents (1.0 = linear).
 from __future__ import annotations
 
 import datetime as _dt
-import tempfile
 from pathlib import Path
 
-from gpu_dedup.bench import growth_exponent, machine, run_cli_job, write_results
+from gpu_dedup.bench import (
+    growth_exponent,
+    machine,
+    run_cli_job,
+    scratch,
+    write_results,
+)
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 
 
@@ -24,7 +29,7 @@ def corpus(n: int, directory: Path, seed: int = 0) -> Path:
 
 def run(sizes=(10_000, 100_000, 1_000_000), results="bench-results", workdir=None) -> dict:
     rows = []
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+    with scratch(workdir) as tmp:
         for n in sizes:
             inp = corpus(n, Path(tmp) / f"in-{n}")
             for exact in (True, False):

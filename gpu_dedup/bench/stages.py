@@ -39,7 +39,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -48,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpu_dedup.bench import machine, write_results
+from gpu_dedup.bench import machine, scratch, write_results
 from gpu_dedup.config import InputConfig, NormalizeConfig
 from gpu_dedup.evaluation.sample import planted_corpus
 from gpu_dedup.kernels.text_cpu import dev as _text_dev
@@ -230,7 +229,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", default=None, help="directory for the temporary files (default: system temp)")
     args = ap.parse_args(argv)
     rows = []
-    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+    with scratch(args.workdir) as tmp:
         tmp = Path(tmp)
         corpora = [(f"planted-{args.docs // 1000}k", lambda: planted_corpus(args.docs, max(1, args.docs // 20), seed=1).table)]
         if not args.no_man:

@@ -23,13 +23,12 @@ import contextlib
 import datetime as _dt
 import filecmp
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from gpu_dedup.bench import machine, run_cli_job, write_results
+from gpu_dedup.bench import machine, run_cli_job, scratch, write_results
 from gpu_dedup.config import ClusterConfig, Config
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.run.cluster.connection import local_cluster, worker_threads
@@ -79,7 +78,7 @@ def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None,
     variants = [("planted", 0.0)] + ([("boilerplate", boilerplate)] if boilerplate else [])
     for n in documents:
         for variant, share in variants:
-            with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+            with scratch(workdir) as tmp:
                 tmp = Path(tmp)
                 # row groups no larger than a block: a block holds whole row groups
                 text_bytes = make_corpus(tmp / "in", n, row_group_rows=block_rows, boilerplate=share)

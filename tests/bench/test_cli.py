@@ -11,8 +11,10 @@ from gpu_dedup import cli
 
 def test_stages_runs_and_writes_results(tmp_path, capsys):
     out = tmp_path / "res"
+    work = tmp_path / "not" / "yet"  # --workdir is made when it does not exist, and left empty
     assert cli.main(["bench", "stages", "--docs", "200", "--no-man", "--repeat", "1", "--results", str(out),
-                     "--workdir", str(tmp_path)]) == 0
+                     "--workdir", str(work)]) == 0
+    assert work.is_dir() and not any(work.iterdir())
     res = json.loads((out / "stages.json").read_text())
     assert {r["stage"] for r in res["rows"]} >= {"read parquet", "read jsonl", "normalize", "write parquet"}
     assert all(r["corpus"] == "planted-0k" and r["ours_mb_s"] > 0 for r in res["rows"])
