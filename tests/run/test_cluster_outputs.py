@@ -39,6 +39,33 @@ def test_a_route_keeps_source_order_and_arrow_columns():
         assert a["id"].equals(c["id"]) and np.array_equal(a["k"], c["k"])
 
 
+class _Recorder:
+    """A stand-in for a Dask client that records the tasks a route's graph is made of."""
+
+    def __init__(self):
+        self.tasks = []
+
+    def submit(self, fn, *args, **kw):
+        self.tasks.append(fn.__name__)
+        return object()
+
+    def map(self, fn, *iterables, **kw):
+        self.tasks += [fn.__name__] * len(iterables[0])
+        return [object() for _ in iterables[0]]
+
+
+@pytest.mark.parametrize("whole_cuts", [True, False])
+def test_a_small_route_hands_each_gathering_worker_the_whole_cuts(whole_cuts):
+    client = _Recorder()
+    out = routing.route(client, [object()] * 3, frames.hash_dest, 4, homes=["a", "b", "a", "b"],
+                        whole_cuts=whole_cuts, on="k")
+    assert len(out) == 4
+    if whole_cuts:  # 3 cuts, 4 destinations: no task between them
+        assert sorted(client.tasks) == ["gather_group"] * 4 + ["step_and_split"] * 3
+    else:  # each cut's piece for each of the 2 gathering workers taken out by a getitem task first
+        assert sorted(client.tasks) == ["gather_direct"] * 4 + ["getitem"] * 6 + ["step_and_split"] * 3
+
+
 def test_sources_tally_what_they_hand_to_a_route():
     part = {"k": np.arange(10, dtype=np.int64), "id": pa.array([f"d{i}" for i in range(10)])}
     routing.split(part, 0, frames.hash_dest, 3, account=("run-a", "exact"), on="k")

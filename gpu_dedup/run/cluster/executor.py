@@ -315,12 +315,14 @@ class DaskExecutor:
                              shuffle_method=self.cfg.cluster.shuffle, account=(self.run_key, stage),
                              homes=self._destination_homes(n), before=before, after=after,
                              source_homes=self._block_homes(before.others) if before is not None else None,
-                             whole_cuts=self.expected_rows is not None and
-                             self.expected_rows <= self.cfg.cluster.small_route_rows,
-                             **kw)
+                             whole_cuts=self._small_routes(), **kw)
 
     def expect_rows(self, rows: int) -> None:
         self.expected_rows = rows
+
+    def _small_routes(self) -> bool:
+        """The routes from here on move few rows (``cluster.small_route_rows``): whole cuts to each worker."""
+        return self.expected_rows is not None and self.expected_rows <= self.cfg.cluster.small_route_rows
 
     @property
     def workers(self) -> int:
