@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
+import pyarrow as pa
 
 from gpu_dedup.errors import ConfigError
 
@@ -230,6 +231,33 @@ class Ready:
 def shard_starts(shards) -> np.ndarray:
     """Global row of each shard's first row, and the total: ``starts[i]:starts[i+1]`` are shard ``i``'s rows."""
     return np.cumsum([0] + [s.rows for s in shards]).astype(np.int64)
+
+
+def take_in_order(rows, starts: np.ndarray, fetch: Callable, text: bool) -> pa.Array:
+    """Values of ``rows`` (global rows, any order; a report's few dozen) from their owners, the ranges
+    ``starts[k]:starts[k+1]`` (shards or blocks), in the order of ``rows``.  ``fetch(groups)``, with
+    ``groups`` the (owner ``k``, positions in ``rows`` it holds) of each owner holding a row, returns each
+    group's values in that order (read by threads, or by tasks on workers).  Texts are cast to one type: large
+    strings, or large binary where a shard holds binary."""
+    rows = np.asarray(rows, np.int64)
+    owner = np.searchsorted(starts[1:], rows, side="right")
+    groups = [(int(k), np.flatnonzero(owner == k)) for k in np.unique(owner)]
+    parts = fetch(groups) if groups else []
+    if not parts:
+        return pa.array([], pa.large_string() if text else pa.int64())
+    if text:
+        binary = any(pa.types.is_binary(p.type) or pa.types.is_large_binary(p.type) for p in parts)
+        parts = [p.cast(pa.large_binary() if binary else pa.large_string()) for p in parts]
+    inverse = np.empty(rows.shape[0], np.int64)
+    inverse[np.concatenate([sel for _, sel in groups])] = np.arange(rows.shape[0])
+    return pa.concat_arrays(parts).take(arrow_int64(inverse))
+
+
+def arrow_int64(values: np.ndarray) -> pa.Array:
+    """An Arrow view of int64 ``values``, made without ``pa.array``: its first call imports pandas (0.4 s on
+    a cluster's client, which needs pandas for nothing else)."""
+    values = np.ascontiguousarray(values, np.int64)
+    return pa.Array.from_buffers(pa.int64(), values.shape[0], [None, pa.py_buffer(values)])
 
 
 def one_process_only(what: str, instead: str = "") -> ConfigError:

@@ -49,7 +49,7 @@ from gpu_dedup.run.checkpoint import (
     run_fingerprint,
     staged,
 )
-from gpu_dedup.run.contract import Ready, shard_starts
+from gpu_dedup.run.contract import Ready, shard_starts, take_in_order
 from gpu_dedup.run.prior import IndexPrior, NoPrior
 from gpu_dedup.run.progress import chunks
 from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_output
@@ -609,24 +609,17 @@ class _ShardTexts:
     def take(self, rows) -> pa.Array:
         rows = np.asarray(rows, np.int64)
         shards = self.corpus.shards
-        starts = np.cumsum([0] + [s.rows for s in shards])
-        owner = np.searchsorted(starts, rows, side="right") - 1
+        starts = shard_starts(shards)
         cfg = replace(self.cfg.input, id_column=None)
-        order = [np.flatnonzero(owner == k) for k in np.unique(owner)]  # the rows each shard holds
 
-        def texts(sel):  # read again, streamed; decoding releases the GIL: up to a shard per core at a time
-            k = owner[sel[0]]
+        def texts(group):  # read again, streamed; decoding releases the GIL: up to a shard per core at a time
+            k, sel = group
             return read_texts(shards[k], cfg, rows[sel] - starts[k])
 
-        with ThreadPoolExecutor(max(1, min(len(order), os.cpu_count() or 1))) as pool:
-            parts = list(pool.map(texts, order))  # one read per shard holding a row (a few dozen texts)
-        if not parts:
-            return pa.array([], pa.large_string())
-        binary = any(pa.types.is_binary(p.type) or pa.types.is_large_binary(p.type) for p in parts)
-        values = pa.concat_arrays([p.cast(pa.large_binary() if binary else pa.large_string()) for p in parts])
-        inverse = np.empty(rows.shape[0], np.int64)
-        inverse[np.concatenate(order)] = np.arange(rows.shape[0])
-        return values.take(pa.array(inverse))
+        def fetch(groups):  # one read per shard holding a row (a few dozen texts)
+            with ThreadPoolExecutor(max(1, min(len(groups), os.cpu_count() or 1))) as pool:
+                return list(pool.map(texts, groups))
+        return take_in_order(rows, starts, fetch, text=True)
 
 
 def _byte_batches(offsets: np.ndarray, batch_bytes: int, max_rows: int | None = None) -> list:

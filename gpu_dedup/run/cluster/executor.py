@@ -38,7 +38,7 @@ from gpu_dedup.backends import array_module, get_backend, to_host
 from gpu_dedup.config import Config
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash, staged
 from gpu_dedup.run.cluster.connection import connect, quiet_teardown
-from gpu_dedup.run.contract import Step, shard_starts
+from gpu_dedup.run.contract import Step, shard_starts, take_in_order
 from gpu_dedup.run.prior import NoPrior
 from gpu_dedup.run.sequence import CorpusCounts
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
@@ -474,31 +474,17 @@ class DaskExecutor:
             shards = self.corpus.shards
             starts = shard_starts(shards)
 
-            def task(k, sel):
-                return self.client.submit(B.original_texts, shards[k], rows[sel] - starts[k], self.cfg, pure=False)
-        else:
-            starts = self.block_starts
-            homes = self._block_homes([self.loaded])  # where every block is: asked once, not once a block
+            def fetch(groups):
+                return self.client.gather([self.client.submit(B.original_texts, shards[k], rows[sel] - starts[k],
+                                                              self.cfg, pure=False) for k, sel in groups])
+            return take_in_order(rows, starts, fetch, text=True)
+        homes = self._block_homes([self.loaded])  # where every block is: asked once, not once a block
 
-            def task(k, sel):
-                return self.client.submit(B.take_column, self.loaded[k], rows[sel], column, pure=False,
-                                          **routing.placed(homes[k]))
-        owner = np.searchsorted(starts[1:], rows, side="right")
-        parts, order = [], []
-        for k in np.unique(owner):  # a task per shard or block holding a row
-            sel = np.flatnonzero(owner == k)
-            parts.append(task(k, sel))
-            order.append(sel)
-        if not parts:
-            return pa.array([], pa.large_string() if column == "text" else pa.int64())
-        got = self.client.gather(parts)
-        if column == "text":
-            binary = any(pa.types.is_binary(p.type) or pa.types.is_large_binary(p.type) for p in got)
-            got = [p.cast(pa.large_binary() if binary else pa.large_string()) for p in got]
-        values = pa.concat_arrays(got)
-        inverse = np.empty(rows.shape[0], np.int64)
-        inverse[np.concatenate(order)] = np.arange(rows.shape[0])
-        return values.take(_arrow_int64(inverse))
+        def fetch_ids(groups):
+            return self.client.gather([self.client.submit(B.take_column, self.loaded[k], rows[sel], column,
+                                                          pure=False, **routing.placed(homes[k]))
+                                       for k, sel in groups])
+        return take_in_order(rows, self.block_starts, fetch_ids, text=False)
 
     def release_texts(self) -> None:
         """Nothing to free from here: a worker's block texts go with the block's futures."""
@@ -650,13 +636,6 @@ def _cugraph_components(client, edges: list, partitions: int):
         comms.destroy()
     frames_out = client.map(routing.from_df, parts, pure=False)
     return routing.route(client, frames_out, frames.hash_dest, partitions, on="node")
-
-
-def _arrow_int64(values: np.ndarray) -> pa.Array:
-    """An Arrow view of int64 ``values``, made without ``pa.array``: its first call imports pandas (0.4 s on
-    the client, which needs pandas for nothing else)."""
-    values = np.ascontiguousarray(values, np.int64)
-    return pa.Array.from_buffers(pa.int64(), values.shape[0], [None, pa.py_buffer(values)])
 
 
 def _own_centres(part: dict, first_doc: int) -> dict:
