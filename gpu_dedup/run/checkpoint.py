@@ -2,7 +2,14 @@
 
 After each checkpointed stage its arrays go to ``<output>/.gpu_dedup_checkpoint/<unit>.npz``
 (written to a temporary name, then renamed: a half-written file is never
-read).  The directory holds a manifest with the run fingerprint: a hash of
+read).  Checkpoints and shard marks are written by one background thread, in
+the order they were asked for, so the next stage does not wait on the disk: a
+checkpoint only shortens a later resume, and one that a crash or power loss
+leaves missing or garbled is computed again (``np.load`` checks each array's
+CRC).  So checkpoints are not synced to disk; the outputs are.  A run that
+reaches its commit drops the checkpoints still queued (it removes the
+directory next), and an error of a background write (a full disk) is raised
+by the next call that saves, marks, reads a mark or removes.  The directory holds a manifest with the run fingerprint: a hash of
 the configuration, the input files (path and identity: size, modification
 time and a digest of the Parquet footer or the first and last blocks, see
 :func:`gpu_dedup.stages.storage.shard_identity`), the gpu_dedup version
@@ -29,7 +36,10 @@ import json
 import logging
 import os
 import signal
+import threading
+import weakref
 import zipfile
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -47,16 +57,78 @@ CHECKPOINT_DIR = ".gpu_dedup_checkpoint"
 MANIFEST = "manifest.json"
 
 
+_LIVE: weakref.WeakSet[Checkpoints] = weakref.WeakSet()  # whose background writes a fault waits for
+
+
 def maybe_crash(point: str) -> None:
     """Fault injection for tests: SIGKILL this process if GPU_DEDUP_FAULT names ``point``
-    (``<point>:interrupt``: SIGINT, as Ctrl-C would)."""
+    (``<point>:interrupt``: SIGINT, as Ctrl-C would).  The checkpoints queued before ``point`` are written
+    first, so that what a killed run resumes from does not depend on how fast the disk was."""
     fault = os.environ.get("GPU_DEDUP_FAULT")
-    if fault == point:
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif fault == f"{point}:interrupt":
-        os.kill(os.getpid(), signal.SIGINT)
-    elif fault == f"{point}:terminate":
-        os.kill(os.getpid(), signal.SIGTERM)
+    if not fault:
+        return
+    sig = {point: signal.SIGKILL, f"{point}:interrupt": signal.SIGINT, f"{point}:terminate": signal.SIGTERM}.get(fault)
+    if sig is None:
+        return
+    if not point.startswith("save:"):  # a save's own fault point runs on the writer thread
+        for ckpt in list(_LIVE):
+            ckpt.wait(raise_errors=False)
+    os.kill(os.getpid(), sig)
+
+
+class _Writer:
+    """One background thread that runs write jobs in order (see the module doc)."""
+
+    def __init__(self):
+        self._jobs: deque = deque()
+        self._cv = threading.Condition()
+        self._busy = False
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def submit(self, fn) -> None:
+        with self._cv:
+            self._jobs.append(fn)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="gpu-dedup-checkpoints", daemon=True)
+                self._thread.start()
+            self._cv.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._jobs:
+                    self._cv.wait()
+                fn = self._jobs.popleft()
+                self._busy = True
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - raised again by the caller's next sync point
+                with self._cv:
+                    if self._error is None:
+                        self._error = exc
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+
+    def check(self) -> None:
+        """The first error of a finished job, raised (once)."""
+        with self._cv:
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def wait(self, drop: bool = False, raise_errors: bool = True) -> None:
+        """Until no job runs or waits (``drop``: the waiting ones are dropped); then the first error of one,
+        raised (``raise_errors``) or kept for the next check."""
+        with self._cv:
+            if drop:
+                self._jobs.clear()
+            while self._jobs or self._busy:
+                self._cv.wait()
+        if raise_errors:
+            self.check()
 
 
 def run_fingerprint(cfg, shards, executor: str = "local") -> str:
@@ -98,13 +170,24 @@ class Checkpoints:
         self.resumed = sorted(p.stem for p in self.dir.glob("*.npz"))
         if self.resumed:
             log.info("resuming: checkpoints found for %s", ", ".join(self.resumed))
+        self._writer = _Writer()
+        self._ensured = False
+        self._marks: dict = {}  # marks of this process (read back without waiting for their files)
+        _LIVE.add(self)
+
+    def wait(self, raise_errors: bool = True) -> None:
+        """Until every checkpoint and mark asked for so far is written (an error of one is raised here)."""
+        self._writer.wait(raise_errors=raise_errors)
 
     def _ensure(self) -> None:
-        """The checkpoint directory and its manifest, before the first file goes in."""
+        """The checkpoint directory and its manifest, before the first file goes in (on the writer thread)."""
+        if self._ensured:
+            return
         manifest = self.dir / MANIFEST
         if not manifest.exists():
             self.dir.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(manifest, json.dumps({"fingerprint": self.fingerprint}).encode())
+        self._ensured = True
 
     def _path(self, unit: str) -> Path:
         return self.dir / f"{unit}.npz"
@@ -113,19 +196,24 @@ class Checkpoints:
         return self._path(unit).exists()
 
     def save(self, unit: str, arrays: dict, meta: dict) -> None:
+        """Write ``arrays`` (host arrays, which nobody changes afterwards) and ``meta`` as unit ``unit``,
+        in the background (see the module doc)."""
+        self._writer.check()  # an earlier write's error stops the run here
+        meta = json.dumps(meta)  # as it is now
+        self._writer.submit(lambda: self._save(unit, arrays, meta))
+
+    def _save(self, unit: str, arrays: dict, meta: str) -> None:
         self._ensure()
         if is_url(self.dir):  # one upload: the store publishes it whole or not at all
             buf = io.BytesIO()
-            np.savez(buf, __meta__=np.array(json.dumps(meta)), **arrays)
+            np.savez(buf, __meta__=np.array(meta), **arrays)
             maybe_crash(f"save:{unit}")
             atomic_write_bytes(self._path(unit), buf.getbuffer())
             return
         tmp = self.dir / f".{unit}.npz.tmp"
         try:
             with open(tmp, "wb") as f:
-                np.savez(f, __meta__=np.array(json.dumps(meta)), **arrays)
-                f.flush()
-                os.fsync(f.fileno())
+                np.savez(f, __meta__=np.array(meta), **arrays)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise write_error(tmp, exc) from None
@@ -150,11 +238,21 @@ class Checkpoints:
         return arrays, meta
 
     def mark(self, name: str, record: dict | None = None) -> None:
-        self._ensure()
-        atomic_write_bytes(self.dir / f"{name}.done", json.dumps(record or {}).encode(), tmp_dir=self.dir)
+        """Mark ``name`` done with ``record`` (in the background, after the saves asked for before it)."""
+        self._writer.check()
+        self._marks[name] = dict(record or {})
+        payload = json.dumps(record or {}).encode()
+
+        def write():
+            self._ensure()
+            atomic_write_bytes(self.dir / f"{name}.done", payload, tmp_dir=self.dir)
+
+        self._writer.submit(write)
 
     def marked(self, name: str):
         """The record saved with mark ``name`` ({} when it has none), or None when unmarked or unreadable."""
+        if name in self._marks:
+            return dict(self._marks[name])
         try:
             data = json.loads((self.dir / f"{name}.done").read_text() or "{}")
         except (OSError, ValueError):
@@ -162,6 +260,8 @@ class Checkpoints:
         return data if isinstance(data, dict) else None
 
     def remove(self) -> None:
+        """The checkpoint directory removed (the run committed): checkpoints still queued are not written."""
+        self._writer.wait(drop=True, raise_errors=False)
         remove_tree(self.dir)
 
 
@@ -190,6 +290,9 @@ class NoCheckpoints:
         return False
 
     def save(self, unit: str, arrays: dict, meta: dict) -> None:
+        pass
+
+    def wait(self, raise_errors: bool = True) -> None:
         pass
 
     def mark(self, name: str, record: dict | None = None) -> None:

@@ -145,7 +145,11 @@ def execute(job: Job, ex, ckpt, st: StageLog | None = None) -> RunResult:
     ``ckpt`` says which stage units are finished (:class:`gpu_dedup.run.checkpoint.Checkpoints`,
     or :class:`~gpu_dedup.run.checkpoint.NoCheckpoints`); the executor saves and loads their parts.
     """
-    return _Sequence(job, ex, ckpt, st or StageLog()).run()
+    try:
+        return _Sequence(job, ex, ckpt, st or StageLog()).run()
+    except BaseException:  # what was finished before the error is on disk for the rerun (see run.checkpoint)
+        ckpt.wait(raise_errors=False)
+        raise
 
 
 # ---------------------------------------------------------------------------- glue between stages
@@ -881,6 +885,6 @@ def finish_output(job: Job, report: dict, ckpt, expected_rows: dict | None = Non
     for i, shard in enumerate(od.shards):  # digests taken when a resumable run staged its shards
         rec = ckpt.marked(f"shard-{i}") if od.names else None
         if rec and rec.get("name") == shard.name:
-            recorded[shard.name] = {"size": rec["size"], "sha256": rec["sha256"]}
+            recorded[shard.name] = rec
     od.commit(ckpt.fingerprint or report["fingerprint"], expected_rows or {}, recorded)
     ckpt.remove()

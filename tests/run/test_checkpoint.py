@@ -177,3 +177,82 @@ def test_garbled_staged_shard_of_a_killed_run_is_written_again(corpus, tmp_path)
     assert again.returncode == 0, again.stderr
     _same_outputs(corpus / "clean", out)
     assert_accounted(out, _inputs(corpus / "in"))
+
+
+# ---------------------------------------------------------------- the background writer
+
+
+def _blocked(monkeypatch):
+    """Checkpoints whose writer thread waits for ``release`` before each save it writes."""
+    import threading
+
+    from gpu_dedup.run import checkpoint
+
+    release, started = threading.Event(), threading.Event()
+    real = checkpoint.Checkpoints._save
+
+    def slow(self, unit, arrays, meta):
+        started.set()
+        assert release.wait(30)
+        real(self, unit, arrays, meta)
+
+    monkeypatch.setattr(checkpoint.Checkpoints, "_save", slow)
+    return release, started
+
+
+def test_a_checkpoint_is_written_in_the_background_and_in_order(tmp_path, monkeypatch):
+    import numpy as np
+
+    from gpu_dedup.run.checkpoint import Checkpoints
+
+    release, started = _blocked(monkeypatch)
+    ck = Checkpoints(tmp_path, "fp")
+    ck.save("exact", {"docs/row": np.arange(5)}, {"stages": {}, "counts": {"a": 1}})
+    assert started.wait(30)  # the save returned while its file is still being written
+    ck.save("bands", {"bands/x": np.arange(3)}, {"stages": {}, "counts": {}})
+    ck.mark("shard-0", {"name": "a", "size": 1})
+    assert not ck.has("exact") and not ck.has("bands")
+    assert ck.marked("shard-0") == {"name": "a", "size": 1}  # this process's marks without waiting
+    release.set()
+    ck.wait()
+    arrays, meta = ck.load("exact")
+    assert list(arrays["docs/row"]) == [0, 1, 2, 3, 4] and meta["counts"] == {"a": 1}
+    assert ck.has("bands") and json.loads((ck.dir / "shard-0.done").read_text()) == {"name": "a", "size": 1}
+    assert not list(ck.dir.glob(".*.tmp"))
+
+
+def test_a_commit_drops_the_checkpoints_still_queued(tmp_path, monkeypatch):
+    import numpy as np
+
+    from gpu_dedup.run.checkpoint import Checkpoints
+
+    release, started = _blocked(monkeypatch)
+    ck = Checkpoints(tmp_path, "fp")
+    ck.save("exact", {"a/b": np.arange(2)}, {"stages": {}, "counts": {}})
+    assert started.wait(30)
+    for unit in ("bands", "buckets", "verify"):
+        ck.save(unit, {"a/b": np.arange(2)}, {"stages": {}, "counts": {}})
+    release.set()
+    ck.remove()  # waits for the save being written, drops the three queued
+    assert not ck.dir.exists()
+
+
+def test_a_failed_background_save_stops_the_run_at_its_next_save(tmp_path, monkeypatch):
+    import errno
+
+    import numpy as np
+
+    from gpu_dedup.errors import ResourceError
+    from gpu_dedup.run import checkpoint
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.np, "savez", full)
+    ck = checkpoint.Checkpoints(tmp_path, "fp")
+    ck.save("exact", {"a/b": np.arange(2)}, {"stages": {}, "counts": {}})
+    ck.wait(raise_errors=False)  # the write failed on the writer thread: the error waits for the run
+    with pytest.raises(ResourceError, match="disk full"):
+        ck.save("bands", {"a/b": np.arange(2)}, {"stages": {}, "counts": {}})
+    ck.wait()  # raised once
+    assert not list(ck.dir.glob("*.npz*")) and not list(ck.dir.glob(".*.tmp"))
