@@ -57,6 +57,7 @@ from gpu_dedup.storage import (
     atomic_write_bytes,
     check_unchanged,
     file_digest,
+    known_digest,
 )
 
 log = logging.getLogger("gpu_dedup")
@@ -272,7 +273,8 @@ class OutputDir:
         """Publish the staged outputs (see the module doc); returns the manifest's file records.
 
         ``expected_rows``: name -> rows each staged Parquet output must hold; ``recorded``:
-        name -> digest taken when the file was staged (a mismatch means it changed since)."""
+        name -> digest taken when the file was staged (a mismatch means it changed since; with the file's
+        stamp, :func:`~gpu_dedup.storage.atomic.written_digest`, an unchanged file is not read again)."""
         check_unchanged(self.shards)
         recorded = recorded or {}
         files = {}
@@ -281,8 +283,9 @@ class OutputDir:
             if not staged.is_file():
                 raise OutputError(f"staged output {str(staged)!r} is missing; nothing was published: rerun "
                                   "(with --restart if it happens again)")
-            digest = file_digest(staged)
-            if name in recorded and recorded[name] != digest:
+            # a file this run wrote and nobody touched since (same size, mtime, inode) is not read again
+            digest = known_digest(staged, recorded.get(name)) or file_digest(staged)
+            if name in recorded and {k: recorded[name].get(k) for k in ("size", "sha256")} != digest:
                 raise OutputError(f"staged output {str(staged)!r} changed after it was written (size or SHA-256 "
                                   "differ); nothing was published: rerun with --restart")
             if name.lower().endswith(PARQUET_EXT):

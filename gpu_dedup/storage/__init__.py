@@ -23,6 +23,8 @@ from gpu_dedup.storage.atomic import (
     atomic_write_bytes,
     atomic_write_parquet,
     file_digest,
+    known_digest,
+    written_digest,
 )
 from gpu_dedup.storage.columns import (
     VIEW_TYPES,
@@ -57,5 +59,5 @@ __all__ = [
     "COMPRESSED_EXT", "shard_identity", "check_unchanged", "read_columns", "iter_columns", "ReadWhole", "read_rows",
     "rows_only", "check_id_type", "without_views", "VIEW_TYPES", "id_column_type", "id_kind", "shard_id_kind",
     "device_readable", "parquet_schema", "parquet_metadata", "write_shard", "atomic_write_bytes",
-    "atomic_write_parquet", "file_digest", "RemotePath", "as_path", "is_url", "source",
+    "atomic_write_parquet", "file_digest", "known_digest", "written_digest", "RemotePath", "as_path", "is_url", "source",
 ]

@@ -101,6 +101,34 @@ def file_digest(path) -> dict:
     return {"size": os.path.getsize(path), "sha256": h.hexdigest()}
 
 
+def file_stamp(path) -> dict:
+    """What tells, without reading it, that a local file is still the one just written: size, modification
+    time and inode (a file written again or replaced changes its modification time or inode)."""
+    st = os.stat(path)
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+
+
+def written_digest(path) -> dict:
+    """:func:`file_digest` of a file just written, with its :func:`file_stamp` (local files) so that a later
+    check of the same file (:func:`known_digest`) need not read it again."""
+    if is_url(path):
+        return file_digest(path)
+    return {**file_digest(path), **file_stamp(path)}
+
+
+def known_digest(path, record: dict | None) -> dict | None:
+    """Size and SHA-256 of ``path`` from ``record`` (a :func:`written_digest`) when the local file still has
+    the recorded stamp; None when it must be read to know (no record, a URL, or the file changed)."""
+    if not record or is_url(path) or any(k not in record for k in ("size", "sha256", "mtime_ns", "ino")):
+        return None
+    try:
+        if file_stamp(path) != {k: record[k] for k in ("size", "mtime_ns", "ino")}:
+            return None
+    except OSError:
+        return None
+    return {"size": record["size"], "sha256": record["sha256"]}
+
+
 def unlink(path) -> None:
     try:
         os.unlink(path)

@@ -278,3 +278,42 @@ def test_an_output_directory_that_cannot_be_created_is_an_output_error(corpus, t
         assert rc == 4, err
         assert f"cannot create output directory {str(out)!r}" in err and "choose an -o" in err
     assert (tmp_path / "a-file").read_text() == "mine\n"
+
+
+# ---------------------------------------------------------------------- commit
+
+
+def test_the_commit_does_not_read_again_the_shards_the_write_stage_digested(corpus, tmp_path, monkeypatch):
+    from gpu_dedup.run import outdir
+
+    read = []
+    real = outdir.file_digest
+    monkeypatch.setattr(outdir, "file_digest", lambda p: read.append(os.path.basename(p)) or real(p))
+    run(corpus / "in", tmp_path / "out", CFG)
+    assert not [n for n in read if n.startswith("part-")]  # the small outputs are digested at the commit
+    manifest = json.loads((tmp_path / "out" / MANIFEST_NAME).read_text())["files"]
+    for name in OUTPUTS:  # and the manifest's digests are the files'
+        assert {k: manifest[name][k] for k in ("size", "sha256")} == storage.file_digest(tmp_path / "out" / name)
+
+
+def test_a_staged_shard_changed_after_it_was_written_is_never_published(corpus, tmp_path, monkeypatch, capsys):
+    """Same size, other bytes, written after the write stage: the stamp differs, the commit reads the file and
+    refuses it."""
+    from gpu_dedup.run import outdir
+
+    real = outdir.OutputDir.commit
+
+    def tamper(self, fingerprint, expected_rows, recorded=None):
+        staged = self.staging / "part-00001.parquet"
+        data = bytearray(staged.read_bytes())
+        data[100] ^= 0xFF
+        time.sleep(0.01)
+        staged.write_bytes(bytes(data))
+        return real(self, fingerprint, expected_rows, recorded)
+
+    monkeypatch.setattr(outdir.OutputDir, "commit", tamper)
+    out = tmp_path / "out"
+    assert main(["run", str(corpus / "in"), "-o", str(out), "--id-column", "id", "--backend", "cpu", "-q"]) == 4
+    err = capsys.readouterr().err
+    assert "changed after it was written" in err and "nothing was published" in err and "Traceback" not in err
+    assert not (out / "_SUCCESS").exists() and not (out / "part-00001.parquet").exists()

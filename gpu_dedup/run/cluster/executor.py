@@ -851,7 +851,7 @@ def _write_shard(shard, start: int, removed: list, out: str, compression: str) -
         rows = to_host(part["row"]) - start
         keep[rows[(rows >= 0) & (rows < shard.rows)]] = False
     rows = storage.write_shard(shard, keep, out, compression)
-    return {"name": shard.name, "rows": rows, **storage.file_digest(as_path(out) / shard.name)}
+    return {"name": shard.name, "rows": rows, **storage.written_digest(as_path(out) / shard.name)}
 
 
 def _write_part(table: pa.Table, path: str) -> int:
