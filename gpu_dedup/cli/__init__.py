@@ -222,6 +222,9 @@ def console() -> None:
     import atexit
     import os
 
+    from gpu_dedup.run.stagelog import count_process_start
+
+    count_process_start()  # a run's report books the interpreter's start and the imports as its "startup"
     code = main()
     code = 0 if code is None else code if isinstance(code, int) else 1
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)

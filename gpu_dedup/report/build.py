@@ -221,6 +221,8 @@ def summary(report: dict) -> str:
     """A few human-readable lines about a run."""
     c = report["counts"]
     lsh = report["lsh"]
+    costs = report.get("fixed_seconds") or {}
+    fixed = "; fixed costs: " + ", ".join(f"{k} {v:.2f}" for k, v in costs.items()) if costs else ""
     lines = [
         f"read {c['documents_read']:,} documents from {len(report['inputs'])} shard(s); "
         f"kept {c['kept']:,}, removed {c['removed']:,} "
@@ -231,7 +233,7 @@ def summary(report: dict) -> str:
         f"threshold {lsh['threshold']}; {c['candidate_edges']:,} candidate edges, "
         f"{c['verified_edges']:,} verified ({report['config']['verify']['method']})",
         "seconds: " + ", ".join(f"{k} {v['seconds']:.2f}" for k, v in report["stages"].items())
-        + f"; total {report['wall_seconds']:.2f}s, peak RSS {report['peak_rss_mb']:.0f} MiB",
+        + fixed + f"; total {report['wall_seconds']:.2f}s, peak RSS {report['peak_rss_mb']:.0f} MiB",
         f"backend: {report['backend']}",
     ]
     chain = chaining_line(report)

@@ -93,12 +93,17 @@ def figures(report: dict) -> dict[str, str]:
     out = {}
     # seconds per stage
     stages = report.get("stages", {})
-    names = list(stages)
-    secs = [float(stages[k].get("seconds", 0.0)) for k in names]
-    colors = ["#b0b7c3" if stages[k].get("resumed") else "#4c72b0" for k in names]
+    fixed = report.get("fixed_seconds", {})  # named fixed costs: the rest of the wall time (orange)
+    unbooked = float(report.get("unbooked_seconds", 0.0))
+    names = list(stages) + list(fixed) + (["unbooked"] if unbooked >= 0.005 else [])
+    secs = [float(stages[k].get("seconds", 0.0)) for k in stages] + [float(v) for v in fixed.values()] + \
+        ([unbooked] if unbooked >= 0.005 else [])
+    colors = ["#b0b7c3" if stages[k].get("resumed") else "#4c72b0" for k in stages] + \
+        ["#dd8452"] * (len(names) - len(stages))
     out["stages"] = hbars(names, secs, colors, f"seconds per stage (wall {report.get('wall_seconds', 0):.2f}s"
-                          + (", grey: resumed" if any(stages[k].get("resumed") for k in names) else "") + ")",
-                          "seconds", "seconds per stage")
+                          + (", orange: fixed costs" if fixed else "")
+                          + (", grey: resumed" if any(stages[k].get("resumed") for k in stages) else "") + ")",
+                          "seconds", "seconds per stage and fixed cost")
     # S-curve
     lsh = report["lsh"]
     b, r, t = lsh["bands"], lsh["rows"], lsh["threshold"]

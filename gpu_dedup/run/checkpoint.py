@@ -9,7 +9,9 @@ leaves missing or garbled is computed again (``np.load`` checks each array's
 CRC).  So checkpoints are not synced to disk; the outputs are.  A run that
 reaches its commit drops the checkpoints still queued (it removes the
 directory next), and an error of a background write (a full disk) is raised
-by the next call that saves, marks, reads a mark or removes.  The directory holds a manifest with the run fingerprint: a hash of
+by the next call that saves, marks or removes.
+
+The directory holds a manifest with the run fingerprint: a hash of
 the configuration, the input files (path and identity: size, modification
 time and a digest of the Parquet footer or the first and last blocks, see
 :func:`gpu_dedup.stages.storage.shard_identity`), the gpu_dedup version

@@ -80,24 +80,32 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, pr
     checkpoints.  ``output_dir=None``: an in-memory run (``inputs`` are usually
     :func:`gpu_dedup.stages.storage.memory_shard` shards): nothing is written.
     """
+    st = StageLog()  # the run's seconds count from here (from the process's start under the CLI)
     out = None if output_dir is None else storage.as_path(output_dir)  # a Path, or a URL (RemotePath)
     if out is None and (cfg.cluster.enabled or (sink is not None and sink is not prior)):
         raise ConfigError("a run without an output directory (in memory) runs in one process and writes no new "
                           "index; drop cluster.workers / cluster.scheduler and index_out, or give an output_dir")
-    if not cfg.cluster.enabled:
-        get_backend(cfg.backend)  # a backend that cannot run here fails before anything is read
-    shards = storage.discover(inputs, cfg.input.format)
+    with st.cost("setup"):  # the backend, the inputs' discovery, the output directory and its checkpoints
+        if not cfg.cluster.enabled:
+            get_backend(cfg.backend)  # a backend that cannot run here fails before anything is read
+        shards = storage.discover(inputs, cfg.input.format)
     write_shards = write_shards and cfg.output.shards
     job = Job(cfg, out, write_shards=write_shards, prior=IndexPrior(prior) if prior is not None else NoPrior(),
               sink=sink)
     if cfg.cluster.enabled:
-        return cluster.run(shards, job, restart=restart, inputs=inputs)
+        return cluster.run(shards, job, restart=restart, inputs=inputs, st=st)
     if out is None:
-        return execute(job, LocalExecutor(shards, cfg, job.prior), NoCheckpoints(), StageLog())
+        with st.cost("setup"):
+            ex = LocalExecutor(shards, cfg, job.prior)
+        return execute(job, ex, NoCheckpoints(), st)
     resumable = prior is None and sink is None  # against / into an index: nothing to resume
-    with open_output(out, shards, inputs, cfg, shards_written=write_shards, fresh=not resumable) as od:
-        ckpt = Checkpoints(out, run_fingerprint(cfg, shards), restart) if resumable else NoCheckpoints()
-        return execute(replace(job, outdir=od), LocalExecutor(shards, cfg, job.prior), ckpt, StageLog())
+    with st.cost("setup"):
+        od = open_output(out, shards, inputs, cfg, shards_written=write_shards, fresh=not resumable)
+    with od:
+        with st.cost("setup"):
+            ckpt = Checkpoints(out, run_fingerprint(cfg, shards), restart) if resumable else NoCheckpoints()
+            ex = LocalExecutor(shards, cfg, job.prior)
+        return execute(replace(job, outdir=od), ex, ckpt, st)
 
 
 # ---------------------------------------------------------------------- the executor

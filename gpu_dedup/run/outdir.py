@@ -59,6 +59,7 @@ from gpu_dedup.storage import (
     file_digest,
     known_digest,
 )
+from gpu_dedup.storage.atomic import file_stamp
 
 log = logging.getLogger("gpu_dedup")
 
@@ -101,6 +102,7 @@ class OutputDir:
         self._fd = None
         self._created = False
         self.committed = False  # this run's outputs are in place (its commit finished)
+        self._verified: dict = {}  # name -> digest (and stamp) of the staged outputs verify() checked
 
     @property
     def work(self) -> Path:
@@ -269,16 +271,19 @@ class OutputDir:
                 p.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ commit
-    def commit(self, fingerprint: str, expected_rows: dict, recorded: dict | None = None) -> dict:
-        """Publish the staged outputs (see the module doc); returns the manifest's file records.
+    def verify(self, expected_rows: dict, recorded: dict | None = None, names=None) -> dict:
+        """Check the staged outputs ``names`` (default: every output but the reports) before anything is
+        published: present, the digest recorded when each was staged, Parquet footer and row count.
+        Returns their digests (kept for :meth:`commit`, which checks only what this has not).
 
         ``expected_rows``: name -> rows each staged Parquet output must hold; ``recorded``:
         name -> digest taken when the file was staged (a mismatch means it changed since; with the file's
         stamp, :func:`~gpu_dedup.storage.atomic.written_digest`, an unchanged file is not read again)."""
         check_unchanged(self.shards)
         recorded = recorded or {}
-        files = {}
-        for name in self.names + [n for n in self.published if n != SUCCESS_NAME]:
+        if names is None:
+            names = [n for n in self.names + self.published if n not in (SUCCESS_NAME, REPORT_NAME, REPORT_HTML_NAME)]
+        for name in names:
             staged = self.staging / name
             if not staged.is_file():
                 raise OutputError(f"staged output {str(staged)!r} is missing; nothing was published: rerun "
@@ -297,7 +302,19 @@ class OutputDir:
                 if name in expected_rows and rows != expected_rows[name]:
                     raise OutputError(f"staged output {str(staged)!r} holds {rows} rows, expected "
                                       f"{expected_rows[name]}; nothing was published: rerun with --restart")
-            files[name] = digest
+            self._verified[name] = digest if is_url(staged) else {**digest, **file_stamp(staged)}
+        return {n: self._verified[n] for n in names}
+
+    def commit(self, fingerprint: str, expected_rows: dict, recorded: dict | None = None) -> dict:
+        """Publish the staged outputs (see the module doc), each verified (:meth:`verify`) unless it was
+        since this run staged it; returns the manifest's file records."""
+        names = self.names + [n for n in self.published if n != SUCCESS_NAME]
+        done = self._verified
+        # an object store has no stamp: what verify() checked moments ago in this run stands
+        todo = [n for n in names if n not in done or
+                not is_url(self.staging / n) and known_digest(self.staging / n, done[n]) is None]
+        self.verify(expected_rows, recorded, todo)
+        files = {n: {k: self._verified[n][k] for k in ("size", "sha256")} for n in names}
         previous = self._owned(self._manifest())
         plan = {"state": "committing", "fingerprint": fingerprint, "files": files,
                 "previous": {k: v for k, v in previous.items() if k not in files}}

@@ -28,7 +28,6 @@ prior's documents below ``first_doc``, input row ``r`` as ``first_doc + r``.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -414,7 +413,6 @@ def _removed(out: dict) -> dict:
 
 class _Sequence:
     def __init__(self, job: Job, ex, ckpt, st: StageLog):
-        self.t_start = time.perf_counter()
         self.job, self.ex, self.ckpt, self.st = job, ex, ckpt, st
         self.cfg = job.cfg
         self.backend = ex.backend
@@ -430,7 +428,8 @@ class _Sequence:
         loaded = None
         if self.ckpt.has(unit):
             try:
-                loaded = self.ex.load(self.ckpt, unit)
+                with self.st.cost("checkpoints"):
+                    loaded = self.ex.load(self.ckpt, unit)
             except CheckpointUnreadable:  # truncated or garbled: computed again (a warning says so)
                 loaded = None
         if loaded is not None:
@@ -446,7 +445,8 @@ class _Sequence:
         self.extra.update(extra)
         meta = {"stages": {n: self.st.stages[n] for n in stages if n in self.st.stages}, "counts": counts,
                 "extra": extra}
-        return self.ex.save(self.ckpt, unit, parts, meta)
+        with self.st.cost("checkpoints"):  # the host copy; the file is written in the background
+            return self.ex.save(self.ckpt, unit, parts, meta)
 
     def _route(self, parts, dest, **kw):
         return self.ex.route(parts, dest, self.ex.partitions, **kw)
@@ -500,8 +500,8 @@ class _Sequence:
 
         def compute():
             counts = dict(ex.normalize())  # its own stage; what it counts is saved with this unit
-            keys = ex.exact_keys() if (cfg.exact_dedup or self.job.sink is not None) else None
             with self.st.stage("exact", self.n) as info:
+                keys = ex.exact_keys() if (cfg.exact_dedup or self.job.sink is not None) else None
                 ranks = ex.ranks() if cfg.select.keep != "first" else None
                 docs = ex.map(_docs_frame, ex.docs(), keys, ranks, prior=self.prior, exact=cfg.exact_dedup)
                 if cfg.exact_dedup:
@@ -528,15 +528,15 @@ class _Sequence:
         ex = self.ex
 
         def compute():
-            rows = ex.map(_sign_rows, self.docs)
-            total = ex.total(_rows_count, rows)["rows"]
-            with self.st.stage("signatures", total) as info:
+            with self.st.stage("signatures") as info:
+                rows = ex.map(_sign_rows, self.docs)
+                info.progress.total = ex.total(_rows_count, rows)["rows"]
                 sigs = ex.signatures(rows, progress=info.progress.update)
                 stage_info, counts = self.family.combine_signature_info(ex.collect(_signature_info, sigs,
                                                                                    family=self.family))
                 info.update(**stage_info)
-            lsh = ex.total(_lsh_count, sigs)["rows"]
-            with self.st.stage("bands", lsh) as info:
+            with self.st.stage("bands") as info:
+                lsh = info.progress.total = ex.total(_lsh_count, sigs)["rows"]
                 bands = ex.band_hashes(sigs)
                 b, r = self.family.layout
                 info.update(bands=b, rows=r)
@@ -566,7 +566,7 @@ class _Sequence:
                 centres = ex.map(_bucket_centres, bk, prior=prior)
                 c = ex.total(_bucket_counts, bk, centres)
                 info.update(buckets=c["buckets"], memberships=c["memberships"], rounds=len(rounds))
-            sizes = _merge_counts(ex.collect(bucket_sizes, bk))
+                sizes = _merge_counts(ex.collect(bucket_sizes, bk))
             return ({"buckets": bk, "centres": centres},
                     {"candidate_buckets": c["candidate_buckets"], "bucket_memberships": c["memberships"]},
                     {"bucket_sizes": sizes})
@@ -674,7 +674,8 @@ class _Sequence:
         corpus = self.corpus
         # the report's samples need only the select stage's rows (and a few dozen original texts): on a cluster
         # their tasks run beside the write stage's instead of after them
-        self.samples = ex.soon(self._report_samples)
+        with self.st.cost("samples"):  # one process takes them now; a cluster beside the write stage
+            self.samples = ex.soon(self._report_samples)
         with self.st.stage("write", len(corpus.shards), "shards") as info:
             dup = self._to_blocks(self.selected, "node", self.first_doc,
                                   after=Step(_block_outputs, first_doc=self.first_doc))
@@ -723,8 +724,15 @@ class _Sequence:
         return shown, similarity_summary(ex, self.selected, _near_similarity, cfg.verify_threshold)
 
     def report(self) -> dict:
+        with self.st.cost("samples"):  # what the run still waits for of them
+            shown, near = (self.samples or self.ex.soon(self._report_samples)).result()
+        with self.st.cost("report"):
+            report = self._report(shown, near)
+        report.update(self.st.accounts())  # brought up to date when the outputs are verified (finish_output)
+        return report
+
+    def _report(self, shown, near) -> dict:
         cfg, ex = self.cfg, self.ex
-        shown, near = (self.samples or ex.soon(self._report_samples)).result()
         starts = shard_starts(self.corpus.shards)
         removed = ex.collect(_removed_per_shard, ex.map(_removed, self.dup), starts=starts)
         self.removed_per_shard = np.sum(removed, axis=0) if removed else np.zeros(len(self.corpus.shards), np.int64)
@@ -733,7 +741,7 @@ class _Sequence:
             bucket_sizes=self.extra.get("bucket_sizes", {}), cluster_sizes=self.extra.get("cluster_sizes", {}),
             removed_similarity=near, threshold=cfg.verify_threshold,
             lsh=self.family.report_section(cfg.lsh.threshold, cfg.verify_threshold),
-            wall_seconds=time.perf_counter() - self.t_start, peak_rss_mb=peak_rss_mb(), examples=shown,
+            wall_seconds=self.st.accounts()["wall_seconds"], peak_rss_mb=peak_rss_mb(), examples=shown,
             removed_per_shard=self.removed_per_shard.tolist())
         report["resumed_from_checkpoint"] = self.ckpt.resumed
         report["run_fingerprint"] = self.ckpt.fingerprint
@@ -757,7 +765,8 @@ class _Sequence:
     # ------------------------------------------------------------------ the sequence
     def run(self) -> RunResult:
         self.extra: dict = {}
-        self.ex.prepare(self.st)
+        with self.st.cost("kernel_load"):  # the kernels this config uses (compiled the first time after install)
+            self.ex.prepare(self.st)
         self.read()
         self.exact()
         self.signatures_and_bands()
@@ -768,7 +777,7 @@ class _Sequence:
         self.write()
         report = self.report()
         if self.job.out is not None:
-            finish_output(self.job, report, self.ckpt, self._expected_rows())
+            finish_output(self.job, report, self.ckpt, self._expected_rows(), self.st)
         if self.job.sink is not None:
             # after the outputs are published: a run killed or failing before its commit leaves the index as it
             # was, so rerunning the same command neither appends the documents twice nor matches them against
@@ -873,18 +882,24 @@ def open_output(out: Path, shards, inputs=None, cfg: Config | None = None, *, sh
     return kind(out, shards, inputs, duplicates=duplicates, shards_written=shards_written).open(fresh=fresh)
 
 
-def finish_output(job: Job, report: dict, ckpt, expected_rows: dict | None = None) -> None:
-    """report.json and report.html staged, then every output verified and published, ``_SUCCESS`` last."""
+def finish_output(job: Job, report: dict, ckpt, expected_rows: dict | None = None, st: StageLog | None = None) -> None:
+    """Every staged output verified, then report.json and report.html staged with the run's accounts (its
+    seconds end here: what follows, the files' publication and ``_SUCCESS``, takes milliseconds on a local
+    disk), then everything published, ``_SUCCESS`` last."""
     od = job.outdir
     if od is None:  # pragma: no cover - every file-based run opens its output directory
         raise RuntimeError("a run with an output directory must open it with open_output")
+    st = st or StageLog()
+    with st.cost("commit"):
+        recorded = {}
+        for i, shard in enumerate(od.shards):  # digests taken when a resumable run staged its shards
+            rec = ckpt.marked(f"shard-{i}") if od.names else None
+            if rec and rec.get("name") == shard.name:
+                recorded[shard.name] = rec
+        od.verify(expected_rows or {}, recorded)
+    report.update(st.accounts())
     write_report(od.staging / REPORT_NAME, report)
     write_html(od.staging / REPORT_HTML_NAME, report)
     maybe_crash("report:before-success")
-    recorded = {}
-    for i, shard in enumerate(od.shards):  # digests taken when a resumable run staged its shards
-        rec = ckpt.marked(f"shard-{i}") if od.names else None
-        if rec and rec.get("name") == shard.name:
-            recorded[shard.name] = rec
     od.commit(ckpt.fingerprint or report["fingerprint"], expected_rows or {}, recorded)
     ckpt.remove()

@@ -15,6 +15,30 @@ from gpu_dedup.run.progress import Progress
 log = logging.getLogger("gpu_dedup")
 
 
+_STARTED: dict = {}  # "process": perf_counter time of this process's start, when the CLI is the process
+
+
+def count_process_start() -> None:
+    """Book the process's own start-up (the interpreter, imports, the command line) to the next run's
+    ``startup`` fixed cost: called by the ``gpu-dedup`` command, once, as the process's entry point."""
+    started = _process_start()
+    if started is not None:
+        _STARTED["process"] = started
+
+
+def _process_start() -> float | None:
+    """When this process started, on the ``time.perf_counter`` clock (Linux: /proc), or None."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time, clock ticks after boot
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):  # pragma: no cover - non-Linux
+        return None
+    age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    return time.perf_counter() - age if 0 <= age < 3600 else None
+
+
 def rss_mb() -> float:
     """Current resident memory of this process in MiB."""
     try:
@@ -61,6 +85,33 @@ class StageLog:
 
     stages: dict = field(default_factory=dict)
     stream: object = None  # where terminal progress lines go (default: sys.stderr)
+    fixed: dict = field(default_factory=dict)  # named fixed costs (seconds): what is not a stage's work
+    started: float = field(default_factory=time.perf_counter)  # the run's start (its wall clock counts from here)
+
+    def __post_init__(self):
+        process = _STARTED.pop("process", None)  # the CLI's own start-up, booked by the first run only
+        if process is not None and process < self.started:
+            self.fixed["startup"] = round(self.started - process, 4)
+            self.started = process
+
+    @contextmanager
+    def cost(self, name: str):
+        """Book the time of the body to fixed cost ``name`` (added up over calls).  Never inside a stage: a
+        second is booked once."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.fixed[name] = round(self.fixed.get(name, 0.0) + time.perf_counter() - t0, 4)
+
+    def accounts(self) -> dict:
+        """The run's wall time so far and where it went: stages, named fixed costs, and what neither booked
+        (the glue between them: should stay near zero)."""
+        wall = time.perf_counter() - self.started
+        stages = sum(v["seconds"] for v in self.stages.values() if not v.get("resumed"))
+        fixed = sum(self.fixed.values())
+        return {"wall_seconds": round(wall, 3), "stage_seconds": round(stages, 3),
+                "fixed_seconds": dict(self.fixed), "unbooked_seconds": round(wall - stages - fixed, 3)}
 
     @contextmanager
     def stage(self, name: str, total: int | None = None, unit: str = "docs"):

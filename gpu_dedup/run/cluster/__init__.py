@@ -32,13 +32,15 @@ log = logging.getLogger("gpu_dedup")
 __all__ = ["run", "DaskExecutor"]
 
 
-def run(shards, job: Job, restart: bool = False, inputs=None) -> RunResult:
+def run(shards, job: Job, restart: bool = False, inputs=None, st: StageLog | None = None) -> RunResult:
     """The sequence on a Dask cluster; the same outputs as the single-process run.
 
     Resumable like it (stage checkpoints under the output directory, written by the workers), except runs
     against an index, which keep none; the output directory is locked, staged and published alike.  A run
     that writes an index has the workers write its segments (one per block) into the index directory, which
-    every worker must see, like the output directory."""
+    every worker must see, like the output directory.  ``st``: the run's stage log (its seconds count from
+    its creation)."""
+    st = st or StageLog()
     cfg = job.cfg
     if cfg.backend == "auto":  # decided on the client without touching CUDA: GPU workers only when asked for
         cfg = replace(cfg, backend="cpu")
@@ -48,14 +50,16 @@ def run(shards, job: Job, restart: bool = False, inputs=None) -> RunResult:
     ckpt = NoCheckpoints()
     resumable = job.out is not None and not job.prior.active
     try:
-        ex.connect()  # first: a cluster that cannot start leaves no output directory behind
+        with st.cost("cluster_start"):  # started, or joined; its workers' kernels load in kernel_load
+            ex.connect()  # first: a cluster that cannot start leaves no output directory behind
         if job.out is not None:
-            od = open_output(job.out, shards, inputs, cfg, shards_written=job.write_shards, fresh=not resumable)
-            job = replace(job, outdir=od)
-            if resumable:
-                fingerprint = run_fingerprint(cfg, shards, f"dask:block_rows={cfg.cluster.block_rows}")
-                ckpt = Checkpoints(job.out, fingerprint, restart)
-        return execute(job, ex, ckpt, StageLog())
+            with st.cost("setup"):
+                od = open_output(job.out, shards, inputs, cfg, shards_written=job.write_shards, fresh=not resumable)
+                job = replace(job, outdir=od)
+                if resumable:
+                    fingerprint = run_fingerprint(cfg, shards, f"dask:block_rows={cfg.cluster.block_rows}")
+                    ckpt = Checkpoints(job.out, fingerprint, restart)
+        return execute(job, ex, ckpt, st)
     except Exception as exc:
         if type(exc).__name__ != "KilledWorker":
             raise

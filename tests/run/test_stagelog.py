@@ -1,0 +1,74 @@
+"""Every second of a run is booked: its stages plus named fixed costs (and the little glue between them,
+``unbooked_seconds``) add up to its wall time, in report.json."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpu_dedup.config import Config
+from gpu_dedup.evaluation.sample import planted_corpus, write_shards
+from gpu_dedup.run.local import run
+from gpu_dedup.run.stagelog import StageLog
+
+NAMED = {"setup", "kernel_load", "checkpoints", "samples", "report", "commit"}
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    d = tmp_path_factory.mktemp("booked")
+    sample = planted_corpus(n_docs=800, n_clusters=40, words=(20, 80), seed=4)
+    write_shards(sample.table.select(["id", "text"]), d / "in", shards=2)
+    return d / "in"
+
+
+def _books_close(report: dict) -> None:
+    stages = sum(v["seconds"] for v in report["stages"].values() if not v.get("resumed"))
+    fixed = sum(report["fixed_seconds"].values())
+    assert report["stage_seconds"] == pytest.approx(stages, abs=2e-3)
+    assert stages + fixed + report["unbooked_seconds"] == pytest.approx(report["wall_seconds"], abs=5e-3)
+    assert report["unbooked_seconds"] >= -5e-3
+    # the glue between stages and costs is a small part of the run (milliseconds on an idle machine)
+    assert report["unbooked_seconds"] <= 0.1 * report["wall_seconds"] + 0.05, report["unbooked_seconds"]
+
+
+def test_a_runs_stages_and_fixed_costs_add_up_to_its_wall_time(shards, tmp_path):
+    t0 = time.perf_counter()
+    res = run(shards, tmp_path / "out", Config.from_dict({"backend": "cpu"}))
+    took = time.perf_counter() - t0
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert NAMED <= set(rep["fixed_seconds"]) and "startup" not in rep["fixed_seconds"]  # not the CLI
+    _books_close(rep)
+    assert rep["wall_seconds"] <= took  # the books close before the files are published
+    assert res.report["wall_seconds"] == rep["wall_seconds"]
+
+
+def test_the_command_books_its_own_start_up(shards, tmp_path):
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "gpu_dedup", "run", str(shards), "-o", str(tmp_path / "out"),
+                    "--backend", "cpu", "-q"], check=True, timeout=300)
+    took = time.perf_counter() - t0
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert rep["fixed_seconds"]["startup"] > 0.05  # the interpreter and the imports
+    _books_close(rep)
+    assert rep["wall_seconds"] <= took
+
+
+def test_an_in_memory_run_books_its_seconds_too(shards):
+    from gpu_dedup import storage
+
+    res = run(storage.discover(shards), None, Config.from_dict({"backend": "cpu"}))
+    assert {"setup", "kernel_load", "samples", "report"} <= set(res.report["fixed_seconds"])
+    _books_close(res.report)
+
+
+def test_a_fixed_cost_adds_up_over_its_calls():
+    st = StageLog()
+    for _ in range(3):
+        with st.cost("checkpoints"):
+            time.sleep(0.01)
+    assert st.fixed["checkpoints"] >= 0.03
+    acc = st.accounts()
+    assert acc["fixed_seconds"] == st.fixed and acc["stage_seconds"] == 0
