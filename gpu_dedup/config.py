@@ -180,9 +180,15 @@ class OutputConfig:
     compression: str = "same"  # Parquet codec of the deduplicated shards: same (each input shard's) or a codec
     duplicates_table: bool = True
     shards: bool = True  # False: no deduplicated shards, only duplicates.parquet (the removed rows) and the report
+    # the Parquet shards' columns kept in memory from the read stage to the write stage, which then neither reads
+    # nor decompresses them again (one process): true, false, or auto (when their uncompressed size is at most
+    # HOLD_SHARE of the memory available when the run starts). Outputs are the same bytes either way.
+    hold_inputs: bool | str = "auto"
 
     def __post_init__(self):
         _choice("output", "compression", self.compression, ("same", "zstd", "snappy", "gzip", "lz4", "brotli", "none"))
+        if self.hold_inputs not in (True, False, "auto"):
+            raise ConfigError(f"output.hold_inputs = {self.hold_inputs!r} must be true, false or auto")
         if not self.shards and not self.duplicates_table:
             raise ConfigError("output.shards and output.duplicates_table are both false: the run would write no "
                               "result; keep one of them true")
@@ -491,6 +497,7 @@ class Config:
         d.pop("backend")
         d.pop("cluster")
         d.pop("gpu")
+        d["output"].pop("hold_inputs")  # where the write stage takes its rows from: the same bytes either way
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

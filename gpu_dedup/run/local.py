@@ -56,7 +56,7 @@ from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_o
 from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
-from gpu_dedup.stages.read import READERS, read, read_texts
+from gpu_dedup.stages.read import READERS, held_texts, hold_inputs, read, read_texts
 from gpu_dedup.stages.selection import ranks_from_keys, text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
@@ -169,6 +169,7 @@ class LocalExecutor:
         self._strings = None
         self._released = False  # release_texts() freed the normalized texts
         self._raw = None  # RawText of the text columns a device reader read (until normalized)
+        self.held = None  # per shard its batches as read (every column), for the write stage (output.hold_inputs)
         self._batches = None  # normalized batches of the read stage (see BatchNormalizer), until joined
         self.reader = None  # "cudf" when a device reader read the text columns, else "pyarrow"
         self.family = None  # the similarity family (stages/families.py), sized by read()
@@ -211,7 +212,9 @@ class LocalExecutor:
         if reader is None and self.batch_bytes is None and self.backend.name == "cpu" and family_for(cfg).uses_text:
             # each batch normalized as it is read, its raw text dropped (the memory of the stage: a few batches)
             hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None)
-        c = read(self.shards, cfg.input, score, progress=progress, text_reader=reader, text=hook)
+        hold = reader is None and self.cfg.output.shards and hold_inputs(self.shards, cfg.output.hold_inputs)
+        c = read(self.shards, cfg.input, score, progress=progress, text_reader=reader, text=hook, hold=hold)
+        self.held = c.held
         table = c.table
         n = table.num_rows
         self.family = family_for(cfg, n)
@@ -523,7 +526,7 @@ class LocalExecutor:
 
     def take(self, rows, column: str) -> pa.Array:
         if column == "text" and "text" not in self.corpus.table.column_names:
-            return _ShardTexts(self.corpus, self.cfg).take(rows)
+            return _ShardTexts(self.corpus, self.cfg, self.held).take(rows)
         return self.corpus.table.column(column).take(pa.array(np.asarray(rows, np.int64))).combine_chunks()
 
     def release_texts(self) -> None:
@@ -547,9 +550,13 @@ class LocalExecutor:
         todo = [i for i, shard in enumerate(shards) if not staged(ckpt.marked(f"shard-{i}"), shard, out)]
         device_writer = self.device_writer
 
+        held = self.held or [None] * len(shards)
+        self.held = None  # each shard's batches go with its write
+
         def write_one(i):
+            mine, held[i] = held[i], None
             storage.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,
-                                     device_writer=device_writer)
+                                device_writer=device_writer, held=mine)
             return {"name": shards[i].name, **storage.written_digest(out / shards[i].name)}
 
         # the device writer too (gpu.writer: cudf): on one H100 the stage took 17 s for 10^6 documents' 16 shards
@@ -609,10 +616,11 @@ class LocalExecutor:
 
 
 class _ShardTexts:
-    """``take(rows)`` of the original texts, read again (streamed) from the shards that hold the rows."""
+    """``take(rows)`` of the original texts: from the batches the read stage held, or read again
+    (streamed) from the shards that hold the rows."""
 
-    def __init__(self, corpus: LocalCorpus, cfg: Config):
-        self.corpus, self.cfg = corpus, cfg
+    def __init__(self, corpus: LocalCorpus, cfg: Config, held: list | None = None):
+        self.corpus, self.cfg, self.held = corpus, cfg, held
 
     def take(self, rows) -> pa.Array:
         rows = np.asarray(rows, np.int64)
@@ -622,6 +630,8 @@ class _ShardTexts:
 
         def texts(group):  # read again, streamed; decoding releases the GIL: up to a shard per core at a time
             k, sel = group
+            if self.held is not None and self.held[k] is not None:
+                return held_texts(self.held[k], cfg.text_column, rows[sel] - starts[k])
             return read_texts(shards[k], cfg, rows[sel] - starts[k])
 
         def fetch(groups):  # one read per shard holding a row (a few dozen texts)

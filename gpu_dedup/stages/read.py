@@ -15,6 +15,11 @@ what is done with each batch; the caller still gets the batches in order.
 With ``text`` given, each batch's text column goes to it as soon as it is
 read and is not kept (the caller normalizes it and drops the raw text): the
 memory the stage takes is then a few batches plus what ``text`` keeps.
+
+With ``hold`` (``output.hold_inputs``, see :func:`hold_inputs`), every column
+of each Parquet shard is read and its batches are kept as read (``Corpus.held``)
+for the write stage, which then writes the kept rows without reading and
+decompressing the shard again, and for the report's sample texts.
 """
 
 from __future__ import annotations
@@ -41,9 +46,12 @@ from gpu_dedup.storage import (
     read_rows,
 )
 from gpu_dedup.storage.ahead import ahead_each
+from gpu_dedup.storage.columns import iter_columns_held, text_values
 
 log = logging.getLogger("gpu_dedup")
 READERS = 8  # shards read at once, at most (one per core below that): each holds a couple of 32 MiB batches
+HOLD_SHARE = 0.25  # output.hold_inputs auto: the shards' columns are held when they take at most this share of
+# the memory available when the run starts
 
 @dataclass
 class Corpus:
@@ -57,6 +65,7 @@ class Corpus:
     vectors: list | None = None  # input.vector_column: (shard index, first row, column) per shard read
     device_text: list | None = None  # text columns in device memory, one per shard (a device reader's)
     text_parts: list | None = None  # what ``read(text=...)`` returned for each batch's text column, in row order
+    held: list | None = None  # read(hold=True): per shard the batches of all its columns as read (None: not held)
 
     def __len__(self) -> int:
         return self.table.num_rows
@@ -75,7 +84,7 @@ class Corpus:
 
 
 def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = None, progress=None,
-         text_reader=None, text=None) -> Corpus:
+         text_reader=None, text=None, hold: bool = False) -> Corpus:
     """Read every shard's id, text (and score) columns into one corpus table.
 
     ``text_reader(path, column)``: reads the text column of a Parquet shard into device
@@ -84,17 +93,23 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
     ``text(column)``: called with the text column of each batch as it is read (a chunked
     large_string / large_binary array); the table then has no ``text`` column and the
     corpus's ``text_parts`` are its results, in row order.
+    ``hold``: the batches of every column of each Parquet shard are kept (``Corpus.held``; not with a
+    ``text_reader``).
     ``progress(1)`` is called after each shard."""
     shards = inputs if inputs and isinstance(inputs, list) and isinstance(inputs[0], Shard) else discover(inputs, cfg.format)
-    parts, out_shards, vector_parts, device_text, text_parts = [], [], [], [], []
+    parts, out_shards, vector_parts, device_text, text_parts, held = [], [], [], [], [], []
+    hold = hold and text_reader is None
     first_id = None
     row0 = 0
     mine = _Shard(row0)  # the batches of the shard being read
-    with closing(_batches(shards, cfg, score_column, text_reader)) as batches:  # the reader threads stop
+    with closing(_batches(shards, cfg, score_column, text_reader, hold=hold)) as batches:  # reader threads stop
         for i, kind, table in batches:  # one step per batch
             shard = shards[i]
             if kind == "again":  # read whole after some batches (see storage.iter_columns): those are dropped
                 mine, first_id = _Shard(row0), mine.first_id
+                continue
+            if kind == "held":  # the whole batch whose run's columns come next
+                mine.held.append(table)
                 continue
             if kind == "batch":
                 if not mine.seen:
@@ -114,8 +129,10 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
                 progress(1)
             if not mine.seen:  # a JSONL shard without records
                 out_shards.append(shard.with_rows(0))
+                held.append(None)
                 mine = _Shard(row0)
                 continue
+            held.append(mine.held if hold and shard.format == "parquet" else None)
             parts += mine.tables
             text_parts += mine.text
             if cfg.vector_column:
@@ -131,7 +148,8 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
     return Corpus(table, out_shards, cfg.text_column, cfg.id_column, score_column,
                   vectors=vector_parts if cfg.vector_column else None,
                   device_text=device_text if text_reader is not None else None,
-                  text_parts=text_parts if text is not None else None)
+                  text_parts=text_parts if text is not None else None,
+                  held=held if hold else None)
 
 
 class _Shard:
@@ -140,6 +158,7 @@ class _Shard:
     def __init__(self, row0: int):
         self.row0, self.rows, self.seen, self.first_id = row0, 0, False, None
         self.tables, self.text, self.vectors, self.vector_type = [], [], [], None
+        self.held = []  # whole batches as read (read(hold=True))
 
 
 def _add_batch(mine: _Shard, shard: Shard, cfg: InputConfig, table: pa.Table, i: int, first_id, score_column,
@@ -174,22 +193,27 @@ def _add_batch(mine: _Shard, shard: Shard, cfg: InputConfig, table: pa.Table, i:
     return first_id
 
 
-def _batches(shards, cfg: InputConfig, score_column, text_reader, readers: int | None = None):
+def _batches(shards, cfg: InputConfig, score_column, text_reader, readers: int | None = None, hold: bool = False):
     """(shard index, kind, table) for every batch of every shard, in order: kind ``batch`` (table: its
     validated columns, or None for a JSONL shard without records), ``again`` (the shard's batches so far
-    are void: it is read whole, see :class:`~gpu_dedup.storage.ReadWhole`), then ``end``.  Up to
+    are void: it is read whole, see :class:`~gpu_dedup.storage.ReadWhole`), then ``end``; with ``hold``,
+    each batch of a Parquet shard as read (kind ``held``: every column) just before its ``batch``.  Up to
     ``readers`` shards (default: one per core, at most READERS) are read at once, each by its own thread
     a couple of batches ahead."""
     skip = text_reader is not None
     readers = min(READERS, os.cpu_count() or 1) if readers is None else readers
-    return ahead_each([partial(_shard_batches, i, shard, cfg, score_column, skip) for i, shard in enumerate(shards)],
-                      readers)
+    return ahead_each([partial(_shard_batches, i, shard, cfg, score_column, skip, hold)
+                       for i, shard in enumerate(shards)], readers)
 
 
-def _shard_batches(i: int, shard: Shard, cfg: InputConfig, score_column, skip: bool):
+def _shard_batches(i: int, shard: Shard, cfg: InputConfig, score_column, skip: bool, hold: bool = False):
     """:func:`_batches` of shard ``i``."""
     if skip:  # the ids (and score) of the shard; its text goes to the device reader
         yield i, "batch", read_columns(shard, cfg, score_column, skip_text=True)
+    elif hold and shard.format == "parquet":
+        for table, whole in iter_columns_held(shard, cfg, score_column):  # one step per batch
+            yield i, "held", whole
+            yield i, "batch", table
     else:
         try:
             for table in iter_columns(shard, cfg, score_column):  # one step per batch
@@ -198,6 +222,46 @@ def _shard_batches(i: int, shard: Shard, cfg: InputConfig, score_column, skip: b
             yield i, "again", None
             yield i, "batch", read_columns(shard, cfg, score_column)
     yield i, "end", None
+
+
+def hold_inputs(shards, setting, share: float = HOLD_SHARE) -> bool:
+    """Whether the read stage keeps the Parquet shards' columns for the write stage (``output.hold_inputs``):
+    ``setting`` true or false, or for ``auto`` when their uncompressed size (from the footers) is at most
+    ``share`` of the memory available now.  Only Parquet shards are held; the rest are read again."""
+    if setting is not True and setting != "auto":
+        return False
+    parquet = [s for s in shards if s.format == "parquet"]
+    if not parquet:
+        return False
+    if setting is True:
+        return True
+    need = 0
+    for s in parquet:  # footers only
+        meta = parquet_metadata(s)
+        need += sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+    return need <= share * available_memory()
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation now (Linux: MemAvailable; else half the physical memory)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):  # pragma: no cover - non-Linux
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (OSError, ValueError):  # pragma: no cover
+        return 0
+
+
+def held_texts(held: list, text_column: str, rows) -> pa.Array:
+    """The text column at ``rows`` (shard-relative, any order) of one shard's held batches."""
+    col = pa.chunked_array([c for t in held for c in t.column(text_column).chunks],
+                           held[0].schema.field(text_column).type)
+    return text_values(col.take(pa.array(np.asarray(rows, np.int64)))).combine_chunks()  # a few dozen texts cast
 
 
 def read_texts(shard: Shard, cfg: InputConfig, rows) -> pa.Array:

@@ -158,6 +158,23 @@ def iter_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
         yield _validated(shard, cfg, table, present, score_column, skip_text)
 
 
+def iter_columns_held(shard: Shard, cfg: InputConfig, score_column: str | None = None):
+    """:func:`iter_columns` of a Parquet shard that reads every column: per batch, (the run's validated
+    columns, the whole batch as read), the batches :func:`~gpu_dedup.storage.parquet.iter_parquet` gives
+    the write stage, so that it can write the kept rows without reading the shard again."""
+    wanted, optional = _wanted(cfg, score_column)
+    wanted = _parquet_wanted(shard, wanted, optional, False)
+    for table in iter_parquet(shard, None):
+        yield _validated(shard, cfg, table, wanted, score_column, False), table
+
+
+def text_values(column) -> pa.ChunkedArray:
+    """A text column as the run reads it (plain large strings or binaries), e.g. of a held batch."""
+    if not isinstance(column, pa.ChunkedArray):
+        column = pa.chunked_array([column])
+    return _as_large_text(without_views(_decoded(column)))
+
+
 def _validated(shard: Shard, cfg: InputConfig, table: pa.Table, wanted: dict, score_column, skip_text: bool):
     """The run's columns of ``table`` (read from ``shard``), checked and in the run's types."""
     if shard.format != "parquet":

@@ -91,14 +91,16 @@ def resolve_codec(compression: str, shard: Shard):
 
 
 def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression: str = "same",
-                device_writer=None) -> int:
+                device_writer=None, held: list | None = None) -> int:
     """Write the kept rows of one input shard under its name in ``out_dir``; return rows written.
 
     ``compression``: the Parquet codec, or ``same`` (the input shard's; JSONL keeps its own
     compression whatever it is).  A memory shard is not written: its kept rows are the caller's to take
     (``shard.data.filter(keep)``).  ``device_writer(path, keep, tmp, compression)``: the GPU
     backend's Parquet writer (cuDF), tried first for Parquet shards; returns the rows written
-    or None where it cannot keep the codec or schema (pyarrow writes the shard then)."""
+    or None where it cannot keep the codec or schema (pyarrow writes the shard then).  ``held``: the
+    shard's batches as the read stage read them (every column; a list, emptied by this call): the kept rows
+    are taken from them, and the shard is not read again (the same bytes are written)."""
     if shard.format == "memory":
         return int(np.count_nonzero(keep))
     check_unchanged([shard])  # the rows to keep were decided on what was read then
@@ -110,7 +112,7 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
             rows = _write_parquet_on_device(shard, keep, target, codec, device_writer)
             if rows is not None:
                 return rows
-        return _write_parquet(shard, keep, target, codec)
+        return _write_parquet(shard, keep, target, codec, held)
     return write_jsonl_shard(shard, keep, target)
 
 
@@ -144,26 +146,38 @@ def _unreadable(shard: Shard, exc: BaseException) -> Exception:
 ROW_GROUP_ROWS = 1024 * 1024  # pyarrow's default rows per written row group
 
 
-def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec) -> int:
+def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec, held: list | None = None) -> int:
     """The kept rows, streamed: the shard is read a batch at a time and each batch filtered (on a reader
     thread, a batch ahead), and the kept rows are written as a whole-table ``pq.write_table`` writes
     them: row groups of ``ROW_GROUP_ROWS``, each column of a row group handed to the writer as one
     run of values (the writer cuts its pages and dictionary fallbacks by where its write batches
     fall, so this is what makes the file byte for byte the one a whole read, filter and write gives).
     Memory: a batch or two read, plus the kept rows of one output row group (their pieces are
-    copied into each column's one run and dropped piece by piece)."""
-    try:
-        meta = pq.ParquetFile(source(shard.path)).metadata
-    except (OSError, pa.ArrowException, MemoryError) as exc:
-        raise _unreadable(shard, exc) from None
-    if meta.num_rows != keep.shape[0]:
-        raise _changed(shard, keep.shape[0], meta.num_rows)
+    copied into each column's one run and dropped piece by piece).  ``held``: the batches the read stage
+    kept (the same ones :func:`iter_parquet` gives), taken instead of reading the shard, each dropped
+    once filtered."""
+    if held is None:
+        try:
+            meta = pq.ParquetFile(source(shard.path)).metadata
+        except (OSError, pa.ArrowException, MemoryError) as exc:
+            raise _unreadable(shard, exc) from None
+        if meta.num_rows != keep.shape[0]:
+            raise _changed(shard, keep.shape[0], meta.num_rows)
+    elif sum(t.num_rows for t in held) != keep.shape[0]:  # pragma: no cover - the read stage counted them
+        raise RuntimeError(f"shard {shard.path!r}: {sum(t.num_rows for t in held)} rows held, {keep.shape[0]} read")
     kept_rows = int(np.count_nonzero(keep))
     group = min(kept_rows, ROW_GROUP_ROWS)
 
+    def batches():
+        if held is None:
+            yield from iter_parquet(shard, None)  # read errors: one InputError / ResourceError
+            return
+        while held:
+            yield held.pop(0)
+
     def kept_batches():  # on the reader thread: read and filtered a batch ahead of the writer
         start = 0
-        for batch in iter_parquet(shard, None):  # read errors: one InputError / ResourceError
+        for batch in batches():
             n = batch.num_rows
             yield _filter_rows(batch, pa.array(keep[start:start + n]), shard.path)
             start += n

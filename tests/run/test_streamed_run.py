@@ -100,10 +100,13 @@ def _whole_table_write(src, keep, dst, compression):
     pq.write_table(table.filter(pa.array(keep)), dst, compression=compression)
 
 
-def test_written_shards_are_byte_identical_to_the_whole_table_write(corpora, tmp_path, monkeypatch):
+@pytest.mark.parametrize("hold", [True, False])
+def test_written_shards_are_byte_identical_to_the_whole_table_write(corpora, tmp_path, monkeypatch, hold):
+    """Whether the write stage takes the kept rows from the batches the read stage held (output.hold_inputs) or
+    reads each shard again, it writes the bytes of the whole table read, filtered and written at once."""
     monkeypatch.setattr(pqs, "BATCH_BYTES", 20_000)
-    result = run(corpora / "parquet", tmp_path / "zstd", _cfg("first", compression="zstd"))
-    same = run(corpora / "parquet", tmp_path / "same", _cfg("first"))  # output.compression: same, the default
+    result = run(corpora / "parquet", tmp_path / "zstd", _cfg("first", compression="zstd", hold_inputs=hold))
+    same = run(corpora / "parquet", tmp_path / "same", _cfg("first", hold_inputs=hold))  # compression: same
     starts = np.cumsum([0] + [s.rows for s in result.shards])
     for i, shard in enumerate(result.shards):
         keep = result.kept[starts[i]:starts[i + 1]]
@@ -122,3 +125,28 @@ def test_written_jsonl_keeps_the_kept_lines(corpora, tmp_path, monkeypatch):
         lines = open(shard.path, "rb").read().splitlines(keepends=True)
         keep = result.kept[starts[i]:starts[i + 1]]
         assert (tmp_path / "out" / shard.name).read_bytes() == b"".join(np.array(lines, dtype=object)[keep])
+
+
+def test_held_shards_are_read_once_for_the_write_stage_and_the_reports_samples(corpora, tmp_path, monkeypatch):
+    from gpu_dedup.run import local
+    from gpu_dedup.storage import filter as filt
+
+    def again(*a, **k):
+        raise AssertionError("a shard was read again")
+
+    expected = run(corpora / "parquet", tmp_path / "reread", _cfg("first", hold_inputs=False))
+    monkeypatch.setattr(filt, "iter_parquet", again)
+    monkeypatch.setattr(local, "read_texts", again)
+    held = run(corpora / "parquet", tmp_path / "held", _cfg("first", hold_inputs=True))
+    assert digest(held) == digest(expected)
+    for name in [s.name for s in held.shards] + ["duplicates.parquet"]:
+        assert (tmp_path / "held" / name).read_bytes() == (tmp_path / "reread" / name).read_bytes()
+    a, b = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("held", "reread"))
+    for key in ("largest_clusters", "largest_near_duplicate_clusters", "closest_to_threshold"):
+        assert a[key] == b[key] and a[key] is not None
+    assert any(c["survivor"]["text"] for c in a["largest_clusters"])  # (the largest: the empty texts)
+
+
+def test_jsonl_shards_are_read_again_whatever_hold_inputs_says(corpora, tmp_path):
+    result = run(corpora / "jsonl", tmp_path / "out", _cfg("first", hold_inputs=True))
+    assert digest(result) == GOLDEN["jsonl", "first"]

@@ -100,3 +100,20 @@ def test_shards_read_at_once_come_in_order(shards, monkeypatch, readers):
     assert len(c.shards) == 6 and c.table.column("text").to_pylist() == texts * 6
     assert c.table.column("shard").to_pylist() == sum(([i] * 3000 for i in range(6)), [])
     assert c.table.column("row").to_pylist() == list(range(18000))
+
+
+def test_hold_inputs_auto_holds_the_parquet_shards_when_they_fit_a_share_of_the_available_memory(tmp_path,
+                                                                                                  monkeypatch):
+    import importlib
+
+    rd = importlib.import_module("gpu_dedup.stages.read")  # the module (the package exports its function read)
+    pq.write_table(pa.table({"text": ["a b c"] * 1000}), tmp_path / "a.parquet")
+    (tmp_path / "b.jsonl").write_text('{"text": "x y"}\n')
+    parquet = storage.discover([tmp_path / "a.parquet"])
+    size = pq.ParquetFile(tmp_path / "a.parquet").metadata.row_group(0).total_byte_size
+    monkeypatch.setattr(rd, "available_memory", lambda: 4 * size)
+    assert rd.hold_inputs(parquet, "auto")
+    monkeypatch.setattr(rd, "available_memory", lambda: 4 * size - 8)
+    assert not rd.hold_inputs(parquet, "auto")
+    assert rd.hold_inputs(parquet, True) and not rd.hold_inputs(parquet, False)
+    assert not rd.hold_inputs(storage.discover([tmp_path / "b.jsonl"]), True)  # JSONL is read again
