@@ -19,6 +19,7 @@ from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.storage.ahead import ahead
 from gpu_dedup.storage.atomic import atomically, publish, unlink
 from gpu_dedup.storage.columns import VIEW_TYPES, without_views
+from gpu_dedup.storage.content import schema_difference
 from gpu_dedup.storage.discovery import Shard
 from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes, source
 from gpu_dedup.storage.identity import check_unchanged
@@ -28,25 +29,6 @@ from gpu_dedup.storage.parquet import iter_parquet, shard_codec
 log = logging.getLogger("gpu_dedup")
 
 
-def schema_change(written: pa.Schema, source: pa.Schema) -> str | None:
-    """How ``written`` differs from ``source`` (fields, types, nullability, or schema metadata of the
-    source's own that ``written`` lacks, pandas' and Arrow's bookkeeping keys aside); None: it does not."""
-    if not written.remove_metadata().equals(source.remove_metadata()):
-        was = {f.name: f for f in source}
-        now = {f.name: f for f in written}
-        diff = [f"{name}: {_field(was.get(name))} -> {_field(now.get(name))}" for name in list(was) + [
-            n for n in now if n not in was] if _field(was.get(name)) != _field(now.get(name))]
-        return "; ".join(diff) or "the order of the fields"
-    own = {k: v for k, v in (source.metadata or {}).items() if k not in (b"pandas", b"ARROW:schema")}
-    kept = written.metadata or {}
-    lost = [k.decode(errors="replace") for k, v in own.items() if kept.get(k) != v]
-    return f"schema metadata {', '.join(lost)} not kept" if lost else None
-
-
-def _field(f: pa.Field | None) -> str:
-    return "absent" if f is None else f"{f.type}{'' if f.nullable else ' not null'}"
-
-
 _SAID: set = set()  # the device writer's set-aside reasons already logged by this process
 
 
@@ -54,8 +36,9 @@ def _set_aside(shard: Shard, why: str) -> None:
     """Say once per reason that the device writer's shard was set aside and pyarrow writes it."""
     if why not in _SAID:
         _SAID.add(why)
-        log.warning("gpu.writer cudf: the shard cuDF wrote for %s would change its schema (%s), so pyarrow writes "
-                    "it again; shards like it cost both writers: set gpu.writer: pyarrow", shard.path, why)
+        log.warning("gpu.writer cudf: the shard cuDF wrote for %s would change its logical schema (%s), so "
+                    "pyarrow writes it again; shards like it cost both writers: set gpu.writer: pyarrow",
+                    shard.path, why)
 
 
 def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str, writer) -> int | None:
@@ -66,7 +49,7 @@ def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str,
     os.close(fd)
     try:
         rows = writer(shard.path, keep, tmp, compression)
-        why = None if rows is None else schema_change(pq.read_schema(tmp), pq.read_schema(source(shard.path)))
+        why = None if rows is None else schema_difference(pq.read_schema(tmp), pq.read_schema(source(shard.path)))
         if rows is None or why is not None:
             if why is not None:
                 _set_aside(shard, why)
