@@ -290,22 +290,25 @@ class GPUConfig:
     UTF-8 string column; otherwise (or with ``pyarrow``) pyarrow reads them on the host
     and the text is copied to the device once.  The report's ``gpu.reader`` says which ran.
 
+    With ``reader: cudf`` and ``output.hold_inputs`` not false, cuDF reads every column of all the
+    shards in one call and the run holds them in device memory until the write stage.
+
     ``writer``: ``pyarrow`` writes the deduplicated Parquet shards on the host, one shard per core
-    at once; ``cudf`` writes them on the device (each shard read, filtered and compressed there)
-    when cuDF is installed, can write the shard's codec and keeps its schema; a shard whose schema
-    it would change (the log says how) is written again by pyarrow.  On one H100 with 16 cores,
-    pyarrow wrote 10^6 documents' 16 shards in 2.2 s; with ``cudf`` the stage took 4.0 s, and
-    none of cuDF's files was kept (their texts were ``string``, the corpus's ``large_string``, most
-    likely).
+    at once; ``cudf`` writes them on the device: from the held columns, every shard in one call
+    (filtered and compressed there, each file with its shard's schema metadata), else each shard
+    read, filtered and written there; ``auto`` (the default): cuDF from the held columns, pyarrow
+    otherwise.  A file cuDF wrote is kept when its content is the input's kind (the same logical
+    schema: see :mod:`gpu_dedup.storage.content`), else pyarrow writes that shard (the log says
+    why, once per reason).  Files of the two writers have the same content, not the same bytes.
     """
 
     memory_limit: str = "auto"  # a size such as "12GiB", "500MB" or "8000000000" (bytes)
     reader: str = "cudf"  # Parquet text columns: cuDF reads them into device memory; pyarrow: on the host
-    writer: str = "pyarrow"  # deduplicated Parquet shards: pyarrow on the host, a shard per core; cudf: on the device
+    writer: str = "auto"  # deduplicated Parquet shards: cudf (on the device), pyarrow (on the host) or auto
 
     def __post_init__(self):
         _choice("gpu", "reader", self.reader, ("cudf", "pyarrow"))
-        _choice("gpu", "writer", self.writer, ("cudf", "pyarrow"))
+        _choice("gpu", "writer", self.writer, ("auto", "cudf", "pyarrow"))
         if self.memory_limit != "auto":
             try:
                 size = parse_size(self.memory_limit)

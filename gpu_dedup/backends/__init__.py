@@ -41,7 +41,13 @@ class Backend:
         """A reader of Parquet text columns into device memory (``reader(path, column)``), or None."""
         return None
 
+    def table_reader(self, cfg):
+        """A reader of whole Parquet shards into device memory in one call (``reader(paths)``: a table of every
+        column, rows in shard order, or None where it cannot read them as one table), or None."""
+        return None
+
     write_parquet = None  # a Parquet writer of kept rows in device memory (``(src, keep, dst, codec)``), or None
+    write_table = None  # a writer of a device table's kept rows, one file per shard in one call (see the GPU's)
 
 
 _REGISTRY = {

@@ -55,6 +55,55 @@ ITEM_THREADS = 256  # block size of the thread-per-item kernels
 CUDF_CODECS = {"none": None, "snappy": "snappy", "zstd": "ZSTD", "lz4": "LZ4"}  # cudf.DataFrame.to_parquet's names
 
 
+@dataclass
+class DeviceTable:
+    """Every column of some Parquet shards in device memory, rows in shard order (:meth:`GPUBackend.read_table`):
+    a pylibcudf Table, its top-level column names, and each file's Arrow schema (its footer's)."""
+
+    table: object
+    names: list
+    schemas: list
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.table.num_rows())
+
+    def column(self, name: str):
+        return self.table.columns()[self.names.index(name)]
+
+    def take(self, name: str, rows) -> pa.Array:
+        """Column ``name`` at ``rows`` (a few dozen: the report's samples), copied to the host."""
+        import cupy
+        import pylibcudf as plc
+
+        rows = np.asarray(rows, np.int64)
+        gathered = plc.copying.gather(plc.Table([self.column(name)]),
+                                      plc.Column.from_cuda_array_interface(cupy.asarray(rows)),
+                                      plc.copying.OutOfBoundsPolicy.DONT_CHECK)
+        return pa.array(gathered.columns()[0].to_arrow())
+
+
+def _has_map(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_map(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_map(t.value_type)
+    return False
+
+
+def _column_metadata(col, field: pa.Field) -> None:
+    """Name and nullability of a written column (and of its children) as the input's Arrow field has them."""
+    col.set_name(field.name).set_nullability(field.nullable)
+    t = field.type
+    if pa.types.is_struct(t):
+        for j in range(t.num_fields):
+            _column_metadata(col.child(j), t.field(j))
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):  # a list column's children: offsets, then values
+        _column_metadata(col.child(1), t.value_field)
+
+
 def signature_threads(num_perm: int) -> int:
     """Block size of the signature kernel: one permutation per thread, a warp multiple, 64..512."""
     return int(min(512, max(64, -(-num_perm // 32) * 32)))
@@ -572,6 +621,74 @@ class GPUBackend(Backend):
         except (OSError, RuntimeError, ValueError) as exc:  # libcudf's errors
             raise InputError(f"cuDF could not read text column {column!r} of shard {path!r} ({exc}); replace "
                              "the shard, or set gpu.reader: pyarrow to read it on the host") from None
+
+    def table_reader(self, cfg):
+        """The reader of whole Parquet shards into device memory in one call (:meth:`read_table`) for a run
+        with ``cfg``: cuDF installed, ``gpu.reader: cudf``, shards written (``output.shards``), and held
+        (``output.hold_inputs`` not false); else None (the text reader alone, or pyarrow)."""
+        if self.text_reader(cfg) is None or not cfg.output.shards or cfg.output.hold_inputs is False:
+            return None
+        return self.read_table
+
+    def read_table(self, paths) -> DeviceTable | None:
+        """Every column of the Parquet files ``paths`` in one libcudf read (its decoding spread over the whole
+        device, not one file at a time), rows in file order: a :class:`DeviceTable`; None where libcudf
+        cannot read them as one table (their schemas differ, a type it lacks): the caller reads each shard's
+        text column instead.  The files' compressed column chunks are what crosses the bus (counted)."""
+        import pylibcudf as plc
+
+        paths = [str(p) for p in paths]
+        schemas = [pq.read_schema(p) for p in paths]
+        if any(not s.remove_metadata().equals(schemas[0].remove_metadata()) for s in schemas[1:]):
+            return None
+        moved = 0
+        for p in paths:
+            meta = pq.ParquetFile(p).metadata
+            moved += sum(meta.row_group(g).total_compressed_size for g in range(meta.num_row_groups))
+        count_transfer("host_to_device_bytes", moved)
+        try:
+            opts = plc.io.parquet.ParquetReaderOptions.builder(plc.io.types.SourceInfo(paths)).build()
+            got = plc.io.parquet.read_parquet(opts)
+        except MemoryError as exc:  # RMM out of device memory
+            raise ResourceError(f"out of device memory reading {len(paths)} shards into device memory ({exc}); set "
+                                "gpu.memory_limit lower (the run then goes in batches), output.hold_inputs: false or "
+                                "gpu.reader: pyarrow") from None
+        except (OSError, RuntimeError, ValueError, TypeError, NotImplementedError) as exc:  # libcudf's errors
+            log.info("cuDF did not read the %d shards as one table (%s); it reads each shard's text column",
+                     len(paths), str(exc)[:200])
+            return None
+        return DeviceTable(got.tbl, list(got.column_names()), schemas)
+
+    def write_table(self, held: DeviceTable, starts, keep, targets, codec: str) -> list | None:
+        """The kept rows of ``held`` (shard ``k`` at rows ``starts[k]:starts[k+1]``; ``keep``: bool per row, on the
+        host) written to ``targets`` (a file per shard) in one libcudf write: filtered and compressed on the
+        device, every file with its shard's own schema metadata (``ARROW:schema`` included, so pyarrow reads the
+        input's Arrow types back) and the input's field names and nullability.  Returns the rows written per
+        file, or None (nothing written) where it cannot: a codec libcudf does not write, a map column, schema
+        metadata that is not text.  The caller checks each file's logical schema against its shard's."""
+        import pylibcudf as plc
+
+        comp = {"none": "NONE", "snappy": "SNAPPY", "zstd": "ZSTD", "lz4": "LZ4"}.get(codec)
+        if comp is None or any(_has_map(f.type) for f in held.schemas[0]):
+            return None
+        try:
+            kv = [{k.decode("utf-8"): v.decode("utf-8") for k, v in (s.metadata or {}).items()} for s in held.schemas]
+        except UnicodeDecodeError:
+            return None
+        keep = np.asarray(keep, dtype=bool)
+        firsts = np.concatenate(([0], np.cumsum(keep, dtype=np.int64)))[np.asarray(starts, np.int64)]
+        counts = np.diff(firsts)
+        mask = plc.Column.from_cuda_array_interface(self._dev(keep, np.bool_))
+        kept = plc.stream_compaction.apply_boolean_mask(held.table, mask)
+        meta = plc.io.types.TableInputMetadata(kept)
+        for i, field in enumerate(held.schemas[0]):
+            _column_metadata(meta.column_metadata[i], field)
+        opts = (plc.io.parquet.ParquetWriterOptions.builder(plc.io.types.SinkInfo([str(t) for t in targets]), kept)
+                .metadata(meta).key_value_metadata(kv)
+                .compression(getattr(plc.io.types.CompressionType, comp)).build())
+        opts.set_partitions([plc.io.types.PartitionInfo(int(firsts[k]), int(counts[k])) for k in range(len(targets))])
+        plc.io.parquet.write_parquet(opts)
+        return [int(c) for c in counts]
 
     @property
     def write_parquet(self):

@@ -56,14 +56,14 @@ from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_o
 from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
-from gpu_dedup.stages.read import READERS, held_texts, hold_inputs, read, read_texts
+from gpu_dedup.stages.read import held_texts, hold_inputs, read, read_texts
+from gpu_dedup.storage.columns import text_values
 from gpu_dedup.stages.selection import ranks_from_keys, text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
 log = logging.getLogger("gpu_dedup")
 
 SIGNATURE_CHUNK = 65536  # documents per signature kernel call (progress granularity)
-WRITERS = READERS  # shards written at once on the host, at most (one per core below that), as many as are read
 
 
 def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, prior=None, sink=None,
@@ -170,6 +170,8 @@ class LocalExecutor:
         self._released = False  # release_texts() freed the normalized texts
         self._raw = None  # RawText of the text columns a device reader read (until normalized)
         self.held = None  # per shard its batches as read (every column), for the write stage (output.hold_inputs)
+        self.device_table = None  # every column of every shard in device memory (a GPU read stage's), until written
+        self.writers = None  # shards each writer wrote ({"cudf": n, "pyarrow": m}) where a device table was held
         self._batches = None  # normalized batches of the read stage (see BatchNormalizer), until joined
         self.reader = None  # "cudf" when a device reader read the text columns, else "pyarrow"
         self.family = None  # the similarity family (stages/families.py), sized by read()
@@ -190,8 +192,17 @@ class LocalExecutor:
 
     @property
     def device_writer(self):
-        """The backend's Parquet writer of kept rows in device memory where ``gpu.writer`` asks for it, else None."""
-        return self.backend.write_parquet if self.cfg.gpu.writer == "cudf" else None
+        """The backend's writer of one shard's kept rows on the device (it reads the shard again) where
+        ``gpu.writer: cudf`` asks for it and the read stage held no device table, else None."""
+        return self.backend.write_parquet if self.cfg.gpu.writer == "cudf" and self.device_table is None else None
+
+    @property
+    def table_writer(self):
+        """The backend's writer of every shard from the device table the read stage held (``gpu.writer`` cudf or
+        auto), else None."""
+        if self.device_table is None or self.cfg.gpu.writer == "pyarrow":
+            return None
+        return self.backend.write_table
 
     def report_extras(self) -> dict:
         out = {"kernel_prepare_seconds": round(self.startup_seconds, 3)} if self.startup_seconds else {}
@@ -199,7 +210,7 @@ class LocalExecutor:
         if self.memory_plan is not None:
             moved = {k: v - self._transfers0[k] for k, v in transfer_totals().items()}
             out["gpu"] = {**self.memory_plan, "reader": self.reader or "pyarrow",
-                          "writer": "pyarrow" if self.device_writer is None else "cudf", **moved}
+                          "writer": self.writers or ("pyarrow" if self.device_writer is None else "cudf"), **moved}
         return out
 
     # ---- read / normalize -------------------------------------------------------
@@ -213,8 +224,10 @@ class LocalExecutor:
             # each batch normalized as it is read, its raw text dropped (the memory of the stage: a few batches)
             hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None)
         hold = reader is None and self.cfg.output.shards and hold_inputs(self.shards, cfg.output.hold_inputs)
-        c = read(self.shards, cfg.input, score, progress=progress, text_reader=reader, text=hook, hold=hold)
-        self.held = c.held
+        table_reader = self.backend.table_reader(cfg) if reader is not None else None
+        c = read(self.shards, cfg.input, score, progress=progress, text_reader=reader, text=hook, hold=hold,
+                 table_reader=table_reader)
+        self.held, self.device_table = c.held, c.device_table
         table = c.table
         n = table.num_rows
         self.family = family_for(cfg, n)
@@ -525,6 +538,8 @@ class LocalExecutor:
         return Ready(fn(*args, **kw))
 
     def take(self, rows, column: str) -> pa.Array:
+        if column == "text" and self.device_table is not None:  # the report's samples, from device memory
+            return text_values(self.device_table.take(self.cfg.input.text_column, rows)).combine_chunks()
         if column == "text" and "text" not in self.corpus.table.column_names:
             return _ShardTexts(self.corpus, self.cfg, self.held).take(rows)
         return self.corpus.table.column(column).take(pa.array(np.asarray(rows, np.int64))).combine_chunks()
@@ -549,19 +564,26 @@ class LocalExecutor:
         keeps = [kept[starts[i] : starts[i + 1]] for i in range(len(shards))]
         todo = [i for i, shard in enumerate(shards) if not staged(ckpt.marked(f"shard-{i}"), shard, out)]
         device_writer = self.device_writer
+        on_device = set()  # shards the device wrote from the table the read stage held, in one call
+        if self.table_writer is not None and len(todo) == len(shards):  # (a resumed run writes on the host)
+            on_device = storage.write_shards_on_device(shards, kept, starts, out, self.cfg.output.compression,
+                                                       self.device_table, self.table_writer)
+            self.writers = {"cudf": len(on_device), "pyarrow": len(todo) - len(on_device)}
+        self.device_table = None  # its device memory goes back
 
         held = self.held or [None] * len(shards)
         self.held = None  # each shard's batches go with its write
 
         def write_one(i):
             mine, held[i] = held[i], None
-            storage.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,
-                                device_writer=device_writer, held=mine)
+            if i not in on_device:
+                storage.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,
+                                    device_writer=device_writer, held=mine)
             return {"name": shards[i].name, **storage.written_digest(out / shards[i].name)}
 
         # the device writer too (gpu.writer: cudf): on one H100 the stage took 17 s for 10^6 documents' 16 shards
         # one at a time, 4.0 s from 16 threads (pyarrow wrote every shard again there: see storage.filter)
-        threads = max(1, min(len(todo), os.cpu_count() or 1, WRITERS))
+        threads = max(1, min(len(todo), os.cpu_count() or 1))  # every core: a shard each
         with ThreadPoolExecutor(threads) as pool:
             for i, record in zip(todo, pool.map(write_one, todo)):  # in shard order
                 ckpt.mark(f"shard-{i}", record)

@@ -64,6 +64,7 @@ class Corpus:
     score_column: str | None = None
     vectors: list | None = None  # input.vector_column: (shard index, first row, column) per shard read
     device_text: list | None = None  # text columns in device memory, one per shard (a device reader's)
+    device_table: object = None  # read(table_reader=...): every column of every shard in device memory, or None
     text_parts: list | None = None  # what ``read(text=...)`` returned for each batch's text column, in row order
     held: list | None = None  # read(hold=True): per shard the batches of all its columns as read (None: not held)
 
@@ -84,7 +85,7 @@ class Corpus:
 
 
 def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = None, progress=None,
-         text_reader=None, text=None, hold: bool = False) -> Corpus:
+         text_reader=None, text=None, hold: bool = False, table_reader=None) -> Corpus:
     """Read every shard's id, text (and score) columns into one corpus table.
 
     ``text_reader(path, column)``: reads the text column of a Parquet shard into device
@@ -94,7 +95,10 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
     large_string / large_binary array); the table then has no ``text`` column and the
     corpus's ``text_parts`` are its results, in row order.
     ``hold``: the batches of every column of each Parquet shard are kept (``Corpus.held``; not with a
-    ``text_reader``).
+    ``text_reader``).  ``table_reader(paths)`` (with a ``text_reader``): reads every column of all the
+    shards into device memory in one call instead of each shard's text column (``Corpus.device_table``,
+    whose text column is then the one ``device_text`` column); where it returns None, ``text_reader``
+    reads each shard's text column.
     ``progress(1)`` is called after each shard."""
     shards = inputs if inputs and isinstance(inputs, list) and isinstance(inputs[0], Shard) else discover(inputs, cfg.format)
     parts, out_shards, vector_parts, device_text, text_parts, held = [], [], [], [], [], []
@@ -118,7 +122,7 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
                     first_id = _add_batch(mine, shard, cfg, table, i, first_id, score_column, text)
                 continue
             # kind == "end": the shard is read
-            if text_reader is not None:
+            if text_reader is not None and table_reader is None:
                 column = shard.text if shard.format == "memory" else text_reader(shard.path, cfg.text_column)
                 if len(column) != mine.rows:
                     raise InputError(f"shard {shard.path!r} gave {mine.rows} rows to pyarrow but {len(column)} "
@@ -141,6 +145,16 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
             row0 += mine.rows
             mine = _Shard(row0)
     table = pa.concat_tables(parts) if parts else _empty_table(score_column is not None)
+    device_table = None
+    if table_reader is not None:  # every shard's columns in one device read, else each shard's text column
+        device_table = table_reader([s.path for s in out_shards]) if out_shards else None
+        if device_table is not None:
+            if device_table.num_rows != table.num_rows:
+                raise InputError(f"the shards gave {table.num_rows} rows to pyarrow but {device_table.num_rows} to "
+                                 "cuDF; one changed while being read or is corrupt: rerun, or set gpu.reader: pyarrow")
+            device_text = [device_table.column(cfg.text_column)]
+        else:
+            device_text = _device_texts(out_shards, cfg, text_reader)
     if (text_reader is not None or text is not None) and "text" in table.column_names:
         table = table.drop_columns(["text"])
     log.info("read %d documents from %d shard(s)%s", table.num_rows, len(out_shards),
@@ -149,7 +163,19 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
                   vectors=vector_parts if cfg.vector_column else None,
                   device_text=device_text if text_reader is not None else None,
                   text_parts=text_parts if text is not None else None,
-                  held=held if hold else None)
+                  held=held if hold else None, device_table=device_table)
+
+
+def _device_texts(shards, cfg: InputConfig, text_reader) -> list:
+    """Each shard's text column read into device memory by ``text_reader`` (its row count checked)."""
+    out = []
+    for shard in shards:  # one read per shard
+        column = text_reader(shard.path, cfg.text_column)
+        if len(column) != shard.rows:
+            raise InputError(f"shard {shard.path!r} gave {shard.rows} rows to pyarrow but {len(column)} text rows "
+                             "to cuDF; it changed while being read or is corrupt: rerun, or set gpu.reader: pyarrow")
+        out.append(column)
+    return out
 
 
 class _Shard:

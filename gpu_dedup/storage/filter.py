@@ -32,8 +32,12 @@ log = logging.getLogger("gpu_dedup")
 _SAID: set = set()  # the device writer's set-aside reasons already logged by this process
 
 
-def _set_aside(shard: Shard, why: str) -> None:
-    """Say once per reason that the device writer's shard was set aside and pyarrow writes it."""
+def _set_aside(shard: Shard, why: str, every: bool = False) -> None:
+    """Say once per reason that the device writer's shard (``every``: all of them) was set aside and pyarrow
+    writes it."""
+    if every:
+        log.warning("gpu.writer: %s; pyarrow writes every shard", why)
+        return
     if why not in _SAID:
         _SAID.add(why)
         log.warning("gpu.writer cudf: the shard cuDF wrote for %s would change its logical schema (%s), so "
@@ -60,6 +64,57 @@ def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str,
     except BaseException:
         unlink(tmp)
         raise
+
+
+def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, compression: str, table, writer,
+                           ) -> set:
+    """Every shard's kept rows written by the device in one call, ``writer(table, starts, keep, paths, codec)``
+    (the GPU backend's :meth:`~gpu_dedup.backends.gpu.GPUBackend.write_table`: ``table`` holds every column of
+    all ``shards``, shard ``k`` at rows ``starts[k]:starts[k+1]``), into temporary files; each file is published
+    under its shard's name when its content is the input's kind (the same logical schema and the kept row
+    count, see :mod:`gpu_dedup.storage.content`), else removed (said once per reason).  Returns the indices of
+    the shards published: the caller writes the others on the host.  Nothing is written where the shards do
+    not share one codec the writer can write, or the output is an object store."""
+    out = as_path(out_dir)
+    if not shards or is_url(out) or any(s.format != "parquet" for s in shards):
+        return set()
+    codecs = [resolve_codec(compression, s) for s in shards]  # a name, or {column: name} where columns differ
+    if any(not isinstance(c, str) for c in codecs) or len(set(codecs)) != 1:
+        return set()
+    codec = codecs[0]
+    check_unchanged(shards)  # the rows to keep were decided on what was read then
+    out.mkdir(parents=True, exist_ok=True)
+    tmps = []
+    for s in shards:
+        fd, tmp = tempfile.mkstemp(prefix=f".{s.name}.", suffix=".device.tmp", dir=out)
+        os.close(fd)
+        tmps.append(tmp)
+    try:
+        try:
+            rows = writer(table, starts, keep, tmps, codec)
+        except (MemoryError, RuntimeError, ValueError, TypeError, NotImplementedError, AttributeError) as exc:
+            _set_aside(shards[0], f"cuDF could not write them ({type(exc).__name__}: {str(exc)[:200]})", every=True)
+            rows = None
+        done = set()
+        for k, (shard, tmp) in enumerate(zip(shards, tmps)):
+            if rows is None:
+                break
+            try:
+                why = schema_difference(pq.read_schema(tmp), pq.read_schema(source(shard.path)))
+                written = pq.read_metadata(tmp).num_rows
+                if why is None and written != rows[k]:
+                    why = f"{written} rows written, {rows[k]} kept"
+            except (OSError, pa.ArrowException) as exc:
+                why = f"its file cannot be read back ({exc})"
+            if why is None:
+                publish(tmp, out / shard.name)
+                done.add(k)
+            else:
+                _set_aside(shard, why)
+        return done
+    finally:
+        for tmp in tmps:
+            unlink(tmp)
 
 
 def resolve_codec(compression: str, shard: Shard):

@@ -218,10 +218,27 @@ def test_device_writer_used_when_it_keeps_the_schema(tmp_path):
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]
 
 
+def test_device_writer_keeps_a_shard_whose_strings_read_back_plain(tmp_path):
+    """cuDF writes Parquet strings that pyarrow reads as ``string`` where the input's were ``large_string``: the
+    same logical type (content identity), so its file is kept: on an H100 not one of them was, before."""
+    shard, table = _shard(tmp_path)
+    keep = np.array([True, True, False, True])
+
+    def writer(src, keep, dst, compression):
+        t = pq.read_table(src).filter(pa.array(keep))
+        t = t.cast(pa.schema([("id", pa.int64()), ("text", pa.string())], metadata=t.schema.metadata))
+        pq.write_table(t, dst)
+        return t.num_rows
+
+    storage.write_shard(shard, keep, tmp_path / "out", "zstd", device_writer=writer)
+    got = pq.read_table(tmp_path / "out" / "s.parquet")
+    assert got.schema.field("text").type == pa.string()  # the device writer's file
+    assert got.cast(table.schema).equals(table.filter(pa.array(keep)))
+
+
 @pytest.mark.parametrize("change", ["type", "metadata", "declines"])
 def test_device_writer_falls_back_when_it_would_change_the_shard(tmp_path, change, caplog):
-    """What the writer wrote is set aside, pyarrow writes the shard, and the log says why (once a reason): on an
-    H100 not one of the shards cuDF wrote for a corpus of large_string texts was kept, and nothing said so."""
+    """What the writer wrote is set aside, pyarrow writes the shard, and the log says why (once a reason)."""
     from gpu_dedup.storage import filter as filter_mod
 
     filter_mod._SAID.clear()
@@ -232,7 +249,7 @@ def test_device_writer_falls_back_when_it_would_change_the_shard(tmp_path, chang
         if change == "declines":
             return None  # e.g. a codec cuDF cannot write
         t = pq.read_table(src).filter(pa.array(keep))
-        t = t.cast(pa.schema([("id", pa.int64()), ("text", pa.string())])) if change == "type" else \
+        t = t.cast(pa.schema([("id", pa.int32()), ("text", pa.large_string())])) if change == "type" else \
             t.replace_schema_metadata({b"pandas": b"{}"})
         pq.write_table(t, dst)
         return t.num_rows
@@ -243,7 +260,7 @@ def test_device_writer_falls_back_when_it_would_change_the_shard(tmp_path, chang
     assert got.schema.field("text").type == pa.large_string()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["s.parquet"]
     said = [r.getMessage() for r in caplog.records if "gpu.writer cudf" in r.getMessage()]
-    why = {"type": "(text: large_string -> string)", "metadata": "(schema metadata origin not kept)"}.get(change)
+    why = {"type": "(id: int64 -> int32)", "metadata": "(schema metadata origin not kept)"}.get(change)
     assert len(said) == (0 if why is None else 1) and all(why in m and "set gpu.writer: pyarrow" in m for m in said)
     storage.write_shard(shard, keep, tmp_path / "again", "zstd", device_writer=writer)
     assert len([r for r in caplog.records if "gpu.writer cudf" in r.getMessage()]) == len(said)  # said once
@@ -468,3 +485,120 @@ def test_is_string_column_and_arrow_column_of_device_columns():
     assert not is_string_column(ints)
     assert arrow_column(fake_plc_column(arr)).equals(arr)
     assert arrow_column(fake_plc_column(arr), [3, 1, 2]).equals(pa.array(["", None, "ünï"], pa.large_string()))
+
+
+# ------------------------------------------------------------------ the device table: one read, one write
+
+
+class _FakeDeviceTable:
+    """What ``GPUBackend.read_table`` gives (every column of the shards, rows in shard order), on host buffers."""
+
+    def __init__(self, paths):
+        self.paths = list(paths)
+        self.data = pa.concat_tables([pq.read_table(p) for p in paths])
+        self.schemas = [pq.read_schema(p) for p in paths]
+        self.num_rows = self.data.num_rows
+
+    def column(self, name):
+        return fake_plc_column(self.data.column(name).combine_chunks())
+
+    def take(self, name, rows):
+        return self.data.column(name).take(pa.array(np.asarray(rows, np.int64))).combine_chunks()
+
+
+def _fake_table_writer(change=None, fail=False):
+    """A stand-in for ``GPUBackend.write_table``: each shard's kept rows written by pyarrow with other
+    settings than the host writer's (other bytes, the same content); ``change(k, table)``: what it does to
+    shard ``k``'s table instead (a writer that would change its schema)."""
+    calls = []
+
+    def write(table, starts, keep, targets, codec):
+        calls.append(list(targets))
+        if fail:
+            raise RuntimeError("CUDF failure at: parquet writer: unsupported")
+        kept = table.data.filter(pa.array(keep))
+        firsts = np.concatenate(([0], np.cumsum(keep)))[np.asarray(starts)]
+        counts = []
+        for k, target in enumerate(targets):
+            part = kept.slice(firsts[k], firsts[k + 1] - firsts[k])
+            part = part.replace_schema_metadata(table.schemas[k].metadata)
+            if change is not None:
+                part = change(k, part)
+            pq.write_table(part, target, compression="zstd", row_group_size=50, use_dictionary=False)
+            counts.append(int(firsts[k + 1] - firsts[k]))
+        return counts
+
+    write.calls = calls
+    return write
+
+
+def _table_on(monkeypatch, writer):
+    reads = []
+    cpu = _reader_on(monkeypatch, [])
+
+    def read_table(paths):
+        reads.append(list(paths))
+        return _FakeDeviceTable(paths)
+
+    monkeypatch.setattr(cpu, "table_reader", lambda cfg: read_table if cfg.gpu.reader == "cudf" else None,
+                        raising=False)
+    monkeypatch.setattr(cpu, "write_table", writer, raising=False)
+    return reads
+
+
+@pytest.fixture
+def metadata_corpus(tmp_path):
+    sample = planted_corpus(n_docs=450, n_clusters=30, words=(20, 80), edit_rate=(0, 0.05), seed=21)
+    table = sample.table.select(["id", "text"]).replace_schema_metadata({b"huggingface": b'{"info": 1}'})
+    write_shards(table, tmp_path / "in", shards=3)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    host = local.run(tmp_path / "in", tmp_path / "host", cfg)
+    return tmp_path, cfg, host
+
+
+def _same_content(a, b, names):
+    from gpu_dedup.storage.content import file_difference
+
+    for name in names:
+        assert file_difference(a / name, b / name) is None, name
+
+
+def test_a_device_table_is_read_once_and_written_in_one_call(metadata_corpus, monkeypatch):
+    from gpu_dedup.storage import filter as filt
+
+    d, cfg, host = metadata_corpus
+    writer = _fake_table_writer()
+    reads = _table_on(monkeypatch, writer)
+    monkeypatch.setattr(filt, "_write_parquet", lambda *a, **k: pytest.fail("the host wrote a shard"))
+    dev = local.run(d / "in", d / "dev", cfg)
+    names = [s.name for s in host.shards]
+    assert reads == [[s.path for s in host.shards]] and len(writer.calls) == 1 and len(writer.calls[0]) == 3
+    _same_content(d / "host", d / "dev", names)
+    assert (d / "host" / names[0]).read_bytes() != (d / "dev" / names[0]).read_bytes()  # another writer's bytes
+    assert (d / "host" / "duplicates.parquet").read_bytes() == (d / "dev" / "duplicates.parquet").read_bytes()
+    assert dev.report["largest_clusters"] == host.report["largest_clusters"]  # samples from the device table
+    assert not [p for p in (d / "dev").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_shard_whose_schema_the_device_would_change_is_written_by_the_host(metadata_corpus, monkeypatch, caplog):
+    d, cfg, host = metadata_corpus
+    writer = _fake_table_writer(change=lambda k, t: t.replace_schema_metadata(None) if k == 1 else t)
+    _table_on(monkeypatch, writer)
+    local.run(d / "in", d / "dev", cfg)
+    names = [s.name for s in host.shards]
+    assert (d / "dev" / names[1]).read_bytes() == (d / "host" / names[1]).read_bytes()  # pyarrow's
+    assert (d / "dev" / names[0]).read_bytes() != (d / "host" / names[0]).read_bytes()  # the device's
+    _same_content(d / "host", d / "dev", names)
+    assert "huggingface not kept" in caplog.text
+
+
+@pytest.mark.parametrize("how", ["fails", "pyarrow"])
+def test_without_the_device_writer_the_host_writes_every_shard(metadata_corpus, monkeypatch, how):
+    d, cfg, host = metadata_corpus
+    writer = _fake_table_writer(fail=how == "fails")
+    _table_on(monkeypatch, writer)
+    local.run(d / "in", d / "dev", cfg if how == "fails" else cfg.with_overrides({"gpu.writer": "pyarrow"}))
+    assert len(writer.calls) == (1 if how == "fails" else 0)
+    for name in [s.name for s in host.shards] + ["duplicates.parquet"]:
+        assert (d / "dev" / name).read_bytes() == (d / "host" / name).read_bytes(), name
+    assert not [p for p in (d / "dev").iterdir() if p.name.endswith(".tmp")]
