@@ -52,6 +52,7 @@ SEGMENT_BYTES = 1 << 15  # a document is cut into segments of this many bytes (o
 SPAN = 1024  # byte positions hashed per round of a block (shared buffer of this many values)
 PERM_CHUNK = 8192  # permutations per launch (shared memory: (chunk + span) * 4 bytes <= 48 KiB)
 ITEM_THREADS = 256  # block size of the thread-per-item kernels
+PINNED_CHUNK = 64 << 20  # bytes a pinned staging buffer holds (host arrays of twice this or more are staged)
 CUDF_CODECS = {"none": None, "snappy": "snappy", "zstd": "ZSTD", "lz4": "LZ4"}  # cudf.DataFrame.to_parquet's names
 
 
@@ -384,7 +385,35 @@ class GPUBackend(Backend):
         host = np.ascontiguousarray(a, dtype=dtype)
         if self.xp is not np:
             count_transfer("host_to_device_bytes", host.nbytes)
+            if host.nbytes >= 2 * PINNED_CHUNK:
+                return self._upload(host)
         return self.xp.array(host)
+
+    def _upload(self, host: np.ndarray):
+        """A large host array on the device through two pinned staging buffers: while one chunk crosses the
+        bus (asynchronously, on its own stream), the next is copied into the other buffer.  A copy from
+        pageable memory runs at the speed of the driver's own staging (about 2.3 GB/s measured on an H200);
+        this one at the speed of a host memcpy, the bus being faster."""
+        import cupyx
+
+        cp = self.xp
+        out = cp.empty(host.shape, dtype=host.dtype)
+        src = host.reshape(-1).view(np.uint8)
+        dst = out.reshape(-1).view(cp.uint8)
+        bufs = [cupyx.empty_pinned(PINNED_CHUNK, dtype=np.uint8) for _ in range(2)]
+        streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+        done = [None, None]
+        for i, lo in enumerate(range(0, src.shape[0], PINNED_CHUNK)):  # one step per 64 MiB
+            k = i % 2
+            if done[k] is not None:
+                done[k].synchronize()  # buffer k has crossed: it may be filled again
+            m = min(PINNED_CHUNK, src.shape[0] - lo)
+            np.copyto(bufs[k][:m], src[lo:lo + m])
+            dst[lo:lo + m].set(bufs[k][:m], stream=streams[k])
+            done[k] = streams[k].record()
+        for stream in streams:
+            stream.synchronize()
+        return out
 
     @staticmethod
     def _host(a) -> np.ndarray:
