@@ -34,20 +34,47 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup import storage
 from gpu_dedup.backends import array_module, get_backend, to_host
 from gpu_dedup.config import Config
-from gpu_dedup.report.build import build_report, examples_from_parts, similarity_summary, write_report
+from gpu_dedup.errors import ConfigError
+from gpu_dedup.report.build import (
+    build_report,
+    examples_from_parts,
+    similarity_summary,
+    write_report,
+)
 from gpu_dedup.report.page import write_html
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
 from gpu_dedup.run.contract import Step, shard_starts
-from gpu_dedup.run.outdir import DUPLICATES_NAME, REPORT_HTML_NAME, REPORT_NAME, SUCCESS_NAME, OutputDir
-from gpu_dedup.run.prior import NoPrior
+from gpu_dedup.run.outdir import (
+    DUPLICATES_NAME,
+    REPORT_HTML_NAME,
+    REPORT_NAME,
+    SUCCESS_NAME,
+    OutputDir,
+)
+from gpu_dedup.run.prior import IndexPrior, NoPrior
 from gpu_dedup.run.remote_outdir import RemoteOutputDir
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
 from gpu_dedup.stages import frames
-from gpu_dedup.stages.buckets import (band_rounds, bucket_dest, bucket_part, bucket_sizes, concat_bucket_parts,
-                                      long_frame)
-from gpu_dedup.stages.edges import Edges, star_accept, star_open, star_outputs, star_propose, star_start, unique_edges
+from gpu_dedup.stages.buckets import (
+    band_rounds,
+    bucket_dest,
+    bucket_part,
+    bucket_sizes,
+    concat_bucket_parts,
+    long_frame,
+)
+from gpu_dedup.stages.edges import (
+    Edges,
+    star_accept,
+    star_open,
+    star_outputs,
+    star_propose,
+    star_start,
+    unique_edges,
+)
 from gpu_dedup.stages.exact import exact_copies, key_frame, with_copies
 from gpu_dedup.stages.selection import ClusterPart
 from gpu_dedup.stages.write import check_id_column, duplicates_table
@@ -55,7 +82,7 @@ from gpu_dedup.storage.filesystems import is_url
 
 log = logging.getLogger("gpu_dedup")
 
-__all__ = ["CorpusCounts", "Job", "RunResult", "execute", "open_output", "finish_output", "DUPLICATES_NAME",
+__all__ = ["CorpusCounts", "Job", "RunResult", "plan_run", "execute", "open_output", "finish_output", "DUPLICATES_NAME",
            "REPORT_NAME", "REPORT_HTML_NAME", "SUCCESS_NAME"]
 
 
@@ -135,6 +162,27 @@ class RunResult:
             kept[rows] = np.asarray(dup.column("kept"))
             cluster[rows] = np.asarray(dup.column("cluster_id"))
         self.kept_rows, self.cluster_rows = kept, cluster
+
+
+def plan_run(inputs, output_dir, cfg: Config, *, prior=None, sink=None, write_shards: bool = True,
+             st: StageLog | None = None) -> tuple[list, Job]:
+    """The shards of ``inputs`` and the :class:`Job` of a run (what both executors start from): ``output_dir``
+    a path, a URL or None (in memory), ``prior`` an opened index to deduplicate against, ``sink`` what receives
+    every document (see :func:`gpu_dedup.run.entry.run_dedup`); ``st``: the run's stage log, whose setup
+    cost counts the backend's check and the inputs' discovery."""
+    st = st or StageLog()
+    out = None if output_dir is None else storage.as_path(output_dir)  # a Path, or a URL (RemotePath)
+    if out is None and (cfg.cluster.enabled or (sink is not None and sink is not prior)):
+        raise ConfigError("a run without an output directory (in memory) runs in one process and writes no new "
+                          "index; drop cluster.workers / cluster.scheduler and index_out, or give an output_dir")
+    with st.cost("setup"):  # the backend, the inputs' discovery (the executor adds the output directory)
+        if not cfg.cluster.enabled:
+            get_backend(cfg.backend)  # a backend that cannot run here fails before anything is read
+        shards = storage.discover(inputs, cfg.input.format)
+    write_shards = write_shards and cfg.output.shards
+    job = Job(cfg, out, write_shards=write_shards, prior=IndexPrior(prior) if prior is not None else NoPrior(),
+              sink=sink)
+    return shards, job
 
 
 def execute(job: Job, ex, ckpt, st: StageLog | None = None) -> RunResult:
