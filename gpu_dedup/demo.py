@@ -18,7 +18,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.evaluation.evaluate import cluster_pairs, pair_precision, pair_recall
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.report.build import summary
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.stages.normalize import normalize
 from gpu_dedup.stages.verify import exact_similarity
 
@@ -42,7 +42,7 @@ def run_demo(out: Path, cfg: Config, docs: int = 3000, quiet: bool = False) -> i
     say = (lambda *a: None) if quiet else print
     say(f"gpu-dedup demo: {docs:,} documents with {n_clusters} planted near-duplicate clusters "
         f"-> {out / 'input'}/ (4 Parquet shards)")
-    result = run(out / "input", out / "output", cfg)
+    result = run_dedup(out / "input", out / "output", cfg)
     say(summary(result.report))
 
     # score against the planted truth: exact Jaccard of every planted pair

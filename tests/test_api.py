@@ -14,7 +14,7 @@ import gpu_dedup
 from gpu_dedup import Config, stages
 from gpu_dedup.errors import ConfigError, InputError
 from gpu_dedup.evaluation.sample import planted_corpus
-from gpu_dedup.index.commands import run
+from gpu_dedup.run.entry import run_dedup
 from tests.fake_columns import fake_plc_column
 
 CPU = {"backend": "cpu"}
@@ -41,7 +41,7 @@ def file_run(sample, tmp_path_factory):
     """The same rows as one Parquet shard through the file-based pipeline."""
     d = tmp_path_factory.mktemp("api")
     pq.write_table(sample.table.select(["id", "text"]), d / "all.parquet")
-    return run(d / "all.parquet", d / "out", Config.from_dict({**CPU, "input": {"id_column": "id"}}))
+    return run_dedup(d / "all.parquet", d / "out", Config.from_dict({**CPU, "input": {"id_column": "id"}}))
 
 
 def test_pandas_frame_equals_the_file_run(frame, file_run, tmp_path, monkeypatch):
@@ -321,16 +321,16 @@ def test_in_memory_pipeline_run_refuses_file_features(sample, tmp_path):
     from gpu_dedup.storage import memory_shard
 
     shard = memory_shard(sample.table.select(["text"]))
-    res = run([shard], None, Config(backend="cpu"))
+    res = run_dedup([shard], None, Config(backend="cpu"))
     assert res.output_dir is None and res.report["run_fingerprint"] is None
     kept = int(res.kept.sum())
     assert res.report["inputs"] == [{"path": "<memory>", "name": "memory", "format": "memory",
                                      "rows": len(sample.table), "bytes": shard.size, "kept": kept,
                                      "removed": len(sample.table) - kept}]
     with pytest.raises(ConfigError, match="without an output directory.*index_out"):
-        run([shard], None, Config(backend="cpu"), index_out=tmp_path / "index")
+        run_dedup([shard], None, Config(backend="cpu"), index_out=tmp_path / "index")
     with pytest.raises(InputError, match=r"text column 'body' is not in shard '<memory>'"):
-        run([shard], None, Config.from_dict({"backend": "cpu", "input": {"text_column": "body"}}))
+        run_dedup([shard], None, Config.from_dict({"backend": "cpu", "input": {"text_column": "body"}}))
 
 
 def test_a_missing_score_column_names_the_argument_and_save_report_refuses_a_file(tmp_path):

@@ -1,5 +1,5 @@
-"""The package's shape: imports run one way (entry points -> executors -> stages ->
-backends -> kernels), with no cycle anywhere, and every package is shipped."""
+"""The package's shape: imports run one way (entry points -> the run's entry -> the index -> executors ->
+stages -> backends -> kernels), with no cycle anywhere, and every package is shipped."""
 
 from __future__ import annotations
 
@@ -20,10 +20,20 @@ LAYERS = {
     "storage": 3.5,  # shard files: discovery, identity, formats, atomic writes
     "stages": 4,
     "report": 5,
-    "run": 6,
+    "run": 6,  # the executors and the stage sequence
+    "index": 6.5,  # the persisted index: a run's prior and sink (its store uses run/outdir's lock; Index.add runs
+    #                 the one-process executor)
     # entry points
-    "api": 7, "index": 7, "evaluation": 7, "demo": 8, "bench": 8, "cli": 9, "__main__": 10, "__init__": 10,
+    "api": 7, "evaluation": 7, "demo": 8, "bench": 8, "cli": 9, "__main__": 10, "__init__": 10,
 }
+
+
+# modules above the layer of their package: the run's one entry opens the index a run is given as an option
+MODULE_LAYERS = {"gpu_dedup.run.entry": 6.8}
+
+
+def _layer(module: str) -> float:
+    return MODULE_LAYERS.get(module, LAYERS[_part(module)])
 
 
 def _module_name(path: Path) -> str:
@@ -88,7 +98,7 @@ def test_imports_run_one_way():
         for target, line, _ in edges:
             if target == "gpu_dedup":
                 continue  # the package itself (its version): a leaf for this purpose
-            if LAYERS[_part(target)] > LAYERS[_part(mod)]:
+            if _layer(target) > _layer(mod):
                 wrong.append(f"{mod}:{line} imports {target}")
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
 
@@ -167,3 +177,28 @@ def test_no_package_import_inside_a_function():
     inner = sorted({f"{m}:{line} imports {t}" for m, e in graph.items() if m not in LAZY_OK
                     for t, line, in_function in e if in_function and t not in LAZY_TARGETS})
     assert not inner, "imports inside functions:\n" + "\n".join(inner)
+
+
+def _reached(graph, start: str, avoid=lambda m: False) -> set[str]:
+    """The modules ``start`` imports, directly or not, through modules that ``avoid`` does not reject."""
+    seen, todo = {start}, [start]
+    while todo:
+        for target, _, _ in graph[todo.pop()]:
+            if target not in seen and target != "gpu_dedup" and not avoid(target):
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_a_run_reaches_its_executors_without_the_index():
+    """The CLI and the DataFrame API call the run's one entry, which chooses the executor; the executors and
+    the stage sequence never import the index (it is handed to them, opened, as the run's prior and sink)."""
+    _, graph = _graph()
+    entry = "gpu_dedup.run.entry"
+    for caller in ("gpu_dedup.cli.commands", "gpu_dedup.api", "gpu_dedup.demo", "gpu_dedup.evaluation.evaluate"):
+        assert entry in {t for t, _, _ in graph[caller]}, f"{caller} does not call {entry}"
+    reached = _reached(graph, entry, avoid=lambda m: _part(m) == "index")
+    assert {"gpu_dedup.run.local", "gpu_dedup.run.cluster", "gpu_dedup.run.sequence"} <= reached
+    for executor in ("gpu_dedup.run.local", "gpu_dedup.run.cluster", "gpu_dedup.run.sequence"):
+        index = sorted(m for m in _reached(graph, executor) if _part(m) == "index")
+        assert not index, f"{executor} imports the index: {index}"

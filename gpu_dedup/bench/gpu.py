@@ -397,13 +397,13 @@ def _timed_run(inputs, out, settings: dict, profile=None):
     import shutil
 
     from gpu_dedup.config import Config
-    from gpu_dedup.run.local import run
+    from gpu_dedup.run.entry import run_dedup
 
     shutil.rmtree(out, ignore_errors=True)
     cfg = Config.from_dict(settings)
     prof = cProfile.Profile() if profile is not None else None
     t0 = time.perf_counter()
-    res = prof.runcall(run, inputs, out, cfg) if prof is not None else run(inputs, out, cfg)
+    res = prof.runcall(run_dedup, inputs, out, cfg) if prof is not None else run_dedup(inputs, out, cfg)
     sec = time.perf_counter() - t0
     if prof is None:
         return sec, res

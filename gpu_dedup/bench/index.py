@@ -41,8 +41,8 @@ print(json.dumps({"import_s": t_import, "open_s": t_open, "first_query_s": t_fir
 """
 
 
-def run(documents: int = 1_000_000, queries: int = 10_000, single: int = 200, results="bench-results",
-        workdir=None) -> dict:
+def bench_index(documents: int = 1_000_000, queries: int = 10_000, single: int = 200, results="bench-results",
+                workdir=None) -> dict:
     with scratch(workdir) as tmp:
         tmp = Path(tmp)
         sample = planted_corpus(n_docs=documents + queries // 2, n_clusters=documents // 100, words=(60, 400),

@@ -535,10 +535,10 @@ def signature_stage(corpus: Path, cfg, tools, cores: int, datasketch_docs: int) 
     return out
 
 
-def run(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: str | None = "debian-man",
-        tools=TOOLS, quality_sample: int = 5000, quality_max_docs: int = 200_000, sig_docs: int = 100_000,
-        datasketch_sig_docs: int = 20_000, results="bench-results", workdir=None, config=None,
-        layouts=("files",)) -> dict:
+def bench_peers(sizes=(10_000, 100_000, 1_000_000), peer_max_docs: int = 100_000, real: str | None = "debian-man",
+                tools=TOOLS, quality_sample: int = 5000, quality_max_docs: int = 200_000, sig_docs: int = 100_000,
+                datasketch_sig_docs: int = 20_000, results="bench-results", workdir=None, config=None,
+                layouts=("files",)) -> dict:
     """``layouts``: how the planted corpora are sharded (see :data:`LAYOUTS`), each size in each layout."""
     from gpu_dedup.config import Config
 

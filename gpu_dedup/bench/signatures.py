@@ -247,7 +247,7 @@ def markdown(p: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(docs: int = 100_000, repeats: int = 5, results="bench-results", corpus=None, workdir=None) -> dict:
+def bench_signatures(docs: int = 100_000, repeats: int = 5, results="bench-results", corpus=None, workdir=None) -> dict:
     with scratch(workdir) as tmp:
         if corpus is None:
             corpus = Path(tmp) / "planted"
@@ -269,7 +269,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--results", default="bench-results")
     args = p.parse_args(argv)
-    run(args.docs, args.repeats, args.results, args.corpus)
+    bench_signatures(args.docs, args.repeats, args.results, args.corpus)
     return 0
 
 

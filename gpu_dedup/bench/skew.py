@@ -27,7 +27,7 @@ def corpus(n: int, directory: Path, seed: int = 0) -> Path:
     return directory
 
 
-def run(sizes=(10_000, 100_000, 1_000_000), results="bench-results", workdir=None) -> dict:
+def bench_skew(sizes=(10_000, 100_000, 1_000_000), results="bench-results", workdir=None) -> dict:
     rows = []
     with scratch(workdir) as tmp:
         for n in sizes:

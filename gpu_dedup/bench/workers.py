@@ -65,10 +65,10 @@ def make_corpus(directory: Path, documents: int, chunk: int = 500_000, words=(30
     return total
 
 
-def run(documents=(100_000,), workers: int = 2, memory_limit: str | None = None,
-        block_rows: int = ClusterConfig.block_rows,
-        results="bench-results", workdir=None, boilerplate: float = 0.0, single_up_to: int = 1_000_000,
-        running: bool = True, repeat: int = 1) -> dict:
+def bench_workers(documents=(100_000,), workers: int = 2, memory_limit: str | None = None,
+                  block_rows: int = ClusterConfig.block_rows,
+                  results="bench-results", workdir=None, boilerplate: float = 0.0, single_up_to: int = 1_000_000,
+                  running: bool = True, repeat: int = 1) -> dict:
     """``documents``: corpus sizes; one process runs for sizes up to ``single_up_to`` (the reference);
     ``running``: also a run joining a cluster started before it (see the module docstring); ``repeat``: runs of
     each configuration, one of each in turn (the machine's drift hits them alike), reported by their median."""

@@ -103,12 +103,12 @@ def _with_id_column(args, cfg: Config) -> Config:
 
 
 def cmd_run(args) -> int:
-    from gpu_dedup.index.commands import run
     from gpu_dedup.report.build import summary
+    from gpu_dedup.run.entry import run_dedup
 
     cfg = _with_id_column(args, _config_from_args(args))
-    result = run(args.inputs, args.output, cfg, restart=args.restart, index_out=args.index_out,
-                 against=args.against, update_index=args.update_index)
+    result = run_dedup(args.inputs, args.output, cfg, restart=args.restart, index_out=args.index_out,
+                       against=args.against, update_index=args.update_index)
     if not args.quiet:
         print(summary(result.report))
         written = (["deduplicated shards"] if cfg.output.shards else []) + \
@@ -127,19 +127,19 @@ def cmd_demo(args) -> int:
 def cmd_bench_skew(args) -> int:
     from gpu_dedup.bench import skew
 
-    skew.run(args.sizes, args.results, args.workdir)
+    skew.bench_skew(args.sizes, args.results, args.workdir)
     return 0
 
 
 def cmd_index_build(args) -> int:
     import tempfile
 
-    from gpu_dedup.index.commands import run
+    from gpu_dedup.run.entry import run_dedup
 
     cfg = _with_id_column(args, _config_from_args(args))
     try:
         with tempfile.TemporaryDirectory() as tmp:  # the run's outputs (its report) are not kept
-            result = run(args.inputs, tmp, cfg, index_out=args.output, write_shards=False)
+            result = run_dedup(args.inputs, tmp, cfg, index_out=args.output, write_shards=False)
     except KeyboardInterrupt as exc:
         raise Interrupted(f"interrupted; no index was left in {args.output!r} (a build writes it whole or not at "
                           "all): rerun the same command") from exc
@@ -262,8 +262,8 @@ def _jsonl_texts(lines: list[str], column: str, source: str) -> list:
 def cmd_bench_workers(args) -> int:
     from gpu_dedup.bench import workers
 
-    workers.run(args.documents, args.workers, args.memory_limit, args.block_rows, args.results, args.workdir,
-                args.boilerplate, args.single_up_to, args.running, args.repeat)
+    workers.bench_workers(args.documents, args.workers, args.memory_limit, args.block_rows, args.results, args.workdir,
+                          args.boilerplate, args.single_up_to, args.running, args.repeat)
     return 0
 
 
@@ -273,17 +273,17 @@ def cmd_bench_peers(args) -> int:
     cfg = _config_from_args(args)
     if args.backend is None:
         cfg = cfg.with_overrides({"backend": "cpu"})
-    peers.run(sizes=args.sizes, peer_max_docs=args.peer_max_docs, real=None if args.real == "none" else args.real,
-              tools=args.tools, quality_sample=args.quality_sample, quality_max_docs=args.quality_max_docs,
-              sig_docs=args.signature_docs, datasketch_sig_docs=args.datasketch_signature_docs,
-              results=args.results, workdir=args.workdir, config=cfg, layouts=tuple(args.layouts))
+    peers.bench_peers(sizes=args.sizes, peer_max_docs=args.peer_max_docs, real=None if args.real == "none" else args.real,
+                    tools=args.tools, quality_sample=args.quality_sample, quality_max_docs=args.quality_max_docs,
+                    sig_docs=args.signature_docs, datasketch_sig_docs=args.datasketch_signature_docs,
+                    results=args.results, workdir=args.workdir, config=cfg, layouts=tuple(args.layouts))
     return 0
 
 
 def cmd_bench_index(args) -> int:
     from gpu_dedup.bench import index
 
-    index.run(args.documents, args.queries, args.single, args.results, args.workdir)
+    index.bench_index(args.documents, args.queries, args.single, args.results, args.workdir)
     return 0
 
 

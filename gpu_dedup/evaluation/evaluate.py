@@ -38,7 +38,7 @@ from gpu_dedup.errors import ConfigError, InputError
 from gpu_dedup.kernels.cosine_cpu import sparse_cosine_pairs
 from gpu_dedup.kernels.params import hash_params
 from gpu_dedup.report.plots import plot_evaluation
-from gpu_dedup.run.local import run as pipeline_run
+from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.run.outdir import check_report_files
 from gpu_dedup.stages import vectors as vec
 from gpu_dedup.stages.exact import exact_groups
@@ -777,7 +777,7 @@ class Evaluation:
         """Run the pipeline on the sample with ``cfg`` (default: the evaluation's) and score it."""
         cfg = self.sample_config(cfg)
         t0 = time.perf_counter()
-        result = pipeline_run(self.sample_dir / "sample.parquet", self.workdir / name, cfg)
+        result = run_dedup(self.sample_dir / "sample.parquet", self.workdir / name, cfg)
         seconds = time.perf_counter() - t0
         section = score_run(self.truth, result.cluster, result.edges, cfg, scored=result.scored, rep=result.rep,
                             backend=self.backend)

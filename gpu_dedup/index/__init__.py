@@ -3,7 +3,8 @@
 ``format`` is the on-disk layout (manifest, segments, fingerprints), ``store``
 opens, reads and appends to an index (:class:`Index`, :class:`IndexBuilder`),
 ``query`` answers online queries, ``add`` deduplicates a DataFrame against an
-index and appends it, and ``commands`` are the CLI's index runs.
+index and appends it.  A run builds, uses or appends to an index through the
+options of :func:`gpu_dedup.run.entry.run_dedup`.
 """
 
 from gpu_dedup.index.add import AddResult

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpu_dedup import api
-from gpu_dedup.api import DedupResult
+from gpu_dedup.run import dataframes as frames
 from gpu_dedup.run.contract import one_process_only
-from gpu_dedup.run.local import run
+from gpu_dedup.run.dataframes import DedupResult
+from gpu_dedup.run.local import run_local
 
 
 def add(index, frame, text: str = "text", id: str | None = None, config=None, **overrides) -> "AddResult":
@@ -22,20 +22,20 @@ def add(index, frame, text: str = "text", id: str | None = None, config=None, **
     row is appended, removed ones included.  Returns an :class:`AddResult`.
     """
 
-    kind = api.frame_kind(frame)
-    cfg = api.config_of(index.config() if config is None else config, text, id, overrides)
+    kind = frames.frame_kind(frame)
+    cfg = frames.config_of(index.config() if config is None else config, text, id, overrides)
     if cfg.cluster.enabled:
         raise one_process_only("Index.add()")
     index.check(cfg)
     cfg = index.pinned(cfg)
-    shard = api.frame_shard(frame, kind, text, id, cfg)
+    shard = frames.frame_shard(frame, kind, text, id, cfg)
     with index.writing():  # one writer at a time; what another writer appended meanwhile is matched too
         first = index.documents
         if first == 0:  # the first documents name the index's id column
             index.manifest = {**index.manifest, "id_column": id}
-        result = run([shard], None, cfg, prior=index, sink=index)
-    dup = api.frame_duplicates(result.duplicates, id)
-    return AddResult(deduplicated=api.take_rows(frame, kind, result.kept), duplicates=api.like(dup, kind),
+        result = run_local([shard], None, cfg, prior=index, sink=index)
+    dup = frames.frame_duplicates(result.duplicates, id)
+    return AddResult(deduplicated=frames.take_rows(frame, kind, result.kept), duplicates=frames.like(dup, kind),
                      clusters=result.cluster, kept=result.kept, report=result.report, edges=result.edges,
                      first_doc=first)
 

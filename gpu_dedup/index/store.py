@@ -791,7 +791,7 @@ class IndexBuilder:
 
     def _into_new(self, layout, add) -> int:
         """``add(index)`` to the index this builder creates, under the builder's lock; its first doc number."""
-        if self._fd is None:  # pragma: no cover - commands.run enters the builder
+        if self._fd is None:  # pragma: no cover - run.entry.run_dedup enters the builder
             raise RuntimeError("IndexBuilder appended to outside its with block")
         index = Index.create(self.path, self.cfg, layout)
         index._locked = True  # under this builder's lock

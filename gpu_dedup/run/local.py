@@ -1,12 +1,11 @@
 """One process: the executor that keeps the whole corpus where the backend computes.
 
-:func:`run` is the file-based run behind ``gpu-dedup run`` and the in-memory
-run behind :func:`gpu_dedup.dedup` (``output_dir=None``: nothing is written).
-It discovers the shards, prepares the output directory and checkpoints, and
-hands :class:`LocalExecutor` to the one stage sequence
-(:func:`gpu_dedup.run.sequence.execute`); with ``cluster.workers`` or
-``cluster.scheduler`` set it hands the Dask executor instead
-(:mod:`gpu_dedup.run.cluster`).
+:func:`run_local` is the one-process run that :func:`gpu_dedup.run.entry.run_dedup`
+chooses without ``cluster.workers`` / ``cluster.scheduler``: the file-based run behind
+``gpu-dedup run`` and the in-memory run behind :func:`gpu_dedup.dedup`
+(``output_dir=None``: nothing is written).  It prepares the output directory and
+checkpoints and hands :class:`LocalExecutor` to the one stage sequence
+(:func:`gpu_dedup.run.sequence.execute`).
 
 Stages checkpoint their driver-side results into the output directory (see
 :mod:`gpu_dedup.run.checkpoint`); a killed run resumes where it stopped and
@@ -40,8 +39,6 @@ from gpu_dedup.backends.strings import (
     string_buffers,
 )
 from gpu_dedup.config import Config
-from gpu_dedup.errors import ConfigError
-from gpu_dedup.run import cluster
 from gpu_dedup.run.checkpoint import (
     Checkpoints,
     NoCheckpoints,
@@ -49,10 +46,16 @@ from gpu_dedup.run.checkpoint import (
     run_fingerprint,
     staged,
 )
-from gpu_dedup.run.contract import Ready, shard_starts, take_in_order
-from gpu_dedup.run.prior import IndexPrior, NoPrior
+from gpu_dedup.run.contract import Ready, one_process_only, shard_starts, take_in_order
+from gpu_dedup.run.prior import NoPrior
 from gpu_dedup.run.progress import chunks
-from gpu_dedup.run.sequence import CorpusCounts, Job, RunResult, execute, open_output
+from gpu_dedup.run.sequence import (
+    CorpusCounts,
+    RunResult,
+    execute,
+    open_output,
+    plan_run,
+)
 from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
@@ -66,9 +69,9 @@ log = logging.getLogger("gpu_dedup")
 SIGNATURE_CHUNK = 65536  # documents per signature kernel call (progress granularity)
 
 
-def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, prior=None, sink=None,
-        write_shards: bool = True) -> RunResult:
-    """Deduplicate the shards ``inputs`` into ``output_dir``; see the module docstring.
+def run_local(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, prior=None, sink=None,
+              write_shards: bool = True) -> RunResult:
+    """Deduplicate the shards ``inputs`` into ``output_dir`` in this process; see the module docstring.
 
     A run killed at any point resumes from its last checkpoint when called
     again with the same inputs and config; ``restart=True`` starts over.
@@ -79,28 +82,21 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, pr
     built, or ``prior`` itself to update it).  Runs with either keep no
     checkpoints.  ``output_dir=None``: an in-memory run (``inputs`` are usually
     :func:`gpu_dedup.stages.storage.memory_shard` shards): nothing is written.
+    A config with ``cluster.workers`` or ``cluster.scheduler`` is refused:
+    :func:`gpu_dedup.run.entry.run_dedup` chooses the executor.
     """
-    st = StageLog()  # the run's seconds count from here (from the process's start under the CLI)
-    out = None if output_dir is None else storage.as_path(output_dir)  # a Path, or a URL (RemotePath)
-    if out is None and (cfg.cluster.enabled or (sink is not None and sink is not prior)):
-        raise ConfigError("a run without an output directory (in memory) runs in one process and writes no new "
-                          "index; drop cluster.workers / cluster.scheduler and index_out, or give an output_dir")
-    with st.cost("setup"):  # the backend, the inputs' discovery, the output directory and its checkpoints
-        if not cfg.cluster.enabled:
-            get_backend(cfg.backend)  # a backend that cannot run here fails before anything is read
-        shards = storage.discover(inputs, cfg.input.format)
-    write_shards = write_shards and cfg.output.shards
-    job = Job(cfg, out, write_shards=write_shards, prior=IndexPrior(prior) if prior is not None else NoPrior(),
-              sink=sink)
     if cfg.cluster.enabled:
-        return cluster.run(shards, job, restart=restart, inputs=inputs, st=st)
+        raise one_process_only("run_local()", "gpu_dedup.run.entry.run_dedup runs on the cluster")
+    st = StageLog()  # the run's seconds count from here (from the process's start under the CLI)
+    shards, job = plan_run(inputs, output_dir, cfg, prior=prior, sink=sink, write_shards=write_shards, st=st)
+    out = job.out
     if out is None:
         with st.cost("setup"):
             ex = LocalExecutor(shards, cfg, job.prior)
         return execute(job, ex, NoCheckpoints(), st)
     resumable = prior is None and sink is None  # against / into an index: nothing to resume
     with st.cost("setup"):
-        od = open_output(out, shards, inputs, cfg, shards_written=write_shards, fresh=not resumable)
+        od = open_output(out, shards, inputs, cfg, shards_written=job.write_shards, fresh=not resumable)
     with od:
         with st.cost("setup"):
             ckpt = Checkpoints(out, run_fingerprint(cfg, shards), restart) if resumable else NoCheckpoints()

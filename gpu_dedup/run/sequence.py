@@ -34,28 +34,104 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import array_module, get_backend, to_host
+from gpu_dedup import storage
+from gpu_dedup.backends import get_backend, to_host
 from gpu_dedup.config import Config
-from gpu_dedup.report.build import build_report, examples_from_parts, similarity_summary, write_report
+from gpu_dedup.errors import ConfigError
+from gpu_dedup.report.build import (
+    build_report,
+    examples_from_parts,
+    similarity_summary,
+    write_report,
+)
 from gpu_dedup.report.page import write_html
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
 from gpu_dedup.run.contract import Step, shard_starts
-from gpu_dedup.run.outdir import DUPLICATES_NAME, REPORT_HTML_NAME, REPORT_NAME, SUCCESS_NAME, OutputDir
-from gpu_dedup.run.prior import NoPrior
+from gpu_dedup.run.outdir import (
+    DUPLICATES_NAME,
+    REPORT_HTML_NAME,
+    REPORT_NAME,
+    SUCCESS_NAME,
+    OutputDir,
+)
+from gpu_dedup.run.prior import IndexPrior, NoPrior
 from gpu_dedup.run.remote_outdir import RemoteOutputDir
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
 from gpu_dedup.stages import frames
-from gpu_dedup.stages.buckets import (band_rounds, bucket_dest, bucket_part, bucket_sizes, concat_bucket_parts,
-                                      long_frame)
-from gpu_dedup.stages.edges import Edges, star_accept, star_open, star_outputs, star_propose, star_start, unique_edges
-from gpu_dedup.stages.exact import exact_copies, key_frame, with_copies
-from gpu_dedup.stages.selection import ClusterPart
-from gpu_dedup.stages.write import check_id_column, duplicates_table
+from gpu_dedup.stages.buckets import (
+    band_rounds,
+    bucket_centres,
+    bucket_counts,
+    bucket_dest,
+    bucket_part,
+    bucket_sizes,
+    concat_bucket_parts,
+    long_frame,
+)
+from gpu_dedup.stages.components import (
+    cluster_members,
+    edge_labels,
+    home_edges,
+    index_members,
+    index_nodes,
+    member_rows,
+)
+from gpu_dedup.stages.edges import (
+    Edges,
+    edge_counts,
+    star_accept,
+    star_open,
+    star_outputs,
+    star_propose,
+    star_start,
+    unique_edges,
+)
+from gpu_dedup.stages.exact import (
+    copies_and_reps,
+    docs_frame,
+    exact_copies,
+    exact_counts,
+    groups_of,
+    key_frame,
+    no_groups,
+    sign_rows,
+)
+from gpu_dedup.stages.families import lsh_count, part_signature_info
+from gpu_dedup.stages.frames import (
+    concat_parts,
+    identity,
+    join_values,
+    merge_counts,
+    part_dest,
+    rows_count,
+    tag_part,
+    untag_part,
+)
+from gpu_dedup.stages.selection import (
+    block_outputs,
+    cluster_accept,
+    cluster_before,
+    cluster_finish,
+    cluster_open,
+    cluster_outputs,
+    cluster_propose,
+    cluster_start,
+    near_similarity,
+    removed_rows,
+)
+from gpu_dedup.stages.write import (
+    check_id_column,
+    duplicates_part,
+    removed_by_shard,
+    survivor_id_column,
+    survivor_rows,
+    table_rows,
+)
 from gpu_dedup.storage.filesystems import is_url
 
 log = logging.getLogger("gpu_dedup")
 
-__all__ = ["CorpusCounts", "Job", "RunResult", "execute", "open_output", "finish_output", "DUPLICATES_NAME",
+__all__ = ["CorpusCounts", "Job", "RunResult", "plan_run", "execute", "open_output", "finish_output", "DUPLICATES_NAME",
            "REPORT_NAME", "REPORT_HTML_NAME", "SUCCESS_NAME"]
 
 
@@ -137,6 +213,27 @@ class RunResult:
         self.kept_rows, self.cluster_rows = kept, cluster
 
 
+def plan_run(inputs, output_dir, cfg: Config, *, prior=None, sink=None, write_shards: bool = True,
+             st: StageLog | None = None) -> tuple[list, Job]:
+    """The shards of ``inputs`` and the :class:`Job` of a run (what both executors start from): ``output_dir``
+    a path, a URL or None (in memory), ``prior`` an opened index to deduplicate against, ``sink`` what receives
+    every document (see :func:`gpu_dedup.run.entry.run_dedup`); ``st``: the run's stage log, whose setup
+    cost counts the backend's check and the inputs' discovery."""
+    st = st or StageLog()
+    out = None if output_dir is None else storage.as_path(output_dir)  # a Path, or a URL (RemotePath)
+    if out is None and (cfg.cluster.enabled or (sink is not None and sink is not prior)):
+        raise ConfigError("a run without an output directory (in memory) runs in one process and writes no new "
+                          "index; drop cluster.workers / cluster.scheduler and index_out, or give an output_dir")
+    with st.cost("setup"):  # the backend, the inputs' discovery (the executor adds the output directory)
+        if not cfg.cluster.enabled:
+            get_backend(cfg.backend)  # a backend that cannot run here fails before anything is read
+        shards = storage.discover(inputs, cfg.input.format)
+    write_shards = write_shards and cfg.output.shards
+    job = Job(cfg, out, write_shards=write_shards, prior=IndexPrior(prior) if prior is not None else NoPrior(),
+              sink=sink)
+    return shards, job
+
+
 def execute(job: Job, ex, ckpt, st: StageLog | None = None) -> RunResult:
     """Run every stage for ``job`` on executor ``ex`` with checkpoints ``ckpt``.
 
@@ -149,263 +246,6 @@ def execute(job: Job, ex, ckpt, st: StageLog | None = None) -> RunResult:
     except BaseException:  # what was finished before the error is on disk for the rerun (see run.checkpoint)
         ckpt.wait(raise_errors=False)
         raise
-
-
-# ---------------------------------------------------------------------------- glue between stages
-# (module-level functions of one part each: a Dask worker runs them)
-
-
-def _docs_frame(docs: dict, keys: dict | None, ranks: dict | None, prior, exact: bool) -> dict:
-    """A block's rows with ``rank`` (keep policy; input order: the row), ``match`` (the indexed document
-    it is an exact copy of, or -1) and ``eligible`` (may join an exact group of this run)."""
-    xp = array_module(docs["row"])
-    out = dict(docs)
-    out["rank"] = ranks["rank"] if ranks is not None else docs["row"].copy()
-    match = xp.full(docs["row"].shape[0], -1, dtype=xp.int64)
-    if prior.active and exact and docs["row"].shape[0]:
-        host = np.column_stack([to_host(keys["k0"]), to_host(keys["k1"]), to_host(keys["k2"])])
-        match = xp.asarray(prior.exact_matches(host))
-        match[docs["null"]] = -1
-    out["match"] = match
-    out["eligible"] = ~docs["null"] & (match < 0) if exact else xp.zeros(docs["row"].shape[0], dtype=bool)
-    return out
-
-
-def _copies_and_reps(copies: dict) -> dict:
-    """The exact groups of a key partition as rows to send to their blocks: each copy with its ``rep``, and
-    each representative that has copies (``rep`` = -1 marks it)."""
-    xp = array_module(copies["row"])
-    reps = xp.unique(copies["rep"])
-    return {"row": xp.concatenate((copies["row"], reps)),
-            "rep": xp.concatenate((copies["rep"], xp.full(reps.shape[0], -1, dtype=xp.int64)))}
-
-
-def _groups_of(groups: dict, docs: dict) -> dict:
-    """A block's rows ``docs`` with ``rep`` (exact representative row) and ``has_copies``, from the exact
-    groups' rows routed to the block (``groups``: first, as a route's ``after`` step gets them)."""
-    xp = array_module(docs["row"])
-    is_copy = groups["rep"] >= 0
-    out = with_copies(docs, {"row": groups["row"][is_copy], "rep": groups["rep"][is_copy]})
-    has = xp.zeros(docs["row"].shape[0], dtype=bool)
-    if docs["row"].shape[0]:
-        has[groups["row"][~is_copy] - docs["row"][0]] = True
-    out["has_copies"] = has
-    return out
-
-
-def _no_groups(docs: dict) -> dict:
-    out = dict(docs)
-    out["rep"] = docs["row"].copy()
-    out["has_copies"] = array_module(docs["row"]).zeros(docs["row"].shape[0], dtype=bool)
-    return out
-
-
-def _exact_counts(docs: dict) -> dict:
-    return {"copies": int((docs["rep"] != docs["row"]).sum()), "matched": int((docs["match"] >= 0).sum())}
-
-
-def _sign_rows(docs: dict) -> dict:
-    """Rows that get a signature: representatives with text that are no copy of an indexed document."""
-    xp = array_module(docs["row"])
-    return {"row": docs["row"][xp.flatnonzero((docs["rep"] == docs["row"]) & ~docs["null"] & (docs["match"] < 0))]}
-
-
-def _rows_count(part: dict, column: str = "row") -> dict:
-    return {"rows": int(part[column].shape[0])}
-
-
-def _bucket_centres(bk: dict, prior) -> dict | None:
-    """The prior's centres of one partition's buckets (None without a prior)."""
-    if not prior.active:
-        return None
-    xp = array_module(bk["members"])
-    q, r, d = prior.bucket_centres(to_host(bk["band"]), to_host(bk["hash"]))
-    return {"bucket": xp.asarray(q, dtype=xp.int64), "round": xp.asarray(r, dtype=xp.int64),
-            "doc": xp.asarray(d, dtype=xp.int64)}
-
-
-def _bucket_counts(bk: dict, centres: dict | None) -> dict:
-    xp = array_module(bk["members"])
-    sizes = bk["offsets"][1:] - bk["offsets"][:-1]
-    candidate = sizes > 1
-    if centres is not None:  # a bucket with one new document counts when the index has a centre for it
-        candidate |= xp.isin(xp.arange(sizes.shape[0]), centres["bucket"])
-    return {"buckets": int(sizes.shape[0]), "memberships": int(bk["members"].shape[0]),
-            "candidate_buckets": int(candidate.sum())}
-
-
-def _edge_counts(scored: dict, verified: dict) -> dict:
-    return {"scored": int(scored["src"].shape[0]), "verified": int(verified["src"].shape[0])}
-
-
-def _home_edges(edges: dict, prior) -> dict:
-    """Edges with each indexed end replaced by its home (an index cluster acts as its survivor)."""
-    if not prior.active:
-        return {"src": edges["src"], "dst": edges["dst"]}
-    xp = array_module(edges["src"])
-    return {"src": _home(edges["src"], prior, xp), "dst": _home(edges["dst"], prior, xp)}
-
-
-def _home(nodes, prior, xp):
-    f = prior.first_doc
-    out = nodes.copy()
-    low = nodes < f
-    if bool(low.any()):
-        out[low] = xp.asarray(prior.home(to_host(nodes[low])))
-    return out
-
-
-def _tag(part: dict, part_index: int) -> dict:
-    """``part`` with its partition ``_part`` and row position ``_i`` (to come back after a lookup)."""
-    xp = frames.module_of(part)
-    n = frames.size(part)
-    return {**part, "_part": xp.full(n, part_index, dtype=xp.int64), "_i": xp.arange(n, dtype=xp.int64)}
-
-
-def _join(left: dict, right: dict, on: str, value: str, out: str) -> dict:
-    """``left`` with column ``out``: ``right[value]`` at the row of ``right`` whose ``node`` is ``left[on]``
-    (right's nodes are unique), else ``left[on]`` itself."""
-    xp = frames.module_of(left)
-    res = dict(left)
-    vals = frames.lookup(left[on], right["node"], right[value], -1)
-    res[out] = xp.where(frames.member(left[on], right["node"]), vals, left[on])
-    return res
-
-
-def _identity(obj):
-    return obj
-
-
-def _part_dest(frame: dict, n: int) -> np.ndarray:
-    return frame["_part"]
-
-
-def _untag(part: dict) -> dict:
-    """Rows back in their original order (``_i``), tags and the lookup key dropped."""
-    part = frames.sort_by(part, "_i")
-    return {k: v for k, v in part.items() if k not in ("_part", "_i", "_key")}
-
-
-def _member_rows(docs: dict, in_edges: dict, prior) -> tuple[dict, dict]:
-    """A block's rows that belong to a cluster of two or more nodes, in two frames:
-
-    - rows labelled here (``node``, ``label``, ``rank``, ``rep_node``): rows with an edge (their component
-      label) and representatives of exact copies without one (their own node);
-    - copies (``node``, ``rank``, ``rep_node``, ``_key``: the node whose label they take): exact copies of
-      a row or of an indexed document, whose label lives with their representative."""
-    xp = array_module(docs["row"])
-    node = docs["row"] + prior.first_doc
-    match = docs["match"]
-    rep_node = xp.where(match >= 0, match, docs["rep"] + prior.first_doc)
-    label = frames.lookup(node, in_edges["node"], in_edges["label"], -1)
-    has_edge = label >= 0
-    mine = (rep_node == node) & (has_edge | docs["has_copies"])
-    local = {"node": node[mine], "label": xp.where(has_edge[mine], label[mine], node[mine]),
-             "rank": docs["rank"][mine], "rep_node": rep_node[mine]}
-    cp = rep_node != node
-    copies = {"node": node[cp], "rank": docs["rank"][cp], "rep_node": rep_node[cp],
-              "_key": _home(rep_node[cp], prior, xp)}
-    return local, copies
-
-
-def _index_nodes(docs: dict, centres: dict | None) -> dict:
-    """Indexed documents this partition involves: exact matches of its rows and the centres of its buckets."""
-    xp = array_module(docs["match"]) if docs is not None else array_module(centres["doc"])
-    parts = []
-    if docs is not None:
-        parts.append(docs["match"][docs["match"] >= 0])
-    if centres is not None:
-        parts.append(centres["doc"])
-    nodes = xp.unique(xp.concatenate(parts)) if parts else xp.zeros(0, dtype=xp.int64)
-    return {"node": nodes}
-
-
-def _index_members(part: dict, prior) -> dict:
-    """The indexed documents of one partition (with duplicates) and their homes, as members: ``node``,
-    ``rank``, ``rep_node`` (itself), ``_key`` (its home, whose label it takes)."""
-    xp = array_module(part["node"])
-    docs = xp.unique(part["node"])
-    homes = _home(docs, prior, xp)
-    nodes = xp.unique(xp.concatenate((docs, homes)))
-    return {"node": nodes, "rank": xp.asarray(prior.ranks(to_host(nodes))), "rep_node": nodes,
-            "_key": _home(nodes, prior, xp)}
-
-
-MEMBER_COLUMNS = ("node", "label", "rank", "rep_node")
-
-
-def _cluster_members(*parts) -> dict:
-    """The members that reached one partition of clusters, from each source, as one frame."""
-    return frames.concat([{k: p[k] for k in MEMBER_COLUMNS} for p in parts])
-
-
-def _concat(*parts) -> dict:
-    return frames.concat(list(parts))
-
-
-def _edge_labels(edges: dict, prior) -> dict:
-    """Verified edges with the lookup key of their label: the home of their first end."""
-    xp = array_module(edges["src"])
-    return {"src": edges["src"], "dst": edges["dst"], "_key": _home(edges["src"], prior, xp)}
-
-
-def _cluster_start(members: dict, edges: dict, threshold: float, split: bool, backend, first_doc: int):
-    return ClusterPart(members, {"src": edges["src"], "dst": edges["dst"]}, threshold, split,
-                       get_backend(backend).components, first_doc)
-
-
-def _cluster_before(part: ClusterPart) -> dict:
-    return {"clusters": part.clusters_before}
-
-
-def _cluster_propose(part: ClusterPart):
-    return part, part.propose()
-
-
-def _cluster_accept(part: ClusterPart, scored: dict) -> ClusterPart:
-    part.accept(scored["sim"])
-    return part
-
-
-def _cluster_open(part: ClusterPart) -> dict:
-    return {"open": int(not part.done)}
-
-
-def _cluster_finish(part: ClusterPart):
-    return part, part.finish()
-
-
-def _cluster_outputs(part: ClusterPart, scored: dict, prior):
-    rows, counts = part.outputs(scored["sim"])
-    xp = array_module(rows["node"])
-    cluster = rows["survivor"].copy()
-    if prior.active:  # an indexed survivor: the index's own cluster id of it
-        low = cluster < prior.first_doc
-        if bool(low.any()):
-            cluster[low] = xp.asarray(prior.home(to_host(cluster[low])))
-    rows["cluster"] = cluster
-    counts = {**counts, "size_counts": part.sizes()}
-    return rows, counts
-
-
-def _near_similarity(rows: dict) -> np.ndarray:
-    """Similarities of removed near duplicates to their survivors (host), for the report."""
-    near = ~rows["kept"] & ~rows["exact"]
-    return to_host(rows["similarity"][near])
-
-
-def _block_outputs(selected: dict, first_doc: int) -> dict:
-    """A block's members of clusters of two or more documents, in row order, with what the duplicates table
-    needs; and the rows it removes."""
-    sel = frames.sort_by(selected, "node")
-    multi = frames.take(sel, array_module(sel["node"]).flatnonzero(sel["multi"]))
-    multi["row"] = multi["node"] - first_doc
-    return multi
-
-
-def _removed(out: dict) -> dict:
-    xp = array_module(out["row"])
-    return {"row": out["row"][xp.flatnonzero(~out["kept"])]}
 
 
 # ---------------------------------------------------------------------------- the sequence
@@ -459,9 +299,9 @@ class _Sequence:
         """Left join: each row of ``parts`` gets ``out`` = ``table[value]`` where ``table["node"]`` equals its
         ``key`` (else the key itself), in its own partition and order.  ``table`` is routed by
         ``hash_dest(node)``; the rows travel there and back."""
-        there = self._route(parts, frames.hash_dest, on=key, before=Step(_tag, index=True),
-                            after=Step(_join, table, on=key, value=value, out=out))
-        return self.ex.route(there, _part_dest, len(parts), after=Step(_untag))
+        there = self._route(parts, frames.hash_dest, on=key, before=Step(tag_part, index=True),
+                            after=Step(join_values, table, on=key, value=value, out=out))
+        return self.ex.route(there, part_dest, len(parts), after=Step(untag_part))
 
     def _score_rounds(self, states, propose, accept, is_open, rounds: int | None = None, progress=None):
         """Rounds of ``propose`` -> score the pairs where the texts live -> ``accept`` on every partition,
@@ -503,15 +343,15 @@ class _Sequence:
             with self.st.stage("exact", self.n) as info:
                 keys = ex.exact_keys() if (cfg.exact_dedup or self.job.sink is not None) else None
                 ranks = ex.ranks() if cfg.select.keep != "first" else None
-                docs = ex.map(_docs_frame, ex.docs(), keys, ranks, prior=self.prior, exact=cfg.exact_dedup)
+                docs = ex.map(docs_frame, ex.docs(), keys, ranks, prior=self.prior, exact=cfg.exact_dedup)
                 if cfg.exact_dedup:
                     copies = self._route(docs, frames.hash_dest, on=("k0", "k1", "k2"), before=Step(key_frame, keys),
                                          after=Step(exact_copies))
-                    docs = self._to_blocks(copies, "row", before=Step(_copies_and_reps),
-                                           after=Step(_groups_of, docs))
+                    docs = self._to_blocks(copies, "row", before=Step(copies_and_reps),
+                                           after=Step(groups_of, docs))
                 else:
-                    docs = ex.map(_no_groups, docs)
-                c = ex.total(_exact_counts, docs)
+                    docs = ex.map(no_groups, docs)
+                c = ex.total(exact_counts, docs)
                 collapsed = c["copies"] + c["matched"]
                 info.update(copies_collapsed=collapsed)  # removed as exact or (a copy of a near duplicate) near
             parts = {"docs": docs}
@@ -529,14 +369,14 @@ class _Sequence:
 
         def compute():
             with self.st.stage("signatures") as info:
-                rows = ex.map(_sign_rows, self.docs)
-                info.progress.total = ex.total(_rows_count, rows)["rows"]
+                rows = ex.map(sign_rows, self.docs)
+                info.progress.total = ex.total(rows_count, rows)["rows"]
                 sigs = ex.signatures(rows, progress=info.progress.update)
-                stage_info, counts = self.family.combine_signature_info(ex.collect(_signature_info, sigs,
+                stage_info, counts = self.family.combine_signature_info(ex.collect(part_signature_info, sigs,
                                                                                    family=self.family))
                 info.update(**stage_info)
             with self.st.stage("bands") as info:
-                lsh = info.progress.total = ex.total(_lsh_count, sigs)["rows"]
+                lsh = info.progress.total = ex.total(lsh_count, sigs)["rows"]
                 bands = ex.band_hashes(sigs)
                 b, r = self.family.layout
                 info.update(bands=b, rows=r)
@@ -561,12 +401,12 @@ class _Sequence:
                                             after=Step(bucket_part, min_size=1 if prior.active else 2,
                                                        first_doc=self.first_doc)))
                     if len(rounds) > 1:
-                        ex.total(_bucket_counts, done[-1], None)  # the barrier: this round's buckets are made
+                        ex.total(bucket_counts, done[-1], None)  # the barrier: this round's buckets are made
                 bk = done[0] if len(done) == 1 else ex.map(concat_bucket_parts, *done)
-                centres = ex.map(_bucket_centres, bk, prior=prior)
-                c = ex.total(_bucket_counts, bk, centres)
+                centres = ex.map(bucket_centres, bk, prior=prior)
+                c = ex.total(bucket_counts, bk, centres)
                 info.update(buckets=c["buckets"], memberships=c["memberships"], rounds=len(rounds))
-                sizes = _merge_counts(ex.collect(bucket_sizes, bk))
+                sizes = merge_counts(ex.collect(bucket_sizes, bk))
             return ({"buckets": bk, "centres": centres},
                     {"candidate_buckets": c["candidate_buckets"], "bucket_memberships": c["memberships"]},
                     {"bucket_sizes": sizes})
@@ -592,7 +432,7 @@ class _Sequence:
                 if ex.partitions > 1:  # a pair found in buckets of two partitions is one edge
                     verified = self._route(verified, frames.hash_dest, on=("src", "dst"), after=Step(unique_edges))
                     scored = self._route(scored, frames.hash_dest, on=("src", "dst"), after=Step(unique_edges))
-                c = ex.total(_edge_counts, scored, verified)  # both counts in one round trip
+                c = ex.total(edge_counts, scored, verified)  # both counts in one round trip
                 s, v = c["scored"], c["verified"]
                 info.update(method=method, star_rounds=rounds, candidate_edges=s, verified_edges=v)
             return ({"verified": verified, "scored": scored, "centres": centres},
@@ -608,26 +448,26 @@ class _Sequence:
 
         def compute():
             with self.st.stage("components", self.counts.get("verified_edges", 0), "edges") as info:
-                labels = ex.components(ex.map(_home_edges, self.verified, prior=prior))
+                labels = ex.components(ex.map(home_edges, self.verified, prior=prior))
                 in_edges = self._to_blocks(labels, "node", self.first_doc)
-                local, copies = ex.map(_member_rows, self.docs, in_edges, prior=prior, outputs=2)
+                local, copies = ex.map(member_rows, self.docs, in_edges, prior=prior, outputs=2)
                 sources = [local, self._lookup(copies, labels, "label")]
                 if prior.active:
-                    involved = ex.map(_concat,
-                                      self._route(ex.map(_index_nodes, self.docs, None), frames.hash_dest, on="node"),
-                                      self._route(ex.map(_index_nodes, None, self.centres_in), frames.hash_dest,
+                    involved = ex.map(concat_parts,
+                                      self._route(ex.map(index_nodes, self.docs, None), frames.hash_dest, on="node"),
+                                      self._route(ex.map(index_nodes, None, self.centres_in), frames.hash_dest,
                                                   on="node"))
-                    sources.append(self._lookup(ex.map(_index_members, involved, prior=prior), labels, "label"))
-                members = ex.map(_cluster_members, *[self._route(m, frames.hash_dest, on="label") for m in sources])
-                edges = self._lookup(ex.map(_edge_labels, self.verified, prior=prior), labels, "label")
+                    sources.append(self._lookup(ex.map(index_members, involved, prior=prior), labels, "label"))
+                members = ex.map(cluster_members, *[self._route(m, frames.hash_dest, on="label") for m in sources])
+                edges = self._lookup(ex.map(edge_labels, self.verified, prior=prior), labels, "label")
                 edges = self._route(edges, frames.hash_dest, on="label")
                 self.clusters = start(members, edges)
-                n = ex.total(_cluster_before, self.clusters)["clusters"]
+                n = ex.total(cluster_before, self.clusters)["clusters"]
                 info.update(clusters=n)
             return {"members": members, "edges": edges}, {"clusters": n}, {}
 
         def start(members, edges):
-            return ex.map(_cluster_start, members, edges, threshold=cfg.verify_threshold,
+            return ex.map(cluster_start, members, edges, threshold=cfg.verify_threshold,
                           split=cfg.select.split_chains, backend=ex.part_backend, first_doc=self.first_doc)
 
         self.clusters = None
@@ -644,10 +484,10 @@ class _Sequence:
             with self.st.stage("select", self.n) as info:
                 clusters = self.clusters
                 if cfg.select.split_chains:
-                    clusters = self._score_rounds(clusters, _cluster_propose, _cluster_accept, _cluster_open)
-                clusters, pairs = ex.map(_cluster_finish, clusters, outputs=2)
-                rows, part_counts = ex.map(_cluster_outputs, clusters, ex.score(pairs), prior=self.prior, outputs=2)
-                got = ex.collect(_identity, part_counts)
+                    clusters = self._score_rounds(clusters, cluster_propose, cluster_accept, cluster_open)
+                clusters, pairs = ex.map(cluster_finish, clusters, outputs=2)
+                rows, part_counts = ex.map(cluster_outputs, clusters, ex.score(pairs), prior=self.prior, outputs=2)
+                got = ex.collect(identity, part_counts)
                 c = {k: sum(g[k] for g in got) for k in ("removed", "exact_duplicates", "near_duplicates",
                                                          "chain_split_ejected", "clusters",
                                                          "removed_against_index")}
@@ -663,7 +503,7 @@ class _Sequence:
                     counts["removed_against_index"] = c["removed_against_index"]
                 info.update(kept=counts["kept"], removed=removed)
                 counts["clusters"] = c["clusters"]
-                sizes = _merge_counts([g["size_counts"] for g in got])
+                sizes = merge_counts([g["size_counts"] for g in got])
             return {"rows": rows}, counts, {"cluster_sizes": sizes}
 
         self.selected = self._unit("select", ("select",), compute)["rows"]
@@ -678,9 +518,9 @@ class _Sequence:
             self.samples = ex.soon(self._report_samples)
         with self.st.stage("write", len(corpus.shards), "shards") as info:
             dup = self._to_blocks(self.selected, "node", self.first_doc,
-                                  after=Step(_block_outputs, first_doc=self.first_doc))
+                                  after=Step(block_outputs, first_doc=self.first_doc))
             names = [s.name for s in corpus.shards]
-            tables = ex.map(_duplicates_part, dup, ex.ids(dup, "row") if not corpus.id_generated else None,
+            tables = ex.map(duplicates_part, dup, ex.ids(dup, "row") if not corpus.id_generated else None,
                             self._survivor_ids(dup), first_doc=self.first_doc, starts=shard_starts(corpus.shards),
                             names=names, id_column=corpus.id_column, in_index=self.prior.active)
             written = 0  # rows in deduplicated shards: none in memory or with output.shards false
@@ -688,10 +528,10 @@ class _Sequence:
             if target is not None and self.job.write_shards:
                 if self.job.sink is None:  # nothing reads the normalized texts any more (an index would)
                     ex.release_texts()
-                written = ex.write_shards(ex.map(_removed, dup), target, self.ckpt, progress=info.progress.update)
+                written = ex.write_shards(ex.map(removed_rows, dup), target, self.ckpt, progress=info.progress.update)
                 if written != self.counts["kept"]:  # pragma: no cover - guarded by tests
                     raise RuntimeError(f"accounting error: {written} rows written but {self.counts['kept']} kept")
-            rows = ex.total(_table_rows, tables)["rows"]
+            rows = ex.total(table_rows, tables)["rows"]
             if cfg.output.duplicates_table and target is not None:
                 ex.write_table(tables, target / DUPLICATES_NAME)
             info.update(rows_written=written, duplicates_rows=rows)
@@ -703,8 +543,8 @@ class _Sequence:
         if self.corpus.id_generated:
             return None
         ex = self.ex
-        ids = ex.ids(ex.map(_survivor_rows, dup, first_doc=self.first_doc), "row")
-        return ex.map(_survivor_id_column, dup, ids, prior=self.prior)
+        ids = ex.ids(ex.map(survivor_rows, dup, first_doc=self.first_doc), "row")
+        return ex.map(survivor_id_column, dup, ids, prior=self.prior)
 
     def index(self):
         """Hand every document of this run to the sink (an index being built or updated)."""
@@ -721,7 +561,7 @@ class _Sequence:
         shown = None
         if self.job.examples and not self.prior.active:  # the largest clusters with sample texts
             shown = examples_from_parts(ex, self.selected, self.first_doc, self.corpus, cfg.verify_threshold)
-        return shown, similarity_summary(ex, self.selected, _near_similarity, cfg.verify_threshold)
+        return shown, similarity_summary(ex, self.selected, near_similarity, cfg.verify_threshold)
 
     def report(self) -> dict:
         with self.st.cost("samples"):  # what the run still waits for of them
@@ -734,7 +574,7 @@ class _Sequence:
     def _report(self, shown, near) -> dict:
         cfg, ex = self.cfg, self.ex
         starts = shard_starts(self.corpus.shards)
-        removed = ex.collect(_removed_per_shard, ex.map(_removed, self.dup), starts=starts)
+        removed = ex.collect(removed_by_shard, ex.map(removed_rows, self.dup), starts=starts)
         self.removed_per_shard = np.sum(removed, axis=0) if removed else np.zeros(len(self.corpus.shards), np.int64)
         report = build_report(
             cfg=cfg, backend=self.backend, shards=self.corpus.shards, counts=self.counts, stages=self.st.stages,
@@ -809,65 +649,6 @@ class _Sequence:
         return RunResult(duplicates_table=self.tables[0], kept_rows=kept, cluster_rows=cluster,
                          edges=Edges(to_host(v["src"]), to_host(v["dst"]), to_host(v["sim"])),
                          scored=Edges(to_host(sc["src"]), to_host(sc["dst"]), to_host(sc["sim"])), rep=rep, **base)
-
-
-def _signature_info(sig, family) -> tuple:
-    return family.signature_info(to_host(sig["features"]), to_host(sig["usable"]))
-
-
-def _lsh_count(sig) -> dict:
-    return {"rows": int(to_host(sig["usable"]).sum())}
-
-
-def _merge_counts(parts: list) -> dict:
-    out: dict = {}
-    for p in parts:
-        for k, v in p.items():
-            out[int(k)] = out.get(int(k), 0) + int(v)
-    return dict(sorted(out.items()))
-
-
-def _survivor_rows(dup: dict, first_doc: int) -> dict:
-    """Survivor rows of a block's members whose survivor is a row of this run (the ids to look up)."""
-    xp = array_module(dup["survivor"])
-    s = dup["survivor"]
-    return {"row": xp.where(s >= first_doc, s - first_doc, 0)}
-
-
-def _survivor_id_column(dup: dict, ids: dict, prior) -> pa.Array:
-    """Survivor ids of a block's members: a row's id, or the index's id of an indexed survivor's cluster."""
-    col = ids["id"]
-    if not prior.active:
-        return col
-    s = to_host(dup["survivor"])
-    low = s < prior.first_doc
-    if not low.any():
-        return col
-    pos = np.empty(s.shape[0], np.int64)
-    pos[~low] = np.arange(int((~low).sum()))
-    pos[low] = (~low).sum() + np.arange(int(low.sum()))
-    index_ids = prior.ids(to_host(dup["cluster"])[low])
-    return pa.concat_arrays([col.filter(pa.array(~low)), index_ids.cast(col.type)]).take(pa.array(pos))
-
-
-def _duplicates_part(dup: dict, ids: dict | None, survivor_ids, *, first_doc, starts, names, id_column,
-                     in_index: bool) -> pa.Table:
-    rows = to_host(dup["row"])
-    return duplicates_table(
-        ids=None if ids is None else ids["id"], survivor_ids=survivor_ids, rows=rows, first_row=first_doc,
-        shard_starts=starts, shard_names=names, id_column=id_column, kept=to_host(dup["kept"]),
-        cluster=to_host(dup["cluster"]), similarity=to_host(dup["similarity"]), exact=to_host(dup["exact"]),
-        in_index=(to_host(dup["survivor"]) < first_doc) if in_index else None)
-
-
-def _table_rows(table: pa.Table) -> dict:
-    return {"rows": table.num_rows}
-
-
-def _removed_per_shard(removed: dict, starts) -> np.ndarray:
-    rows = to_host(removed["row"])
-    shard = np.searchsorted(np.asarray(starts), rows, side="right") - 1
-    return np.bincount(shard, minlength=len(starts) - 1).astype(np.int64)
 
 
 # ---------------------------------------------------------------------- the output directory

@@ -1,6 +1,6 @@
 """Every pipeline stage as a plain function, for notebooks and custom pipelines.
 
-The functions are the ones :func:`gpu_dedup.run.local.run` chains (each module
+The functions are the ones :func:`gpu_dedup.run.sequence.execute` chains (each module
 is named after its stage); two helpers take a :class:`~gpu_dedup.Config` so a
 notebook does not repeat the derived parameters.  Step by step::
 

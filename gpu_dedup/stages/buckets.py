@@ -203,3 +203,27 @@ def bucket_sizes(bk: dict) -> dict:
     sizes = to_host(bk["offsets"][1:] - bk["offsets"][:-1])
     values, counts = np.unique(sizes, return_counts=True)
     return {int(v): int(c) for v, c in zip(values, counts)}
+
+
+# ---------------------------------------------------------------------------- per part, for the stage sequence
+# (one part each: run/sequence.py maps them over the executor's parts; a Dask worker runs them)
+
+
+def bucket_centres(bk: dict, prior) -> dict | None:
+    """The prior's centres of one partition's buckets (None without a prior)."""
+    if not prior.active:
+        return None
+    xp = array_module(bk["members"])
+    q, r, d = prior.bucket_centres(to_host(bk["band"]), to_host(bk["hash"]))
+    return {"bucket": xp.asarray(q, dtype=xp.int64), "round": xp.asarray(r, dtype=xp.int64),
+            "doc": xp.asarray(d, dtype=xp.int64)}
+
+
+def bucket_counts(bk: dict, centres: dict | None) -> dict:
+    xp = array_module(bk["members"])
+    sizes = bk["offsets"][1:] - bk["offsets"][:-1]
+    candidate = sizes > 1
+    if centres is not None:  # a bucket with one new document counts when the index has a centre for it
+        candidate |= xp.isin(xp.arange(sizes.shape[0]), centres["bucket"])
+    return {"buckets": int(sizes.shape[0]), "memberships": int(bk["members"].shape[0]),
+            "candidate_buckets": int(candidate.sum())}

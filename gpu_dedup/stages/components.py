@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu_dedup.backends import array_module, get_backend
-from gpu_dedup.stages.frames import distinct_pairs
+from gpu_dedup.backends import array_module, get_backend, to_host
 from gpu_dedup.stages.edges import Edges
+from gpu_dedup.stages.frames import concat, distinct_pairs, lookup
 
 
 def components(edges: Edges, n: int, backend="cpu") -> np.ndarray:
@@ -120,3 +120,83 @@ def local_components(part: dict, backend) -> dict:
     comp = get_backend(backend).components(xp.searchsorted(nodes, part["src"]), xp.searchsorted(nodes, part["dst"]),
                                            int(nodes.shape[0]))
     return {"node": nodes, "label": nodes[comp] if nodes.shape[0] else nodes}
+
+
+# ---------------------------------------------------------------------------- per part, for the stage sequence
+# (one part each: run/sequence.py maps them over the executor's parts; a Dask worker runs them)
+
+
+def home_edges(edges: dict, prior) -> dict:
+    """Edges with each indexed end replaced by its home (an index cluster acts as its survivor)."""
+    if not prior.active:
+        return {"src": edges["src"], "dst": edges["dst"]}
+    xp = array_module(edges["src"])
+    return {"src": home_nodes(edges["src"], prior, xp), "dst": home_nodes(edges["dst"], prior, xp)}
+
+
+def home_nodes(nodes, prior, xp):
+    f = prior.first_doc
+    out = nodes.copy()
+    low = nodes < f
+    if bool(low.any()):
+        out[low] = xp.asarray(prior.home(to_host(nodes[low])))
+    return out
+
+
+def member_rows(docs: dict, in_edges: dict, prior) -> tuple[dict, dict]:
+    """A block's rows that belong to a cluster of two or more nodes, in two frames:
+
+    - rows labelled here (``node``, ``label``, ``rank``, ``rep_node``): rows with an edge (their component
+      label) and representatives of exact copies without one (their own node);
+    - copies (``node``, ``rank``, ``rep_node``, ``_key``: the node whose label they take): exact copies of
+      a row or of an indexed document, whose label lives with their representative."""
+    xp = array_module(docs["row"])
+    node = docs["row"] + prior.first_doc
+    match = docs["match"]
+    rep_node = xp.where(match >= 0, match, docs["rep"] + prior.first_doc)
+    label = lookup(node, in_edges["node"], in_edges["label"], -1)
+    has_edge = label >= 0
+    mine = (rep_node == node) & (has_edge | docs["has_copies"])
+    local = {"node": node[mine], "label": xp.where(has_edge[mine], label[mine], node[mine]),
+             "rank": docs["rank"][mine], "rep_node": rep_node[mine]}
+    cp = rep_node != node
+    copies = {"node": node[cp], "rank": docs["rank"][cp], "rep_node": rep_node[cp],
+              "_key": home_nodes(rep_node[cp], prior, xp)}
+    return local, copies
+
+
+def index_nodes(docs: dict, centres: dict | None) -> dict:
+    """Indexed documents this partition involves: exact matches of its rows and the centres of its buckets."""
+    xp = array_module(docs["match"]) if docs is not None else array_module(centres["doc"])
+    parts = []
+    if docs is not None:
+        parts.append(docs["match"][docs["match"] >= 0])
+    if centres is not None:
+        parts.append(centres["doc"])
+    nodes = xp.unique(xp.concatenate(parts)) if parts else xp.zeros(0, dtype=xp.int64)
+    return {"node": nodes}
+
+
+def index_members(part: dict, prior) -> dict:
+    """The indexed documents of one partition (with duplicates) and their homes, as members: ``node``,
+    ``rank``, ``rep_node`` (itself), ``_key`` (its home, whose label it takes)."""
+    xp = array_module(part["node"])
+    docs = xp.unique(part["node"])
+    homes = home_nodes(docs, prior, xp)
+    nodes = xp.unique(xp.concatenate((docs, homes)))
+    return {"node": nodes, "rank": xp.asarray(prior.ranks(to_host(nodes))), "rep_node": nodes,
+            "_key": home_nodes(nodes, prior, xp)}
+
+
+MEMBER_COLUMNS = ("node", "label", "rank", "rep_node")
+
+
+def cluster_members(*parts) -> dict:
+    """The members that reached one partition of clusters, from each source, as one frame."""
+    return concat([{k: p[k] for k in MEMBER_COLUMNS} for p in parts])
+
+
+def edge_labels(edges: dict, prior) -> dict:
+    """Verified edges with the lookup key of their label: the home of their first end."""
+    xp = array_module(edges["src"])
+    return {"src": edges["src"], "dst": edges["dst"], "_key": home_nodes(edges["src"], prior, xp)}

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_dedup.backends import array_module, to_host
-from gpu_dedup.stages.frames import distinct_pairs
 from gpu_dedup.stages.buckets import Buckets
+from gpu_dedup.stages.frames import distinct_pairs
 
 
 @dataclass(frozen=True)
@@ -255,3 +255,11 @@ def star_outputs(state: StarRounds):
 def unique_edges(part: dict) -> dict:
     """Edges of one partition (every copy of a pair is there) once each, sorted by (src, dst)."""
     return distinct_pairs(part, "src", "dst")
+
+
+# ---------------------------------------------------------------------------- per part, for the stage sequence
+# (one part each: run/sequence.py maps them over the executor's parts; a Dask worker runs them)
+
+
+def edge_counts(scored: dict, verified: dict) -> dict:
+    return {"scored": int(scored["src"].shape[0]), "verified": int(verified["src"].shape[0])}

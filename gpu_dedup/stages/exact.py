@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu_dedup.backends import array_module, get_backend
+from gpu_dedup.backends import array_module, get_backend, to_host
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.kernels.params import hash_params
 
@@ -83,3 +83,61 @@ def with_copies(docs: dict, copies: dict | None) -> dict:
     out["rep"] = rep
     return out
 
+
+# ---------------------------------------------------------------------------- per part, for the stage sequence
+# (one part each: run/sequence.py maps them over the executor's parts; a Dask worker runs them)
+
+
+def docs_frame(docs: dict, keys: dict | None, ranks: dict | None, prior, exact: bool) -> dict:
+    """A block's rows with ``rank`` (keep policy; input order: the row), ``match`` (the indexed document
+    it is an exact copy of, or -1) and ``eligible`` (may join an exact group of this run)."""
+    xp = array_module(docs["row"])
+    out = dict(docs)
+    out["rank"] = ranks["rank"] if ranks is not None else docs["row"].copy()
+    match = xp.full(docs["row"].shape[0], -1, dtype=xp.int64)
+    if prior.active and exact and docs["row"].shape[0]:
+        host = np.column_stack([to_host(keys["k0"]), to_host(keys["k1"]), to_host(keys["k2"])])
+        match = xp.asarray(prior.exact_matches(host))
+        match[docs["null"]] = -1
+    out["match"] = match
+    out["eligible"] = ~docs["null"] & (match < 0) if exact else xp.zeros(docs["row"].shape[0], dtype=bool)
+    return out
+
+
+def copies_and_reps(copies: dict) -> dict:
+    """The exact groups of a key partition as rows to send to their blocks: each copy with its ``rep``, and
+    each representative that has copies (``rep`` = -1 marks it)."""
+    xp = array_module(copies["row"])
+    reps = xp.unique(copies["rep"])
+    return {"row": xp.concatenate((copies["row"], reps)),
+            "rep": xp.concatenate((copies["rep"], xp.full(reps.shape[0], -1, dtype=xp.int64)))}
+
+
+def groups_of(groups: dict, docs: dict) -> dict:
+    """A block's rows ``docs`` with ``rep`` (exact representative row) and ``has_copies``, from the exact
+    groups' rows routed to the block (``groups``: first, as a route's ``after`` step gets them)."""
+    xp = array_module(docs["row"])
+    is_copy = groups["rep"] >= 0
+    out = with_copies(docs, {"row": groups["row"][is_copy], "rep": groups["rep"][is_copy]})
+    has = xp.zeros(docs["row"].shape[0], dtype=bool)
+    if docs["row"].shape[0]:
+        has[groups["row"][~is_copy] - docs["row"][0]] = True
+    out["has_copies"] = has
+    return out
+
+
+def no_groups(docs: dict) -> dict:
+    out = dict(docs)
+    out["rep"] = docs["row"].copy()
+    out["has_copies"] = array_module(docs["row"]).zeros(docs["row"].shape[0], dtype=bool)
+    return out
+
+
+def exact_counts(docs: dict) -> dict:
+    return {"copies": int((docs["rep"] != docs["row"]).sum()), "matched": int((docs["match"] >= 0).sum())}
+
+
+def sign_rows(docs: dict) -> dict:
+    """Rows that get a signature: representatives with text that are no copy of an indexed document."""
+    xp = array_module(docs["row"])
+    return {"row": docs["row"][xp.flatnonzero((docs["rep"] == docs["row"]) & ~docs["null"] & (docs["match"] < 0))]}

@@ -41,8 +41,8 @@ from gpu_dedup.curves import curve_section
 from gpu_dedup.kernels.cosine_scalar import FM1, GOLDEN
 from gpu_dedup.kernels.params import hash_params
 from gpu_dedup.stages import projections, vectors
-from gpu_dedup.stages.exact import NO_KEY, exact_keys
 from gpu_dedup.stages.bands import band_hashes as minhash_band_hashes
+from gpu_dedup.stages.exact import NO_KEY, exact_keys
 from gpu_dedup.stages.minhash import signatures as minhash_signatures
 from gpu_dedup.stages.verify import (
     exact_similarity,
@@ -52,7 +52,6 @@ from gpu_dedup.stages.verify import (
     text_cosine_similarity,
     vector_norms,
 )
-
 
 
 @dataclass
@@ -402,3 +401,13 @@ def family_for(cfg: Config, rows_in_run: int | None = None) -> Family:
     return Jaccard(cfg, rows_in_run)
 
 
+# ---------------------------------------------------------------------------- per part, for the stage sequence
+# (one part each: run/sequence.py maps them over the executor's parts; a Dask worker runs them)
+
+
+def part_signature_info(sig, family) -> tuple:
+    return family.signature_info(to_host(sig["features"]), to_host(sig["usable"]))
+
+
+def lsh_count(sig) -> dict:
+    return {"rows": int(to_host(sig["usable"]).sum())}

@@ -148,3 +148,54 @@ def distinct_pairs(part: dict, a: str, b: str) -> dict:
     keep = xp.ones(x.shape[0], dtype=bool)
     keep[1:] = (x[1:] != x[:-1]) | (y[1:] != y[:-1])
     return {k: v[order][keep] for k, v in part.items()}
+
+
+# ---------------------------------------------------------------------------- per part, for the stage sequence
+# (one part each: run/sequence.py maps them over the executor's parts; a Dask worker runs them)
+
+
+def rows_count(part: dict, column: str = "row") -> dict:
+    return {"rows": int(part[column].shape[0])}
+
+
+def tag_part(part: dict, part_index: int) -> dict:
+    """``part`` with its partition ``_part`` and row position ``_i`` (to come back after a lookup)."""
+    xp = module_of(part)
+    n = size(part)
+    return {**part, "_part": xp.full(n, part_index, dtype=xp.int64), "_i": xp.arange(n, dtype=xp.int64)}
+
+
+def join_values(left: dict, right: dict, on: str, value: str, out: str) -> dict:
+    """``left`` with column ``out``: ``right[value]`` at the row of ``right`` whose ``node`` is ``left[on]``
+    (right's nodes are unique), else ``left[on]`` itself."""
+    xp = module_of(left)
+    res = dict(left)
+    vals = lookup(left[on], right["node"], right[value], -1)
+    res[out] = xp.where(member(left[on], right["node"]), vals, left[on])
+    return res
+
+
+def identity(obj):
+    return obj
+
+
+def part_dest(frame: dict, n: int) -> np.ndarray:
+    return frame["_part"]
+
+
+def untag_part(part: dict) -> dict:
+    """Rows back in their original order (``_i``), tags and the lookup key dropped."""
+    part = sort_by(part, "_i")
+    return {k: v for k, v in part.items() if k not in ("_part", "_i", "_key")}
+
+
+def concat_parts(*parts) -> dict:
+    return concat(list(parts))
+
+
+def merge_counts(parts: list) -> dict:
+    out: dict = {}
+    for p in parts:
+        for k, v in p.items():
+            out[int(k)] = out.get(int(k), 0) + int(v)
+    return dict(sorted(out.items()))

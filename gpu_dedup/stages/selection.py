@@ -15,8 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_dedup.backends import array_module, to_host
+from gpu_dedup.backends import array_module, get_backend, to_host
 from gpu_dedup.config import SelectConfig
+from gpu_dedup.stages.frames import sort_by, take
 from gpu_dedup.stages.normalize import repair_utf8
 
 
@@ -310,3 +311,66 @@ def _sort(frame: dict, xp, *names) -> dict:
     for name in reversed(names[:-1]):
         order = order[xp.argsort(frame[name][order], kind="stable")]
     return {k: v[order] for k, v in frame.items()}
+
+
+# ---------------------------------------------------------------------------- per part, for the stage sequence
+# (one part each: run/sequence.py maps them over the executor's parts; a Dask worker runs them)
+
+
+def cluster_start(members: dict, edges: dict, threshold: float, split: bool, backend, first_doc: int):
+    return ClusterPart(members, {"src": edges["src"], "dst": edges["dst"]}, threshold, split,
+                       get_backend(backend).components, first_doc)
+
+
+def cluster_before(part: ClusterPart) -> dict:
+    return {"clusters": part.clusters_before}
+
+
+def cluster_propose(part: ClusterPart):
+    return part, part.propose()
+
+
+def cluster_accept(part: ClusterPart, scored: dict) -> ClusterPart:
+    part.accept(scored["sim"])
+    return part
+
+
+def cluster_open(part: ClusterPart) -> dict:
+    return {"open": int(not part.done)}
+
+
+def cluster_finish(part: ClusterPart):
+    return part, part.finish()
+
+
+def cluster_outputs(part: ClusterPart, scored: dict, prior):
+    rows, counts = part.outputs(scored["sim"])
+    xp = array_module(rows["node"])
+    cluster = rows["survivor"].copy()
+    if prior.active:  # an indexed survivor: the index's own cluster id of it
+        low = cluster < prior.first_doc
+        if bool(low.any()):
+            cluster[low] = xp.asarray(prior.home(to_host(cluster[low])))
+    rows["cluster"] = cluster
+    counts = {**counts, "size_counts": part.sizes()}
+    return rows, counts
+
+
+def near_similarity(rows: dict) -> np.ndarray:
+    """Similarities of removed near duplicates to their survivors (host), for the report."""
+    near = ~rows["kept"] & ~rows["exact"]
+    return to_host(rows["similarity"][near])
+
+
+def block_outputs(selected: dict, first_doc: int) -> dict:
+    """A block's members of clusters of two or more documents, in row order, with what the duplicates table
+    needs; and the rows it removes."""
+    sel = sort_by(selected, "node")
+    multi = take(sel, array_module(sel["node"]).flatnonzero(sel["multi"]))
+    multi["row"] = multi["node"] - first_doc
+    return multi
+
+
+def removed_rows(out: dict) -> dict:
+    xp = array_module(out["row"])
+    return {"row": out["row"][xp.flatnonzero(~out["kept"])]}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends import array_module, to_host
 from gpu_dedup.errors import ConfigError
 
 # Column names gpu_dedup gives the documents it reports (duplicates.parquet, the DataFrame API's duplicates,
@@ -64,3 +65,49 @@ def duplicates_table(*, rows, shard_starts, shard_names, kept, cluster, similari
     cols["shard_row"] = pa.array(rows - np.asarray(shard_starts)[shard] if rows.shape[0] else [], pa.int64())
     return pa.table(cols)
 
+
+# ---------------------------------------------------------------------------- per part, for the stage sequence
+# (one part each: run/sequence.py maps them over the executor's parts; a Dask worker runs them)
+
+
+def survivor_rows(dup: dict, first_doc: int) -> dict:
+    """Survivor rows of a block's members whose survivor is a row of this run (the ids to look up)."""
+    xp = array_module(dup["survivor"])
+    s = dup["survivor"]
+    return {"row": xp.where(s >= first_doc, s - first_doc, 0)}
+
+
+def survivor_id_column(dup: dict, ids: dict, prior) -> pa.Array:
+    """Survivor ids of a block's members: a row's id, or the index's id of an indexed survivor's cluster."""
+    col = ids["id"]
+    if not prior.active:
+        return col
+    s = to_host(dup["survivor"])
+    low = s < prior.first_doc
+    if not low.any():
+        return col
+    pos = np.empty(s.shape[0], np.int64)
+    pos[~low] = np.arange(int((~low).sum()))
+    pos[low] = (~low).sum() + np.arange(int(low.sum()))
+    index_ids = prior.ids(to_host(dup["cluster"])[low])
+    return pa.concat_arrays([col.filter(pa.array(~low)), index_ids.cast(col.type)]).take(pa.array(pos))
+
+
+def duplicates_part(dup: dict, ids: dict | None, survivor_ids, *, first_doc, starts, names, id_column,
+                     in_index: bool) -> pa.Table:
+    rows = to_host(dup["row"])
+    return duplicates_table(
+        ids=None if ids is None else ids["id"], survivor_ids=survivor_ids, rows=rows, first_row=first_doc,
+        shard_starts=starts, shard_names=names, id_column=id_column, kept=to_host(dup["kept"]),
+        cluster=to_host(dup["cluster"]), similarity=to_host(dup["similarity"]), exact=to_host(dup["exact"]),
+        in_index=(to_host(dup["survivor"]) < first_doc) if in_index else None)
+
+
+def table_rows(table: pa.Table) -> dict:
+    return {"rows": table.num_rows}
+
+
+def removed_by_shard(removed: dict, starts) -> np.ndarray:
+    rows = to_host(removed["row"])
+    shard = np.searchsorted(np.asarray(starts), rows, side="right") - 1
+    return np.bincount(shard, minlength=len(starts) - 1).astype(np.int64)

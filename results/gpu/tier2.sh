@@ -14,12 +14,12 @@ set -u
 cd "$(dirname "$0")/../.." || exit 2
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
-"$PY" results/gpu/first_contact.py --tier 2 --python "$PY" "$@"
+"$PY" gpu_dedup/bench/first_contact.py --tier 2 --python "$PY" "$@"
 rc=$?
 # on the device (OUT set): a driver that could not start still leaves a summary saying so
 if [ -n "${OUT:-}" ] && [ ! -s "$OUT/summary.md" ]; then
   mkdir -p "$OUT"
-  printf '# gpu_dedup GPU tier 2\n\nThe driver did not run: %s results/gpu/first_contact.py exited with %s.\n' \
+  printf '# gpu_dedup GPU tier 2\n\nThe driver did not run: %s gpu_dedup/bench/first_contact.py exited with %s.\n' \
     "$PY" "$rc" > "$OUT/summary.md"
   cat "$OUT/summary.md"
 fi

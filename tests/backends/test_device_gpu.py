@@ -15,7 +15,7 @@ from gpu_dedup.backends.strings import column_buffers, string_buffers
 from gpu_dedup.config import Config, NormalizeConfig
 from gpu_dedup.errors import ConfigError
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.stages.normalize import normalize_counted
 
 pytestmark = pytest.mark.gpu
@@ -107,8 +107,8 @@ def test_single_gpu_run_is_device_resident_and_equals_cpu(corpus, reader):
     if reader == "cudf":
         pytest.importorskip("cudf")
     cfg = {"input": {"id_column": "id"}, "minhash": {"num_perm": 128}, "gpu": {"reader": reader}}
-    c = run(corpus / "in", corpus / f"cpu-{reader}", Config.from_dict({**cfg, "backend": "cpu"}))
-    g = run(corpus / "in", corpus / f"gpu-{reader}", Config.from_dict({**cfg, "backend": "gpu"}))
+    c = run_dedup(corpus / "in", corpus / f"cpu-{reader}", Config.from_dict({**cfg, "backend": "cpu"}))
+    g = run_dedup(corpus / "in", corpus / f"gpu-{reader}", Config.from_dict({**cfg, "backend": "gpu"}))
     assert g.report["gpu"]["resident"] is True and g.report["gpu"]["reader"] == reader
     assert np.array_equal(c.kept, g.kept) and c.report["counts"] == g.report["counts"]
     assert (corpus / f"cpu-{reader}" / "duplicates.parquet").read_bytes() == \
@@ -129,8 +129,8 @@ def test_single_gpu_run_is_device_resident_and_equals_cpu(corpus, reader):
 
 def test_run_above_the_memory_limit_runs_in_batches_and_equals_cpu(corpus):
     cfg = {"input": {"id_column": "id"}, "gpu": {"memory_limit": "1MiB"}}
-    c = run(corpus / "in", corpus / "cpu-b", Config.from_dict({**cfg, "backend": "cpu"}))
-    g = run(corpus / "in", corpus / "gpu-b", Config.from_dict({**cfg, "backend": "gpu"}))
+    c = run_dedup(corpus / "in", corpus / "cpu-b", Config.from_dict({**cfg, "backend": "cpu"}))
+    g = run_dedup(corpus / "in", corpus / "gpu-b", Config.from_dict({**cfg, "backend": "gpu"}))
     assert g.report["gpu"]["resident"] is False and g.report["gpu"]["batch_bytes"] == 1 << 20
     assert (corpus / "cpu-b" / "duplicates.parquet").read_bytes() == \
         (corpus / "gpu-b" / "duplicates.parquet").read_bytes()
@@ -141,8 +141,8 @@ def test_dask_cuda_one_worker_equals_single_process(corpus):
     pytest.importorskip("dask_cuda")
     pytest.importorskip("dask_cudf")
     cfg = {"backend": "gpu", "input": {"id_column": "id"}}
-    one = run(corpus / "in", corpus / "single", Config.from_dict(cfg))
-    dist = run(corpus / "in", corpus / "dask", Config.from_dict({**cfg, "cluster": {"workers": 1}}))
+    one = run_dedup(corpus / "in", corpus / "single", Config.from_dict(cfg))
+    dist = run_dedup(corpus / "in", corpus / "dask", Config.from_dict({**cfg, "cluster": {"workers": 1}}))
     assert np.array_equal(one.kept, dist.kept) and one.report["counts"] == dist.report["counts"]
     assert (corpus / "single" / "duplicates.parquet").read_bytes() == \
         (corpus / "dask" / "duplicates.parquet").read_bytes()
@@ -155,7 +155,7 @@ def test_dask_cuda_more_workers_than_gpus_is_a_clear_error(corpus):
 
     n = cupy.cuda.runtime.getDeviceCount()
     with pytest.raises(ConfigError, match=f"asks for {n + 1} GPU workers.*{n} GPU\\(s\\) are visible.*--workers {n}"):
-        run(corpus / "in", corpus / "too-many", Config.from_dict({"backend": "gpu", "cluster": {"workers": n + 1}}))
+        run_dedup(corpus / "in", corpus / "too-many", Config.from_dict({"backend": "gpu", "cluster": {"workers": n + 1}}))
 
 
 def test_cudf_reader_with_nulls_and_the_longest_policy_equals_cpu(tmp_path):
@@ -165,8 +165,8 @@ def test_cudf_reader_with_nulls_and_the_longest_policy_equals_cpu(tmp_path):
         (tmp_path / "in").mkdir(exist_ok=True)
         pq.write_table(pa.table({"text": pa.array(texts[k::2], pa.string())}), tmp_path / "in" / f"p{k}.parquet")
     cfg = {"select": {"keep": "longest"}, "exact_dedup": False}
-    c = run(tmp_path / "in", tmp_path / "cpu", Config.from_dict({**cfg, "backend": "cpu"}))
-    g = run(tmp_path / "in", tmp_path / "gpu", Config.from_dict({**cfg, "backend": "gpu"}))
+    c = run_dedup(tmp_path / "in", tmp_path / "cpu", Config.from_dict({**cfg, "backend": "cpu"}))
+    g = run_dedup(tmp_path / "in", tmp_path / "gpu", Config.from_dict({**cfg, "backend": "gpu"}))
     assert g.report["gpu"]["reader"] == "cudf" and g.report["counts"] == c.report["counts"]
     assert (tmp_path / "cpu" / "duplicates.parquet").read_bytes() == (tmp_path / "gpu" / "duplicates.parquet").read_bytes()
     _tables_equal(tmp_path / "cpu", tmp_path / "gpu", ["p0.parquet", "p1.parquet"])

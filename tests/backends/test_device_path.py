@@ -33,6 +33,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError, InputError
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.run import local
+from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.run.stagelog import StageLog
 from tests.fake_columns import FakePlcColumn, fake_plc_column
 
@@ -63,7 +64,7 @@ def test_cpu_report_counts_no_transfers(tmp_path, request):
         pytest.skip("the CPU backend's report (under --backend gpu the name cpu runs the GPU backend)")
     sample = planted_corpus(n_docs=60, n_clusters=5, words=(10, 30), seed=2)
     write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=2)
-    res = local.run(tmp_path / "in", tmp_path / "out", Config.from_dict({"backend": "cpu"}))
+    res = run_dedup(tmp_path / "in", tmp_path / "out", Config.from_dict({"backend": "cpu"}))
     assert "gpu" not in res.report
     assert not any("host_to_device_bytes" in s or "device_to_host_bytes" in s for s in res.report["stages"].values())
 
@@ -162,7 +163,7 @@ def test_batched_run_equals_the_whole_corpus_run(tmp_path, monkeypatch, verify):
     sample = planted_corpus(n_docs=300, n_clusters=20, words=(20, 80), edit_rate=(0, 0.05), seed=8)
     write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=3)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "verify": {"method": verify}})
-    whole = local.run(tmp_path / "in", tmp_path / "whole", cfg)
+    whole = run_dedup(tmp_path / "in", tmp_path / "whole", cfg)
     cpu = backends.get_backend("cpu")
     calls = []
 
@@ -181,7 +182,7 @@ def test_batched_run_equals_the_whole_corpus_run(tmp_path, monkeypatch, verify):
     monkeypatch.setattr(cpu, "plan_memory", plan, raising=False)
     monkeypatch.setattr(cpu, "normalize_column", counted)
     monkeypatch.setattr(local, "SIGNATURE_CHUNK", 64)
-    batched = local.run(tmp_path / "in", tmp_path / "batched", cfg)
+    batched = run_dedup(tmp_path / "in", tmp_path / "batched", cfg)
     assert calls == [3] and len(slices) > 10 and sum(slices) == 300 + len(SAMPLE)  # + prepare's sample, once
     assert batched.report["gpu"]["resident"] is False and batched.report["gpu"]["batch_bytes"] == 1500
     for name in ["duplicates.parquet"] + [s.name for s in whole.shards]:
@@ -318,17 +319,17 @@ def test_device_read_run_equals_the_host_read_run(tmp_path, monkeypatch, keep):
     table = table.set_column(1, "text", pa.array(text, pa.string()))
     write_shards(table, tmp_path / "in", shards=3)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "select": {"keep": keep}})
-    host = local.run(tmp_path / "in", tmp_path / "host", cfg)
+    host = run_dedup(tmp_path / "in", tmp_path / "host", cfg)
     calls = []
     _reader_on(monkeypatch, calls)
-    device = local.run(tmp_path / "in", tmp_path / "device", cfg)
+    device = run_dedup(tmp_path / "in", tmp_path / "device", cfg)
     assert len(calls) == 3  # one read per shard
     for name in ["duplicates.parquet"] + [s.name for s in host.shards]:
         assert (tmp_path / "host" / name).read_bytes() == (tmp_path / "device" / name).read_bytes(), name
     assert host.report["counts"] == device.report["counts"] and host.report["counts"]["removed"] > 0
     assert host.report["largest_clusters"] == device.report["largest_clusters"]  # examples read from the shards
     calls.clear()
-    local.run(tmp_path / "in", tmp_path / "off", cfg.with_overrides({"gpu.reader": "pyarrow"}))
+    run_dedup(tmp_path / "in", tmp_path / "off", cfg.with_overrides({"gpu.reader": "pyarrow"}))
     assert calls == []
 
 
@@ -359,7 +360,7 @@ def test_device_read_is_not_used_for_a_batched_run(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu, "plan_memory", lambda shards, cfg: {
         "memory_limit_bytes": 4096, "device_bytes": 0, "estimate_bytes": 10**6, "resident": False,
         "batch_bytes": 1500}, raising=False)
-    res = local.run(tmp_path / "in", tmp_path / "out", Config.from_dict({"backend": "cpu"}))
+    res = run_dedup(tmp_path / "in", tmp_path / "out", Config.from_dict({"backend": "cpu"}))
     assert calls == [] and res.report["gpu"]["reader"] == "pyarrow"
 
 
@@ -368,7 +369,7 @@ def test_device_read_row_count_mismatch_is_an_input_error(tmp_path, monkeypatch)
     write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=1)
     _reader_on(monkeypatch, [], rows=10)
     with pytest.raises(InputError, match="gave 60 rows to pyarrow but 10 text rows to cuDF.*gpu.reader: pyarrow"):
-        local.run(tmp_path / "in", tmp_path / "out", Config.from_dict({"backend": "cpu"}))
+        run_dedup(tmp_path / "in", tmp_path / "out", Config.from_dict({"backend": "cpu"}))
     assert not (tmp_path / "out" / "_SUCCESS").exists()
 
 

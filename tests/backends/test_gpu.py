@@ -82,7 +82,7 @@ def test_backend_gpu_fails_at_once_and_auto_falls_back_saying_why(monkeypatch, c
     from gpu_dedup import backends as registry
     from gpu_dedup.backends.gpu_probe import SIMULATOR_SWITCH
     from gpu_dedup.config import Config
-    from gpu_dedup.index.commands import run
+    from gpu_dedup.run.entry import run_dedup
 
     # the real registry, whatever ``--backend gpu`` made of the name "cpu" for the rest of the session
     monkeypatch.setattr(registry, "_REGISTRY", {"cpu": "gpu_dedup.backends.cpu", "gpu": "gpu_dedup.backends.gpu_probe"})
@@ -92,7 +92,7 @@ def test_backend_gpu_fails_at_once_and_auto_falls_back_saying_why(monkeypatch, c
     with pytest.raises(BackendError, match="CuPy"):
         registry.get_backend("gpu")
     with pytest.raises(BackendError, match=r"cuda12"):  # before reading or writing anything
-        run(tmp_path / "missing-input", tmp_path / "out", Config(backend="gpu"))
+        run_dedup(tmp_path / "missing-input", tmp_path / "out", Config(backend="gpu"))
     assert not (tmp_path / "out").exists()
     caplog.set_level(logging.DEBUG, logger="gpu_dedup")  # a CPU install: the reason at -v
     monkeypatch.setattr(registry, "_AUTO_FALLBACK", [])  # as in a fresh process
@@ -477,14 +477,14 @@ def test_gpu_pipeline_outputs_equal_cpu(tmp_path, preset):
 
     from gpu_dedup.config import Config
     from gpu_dedup.evaluation.sample import planted_corpus, write_shards
-    from gpu_dedup.index.commands import run
+    from gpu_dedup.run.entry import run_dedup
 
     sample = planted_corpus(n_docs=4000, n_clusters=200, seed=21)
     write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=3)
     results = {}
     for name in ("cpu", "gpu"):
         cfg = Config.from_yaml(preset).with_overrides({"backend": name, "input.id_column": "id"})
-        results[name] = run(tmp_path / "in", tmp_path / name, cfg)
+        results[name] = run_dedup(tmp_path / "in", tmp_path / name, cfg)
     c, g = results["cpu"], results["gpu"]
     assert g.report["backend"].startswith("gpu: CUDA kernels")
     assert np.array_equal(c.kept, g.kept) and np.array_equal(c.cluster, g.cluster)
@@ -513,8 +513,8 @@ def cross_backend_index_runs(tmp_path, method, backends=("cpu", "gpu")):
     (build, against) pair, the indexes they leave and a query on each backend must agree."""
     from gpu_dedup.config import Config
     from gpu_dedup.evaluation.sample import planted_corpus, write_shards
-    from gpu_dedup.index.commands import run
     from gpu_dedup.index.store import Index
+    from gpu_dedup.run.entry import run_dedup
 
     sample = planted_corpus(n_docs=3000, n_clusters=200, cluster_size=(2, 6), edit_rate=(0.0, 0.06), seed=23)
     t = sample.table.select(["id", "text"])
@@ -526,8 +526,8 @@ def cross_backend_index_runs(tmp_path, method, backends=("cpu", "gpu")):
         for against in backends:
             name = f"{build}-{against}"
             cfg = Config.from_dict({"backend": build, "input": {"id_column": "id"}, "verify": {"method": method}})
-            run(tmp_path / "a", tmp_path / f"out-a-{name}", cfg, index_out=tmp_path / f"ix-{name}")
-            res = run(tmp_path / "b", tmp_path / f"out-b-{name}", cfg.with_overrides({"backend": against}),
+            run_dedup(tmp_path / "a", tmp_path / f"out-a-{name}", cfg, index_out=tmp_path / f"ix-{name}")
+            res = run_dedup(tmp_path / "b", tmp_path / f"out-b-{name}", cfg.with_overrides({"backend": against}),
                       against=tmp_path / f"ix-{name}", update_index=True)
             query = Index.open(tmp_path / f"ix-{name}").query(queries, backend=against)
             runs[name] = (res, _index_content(tmp_path / f"ix-{name}"), query)

@@ -1,4 +1,5 @@
-"""The first-contact script (results/gpu/first-contact.sh) rehearsed on the CPU, as CI runs it.
+"""The first-contact driver (gpu_dedup/bench/first_contact.py, run by results/gpu/first-contact.sh) rehearsed
+on the CPU, as CI runs it.
 
 The whole script runs once under the CUDA simulator with a tiny corpus and the packages the GPU image
 lacks hidden, with one step made to fail on purpose: the summary must list every step, say which one
@@ -6,7 +7,6 @@ failed and why, show that the later steps still ran, and what comes back must fi
 limits (at most 8 files, nothing deeper than OUT/a/b, plain names, 16 MiB each).
 """
 
-import importlib.util
 import json
 import os
 import re
@@ -18,21 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from gpu_dedup.bench import first_contact  # the driver the shell scripts run as a file
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "results" / "gpu" / "first-contact.sh"
 STEPS = ["setup", "corpus", "env", "smoke", "signatures", "e2e", "test-gpu", "test-backend"]
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")
-
-
-def _driver():
-    """results/gpu/first_contact.py (a script, not a package module), loaded once."""
-    name = "gpu_dedup_first_contact_driver"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "results" / "gpu" / "first_contact.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up while the file runs
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def alive(pid: int) -> bool:
@@ -110,7 +101,7 @@ def test_rehearsal_runs_every_step_reports_a_failure_and_goes_on(tmp_path):
 
 
 def test_a_step_over_its_cap_is_stopped_with_its_children_and_reported(tmp_path, monkeypatch):
-    fc = _driver()
+    fc = first_contact
     out, work = tmp_path / "out", tmp_path / "work"
     script = tmp_path / "slow.py"
     script.write_text("import subprocess, sys, time\n"
@@ -138,7 +129,7 @@ def test_a_step_over_its_cap_is_stopped_with_its_children_and_reported(tmp_path,
 
 
 def test_packing_keeps_long_logs_short_and_the_file_count(tmp_path):
-    fc = _driver()
+    fc = first_contact
     drv = fc.Driver(fc.argparse.Namespace(rehearse=True, steps=None, fail_step=None, cap=None, deadline=60,
                                           out=str(tmp_path / "out"), work=str(tmp_path / "work"), python=None,
                                           tier=1, dry_run=False))
@@ -157,7 +148,7 @@ def test_packing_keeps_long_logs_short_and_the_file_count(tmp_path):
 
 
 def test_pytest_log_of_a_stopped_run_still_counts():
-    fc = _driver()
+    fc = first_contact
     import tempfile
 
     text = "\n".join([
@@ -179,7 +170,7 @@ def test_pytest_log_of_a_stopped_run_still_counts():
 
 def test_device_configurations_and_test_paths_exist():
     """What the device run names (end-to-end configurations, test folders) resolves in this checkout."""
-    fc = _driver()
+    fc = first_contact
     from gpu_dedup.bench import gpu as bench_gpu
 
     for name in fc.DEVICE["configs"].split() + fc.REHEARSAL["configs"].split():
@@ -192,7 +183,7 @@ def test_device_configurations_and_test_paths_exist():
 def test_nvvm_found_only_with_cuda_home_is_kept_for_every_later_step(tmp_path, monkeypatch):
     """numba-cuda may not infer CUDA_HOME from wheels: setup retries with the toolkit folder and, when that
     works, every later step runs with it."""
-    fc = _driver()
+    fc = first_contact
     home = tmp_path / "cuda"
     home.mkdir()
     monkeypatch.setenv("FC_CUDA_HOME", str(home))
@@ -226,7 +217,7 @@ def test_nvvm_found_only_with_cuda_home_is_kept_for_every_later_step(tmp_path, m
 
 def stand_in_kit(directory: Path, drop: str | None = None) -> Path:
     """A kit folder as ../shared/gpu holds it: its install script and the pinned wheels (``drop`` left out)."""
-    fc = _driver()
+    fc = first_contact
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "install-on-device.sh").write_text("#!/usr/bin/env bash\nexit 0\n")
     pins = [f"{name}==1.0" for name in fc.KIT_PINS if name != drop]
@@ -252,7 +243,7 @@ def test_tier2_dry_run_checks_the_kit_and_every_command(tmp_path, monkeypatch):
     assert steps["kit"]["numbers"]["pins"]["cudf-cu13"] == "1.0"
     assert len(returned_files(out)) == 3
     # a kit without RMM is named as such
-    fc = _driver()
+    fc = first_contact
     stand_in_kit(tmp_path / "kit2", drop="rmm-cu13")
     drv = fc.Driver(fc.argparse.Namespace(rehearse=False, steps="kit", fail_step=None, cap=None, deadline=120,
                                           out=str(tmp_path / "out2"), work=str(tmp_path / "work2"), python=None,
@@ -265,7 +256,7 @@ def test_tier2_dry_run_checks_the_kit_and_every_command(tmp_path, monkeypatch):
 
 def test_dask_tests_skip_on_a_machine_without_dask(tmp_path):
     """The GPU image has no Dask: the tests that start a Dask cluster skip there instead of failing."""
-    fc = _driver()
+    fc = first_contact
     hide = fc.hide_modules(tmp_path / "hidden", fc.IMAGE_LACKS)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hide), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",

@@ -84,7 +84,7 @@ def test_tiny_run_writes_tables_figure_and_scores(tmp_path):
     pytest.importorskip("rensa")
     pytest.importorskip("datasketch")
     res = tmp_path / "res"
-    payload = peers.run(sizes=(600,), real=None, quality_sample=300, sig_docs=600, datasketch_sig_docs=200,
+    payload = peers.bench_peers(sizes=(600,), real=None, quality_sample=300, sig_docs=600, datasketch_sig_docs=200,
                         results=res, workdir=tmp_path)
     assert {r["tool"] for r in payload["end_to_end"]} == {"gpu_dedup", peers.SHARDS, peers.PLAIN, "rensa",
                                                           "datasketch"}
@@ -133,7 +133,7 @@ def test_datatrove_runs_its_minhash_steps_beside_gpu_dedup(tmp_path):
     for module in ("datatrove", "spacy", "xxhash", "tokenizers"):
         pytest.importorskip(module)
     res = tmp_path / "res"
-    payload = peers.run(sizes=(600,), real=None, tools=["gpu_dedup", "datatrove"], quality_sample=300, sig_docs=600,
+    payload = peers.bench_peers(sizes=(600,), real=None, tools=["gpu_dedup", "datatrove"], quality_sample=300, sig_docs=600,
                         results=res, workdir=tmp_path)
     by = {r["tool"]: r for r in payload["end_to_end"]}
     dt = by["datatrove"]

@@ -15,7 +15,7 @@ def test_permutation_families_agree_on_their_definition():
 
 def test_tiny_run_writes_tables(tmp_path):
     pytest.importorskip("rensa")
-    payload = signatures.run(docs=300, repeats=1, results=tmp_path, workdir=tmp_path)
+    payload = signatures.bench_signatures(docs=300, repeats=1, results=tmp_path, workdir=tmp_path)
     s = payload["signatures"]
     assert s["documents"] == 300 and s["num_perm"] == 128 and s["shingle"] == "word:5"
     ours, rensa = s["tools"]["gpu_dedup"], s["tools"]["rensa"]

@@ -10,7 +10,7 @@ pytest.importorskip("distributed")
 
 
 def test_tiny_run_writes_rows_with_identical_outputs_and_stage_volumes(tmp_path):
-    payload = workers.run(documents=(1200,), workers=2, block_rows=400, results=tmp_path / "res",
+    payload = workers.bench_workers(documents=(1200,), workers=2, block_rows=400, results=tmp_path / "res",
                           workdir=tmp_path)
     one, dask, running = payload["rows"]
     assert one["config"] == "1 process" and dask["config"] == "2 workers"
@@ -36,7 +36,7 @@ def test_a_failed_configuration_is_a_row_and_the_others_still_run(tmp_path, monk
         return real(inputs, out, extra)
 
     monkeypatch.setattr(workers, "run_cli_job", job)
-    payload = workers.run(documents=(300, 600), workers=2, block_rows=300, results=tmp_path / "res",
+    payload = workers.bench_workers(documents=(300, 600), workers=2, block_rows=300, results=tmp_path / "res",
                           workdir=tmp_path)
     assert [r["config"] for r in payload["rows"]] == ["1 process", "2 workers", "2 workers, running"] * 2
     failed = [r for r in payload["rows"] if "failed" in r]
@@ -62,7 +62,7 @@ def test_repeated_runs_take_turns_and_report_their_median(tmp_path, monkeypatch)
         return {"wall_seconds": 1.0, "peak_rss_mb": peak, "counts": {"removed": 4}, "cluster": cluster}, next(walls), None
 
     monkeypatch.setattr(workers, "_timed", timed)
-    payload = workers.run(documents=(300,), workers=2, block_rows=300, results=tmp_path / "res", workdir=tmp_path,
+    payload = workers.bench_workers(documents=(300,), workers=2, block_rows=300, results=tmp_path / "res", workdir=tmp_path,
                           repeat=3)
     assert calls == ["one", "workers", "running"] * 3
     one, dask, running = payload["rows"]

@@ -16,8 +16,8 @@ import pytest
 
 from gpu_dedup.config import Config
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
-from gpu_dedup.index.commands import run
 from gpu_dedup.index.store import Index
+from gpu_dedup.run.entry import run_dedup
 from tests.run.test_kill_random import _kill_group, _start
 
 
@@ -28,7 +28,7 @@ def halves(tmp_path_factory):
     t = sample.table.select(["id", "text"])
     write_shards(t.slice(0, 800), d / "a", shards=2, prefix="a")
     write_shards(t.slice(800), d / "b", shards=2, prefix="b")
-    run(d / "a", d / "out_a", Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}}), index_out=d / "ix")
+    run_dedup(d / "a", d / "out_a", Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}}), index_out=d / "ix")
     return d
 
 

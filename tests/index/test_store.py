@@ -12,9 +12,9 @@ import pytest
 from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
-from gpu_dedup.index.commands import run
 from gpu_dedup.index.format import IndexMismatchError, index_fingerprint
 from gpu_dedup.index.store import Index
+from gpu_dedup.run.entry import run_dedup
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +43,10 @@ def test_incremental_equals_full_dedup(batches, tmp_path, method, split):
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "verify": {"method": method},
                             "select": {"split_chains": split}})
     idx = tmp_path / "index"
-    run(batches / "a", tmp_path / "out_a", cfg, index_out=idx)
-    b = run(batches / "b", tmp_path / "out_b", cfg, against=idx, update_index=True)
-    c = run(batches / "c", tmp_path / "out_c", cfg, against=idx, update_index=True)
-    full = run(batches / "all", tmp_path / "full", cfg)
+    run_dedup(batches / "a", tmp_path / "out_a", cfg, index_out=idx)
+    b = run_dedup(batches / "b", tmp_path / "out_b", cfg, against=idx, update_index=True)
+    c = run_dedup(batches / "c", tmp_path / "out_c", cfg, against=idx, update_index=True)
+    full = run_dedup(batches / "all", tmp_path / "full", cfg)
     full_removed = _removed(full)
     b_ids = set(pq.read_table(batches / "b").column("id").to_pylist())
     c_ids = set(pq.read_table(batches / "c").column("id").to_pylist())
@@ -75,9 +75,9 @@ def test_against_an_index_removes_what_a_full_dedup_removes_when_chains_cross_th
         write_shards(part, tmp_path / name, shards=1, prefix=name)
         write_shards(part, tmp_path / "all", shards=1, prefix=name)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(tmp_path / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
-    b = run(tmp_path / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix")
-    full = run(tmp_path / "all", tmp_path / "full", cfg)
+    run_dedup(tmp_path / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    b = run_dedup(tmp_path / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix")
+    full = run_dedup(tmp_path / "all", tmp_path / "full", cfg)
     b_ids = set(t.slice(2000).column("id").to_pylist())
     assert _removed(b) == _removed(full) & b_ids
     assert full.report["counts"]["chain_split_ejected"] > 0
@@ -85,8 +85,8 @@ def test_against_an_index_removes_what_a_full_dedup_removes_when_chains_cross_th
 
 def test_indexed_documents_always_survive(batches, tmp_path):
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "select": {"keep": "longest"}})
-    first = run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
-    again = run(batches / "a", tmp_path / "again", cfg, against=tmp_path / "index")
+    first = run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    again = run_dedup(batches / "a", tmp_path / "again", cfg, against=tmp_path / "index")
     assert again.report["counts"]["kept"] == 0  # every document is already in the index
     dup = again.duplicates.to_pydict()
     assert all(dup["in_index"]) and len(dup["id"]) == 800
@@ -100,14 +100,14 @@ def test_indexed_documents_always_survive(batches, tmp_path):
 
 def test_config_must_match_the_index(batches, tmp_path):
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
     other = cfg.with_overrides({"minhash.ngram": 3})
     with pytest.raises(IndexMismatchError, match=r"minhash.ngram: index 5, this run 3"):
-        run(batches / "b", tmp_path / "out_b", other, against=tmp_path / "index")
+        run_dedup(batches / "b", tmp_path / "out_b", other, against=tmp_path / "index")
     with pytest.raises(InputError, match="not a gpu_dedup index"):
         Index.open(tmp_path / "out")
     with pytest.raises(InputError, match="an index already exists"):
-        run(batches / "a", tmp_path / "out2", cfg, index_out=tmp_path / "index")
+        run_dedup(batches / "a", tmp_path / "out2", cfg, index_out=tmp_path / "index")
 
 
 def test_index_does_not_depend_on_the_backend_setting(batches, tmp_path):
@@ -115,18 +115,18 @@ def test_index_does_not_depend_on_the_backend_setting(batches, tmp_path):
     base = Config.from_dict({"input": {"id_column": "id"}})
     configs = {b: base.with_overrides({"backend": b}) for b in ("cpu", "gpu", "auto")}
     assert len({index_fingerprint(c) for c in configs.values()}) == 1
-    run(batches / "a", tmp_path / "out", configs["cpu"], index_out=tmp_path / "index")
+    run_dedup(batches / "a", tmp_path / "out", configs["cpu"], index_out=tmp_path / "index")
     manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
     assert manifest["fingerprint"] == index_fingerprint(configs["gpu"]) and "backend" not in json.dumps(manifest)
     for b in ("gpu", "auto"):  # opening checks the fingerprint: no mismatch
         assert Index.open(tmp_path / "index", configs[b]).documents == 800
-    again = run(batches / "b", tmp_path / "out_b", configs["auto"], against=tmp_path / "index")  # GPU if any
+    again = run_dedup(batches / "b", tmp_path / "out_b", configs["auto"], against=tmp_path / "index")  # GPU if any
     assert again.report["counts"]["removed_against_index"] > 0
 
 
 def test_query_finds_near_and_exact_copies(batches, tmp_path):
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
     index = Index.open(tmp_path / "index")
     texts = pq.read_table(batches / "a").column("text").to_pylist()
     words = texts[0].split()
@@ -148,7 +148,7 @@ def test_query_of_an_index_without_ids_names_documents_by_row(batches, tmp_path)
     """Issue: a generated id column called ``id`` looked like the user's: an index built without ids
     answers with ``row`` and ``cluster_id`` only."""
     cfg = Config.from_dict({"backend": "cpu"})
-    run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
     index = Index.open(tmp_path / "index")
     assert index.id_column is None
     texts = pq.read_table(batches / "a").column("text").to_pylist()
@@ -203,10 +203,10 @@ def test_add_equals_against_update_index(batches, tmp_path, kind):
     """Index.add(frame) removes the same rows and leaves the same index as `run --against --update-index`."""
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "minhash": {"ngram": 4}})
     for route in ("run", "add"):
-        run(batches / "a", tmp_path / f"out_{route}", cfg, index_out=tmp_path / route)
+        run_dedup(batches / "a", tmp_path / f"out_{route}", cfg, index_out=tmp_path / route)
     index = Index.open(tmp_path / "add")
     for batch in ("b", "c"):
-        want = run(batches / batch, tmp_path / f"out_{batch}", cfg, against=tmp_path / "run", update_index=True)
+        want = run_dedup(batches / batch, tmp_path / f"out_{batch}", cfg, against=tmp_path / "run", update_index=True)
         before = index.documents
         got = index.add(_frame(batches / batch, kind), text="text", id="id", backend="cpu")  # the index's settings
         assert got.first_doc == before and index.documents == before + 800  # updated in place
@@ -236,8 +236,8 @@ def test_cli_run_against_update_index_equals_the_pipeline(batches, tmp_path, cap
                 + flags) == 0
     assert "removed" in capsys.readouterr().out
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "want_a", cfg, index_out=tmp_path / "want_ix")
-    want = run(batches / "b", tmp_path / "want_b", cfg, against=tmp_path / "want_ix", update_index=True)
+    run_dedup(batches / "a", tmp_path / "want_a", cfg, index_out=tmp_path / "want_ix")
+    want = run_dedup(batches / "b", tmp_path / "want_b", cfg, against=tmp_path / "want_ix", update_index=True)
     got = pq.read_table(tmp_path / "out_b" / "duplicates.parquet")
     assert got.equals(pq.read_table(tmp_path / "want_b" / "duplicates.parquet"))
     assert set(got.filter(pa.compute.invert(got.column("kept"))).column("id").to_pylist()) == _removed(want) != set()
@@ -320,7 +320,7 @@ def test_take_by_chunk_equals_arrow_take():
 
 def test_index_of_another_hash_family_fails_naming_it_and_the_fix(batches, tmp_path):
     cfg = Config(backend="cpu")
-    run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
     manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
     assert manifest["hash_family"] == "v2-mix64-poly64-affine32" and manifest["format_version"] == 2
     old = dict(manifest, format_version=1)  # an index written before hash family v2 (no family recorded)
@@ -330,7 +330,7 @@ def test_index_of_another_hash_family_fails_naming_it_and_the_fix(batches, tmp_p
                                          r"v2-mix64-poly64-affine32.*gpu-dedup index build"):
         Index.open(tmp_path / "index")
     with pytest.raises(InputError, match="rebuild the index"):
-        run(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "index")
+        run_dedup(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "index")
 
 
 def _cli_run(*args, fault=None, quiet=True):
@@ -351,9 +351,9 @@ def test_an_update_index_run_killed_before_it_finishes_reruns_to_the_same_output
     as it was, so the rerun the error message asks for neither appends the documents twice nor removes
     every document as a copy of its own earlier append."""
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "want_ix")
-    want = run(batches / "b", tmp_path / "want", cfg, against=tmp_path / "want_ix", update_index=True)
-    run(batches / "a", tmp_path / "out_a2", cfg, index_out=tmp_path / "ix")
+    run_dedup(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "want_ix")
+    want = run_dedup(batches / "b", tmp_path / "want", cfg, against=tmp_path / "want_ix", update_index=True)
+    run_dedup(batches / "a", tmp_path / "out_a2", cfg, index_out=tmp_path / "ix")
     args = ("run", batches / "b", "-o", tmp_path / "out", "--id-column", "id", "--against", tmp_path / "ix",
             "--update-index")
     assert _cli_run(*args, fault=fault).returncode == -9
@@ -393,13 +393,13 @@ def test_building_an_index_never_overwrites_what_it_did_not_write(batches, tmp_p
     for where, text in (("manifest", "is not a gpu_dedup index manifest"), ("segment", "seg-00000' exists"),
                         ("file", "exists and is not a directory")):
         with pytest.raises(OutputError, match=text):
-            run(batches / "a", tmp_path / f"out-{where}", cfg, index_out=tmp_path / where)
+            run_dedup(batches / "a", tmp_path / f"out-{where}", cfg, index_out=tmp_path / where)
     assert (tmp_path / "manifest" / "manifest.json").read_text() == "mine\n"
     assert (tmp_path / "segment" / "seg-00000").read_text() == "mine\n"
     assert sorted(p.name for p in (tmp_path / "segment").iterdir()) == ["seg-00000"]
     assert (tmp_path / "file").read_text() == "mine\n"
     with pytest.raises(OutputError, match="is inside the input directory"):
-        run(batches / "a", tmp_path / "out-inside", cfg, index_out=batches / "a" / "ix")
+        run_dedup(batches / "a", tmp_path / "out-inside", cfg, index_out=batches / "a" / "ix")
     assert not (batches / "a" / "ix").exists()
 
 
@@ -412,10 +412,10 @@ def test_a_failing_index_build_leaves_no_index_behind(batches, tmp_path, monkeyp
     monkeypatch.setattr(store, "write_ipc", full_disk)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
     with pytest.raises(OSError):
-        run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")
+        run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")
     assert not (tmp_path / "ix").exists()  # no empty index that a rerun would call "already exists"
     monkeypatch.undo()
-    run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")
+    run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")
     assert Index.open(tmp_path / "ix").documents == 800
 
 
@@ -425,15 +425,15 @@ def test_a_segment_left_unlisted_by_a_killed_append_is_replaced(batches, tmp_pat
     from gpu_dedup.errors import OutputError
 
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    run_dedup(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
     shutil.copytree(tmp_path / "ix" / "seg-00000", tmp_path / "ix" / "seg-00001")  # renamed, manifest not written
-    run(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix", update_index=True)
+    run_dedup(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix", update_index=True)
     index = Index.open(tmp_path / "ix")
     assert index.documents == 1600 and [s.name for s in index.segments] == ["seg-00000", "seg-00001"]
     (tmp_path / "ix" / "seg-00002").mkdir()
     (tmp_path / "ix" / "seg-00002" / "notes.txt").write_text("mine\n")
     with pytest.raises(OutputError, match="is not a segment it lists"):
-        run(batches / "c", tmp_path / "out_c", cfg, against=tmp_path / "ix", update_index=True)
+        run_dedup(batches / "c", tmp_path / "out_c", cfg, against=tmp_path / "ix", update_index=True)
     assert (tmp_path / "ix" / "seg-00002" / "notes.txt").read_text() == "mine\n"
     assert Index.open(tmp_path / "ix").documents == 1600
 
@@ -442,7 +442,7 @@ def test_query_takes_one_string_as_one_query_and_refuses_other_types(batches, tm
     from gpu_dedup.errors import ConfigError
 
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")
+    run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")
     index = Index.open(tmp_path / "ix")
     text = pq.read_table(batches / "a").column("text")[0].as_py()
     one = index.query(text)
@@ -469,7 +469,7 @@ def test_a_second_writer_of_an_index_stops_with_exit_4_and_appends_nothing(batch
     from gpu_dedup.index.store import IndexBuilder
 
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    run_dedup(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
     before = _segments(tmp_path / "ix")
     args = ("run", batches / "b", "-o", tmp_path / "out_b", "--id-column", "id", "--against", tmp_path / "ix",
             "--update-index")
@@ -490,7 +490,7 @@ def test_concurrent_appends_and_builds_never_lose_documents(batches, tmp_path):
     """Two `--update-index` runs started together, and two builds of one directory: every run that exits 0
     has its documents in the index, exactly once; the others exit 4 (or 3: the index was built meanwhile)."""
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    run_dedup(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
     py = [sys.executable, "-m", "gpu_dedup"]
 
     def start(*args):
@@ -517,9 +517,9 @@ def test_an_index_opened_before_another_process_appended_is_read_again_before_it
     """Index.add on an index object opened before another writer appended: the other documents are matched
     and kept (the object reads the index again under the lock), never discarded as an unlisted segment."""
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    run_dedup(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
     stale = Index.open(tmp_path / "ix")
-    run(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix", update_index=True)
+    run_dedup(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix", update_index=True)
     got = stale.add(_frame(batches / "c", "arrow"), text="text", id="id", backend="cpu")
     assert got.first_doc == 1600 and stale.documents == 2400
     assert _ids_in(tmp_path / "ix") == set(pq.read_table(batches / "all").column("id").to_pylist())
@@ -561,8 +561,8 @@ def test_a_damaged_or_mixed_index_is_refused_not_queried(batches, tmp_path):
     from gpu_dedup.cli import main
 
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
-    run(batches / "b", tmp_path / "out_b", cfg, index_out=tmp_path / "other")
+    run_dedup(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    run_dedup(batches / "b", tmp_path / "out_b", cfg, index_out=tmp_path / "other")
     queries = tmp_path / "q.txt"
     queries.write_text("\n".join(pq.read_table(batches / "a").column("text").to_pylist()[:50]) + "\n")
     for name, (hurt, said) in _damage_cases(tmp_path / "ix", tmp_path / "other").items():
@@ -577,7 +577,7 @@ def test_a_damaged_or_mixed_index_is_refused_not_queried(batches, tmp_path):
         if name == "overwritten-texts":  # verify=False checks sizes only (the cost of a read of every file saved)
             assert Index.open(tmp_path / name, verify=False).documents == 800
         with pytest.raises(InputError, match="is damaged"):
-            run(batches / "c", tmp_path / f"out_{name}", cfg, against=tmp_path / name)
+            run_dedup(batches / "c", tmp_path / f"out_{name}", cfg, against=tmp_path / name)
 
 
 def test_an_index_without_checksums_still_opens_with_a_warning_and_its_values_are_checked(batches, tmp_path,
@@ -585,7 +585,7 @@ def test_an_index_without_checksums_still_opens_with_a_warning_and_its_values_ar
     from gpu_dedup.index.format import CHECKSUMS, MANIFEST_DIGEST
 
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    run_dedup(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
     m = json.loads((tmp_path / "ix" / "manifest.json").read_text())
     legacy = {k: v for k, v in m.items() if k not in (CHECKSUMS, MANIFEST_DIGEST)}
     (tmp_path / "ix" / "manifest.json").write_text(json.dumps(legacy))
@@ -614,7 +614,7 @@ def test_runs_against_an_index_refuse_ids_of_another_kind_and_outputs_inside_it(
     from gpu_dedup.errors import OutputError
 
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    run_dedup(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
     t = pq.read_table(batches / "b")
     pq.write_table(t.set_column(0, "id", pa.array(np.arange(t.num_rows))), tmp_path / "int_ids.parquet")
     for ix in ("ix", "rows"):
@@ -626,12 +626,12 @@ def test_runs_against_an_index_refuse_ids_of_another_kind_and_outputs_inside_it(
             args = [str(tmp_path / "int_ids.parquet")]
         with pytest.raises(InputError, match=r"holds (integer|string) ids, but the index in .* holds (string|integer) "
                                              r"ids.*--no-id-column"):
-            run(args, tmp_path / f"out_{ix}", cfg, against=tmp_path / ix, update_index=True)
+            run_dedup(args, tmp_path / f"out_{ix}", cfg, against=tmp_path / ix, update_index=True)
     assert Index.open(tmp_path / "ix").documents == 800
     for out, kw in ((tmp_path / "ix" / "out", {"against": tmp_path / "ix"}),
                     (tmp_path / "new_ix", {"index_out": tmp_path / "new_ix"})):
         with pytest.raises(OutputError, match="is inside the index directory"):
-            run(batches / "b", out, cfg, **kw)
+            run_dedup(batches / "b", out, cfg, **kw)
     assert sorted(p.name for p in (tmp_path / "ix").iterdir()) == ["manifest.json", "seg-00000"]
 
 
@@ -639,9 +639,9 @@ def test_a_segment_the_manifest_does_not_list_is_named_when_the_index_opens(batc
     import shutil
 
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    run_dedup(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
     shutil.copytree(tmp_path / "ix", tmp_path / "before")
-    run(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix", update_index=True)
+    run_dedup(batches / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix", update_index=True)
     shutil.copy(tmp_path / "before" / "manifest.json", tmp_path / "ix" / "manifest.json")  # restored from a copy
     with caplog.at_level("WARNING", logger="gpu_dedup"):
         assert Index.open(tmp_path / "ix").documents == 800
@@ -650,4 +650,4 @@ def test_a_segment_the_manifest_does_not_list_is_named_when_the_index_opens(batc
     from gpu_dedup.errors import OutputError
 
     with pytest.raises(OutputError, match="cannot open the lock file"):
-        run(batches / "c", tmp_path / "out_c", cfg, against=tmp_path / "ix", update_index=True)
+        run_dedup(batches / "c", tmp_path / "out_c", cfg, against=tmp_path / "ix", update_index=True)

@@ -126,7 +126,7 @@ def test_cosine_vector_run_on_the_gpu_backend_writes_what_the_cpu_run_writes(tmp
     from gpu_dedup.backends.gpu import GPUBackend
     from gpu_dedup.config import Config
     from gpu_dedup.evaluation.sample import planted_embeddings
-    from gpu_dedup.run.local import run
+    from gpu_dedup.run.entry import run_dedup
 
     pe = planted_embeddings(60, 6, n_clusters=8, to_centre=(0.95, 1.0), seed=4)
     (tmp_path / "in").mkdir()
@@ -135,7 +135,7 @@ def test_cosine_vector_run_on_the_gpu_backend_writes_what_the_cpu_run_writes(tmp
            "lsh": {"threshold": 0.9}, "cosine": {"bits": 64}}
     registry._CACHE["gpu"] = GPUBackend(threads=8, span=32, seg_bytes=64, item_threads=8, max_blocks=4)
     try:
-        res = {name: run(tmp_path / "in", tmp_path / name, Config.from_dict({**cfg, "backend": name}))
+        res = {name: run_dedup(tmp_path / "in", tmp_path / name, Config.from_dict({**cfg, "backend": name}))
                for name in ("cpu", "gpu")}
     finally:
         registry._CACHE.pop("gpu", None)

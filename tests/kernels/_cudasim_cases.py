@@ -303,7 +303,7 @@ def test_pipeline_gpu_equals_cpu(tmp_path):
     from gpu_dedup.backends.gpu import GPUBackend
     from gpu_dedup.config import Config
     from gpu_dedup.evaluation.sample import planted_corpus, write_shards
-    from gpu_dedup.run.local import run
+    from gpu_dedup.run.entry import run_dedup
 
     sample = planted_corpus(n_docs=40, n_clusters=6, cluster_size=(2, 4), words=(8, 25), edit_rate=(0.0, 0.1), seed=3)
     write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=2)
@@ -312,7 +312,7 @@ def test_pipeline_gpu_equals_cpu(tmp_path):
     try:
         results = {}
         for name in ("cpu", "gpu"):
-            results[name] = run(tmp_path / "in", tmp_path / name, Config.from_dict({**cfg, "backend": name}))
+            results[name] = run_dedup(tmp_path / "in", tmp_path / name, Config.from_dict({**cfg, "backend": name}))
     finally:
         registry._CACHE.pop("gpu", None)
     c, g = results["cpu"], results["gpu"]
@@ -336,7 +336,7 @@ def test_pipeline_with_text_read_into_device_memory_equals_cpu(tmp_path, monkeyp
     from gpu_dedup.backends.gpu import GPUBackend
     from gpu_dedup.config import Config
     from gpu_dedup.evaluation.sample import planted_corpus
-    from gpu_dedup.run.local import run
+    from gpu_dedup.run.entry import run_dedup
     from tests.fake_columns import fake_plc_column
 
     sample = planted_corpus(n_docs=40, n_clusters=6, cluster_size=(2, 4), words=(8, 25), edit_rate=(0.0, 0.1), seed=5)
@@ -358,8 +358,8 @@ def test_pipeline_with_text_read_into_device_memory_equals_cpu(tmp_path, monkeyp
            "select": {"keep": "longest"}}
     registry._CACHE["gpu"] = be
     try:
-        c = run(tmp_path / "in", tmp_path / "cpu", Config.from_dict({**cfg, "backend": "cpu"}))
-        g = run(tmp_path / "in", tmp_path / "gpu", Config.from_dict({**cfg, "backend": "gpu"}))
+        c = run_dedup(tmp_path / "in", tmp_path / "cpu", Config.from_dict({**cfg, "backend": "cpu"}))
+        g = run_dedup(tmp_path / "in", tmp_path / "gpu", Config.from_dict({**cfg, "backend": "gpu"}))
     finally:
         registry._CACHE.pop("gpu", None)
     assert len(reads) == 3 and g.report["gpu"]["reader"] == "cudf"

@@ -15,7 +15,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.demo import make_sample
 from gpu_dedup.report import page as report_html
 from gpu_dedup.report.page import diff_words, render
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
 
 CFG = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
 
@@ -25,7 +25,7 @@ def demo_run(tmp_path_factory):
     """The demo's corpus (3,000 documents, 4 shards) through the file pipeline."""
     d = tmp_path_factory.mktemp("html")
     sample = make_sample(d)
-    return run(d / "input", d / "output", CFG), sample
+    return run_dedup(d / "input", d / "output", CFG), sample
 
 
 def _svgs(page: str) -> list[tuple[int, int]]:
@@ -112,7 +112,7 @@ def test_report_html_written_after_report_json_and_before_success(demo_run, tmp_
 
     for module in (atomic, build, page, outdir):  # every writer of the three files
         monkeypatch.setattr(module, "atomic_write_bytes", record)
-    run(demo_run[0].output_dir.parent / "input", tmp_path / "out", CFG)
+    run_dedup(demo_run[0].output_dir.parent / "input", tmp_path / "out", CFG)
     assert [w for w in written if w in ("report.json", "report.html", "_SUCCESS")] == \
         ["report.json", "report.html", "_SUCCESS"] and written[-1] == "_SUCCESS"
 
@@ -228,7 +228,7 @@ def test_near_duplicates_are_shown_when_exact_copies_make_the_largest_clusters(t
     order = rng.permutation(len(texts))
     table = pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": [texts[i] for i in order]})
     pq.write_table(table, tmp_path / "corpus.parquet")
-    result = run(tmp_path / "corpus.parquet", tmp_path / "out", CFG)
+    result = run_dedup(tmp_path / "corpus.parquet", tmp_path / "out", CFG)
     rep = json.loads((tmp_path / "out" / "report.json").read_text())
     t = rep["lsh"]["verify_threshold"]
     assert rep["counts"]["near_duplicates"] >= 10

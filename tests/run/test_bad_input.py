@@ -9,7 +9,7 @@ from gpu_dedup.cli import main
 from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError
 from gpu_dedup.evaluation.sample import vocabulary
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
 from tests.accounting import assert_accounted
 
 CFG = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
@@ -33,13 +33,13 @@ def test_text_column_missing_in_one_shard_names_that_shard(tmp_path):
     pq.write_table(pa.table({"id": [1], "text": ["x"]}), tmp_path / "in" / "a.parquet")
     pq.write_table(pa.table({"id": [2], "content": ["y"]}), tmp_path / "in" / "b.parquet")
     with pytest.raises(InputError, match=r"b\.parquet.*its columns are: 'id', 'content'"):
-        run(tmp_path / "in", tmp_path / "out", CFG)
+        run_dedup(tmp_path / "in", tmp_path / "out", CFG)
 
 
 def test_invalid_utf8_is_hashed_as_replacement_and_written_verbatim(tmp_path):
     raw = [b"caf\xe9 au lait and more words here", b"caf\xe9 au lait and more words here", b"ok text here"]
     pq.write_table(pa.table({"id": [1, 2, 3], "text": pa.array(raw, pa.binary())}), tmp_path / "bin.parquet")
-    result = run(tmp_path / "bin.parquet", tmp_path / "out", CFG)
+    result = run_dedup(tmp_path / "bin.parquet", tmp_path / "out", CFG)
     assert result.report["counts"]["invalid_utf8"] == 2
     assert result.kept.tolist() == [True, False, True]  # identical bytes -> exact copies
     out = pq.read_table(tmp_path / "out" / "bin.parquet")
@@ -52,7 +52,7 @@ def test_invalid_utf8_inside_a_string_column(tmp_path):
     offsets = np.array([0, 9, len(data)], np.int32)
     arr = pa.StringArray.from_buffers(2, pa.py_buffer(offsets), pa.py_buffer(data))
     pq.write_table(pa.table({"id": [1, 2], "text": arr}), tmp_path / "s.parquet")
-    result = run(tmp_path / "s.parquet", tmp_path / "out", CFG)
+    result = run_dedup(tmp_path / "s.parquet", tmp_path / "out", CFG)
     assert result.report["counts"]["invalid_utf8"] == 1
     _accounted(result, 2)
 
@@ -60,7 +60,7 @@ def test_invalid_utf8_inside_a_string_column(tmp_path):
 def test_duplicate_ids_are_counted_and_every_row_processed(tmp_path, caplog):
     texts = ["one two three four five six", "one two three four five six", "seven eight nine ten eleven"]
     pq.write_table(pa.table({"id": [7, 7, 7], "text": texts}), tmp_path / "d.parquet")
-    result = run(tmp_path / "d.parquet", tmp_path / "out", CFG)
+    result = run_dedup(tmp_path / "d.parquet", tmp_path / "out", CFG)
     assert result.report["counts"]["duplicate_ids"] == 2
     assert "repeat an id" in caplog.text
     assert result.kept.tolist() == [True, False, True]
@@ -75,7 +75,7 @@ def test_shards_with_different_extra_columns_keep_their_own_schema(tmp_path):
     (tmp_path / "in").mkdir()
     pq.write_table(a, tmp_path / "in" / "a.parquet")
     pq.write_table(b, tmp_path / "in" / "b.parquet")
-    result = run(tmp_path / "in", tmp_path / "out", CFG)
+    result = run_dedup(tmp_path / "in", tmp_path / "out", CFG)
     assert pq.read_schema(tmp_path / "out" / "a.parquet").equals(a.schema)
     assert pq.read_schema(tmp_path / "out" / "b.parquet").equals(b.schema)
     assert pq.read_table(tmp_path / "out" / "b.parquet").num_rows == 0  # exact copy of a row in a.parquet
@@ -86,7 +86,7 @@ def test_empty_jsonl_shard_and_all_null_texts(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "empty.jsonl").write_text("\n\n")
     (tmp_path / "in" / "nulls.jsonl").write_text('{"id": 1, "text": null}\n{"id": 2, "text": null}\n')
-    result = run(tmp_path / "in", tmp_path / "out", CFG)
+    result = run_dedup(tmp_path / "in", tmp_path / "out", CFG)
     assert result.report["counts"]["null_text"] == 2 and result.kept.tolist() == [True, True]
     assert (tmp_path / "out" / "empty.jsonl").read_text() == ""
     assert_accounted(result, [pa.table({"id": [1, 2]})])
@@ -99,7 +99,7 @@ def test_a_single_50_mb_document(tmp_path):
     assert len(big) > 50_000_000
     texts = [big, "a short document of a few words", big[:1000]]
     pq.write_table(pa.table({"id": [1, 2, 3], "text": texts}), tmp_path / "big.parquet")
-    result = run(tmp_path / "big.parquet", tmp_path / "out", CFG)
+    result = run_dedup(tmp_path / "big.parquet", tmp_path / "out", CFG)
     assert result.kept.tolist() == [True, True, True]
     assert result.report["stages"]["signatures"]["shingles"] > 6_000_000
     _accounted(result, 3)
@@ -114,7 +114,7 @@ def test_ill_formed_utf8_inside_a_cluster_is_shown_with_replacement_characters(t
     ids = pa.StringArray.from_buffers(4, pa.py_buffer(np.array([0, 2, 4, 6, 8], np.int32)),
                                       pa.py_buffer(b"a\xffb\xffc\xffd\xff"))
     pq.write_table(pa.table({"id": ids, "text": texts}), tmp_path / "u.parquet")
-    result = run(tmp_path / "u.parquet", tmp_path / "out", CFG)
+    result = run_dedup(tmp_path / "u.parquet", tmp_path / "out", CFG)
     assert result.kept.tolist() == [True, False, False, True]
     cluster = result.report["largest_clusters"][0]
     assert cluster["survivor"]["text"].startswith("bad \ufffd\ufffd bytes") and cluster["survivor"]["id"] == "a\ufffd"
@@ -134,7 +134,7 @@ def test_columns_of_arrow_view_types_are_read_and_written_back_in_their_type(tmp
                       "note": as_view(["n1", "n2", "n3", "n4"])})
     (tmp_path / "in").mkdir()
     pq.write_table(table, tmp_path / "in" / "x.parquet")
-    result = run(tmp_path / "in", tmp_path / "out", CFG)
+    result = run_dedup(tmp_path / "in", tmp_path / "out", CFG)
     _accounted(result, 4)
     out = pq.read_table(tmp_path / "out" / "x.parquet")
     assert out.schema == table.schema

@@ -14,7 +14,7 @@ import pytest
 from gpu_dedup.config import Config
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.run.checkpoint import CHECKPOINT_DIR
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
 from tests.accounting import assert_accounted
 
 OUTPUTS = ["duplicates.parquet", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
@@ -36,7 +36,7 @@ def corpus(tmp_path_factory):
     d = tmp_path_factory.mktemp("crash")
     sample = planted_corpus(n_docs=600, n_clusters=40, words=(30, 120), edit_rate=(0, 0.04), seed=9)
     write_shards(sample.table.select(["id", "text"]), d / "in", shards=3)
-    run(d / "in", d / "clean", Config.from_dict(CFG))
+    run_dedup(d / "in", d / "clean", Config.from_dict(CFG))
     return d
 
 
@@ -88,7 +88,7 @@ def test_stale_checkpoints_are_never_reused(corpus, tmp_path):
     again = _cli(corpus / "in", out, "--threshold", "0.7")
     assert again.returncode == 0
     assert json.loads((out / "report.json").read_text())["resumed_from_checkpoint"] == []
-    run(corpus / "in", tmp_path / "clean07", Config.from_dict({**CFG, "lsh": {"threshold": 0.7}}))
+    run_dedup(corpus / "in", tmp_path / "clean07", Config.from_dict({**CFG, "lsh": {"threshold": 0.7}}))
     _same_outputs(tmp_path / "clean07", out)
     assert_accounted(out, _inputs(corpus / "in"))
     # other inputs (a shard rewritten in place, same path): starts over
@@ -100,7 +100,7 @@ def test_stale_checkpoints_are_never_reused(corpus, tmp_path):
     res = _cli(inp, out2, quiet=False)  # -q shows errors only
     assert res.returncode == 0 and "belong to another run" in res.stderr
     assert json.loads((out2 / "report.json").read_text())["resumed_from_checkpoint"] == []
-    run(inp, tmp_path / "clean2", Config.from_dict(CFG))
+    run_dedup(inp, tmp_path / "clean2", Config.from_dict(CFG))
     _same_outputs(tmp_path / "clean2", out2)
     assert_accounted(out2, _inputs(inp))  # the rewritten inputs
 
@@ -138,7 +138,7 @@ def test_killed_rerun_over_a_complete_run_keeps_the_previous_output(corpus, tmp_
     assert (out / "_SUCCESS").exists()
     assert_accounted(out, _inputs(corpus / "in"))
     ref = tmp_path / "ref"
-    run(corpus / "in", ref, Config.from_dict({**CFG, "lsh": {"threshold": float(extra[1]) if extra else 0.8}}))
+    run_dedup(corpus / "in", ref, Config.from_dict({**CFG, "lsh": {"threshold": float(extra[1]) if extra else 0.8}}))
     _same_outputs(ref, out)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from gpu_dedup.config import Config
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
 from tests.accounting import assert_accounted
 
 distributed = pytest.importorskip("distributed")
@@ -70,7 +70,7 @@ def _names(d):
 
 
 def test_cli_two_local_workers_equal_single_process(corpus, tmp_path):
-    single = run(corpus / "in", tmp_path / "single", Config.from_dict(BASE))
+    single = run_dedup(corpus / "in", tmp_path / "single", Config.from_dict(BASE))
     proc = subprocess.run([sys.executable, "-m", "gpu_dedup", "run", str(corpus / "in"), "-o", str(tmp_path / "two"),
                            "--id-column", "id", "--backend", "cpu", "--workers", "2", "--set", "cluster.block_rows=300"],
                           capture_output=True, text=True, timeout=600)
@@ -100,8 +100,8 @@ def test_cli_two_local_workers_equal_single_process(corpus, tmp_path):
 ])
 def test_four_workers_equal_single_process(corpus, cluster4, tmp_path, extra):
     cfg = Config.from_dict({**BASE, **extra})
-    single = run(corpus / "in", tmp_path / "single", cfg)
-    dist = run(corpus / "in", tmp_path / "four",
+    single = run_dedup(corpus / "in", tmp_path / "single", cfg)
+    dist = run_dedup(corpus / "in", tmp_path / "four",
                cfg.with_overrides({"cluster.scheduler": cluster4, "cluster.block_rows": 200}))
     _identical(tmp_path / "single", tmp_path / "four", _names(tmp_path / "single"))
     assert (dist.kept == single.kept).all() and (dist.cluster == single.cluster).all()
@@ -112,8 +112,8 @@ def test_four_workers_equal_single_process(corpus, cluster4, tmp_path, extra):
 
 def test_jsonl_shards_on_workers(corpus, cluster4, tmp_path):
     cfg = Config.from_dict(BASE)
-    single = run(corpus / "jsonl", tmp_path / "single", cfg)
-    dist = run(corpus / "jsonl", tmp_path / "dist", cfg.with_overrides({"cluster.scheduler": cluster4}))
+    single = run_dedup(corpus / "jsonl", tmp_path / "single", cfg)
+    dist = run_dedup(corpus / "jsonl", tmp_path / "dist", cfg.with_overrides({"cluster.scheduler": cluster4}))
     _identical(tmp_path / "single", tmp_path / "dist", _names(tmp_path / "single"))
     assert_accounted(single, _inputs(corpus))  # the JSONL shards hold the same rows as the Parquet ones
     assert_accounted(dist, _inputs(corpus))
@@ -131,10 +131,10 @@ def cluster2():
 @pytest.mark.parametrize("method", ["exact", "signature"])
 def test_split_chains_two_workers_equal_single_process(corpus, cluster2, tmp_path, method):
     cfg = Config.from_dict({**BASE, "verify": {"method": method}, "select": {"split_chains": True}})
-    single = run(corpus / "in", tmp_path / "single", cfg)
+    single = run_dedup(corpus / "in", tmp_path / "single", cfg)
     assert single.report["counts"]["chain_split_ejected"] > 0  # the corpus chains: the mode changes the output
     spill = method == "exact"  # texts in files (read by verification), or in memory (auto, a small corpus)
-    dist = run(corpus / "in", tmp_path / "two",
+    dist = run_dedup(corpus / "in", tmp_path / "two",
                cfg.with_overrides({"cluster.scheduler": cluster2, "cluster.block_rows": 300,
                                    "cluster.spill_texts": True if spill else "auto"}))
     _identical(tmp_path / "single", tmp_path / "two", _names(tmp_path / "single"))
@@ -174,7 +174,7 @@ def test_workers_killed_by_memory_name_the_settings_to_change(corpus, tmp_path, 
     cfg = Config(backend="cpu").with_overrides({"cluster.workers": 2, "cluster.memory_limit": "1GiB",
                                                  "cluster.block_rows": 100_000})
     with pytest.raises(ResourceError, match=r"memory limit 1GiB, cluster.block_rows = 100,000.*lower cluster.block_rows \(e.g. --set cluster.block_rows=25000\)"):
-        run(corpus / "in", tmp_path / "out", cfg)
+        run_dedup(corpus / "in", tmp_path / "out", cfg)
     assert not (tmp_path / "out" / "_SUCCESS").exists()
 
 
@@ -204,10 +204,10 @@ def test_more_gpu_workers_than_gpus_is_one_clear_error_and_no_cuda_on_the_client
         "import sys\n"
         "from gpu_dedup.config import Config\n"
         "from gpu_dedup.errors import ConfigError\n"
-        "from gpu_dedup.run.local import run\n"
+        "from gpu_dedup.run.entry import run_dedup\n"
         "cfg = Config.from_dict({'backend': 'gpu', 'cluster': {'workers': 2}})\n"
         "try:\n"
-        f"    run({str(tmp_path / 'in')!r}, {str(tmp_path / 'out')!r}, cfg)\n"
+        f"    run_dedup({str(tmp_path / 'in')!r}, {str(tmp_path / 'out')!r}, cfg)\n"
         "except ConfigError as exc:\n"
         "    print('ERROR', exc)\n"
         "print('CUDA', sorted(m for m in sys.modules if m == 'cupy' or m.startswith('numba.cuda') or m == 'cudf'))\n"
@@ -239,8 +239,8 @@ def cluster3():
 ])
 def test_three_workers_any_block_size_equal_single_process(corpus, cluster3, tmp_path, extra, block_rows):
     cfg = Config.from_dict({**BASE, **{k: v for k, v in extra.items() if k != "cluster"}})
-    single = run(corpus / "in", tmp_path / "single", cfg)
-    dist = run(corpus / "in", tmp_path / "three",
+    single = run_dedup(corpus / "in", tmp_path / "single", cfg)
+    dist = run_dedup(corpus / "in", tmp_path / "three",
                cfg.with_overrides({"cluster.scheduler": cluster3, "cluster.block_rows": block_rows,
                                    **{f"cluster.{k}": v for k, v in extra.get("cluster", {}).items()}}))
     _identical(tmp_path / "single", tmp_path / "three", _names(tmp_path / "single"))
@@ -271,15 +271,15 @@ def test_ranks_with_string_ids_nulls_and_ties_equal_single_process(cluster2, tmp
     for keep in ({"keep": "lowest_id"}, {"keep": "score", "score_column": "score"}):
         cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "doc"}, "select": keep})
         name = keep["keep"]
-        single = run(tmp_path / "in", tmp_path / f"single-{name}", cfg)
-        run(tmp_path / "in", tmp_path / f"two-{name}",
+        single = run_dedup(tmp_path / "in", tmp_path / f"single-{name}", cfg)
+        run_dedup(tmp_path / "in", tmp_path / f"two-{name}",
             cfg.with_overrides({"cluster.scheduler": cluster2, "cluster.block_rows": 100}))
         assert single.report["counts"]["removed"] > 0
         _identical(tmp_path / f"single-{name}", tmp_path / f"two-{name}", _names(tmp_path / f"single-{name}"))
 
 
 def test_run_against_an_index_on_workers_equals_one_process(corpus, cluster2, tmp_path):
-    from gpu_dedup.index.commands import run as index_run
+    from gpu_dedup.run.entry import run_dedup as index_run
 
     files = sorted((corpus / "in").glob("*.parquet"))
     (tmp_path / "a").mkdir()
@@ -315,8 +315,8 @@ def test_cosine_vectors_on_workers_equal_single_process(cluster2, tmp_path):
     cfg = Config.from_dict({"backend": "cpu", "similarity": "cosine", "input": {"id_column": "id",
                                                                              "vector_column": "emb"},
                             "lsh": {"threshold": 0.9}, "cosine": {"bad_vectors": "keep"}})
-    single = run(tmp_path / "in", tmp_path / "single", cfg)
-    run(tmp_path / "in", tmp_path / "two", cfg.with_overrides({"cluster.scheduler": cluster2,
+    single = run_dedup(tmp_path / "in", tmp_path / "single", cfg)
+    run_dedup(tmp_path / "in", tmp_path / "two", cfg.with_overrides({"cluster.scheduler": cluster2,
                                                                "cluster.block_rows": 50}))
     assert single.report["counts"]["removed"] > 100
     _identical(tmp_path / "single", tmp_path / "two", _names(tmp_path / "single"))
@@ -343,7 +343,7 @@ def test_a_killed_cluster_run_resumes_from_the_workers_checkpoints(corpus, tmp_p
     assert {"exact", "bands", "buckets"} <= set(report["resumed_from_checkpoint"])
     assert report["cluster"]["scheduler_peak_rss_mb"] > 50  # a process of its own, measured
     assert report["stages"]["buckets"].get("resumed") is True and "resumed" not in report["stages"]["verify"]
-    single = run(corpus / "in", tmp_path / "single", Config.from_dict(BASE))
+    single = run_dedup(corpus / "in", tmp_path / "single", Config.from_dict(BASE))
     _identical(tmp_path / "single", tmp_path / "out", _names(tmp_path / "single"))
     assert_accounted(single, _inputs(corpus))
 
@@ -453,7 +453,7 @@ if __name__ == "__main__":
         time.sleep(0.5)
         print("closing", file=sys.stderr, flush=True)
     finally:
-        ex.close()  # as run() does when Ctrl-C or SIGTERM stops it
+        ex.close()  # as run_dedup() does when Ctrl-C or SIGTERM stops it
 """
 
 

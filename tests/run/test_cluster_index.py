@@ -15,9 +15,9 @@ import pytest
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError
 from gpu_dedup.evaluation.sample import planted_corpus
-from gpu_dedup.index.commands import run as index_run
 from gpu_dedup.index.format import SOURCES, read_ipc
 from gpu_dedup.index.store import Index
+from gpu_dedup.run.entry import run_dedup as index_run
 
 distributed = pytest.importorskip("distributed")
 

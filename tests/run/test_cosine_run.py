@@ -16,10 +16,10 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError, InputError
 from gpu_dedup.evaluation.evaluate import evaluate
 from gpu_dedup.evaluation.sample import planted_embeddings
-from gpu_dedup.index.commands import run as index_run
 from gpu_dedup.index.format import IndexMismatchError
 from gpu_dedup.index.store import Index
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
+from gpu_dedup.run.entry import run_dedup as index_run
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.vectors import from_numpy
 from tests import reference_cosine as ref
@@ -102,7 +102,7 @@ def test_signatures_buckets_and_clusters_match_the_reference(tmp_path):
     table = pa.table({"id": pa.array([f"v{i:03d}" for i in range(150)]),
                       "emb": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 12)})
     pq.write_table(table, tmp_path / "in.parquet")
-    res = run(tmp_path / "in.parquet", tmp_path / "out", cfg)
+    res = run_dedup(tmp_path / "in.parquet", tmp_path / "out", cfg)
     assert res.report["counts"]["unsigned_zero_vector"] == 1 and res.kept[7]
 
     parent = list(range(150))
@@ -132,7 +132,7 @@ def test_signatures_buckets_and_clusters_match_the_reference(tmp_path):
 
 def test_duplicates_similarity_is_the_exact_cosine_to_the_survivor(corpus, tmp_path):
     d, emb = corpus
-    res = run(d / "in", tmp_path / "out", _cfg())
+    res = run_dedup(d / "in", tmp_path / "out", _cfg())
     dup = pq.read_table(tmp_path / "out" / "duplicates.parquet").to_pandas()
     removed = dup[~dup["kept"]]
     assert len(removed) > 50
@@ -273,7 +273,7 @@ def test_index_incremental_equals_full_and_query(corpus, tmp_path):
     inc = index_run(files[2:], tmp_path / "o2", cfg, against=tmp_path / "idx")
     index = Index.open(tmp_path / "idx")
     layout = (index.manifest["config"]["bands"], index.manifest["config"]["rows"])
-    full = run(files, tmp_path / "full", cfg.with_overrides({"cosine.bands": layout[0], "cosine.rows": layout[1]}))
+    full = run_dedup(files, tmp_path / "full", cfg.with_overrides({"cosine.bands": layout[0], "cosine.rows": layout[1]}))
     n = inc.kept.shape[0]
     assert (inc.kept == full.kept[-n:]).all()
     assert inc.report["counts"]["removed_against_index"] > 0

@@ -12,7 +12,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError, OutputError
 from gpu_dedup.evaluation.evaluate import cluster_pairs
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
 from tests import reference as ref
 from tests.accounting import assert_accounted
 
@@ -37,7 +37,7 @@ def planted(tmp_path_factory):
 def planted_run(planted):
     d, sample = planted
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    return run(d / "in", d / "out", cfg), cfg
+    return run_dedup(d / "in", d / "out", cfg), cfg
 
 
 def test_recall_and_precision_against_exact_jaccard(planted, planted_run):
@@ -131,7 +131,7 @@ def test_survivor_is_first_in_input_order(planted_run):
 def test_rerun_is_byte_identical(planted, planted_run, tmp_path):
     d, _ = planted
     result, cfg = planted_run
-    again = run(d / "in", tmp_path / "out2", cfg)
+    again = run_dedup(d / "in", tmp_path / "out2", cfg)
     for name in ["duplicates.parquet", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]:
         assert (d / "out" / name).read_bytes() == (tmp_path / "out2" / name).read_bytes()
     assert again.report["counts"] == result.report["counts"]
@@ -146,7 +146,7 @@ def test_other_verify_methods(planted, planted_run, method, tmp_path):
     # they remove at least what exact verification with split chains (the default) removes
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "verify": {"method": method},
                             "select": {"split_chains": method == "signature"}})
-    result = run(d / "in", tmp_path / "out", cfg)
+    result = run_dedup(d / "in", tmp_path / "out", cfg)
     inputs = [pq.read_table(p) for p in sorted((d / "in").glob("*.parquet"))]
     assert_accounted(result, inputs)
     removed, removed_exact = result.report["counts"]["removed"], exact.report["counts"]["removed"]
@@ -164,7 +164,7 @@ def test_keep_longest_policy(tmp_path):
     pq.write_table(pa.table({"id": ["s", "l", "p"], "text": texts}), tmp_path / "x.parquet")
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "select": {"keep": "longest"},
                             "minhash": {"ngram": 2}, "lsh": {"threshold": 0.7}})
-    result = run(tmp_path / "x.parquet", tmp_path / "out", cfg)
+    result = run_dedup(tmp_path / "x.parquet", tmp_path / "out", cfg)
     assert_accounted(result, [pq.read_table(tmp_path / "x.parquet")])
     assert pq.read_table(tmp_path / "out" / "x.parquet").column("id").to_pylist() == ["l"]
     frame = result.duplicates.to_pandas().set_index("id")
@@ -176,7 +176,7 @@ def test_null_empty_and_short_documents(tmp_path):
     texts = [None, "", "   ", "hi", "hi", None, "one two three four five six", "!!!"]
     table = pa.table({"id": list(range(8)), "text": pa.array(texts, pa.string())})
     pq.write_table(table, tmp_path / "x.parquet")
-    result = run(tmp_path / "x.parquet", tmp_path / "out", Config.from_dict({"input": {"id_column": "id"}}))
+    result = run_dedup(tmp_path / "x.parquet", tmp_path / "out", Config.from_dict({"input": {"id_column": "id"}}))
     kept = result.kept.tolist()
     # nulls are kept and never deduplicated; "", "   " and "!!!" normalize to the same empty text
     # (exact copies: one kept); "hi" twice is an exact copy; short texts are one shingle
@@ -188,7 +188,7 @@ def test_null_empty_and_short_documents(tmp_path):
 def test_zero_documents(tmp_path):
     table = pa.table({"id": pa.array([], pa.int64()), "text": pa.array([], pa.string())})
     pq.write_table(table, tmp_path / "empty.parquet")
-    result = run(tmp_path / "empty.parquet", tmp_path / "out", Config.from_dict({"input": {"id_column": "id"}}))
+    result = run_dedup(tmp_path / "empty.parquet", tmp_path / "out", Config.from_dict({"input": {"id_column": "id"}}))
     assert_accounted(result, [table])
     assert result.report["counts"]["documents_read"] == 0
     assert pq.read_table(tmp_path / "out" / "empty.parquet").num_rows == 0
@@ -198,16 +198,16 @@ def test_zero_documents(tmp_path):
 def test_output_must_not_overwrite_inputs(tmp_path):
     pq.write_table(pa.table({"text": ["a"]}), tmp_path / "x.parquet")
     with pytest.raises(OutputError, match="inside the input directory"):
-        run(tmp_path, tmp_path, Config(backend="cpu"))
+        run_dedup(tmp_path, tmp_path, Config(backend="cpu"))
     with pytest.raises(OutputError, match="would overwrite input shard"):
-        run(tmp_path / "x.parquet", tmp_path, Config(backend="cpu"))
+        run_dedup(tmp_path / "x.parquet", tmp_path, Config(backend="cpu"))
 
 
 def test_failed_run_publishes_nothing_and_foreign_markers_are_refused(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "bad.parquet").write_bytes(b"garbage")
     with pytest.raises(InputError):
-        run(tmp_path / "in", tmp_path / "out", Config(backend="cpu"))
+        run_dedup(tmp_path / "in", tmp_path / "out", Config(backend="cpu"))
     out = tmp_path / "out"
     assert not [p for p in out.rglob("*") if not p.relative_to(out).parts[0].startswith(".")]
     out = tmp_path / "out2"
@@ -215,7 +215,7 @@ def test_failed_run_publishes_nothing_and_foreign_markers_are_refused(tmp_path):
     (out / "report.json").write_text("{}")  # markers gpu_dedup did not write
     (out / "_SUCCESS").write_text("another tool\n")
     with pytest.raises(OutputError, match="was not written by gpu_dedup"):
-        run(tmp_path / "in", out, Config(backend="cpu"))
+        run_dedup(tmp_path / "in", out, Config(backend="cpu"))
     assert (out / "_SUCCESS").read_text() == "another tool\n" and (out / "report.json").read_text() == "{}"
 
 
@@ -223,7 +223,7 @@ def test_jsonl_end_to_end_keeps_lines_verbatim(tmp_path):
     sample = planted_corpus(n_docs=300, n_clusters=20, words=(30, 80), edit_rate=(0, 0.02), seed=3)
     write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=2, fmt="jsonl")
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    result = run(tmp_path / "in", tmp_path / "out", cfg)
+    result = run_dedup(tmp_path / "in", tmp_path / "out", cfg)
     for shard in result.shards:
         src = (tmp_path / "in" / shard.name).read_text().splitlines()
         out = (tmp_path / "out" / shard.name).read_text().splitlines()
@@ -239,7 +239,7 @@ def test_boilerplate_skew_costs_linear_edges(tmp_path):
     sample = planted_corpus(n_docs=20000, n_clusters=100, words=(30, 60), boilerplate_fraction=0.2, seed=5)
     write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=2)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "exact_dedup": False})
-    result = run(tmp_path / "in", tmp_path / "out", cfg)
+    result = run_dedup(tmp_path / "in", tmp_path / "out", cfg)
     c = result.report["counts"]
     assert_accounted(result, [sample.table.select(["id"])])
     assert c["candidate_edges"] <= 16 * 20000  # at most one edge per membership, never pairs
@@ -271,7 +271,7 @@ def test_skew_one_boilerplate_text_and_empty_documents(tmp_path, exact_dedup):
                             boilerplate_identical=True, empty_fraction=0.1, seed=8)
     write_shards(sample.table.select(["id", "text"]), tmp_path / "in", shards=2)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "exact_dedup": exact_dedup})
-    result = run(tmp_path / "in", tmp_path / "out", cfg)
+    result = run_dedup(tmp_path / "in", tmp_path / "out", cfg)
     c = result.report["counts"]
     assert c["candidate_edges"] <= n  # star edges, deduplicated across bands: at most one per document here
     boiler = np.flatnonzero(sample.clusters == 200)
@@ -289,7 +289,7 @@ def test_split_chains_mode_accounts_for_every_row_and_keeps_members_close(plante
     d, sample = planted
     result, cfg = planted_run  # split chains: the default
     assert cfg.select.split_chains is True
-    merged = run(d / "in", tmp_path / "components", cfg.with_overrides({"select.split_chains": False}))
+    merged = run_dedup(d / "in", tmp_path / "components", cfg.with_overrides({"select.split_chains": False}))
     inputs = [pq.read_table(p) for p in sorted((d / "in").glob("*.parquet"))]
     assert_accounted(result, inputs)
     c, ch = result.report["counts"], result.report["chaining"]
@@ -305,7 +305,7 @@ def test_split_chains_mode_accounts_for_every_row_and_keeps_members_close(plante
     assert np.all(merged.cluster[result.cluster] == merged.cluster)
     frame = result.duplicates.to_pandas()
     assert (frame.groupby("cluster_id")["kept"].sum() == 1).all()
-    again = run(d / "in", tmp_path / "out2", cfg)
+    again = run_dedup(d / "in", tmp_path / "out2", cfg)
     assert np.array_equal(again.cluster, result.cluster)
 
 
@@ -328,9 +328,9 @@ def test_write_stage_streams_without_the_normalized_texts(planted, tmp_path, mon
 
     monkeypatch.setattr(LocalExecutor, "write_shards", spy)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    plain = run(d / "in", tmp_path / "plain", cfg)
+    plain = run_dedup(d / "in", tmp_path / "plain", cfg)
     with IndexBuilder(tmp_path / "index", cfg) as builder:
-        indexed = run(d / "in", tmp_path / "indexed", cfg, sink=builder)
+        indexed = run_dedup(d / "in", tmp_path / "indexed", cfg, sink=builder)
     assert seen == [True, False]
     assert plain.report["counts"] == indexed.report["counts"]
 
@@ -355,7 +355,7 @@ def test_the_report_samples_are_started_before_the_write_stage(planted, tmp_path
 
     monkeypatch.setattr(LocalExecutor, "soon", spy_soon)
     monkeypatch.setattr(LocalExecutor, "write_table", spy_write_table)
-    res = run(d / "in", tmp_path / "out", Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}}))
+    res = run_dedup(d / "in", tmp_path / "out", Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}}))
     assert events == ["soon", "write_table"]
     assert res.report["largest_clusters"] and res.report["chaining"]["near_duplicates_removed"] > 0
 
@@ -383,7 +383,7 @@ def test_a_device_writer_writes_several_shards_at_once_unless_gpu_writer_is_pyar
 
     monkeypatch.setattr(get_backend("cpu"), "write_parquet", device_writer)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "gpu": {"writer": writer}})
-    got = run(d / "in", tmp_path / "out", cfg)
+    got = run_dedup(d / "in", tmp_path / "out", cfg)
     assert len(calls) == (3 if writer == "cudf" else 0)
     assert np.array_equal(got.kept, base.kept)
     for shard in sorted((d / "out").glob("*.parquet")):

@@ -19,7 +19,7 @@ from gpu_dedup.errors import InputError, OutputError
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.run import local
 from gpu_dedup.run.checkpoint import CHECKPOINT_DIR
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.run.outdir import LOCK_NAME, MANIFEST_NAME, OutputDir
 from tests.accounting import assert_accounted
 
@@ -32,7 +32,7 @@ def corpus(tmp_path_factory):
     d = tmp_path_factory.mktemp("outdir")
     sample = planted_corpus(n_docs=300, n_clusters=20, words=(30, 80), edit_rate=(0, 0.04), seed=3)
     write_shards(sample.table.select(["id", "text"]), d / "in", shards=3)
-    run(d / "in", d / "clean", CFG)
+    run_dedup(d / "in", d / "clean", CFG)
     return d
 
 
@@ -73,7 +73,7 @@ def test_concurrent_runs_never_interleave(corpus, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["config"]["lsh"]["threshold"] == (0.8 if winner == 0 else 0.6)
     ref = tmp_path / "ref"
-    run(corpus / "in", ref, CFG.with_overrides({"lsh.threshold": report["config"]["lsh"]["threshold"]}))
+    run_dedup(corpus / "in", ref, CFG.with_overrides({"lsh.threshold": report["config"]["lsh"]["threshold"]}))
     for name in OUTPUTS:
         assert (out / name).read_bytes() == (ref / name).read_bytes(), name
 
@@ -83,7 +83,7 @@ def test_a_lock_file_left_by_a_killed_run_is_taken_over(corpus, tmp_path):
     out.mkdir()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (out / LOCK_NAME).write_text(f"pid {dead.stdout.strip()} on {socket.gethostname()}, started 2020-01-01\n")
-    run(corpus / "in", out, CFG)
+    run_dedup(corpus / "in", out, CFG)
     assert (out / "_SUCCESS").exists() and not (out / LOCK_NAME).exists()
 
 
@@ -97,8 +97,8 @@ def test_files_the_run_did_not_write_are_never_touched(corpus, tmp_path):
             "sub/keep.parquet": b"not a shard of this run"}
     for name, data in mine.items():
         (out / name).write_bytes(data)
-    run(corpus / "in", out, CFG)
-    run(corpus / "in", out, CFG.with_overrides({"lsh.threshold": 0.7}))  # a rerun over its own output
+    run_dedup(corpus / "in", out, CFG)
+    run_dedup(corpus / "in", out, CFG.with_overrides({"lsh.threshold": 0.7}))  # a rerun over its own output
     for name, data in mine.items():
         assert (out / name).read_bytes() == data, name
 
@@ -117,21 +117,21 @@ def test_a_foreign_file_where_the_run_would_write_is_refused_before_anything_is_
 
 def test_an_output_file_changed_by_the_user_is_not_overwritten(corpus, tmp_path):
     out = tmp_path / "out"
-    run(corpus / "in", out, CFG)
+    run_dedup(corpus / "in", out, CFG)
     (out / "report.json").write_text("my edited report")
     with pytest.raises(OutputError, match="changed after gpu_dedup wrote it"):
-        run(corpus / "in", out, CFG)
+        run_dedup(corpus / "in", out, CFG)
     assert (out / "report.json").read_text() == "my edited report"
 
 
 def test_stale_shards_of_an_earlier_run_are_removed_when_the_new_run_commits(corpus, tmp_path):
     out = tmp_path / "out"
-    run(corpus / "in", out, CFG)
+    run_dedup(corpus / "in", out, CFG)
     fewer = tmp_path / "fewer"
     fewer.mkdir()
     for name in ("part-00000.parquet", "part-00001.parquet"):
         (fewer / name).write_bytes((corpus / "in" / name).read_bytes())
-    run(fewer, out, CFG)
+    run_dedup(fewer, out, CFG)
     assert not (out / "part-00002.parquet").exists()
     manifest = json.loads((out / MANIFEST_NAME).read_text())
     assert sorted(manifest["files"]) == ["duplicates.parquet", "part-00000.parquet", "part-00001.parquet",
@@ -141,7 +141,7 @@ def test_stale_shards_of_an_earlier_run_are_removed_when_the_new_run_commits(cor
 
 def test_a_failing_rerun_keeps_the_previous_complete_output(corpus, tmp_path, capsys):
     out = tmp_path / "out"
-    run(corpus / "in", out, CFG)
+    run_dedup(corpus / "in", out, CFG)
     before = _visible(out)
     rc = main(["run", str(corpus / "in"), "-o", str(out), "--backend", "cpu", "--text-column", "txet", "-q"])
     assert rc == 3 and "text column 'txet'" in capsys.readouterr().err
@@ -198,7 +198,7 @@ def test_an_output_shard_that_would_overwrite_its_input_is_refused(corpus, tmp_p
     inp.mkdir()
     (inp / "a.parquet").write_bytes((corpus / "in" / "part-00000.parquet").read_bytes())
     with pytest.raises(OutputError, match="would overwrite input shard"):
-        run(inp / "a.parquet", inp, CFG)
+        run_dedup(inp / "a.parquet", inp, CFG)
 
 
 # ---------------------------------------------------------------------- inputs changing, full disk, read-only
@@ -222,13 +222,13 @@ def test_an_input_replaced_during_the_run_with_the_same_rows_fails_and_publishes
     monkeypatch.setattr(backend, "normalize_column", normalize_and_swap)
     out = tmp_path / "out"
     with pytest.raises(InputError, match="changed during the run"):
-        run(inp, out, CFG)
+        run_dedup(inp, out, CFG)
     assert not (out / "_SUCCESS").exists() and not [p for p in out.iterdir() if not p.name.startswith(".")]
 
 
 def test_full_disk_is_one_error_and_leaves_no_partial_file(corpus, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
-    run(corpus / "in", out, CFG)
+    run_dedup(corpus / "in", out, CFG)
     before = _visible(out)
     real = pq.write_table
 
@@ -260,10 +260,10 @@ def test_read_only_output_directory_is_one_error(corpus, tmp_path, monkeypatch, 
 
 def test_rerun_with_the_same_inputs_publishes_identical_files(corpus, tmp_path):
     out = tmp_path / "out"
-    run(corpus / "in", out, CFG)
+    run_dedup(corpus / "in", out, CFG)
     first = _visible(out)
     time.sleep(0.01)
-    run(corpus / "in", out, CFG)
+    run_dedup(corpus / "in", out, CFG)
     again = _visible(out)
     for name in OUTPUTS:
         assert first[name] == again[name] == (corpus / "clean" / name).read_bytes()

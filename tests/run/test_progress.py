@@ -54,7 +54,7 @@ def test_every_pipeline_stage_draws_a_progress_line_on_a_terminal(tmp_path, monk
     import pyarrow.parquet as pq
 
     from gpu_dedup.config import Config
-    from gpu_dedup.run.local import run
+    from gpu_dedup.run.entry import run_dedup
 
     words = [f"w{k}" for k in range(40)]
     texts = [" ".join(words[:39] + [f"x{i % 7}"]) for i in range(40)] + [None, ""]  # exact and near copies
@@ -62,7 +62,7 @@ def test_every_pipeline_stage_draws_a_progress_line_on_a_terminal(tmp_path, monk
     caplog.set_level(logging.INFO, logger="gpu_dedup")
     term = _Tty()
     monkeypatch.setattr(sys, "stderr", term)
-    run(tmp_path / "a.parquet", tmp_path / "out", Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}}))
+    run_dedup(tmp_path / "a.parquet", tmp_path / "out", Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}}))
     shown = term.getvalue()
     for stage in STAGES:
         last = re.search(rf"\r\[{stage}\] 100% ([0-9,]+)/([0-9,]+) [a-z ]+ [0-9,]+ [a-z ]+/s in [0-9.]+s +\n", shown)

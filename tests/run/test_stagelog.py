@@ -10,7 +10,7 @@ import pytest
 
 from gpu_dedup.config import Config
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.run.stagelog import StageLog
 
 NAMED = {"setup", "kernel_load", "checkpoints", "samples", "report", "commit"}
@@ -36,7 +36,7 @@ def _books_close(report: dict) -> None:
 
 def test_a_runs_stages_and_fixed_costs_add_up_to_its_wall_time(shards, tmp_path):
     t0 = time.perf_counter()
-    res = run(shards, tmp_path / "out", Config.from_dict({"backend": "cpu"}))
+    res = run_dedup(shards, tmp_path / "out", Config.from_dict({"backend": "cpu"}))
     took = time.perf_counter() - t0
     rep = json.loads((tmp_path / "out" / "report.json").read_text())
     assert NAMED <= set(rep["fixed_seconds"]) and "startup" not in rep["fixed_seconds"]  # not the CLI
@@ -59,7 +59,7 @@ def test_the_command_books_its_own_start_up(shards, tmp_path):
 def test_an_in_memory_run_books_its_seconds_too(shards):
     from gpu_dedup import storage
 
-    res = run(storage.discover(shards), None, Config.from_dict({"backend": "cpu"}))
+    res = run_dedup(storage.discover(shards), None, Config.from_dict({"backend": "cpu"}))
     assert {"setup", "kernel_load", "samples", "report"} <= set(res.report["fixed_seconds"])
     _books_close(res.report)
 

@@ -17,7 +17,7 @@ import pytest
 from gpu_dedup import storage
 from gpu_dedup.config import Config
 from gpu_dedup.evaluation.sample import planted_corpus
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.storage import parquet as pqs
 
 GOLDEN = {  # (format, select.keep) -> digest of the results of the whole-shard code
@@ -89,7 +89,7 @@ def test_results_are_the_whole_shard_codes(corpora, tmp_path, monkeypatch, fmt, 
         monkeypatch.setattr(pqs, "BATCH_BYTES", 20_000)
         monkeypatch.setattr(storage.jsonl, "STREAM_BLOCK", 30_000)
     for keep in ("first", "longest", "score"):
-        result = run(corpora / fmt, tmp_path / keep, _cfg(keep))
+        result = run_dedup(corpora / fmt, tmp_path / keep, _cfg(keep))
         assert digest(result) == GOLDEN[fmt, keep], (fmt, keep)
         assert result.report["stages"]["normalize"]["normalized_while_reading_seconds"] >= 0
 
@@ -105,8 +105,8 @@ def test_written_shards_are_byte_identical_to_the_whole_table_write(corpora, tmp
     """Whether the write stage takes the kept rows from the batches the read stage held (output.hold_inputs) or
     reads each shard again, it writes the bytes of the whole table read, filtered and written at once."""
     monkeypatch.setattr(pqs, "BATCH_BYTES", 20_000)
-    result = run(corpora / "parquet", tmp_path / "zstd", _cfg("first", compression="zstd", hold_inputs=hold))
-    same = run(corpora / "parquet", tmp_path / "same", _cfg("first", hold_inputs=hold))  # compression: same
+    result = run_dedup(corpora / "parquet", tmp_path / "zstd", _cfg("first", compression="zstd", hold_inputs=hold))
+    same = run_dedup(corpora / "parquet", tmp_path / "same", _cfg("first", hold_inputs=hold))  # compression: same
     starts = np.cumsum([0] + [s.rows for s in result.shards])
     for i, shard in enumerate(result.shards):
         keep = result.kept[starts[i]:starts[i + 1]]
@@ -119,7 +119,7 @@ def test_written_shards_are_byte_identical_to_the_whole_table_write(corpora, tmp
 
 def test_written_jsonl_keeps_the_kept_lines(corpora, tmp_path, monkeypatch):
     monkeypatch.setattr(storage.jsonl, "STREAM_BLOCK", 30_000)
-    result = run(corpora / "jsonl", tmp_path / "out", _cfg("first"))
+    result = run_dedup(corpora / "jsonl", tmp_path / "out", _cfg("first"))
     starts = np.cumsum([0] + [s.rows for s in result.shards])
     for i, shard in enumerate(result.shards):
         lines = open(shard.path, "rb").read().splitlines(keepends=True)
@@ -134,10 +134,10 @@ def test_held_shards_are_read_once_for_the_write_stage_and_the_reports_samples(c
     def again(*a, **k):
         raise AssertionError("a shard was read again")
 
-    expected = run(corpora / "parquet", tmp_path / "reread", _cfg("first", hold_inputs=False))
+    expected = run_dedup(corpora / "parquet", tmp_path / "reread", _cfg("first", hold_inputs=False))
     monkeypatch.setattr(filt, "iter_parquet", again)
     monkeypatch.setattr(local, "read_texts", again)
-    held = run(corpora / "parquet", tmp_path / "held", _cfg("first", hold_inputs=True))
+    held = run_dedup(corpora / "parquet", tmp_path / "held", _cfg("first", hold_inputs=True))
     assert digest(held) == digest(expected)
     for name in [s.name for s in held.shards] + ["duplicates.parquet"]:
         assert (tmp_path / "held" / name).read_bytes() == (tmp_path / "reread" / name).read_bytes()
@@ -148,5 +148,5 @@ def test_held_shards_are_read_once_for_the_write_stage_and_the_reports_samples(c
 
 
 def test_jsonl_shards_are_read_again_whatever_hold_inputs_says(corpora, tmp_path):
-    result = run(corpora / "jsonl", tmp_path / "out", _cfg("first", hold_inputs=True))
+    result = run_dedup(corpora / "jsonl", tmp_path / "out", _cfg("first", hold_inputs=True))
     assert digest(result) == GOLDEN["jsonl", "first"]

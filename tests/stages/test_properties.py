@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.config import Config, MinHashConfig
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.stages.exact import exact_keys
 from gpu_dedup.stages.minhash import signatures
 from gpu_dedup.stages.normalize import normalize
@@ -48,11 +48,11 @@ def test_pipeline_invariants(tmp_path_factory, docs, ngram, threshold):
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "minhash": {"ngram": ngram},
                             "lsh": {"threshold": threshold}, "select": {"split_chains": False}})
     # chain splitting (the default): no removed document is below the threshold to its survivor
-    split = run(d / "c.parquet", d / "split", cfg.with_overrides({"select.split_chains": True}))
+    split = run_dedup(d / "c.parquet", d / "split", cfg.with_overrides({"select.split_chains": True}))
     near = split.duplicates.filter(pc.equal(split.duplicates.column("match"), "near"))
     assert all(s >= threshold - 1e-6 for s in near.column("similarity").to_pylist())
     # connected components: the clusters are exactly the unions of verified edges and exact copies
-    result = run(d / "c.parquet", d / "out", cfg)
+    result = run_dedup(d / "c.parquet", d / "out", cfg)
     kept, cluster = result.kept, result.cluster
     # accounting: every row once, kept in the shard or removed in the duplicates table
     out_ids = pq.read_table(d / "out" / "c.parquet").column("id").to_pylist()

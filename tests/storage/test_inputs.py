@@ -189,7 +189,7 @@ def test_an_unreadable_subdirectory_is_an_error_naming_it(tmp_path, monkeypatch)
 
 def test_files_a_walk_skips_are_named_in_a_warning_and_listed_in_the_report(tmp_path, caplog):
     from gpu_dedup.config import Config
-    from gpu_dedup.run.local import run
+    from gpu_dedup.run.entry import run_dedup
 
     (tmp_path / "in" / "sub").mkdir(parents=True)
     _shard(tmp_path / "in" / "a.parquet", text=["one two three four five six", "seven eight nine ten eleven"])
@@ -198,7 +198,7 @@ def test_files_a_walk_skips_are_named_in_a_warning_and_listed_in_the_report(tmp_
     _shard(tmp_path / "in" / "_c.parquet")
     (tmp_path / "in" / "_SUCCESS").write_text("")
     with caplog.at_level("WARNING", logger="gpu_dedup"):
-        result = run(tmp_path / "in", tmp_path / "out", Config(backend="cpu"))
+        result = run_dedup(tmp_path / "in", tmp_path / "out", Config(backend="cpu"))
     assert "skipped 3 input file(s)" in caplog.text
     for name in ("b.jsonl.xz", "part-00000", "_c.parquet"):
         assert name in caplog.text

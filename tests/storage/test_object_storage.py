@@ -16,7 +16,7 @@ import pytest
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError, InputError, OutputError
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.storage import discover, filesystems
 from gpu_dedup.storage.filesystems import RemotePath, put_bytes
 
@@ -34,7 +34,7 @@ def corpus(tmp_path_factory):
     with open(d / "in" / "extra.jsonl", "w") as f:
         for row in table.slice(500).to_pylist():
             f.write(json.dumps(row) + "\n")
-    run(d / "in", d / "local", CFG)
+    run_dedup(d / "in", d / "local", CFG)
     return d
 
 
@@ -94,11 +94,11 @@ def test_run_reads_and_writes_s3_as_a_local_run_does(s3_server, bucket, corpus):
     assert [i["path"] for i in report["inputs"]] == [f"s3://{bucket}/crawl/{n}" for n in
                                                      ("extra.jsonl", "part-00000.parquet", "part-00001.parquet")]
     # the same command again: the output prefix is its own (manifest), the outputs are the same
-    again = run(f"s3://{bucket}/crawl/", f"s3://{bucket}/out", CFG)
+    again = run_dedup(f"s3://{bucket}/crawl/", f"s3://{bucket}/out", CFG)
     assert again.report["counts"] == report["counts"]
     _same_as_local(s3_server, bucket, "out", corpus / "local")
     # a glob of objects, and a local output of remote inputs
-    local = run(f"s3://{bucket}/crawl/part-*.parquet", corpus / "from-s3", CFG)
+    local = run_dedup(f"s3://{bucket}/crawl/part-*.parquet", corpus / "from-s3", CFG)
     assert [s.name for s in local.shards] == ["part-00000.parquet", "part-00001.parquet"]
     assert (corpus / "from-s3" / "_SUCCESS").exists()
 
@@ -107,13 +107,13 @@ def test_outputs_it_did_not_write_are_refused(s3_server, bucket, corpus):
     _upload(s3_server, bucket, corpus / "in", "crawl")
     put_bytes(f"s3://{bucket}/out/duplicates.parquet", b"someone else's")
     with pytest.raises(OutputError, match="was not written by gpu_dedup"):
-        run(f"s3://{bucket}/crawl/", f"s3://{bucket}/out", CFG)
+        run_dedup(f"s3://{bucket}/crawl/", f"s3://{bucket}/out", CFG)
     assert _get(s3_server, bucket, "out/duplicates.parquet") == b"someone else's"
     assert _keys(s3_server, bucket, "out/") == ["out/duplicates.parquet"]  # lock released, nothing staged
     with pytest.raises(OutputError, match="inside the input prefix"):
-        run(f"s3://{bucket}/crawl/", f"s3://{bucket}/crawl/out", CFG)
+        run_dedup(f"s3://{bucket}/crawl/", f"s3://{bucket}/crawl/out", CFG)
     with pytest.raises(OutputError, match="is an object, not a prefix"):
-        run(f"s3://{bucket}/crawl/", f"s3://{bucket}/crawl/extra.jsonl", CFG)
+        run_dedup(f"s3://{bucket}/crawl/", f"s3://{bucket}/crawl/extra.jsonl", CFG)
 
 
 def test_a_live_lock_object_stops_a_second_run(s3_server, bucket, corpus):
@@ -175,7 +175,7 @@ def test_an_interrupted_upload_publishes_nothing_and_the_rerun_completes(s3_serv
     assert s3_server.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     report = json.loads(_get(s3_server, bucket, "out/report.json"))
     assert report["resumed_from_checkpoint"]  # the stages before the write were not computed again
-    clean = run(big, tmp_path / "clean", CFG)
+    clean = run_dedup(big, tmp_path / "clean", CFG)
     assert _get(s3_server, bucket, "out/big.jsonl") == (tmp_path / "clean" / "big.jsonl").read_bytes()
     assert _get(s3_server, bucket, "out/duplicates.parquet") == (tmp_path / "clean" / "duplicates.parquet").read_bytes()
     assert report["counts"] == clean.report["counts"]
@@ -222,7 +222,7 @@ def test_dask_workers_read_and_write_the_store(s3_server, bucket, corpus):
     pytest.importorskip("distributed")
     _upload(s3_server, bucket, corpus / "in", "crawl")
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "cluster": {"workers": 2}})
-    run(f"s3://{bucket}/crawl/", f"s3://{bucket}/dask", cfg)
+    run_dedup(f"s3://{bucket}/crawl/", f"s3://{bucket}/dask", cfg)
     _same_as_local(s3_server, bucket, "dask", corpus / "local")
 
 
@@ -237,7 +237,7 @@ def test_remote_paths_join_and_compare_as_paths_do():
 
 def test_what_cannot_be_in_a_store_is_refused(s3_server, bucket, corpus):
     with pytest.raises(OutputError, match="read-only"):
-        run(corpus / "in", "https://example.invalid/out", CFG)
+        run_dedup(corpus / "in", "https://example.invalid/out", CFG)
     proc = _cli("evaluate", str(corpus / "in"), "-o", f"s3://{bucket}/eval", "--sample", "0", "--no-plot")
     assert proc.returncode == 4 and "must be a local directory" in proc.stderr, proc.stderr
     with pytest.raises(ConfigError, match="GPU_DEDUP_PART_BYTES"):
@@ -263,14 +263,14 @@ def test_local_paths_never_touch_fsspec(tmp_path, monkeypatch):
     """The local code path stays as it was: no URL layer call for local inputs and outputs."""
     monkeypatch.setattr(filesystems, "filesystem", lambda url: (_ for _ in ()).throw(AssertionError(url)))
     write_shards(planted_corpus(n_docs=100, n_clusters=10, seed=1).table.select(["id", "text"]), tmp_path / "in", 2)
-    run(tmp_path / "in", tmp_path / "out", CFG)
+    run_dedup(tmp_path / "in", tmp_path / "out", CFG)
     assert (tmp_path / "out" / "_SUCCESS").exists()
 
 
 def test_an_index_in_the_store_is_built_used_updated_and_queried(s3_server, bucket, corpus, tmp_path, monkeypatch):
     """--index-out URL, --against URL --update-index, query URL and index info URL give what the same commands
     give with a local index; the store's index is read through a local copy."""
-    from gpu_dedup.index.commands import run as index_run
+    from gpu_dedup.run.entry import run_dedup as index_run
 
     monkeypatch.setenv("GPU_DEDUP_CACHE", str(tmp_path / "cache"))
     first, second = tmp_path / "first", tmp_path / "second"
@@ -327,8 +327,8 @@ def test_compressed_json_lines_in_the_store(s3_server, bucket, tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
     _upload(s3_server, bucket, tmp_path / "in", "gz")
-    remote = run(f"s3://{bucket}/gz/a.jsonl.gz", f"s3://{bucket}/gz-out", CFG)
-    local = run(tmp_path / "in" / "a.jsonl.gz", tmp_path / "out", CFG)
+    remote = run_dedup(f"s3://{bucket}/gz/a.jsonl.gz", f"s3://{bucket}/gz-out", CFG)
+    local = run_dedup(tmp_path / "in" / "a.jsonl.gz", tmp_path / "out", CFG)
     assert remote.report["counts"] == local.report["counts"] and remote.report["counts"]["removed"] > 0
     assert gzip.decompress(_get(s3_server, bucket, "gz-out/a.jsonl.gz")) == \
         gzip.decompress((tmp_path / "out" / "a.jsonl.gz").read_bytes())

@@ -1,6 +1,7 @@
 """Dask (CPU workers) and Dask-CUDA (one worker per GPU): the stage sequence with every part on the workers.
 
-:func:`run` opens the output directory and the checkpoints and hands a
+:func:`run_cluster` (chosen by :func:`gpu_dedup.run.entry.run_dedup` with ``cluster.workers`` or
+``cluster.scheduler``) opens the output directory and the checkpoints and hands a
 :class:`~gpu_dedup.run.cluster.executor.DaskExecutor` to the one stage
 sequence (:func:`gpu_dedup.run.sequence.execute`).  ``blocks`` plans and reads
 the blocks on the workers, ``routing`` moves rows between workers (Dask's
@@ -21,27 +22,29 @@ import logging
 import sys
 from dataclasses import replace
 
+from gpu_dedup.config import Config
 from gpu_dedup.errors import ResourceError
 from gpu_dedup.run.checkpoint import Checkpoints, NoCheckpoints, run_fingerprint
 from gpu_dedup.run.cluster.executor import DaskExecutor
-from gpu_dedup.run.sequence import Job, RunResult, execute, open_output
+from gpu_dedup.run.sequence import RunResult, execute, open_output, plan_run
 from gpu_dedup.run.stagelog import StageLog
 
 log = logging.getLogger("gpu_dedup")
 
-__all__ = ["run", "DaskExecutor"]
+__all__ = ["run_cluster", "DaskExecutor"]
 
 
-def run(shards, job: Job, restart: bool = False, inputs=None, st: StageLog | None = None) -> RunResult:
-    """The sequence on a Dask cluster; the same outputs as the single-process run.
+def run_cluster(inputs, output_dir, cfg: Config, *, restart: bool = False, prior=None, sink=None,
+                write_shards: bool = True) -> RunResult:
+    """The sequence on a Dask cluster; the same outputs as the single-process run
+    (:func:`gpu_dedup.run.local.run_local`, whose arguments it takes).
 
     Resumable like it (stage checkpoints under the output directory, written by the workers), except runs
     against an index, which keep none; the output directory is locked, staged and published alike.  A run
     that writes an index has the workers write its segments (one per block) into the index directory, which
-    every worker must see, like the output directory.  ``st``: the run's stage log (its seconds count from
-    its creation)."""
-    st = st or StageLog()
-    cfg = job.cfg
+    every worker must see, like the output directory."""
+    st = StageLog()  # the run's seconds count from here (from the process's start under the CLI)
+    shards, job = plan_run(inputs, output_dir, cfg, prior=prior, sink=sink, write_shards=write_shards, st=st)
     if cfg.backend == "auto":  # decided on the client without touching CUDA: GPU workers only when asked for
         cfg = replace(cfg, backend="cpu")
     job = replace(job, cfg=cfg)

@@ -6,7 +6,7 @@ device: cuDF's read of a whole shard, the filter, the write with the shard's cod
 none, the SHA-256 of the output, pyarrow's read-filter-write of the same shard, and the GPU backend's
 writer on 4 shards one after the other and 4 at once.
 
-    python results/gpu/write_probe.py CORPUS_DIR [--out FILE]     # CORPUS_DIR: a folder of Parquet shards
+    python -m gpu_dedup.bench.write_probe CORPUS_DIR [--out FILE]     # CORPUS_DIR: a folder of Parquet shards
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup.backends import get_backend
-from gpu_dedup.backends.gpu import CUDF_CODECS
 from gpu_dedup.storage.atomic import file_digest
 from gpu_dedup.storage.discovery import discover
 from gpu_dedup.storage.filter import resolve_codec
@@ -39,6 +38,8 @@ def _timed(fn, *args, **kw):
 
 def probe(corpus: Path, work: Path) -> dict:
     import cudf
+
+    from gpu_dedup.backends.gpu import CUDF_CODECS  # CUDA: imported on the device only
 
     paths = sorted(p for p in corpus.rglob("*.parquet"))
     if not paths:

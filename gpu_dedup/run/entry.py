@@ -1,10 +1,16 @@
-"""Runs that build, use or update a persisted index: the stage sequence with a prior and a sink.
+"""The one entry of a run: :func:`run_dedup`, behind ``gpu-dedup run``, ``gpu-dedup index build``,
+:func:`gpu_dedup.dedup`, the demo and the evaluation.
 
-``run(..., index_out=DIR)`` also writes a new index of the corpus;
-``run(..., against=DIR)`` deduplicates the inputs against an index (indexed
-documents always survive) and, with ``update_index=True``, appends them to it.
-A run that writes an index holds its lock from start to end: a second writer
-stops at once (exit 4), so appends serialize and an index never mixes two runs.
+It chooses the executor (:func:`gpu_dedup.run.local.run_local` in one process,
+:func:`gpu_dedup.run.cluster.run_cluster` with ``cluster.workers`` or
+``cluster.scheduler``), and takes the index as an option of the run:
+``index_out=DIR`` also writes a new index of the corpus; ``against=DIR``
+deduplicates the inputs against an index (indexed documents always survive)
+and, with ``update_index=True``, appends them to it.  The index is opened
+here and handed to the executor as the run's prior and sink; the executors
+never import :mod:`gpu_dedup.index`.  A run that writes an index holds its
+lock from start to end: a second writer stops at once (exit 4), so appends
+serialize and an index never mixes two runs.
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError, InputError, OutputError
 from gpu_dedup.index.remote import index_builder, open_index
 from gpu_dedup.index.store import Index
-from gpu_dedup.run import local
 from gpu_dedup.run.checkpoint import run_fingerprint
+from gpu_dedup.run.cluster import run_cluster
+from gpu_dedup.run.local import run_local
 from gpu_dedup.run.outdir import check_output_path
 from gpu_dedup.run.sequence import RunResult
 from gpu_dedup.storage.filesystems import is_url
@@ -27,11 +34,14 @@ from gpu_dedup.storage.filesystems import is_url
 log = logging.getLogger("gpu_dedup")
 
 
-def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, index_out=None, against=None,
-        update_index: bool = False, write_shards: bool = True) -> RunResult:
-    """:func:`gpu_dedup.run.local.run` with an index: ``index_out`` (a path or URL: build a new index of the
-    inputs), ``against`` (a path, a URL or an opened :class:`Index`: deduplicate against it) and
-    ``update_index`` (append the inputs to ``against``)."""
+def run_dedup(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, index_out=None, against=None,
+              update_index: bool = False, write_shards: bool = True) -> RunResult:
+    """Deduplicate the shards ``inputs`` into ``output_dir`` (None: in memory, nothing written).
+
+    ``restart``: ignore the checkpoints of an interrupted run and start over; ``index_out`` (a path or URL:
+    build a new index of the inputs), ``against`` (a path, a URL or an opened :class:`Index`: deduplicate
+    against it) and ``update_index`` (append the inputs to ``against``); ``write_shards=False``: no
+    deduplicated shards (``gpu-dedup index build``)."""
     if index_out is not None and against is not None:
         raise ConfigError("--index-out builds a new index and --against uses an existing one; give one of them "
                           "(--against DIR --update-index appends to the existing index)")
@@ -43,6 +53,8 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
     if index_dir is not None and output_dir is not None and _inside(Path(output_dir), Path(index_dir)):
         raise OutputError(f"the output directory {str(output_dir)!r} is inside the index directory "
                           f"{str(index_dir)!r}, which holds only the index; choose a -o outside it")
+    if index_out is None and against is None:  # a plain run
+        return _executor(cfg)(inputs, output_dir, cfg, restart=restart, write_shards=write_shards)
     prior = sink = None
     with ExitStack() as held:
         if against is not None:
@@ -69,8 +81,14 @@ def run(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, in
                                   "--index-out")
             sink = held.enter_context(index_builder(index_out, cfg))
             sink.source = _source(cfg, inputs)
-        return local.run(inputs, output_dir, cfg, restart=restart, prior=prior, sink=sink, write_shards=write_shards)
+        return _executor(cfg)(inputs, output_dir, cfg, restart=restart, prior=prior, sink=sink,
+                              write_shards=write_shards)
 
+
+def _executor(cfg: Config):
+    """Where the run's data lives: a Dask cluster with ``cluster.workers`` / ``cluster.scheduler``, else this
+    process."""
+    return run_cluster if cfg.cluster.enabled else run_local
 
 
 def _check_cluster_index(index_out, updated) -> None:

@@ -1,7 +1,8 @@
 """First contact with a GPU: every tier-1 check in one command, inside a fixed time budget.
 
-Run by ``bash results/gpu/first-contact.sh`` from the repository root (see results/gpu/README.md).
-Standard library only, so it reports even when gpu_dedup itself does not import.  Each step runs
+Run by ``bash results/gpu/first-contact.sh`` (or ``tier2.sh``) from the repository root, which runs this
+file as a script (see results/gpu/README.md; the results stay there).  Standard library only, so it
+reports even when gpu_dedup itself does not import.  Each step runs
 as a child process with a time cap and its own log; a step that fails, or is stopped at its cap,
 never stops the next one.  After every step the summary (``summary.md``, ``summary.json``) and one
 tarball of all logs (``logs.tar.gz``) are rewritten under ``$OUT``: three files, nothing deeper,
@@ -29,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root (gpu_dedup/bench/first_contact.py)
 # what the GPU image lacks (FIRST-CONTACT): hidden in a rehearsal, so a test that needs one of them and does
 # not skip fails here first
 IMAGE_LACKS = ("cudf", "pylibcudf", "rmm", "dask", "distributed", "dask_cuda", "dask_cudf", "cugraph", "nbformat",
