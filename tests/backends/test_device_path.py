@@ -553,7 +553,7 @@ def metadata_corpus(tmp_path):
     table = sample.table.select(["id", "text"]).replace_schema_metadata({b"huggingface": b'{"info": 1}'})
     write_shards(table, tmp_path / "in", shards=3)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    host = local.run(tmp_path / "in", tmp_path / "host", cfg)
+    host = local.run_local(tmp_path / "in", tmp_path / "host", cfg)
     return tmp_path, cfg, host
 
 
@@ -571,7 +571,7 @@ def test_a_device_table_is_read_once_and_written_in_one_call(metadata_corpus, mo
     writer = _fake_table_writer()
     reads = _table_on(monkeypatch, writer)
     monkeypatch.setattr(filt, "_write_parquet", lambda *a, **k: pytest.fail("the host wrote a shard"))
-    dev = local.run(d / "in", d / "dev", cfg)
+    dev = local.run_local(d / "in", d / "dev", cfg)
     names = [s.name for s in host.shards]
     assert reads == [[s.path for s in host.shards]] and len(writer.calls) == 1 and len(writer.calls[0]) == 3
     _same_content(d / "host", d / "dev", names)
@@ -585,7 +585,7 @@ def test_a_shard_whose_schema_the_device_would_change_is_written_by_the_host(met
     d, cfg, host = metadata_corpus
     writer = _fake_table_writer(change=lambda k, t: t.replace_schema_metadata(None) if k == 1 else t)
     _table_on(monkeypatch, writer)
-    local.run(d / "in", d / "dev", cfg)
+    local.run_local(d / "in", d / "dev", cfg)
     names = [s.name for s in host.shards]
     assert (d / "dev" / names[1]).read_bytes() == (d / "host" / names[1]).read_bytes()  # pyarrow's
     assert (d / "dev" / names[0]).read_bytes() != (d / "host" / names[0]).read_bytes()  # the device's
@@ -598,7 +598,7 @@ def test_without_the_device_writer_the_host_writes_every_shard(metadata_corpus, 
     d, cfg, host = metadata_corpus
     writer = _fake_table_writer(fail=how == "fails")
     _table_on(monkeypatch, writer)
-    local.run(d / "in", d / "dev", cfg if how == "fails" else cfg.with_overrides({"gpu.writer": "pyarrow"}))
+    local.run_local(d / "in", d / "dev", cfg if how == "fails" else cfg.with_overrides({"gpu.writer": "pyarrow"}))
     assert len(writer.calls) == (1 if how == "fails" else 0)
     for name in [s.name for s in host.shards] + ["duplicates.parquet"]:
         assert (d / "dev" / name).read_bytes() == (d / "host" / name).read_bytes(), name
