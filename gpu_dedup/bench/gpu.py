@@ -447,20 +447,15 @@ def compare_outputs(a, b) -> dict:
         if sums(a) != sums(b):
             differ.append(manifest + " (sizes or checksums)")
     only = sorted(names_a ^ names_b)
-    # a shard another writer wrote (cuDF's) differs in bytes from pyarrow's: its table may still be equal
-    same_tables = [n for n in differ if n.endswith(".parquet") and _same_table(a / n, b / n)]
+    # a shard another writer wrote (cuDF's) differs in bytes from pyarrow's: its content must still be the same
+    from gpu_dedup.storage.content import file_difference
+
+    content = {n: file_difference(a / n, b / n) for n in differ if not n.startswith(manifest)}
+    same_tables = sorted(n for n, why in content.items() if why is None)
     return {"identical": not differ and not only, "files": len(names_a & names_b), "differ": differ,
-            "only_in_one": only, "same_table": same_tables}
-
-
-def _same_table(a, b) -> bool:
-    import pyarrow.parquet as pq
-
-    try:
-        ta, tb = pq.read_table(a), pq.read_table(b)
-    except Exception:
-        return False
-    return ta.schema.remove_metadata().equals(tb.schema.remove_metadata()) and ta.equals(tb)
+            "only_in_one": only, "same_table": same_tables,
+            "content_identical": not only and all(why is None for why in content.values()),
+            "content_differs": {n: why for n, why in content.items() if why is not None}}
 
 
 def _moved(report: dict) -> dict:
@@ -475,7 +470,7 @@ def _moved(report: dict) -> dict:
 
 def end_to_end(docs=(1_000_000,), backends=("cpu", "gpu"), preset: str | None = None, seed=0, words=(60, 400),
                shards: int = 16, workdir=None, log=print, configs=None, corpus_dir=None, warmup_docs: int = 0,
-               deadline: float | None = None, on_row=None, profile_dir=None) -> list:
+               deadline: float | None = None, on_row=None, profile_dir=None, modes=("shards",)) -> list:
     """Parquet shards to deduplicated shards on each backend (CPU: every host core), same corpus and
     config: seconds (and seconds per stage), documents/s, GB/s of text, host<->device bytes per stage, and
     every output file compared byte for byte with the first backend's.
@@ -487,13 +482,13 @@ def end_to_end(docs=(1_000_000,), backends=("cpu", "gpu"), preset: str | None = 
     start too late is skipped, with a row saying so.  ``on_row(rows)`` is called after every row.
     ``profile_dir``: each timed GPU run also runs under cProfile (little overhead: the GPU path makes few
     Python calls), and its 60 costliest functions go to ``profile-<config>-<backend>.txt`` there.
+    ``modes``: ``shards`` (deduplicated shards written) and ``list`` (``output.shards: false``: the removal
+    list alone, what NeMo Curator's identification step produces), each its own group of backends.
+    Each row books the run's seconds as its report does (stages, named fixed costs, unbooked glue) plus
+    ``publish_seconds``, what follows the report (the files' publication).
     A run that raises gives a row with its error; the next runs go on."""
-    import shutil
     import tempfile
-    import traceback
     from pathlib import Path
-
-    import numba
 
     configs = list(configs or [preset or "default"])
     rows, took = [], {}
@@ -511,67 +506,91 @@ def end_to_end(docs=(1_000_000,), backends=("cpu", "gpu"), preset: str | None = 
                 settings, kind = config_settings(name)
                 inputs, payload, n = planted_dir(root, n_docs, seed, words, shards, kind, log)
                 warm_in = planted_dir(root, warmup_docs, seed, words, 2, kind, log)[0] if warmup_docs else None
-                first = None
-                for backend in backends:
-                    base = {"suite": "end-to-end", "config": name, "preset": name, "docs": n, "backend": backend,
-                            "payload": kind, "text_gb": round(payload / 1e9, 3)}
-                    run_settings = {**settings, "backend": backend}
-                    if backend == "gpu-pyarrow":  # the GPU backend with its shards read and written on the host
-                        run_settings = {**settings, "backend": "gpu",
-                                        "gpu": {**settings.get("gpu", {}), "reader": "pyarrow", "writer": "pyarrow"}}
-                    expect = took.get(backend, 0.0) * 0.8
-                    if deadline is not None and time.time() + expect + 5 > deadline:
-                        add({**base, "skipped": f"{max(0.0, deadline - time.time()):.0f}s left before the "
-                                                f"deadline; the last {backend} run took {took.get(backend, 0):.0f}s"})
-                        log(f"end-to-end {name} {backend}: skipped (deadline)")
-                        continue
-                    out = tmp / f"out-{n_docs}-{name}-{backend}"
-                    try:
-                        warm = _timed_run(warm_in, tmp / "warm", run_settings)[0] if warm_in is not None else None
-                        profile = (Path(profile_dir) / f"profile-{name}-{backend}.txt"
-                                   if profile_dir and backend.startswith("gpu") else None)
-                        sec, res = _timed_run(inputs, out, run_settings, profile)
-                    except Exception as exc:  # one failing run must not stop the others
-                        add({**base, "error": f"{type(exc).__name__}: {exc}"[:2000]})
-                        log(f"end-to-end {name} {backend}: FAILED {type(exc).__name__}: {exc}")
-                        log(traceback.format_exc())
-                        continue
-                    took[backend] = sec
-                    stages = res.report["stages"]
-                    row = {**base, "seconds": round(sec, 3), "docs_per_s": round(n / sec),
-                           "gb_per_s": round(payload / 1e9 / sec, 4),
-                           "tb_per_hour": round(payload / 1e12 / sec * 3600, 3),
-                           "stage_seconds": {k: v["seconds"] for k, v in stages.items()},
-                           "kernel_prepare_seconds": res.report.get("kernel_prepare_seconds", 0.0),
-                           "transfers": _moved(res.report), "removed": res.report["counts"]["removed"],
-                           "counts": res.report["counts"]}
-                    if warm is not None:
-                        row["warmup_seconds"] = round(warm, 3)
-                        row["warmup_docs"] = warmup_docs
-                    if backend == "cpu":
-                        row["cpu_threads"] = numba.get_num_threads()
-                    if "gpu" in res.report:
-                        row["gpu_memory"] = res.report["gpu"]
-                        row["reader"] = res.report["gpu"].get("reader")
-                    if first is None:
-                        first = (out, backend)
-                    else:
-                        cmp = compare_outputs(first[0], out)
-                        row["identical_to"] = first[1]
-                        row["identical"] = cmp["identical"]
-                        row["compared"] = cmp
-                        shutil.rmtree(out, ignore_errors=True)
-                    add(row)
-                    log(f"end-to-end {name} {n:>10,} docs {backend:>4}: {sec:8.2f}s {n / sec:>12,.0f} docs/s "
-                        f"{payload / 1e9 / sec:8.3f} GB/s" + (f"; outputs byte-identical to {first[1]}: "
-                                                               f"{row['identical']}" if "identical" in row else ""))
-                if first is not None:
-                    shutil.rmtree(first[0], ignore_errors=True)
-                group = [r for r in rows if r.get("config") == name and r["docs"] == n and "seconds" in r]
-                for r in group[1:]:
-                    log(f"end-to-end {name} {n:,} docs: {r['backend']} takes {r['seconds'] / group[0]['seconds']:.2f}x "
-                        f"the time of {group[0]['backend']} (speed-up {group[0]['seconds'] / r['seconds']:.2f}x)")
+                for mode in modes:  # shards, then the removal list (output.shards: false) where asked
+                    _end_to_end_group(name, n, payload, kind, settings, mode, backends, inputs, warm_in, tmp,
+                                      took, deadline, add, log, warmup_docs, profile_dir)
     return rows
+
+
+def _end_to_end_group(name, n, payload, kind, settings, mode, backends, inputs, warm_in, tmp, took, deadline, add,
+                      log, warmup_docs, profile_dir) -> None:
+    """The runs of one configuration and output mode on each backend, each compared with the first's outputs
+    (bytes and content); a row each (see :func:`end_to_end`)."""
+    import shutil
+    import traceback
+    from pathlib import Path
+
+    import numba
+
+    first, group = None, []
+    for backend in backends:
+        key = (backend, mode)
+        base = {"suite": "end-to-end", "config": name, "preset": name, "docs": n, "backend": backend, "mode": mode,
+                "payload": kind, "text_gb": round(payload / 1e9, 3)}
+        run_settings = {**settings, "backend": backend}
+        if backend == "gpu-pyarrow":  # the GPU backend with its shards read and written on the host
+            run_settings = {**settings, "backend": "gpu",
+                            "gpu": {**settings.get("gpu", {}), "reader": "pyarrow", "writer": "pyarrow"}}
+        if mode == "list":  # NeMo Curator's identification step: which rows to remove, no shards written
+            run_settings["output"] = {**run_settings.get("output", {}), "shards": False}
+        expect = took.get(key, 0.0) * 0.8
+        if deadline is not None and time.time() + expect + 5 > deadline:
+            add({**base, "skipped": f"{max(0.0, deadline - time.time()):.0f}s left before the "
+                                    f"deadline; the last {backend} run took {took.get(key, 0):.0f}s"})
+            log(f"end-to-end {name} {backend} {mode}: skipped (deadline)")
+            continue
+        out = tmp / f"out-{n}-{name}-{backend}-{mode}"
+        try:
+            warm = _timed_run(warm_in, tmp / "warm", run_settings)[0] if warm_in is not None else None
+            profile = (Path(profile_dir) / f"profile-{name}-{backend}-{mode}.txt"
+                       if profile_dir and backend.startswith("gpu") else None)
+            sec, res = _timed_run(inputs, out, run_settings, profile)
+        except Exception as exc:  # one failing run must not stop the others
+            add({**base, "error": f"{type(exc).__name__}: {exc}"[:2000]})
+            log(f"end-to-end {name} {backend} {mode}: FAILED {type(exc).__name__}: {exc}")
+            log(traceback.format_exc())
+            continue
+        took[key] = sec
+        rep = res.report
+        stages = rep["stages"]
+        row = {**base, "seconds": round(sec, 3), "docs_per_s": round(n / sec),
+               "gb_per_s": round(payload / 1e9 / sec, 4),
+               "tb_per_hour": round(payload / 1e12 / sec * 3600, 3),
+               "stage_seconds": {k: v["seconds"] for k, v in stages.items()},
+               # the run's books (report.json): named fixed costs, the glue, and what follows the report
+               "fixed_seconds": rep.get("fixed_seconds", {}), "unbooked_seconds": rep.get("unbooked_seconds"),
+               "publish_seconds": round(sec - rep.get("wall_seconds", sec), 3),
+               "kernel_prepare_seconds": rep.get("kernel_prepare_seconds", 0.0),
+               "transfers": _moved(rep), "removed": rep["counts"]["removed"], "counts": rep["counts"]}
+        if warm is not None:
+            row["warmup_seconds"] = round(warm, 3)
+            row["warmup_docs"] = warmup_docs
+        if backend == "cpu":
+            row["cpu_threads"] = numba.get_num_threads()
+        if "gpu" in rep:
+            row["gpu_memory"] = rep["gpu"]
+            row["reader"] = rep["gpu"].get("reader")
+            row["writer"] = rep["gpu"].get("writer")
+        if first is None:
+            first = (out, backend)
+        else:
+            cmp = compare_outputs(first[0], out)
+            row["identical_to"] = first[1]
+            row["identical"] = cmp["identical"]
+            row["content_identical"] = cmp["content_identical"]
+            row["compared"] = cmp
+            shutil.rmtree(out, ignore_errors=True)
+        add(row)
+        group.append(row)
+        log(f"end-to-end {name} {n:>10,} docs {backend:>4} {mode:>6}: {sec:8.2f}s {n / sec:>12,.0f} docs/s "
+            f"{payload / 1e9 / sec:8.3f} GB/s" + (f"; outputs byte-identical to {first[1]}: {row['identical']}, "
+                                                   f"content-identical: {row['content_identical']}"
+                                                   if "identical" in row else ""))
+    if first is not None:
+        shutil.rmtree(first[0], ignore_errors=True)
+    for r in group[1:]:
+        log(f"end-to-end {name} {n:,} docs {mode}: {r['backend']} takes {r['seconds'] / group[0]['seconds']:.2f}x "
+            f"the time of {group[0]['backend']} (speed-up {group[0]['seconds'] / r['seconds']:.2f}x)")
 
 
 def _check(checks: list, name: str, fn, log=print, repeat: bool = True) -> None:
@@ -838,42 +857,7 @@ def markdown_report(result: dict) -> str:
                          f"{(c.get('detail') or c.get('error') or '')[:120]} |")
         lines.append("")
     if result.get("end_to_end"):
-        lines += ["## End to end (Parquet shards to deduplicated shards)", "",
-                  "| config | docs | GB | backend | text reader | seconds | docs/s | GB/s | TB/h | byte-identical | "
-                  "host->device | device->host |",
-                  "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
-        for r in result["end_to_end"]:
-            name = r.get("config", r.get("preset", "default"))
-            if "seconds" not in r:
-                why = f"failed: {r['error'][:100]}" if "error" in r else f"skipped: {r.get('skipped', '')}"
-                lines.append(f"| {name} | {r['docs']:,} | {r['text_gb']} | {r['backend']} | | {why} | | | | | | |")
-                continue
-            up = sum(v["host_to_device_bytes"] for v in r["transfers"].values())
-            down = sum(v["device_to_host_bytes"] for v in r["transfers"].values())
-            same = {True: "yes", False: "NO", None: ""}[r.get("identical")]
-            if r.get("identical") is False:
-                same += " (" + ", ".join(r["compared"]["differ"] + r["compared"]["only_in_one"])[:80] + ")"
-            lines.append(f"| {name} | {r['docs']:,} | {r['text_gb']} | {r['backend']} | {r.get('reader') or 'pyarrow'} | "
-                         f"{r['seconds']} | {r['docs_per_s']:,} | {r['gb_per_s']} | {r['tb_per_hour']} | {same} | "
-                         f"{up / 1e6:,.1f} MB | {down / 1e6:,.1f} MB |")
-        timed = [r for r in result["end_to_end"] if "stage_seconds" in r]
-        stages = list(dict.fromkeys(k for r in timed for k in r["stage_seconds"]))
-        if timed:
-            lines += ["", "Seconds per stage (kernel compilation is booked apart, as prepare):", "",
-                      "| config | backend | " + " | ".join(stages) + " | prepare |",
-                      "| --- | --- | " + " | ".join("---:" for _ in stages) + " | ---: |"]
-            for r in timed:
-                cells = " | ".join(str(r["stage_seconds"].get(k, "")) for k in stages)
-                lines.append(f"| {r.get('config', 'default')} | {r['backend']} | {cells} | "
-                             f"{r.get('kernel_prepare_seconds', '')} |")
-        moved = [(r, stage, t) for r in timed for stage, t in r["transfers"].items()]
-        if moved:
-            lines += ["", "Host<->device bytes per stage (GPU rows):", ""]
-            for r, stage, t in moved:
-                lines.append(f"- {r.get('config', 'default')}, {r['docs']:,} docs, {stage}: "
-                             f"{t['host_to_device_bytes'] / 1e6:,.1f} MB to the device, "
-                             f"{t['device_to_host_bytes'] / 1e6:,.1f} MB to the host")
-        lines.append("")
+        lines += end_to_end_markdown(result["end_to_end"])
     if result.get("components"):
         lines += ["## Connected components of a random graph", "", "| nodes | edges | backend | seconds | same labels |",
                   "| ---: | ---: | --- | ---: | --- |"]
@@ -889,6 +873,65 @@ def markdown_report(result: dict) -> str:
             lines.append(f"| {r['docs']:,} | {r['single_process_seconds']} | {r['dask_cuda_1_worker_seconds']} | "
                          f"{r['overhead_seconds']} s ({r['overhead_percent']}%) | {'yes' if r['identical'] else 'NO'} |")
     return "\n".join(lines) + "\n"
+
+
+def end_to_end_markdown(rows: list) -> list:
+    """Markdown lines of end-to-end rows: one table of runs (mode: ``shards`` or the removal ``list``; ``same
+    bytes`` / ``same content`` as the group's first backend), then every run's seconds: stages, named fixed
+    costs, unbooked glue and the publication after the report, which add up to its wall time."""
+    lines = ["## End to end (Parquet shards to deduplicated shards, or to the removal list)", "",
+             "| config | docs | GB | mode | backend | reader / writer | seconds | docs/s | TB/h | x first | "
+             "same bytes | same content | host->device | device->host |",
+             "| --- | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |"]
+    firsts = {}
+    for r in rows:
+        name = r.get("config", r.get("preset", "default"))
+        mode = r.get("mode", "shards")
+        if "seconds" not in r:
+            why = f"failed: {r['error'][:100]}" if "error" in r else f"skipped: {r.get('skipped', '')}"
+            lines.append(f"| {name} | {r['docs']:,} | {r['text_gb']} | {mode} | {r['backend']} | | {why} "
+                         "| | | | | | | |")
+            continue
+        first = firsts.setdefault((name, r["docs"], mode), r)
+        up = sum(v["host_to_device_bytes"] for v in r["transfers"].values())
+        down = sum(v["device_to_host_bytes"] for v in r["transfers"].values())
+        yes = {True: "yes", False: "NO", None: ""}
+        same, content = yes[r.get("identical")], yes[r.get("content_identical")]
+        if r.get("content_identical") is False:
+            content += " (" + ", ".join(list(r["compared"].get("content_differs", {})) +
+                                        r["compared"]["only_in_one"])[:80] + ")"
+        io = f"{r.get('reader') or 'pyarrow'} / {_writer_cell(r.get('writer'))}"
+        lines.append(f"| {name} | {r['docs']:,} | {r['text_gb']} | {mode} | {r['backend']} | {io} | {r['seconds']} "
+                     f"| {r['docs_per_s']:,} | {r['tb_per_hour']} | {first['seconds'] / r['seconds']:.2f} | {same} "
+                     f"| {content} | {up / 1e6:,.1f} MB | {down / 1e6:,.1f} MB |")
+    timed = [r for r in rows if "stage_seconds" in r]
+    stages = list(dict.fromkeys(k for r in timed for k in r["stage_seconds"]))
+    fixed = list(dict.fromkeys(k for r in timed for k in r.get("fixed_seconds", {})))
+    if timed:
+        lines += ["", "Where each run's seconds went: stages, then named fixed costs, the unbooked glue between "
+                  "them and the publication after the report (these add up to the seconds above):", "",
+                  "| config | mode | backend | " + " | ".join(stages + fixed) + " | unbooked | publish |",
+                  "| --- | --- | --- | " + " | ".join("---:" for _ in stages + fixed) + " | ---: | ---: |"]
+        for r in timed:
+            cells = [str(r["stage_seconds"].get(k, "")) for k in stages] + \
+                [str(r.get("fixed_seconds", {}).get(k, "")) for k in fixed]
+            lines.append(f"| {r.get('config', 'default')} | {r.get('mode', 'shards')} | {r['backend']} | "
+                         f"{' | '.join(cells)} | {r.get('unbooked_seconds', '')} | {r.get('publish_seconds', '')} |")
+    moved = [(r, stage, t) for r in timed for stage, t in r["transfers"].items()]
+    if moved:
+        lines += ["", "Host<->device bytes per stage (GPU rows):", ""]
+        for r, stage, t in moved:
+            lines.append(f"- {r.get('config', 'default')}, {r['docs']:,} docs, {r.get('mode', 'shards')}, {stage}: "
+                         f"{t['host_to_device_bytes'] / 1e6:,.1f} MB to the device, "
+                         f"{t['device_to_host_bytes'] / 1e6:,.1f} MB to the host")
+    lines.append("")
+    return lines
+
+
+def _writer_cell(writer) -> str:
+    if isinstance(writer, dict):  # shards per writer
+        return ", ".join(f"{k} {v}" for k, v in writer.items() if v) or "none"
+    return writer or "pyarrow"
 
 
 def markdown_table(result: dict) -> str:

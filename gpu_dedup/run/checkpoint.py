@@ -261,9 +261,14 @@ class Checkpoints:
             return None
         return data if isinstance(data, dict) else None
 
+    def settle(self) -> None:
+        """Checkpoints still queued are dropped and the one being written is waited for: the run is about to
+        commit, which removes the directory they go to."""
+        self._writer.wait(drop=True, raise_errors=False)
+
     def remove(self) -> None:
         """The checkpoint directory removed (the run committed): checkpoints still queued are not written."""
-        self._writer.wait(drop=True, raise_errors=False)
+        self.settle()
         remove_tree(self.dir)
 
 
@@ -295,6 +300,9 @@ class NoCheckpoints:
         pass
 
     def wait(self, raise_errors: bool = True) -> None:
+        pass
+
+    def settle(self) -> None:
         pass
 
     def mark(self, name: str, record: dict | None = None) -> None:

@@ -682,5 +682,6 @@ def finish_output(job: Job, report: dict, ckpt, expected_rows: dict | None = Non
     write_report(od.staging / REPORT_NAME, report)
     write_html(od.staging / REPORT_HTML_NAME, report)
     maybe_crash("report:before-success")
+    ckpt.settle()  # the commit removes the checkpoint directory: nothing may still be writing into it
     od.commit(ckpt.fingerprint or report["fingerprint"], expected_rows or {}, recorded)
     ckpt.remove()

@@ -256,3 +256,45 @@ def test_a_failed_background_save_stops_the_run_at_its_next_save(tmp_path, monke
         ck.save("bands", {"a/b": np.arange(2)}, {"stages": {}, "counts": {}})
     ck.wait()  # raised once
     assert not list(ck.dir.glob("*.npz*")) and not list(ck.dir.glob(".*.tmp"))
+
+
+def test_no_checkpoint_is_being_written_while_the_commit_removes_their_directory(corpus, tmp_path, monkeypatch):
+    """The commit removes the checkpoint directory: writes still queued are dropped and the one in flight is
+    waited for first (a slow disk here: every mark takes 0.2 s, so some are queued when the commit comes)."""
+    import threading
+    import time
+
+    from gpu_dedup.run import checkpoint, outdir
+
+    real_write, real_commit = checkpoint.atomic_write_bytes, outdir.OutputDir.commit
+    state = {"committing": False, "in_flight": 0, "overlaps": 0, "writes": 0}
+    lock = threading.Lock()
+
+    def slow(path, payload, tmp_dir=None):
+        with lock:
+            state["in_flight"] += 1
+            state["overlaps"] += state["committing"]
+        time.sleep(0.2)
+        try:
+            real_write(path, payload, tmp_dir)
+        finally:
+            with lock:
+                state["in_flight"] -= 1
+                state["writes"] += 1
+
+    def commit(self, *a, **k):
+        with lock:
+            state["committing"] = True
+            state["overlaps"] += state["in_flight"]
+        try:
+            return real_commit(self, *a, **k)
+        finally:
+            state["committing"] = False
+
+    monkeypatch.setattr(checkpoint, "atomic_write_bytes", slow)
+    monkeypatch.setattr(outdir.OutputDir, "commit", commit)
+    out = tmp_path / "out"
+    run_dedup(corpus / "in", out, Config.from_dict(CFG))
+    assert state["overlaps"] == 0 and state["writes"] >= 1
+    assert not (out / CHECKPOINT_DIR).exists() and (out / "_SUCCESS").exists()
+    _same_outputs(corpus / "clean", out)
