@@ -85,7 +85,7 @@ def test_compare_outputs_finds_a_changed_byte_and_ignores_the_report(tmp_path):
     (a / "report.json").write_text('{"seconds": 1}')
     (b / "report.json").write_text('{"seconds": 2}')
     assert bench_gpu.compare_outputs(a, b) == {"identical": True, "files": 2, "differ": [], "only_in_one": [],
-                                               "same_table": []}
+                                               "same_table": [], "content_identical": True, "content_differs": {}}
     (b / "part-0.parquet").write_bytes(b"same bytez")
     (b / "duplicates.parquet").write_bytes(b"")
     got = bench_gpu.compare_outputs(a, b)
@@ -98,6 +98,13 @@ def test_compare_outputs_finds_a_changed_byte_and_ignores_the_report(tmp_path):
     pq.write_table(table, b / "part-0.parquet", compression="zstd")  # other bytes, the same table
     got = bench_gpu.compare_outputs(a, b)
     assert got["differ"] == ["part-0.parquet"] and got["same_table"] == ["part-0.parquet"] and not got["identical"]
+    assert got["content_identical"] is False  # duplicates.parquet is in one directory only
+    (a / "duplicates.parquet").write_bytes(b"")
+    got = bench_gpu.compare_outputs(a, b)
+    assert got["content_identical"] and not got["identical"]  # other bytes, the same content
+    pq.write_table(table.slice(1), b / "part-0.parquet")
+    got = bench_gpu.compare_outputs(a, b)
+    assert not got["content_identical"] and got["content_differs"] == {"part-0.parquet": "rows: 2 and 1"}
 
 
 def test_end_to_end_skips_what_would_start_after_the_deadline(tmp_path):
