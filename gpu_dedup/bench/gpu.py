@@ -378,6 +378,59 @@ def planted_dir(root, n_docs: int, seed: int = 0, words=(60, 400), shards: int =
     return path, payload, table.num_rows
 
 
+def replicated_dir(src, copies: int, log=print) -> tuple:
+    """(directory, payload bytes, rows) of ``copies`` copies of the planted text shards in ``src``, beside it:
+    copy ``c`` of a document has the id ``c<c>:<id>`` and one more word in front of its text, ``w<c>``, so
+    every document is ``copies`` near duplicates of each other (Jaccard about 0.99), each copy signed,
+    bucketed and verified.  Built from the shards in a few seconds (one shard read and ``copies`` written at
+    a time on each core), not generated; reused by a later call like :func:`planted_dir`."""
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    src = Path(src)
+    info = json.loads((src / "_planted.json").read_text())
+    path = src.parent / f"{src.name}-x{copies}"
+    spec = {"from": info["spec"], "copies": copies}
+    marker = path / "_planted.json"
+    if marker.is_file() and json.loads(marker.read_text()).get("spec") == spec:
+        got = json.loads(marker.read_text())
+        return path, got["bytes"], got["rows"]
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    t0 = time.perf_counter()
+    shards = sorted(p for p in src.glob("*.parquet"))
+
+    def copy_shard(shard) -> int:
+        table = pq.read_table(shard)
+        if not pa.types.is_string(table.schema.field("id").type) and \
+                not pa.types.is_large_string(table.schema.field("id").type):
+            raise ValueError(f"{shard}: replicated copies need string ids (new ids are 'c<copy>:<id>')")
+        extra = 0
+        for c in range(copies):  # one step per copy
+            ids, text = table.column("id"), table.column("text")
+            ids = pc.binary_join_element_wise(pa.scalar(f"c{c}:", ids.type), ids, pa.scalar("", ids.type))
+            if c:  # copy 0 keeps the planted texts
+                text = pc.binary_join_element_wise(pa.scalar(f"w{c} ", text.type), text, pa.scalar("", text.type))
+                extra += len(f"w{c} ") * table.num_rows
+            out = table.set_column(0, "id", ids).set_column(1, "text", text)
+            pq.write_table(out, path / f"c{c:03d}-{shard.name}", compression="snappy")
+        return extra
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        extra = sum(pool.map(copy_shard, shards))
+    payload, rows = info["bytes"] * copies + extra, info["rows"] * copies
+    marker.write_text(json.dumps({"spec": spec, "bytes": payload, "rows": rows,
+                                  "seconds": round(time.perf_counter() - t0, 2)}))
+    log(f"replicated corpus: {rows:,} rows ({copies} copies), {payload / 1e9:,.2f} GB in "
+        f"{time.perf_counter() - t0:.1f}s ({path})")
+    return path, payload, rows
+
+
 def _planted_shards(path, n_docs: int, seed: int, words, shards: int):
     from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 
@@ -470,7 +523,8 @@ def _moved(report: dict) -> dict:
 
 def end_to_end(docs=(1_000_000,), backends=("cpu", "gpu"), preset: str | None = None, seed=0, words=(60, 400),
                shards: int = 16, workdir=None, log=print, configs=None, corpus_dir=None, warmup_docs: int = 0,
-               deadline: float | None = None, on_row=None, profile_dir=None, modes=("shards",)) -> list:
+               deadline: float | None = None, on_row=None, profile_dir=None, modes=("shards",),
+               copies: int = 1) -> list:
     """Parquet shards to deduplicated shards on each backend (CPU: every host core), same corpus and
     config: seconds (and seconds per stage), documents/s, GB/s of text, host<->device bytes per stage, and
     every output file compared byte for byte with the first backend's.
@@ -482,6 +536,8 @@ def end_to_end(docs=(1_000_000,), backends=("cpu", "gpu"), preset: str | None = 
     start too late is skipped, with a row saying so.  ``on_row(rows)`` is called after every row.
     ``profile_dir``: each timed GPU run also runs under cProfile (little overhead: the GPU path makes few
     Python calls), and its 60 costliest functions go to ``profile-<config>-<backend>.txt`` there.
+    ``copies``: above 1, the corpus is that many near-duplicate copies of the planted one (:func:`replicated_dir`:
+    10^7 documents from the planted 10^6 in seconds).
     ``modes``: ``shards`` (deduplicated shards written) and ``list`` (``output.shards: false``: the removal
     list alone, what NeMo Curator's identification step produces), each its own group of backends.
     Each row books the run's seconds as its report does (stages, named fixed costs, unbooked glue) plus
@@ -505,6 +561,8 @@ def end_to_end(docs=(1_000_000,), backends=("cpu", "gpu"), preset: str | None = 
             for name in configs:
                 settings, kind = config_settings(name)
                 inputs, payload, n = planted_dir(root, n_docs, seed, words, shards, kind, log)
+                if copies > 1:
+                    inputs, payload, n = replicated_dir(inputs, copies, log)
                 warm_in = planted_dir(root, warmup_docs, seed, words, 2, kind, log)[0] if warmup_docs else None
                 for mode in modes:  # shards, then the removal list (output.shards: false) where asked
                     _end_to_end_group(name, n, payload, kind, settings, mode, backends, inputs, warm_in, tmp,
@@ -975,6 +1033,12 @@ def main(argv=None) -> int:
     p.add_argument("--configs", nargs="+", help=f"end-to-end configurations: {', '.join(CONFIGS)} or a preset name")
     p.add_argument("--workdir", help="where the end-to-end corpora are written (default: the system temp)")
     p.add_argument("--corpus-dir", help="keep the planted shards here and reuse them in later calls")
+    p.add_argument("--e2e-modes", nargs="+", default=["shards"], choices=("shards", "list"),
+                   help="end-to-end outputs: shards (deduplicated shards) and/or list (output.shards: false, the "
+                        "removal list alone)")
+    p.add_argument("--copies", type=int, default=1,
+                   help="end-to-end on this many near-duplicate copies of the planted corpus (e.g. 10: 10^7 "
+                        "documents from the planted 10^6, built in seconds)")
     p.add_argument("--warmup-docs", type=int, default=0,
                    help="run each end-to-end configuration on this many documents first, untimed (compilation)")
     p.add_argument("--profile-dir", help="profile each end-to-end GPU run (cProfile; its costliest calls written here)")
@@ -1030,6 +1094,7 @@ def main(argv=None) -> int:
                                               workdir=args.workdir, configs=args.configs,
                                               corpus_dir=args.corpus_dir, warmup_docs=args.warmup_docs,
                                               deadline=deadline, profile_dir=args.profile_dir,
+                                              modes=tuple(args.e2e_modes), copies=args.copies,
                                               on_row=lambda rows: (result.__setitem__("end_to_end", rows), save()))
         if "dask" in suites:
             result["dask"] = dask_overhead(args.e2e_docs, args.seed, words, workdir=args.workdir)

@@ -117,3 +117,31 @@ def test_end_to_end_skips_what_would_start_after_the_deadline(tmp_path):
     rows = bench_gpu.end_to_end([60], ["cpu", "cpu"], configs=["default", "fineweb"], deadline=time.time() + 1, **kw)
     assert [r["config"] for r in rows] == ["default", "default", "fineweb", "fineweb"]
     assert all("deadline" in r["skipped"] for r in rows)
+
+
+def test_replicated_corpus_is_near_duplicate_copies_with_new_ids(tmp_path):
+    import pyarrow.parquet as pq
+
+    src, payload, rows = bench_gpu.planted_dir(tmp_path, 60, words=(5, 15), shards=2)
+    path, big, n = bench_gpu.replicated_dir(src, 3)
+    assert n == 3 * rows and big > 3 * payload
+    table = pq.read_table(sorted(path.glob("*.parquet")))
+    original = pq.read_table(sorted(src.glob("*.parquet")))
+    assert table.num_rows == 180 and len(set(table.column("id").to_pylist())) == 180
+    texts = set(table.column("text").to_pylist())
+    first = original.column("text")[0].as_py()
+    assert first in texts and f"w1 {first}" in texts and f"w2 {first}" in texts
+    assert bench_gpu.replicated_dir(src, 3)[0] == path  # found by its marker, not written again
+
+
+def test_end_to_end_rows_book_every_second_in_both_output_modes(tmp_path):
+    rows = bench_gpu.end_to_end((120,), ("cpu",), words=(5, 15), shards=2, workdir=tmp_path, modes=("shards", "list"),
+                                log=lambda *a: None)
+    assert [r["mode"] for r in rows] == ["shards", "list"]
+    for r in rows:
+        booked = sum(r["stage_seconds"].values()) + sum(r["fixed_seconds"].values()) + r["unbooked_seconds"] + \
+            r["publish_seconds"]
+        assert booked == pytest.approx(r["seconds"], abs=0.02)
+    assert rows[0]["removed"] == rows[1]["removed"] > 0 and rows[1]["stage_seconds"]["write"] < 1
+    md = "\n".join(bench_gpu.end_to_end_markdown(rows))
+    assert "| list | cpu |" in md and "| publish |" in md
