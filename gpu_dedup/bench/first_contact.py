@@ -43,12 +43,16 @@ MAX_LOG_BYTES = 6 << 20  # a longer log keeps its first 1 MiB and its last 5 MiB
 # device defaults; a rehearsal uses REHEARSAL instead; FC_* variables override either
 DEVICE = {"docs": 1_000_000, "sig_docs": 1_000_000, "smoke_docs": 5000, "warmup_docs": 2000, "words": "60 400",
           "sig_perms": "128 260", "configs": " ".join(CONFIGS), "deadline": 470, "graph_nodes": 1_000_000,
-          "dask_docs": 100_000, "profile": 0}
+          "dask_docs": 100_000, "profile": 0, "copies": 10}
 REHEARSAL = {"docs": 10, "sig_docs": 10, "smoke_docs": 10, "warmup_docs": 10, "words": "5 15", "sig_perms": "16",
-             "configs": "default cosine-vectors", "deadline": 400, "graph_nodes": 300, "dask_docs": 10, "profile": 0}
+             "configs": "default cosine-vectors", "deadline": 400, "graph_nodes": 300, "dask_docs": 10, "profile": 0,
+             "copies": 3}
 # step caps (seconds): a step is stopped there; the deadline caps them all
 CAPS = {"setup": 150, "env": 60, "corpus": 240, "smoke": 150, "test-gpu": 150, "signatures": 90, "e2e": 260,
-        "test-backend": 400, "kit": 240, "cudf-minhash": 120, "e2e-cudf": 200, "components": 60, "dask": 150}
+        "test-backend": 400, "kit": 240, "cudf-minhash": 120, "e2e-cudf": 240, "components": 60, "dask": 150,
+        "scale": 150}
+# tier 2's end-to-end configurations (the one-GPU targets), each with its shards and its removal list
+E2E_CUDF_CONFIGS = ("nemo_curator", "default", "fineweb", "cosine-text")
 # tier 2 needs the RAPIDS kit (cuDF, RMM, Dask-CUDA): these its wheels must pin
 KIT_PINS = ("cudf-cu13", "pylibcudf-cu13", "rmm-cu13", "dask", "distributed", "dask-cuda", "dask-cudf-cu13", "numba")
 MIN_SECONDS = {"test-backend": 30, "e2e": 30, "signatures": 20}  # not started with less time than this left
@@ -118,11 +122,15 @@ class Driver:
         else:
             self.steps = [
                 Step("kit", "the RAPIDS wheels (cuDF, RMM, Dask-CUDA) installed into /tmp/site from the carried parts"),
-                setup, corpus, env,
-                Step("test-gpu", "pytest -m gpu with cuDF, RMM and Dask-CUDA: reader, writer, pool, one worker"),
+                setup, corpus, env,  # then the targets first: end to end, the kernel, 10^7; then the tests
+                Step("e2e-cudf", f"end to end, {self.p['docs']:,} documents, {', '.join(E2E_CUDF_CONFIGS)}: CPU (all "
+                                 "cores) vs GPU (cuDF reads and writes), shards and the removal list, every second "
+                                 "booked, outputs compared by content"),
                 Step("cudf-minhash", f"the signature kernel vs cuDF str.minhash (MurmurHash3), {self.p['sig_docs']:,} "
                                      "documents: char 24 x 260 (20 x 13), char 5 and word 5 x 128"),
-                Step("e2e-cudf", f"end to end, {self.p['docs']:,} documents: cuDF reader and writer vs pyarrow vs CPU"),
+                Step("scale", f"end to end, {self.p['copies']} near-duplicate copies of the {self.p['docs']:,} "
+                              "documents (built in seconds): GPU, then CPU if time allows"),
+                Step("test-gpu", "pytest -m gpu with cuDF, RMM and Dask-CUDA: reader, writer, pool, one worker"),
                 Step("components", f"components of a {self.p['graph_nodes']:,}-node graph: cuGraph (if in the kit), "
                                    "CuPy, CPU"),
                 Step("dask", f"Dask-CUDA, one worker, vs the single-process GPU run, {self.p['dask_docs']:,} documents"),
@@ -255,26 +263,30 @@ class Driver:
         corpus = ["--corpus-dir", str(self.corpus), *self.words()]
         args = {
             "corpus": ["--suite", "corpus", "--e2e-docs", str(self.p["docs"]), "--configs",
-                       *(self.p["configs"].split() if self.tier == 1 else ["nemo_curator", "default"])],
+                       *(self.p["configs"].split() if self.tier == 1 else E2E_CUDF_CONFIGS)],
             "smoke": ["--suite", "smoke", "--smoke-docs", str(self.p["smoke_docs"])],
             "signatures": ["--suite", "signatures", "--docs", str(self.p["sig_docs"]), "--perms",
                            *self.p["sig_perms"].split(), "--shingles", "char:5", "char:24", "word:5", "--backends",
                            "cpu", "gpu", "--deadline-seconds", soon],
             "e2e": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--configs", *self.p["configs"].split(),
-                    "--e2e-backends", "cpu", "gpu", "--warmup-docs", str(self.p["warmup_docs"]), "--workdir",
-                    str(self.work), "--deadline-seconds", soon]
+                    "--e2e-backends", "cpu", "gpu", "--e2e-modes", "shards", "list", "--warmup-docs",
+                    str(self.p["warmup_docs"]), "--workdir", str(self.work), "--deadline-seconds", soon]
                    + (["--profile-dir", str(self.logs)] if self.p["profile"] else []),  # FC_PROFILE=1
             # tier 2: NeMo Curator's kernel (cuDF str.minhash, MurmurHash3) on the same shingles and permutations
             "cudf-minhash": ["--suite", "signatures", "--docs", str(self.p["sig_docs"]), "--perms", "260", "128",
                              "--shingles", "char:24", "char:5", "word:5", "--backends", "gpu", "cudf",
                              "--deadline-seconds", soon],
-            "e2e-cudf": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--configs", "nemo_curator",
-                         "default", "--e2e-backends", "cpu", "gpu", "gpu-pyarrow", "--warmup-docs",
+            "e2e-cudf": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--configs", *E2E_CUDF_CONFIGS,
+                         "--e2e-backends", "cpu", "gpu", "--e2e-modes", "shards", "list", "--warmup-docs",
                          str(self.p["warmup_docs"]), "--workdir", str(self.work), "--deadline-seconds", soon],
+            # 10^7: the GPU first (the target), then the CPU once if the deadline allows
+            "scale": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--copies", str(self.p["copies"]),
+                      "--configs", "default", "--e2e-backends", "gpu", "cpu", "--workdir", str(self.work),
+                      "--deadline-seconds", soon],
             "components": ["--suite", "components", "--graph-nodes", str(self.p["graph_nodes"])],
             "dask": ["--suite", "dask", "--e2e-docs", str(self.p["dask_docs"]), "--workdir", str(self.work)],
         }[name]
-        if name in ("corpus", "signatures", "e2e", "cudf-minhash", "e2e-cudf"):
+        if name in ("corpus", "signatures", "e2e", "cudf-minhash", "e2e-cudf", "scale"):
             args += corpus
         elif name in ("smoke", "dask"):
             args += self.words()
@@ -283,7 +295,7 @@ class Driver:
     def bench_step(self, step: Step, numbers, problem=None):
         """Run step's benchmark; ``numbers(json) -> dict`` for the summary, ``problem(json) -> str`` (or
         None) for a result that is wrong although the command ended well."""
-        if step.name in ("signatures", "e2e", "cudf-minhash", "e2e-cudf"):
+        if step.name in ("signatures", "e2e", "cudf-minhash", "e2e-cudf", "scale"):
             self.wait_corpus(step)
         cap = self.cap_for(step.name)
         args, out = self.bench_args(step.name, cap)
@@ -373,6 +385,9 @@ class Driver:
         return self.bench_step(step, lambda res: e2e_numbers(res.get("end_to_end", [])), e2e_problem)
 
     def step_e2e_cudf(self, step: Step):
+        return self.bench_step(step, lambda res: e2e_numbers(res.get("end_to_end", [])), e2e_problem)
+
+    def step_scale(self, step: Step):
         return self.bench_step(step, lambda res: e2e_numbers(res.get("end_to_end", [])), e2e_problem)
 
     def step_components(self, step: Step):
@@ -784,11 +799,20 @@ def cudf_problem(res: dict):
 
 
 def e2e_problem(res: dict):
+    """GPU outputs whose content differs from the CPU's (other bytes with the same content are the rule when
+    cuDF writes the shards), and runs that failed."""
     rows = res.get("end_to_end", [])
-    bad = [f"{r['config']} {r['backend']} ({', '.join(r['compared']['differ'] + r['compared']['only_in_one'])})"
-           for r in rows if r.get("identical") is False
-           and {n for n in r["compared"]["differ"] if not n.startswith(".gpu_dedup_manifest")}
-           - set(r["compared"].get("same_table", [])) | set(r["compared"]["only_in_one"])]
+
+    def differs(r) -> bool:
+        if "content_identical" in r:
+            return r["content_identical"] is False
+        return r.get("identical") is False and bool(
+            {n for n in r["compared"]["differ"] if not n.startswith(".gpu_dedup_manifest")}
+            - set(r["compared"].get("same_table", [])) | set(r["compared"]["only_in_one"]))
+
+    bad = [f"{r['config']} {r.get('mode', 'shards')} {r['backend']} "
+           f"({', '.join(list(r['compared'].get('content_differs', {})) + r['compared']['only_in_one'])})"
+           for r in rows if differs(r)]
     errors = [f"{r['config']} {r['backend']}: {r['error'][:200]}" for r in rows if "error" in r]
     return "; ".join(filter(None, [bad and f"GPU outputs differ from the CPU's: {bad}", "; ".join(errors)])) or None
 
@@ -806,10 +830,14 @@ def kit_dir() -> Path:
 
 
 def e2e_numbers(rows: list) -> dict:
-    """Per configuration: CPU and GPU seconds, speed-up, byte-identity, GPU rates; seconds per stage."""
+    """Per configuration and output mode (``config`` for shards, ``config/list`` for the removal list): CPU and
+    GPU seconds, speed-up, byte and content identity, GPU rates; per run its books: seconds per stage, named
+    fixed costs, unbooked glue and the publication after the report."""
     configs, stages = {}, {}
     for r in rows:
-        c = configs.setdefault(r.get("config", "?"), {"docs": r.get("docs")})
+        mode = r.get("mode", "shards")
+        key = r.get("config", "?") + ("" if mode == "shards" else f"/{mode}")
+        c = configs.setdefault(key, {"docs": r.get("docs")})
         b = r["backend"]
         if "seconds" in r:
             c[f"{b}_seconds"] = r["seconds"]
@@ -817,12 +845,16 @@ def e2e_numbers(rows: list) -> dict:
             c[f"{b}_tb_per_hour"] = r["tb_per_hour"]
             if "warmup_seconds" in r:
                 c[f"{b}_warmup_seconds"] = r["warmup_seconds"]
-            stages[(r.get("config"), b)] = dict(r["stage_seconds"], prepare=r.get("kernel_prepare_seconds", 0))
+            if r.get("writer"):
+                c[f"{b}_writer"] = r["writer"]
+            stages[(key, b)] = dict(r["stage_seconds"], **r.get("fixed_seconds", {}),
+                                    unbooked=r.get("unbooked_seconds", ""), publish=r.get("publish_seconds", ""),
+                                    prepare=r.get("kernel_prepare_seconds", 0))
         else:
             c[f"{b}_not_run"] = r.get("error") or f"skipped: {r.get('skipped')}"
         if "identical" in r:
-            key = "byte_identical" if b == "gpu" else f"{b}_byte_identical"
-            c[key] = r["identical"]
+            c["byte_identical" if b == "gpu" else f"{b}_byte_identical"] = r["identical"]
+            c["content_identical" if b == "gpu" else f"{b}_content_identical"] = r.get("content_identical")
             c["files_compared"] = r["compared"]["files"]
             if r["compared"].get("same_table"):
                 c[f"{b}_same_tables_other_bytes"] = r["compared"]["same_table"]
@@ -860,9 +892,9 @@ def _headline(s: Step) -> str:
                                                              f"{'cuDF' if s.name == 'cudf-minhash' else 'CPU'})"
                                                              if other else ""))
         return "; ".join(out[:4])
-    if s.name in ("e2e", "e2e-cudf") and n.get("configs"):
-        return "; ".join(f"{k}: {v.get('gpu_speedup', '-')}x, identical {v.get('byte_identical')}"
-                         for k, v in n["configs"].items())
+    if s.name in ("e2e", "e2e-cudf", "scale") and n.get("configs"):
+        return "; ".join(f"{k}: {v.get('gpu_speedup', '-')}x, {v.get('gpu_tb_per_hour', '-')} TB/h, content "
+                         f"{v.get('content_identical')}" for k, v in n["configs"].items())
     if s.name == "corpus" and n.get("bytes_and_rows"):
         return "; ".join(f"{c['corpus']}: {c['rows']:,} rows in {c['seconds']}s" for c in n["bytes_and_rows"]
                          if c.get("rows") is not None)
@@ -891,13 +923,15 @@ def _detail(s: Step) -> list:
                 "| --- | ---: | --- | ---: | ---: | ---: | --- | --- |"] + \
             [f"| {r[0]} | {r[1]} | {r[2]} | {r[3] or ''} | {r[4] or ''} | {r[5] or ''} | "
              f"{'' if r[6] is None else ('yes' if r[6] else 'NO')} | {_cell(r[7] or '', 80)} |" for r in n["rows"]]
-    if s.name in ("e2e", "e2e-cudf") and n.get("configs"):
-        out = ["| config | docs | CPU s | GPU s | speed-up | byte-identical | GPU docs/s | GPU TB/h | GPU warm-up s | note |",
-               "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
+    if s.name in ("e2e", "e2e-cudf", "scale") and n.get("configs"):
+        out = ["| config | docs | CPU s | GPU s | speed-up | same content | same bytes | GPU writer | GPU docs/s | "
+               "GPU TB/h | GPU warm-up s | note |",
+               "| --- | ---: | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | --- |"]
         for k, v in n["configs"].items():
             note = "; ".join(str(v[x]) for x in ("cpu_not_run", "gpu_not_run") if x in v)
             out.append(f"| {k} | {v.get('docs') or 0:,} | {v.get('cpu_seconds', '')} | {v.get('gpu_seconds', '')} | "
-                       f"{v.get('gpu_speedup', '')} | {v.get('byte_identical', '')} | {v.get('gpu_docs_per_s', '')} | "
+                       f"{v.get('gpu_speedup', '')} | {v.get('content_identical', '')} | {v.get('byte_identical', '')} "
+                       f"| {_cell(v.get('gpu_writer', ''), 30)} | {v.get('gpu_docs_per_s', '')} | "
                        f"{v.get('gpu_tb_per_hour', '')} | {v.get('gpu_warmup_seconds', '')} | {_cell(note, 120)} |")
         if n.get("stage_seconds"):
             names = list(dict.fromkeys(k for _, _, st in n["stage_seconds"] for k in st))

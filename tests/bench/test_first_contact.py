@@ -84,8 +84,11 @@ def test_rehearsal_runs_every_step_reports_a_failure_and_goes_on(tmp_path):
     assert {(r[0], r[2]) for r in sigs} >= {(s, b) for s in ("char:5", "char:24", "word:5") for b in ("cpu", "gpu")}
     assert all(r[6] is True for r in sigs if r[2] == "gpu")
     configs = steps["e2e"]["numbers"]["configs"]
-    assert set(configs) == {"default", "cosine-vectors"}
-    assert all(c["byte_identical"] is True and c["files_compared"] >= 2 for c in configs.values()), configs
+    assert set(configs) == {"default", "cosine-vectors", "default/list", "cosine-vectors/list"}  # shards, list
+    assert all(c["byte_identical"] is True and c["content_identical"] is True and c["files_compared"] >= 2
+               for c in configs.values()), configs
+    books = {(c, b): st for c, b, st in steps["e2e"]["numbers"]["stage_seconds"]}
+    assert {"kernel_load", "unbooked", "publish"} <= set(books["default", "gpu"])
     backend = steps["test-backend"]["numbers"]
     assert backend["collected"] > 100 and backend["paths"] and not backend["collection_errors"]
 
@@ -236,8 +239,8 @@ def test_tier2_dry_run_checks_the_kit_and_every_command(tmp_path, monkeypatch):
     steps = {s["step"]: s for s in summary["steps"]}
     assert proc.returncode == 0, {k: (v["status"], v["reason"]) for k, v in steps.items()}
     assert summary["tier"] == 2 and summary["first_contact"].startswith("dry run")
-    assert list(steps) == ["kit", "setup", "corpus", "env", "test-gpu", "cudf-minhash", "e2e-cudf", "components",
-                           "dask"]
+    assert list(steps) == ["kit", "setup", "corpus", "env", "e2e-cudf", "cudf-minhash", "scale", "test-gpu",
+                           "components", "dask"]
     assert all(s["status"] == "passed" for s in steps.values())
     assert steps["test-gpu"]["numbers"]["collected"] >= 20 and not steps["test-gpu"]["numbers"]["collection_errors"]
     assert steps["kit"]["numbers"]["pins"]["cudf-cu13"] == "1.0"
