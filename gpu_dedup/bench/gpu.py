@@ -554,6 +554,8 @@ def end_to_end(docs=(1_000_000,), backends=("cpu", "gpu"), preset: str | None = 
         if on_row is not None:
             on_row(rows)
 
+    if workdir is not None:
+        os.makedirs(workdir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         tmp = Path(tmp)
         root = Path(corpus_dir) if corpus_dir else tmp
