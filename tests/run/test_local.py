@@ -313,7 +313,7 @@ def test_write_stage_streams_without_the_normalized_texts(planted, tmp_path, mon
     """The normalized texts (as large as the text) are freed before the shards are written, unless an index
     reads them afterwards; reading them after that is an error, not a second normalization."""
     from gpu_dedup.index import IndexBuilder
-    from gpu_dedup.run.local import LocalExecutor
+    from gpu_dedup.run.local import LocalExecutor, run_local
 
     d, _ = planted
     seen = []
@@ -330,7 +330,7 @@ def test_write_stage_streams_without_the_normalized_texts(planted, tmp_path, mon
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
     plain = run_dedup(d / "in", tmp_path / "plain", cfg)
     with IndexBuilder(tmp_path / "index", cfg) as builder:
-        indexed = run_dedup(d / "in", tmp_path / "indexed", cfg, sink=builder)
+        indexed = run_local(d / "in", tmp_path / "indexed", cfg, sink=builder)
     assert seen == [True, False]
     assert plain.report["counts"] == indexed.report["counts"]
 
