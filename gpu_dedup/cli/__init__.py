@@ -222,7 +222,7 @@ def console() -> None:
     import atexit
     import os
 
-    from gpu_dedup.run.stagelog import count_process_start
+    from gpu_dedup.run.clock import count_process_start  # standard library only: nothing heavy imported yet
 
     count_process_start()  # a run's report books the interpreter's start and the imports as its "startup"
     code = main()

@@ -9,34 +9,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from gpu_dedup.backends import transfer_totals
+from gpu_dedup.run.clock import take_process_start
 from gpu_dedup.run.checkpoint import maybe_crash
 from gpu_dedup.run.progress import Progress
 
 log = logging.getLogger("gpu_dedup")
-
-
-_STARTED: dict = {}  # "process": perf_counter time of this process's start, when the CLI is the process
-
-
-def count_process_start() -> None:
-    """Book the process's own start-up (the interpreter, imports, the command line) to the next run's
-    ``startup`` fixed cost: called by the ``gpu-dedup`` command, once, as the process's entry point."""
-    started = _process_start()
-    if started is not None:
-        _STARTED["process"] = started
-
-
-def _process_start() -> float | None:
-    """When this process started, on the ``time.perf_counter`` clock (Linux: /proc), or None."""
-    try:
-        with open("/proc/self/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time, clock ticks after boot
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):  # pragma: no cover - non-Linux
-        return None
-    age = uptime - ticks / os.sysconf("SC_CLK_TCK")
-    return time.perf_counter() - age if 0 <= age < 3600 else None
 
 
 def rss_mb() -> float:
@@ -89,7 +66,7 @@ class StageLog:
     started: float = field(default_factory=time.perf_counter)  # the run's start (its wall clock counts from here)
 
     def __post_init__(self):
-        process = _STARTED.pop("process", None)  # the CLI's own start-up, booked by the first run only
+        process = take_process_start()  # the CLI's own start-up, booked by the first run only
         if process is not None and process < self.started:
             self.fixed["startup"] = round(self.started - process, 4)
             self.started = process

@@ -287,7 +287,11 @@ def held_texts(held: list, text_column: str, rows) -> pa.Array:
     """The text column at ``rows`` (shard-relative, any order) of one shard's held batches."""
     col = pa.chunked_array([c for t in held for c in t.column(text_column).chunks],
                            held[0].schema.field(text_column).type)
-    return text_values(col.take(pa.array(np.asarray(rows, np.int64)))).combine_chunks()  # a few dozen texts cast
+    rows = pa.array(np.asarray(rows, np.int64))
+    try:
+        return text_values(col.take(rows)).combine_chunks()  # a few dozen texts cast
+    except pa.ArrowNotImplementedError:  # a view or dictionary type Arrow cannot take from: the column cast first
+        return text_values(col).take(rows).combine_chunks()
 
 
 def read_texts(shard: Shard, cfg: InputConfig, rows) -> pa.Array:
