@@ -29,6 +29,7 @@ the smallest node index of the component, as on the CPU.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 from dataclasses import dataclass
@@ -656,6 +657,8 @@ class GPUBackend(Backend):
         with ``cfg``: cuDF installed, ``gpu.reader: cudf``, shards written (``output.shards``), and held
         (``output.hold_inputs`` not false); else None (the text reader alone, or pyarrow)."""
         if self.text_reader(cfg) is None or not cfg.output.shards or cfg.output.hold_inputs is False:
+            return None
+        if importlib.util.find_spec("pylibcudf") is None:  # cuDF older than pylibcudf: each shard's text column
             return None
         return self.read_table
 

@@ -354,6 +354,7 @@ def test_pipeline_with_text_read_into_device_memory_equals_cpu(tmp_path, monkeyp
 
     be = GPUBackend(threads=8, span=32, seg_bytes=64, item_threads=8, max_blocks=4)
     monkeypatch.setattr(be, "text_reader", lambda cfg: read_text)
+    monkeypatch.setattr(be, "table_reader", lambda cfg: None)  # each shard's text column, not the whole-table read
     cfg = {"input": {"id_column": "id"}, "minhash": {"num_perm": 16, "ngram": 3}, "lsh": {"threshold": 0.6},
            "select": {"keep": "longest"}}
     registry._CACHE["gpu"] = be
