@@ -10,11 +10,59 @@ Strings are the Arrow (or cuDF) string buffers: ``data`` (uint8, UTF-8) and
 per document ``doc_start`` / ``doc_end`` (int64 absolute byte positions into
 ``data``).  No text passes through Python objects.
 
-Signature kernel design (``minhash_segments``)
-----------------------------------------------
+Signature kernel, warp per document (``minhash_warps``, the default)
+--------------------------------------------------------------------
+One warp signs one document segment (``GPUBackend.warp_seg_bytes``, 8 KiB by
+default, so nearly every document is one segment); warps take segments with a
+grid-stride loop and never wait for each other: after the launch's one block
+barrier (loading a table of powers) the hot loop has only warp-level
+primitives (ballot, shuffle, ``syncwarp``), no block barrier, no shared atomic.
+
+* **Permutations in registers**: lane ``l`` owns permutations ``l, l + 32,
+  ...``: ``per_lane = ceil(num_perm / 32)`` running minima, multipliers and
+  offsets, in registers (``per_lane`` and the shingle mode are constants of the
+  compiled variant, ``WARP_KERNELS``; 9 for 260 permutations, 4 for 128; up to
+  16, i.e. 512 permutations a launch, more in several launches).  Folding a
+  key is one 32-bit multiply-add and one minimum per permutation
+  (``scalar.permute``); keys are read four at a time from a per-warp buffer
+  in shared memory (a broadcast read), so each lane runs ``4 * per_lane``
+  independent multiply-adds between two reads.
+* **Each token hashed once**: the warp walks the segment in chunks of 32
+  bytes, lane ``l`` at byte ``cur + l``; a lane decides alone whether a token
+  starts there (``scalar.char_start`` / ``scalar.word_start``) and hashes that
+  one token (``next_char`` / ``next_word``: the CPU's token hashes).  A ballot
+  ranks the chunk's tokens.
+* **Shingles from prefixes (two-phase hashing)**: with ``P_g`` the Horner value
+  of the segment's first ``g`` tokens, the shingle of tokens ``i .. i+n-1`` is
+  ``H = P_{i+n} - P_i * base**n`` (mod 2**64, exactly the CPU's value), so a
+  char 24-gram costs what a 5-gram does.  The chunk's prefixes come from one
+  additive warp scan (five shuffles): the token of rank ``r`` enters as
+  ``t * base**-(r+1)`` (the base is odd, so invertible mod 2**64) and
+  ``P = (P_before + scan) * base**(r+1)``.  A ring of the last ``ring_size``
+  prefixes per warp in shared memory (a power of two above ``n + 32``) holds
+  ``P_i`` for the windows that end in the chunk.  The 32-bit keys of the
+  chunk's full shingles are appended to the warp's key buffer; once 32 or
+  more wait, the warp folds them.
+* **Segments**: a segment owns the shingles whose first token starts in it; it
+  reads on past its end until those shingles are complete (``n - 1`` more
+  tokens).  The document's first segment also reads until it has seen ``n``
+  tokens, so it alone recognises a short document (``0 < T < n`` tokens: one
+  shingle, the Horner value of all its tokens) and signs it, and it alone
+  records the first token's position.  A document's only segment stores its
+  minima and count; several segments merge theirs with ``atomicMin`` /
+  ``atomicAdd``.  Empty documents keep ``SENTINEL`` and count 0.
+
+Under the simulator (``NUMBA_ENABLE_CUDASIM=1``), which has no warp
+primitives, ballot, shuffle and ``syncwarp`` are shared-memory exchanges
+between block barriers, and the backend launches one warp per block, so a
+block barrier is a warp barrier: the same kernel source runs, lane for lane.
+
+Block kernel (``minhash_segments``, ``GPU_DEDUP_SIGNATURE_KERNEL=block``)
+-------------------------------------------------------------------------
+The first GPU signature kernel, kept for comparison with the warp kernel.
 The CPU twin walks each document with a rolling hash, one thread per document.
 On the GPU that would leave a warp waiting on its longest document and put a
-1 MB document on a single thread, so the GPU kernel is organised around
+1 MB document on a single thread, so this kernel is organised around
 *byte positions* and *permutations* instead:
 
 * **Work items are segments**: each document is cut into segments of at most
@@ -71,13 +119,16 @@ then by document) and drops repeats.  ``band_hashes`` is a thread per
 and ``signature_similarity`` a thread per pair; all grid-stride.
 """
 
-from .hash_scalar import SENTINEL
+from .hash_scalar import I64, SENTINEL, U32, U64
 from .compat_cuda import restore_numpy_aliases
 from .twin import compile_twins, guard_cache
 
 restore_numpy_aliases()  # before numba-cuda's first compile reads them
 
+from numba import config as _numba_config  # noqa: E402
 from numba import cuda, types  # noqa: E402
+
+_SIMULATOR = bool(_numba_config.ENABLE_CUDASIM)
 
 dev = compile_twins(cuda.jit(device=True))
 
@@ -87,6 +138,10 @@ _permute = dev.permute
 _band_hash = dev.band_hash
 _exact_hash = dev.exact_hash
 _intersection = dev.sorted_intersection
+_char_start = dev.char_start
+_word_start = dev.word_start
+_next_char = dev.next_char
+_next_word = dev.next_word
 
 
 @cuda.jit(device=True)
@@ -328,6 +383,241 @@ def hook_min(labels, new, src, dst):
         cuda.atomic.min(new, v, m)
 
 
+# ----------------------------------------------------------------------------- signatures: warp per document
+# (design in the module docstring: "Signature kernel, warp per document")
+
+FULL_MASK = 0xFFFFFFFF
+WARP = 32
+KEY_SLOTS = 2 * WARP  # per-warp key buffer: up to 31 waiting keys plus one chunk's 32
+POWERS = WARP + 1  # base**0 .. base**32 (and base**-0 .. base**-32)
+PERMS_PER_LANE_MAX = 16  # register minima per lane: up to 512 permutations per launch
+
+if _SIMULATOR:
+    # The simulator has no warp intrinsics: each is a shared-memory exchange between two block barriers.  The
+    # backend launches one warp per block there, so a block barrier is a warp barrier; a warp primitive that
+    # not all 32 lanes reach hangs the simulated block, as it would be undefined on a device.
+
+    @cuda.jit(device=True)
+    def _syncwarp():
+        cuda.syncthreads()
+
+    @cuda.jit(device=True)
+    def _ballot(pred):
+        scratch = cuda.shared.array(1024, dtype=types.uint64)
+        tid = cuda.threadIdx.x
+        scratch[tid] = U64(1) if pred else U64(0)
+        cuda.syncthreads()
+        mask = U64(0)
+        w0 = tid - (tid & 31)
+        for i in range(WARP):
+            mask |= scratch[w0 + i] << U64(i)
+        cuda.syncthreads()
+        return U32(mask)
+
+    @cuda.jit(device=True)
+    def _shfl_up(v, d):
+        scratch = cuda.shared.array(1024, dtype=types.uint64)
+        tid = cuda.threadIdx.x
+        scratch[tid] = v
+        cuda.syncthreads()
+        got = scratch[tid - d] if (tid & 31) >= d else v
+        cuda.syncthreads()
+        return got
+
+    @cuda.jit(device=True)
+    def _shfl(v, src):
+        scratch = cuda.shared.array(1024, dtype=types.uint64)
+        tid = cuda.threadIdx.x
+        scratch[tid] = v
+        cuda.syncthreads()
+        got = scratch[tid - (tid & 31) + src]
+        cuda.syncthreads()
+        return got
+else:
+
+    @cuda.jit(device=True)
+    def _syncwarp():
+        cuda.syncwarp(FULL_MASK)
+
+    @cuda.jit(device=True)
+    def _ballot(pred):
+        return U32(cuda.ballot_sync(FULL_MASK, pred))
+
+    @cuda.jit(device=True)
+    def _shfl_up(v, d):
+        return U64(cuda.shfl_up_sync(FULL_MASK, I64(v), d))
+
+    @cuda.jit(device=True)
+    def _shfl(v, src):
+        return U64(cuda.shfl_sync(FULL_MASK, I64(v), src))
+
+
+@cuda.jit(device=True)
+def _lanes_below(k):
+    """Bit mask of the lanes below lane ``k`` (0 <= k <= 32)."""
+    return (U64(1) << U64(k)) - U64(1)
+
+
+def _warp_kernel(per_lane, word_mode):
+    """The warp kernel for ``per_lane`` minima per lane (``32 * per_lane`` permutations at most) and one
+    shingle mode: both are constants inside, so the minima, multipliers and offsets live in registers."""
+
+    @cuda.jit(cache=True)
+    def minhash_warps(data, doc_start, doc_end, seg_doc, seg_lo, seg_hi, n, base_n, word_base, word_base2, powers,
+                      ring_size, a, b, out, counts, first):
+        """Warp per segment (grid-stride).  ``powers``: base**0..32 then base**-0..-32 (mod 2**64); ``base_n``:
+        base**n; ``ring_size``: a power of two >= n + 32.  Dynamic shared memory (uint64): the 66 powers,
+        then per warp a ring of ``ring_size`` prefixes and ``KEY_SLOTS`` keys.  ``a``, ``b``: 32 * per_lane
+        (padding: a = 0, b = SENTINEL).  ``out`` starts at SENTINEL, ``counts`` at 0, ``first`` at ``doc_end``.
+        """
+        shared = cuda.shared.array(0, dtype=types.uint64)
+        tid = cuda.threadIdx.x
+        lane = tid & 31
+        warp = tid >> 5
+        for e in range(tid, 2 * POWERS, cuda.blockDim.x):
+            shared[e] = powers[e]
+        cuda.syncthreads()  # the kernel's only block barrier: the warps are independent after it
+        up = shared[:POWERS]  # base**k
+        down = shared[POWERS:2 * POWERS]  # base**-k
+        slot = 2 * POWERS + warp * (ring_size + KEY_SLOTS)
+        ring = shared[slot:slot + ring_size]  # Horner prefix of the first g tokens at g mod ring_size
+        keys = shared[slot + ring_size:slot + ring_size + KEY_SLOTS]  # permutation keys waiting for the fold
+        wrap = ring_size - 1
+        num_perm = out.shape[1]
+        below = _lanes_below(lane)
+        ma = cuda.local.array(per_lane, types.uint32)
+        mb = cuda.local.array(per_lane, types.uint32)
+        mins = cuda.local.array(per_lane, types.uint32)
+        for q in range(per_lane):  # lane holds permutations lane, lane + 32, ...
+            ma[q] = a[q * WARP + lane]
+            mb[q] = b[q * WARP + lane]
+        warps = cuda.gridDim.x * (cuda.blockDim.x >> 5)
+        for s in range(cuda.blockIdx.x * (cuda.blockDim.x >> 5) + warp, seg_doc.shape[0], warps):
+            k = seg_doc[s]
+            start = doc_start[k]
+            end = doc_end[k]
+            lo = seg_lo[s]
+            hi = seg_hi[s]
+            head = lo == start  # the document's first segment: it alone signs a short document, finds the first token
+            for q in range(per_lane):
+                mins[q] = SENTINEL
+            _syncwarp()  # the previous segment's last reads of the ring and keys are done
+            if lane == 0:
+                ring[0] = U64(0)
+            tokens = I64(0)  # tokens seen (starting at lo or after)
+            owned = I64(-1)  # tokens starting in [lo, hi), once the walk has passed hi
+            prefix = U64(0)  # Horner value of the tokens seen
+            waiting = I64(0)  # keys in the buffer
+            shingles = I64(0)  # full shingles owned by this segment
+            mine = end  # the first token's position, on its lane
+            cur = lo
+            while True:
+                done = cur >= end
+                if not done and cur >= hi:  # past the segment: only the tokens that end its shingles are needed
+                    need = owned + n - 1 if owned > 0 else I64(0)
+                    if head and need < n:
+                        need = n  # seeing n tokens tells a short document (fewer than n tokens) apart
+                    done = tokens >= need
+                if not done:
+                    p = cur + lane
+                    tok = False
+                    t = U64(0)
+                    if p < end:
+                        if word_mode:
+                            if _word_start(data, start, p, end):
+                                t, _, _ = _next_word(data, p, end, word_base, word_base2)
+                                tok = True
+                        elif _char_start(data, start, p, end):
+                            t, _ = _next_char(data, p, end)
+                            tok = True
+                    mask = U64(_ballot(tok))
+                    c = I64(cuda.popc(mask))
+                    r = I64(cuda.popc(mask & below))  # this lane's token is token tokens + r
+                    # Horner prefixes by one additive scan: the token of rank r enters scaled by base**-(r+1)
+                    u = t * down[r + 1] if tok else U64(0)
+                    d = 1
+                    for _ in range(5):
+                        w = _shfl_up(u, d)
+                        if lane >= d:
+                            u += w
+                        d *= 2
+                    total = _shfl(u, WARP - 1)
+                    g = tokens + r
+                    here = (prefix + u) * up[r + 1]  # Horner value of tokens 0..g
+                    if tok:
+                        ring[(g + 1) & wrap] = here
+                        if g == 0:
+                            mine = p
+                    if owned < 0 and cur + WARP >= hi:
+                        owned = tokens + I64(cuda.popc(mask & _lanes_below(min(hi - cur, WARP))))
+                    _syncwarp()
+                    i = g + 1 - n  # the first token of the shingle that this lane's token ends
+                    full = tok and i >= 0 and (owned < 0 or i < owned)
+                    key = U64(0)
+                    if full:
+                        key = (here - ring[i & wrap] * base_n) >> U64(32)
+                    kmask = U64(_ballot(full))
+                    if full:
+                        keys[waiting + I64(cuda.popc(kmask & below))] = key
+                    fresh = I64(cuda.popc(kmask))
+                    waiting += fresh
+                    shingles += fresh
+                    prefix = (prefix + total) * up[c]
+                    tokens += c
+                    cur += WARP
+                elif head and tokens > 0 and tokens < n:  # a short document: one shingle of all its tokens
+                    if lane == 0:
+                        keys[waiting] = prefix >> U64(32)
+                    waiting += 1
+                    shingles = I64(1)
+                _syncwarp()
+                if waiting >= WARP or (done and waiting > 0):  # fold the waiting keys into the minima
+                    padded = (waiting + 3) & ~3  # repeats of key 0 fill the last group of four: no minimum changes
+                    if lane < padded - waiting:
+                        keys[waiting + lane] = keys[0]
+                    _syncwarp()
+                    for e in range(0, padded, 4):
+                        x0 = U32(keys[U64(e)])
+                        x1 = U32(keys[U64(e + 1)])
+                        x2 = U32(keys[U64(e + 2)])
+                        x3 = U32(keys[U64(e + 3)])
+                        for q in range(per_lane):
+                            aq = ma[q]
+                            bq = mb[q]
+                            m = min(mins[q], _permute(x0, aq, bq), _permute(x1, aq, bq))
+                            mins[q] = min(m, _permute(x2, aq, bq), _permute(x3, aq, bq))
+                    waiting = I64(0)
+                    _syncwarp()
+                if done:
+                    break
+            whole = head and hi == end  # the document's only segment: no other writer
+            for q in range(per_lane):
+                j = q * WARP + lane
+                if j < num_perm:
+                    if whole:
+                        out[k, j] = mins[q]
+                    elif mins[q] < SENTINEL:
+                        cuda.atomic.min(out, (k, j), mins[q])
+            if lane == 0:
+                if whole:
+                    counts[k] = shingles
+                elif shingles > 0:
+                    cuda.atomic.add(counts, k, shingles)
+            if head and mine < end:
+                first[k] = mine
+
+    return minhash_warps
+
+
+# every variant exists from the import on (created, not compiled): guard_cache below sees their disk cache
+WARP_KERNELS = {(per_lane, word): _warp_kernel(per_lane, word)
+                for per_lane in range(1, PERMS_PER_LANE_MAX + 1) for word in (False, True)}
+
+
+def warp_kernel(per_lane: int, word_mode: bool):
+    """The warp kernel with ``per_lane`` minima per lane (1..PERMS_PER_LANE_MAX) for word or char shingles."""
+    return WARP_KERNELS[(int(per_lane), bool(word_mode))]
+
 # ----------------------------------------------------------------------------- text normalization
 # The one-pass normalization of kernels/text_scalar.py (the CPU compiles the same source in text_cpu.py).
 
@@ -361,4 +651,5 @@ def gather_segments(src_values, src, lengths, dst, dst_values):
 
 
 # kernels are cached on disk (NVVM takes seconds per kernel on a device); entries compiled from older sources go
-guard_cache(globals(), __file__, sources=("hash_scalar.py", "text_scalar.py", "twin.py", "compat_cuda.py"))
+guard_cache({**globals(), **{f"minhash_warps_{p}_{w}": f for (p, w), f in WARP_KERNELS.items()}}, __file__,
+            sources=("hash_scalar.py", "text_scalar.py", "twin.py", "compat_cuda.py"))

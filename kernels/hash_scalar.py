@@ -36,8 +36,9 @@ constants come from ``seed`` (``params.HashParams``, draw order there):
    value** of tokens ``t_0 .. t_{m-1}`` is the polynomial
    ``H = sum_i t_i * shingle_base**(m - 1 - i)`` (Horner from 0).  CPU kernels
    roll it, ``H' = (H - t_out * shingle_base**(n-1)) * shingle_base + t_in``;
-   GPU kernels evaluate it directly per window: the same value (exact in the
-   ring of integers mod 2**64).  Exact Jaccard verification compares sets of
+   GPU kernels evaluate it directly per window, or as the difference
+   ``P_{i+n} - P_i * shingle_base**n`` of Horner prefixes ``P_g`` of the
+   first ``g`` tokens: the same value (exact in the ring of integers mod 2**64).  Exact Jaccard verification compares sets of
    ``H``.
 4. **Permutations.** Key ``x = H >> 32`` (32 bits); permutation ``i`` is the
    affine bijection of 32-bit values ``h_i(x) = (a_i * x + b_i) mod 2**32``

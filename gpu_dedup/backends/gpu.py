@@ -43,7 +43,7 @@ from gpu_dedup.backends.cpu import signature_values
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
 from gpu_dedup.backends.strings import StringBuffers, arrow_strings, column_buffers, string_buffers
 from gpu_dedup.backends.textnorm import slow_path
-from gpu_dedup.errors import InputError, ResourceError
+from gpu_dedup.errors import ConfigError, InputError, ResourceError
 from gpu_dedup.kernels import text_scalar as text_kernel
 from gpu_dedup.kernels.params import HashParams
 
@@ -52,6 +52,10 @@ log = logging.getLogger("gpu_dedup")
 SEGMENT_BYTES = 1 << 15  # a document is cut into segments of this many bytes (one block each)
 SPAN = 1024  # byte positions hashed per round of a block (shared buffer of this many values)
 PERM_CHUNK = 8192  # permutations per launch (shared memory: (chunk + span) * 4 bytes <= 48 KiB)
+WARP_SEGMENT_BYTES = 1 << 13  # warp kernel: a document is cut into segments of this many bytes (one warp each)
+WARPS_PER_BLOCK = 4  # warp kernel: warps per block (independent; one barrier at the kernel's start)
+SHARED_BYTES = 48 << 10  # static + dynamic shared memory a block may use without opting in
+SIGNATURE_KERNELS = ("warp", "block")  # GPU_DEDUP_SIGNATURE_KERNEL picks one; warp is the default
 ITEM_THREADS = 256  # block size of the thread-per-item kernels
 PINNED_CHUNK = 64 << 20  # bytes a pinned staging buffer holds (host arrays of twice this or more are staged)
 CUDF_CODECS = {"none": None, "snappy": "snappy", "zstd": "ZSTD", "lz4": "LZ4"}  # cudf.DataFrame.to_parquet's names
@@ -109,6 +113,31 @@ def _column_metadata(col, field: pa.Field) -> None:
 def signature_threads(num_perm: int) -> int:
     """Block size of the signature kernel: one permutation per thread, a warp multiple, 64..512."""
     return int(min(512, max(64, -(-num_perm // 32) * 32)))
+
+
+def signature_kernel_choice(value: str | None = None, environ=os.environ) -> str:
+    """The signature kernel: ``value`` if given, else ``GPU_DEDUP_SIGNATURE_KERNEL``, else ``warp``."""
+    choice = value if value is not None else environ.get("GPU_DEDUP_SIGNATURE_KERNEL", "warp")
+    if choice not in SIGNATURE_KERNELS:
+        raise ConfigError(f"signature kernel {choice!r} (GPU_DEDUP_SIGNATURE_KERNEL) is not one of "
+                          f"{', '.join(SIGNATURE_KERNELS)}; unset it for the default (warp)")
+    return choice
+
+
+def warp_launch(num_perm: int, ngram: int, warps: int = WARPS_PER_BLOCK, shared_limit: int = SHARED_BYTES):
+    """Geometry of the warp kernel for one launch of ``num_perm`` permutations (at most
+    ``32 * PERMS_PER_LANE_MAX``) and n-grams of ``ngram`` tokens: (minima per lane, ring slots per
+    warp, warps per block, dynamic shared bytes).  A warp's shared memory holds a ring of the last
+    Horner prefixes (a power of two above ``ngram + 32``, so a window's first prefix is still there)
+    and its key buffer; the block's holds the 33 powers of the base once.  Warps per block shrink
+    (to one) when long n-grams would pass ``shared_limit``."""
+    from gpu_dedup.kernels.hash_cuda import KEY_SLOTS, POWERS, WARP
+
+    per_lane = -(-num_perm // WARP)
+    ring = 1 << (ngram + WARP).bit_length()
+    per_warp = (ring + KEY_SLOTS) * 8
+    warps = max(1, min(warps, (shared_limit - 2 * POWERS * 8) // per_warp))
+    return per_lane, ring, warps, 2 * POWERS * 8 + warps * per_warp
 
 
 def segment_table(starts, ends, seg_bytes: int):
@@ -308,7 +337,8 @@ class GPUBackend(Backend):
 
     def __init__(self, info: dict | None = None, *, xp=None, threads: int | None = None, span: int = SPAN,
                  seg_bytes: int = SEGMENT_BYTES, item_threads: int = ITEM_THREADS, max_blocks: int | None = None,
-                 perm_chunk: int = PERM_CHUNK, compact_gap: int = 1 << 20):
+                 perm_chunk: int = PERM_CHUNK, compact_gap: int = 1 << 20, signature_kernel: str | None = None,
+                 warp_seg_bytes: int | None = None, warps_per_block: int = WARPS_PER_BLOCK):
         from numba import config as numba_config
         from numba import cuda
 
@@ -330,6 +360,9 @@ class GPUBackend(Backend):
         self.item_threads = int(item_threads)
         self.perm_chunk = int(perm_chunk)
         self.compact_gap = int(compact_gap)  # host text: gather the selected documents when the span has more
+        self.signature_kernel = signature_kernel_choice(signature_kernel)
+        self.warp_seg_bytes = int(warp_seg_bytes or min(self.seg_bytes, WARP_SEGMENT_BYTES))
+        self.warps_per_block = int(warps_per_block)
         if self.simulator:
             self.device_name = "CUDA simulator"
             self.max_blocks = int(max_blocks or 4)
@@ -503,18 +536,87 @@ class GPUBackend(Backend):
         m, d_start, d_end, data = self._text(strings, docs)
         if m == 0 or num_perm == 0:
             return xp.empty((m, num_perm), dtype=xp.uint32), xp.zeros(m, dtype=xp.int64)
-        nseg, segs = self._segments(d_start, d_end)
         sargs = self._shingle_args(params, shingle, ngram)
+        if self.signature_kernel == "warp":
+            out, counts, first = self._minhash_warps(data, d_start, d_end, params, shingle, ngram, num_perm)
+        else:
+            out, counts, first = self._minhash_blocks(data, d_start, d_end, params, sargs, num_perm)
+        short = xp.flatnonzero((counts == 0) & (first < d_end)).astype(xp.int64)  # left by the block kernel only
+        if short.shape[0]:
+            xvals = self._short_values(data, d_start, d_end, first, short, sargs)
+            a = self._dev(params.a[:num_perm], np.uint32)
+            b = self._dev(params.b[:num_perm], np.uint32)
+            t = self.item_threads
+            self.k.short_signatures[self._blocks(short.shape[0] * num_perm, t), t](short, xvals, a, b, out, counts)
+        return out, counts
+
+    def signature_pass(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, num_perm=None,
+                       docs=None):
+        """What the chosen signature kernel alone returns, on the device: (signatures, full-shingle counts,
+        first token offsets).  A first offset counts bytes from the document's start (its length when it
+        has no token).  The warp kernel also signs short documents (count 1); the block kernel leaves them
+        to :meth:`minhash_device`'s fix-up (count 0, signature ``SENTINEL``).  For tests and benchmarks."""
+        num_perm = params.num_perm if num_perm is None else int(num_perm)
+        m, d_start, d_end, data = self._text(strings, docs)
+        if self.signature_kernel == "warp":
+            out, counts, first = self._minhash_warps(data, d_start, d_end, params, shingle, ngram, num_perm)
+        else:
+            sargs = self._shingle_args(params, shingle, ngram)
+            out, counts, first = self._minhash_blocks(data, d_start, d_end, params, sargs, num_perm)
+        return out, counts, first - d_start
+
+    def _minhash_warps(self, data, d_start, d_end, params: HashParams, shingle: str, ngram: int, num_perm: int):
+        """Warp kernel (``hash_cuda.minhash_warps``): a warp per document segment of at most
+        ``warp_seg_bytes``; short documents included.  Returns (signatures, counts, first positions)."""
+        from gpu_dedup.kernels.hash_cuda import PERMS_PER_LANE_MAX, WARP, warp_kernel
+
+        xp, m = self.xp, d_start.shape[0]
+        out = xp.full((m, num_perm), params.sentinel, dtype=xp.uint32)
+        counts = xp.zeros(m, dtype=xp.int64)
+        first = d_end.copy()
+        seg_doc, lo, hi = segment_table(d_start, d_end, self.warp_seg_bytes)
+        if seg_doc.shape[0] == 0 or num_perm == 0:
+            return out, counts, first
+        mask = (1 << 64) - 1
+        base = params.shingle_base
+        powers = self._dev(np.array([pow(base, e, 1 << 64) for e in range(WARP + 1)]
+                                    + [pow(base, -e, 1 << 64) for e in range(WARP + 1)], np.uint64))
+        args = (np.int64(ngram), np.uint64(pow(base, ngram, 1 << 64)), np.uint64(params.word_base),
+                np.uint64(params.word_base2 & mask), powers)
+        chunk = WARP * PERMS_PER_LANE_MAX
+        for p0 in range(0, num_perm, chunk):  # one launch up to 512 permutations
+            p1 = min(num_perm, p0 + chunk)
+            per_lane, ring, warps, shared = warp_launch(p1 - p0, ngram, 1 if self.simulator else self.warps_per_block)
+            a = np.zeros(per_lane * WARP, np.uint32)  # lanes past the last permutation fold into values never stored
+            b = np.full(per_lane * WARP, params.sentinel, np.uint32)
+            a[:p1 - p0] = params.a[p0:p1]
+            b[:p1 - p0] = params.b[p0:p1]
+            whole = p0 == 0 and p1 == num_perm
+            part = out if whole else xp.full((m, p1 - p0), params.sentinel, dtype=xp.uint32)
+            c, f = (counts, first) if p0 == 0 else (xp.zeros(m, dtype=xp.int64), d_end.copy())
+            kernel = warp_kernel(per_lane, shingle == "word")
+            kernel[self._blocks(seg_doc.shape[0], warps), warps * WARP, 0, shared](
+                data, d_start, d_end, seg_doc, lo, hi, *args, np.int64(ring), self._dev(a), self._dev(b), part, c, f
+            )
+            if not whole:
+                out[:, p0:p1] = part
+        return out, counts, first
+
+    def _minhash_blocks(self, data, d_start, d_end, params: HashParams, sargs, num_perm: int):
+        """Block kernel (``hash_cuda.minhash_segments``): a block per segment of ``seg_bytes``; short
+        documents come back with count 0 and a first token.  Returns (signatures, counts, first positions)."""
+        xp, m, sentinel = self.xp, d_start.shape[0], params.sentinel
         a = self._dev(params.a[:num_perm], np.uint32)
         b = self._dev(params.b[:num_perm], np.uint32)
-        out = xp.full((m, num_perm), params.sentinel, dtype=xp.uint32)
+        nseg, segs = self._segments(d_start, d_end)
+        out = xp.full((m, num_perm), sentinel, dtype=xp.uint32)
         counts = xp.zeros(m, dtype=xp.int64)
         first = d_end.copy()
         threads = self.threads or signature_threads(min(num_perm, self.perm_chunk))
         for p0 in range(0, num_perm, self.perm_chunk):  # one launch unless num_perm > perm_chunk
             p1 = min(num_perm, p0 + self.perm_chunk)
             whole = p0 == 0 and p1 == num_perm
-            part = out if whole else xp.full((m, p1 - p0), params.sentinel, dtype=xp.uint32)
+            part = out if whole else xp.full((m, p1 - p0), sentinel, dtype=xp.uint32)
             c, f = (counts, first) if p0 == 0 else (xp.zeros(m, dtype=xp.int64), d_end.copy())
             if nseg:
                 shared = (p1 - p0 + self.span) * 4
@@ -523,12 +625,7 @@ class GPUBackend(Backend):
                 )
             if not whole:
                 out[:, p0:p1] = part
-        short = xp.flatnonzero((counts == 0) & (first < d_end)).astype(xp.int64)
-        if short.shape[0]:
-            xvals = self._short_values(data, d_start, d_end, first, short, sargs)
-            t = self.item_threads
-            self.k.short_signatures[self._blocks(short.shape[0] * num_perm, t), t](short, xvals, a, b, out, counts)
-        return out, counts
+        return out, counts, first
 
     def shingle_sets(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, docs=None):
         """Sorted distinct shingle values of each selected document, as CSR (offsets, values)."""

@@ -17,7 +17,7 @@ import numba.cuda.dispatcher as dispatcher
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # answers the device query of a compile (compute capability CC) and imports the kernels as ``k``
-from _cuda_compile_check import CC, SIGNATURES, k  # noqa: E402
+from _cuda_compile_check import CC, SIGNATURES, kernel  # noqa: E402
 
 codegen.JITCUDACodegen.magic_tuple = lambda self: ((13, 0), CC)  # the cache index key: runtime version, device
 codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc if cc is not None else (*CC, "")
@@ -28,11 +28,11 @@ def main() -> int:
     start = time.perf_counter()
     hits = misses = 0
     for name, variants in SIGNATURES.items():
-        kernel = getattr(k, name)
+        fn = kernel(name)
         for sig in variants:
-            kernel.compile(sig)
-        hits += sum(kernel._cache_hits.values())
-        misses += sum(kernel._cache_misses.values())
+            fn.compile(sig)
+        hits += sum(fn._cache_hits.values())
+        misses += sum(fn._cache_misses.values())
     count = sum(len(v) for v in SIGNATURES.values())
     print(f"kernels {count} hits {hits} misses {misses} seconds {time.perf_counter() - start:.2f}")
     return 0
