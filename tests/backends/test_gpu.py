@@ -20,10 +20,12 @@ from gpu_dedup.backends import to_host
 from gpu_dedup.backends.gpu import (
     components_xp,
     segment_table,
+    signature_kernel_choice,
     signature_threads,
     sorted_unique_segments,
+    warp_launch,
 )
-from gpu_dedup.errors import BackendError
+from gpu_dedup.errors import BackendError, ConfigError
 from gpu_dedup.stages.buckets import buckets
 from gpu_dedup.stages.edges import edges, star_rounds
 from tests import reference as ref
@@ -349,6 +351,26 @@ def test_signature_threads_one_permutation_per_thread():
     assert all(signature_threads(p) % 32 == 0 for p in range(1, 700))
 
 
+def test_warp_launch_geometry():
+    """Minima per lane, a ring of prefixes above n + 32 (a power of two), warps per block and shared bytes:
+    the 66 powers once, then per warp the ring and 64 key slots (8 bytes each)."""
+    assert warp_launch(260, 24) == (9, 64, 4, 66 * 8 + 4 * (64 + 64) * 8)
+    assert warp_launch(128, 5) == (4, 64, 4, 66 * 8 + 4 * 128 * 8)
+    assert warp_launch(32, 31)[:2] == (1, 64) and warp_launch(33, 32)[:2] == (2, 128)
+    assert warp_launch(512, 1)[0] == 16
+    per_lane, ring, warps, shared = warp_launch(128, 1024)  # long n-grams: fewer warps keep a block under 48 KiB
+    assert ring == 2048 and warps == 2 and shared <= 48 << 10
+    assert warp_launch(128, 1024, shared_limit=8 << 10)[2] == 1  # never fewer than one
+
+
+def test_signature_kernel_choice_from_argument_then_environment():
+    assert signature_kernel_choice(environ={}) == "warp"
+    assert signature_kernel_choice(environ={"GPU_DEDUP_SIGNATURE_KERNEL": "block"}) == "block"
+    assert signature_kernel_choice("warp", environ={"GPU_DEDUP_SIGNATURE_KERNEL": "block"}) == "warp"
+    with pytest.raises(ConfigError, match=r"'blocks' .*GPU_DEDUP_SIGNATURE_KERNEL.*warp, block.*unset it"):
+        signature_kernel_choice(environ={"GPU_DEDUP_SIGNATURE_KERNEL": "blocks"})
+
+
 # ------------------------------------------------------------------ real GPU (skipped without one)
 
 
@@ -409,6 +431,32 @@ def test_gpu_kernels_equal_cpu(cpu, gpu_backend, kind, n, num_perm):
                               cpu.band_hashes(cs, bands, rows, hp.band_base))
     assert np.array_equal(gpu_backend.exact_hashes(buf, hp.exact_seed1, hp.exact_seed2),
                           cpu.exact_hashes(buf, hp.exact_seed1, hp.exact_seed2))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("kind", "n"), [("char", 24), ("char", 5), ("word", 5), ("word", 1)])
+def test_gpu_warp_and_block_signature_kernels_equal_cpu(cpu, kind, n):
+    """Both signature kernels on the device, 600 permutations (the warp kernel in two launches), a document
+    cut into many warp segments; counts and first tokens agree."""
+    from gpu_dedup.backends.gpu import GPUBackend
+    from gpu_dedup.backends.strings import string_buffers
+    from gpu_dedup.kernels.params import hash_params
+    from tests.kernels.test_cpu import BAD_BYTES, TEXTS, big_document
+
+    docs = [t.encode() for t in TEXTS] + BAD_BYTES + [big_document().encode(), b"", b"x y", b" " * 9000 + b"a b"]
+    buf = string_buffers(pa.array(docs, pa.large_binary()))
+    hp = hash_params(11, 600)
+    cs, cc = cpu.minhash(buf, hp, kind, n)
+    warp = GPUBackend(signature_kernel="warp", warp_seg_bytes=1024)
+    block = GPUBackend(signature_kernel="block")
+    for be in (warp, block):
+        gs, gc = be.minhash(buf, hp, kind, n)
+        assert np.array_equal(to_host(gs), cs) and np.array_equal(to_host(gc), cc), be.signature_kernel
+    _, wc, wf = warp.signature_pass(buf, hp, kind, n)
+    _, bc, bf = block.signature_pass(buf, hp, kind, n)
+    assert np.array_equal(to_host(wf), to_host(bf))
+    full = to_host(bc) > 0
+    assert np.array_equal(to_host(wc)[full], to_host(bc)[full])
 
 
 @pytest.mark.gpu

@@ -13,7 +13,11 @@ tiny and the launch geometry is shrunk (4 threads per block, 8-byte rounds,
 24-byte segments, 3 blocks): documents longer than a block's threads, than a
 round and than a segment all occur, which exercises the grid-stride loops,
 the shared-memory rounds, the atomic merge of segments and the short-document
-fix-up.  The GPU backend runs with NumPy arrays here (``xp = numpy``).
+fix-up.  The warp signature kernel (the default) runs one warp per block here
+(its warp primitives are emulated with block barriers, ``kernels/hash_cuda.py``),
+on segments of at most ``seg_bytes`` (or ``warp_seg_bytes``); the block kernel
+is selected by name where a test says so.  The GPU backend runs with NumPy
+arrays here (``xp = numpy``).
 """
 
 import os
@@ -210,6 +214,124 @@ def test_minhash_random_bytes(cpu, gpu, docs, kind, n):
     hp = hash_params(SEED, 3)
     buf = buffers(docs)
     g, gc = gpu.minhash(buf, hp, kind, n)
+    c, cc = cpu.minhash(buf, hp, kind, n)
+    assert same(g, c) and same(gc, cc)
+
+
+# ------------------------------------------------------------------ the warp signature kernel against the block kernel
+
+SPLIT_DOCS = [
+    b" " * 40 + b"alpha beta gamma",  # the first token lies past the first segments (word mode)
+    b"x" * 45 + b" " + b"y" * 30,  # two words longer than a segment: a short document for word n >= 3
+    ("é" * 12 + " 日本語 😀 ").encode() * 2,  # code points cut by segment boundaries
+    LOREM.encode(),
+    b"a",
+    b"",
+    b"ab \xff\xfe cd \xe2\x82 " * 3,
+]
+
+
+def _backend(**kw):
+    from gpu_dedup.backends.gpu import GPUBackend
+
+    return GPUBackend(item_threads=4, max_blocks=3, **kw)
+
+
+def _lengths(docs):
+    return np.array([len(d) for d in docs], np.int64)
+
+
+@pytest.mark.parametrize(("kind", "n"), [("char", 1), ("char", 3), ("word", 2), ("word", 5)])
+def test_warp_and_block_kernels_report_the_same_counts_and_first_tokens(cpu, kind, n):
+    """What each kernel alone returns (``signature_pass``): the same first-token offsets, and the same
+    signatures and full-shingle counts for every document of n tokens or more; a short document is signed
+    by the warp kernel itself (count 1, the CPU's values) and left to the fix-up by the block kernel
+    (count 0, SENTINEL)."""
+    hp = hash_params(SEED, NUM_PERM)
+    buf = buffers(DOCS)
+    ws, wc, wf = _backend(seg_bytes=24).signature_pass(buf, hp, kind, n)
+    bs, bc, bf = _backend(signature_kernel="block", threads=4, span=8, seg_bytes=24).signature_pass(buf, hp, kind, n)
+    cs, cc = cpu.minhash(buf, hp, kind, n)
+    assert same(ws, cs) and same(wc, cc)
+    assert same(wf, bf) and wf.dtype == np.int64
+    lengths = _lengths(DOCS)
+    short = (bc == 0) & (bf < lengths)
+    assert short.any() == (n > 1)
+    assert same(bs[~short], cs[~short]) and (bs[short] == (1 << 32) - 1).all()
+    assert same(wc[~short], bc[~short]) and (wc[short] == 1).all()
+    # first tokens: none in an empty or all-space document, else the first code point (char) or word
+    assert wf[0] == 0 and wf[4] == (1 if kind == "word" else 0) and wf[10] == (2 if kind == "word" else 0)
+
+
+@pytest.mark.parametrize("seg", (7, 17))
+def test_warp_kernel_splits_documents_across_warps(cpu, seg):
+    """Documents cut into segments of ``seg`` bytes, one warp each: shingles spanning segments, a first
+    segment without a token, words and code points cut by segment ends, a short document whose two words
+    fill several segments; signatures, counts and first tokens equal the CPU's and the unsplit run's."""
+    hp = hash_params(SEED, 5)
+    buf = buffers(SPLIT_DOCS)
+    split, whole = _backend(warp_seg_bytes=seg), _backend()
+    for kind, n in (("char", 4), ("word", 1), ("word", 3)):
+        g, gc = split.minhash(buf, hp, kind, n)
+        c, cc = cpu.minhash(buf, hp, kind, n)
+        assert same(g, c) and same(gc, cc), (seg, kind, n)
+    first = split.signature_pass(buf, hp, "word", 3)[2]
+    assert same(first, whole.signature_pass(buf, hp, "word", 3)[2]) and first[:2].tolist() == [40, 0]
+    prm = ref.params(SEED, 5)
+    assert split.minhash(buf, hp, "word", 3)[0][1].tolist() == ref.signature(ref.decode(SPLIT_DOCS[1]), "word", 3, prm)
+
+
+def test_warp_kernel_permutation_counts(cpu):
+    """One minimum per lane (1 and 32 permutations), a lane with a padded second (33), and 520 permutations:
+    two launches (512 with 16 minima per lane, then 8)."""
+    docs = [b"", b"ab", b"hello world", "日本語のテキスト".encode(), LOREM.encode()]
+    buf = buffers(docs)
+    be = _backend()
+    for num_perm in (1, 32, 33, 520):
+        hp = hash_params(SEED, num_perm)
+        for kind, n in (("char", 3), ("word", 2)):
+            g, gc = be.minhash(buf, hp, kind, n)
+            c, cc = cpu.minhash(buf, hp, kind, n)
+            assert same(g, c) and same(gc, cc), (num_perm, kind, n)
+
+
+def test_warp_kernel_long_ngrams(cpu):
+    """n-grams longer than a warp's chunk: char 40 and word 33 (a ring of 128 prefixes), char 1000 (2048
+    prefixes, two warps a block on a device); documents shorter and longer than n tokens."""
+    text = (LOREM * 14).encode()
+    docs = [text[:1100], text[:30], (LOREM * 2).encode(), b"", " ".join(["w"] * 40).encode()]
+    buf = buffers(docs)
+    hp = hash_params(SEED, 3)
+    prm = ref.params(SEED, 3)
+    be = _backend(warp_seg_bytes=256)
+    for kind, n in (("char", 40), ("word", 33), ("char", 1000)):
+        g, gc = be.minhash(buf, hp, kind, n)
+        c, cc = cpu.minhash(buf, hp, kind, n)
+        assert same(g, c) and same(gc, cc), (kind, n)
+        assert g[1].tolist() == ref.signature(ref.decode(docs[1]), kind, n, prm)
+
+
+def test_block_kernel_by_environment_equals_cpu(cpu, monkeypatch):
+    """GPU_DEDUP_SIGNATURE_KERNEL=block brings back the block kernel, still equal to the CPU."""
+    monkeypatch.setenv("GPU_DEDUP_SIGNATURE_KERNEL", "block")
+    be = _backend(threads=4, span=8, seg_bytes=24)
+    assert be.signature_kernel == "block"
+    hp = hash_params(SEED, NUM_PERM)
+    buf = buffers(DOCS)
+    for kind, n in (("char", 3), ("word", 2)):
+        g, gc = be.minhash(buf, hp, kind, n)
+        c, cc = cpu.minhash(buf, hp, kind, n)
+        assert same(g, c) and same(gc, cc), (kind, n)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(docs=st.lists(st.one_of(st.binary(max_size=30), st.text(max_size=20).map(str.encode)), min_size=1, max_size=3),
+       kind=st.sampled_from(("char", "word")), n=st.sampled_from((1, 2, 4)), seg=st.integers(1, 12))
+def test_warp_kernel_random_bytes_and_segments(cpu, docs, kind, n, seg):
+    hp = hash_params(SEED, 3)
+    buf = buffers(docs)
+    g, gc = _backend(warp_seg_bytes=seg).minhash(buf, hp, kind, n)
     c, cc = cpu.minhash(buf, hp, kind, n)
     assert same(g, c) and same(gc, cc)
 
