@@ -358,7 +358,7 @@ def test_warp_launch_geometry():
     assert warp_launch(128, 5) == (4, 64, 4, 66 * 8 + 4 * 128 * 8)
     assert warp_launch(32, 31)[:2] == (1, 64) and warp_launch(33, 32)[:2] == (2, 128)
     assert warp_launch(512, 1)[0] == 16
-    per_lane, ring, warps, shared = warp_launch(128, 1024)  # long n-grams: fewer warps keep a block under 48 KiB
+    _, ring, warps, shared = warp_launch(128, 1024)  # long n-grams: fewer warps keep a block under 48 KiB
     assert ring == 2048 and warps == 2 and shared <= 48 << 10
     assert warp_launch(128, 1024, shared_limit=8 << 10)[2] == 1  # never fewer than one
 
@@ -438,9 +438,10 @@ def test_gpu_kernels_equal_cpu(cpu, gpu_backend, kind, n, num_perm):
 def test_gpu_warp_and_block_signature_kernels_equal_cpu(cpu, kind, n):
     """Both signature kernels on the device, 600 permutations (the warp kernel in two launches), a document
     cut into many warp segments; counts and first tokens agree."""
+    from gpu_dedup.kernels.params import hash_params
+
     from gpu_dedup.backends.gpu import GPUBackend
     from gpu_dedup.backends.strings import string_buffers
-    from gpu_dedup.kernels.params import hash_params
     from tests.kernels.test_cpu import BAD_BYTES, TEXTS, big_document
 
     docs = [t.encode() for t in TEXTS] + BAD_BYTES + [big_document().encode(), b"", b"x y", b" " * 9000 + b"a b"]
