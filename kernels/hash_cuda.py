@@ -393,9 +393,12 @@ POWERS = WARP + 1  # base**0 .. base**32 (and base**-0 .. base**-32)
 PERMS_PER_LANE_MAX = 16  # register minima per lane: up to 512 permutations per launch
 
 if _SIMULATOR:
-    # The simulator has no warp intrinsics: each is a shared-memory exchange between two block barriers.  The
-    # backend launches one warp per block there, so a block barrier is a warp barrier; a warp primitive that
-    # not all 32 lanes reach hangs the simulated block, as it would be undefined on a device.
+    # The simulator has no warp intrinsics: each is an exchange through SIM_SCRATCH slots at the start of the
+    # dynamic shared memory, between two block barriers.  The backend launches one warp per block there, so a
+    # block barrier is a warp barrier; a warp primitive that not all 32 lanes reach hangs the simulated block,
+    # as it would be undefined on a device.  (Not a static shared array: the simulator creates those on first
+    # use without a lock, and 32 threads leaving a barrier together can each get their own.)
+    SIM_SCRATCH = WARP
 
     @cuda.jit(device=True)
     def _syncwarp():
@@ -403,37 +406,36 @@ if _SIMULATOR:
 
     @cuda.jit(device=True)
     def _ballot(pred):
-        scratch = cuda.shared.array(1024, dtype=types.uint64)
-        tid = cuda.threadIdx.x
-        scratch[tid] = U64(1) if pred else U64(0)
+        scratch = cuda.shared.array(0, dtype=types.uint64)
+        lane = cuda.threadIdx.x
+        scratch[lane] = U64(1) if pred else U64(0)
         cuda.syncthreads()
         mask = U64(0)
-        w0 = tid - (tid & 31)
         for i in range(WARP):
-            mask |= scratch[w0 + i] << U64(i)
+            mask |= scratch[i] << U64(i)
         cuda.syncthreads()
         return U32(mask)
 
     @cuda.jit(device=True)
     def _shfl_up(v, d):
-        scratch = cuda.shared.array(1024, dtype=types.uint64)
-        tid = cuda.threadIdx.x
-        scratch[tid] = v
+        scratch = cuda.shared.array(0, dtype=types.uint64)
+        lane = cuda.threadIdx.x
+        scratch[lane] = v
         cuda.syncthreads()
-        got = scratch[tid - d] if (tid & 31) >= d else v
+        got = scratch[lane - d] if lane >= d else v
         cuda.syncthreads()
         return got
 
     @cuda.jit(device=True)
     def _shfl(v, src):
-        scratch = cuda.shared.array(1024, dtype=types.uint64)
-        tid = cuda.threadIdx.x
-        scratch[tid] = v
+        scratch = cuda.shared.array(0, dtype=types.uint64)
+        scratch[cuda.threadIdx.x] = v
         cuda.syncthreads()
-        got = scratch[tid - (tid & 31) + src]
+        got = scratch[src]
         cuda.syncthreads()
         return got
 else:
+    SIM_SCRATCH = 0
 
     @cuda.jit(device=True)
     def _syncwarp():
@@ -467,7 +469,8 @@ def _warp_kernel(per_lane, word_mode):
                       ring_size, a, b, out, counts, first):
         """Warp per segment (grid-stride).  ``powers``: base**0..32 then base**-0..-32 (mod 2**64); ``base_n``:
         base**n; ``ring_size``: a power of two >= n + 32.  Dynamic shared memory (uint64): the 66 powers,
-        then per warp a ring of ``ring_size`` prefixes and ``KEY_SLOTS`` keys.  ``a``, ``b``: 32 * per_lane
+        then per warp a ring of ``ring_size`` prefixes and ``KEY_SLOTS`` keys (after ``SIM_SCRATCH`` slots
+        under the simulator).  ``a``, ``b``: 32 * per_lane
         (padding: a = 0, b = SENTINEL).  ``out`` starts at SENTINEL, ``counts`` at 0, ``first`` at ``doc_end``.
         """
         shared = cuda.shared.array(0, dtype=types.uint64)
@@ -475,11 +478,11 @@ def _warp_kernel(per_lane, word_mode):
         lane = tid & 31
         warp = tid >> 5
         for e in range(tid, 2 * POWERS, cuda.blockDim.x):
-            shared[e] = powers[e]
+            shared[SIM_SCRATCH + e] = powers[e]
         cuda.syncthreads()  # the kernel's only block barrier: the warps are independent after it
-        up = shared[:POWERS]  # base**k
-        down = shared[POWERS:2 * POWERS]  # base**-k
-        slot = 2 * POWERS + warp * (ring_size + KEY_SLOTS)
+        up = shared[SIM_SCRATCH:SIM_SCRATCH + POWERS]  # base**k
+        down = shared[SIM_SCRATCH + POWERS:SIM_SCRATCH + 2 * POWERS]  # base**-k
+        slot = SIM_SCRATCH + 2 * POWERS + warp * (ring_size + KEY_SLOTS)
         ring = shared[slot:slot + ring_size]  # Horner prefix of the first g tokens at g mod ring_size
         keys = shared[slot + ring_size:slot + ring_size + KEY_SLOTS]  # permutation keys waiting for the fold
         wrap = ring_size - 1

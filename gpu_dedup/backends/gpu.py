@@ -129,15 +129,15 @@ def warp_launch(num_perm: int, ngram: int, warps: int = WARPS_PER_BLOCK, shared_
     ``32 * PERMS_PER_LANE_MAX``) and n-grams of ``ngram`` tokens: (minima per lane, ring slots per
     warp, warps per block, dynamic shared bytes).  A warp's shared memory holds a ring of the last
     Horner prefixes (a power of two above ``ngram + 32``, so a window's first prefix is still there)
-    and its key buffer; the block's holds the 33 powers of the base once.  Warps per block shrink
-    (to one) when long n-grams would pass ``shared_limit``."""
-    from gpu_dedup.kernels.hash_cuda import KEY_SLOTS, POWERS, WARP
+    and its key buffer; the block's holds the 33 powers of the base and of its inverse once.  Warps
+    per block shrink (to one) when long n-grams would pass ``shared_limit``."""
+    from gpu_dedup.kernels.hash_cuda import KEY_SLOTS, POWERS, SIM_SCRATCH, WARP
 
     per_lane = -(-num_perm // WARP)
     ring = 1 << (ngram + WARP).bit_length()
     per_warp = (ring + KEY_SLOTS) * 8
-    warps = max(1, min(warps, (shared_limit - 2 * POWERS * 8) // per_warp))
-    return per_lane, ring, warps, 2 * POWERS * 8 + warps * per_warp
+    warps = max(1, min(warps, (shared_limit - (SIM_SCRATCH + 2 * POWERS) * 8) // per_warp))
+    return per_lane, ring, warps, (SIM_SCRATCH + 2 * POWERS) * 8 + warps * per_warp
 
 
 def segment_table(starts, ends, seg_bytes: int):
