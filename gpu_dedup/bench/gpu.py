@@ -14,10 +14,20 @@ signatures of the same run (column ``same``).
 * ``gpu``: ``GPUBackend.minhash`` from host text to host signatures (the text
   copy to the device included), and ``gpu-kernel``: text already on the
   device, signatures left there (the pipeline's device-resident future).
+* ``gpu-block``: the block kernel (``GPU_DEDUP_SIGNATURE_KERNEL=block``, the first GPU
+  kernel) on device text, row ``gpu-block-kernel``; the ``gpu`` rows run the backend's
+  default, the warp kernel (their ``kernel`` field says which).
 * ``cudf``: ``cudf.Series.str.minhash(seed, a, b, width)`` on a cuDF column
   already on the device (word n-grams: ``str.split()`` then the list form,
   split included).  cuDF hashes with MurmurHash3, not this project's
   polynomial, so its values differ by design: only its speed is compared.
+
+``--cases char:24x260 char:5x128 word:5x128`` measures those (shingles, permutations)
+pairs instead of every shingle with every ``--perms``.  Each run also reports the warp
+kernel's speed over cuDF's and over the block kernel's (``ratios``) and, on a device, the
+registers, shared memory and theoretical occupancy of the kernels it loaded
+(``kernel_resources``; ``python -m gpu_dedup.bench.occupancy`` gives the same from ptxas
+without a device).
 
 Results go to stdout and, with ``--out``, to a JSON file with the device,
 CPU, library versions and date, to commit beside the README's numbers.
@@ -66,6 +76,8 @@ import sys
 import time
 
 import numpy as np
+
+from gpu_dedup.bench.occupancy import parse_case
 
 SHINGLES = ("char:5", "char:24", "word:5")
 
@@ -160,8 +172,58 @@ def planted_text(n_docs: int, seed: int = 0, words=(60, 400), corpus_dir=None, l
     return normalize(text)
 
 
+def _block_kernel_row(gpu, strings, warm, params, kind: str, n: int, ref_sig, timer) -> tuple:
+    """("gpu-block-kernel", seconds, same as the CPU) of the block kernel on text already on the device."""
+    from gpu_dedup.backends import to_host
+
+    kept = gpu.signature_kernel
+    gpu.signature_kernel = "block"
+    try:
+        gpu.minhash(warm, params, kind, n)  # compiled (or loaded) before the timing
+        on_card = _device_strings(strings, gpu)
+        sec, (sig, _) = timer(lambda: gpu.minhash(on_card, params, kind, n))
+        same = None if ref_sig is None else bool(np.array_equal(to_host(sig), ref_sig))
+    finally:
+        gpu.signature_kernel = kept
+    return "gpu-block-kernel", sec, same
+
+
+def _kernel_resources(gpu, kind: str, n: int, num_perm: int, log=print) -> list:
+    """Registers, shared memory and occupancy of the signature kernels a device loaded for one case
+    (none under the simulator, which compiles nothing)."""
+    if gpu is None or gpu.simulator:
+        return []
+    from gpu_dedup.bench.occupancy import _line, device_resources
+
+    try:
+        rows = device_resources(gpu, kind, n, num_perm)
+    except Exception as exc:  # noqa: BLE001 - a driver query must not end the measurements
+        log(f"kernel resources of {kind}:{n} x {num_perm} not read: {type(exc).__name__}: {exc}")
+        return []
+    for row in rows:
+        log(_line(row))
+    return rows
+
+
+def kernel_ratios(rows: list) -> list:
+    """Per (docs, shingles, permutations): the warp kernel's speed on device text (``gpu-kernel``) over cuDF's
+    ``str.minhash`` and over the block kernel's (their seconds over its seconds), where both were measured."""
+    timed = {(r["docs"], r["shingle"], r["num_perm"], r["backend"]): r for r in rows if r.get("seconds")}
+    out = []
+    for (d, sh, p, backend), r in timed.items():
+        if backend != "gpu-kernel":
+            continue
+        row = {"docs": d, "shingle": sh, "num_perm": p, "gpu_kernel_mb_per_s": r["mb_per_s"]}
+        for name, other in (("vs_cudf", "cudf"), ("vs_block_kernel", "gpu-block-kernel")):
+            if (d, sh, p, other) in timed:
+                row[name] = round(timed[(d, sh, p, other)]["seconds"] / r["seconds"], 2)
+        out.append(row)
+    return out
+
+
 def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES, bits=32, backends=("auto",),
-                  seed=0, out=None, log=print, words=(60, 400), corpus_dir=None, deadline: float | None = None) -> dict:
+                  seed=0, out=None, log=print, words=(60, 400), corpus_dir=None, deadline: float | None = None,
+                  cases=None) -> dict:
     from gpu_dedup.backends import get_backend
     from gpu_dedup.backends.strings import string_buffers
     from gpu_dedup.errors import BackendError
@@ -169,9 +231,13 @@ def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES
 
     want = set(backends)
     auto = "auto" in want
+    if cases:  # (kind, n, num_perm) pairs instead of every shingle with every permutation count
+        cases = [tuple(c) for c in cases]
+        shingles = list(dict.fromkeys((kind, n) for kind, n, _ in cases))
+        perms = list(dict.fromkeys(p for _, _, p in cases))
     cpu = get_backend("cpu") if auto or "cpu" in want else None
     gpu, gpu_reason = None, None
-    if auto or "gpu" in want or "cudf" in want:
+    if auto or want & {"gpu", "gpu-block", "cudf"}:
         try:
             gpu = get_backend("gpu")
         except BackendError as exc:
@@ -209,6 +275,7 @@ def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES
         "versions": _versions(),
         "corpus": f"gpu_dedup.evaluation.sample.planted_corpus(n_docs={max(docs)}, seed={seed}), normalized (default config)",
         "rows": rows,
+        "kernel_resources": [],
     }
     header = f"{'docs':>9} {'shingle':>8} {'perm':>5} {'backend':>11} {'seconds':>9} {'MB/s':>9} {'docs/s':>12} same"
     log(header)
@@ -219,6 +286,8 @@ def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES
         for spec in shingles:
             kind, n = parse_shingle(spec) if isinstance(spec, str) else spec
             for num_perm in perms:
+                if cases and (kind, n, num_perm) not in cases:
+                    continue
                 if deadline is not None and time.time() + 10 > deadline:
                     rows.append({"docs": n_docs, "shingle": f"{kind}:{n}", "num_perm": num_perm, "backend": "all",
                                  "skipped": f"{max(0.0, deadline - time.time()):.0f}s left before the deadline"})
@@ -243,6 +312,9 @@ def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES
                     sec, _ = timer(lambda: gpu.minhash(on_card, params, kind, n))
                     measured.append(("gpu-kernel", sec, same))
                     del on_card
+                if gpu is not None and "gpu-block" in want:
+                    measured.append(_block_kernel_row(gpu, strings, warm, params, kind, n, ref_sig, timer))
+                result["kernel_resources"] += _kernel_resources(gpu, kind, n, num_perm, log)
                 if use_cudf:
                     try:
                         fn = _cudf_minhash(texts, params, kind, n, num_perm)
@@ -260,6 +332,8 @@ def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES
                            "mb_per_s": round(mb / sec, 1), "docs_per_s": round(n_docs / sec)}
                     if same is not None:
                         row["identical_to_cpu"] = same
+                    if name.startswith("gpu"):
+                        row["kernel"] = "block" if name == "gpu-block-kernel" else gpu.signature_kernel
                     rows.append(row)
                     flag = "" if same is None else ("yes" if same else "NO")
                     log(f"{n_docs:>9,} {kind + ':' + str(n):>8} {num_perm:>5} {name:>11} {sec:>9.3f} "
@@ -267,6 +341,11 @@ def run_benchmark(docs=(100_000, 1_000_000), perms=(128, 260), shingles=SHINGLES
                 if out:  # after every measurement: a run stopped from outside keeps what it measured
                     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
                     _write_json(out, result)
+    result["ratios"] = kernel_ratios(rows)
+    for r in result["ratios"]:
+        log(f"{r['shingle']} x {r['num_perm']}: the warp kernel at {r['gpu_kernel_mb_per_s']:,.0f} MB/s, "
+            + ", ".join(f"{r[k]}x {what}" for k, what in (("vs_cudf", "cuDF"), ("vs_block_kernel", "the block kernel"))
+                        if k in r))
     log("")
     log(markdown_table(result))
     if out:
@@ -1018,8 +1097,10 @@ def main(argv=None) -> int:
     p.add_argument("--perms", type=int, nargs="+", default=[128, 260], help="num_perm values")
     p.add_argument("--shingles", nargs="+", default=list(SHINGLES), type=parse_shingle, help="e.g. char:5 word:5")
     p.add_argument("--bits", type=int, choices=(32,), default=32, help="signature bits (32 since hash family v2)")
-    p.add_argument("--backends", nargs="+", default=["auto"], choices=("auto", "cpu", "gpu", "cudf"),
-                   help="auto: cpu, plus gpu and cudf where usable (says why not)")
+    p.add_argument("--backends", nargs="+", default=["auto"], choices=("auto", "cpu", "gpu", "gpu-block", "cudf"),
+                   help="auto: cpu, plus gpu and cudf where usable (says why not); gpu-block: the block kernel too")
+    p.add_argument("--cases", nargs="+", type=parse_case,
+                   help="shingles:n x permutations pairs, e.g. char:24x260 word:5x128 (instead of --shingles x --perms)")
     p.add_argument("--seed", type=int, default=0, help="corpus seed")
     p.add_argument("--words", type=int, nargs=2, default=[60, 400], metavar=("MIN", "MAX"),
                    help="words per planted document (log-uniform; default 60 400, about 1.6 KB)")
@@ -1089,7 +1170,8 @@ def main(argv=None) -> int:
         if "signatures" in suites:
             result["signatures"] = run_benchmark(args.docs, args.perms, args.shingles, args.bits, args.backends,
                                                  args.seed, None if suites != {"signatures"} else args.out,
-                                                 words=words, corpus_dir=args.corpus_dir, deadline=deadline)
+                                                 words=words, corpus_dir=args.corpus_dir, deadline=deadline,
+                                                 cases=args.cases)
         if "end-to-end" in suites:
             result["end_to_end"] = []
             result["end_to_end"] = end_to_end(args.e2e_docs, args.e2e_backends, args.preset, args.seed, words,

@@ -145,3 +145,27 @@ def test_end_to_end_rows_book_every_second_in_both_output_modes(tmp_path):
     assert rows[0]["removed"] == rows[1]["removed"] > 0 and rows[1]["stage_seconds"]["write"] < 1
     md = "\n".join(bench_gpu.end_to_end_markdown(rows))
     assert "| list | cpu |" in md and "| publish |" in md
+
+
+def test_kernel_ratios_compare_the_warp_kernel_with_cudf_and_the_block_kernel():
+    def row(backend, seconds, shingle="char:24", perms=260):
+        return {"docs": 10, "shingle": shingle, "num_perm": perms, "backend": backend, "seconds": seconds,
+                "mb_per_s": round(100 / seconds, 1)}
+
+    rows = [row("cpu", 4.0), row("gpu-kernel", 0.1), row("gpu-block-kernel", 0.5), row("cudf", 0.3),
+            row("gpu-kernel", 0.2, "word:5", 128), row("cudf", 0.1, "word:5", 128),
+            {"docs": 10, "shingle": "char:5", "num_perm": 128, "backend": "all", "skipped": "deadline"}]
+    assert bench_gpu.kernel_ratios(rows) == [
+        {"docs": 10, "shingle": "char:24", "num_perm": 260, "gpu_kernel_mb_per_s": 1000.0, "vs_cudf": 3.0,
+         "vs_block_kernel": 5.0},
+        {"docs": 10, "shingle": "word:5", "num_perm": 128, "gpu_kernel_mb_per_s": 500.0, "vs_cudf": 0.5}]
+
+
+def test_bench_cases_pick_shingle_and_permutation_pairs(tmp_path):
+    out = tmp_path / "bench.json"
+    assert bench_gpu.main(["--docs", "60", "--cases", "char:5x8", "word:2x12", "--backends", "cpu",
+                           "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["shingle"], r["num_perm"]) for r in rows] == [("char:5", 8), ("word:2", 12)]
+    with pytest.raises(SystemExit):
+        bench_gpu.main(["--cases", "char:5"])

@@ -509,6 +509,32 @@ def test_gpu_benchmark_path(monkeypatch):
     assert res["device"] == "CUDA simulator"
 
 
+def test_kernel_benchmark_rehearsal(monkeypatch, tmp_path):
+    """The device step that times the warp kernel against the block kernel (and cuDF on a device), from the
+    command line, on a tiny corpus: every GPU row identical to the CPU, the ratios written; no registers
+    under the simulator."""
+    import json
+
+    from gpu_dedup import backends as registry
+    from gpu_dedup.backends.gpu import GPUBackend
+    from gpu_dedup.bench import gpu as bench_gpu
+
+    monkeypatch.setitem(registry._CACHE, "gpu", GPUBackend(threads=8, span=32, seg_bytes=64, item_threads=8,
+                                                             max_blocks=4))
+    out = tmp_path / "kernels.json"
+    assert bench_gpu.main(["--docs", "6", "--cases", "char:24x40", "word:5x16", "--backends", "cpu", "gpu", "gpu-block",
+                           "--words", "4", "12", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    rows = res["rows"]
+    assert [(r["shingle"], r["num_perm"], r["backend"]) for r in rows] == [
+        (sh, p, b) for sh, p in (("char:24", 40), ("word:5", 16)) for b in ("cpu", "gpu", "gpu-kernel", "gpu-block-kernel")]
+    assert all(r["identical_to_cpu"] for r in rows if r["backend"] != "cpu")
+    assert {r["kernel"] for r in rows if r["backend"].startswith("gpu")} == {"warp", "block"}
+    assert [(r["shingle"], r["num_perm"]) for r in res["ratios"]] == [("char:24", 40), ("word:5", 16)]
+    assert all(r["vs_block_kernel"] > 0 and "vs_cudf" not in r for r in res["ratios"])
+    assert res["kernel_resources"] == [] and res["device"] == "CUDA simulator"
+
+
 # ------------------------------------------------------------------ normalization
 
 
