@@ -126,8 +126,9 @@ class Driver:
                 Step("e2e-cudf", f"end to end, {self.p['docs']:,} documents, {', '.join(E2E_CUDF_CONFIGS)}: CPU (all "
                                  "cores) vs GPU (cuDF reads and writes), shards and the removal list, every second "
                                  "booked, outputs compared by content"),
-                Step("cudf-minhash", f"the signature kernel vs cuDF str.minhash (MurmurHash3), {self.p['sig_docs']:,} "
-                                     "documents: char 24 x 260 (20 x 13), char 5 and word 5 x 128"),
+                Step("cudf-minhash", f"the warp and block signature kernels vs cuDF str.minhash (MurmurHash3), "
+                                     f"{self.p['sig_docs']:,} documents: char 24 x 260 (20 x 13), char 5 and word 5 "
+                                     "x 128; identical to the CPU, registers and occupancy"),
                 Step("scale", f"end to end, {self.p['copies']} near-duplicate copies of the {self.p['docs']:,} "
                               "documents (built in seconds): GPU, then CPU if time allows"),
                 Step("test-gpu", "pytest -m gpu with cuDF, RMM and Dask-CUDA: reader, writer, pool, one worker"),
@@ -272,9 +273,10 @@ class Driver:
                     "--e2e-backends", "cpu", "gpu", "--e2e-modes", "shards", "list", "--warmup-docs",
                     str(self.p["warmup_docs"]), "--workdir", str(self.work), "--deadline-seconds", soon]
                    + (["--profile-dir", str(self.logs)] if self.p["profile"] else []),  # FC_PROFILE=1
-            # tier 2: NeMo Curator's kernel (cuDF str.minhash, MurmurHash3) on the same shingles and permutations
-            "cudf-minhash": ["--suite", "signatures", "--docs", str(self.p["sig_docs"]), "--perms", "260", "128",
-                             "--shingles", "char:24", "char:5", "word:5", "--backends", "gpu", "cudf",
+            # tier 2: NeMo Curator's kernel (cuDF str.minhash, MurmurHash3) on the same shingles and permutations,
+            # against the warp kernel (the default) and the block kernel, both checked against the CPU's signatures
+            "cudf-minhash": ["--suite", "signatures", "--docs", str(self.p["sig_docs"]), "--cases", "char:24x260",
+                             "char:5x128", "word:5x128", "--backends", "cpu", "gpu", "gpu-block", "cudf",
                              "--deadline-seconds", soon],
             "e2e-cudf": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--configs", *E2E_CUDF_CONFIGS,
                          "--e2e-backends", "cpu", "gpu", "--e2e-modes", "shards", "list", "--warmup-docs",
