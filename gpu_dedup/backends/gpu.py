@@ -557,7 +557,7 @@ class GPUBackend(Backend):
         has no token).  The warp kernel also signs short documents (count 1); the block kernel leaves them
         to :meth:`minhash_device`'s fix-up (count 0, signature ``SENTINEL``).  For tests and benchmarks."""
         num_perm = params.num_perm if num_perm is None else int(num_perm)
-        m, d_start, d_end, data = self._text(strings, docs)
+        _, d_start, d_end, data = self._text(strings, docs)
         if self.signature_kernel == "warp":
             out, counts, first = self._minhash_warps(data, d_start, d_end, params, shingle, ngram, num_perm)
         else:
