@@ -116,8 +116,10 @@ def test_minhash_equals_cpu(cpu, gpu, kind, n):
         assert gs[k].tolist() == ref.signature(ref.decode(DOCS[k]), kind, n, prm)
 
 
-def test_minhash_launch_geometries(cpu, gpu):
-    """Odd block sizes, 1-byte rounds, segments cutting through multi-byte code points, one block."""
+@pytest.mark.parametrize("kernel", ("warp", "block"))
+def test_minhash_launch_geometries(cpu, gpu, kernel):
+    """Odd block sizes, 1-byte rounds, segments cutting through multi-byte code points, one block; the
+    warp kernel with the same segments (its block is one warp here)."""
     from gpu_dedup.backends.gpu import GPUBackend
 
     hp = hash_params(SEED, 5)
@@ -126,7 +128,7 @@ def test_minhash_launch_geometries(cpu, gpu):
         want, wc = cpu.minhash(buf, hp, kind, n)
         for geo in (dict(threads=3, span=5, seg_bytes=7, max_blocks=1), dict(threads=1, span=2, seg_bytes=5, max_blocks=2),
                     dict(threads=8, span=64, seg_bytes=1 << 15, max_blocks=5)):
-            be = GPUBackend(item_threads=3, **geo)
+            be = GPUBackend(item_threads=3, signature_kernel=kernel, **geo)
             got, gc = be.minhash(buf, hp, kind, n)
             assert same(got, want), geo
             assert same(gc, wc), geo
@@ -138,7 +140,8 @@ def test_minhash_permutation_chunks_and_prefix(cpu, gpu):
     hp = hash_params(SEED, 9)
     buf = buffers(DOCS[:13])
     want, wc = cpu.minhash(buf, hp, "char", 2)
-    be = GPUBackend(threads=4, span=8, seg_bytes=24, item_threads=4, max_blocks=3, perm_chunk=4)
+    be = GPUBackend(threads=4, span=8, seg_bytes=24, item_threads=4, max_blocks=3, perm_chunk=4,
+                    signature_kernel="block")
     got, gc = be.minhash(buf, hp, "char", 2)  # 3 launches of 4 + 4 + 1 permutations
     assert same(got, want) and same(gc, wc)
     prefix, _ = gpu.minhash(buf, hp, "char", 2, num_perm=5)
