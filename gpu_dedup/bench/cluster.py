@@ -8,7 +8,7 @@ corpus and one config, beside one process of the same backend:
   workers and a warm-up run (the first run of fresh workers) are timed apart, and so is its close;
 * runs that join it by address (``cluster.scheduler``), as a run on a deployed cluster does, for each route in
   ``--dask-shuffles`` (``null``: the host-array routes; ``device``: band hashes and edges as device frames through
-  Dask's p2p shuffle), each output compared with the one-process run's, file by file (bytes, and content where
+  Dask's p2p shuffle, and through its task shuffle should p2p fail), each output compared with the one-process run's, file by file (bytes, and content where
   the bytes differ; ``_SUCCESS`` holds the manifest's fingerprint, which names the cluster, so it is not
   compared), and the rows and bytes the routes moved, by stage;
 * on the first cluster, device memory under pressure (GPU workers): a run whose texts may take almost nothing of
@@ -75,23 +75,43 @@ def cluster_bench(docs=(1_000_000,), backend: str = "gpu", workers=(1, 2, 4), sh
             corpora.append((got, path, size, False))  # the removal list only: 10^7 documents' shards are 16 GB
         corpora = [(n, shard_files(path), size, shards) for n, path, size, shards in corpora]
         warm = shard_files(planted_dir(root, warmup_docs, seed, words, 2, log=log)[0])  # the e2e suite's warm-up
-        single = {}
-        for n, path, size, shards in corpora:
-            if late(_estimate(single, n)):
+        single: dict = {}  # documents -> (output, seconds) of the one-process runs
+
+        def reference(n, path, size, shards, reserve: float = 0.0) -> bool:
+            """The one-process run of corpus ``n``, run when first needed (a larger corpus's only when it would
+            end, with ``reserve`` seconds more, before the deadline); whether there is one."""
+            if n in single:
+                return True
+            if late(_estimate(single, n) + reserve):
                 add({"config": "1 process", "docs": n, "skipped": "would not end before the deadline"})
-                continue
+                return False
             out = tmp / f"single-{n}"
             got = _single_process(path, out, _settings(backend, shards), warm, tmp / "warm-single")
             single[n] = (out, got["seconds"])
             add({"config": "1 process", "backend": backend, "docs": n, "text_gb": round(size / 1e9, 3),
                  "seconds": got["seconds"], "warmup_seconds": got["warmup_seconds"],
                  "stage_seconds": got["stage_seconds"], "shards_written": shards})
-        for w in workers:
+            return True
+
+        took: dict = {}  # workers -> route -> {documents: seconds}; workers -> fixed seconds of a cluster
+        fixed: dict = {}
+        if corpora:
+            reference(*corpora[0])
+        for k, w in enumerate(workers):  # every cluster at the first corpus first
             if late():
                 add({"config": _layout(backend, w), "skipped": "past the deadline"})
                 continue
-            _one_cluster(w, backend, corpora, single, shuffles, warm, tmp, rmm_async, memory_probe and w == workers[0],
-                         block_rows, add, late)
+            fixed[w] = _one_cluster(w, backend, corpora[:1], single, shuffles, warm, tmp, rmm_async,
+                                    memory_probe and k == 0, block_rows, add, late, took.setdefault(w, {}))
+        for corpus in corpora[1:]:  # then the larger ones, each cluster started again, while they fit
+            n = corpus[0]
+            for w in workers:
+                runs = sum(_estimate(took.get(w, {}).get(r or "host", {}), n) for r in shuffles)
+                if w not in fixed or not runs or late(fixed[w] + runs) or not reference(*corpus, reserve=runs):
+                    add({"config": _layout(backend, w), "docs": n, "skipped": "would not end before the deadline"})
+                    continue
+                _one_cluster(w, backend, [corpus], single, shuffles, warm, tmp, rmm_async, False, block_rows, add,
+                             late, took[w])
     return rows
 
 
@@ -132,7 +152,9 @@ def start_cluster(backend: str, workers: int, rmm_async: bool = False):
 
 
 def _one_cluster(w: int, backend: str, corpora: list, single: dict, shuffles, warm, tmp: Path, rmm_async: bool,
-                 probe: bool, block_rows, add, late) -> None:
+                 probe: bool, block_rows, add, late, took: dict) -> float:
+    """One cluster's rows (see the module docstring) for ``corpora``; ``took`` (route -> {documents: seconds})
+    gains its runs' seconds.  Returns its fixed seconds (start, kernels, warm-up, close)."""
     from distributed import Client  # noqa: PLC0415
 
     from gpu_dedup.config import Config  # noqa: PLC0415
@@ -140,12 +162,12 @@ def _one_cluster(w: int, backend: str, corpora: list, single: dict, shuffles, wa
 
     name = _layout(backend, w)
     fixed: dict = {}
-    t0 = time.perf_counter()
+    began = t0 = time.perf_counter()
     try:
         cluster = start_cluster(backend, w, rmm_async)
     except Exception as exc:  # noqa: BLE001 - a cluster that cannot start is a row, the others still run
         add({"config": name, "error": f"{type(exc).__name__}: {exc}"[:500]})
-        return
+        return time.perf_counter() - began
     fixed["start_seconds"] = round(time.perf_counter() - t0, 3)
     try:
         with Client(cluster) as client:
@@ -156,8 +178,7 @@ def _one_cluster(w: int, backend: str, corpora: list, single: dict, shuffles, wa
         t0 = time.perf_counter()
         _run(warm, tmp / "warm-cluster", _settings(backend, scheduler=address))
         fixed["warmup_seconds"] = round(time.perf_counter() - t0, 3)
-        took: dict = {}  # route -> {documents: seconds} of this cluster's runs
-        for n, path, size, shards in corpora:
+        for n, path, _, shards in corpora:
             for shuffle in shuffles:
                 route = shuffle or "host"
                 if n not in single or late(_estimate(took.get(route, {}), n)):
@@ -170,15 +191,21 @@ def _one_cluster(w: int, backend: str, corpora: list, single: dict, shuffles, wa
                 if "seconds" in row:
                     took.setdefault(route, {})[n] = row["seconds"]
                 add({"config": name, "workers": w, "docs": n, "shuffle": route, **row})
-        if probe and corpora and not late():
-            n, path, _, shards = corpora[0]
-            for row in _memory_probe(backend, path, tmp / "probe", address, shards, single.get(n), block_rows):
-                add({"config": name, "workers": w, "docs": n, **row})
+                if shuffle == "device" and "error" in row and not late(_estimate(took.get("host", {}), n)):
+                    import dask  # noqa: PLC0415
+
+                    with dask.config.set({"dataframe.shuffle.method": "tasks"}):  # the device frames another way
+                        row = _joined(path, tmp / "joined", settings, single.get(n))
+                    add({"config": name, "workers": w, "docs": n, "shuffle": "device (tasks)", **row})
+            if probe and not late():  # device memory under pressure
+                for row in _memory_probe(backend, path, tmp / "probe", address, shards, single.get(n), block_rows):
+                    add({"config": name, "workers": w, "docs": n, **row})
     finally:
         t0 = time.perf_counter()
         cluster.close()
         fixed["close_seconds"] = round(time.perf_counter() - t0, 3)
         add({"config": name, "workers": w, "cluster": "fixed costs", **fixed})
+    return sum(v for v in fixed.values())
 
 
 def _joined(path, out: Path, settings: dict, single) -> dict:

@@ -59,3 +59,30 @@ def test_markdown_books_runs_fixed_costs_and_what_moved():
     assert "| 2 CPU workers | 1,000 | host | 3.0 | 2.0 | yes | yes | 0.5 | 0 | 0 |  |" in md
     assert "| 2 CPU workers | 2.0 | 1.0 | 3.0 | 0.5 |" in md
     assert "| 2 CPU workers | 1,000 | host | 0.4 | 0.1 | 1,200 |" in md
+
+
+def test_every_cluster_runs_the_first_corpus_before_any_runs_the_larger_one(monkeypatch, tmp_path):
+    """The 10^6 runs of the 1-, 2- and 4-worker clusters come first; the copies (10^7) after, each cluster
+    started again, only those whose runs the earlier ones say would end before the deadline."""
+    import time
+
+    from gpu_dedup.bench import gpu
+
+    calls = []
+    monkeypatch.setattr(gpu, "planted_dir", lambda root, n, seed, words, shards=16, log=print: (tmp_path, 10 * n, n))
+    monkeypatch.setattr(gpu, "replicated_dir", lambda src, copies, log=print: (tmp_path, 1, 10_000))
+    monkeypatch.setattr(cluster, "_single_process", lambda *a, **k: calls.append(("single",)) or
+                        {"seconds": 1.0, "warmup_seconds": 0.1, "stage_seconds": {}})
+
+    def one(w, backend, corpora, single, shuffles, warm, tmp, rmm_async, probe, block_rows, add, late, took):
+        calls.append((w, [c[0] for c in corpora], probe))
+        for r in ("host", "device"):
+            took.setdefault(r, {})[corpora[0][0]] = 2.0 if w < 4 else 30.0  # 4 workers: too slow for 10x the docs
+        return 1.0
+
+    monkeypatch.setattr(cluster, "_one_cluster", one)
+    rows = cluster.cluster_bench(docs=(1000,), backend="cpu", workers=(1, 2, 4), copies=10, workdir=tmp_path,
+                                 deadline=time.time() + 200, log=lambda *a: None)
+    assert calls == [("single",), (1, [1000], True), (2, [1000], False), (4, [1000], False), ("single",),
+                     (1, [10_000], False), (2, [10_000], False)]
+    assert {"config": "4 CPU workers", "docs": 10_000, "skipped": "would not end before the deadline"} in rows

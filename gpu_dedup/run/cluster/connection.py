@@ -295,8 +295,9 @@ class GPUWorkerMemory:
 def gpu_worker_memory(cluster_cfg, total: int | None) -> GPUWorkerMemory:
     """The device memory of each of ``cluster.workers_per_gpu`` workers sharing a GPU of ``total`` bytes:
     ``cluster.device_memory_limit`` (auto: 80 % of its share), an RMM pool starting at half its share and, when
-    the GPU is shared, growing no further than its share (so one worker cannot starve the others); with
-    ``cluster.rmm_async``, RMM's asynchronous allocator instead (one pool the driver shares among them)."""
+    the GPU is shared, growing to POOL_MAX_SHARE of its share at most (so one worker cannot starve the others; the
+    rest is its CUDA context and the libraries' own memory); with ``cluster.rmm_async``, RMM's asynchronous
+    allocator instead (one pool the driver shares among them)."""
     per = cluster_cfg.workers_per_gpu
     share = total // per if total else None
     if cluster_cfg.device_memory_limit != "auto":
@@ -306,7 +307,11 @@ def gpu_worker_memory(cluster_cfg, total: int | None) -> GPUWorkerMemory:
     if cluster_cfg.rmm_async or share is None:
         return GPUWorkerMemory(limit, None, None, cluster_cfg.rmm_async)
     align = 256  # RMM's pool sizes are multiples of 256 bytes
-    return GPUWorkerMemory(limit, share // 2 // align * align, share // align * align if per > 1 else None, False)
+    return GPUWorkerMemory(limit, share // 2 // align * align,
+                           int(POOL_MAX_SHARE * share) // align * align if per > 1 else None, False)
+
+
+POOL_MAX_SHARE = 0.9  # a shared GPU's worker: its RMM pool grows to this share of its part of the device
 
 
 def gpu_cluster(workers: int, cluster_cfg):
@@ -349,8 +354,7 @@ def shared_gpu_cluster(devices: list, per_gpu: int, memory_limit, memory: GPUWor
     from distributed.worker_memory import parse_memory_limit  # noqa: PLC0415
 
     n = len(devices) * per_gpu
-    host_limit = (parse_memory_limit(memory_limit, 1, total_cores=n, logger=log) if memory_limit == "auto"
-                  else memory_limit)
+    host_limit = parse_memory_limit(memory_limit, 1, total_cores=n, logger=log)  # bytes: DeviceHostFile needs them
     workers = {}
     for g, dev in enumerate(devices):
         visible = ",".join(devices[g:] + devices[:g])  # its GPU first, as dask-cuda rotates the list

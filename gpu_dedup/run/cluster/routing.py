@@ -259,12 +259,14 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
     sources): each destination takes its group's piece out of every source's whole cut itself, one scheduler
     round trip less on the route's path for (workers) times the bytes moved (``cluster.small_route_rows``).
 
-    ``device`` (a backend name, ``cluster.shuffle: device``): the rows go through Dask's p2p shuffle as frames
-    of that backend's arrays (cuDF frames between GPU workers, pandas on CPU workers): each source's frame moves
+    ``device`` (a backend name, ``cluster.shuffle: device``): the rows go through Dask's p2p shuffle (or the
+    method Dask's ``dataframe.shuffle.method`` names in this process) as frames of that backend's arrays (cuDF frames between GPU workers, pandas on CPU workers): each source's frame moves
     to the device in its own task, each destination's ``after`` step runs on the device arrays it receives, and
     its result goes on as host arrays."""
-    if device is not None:
-        shuffle_method = "p2p"
+    if device is not None:  # Dask's p2p shuffle, unless this process's Dask config names its method
+        import dask  # noqa: PLC0415
+
+        shuffle_method = dask.config.get("dataframe.shuffle.method", None) or "p2p"
     groups, place = destination_groups(list(homes) if homes is not None else [None] * n)
     m = len(parts)
     steps = [before.at(i) if before is not None else None for i in range(m)]
