@@ -226,3 +226,24 @@ def test_a_device_route_hands_on_host_arrays():
     assert routing.on_host(frame)["nested"]["b"].tolist() == [1.0, 1.0] and routing.on_host(None) is None
     moved = routing.on_backend({"a": np.arange(3, dtype=np.int64)}, "cpu")
     assert moved["a"].tolist() == [0, 1, 2]
+
+
+def test_a_block_with_its_texts_on_the_device_is_a_device_object_for_dask_cuda(monkeypatch):
+    """Dask-CUDA's device_memory_limit counts (and past it spills) what its ``is_device_object`` says is on the
+    device: a block whose texts are there is, one whose texts are in host memory is not."""
+    from dask.utils import Dispatch
+
+    module = types.ModuleType("dask_cuda.is_device_object")
+    module.is_device_object = Dispatch(name="is_device_object")
+    monkeypatch.setitem(sys.modules, "dask_cuda", types.ModuleType("dask_cuda"))
+    monkeypatch.setitem(sys.modules, "dask_cuda.is_device_object", module)
+    assert B.register_device_blocks()
+
+    class DeviceBytes(np.ndarray):  # what on_device() takes for a CuPy array
+        pass
+
+    DeviceBytes.__module__ = "cupy._core"
+    on_device = _block(8)
+    on_device.strings = StringBuffers(on_device.strings.offsets, on_device.strings.data.view(DeviceBytes))
+    assert module.is_device_object(on_device) is True
+    assert module.is_device_object(_block(8)) is False
