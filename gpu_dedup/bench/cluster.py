@@ -283,16 +283,27 @@ def _single_process(inputs, out: Path, settings: dict, warm, warm_out: Path) -> 
     proc = subprocess.run([sys.executable, "-c", code, job], capture_output=True, text=True, env=child_env(),
                           check=False)
     line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")), None)
+    got = json.loads(line) if line is not None else {}
+    if "error" in got:  # one of gpu_dedup's errors (no GPU, a bad config): the same error here
+        from gpu_dedup import errors  # noqa: PLC0415
+
+        raise getattr(errors, got["error_type"], errors.GpuDedupError)(got["error"])
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"the one-process run failed (exit status {proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads(line)
+    return got
 
 
 def single_main(job: str) -> None:
     """The child of :func:`_single_process`: a warm-up run, then the timed one; prints their seconds."""
+    from gpu_dedup.errors import GpuDedupError  # noqa: PLC0415
+
     j = json.loads(job)
-    warm_s, _ = _run(j["warm"], Path(j["warm_out"]), j["settings"])
-    sec, res = _run(j["inputs"], Path(j["out"]), j["settings"])
+    try:
+        warm_s, _ = _run(j["warm"], Path(j["warm_out"]), j["settings"])
+        sec, res = _run(j["inputs"], Path(j["out"]), j["settings"])
+    except GpuDedupError as exc:
+        print(json.dumps({"error_type": type(exc).__name__, "error": str(exc)}), flush=True)
+        sys.exit(2)
     print(json.dumps({"seconds": round(sec, 3), "warmup_seconds": round(warm_s, 3),
                       "stage_seconds": {k: v.get("seconds") for k, v in res.report["stages"].items()}}), flush=True)
     os._exit(0)  # noqa: SLF001 - nothing left to flush; a GPU process's teardown takes seconds
