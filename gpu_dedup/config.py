@@ -198,6 +198,7 @@ class OutputConfig:
 ZERO_MEANS = {"components_gathered_edges": "0: always the distributed large-star / small-star rounds",
               "small_route_rows": "0: a route's pieces always taken out of their cuts by a task first"}
 
+SHUFFLES = (None, "p2p", "tasks", "device")  # cluster.shuffle
 MIN_WORKER_MEMORY = 512 * 2**20  # cluster.memory_limit: an idle worker with gpu_dedup loaded uses ~160 MiB
 
 
@@ -208,7 +209,9 @@ class ClusterConfig:
     memory_limit: str = "auto"  # per local worker, Dask syntax: "2GiB"
     block_rows: int = 250_000  # rows per partition (Parquet row groups, and small shards, are grouped up to this)
     shuffle: str | None = None  # how rows move between workers: null (small: as futures; large: Dask's p2p
-    # shuffle), or always one of Dask's: p2p, tasks
+    # shuffle), or always one of Dask's: p2p, tasks; device: the band hashes and the edges as cuDF frames through
+    # Dask's p2p shuffle on GPU workers (kept on the device from the bands stage; pandas frames on CPU workers),
+    # every other route as with null (experimental: measured against the host routes, docs/scale.md)
     # connected components: up to this many verified edges, one worker runs union-find over all of them;
     # above, large-star / small-star rounds over shuffles (no worker ever holds every edge)
     components_gathered_edges: int = 2_000_000
@@ -219,8 +222,21 @@ class ClusterConfig:
     # CPU workers: where each block's normalized texts are kept. true: in a file of the worker's local
     # directory, mapped into memory only while a task reads them (the OS keeps them in its page cache while it
     # has room); false: in worker memory; auto: in memory until this run's texts would take more than
-    # SPILL_SHARE of the worker's memory limit, in files past it
+    # SPILL_SHARE of the worker's memory limit, in files past it.  GPU workers: true: in host memory (each kernel
+    # task copies them to the device); auto: on the device until this run's texts would take more than
+    # DEVICE_TEXT_SHARE of the worker's cluster.device_memory_limit, in host memory past it; false: on the device,
+    # and a run whose texts do not fit there stops with an error naming the setting
     spill_texts: bool | str = "auto"
+    # backend gpu, local cluster: Dask-CUDA workers that share each GPU (cluster.workers of them in all, a
+    # multiple of this), each with its share of the device's memory
+    workers_per_gpu: int = 1
+    # GPU workers: the device memory a worker may fill before Dask-CUDA spills its device objects to host memory
+    # (a size per worker, e.g. 20GiB; auto: 80 % of its share of the GPU), and what bounds its normalized texts
+    # on the device (DEVICE_TEXT_SHARE of it; cluster.spill_texts says what happens past that)
+    device_memory_limit: str = "auto"
+    # GPU workers a run starts: RMM's asynchronous allocator (cudaMallocAsync: one pool the driver shares among
+    # the workers of a GPU) instead of a pool of each worker's share
+    rmm_async: bool = False
 
     def __post_init__(self):
         if self.workers is not None and self.workers < 1:
@@ -229,8 +245,31 @@ class ClusterConfig:
             raise ConfigError(f"cluster.block_rows = {self.block_rows} must be >= 1")
         if self.spill_texts not in (True, False, "auto"):
             raise ConfigError(f"cluster.spill_texts = {self.spill_texts!r} must be true, false or auto")
-        if self.shuffle not in (None, "p2p", "tasks"):
-            raise ConfigError(f"cluster.shuffle = {self.shuffle!r} must be null (automatic), p2p or tasks")
+        if self.shuffle not in SHUFFLES:
+            raise ConfigError(f"cluster.shuffle = {self.shuffle!r} must be null (automatic), p2p, tasks or device")
+        per = self.workers_per_gpu
+        if isinstance(per, bool) or not isinstance(per, int) or per < 1:
+            raise ConfigError(f"cluster.workers_per_gpu = {per!r} must be an integer >= 1 (Dask-CUDA workers sharing "
+                              "each GPU; 1: one worker per GPU)")
+        if per > 1 and self.scheduler:
+            raise ConfigError(f"cluster.workers_per_gpu = {per} shares the GPUs among the workers of a local cluster, "
+                              f"but cluster.scheduler = {self.scheduler!r} joins a running one, whose workers are "
+                              "started by whoever started it (e.g. CUDA_VISIBLE_DEVICES=0,0 dask cuda worker ADDRESS: "
+                              "two workers on GPU 0); drop one of the two settings")
+        if per > 1 and self.workers is not None and self.workers % per:
+            raise ConfigError(f"cluster.workers = {self.workers} is not a multiple of cluster.workers_per_gpu = {per}: "
+                              f"every GPU is shared by {per} workers; use --workers {max(per, self.workers // per * per)} "
+                              f"(or a cluster.workers_per_gpu that divides {self.workers})")
+        if self.device_memory_limit != "auto":
+            try:
+                size = parse_size(self.device_memory_limit)
+            except ValueError:
+                size = None
+            if not size:
+                raise ConfigError(f"cluster.device_memory_limit = {self.device_memory_limit!r} is not a size above 0; "
+                                  "write e.g. 20GiB (per GPU worker), or auto (80 % of its share of the GPU)")
+        if not isinstance(self.rmm_async, bool):
+            raise ConfigError(f"cluster.rmm_async = {self.rmm_async!r} must be true or false")
         for key in ("components_gathered_edges", "small_route_rows"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -438,6 +477,10 @@ class Config:
 
     def __post_init__(self):
         _choice("", "backend", self.backend, BACKENDS)
+        if self.cluster.workers_per_gpu > 1 and self.backend != "gpu":
+            raise ConfigError(f"cluster.workers_per_gpu = {self.cluster.workers_per_gpu} shares each GPU among "
+                              f"Dask-CUDA workers, but backend is {self.backend!r}: use --backend gpu, or drop "
+                              "cluster.workers_per_gpu (CPU workers: --workers N alone)")
         _choice("", "similarity", self.similarity, SIMILARITIES)
         if self.similarity == "cosine" and not 0.0 < self.lsh.threshold < 1.0:
             raise ConfigError(f"lsh.threshold = {self.lsh.threshold} must be in (0, 1) as a cosine threshold "
@@ -676,6 +719,7 @@ def _check_type(where: str, value, hint):
 
 VALUE_HINTS = {"cluster.memory_limit": "a size per worker such as 4GiB, or auto",
                "cluster.spill_texts": "true, false or auto",
+               "cluster.device_memory_limit": "a size per GPU worker such as 20GiB, or auto",
                "gpu.memory_limit": "a size such as 12GiB, or auto"}
 
 

@@ -164,3 +164,44 @@ def test_cluster_thresholds_are_integers_at_least_zero_and_say_what_zero_means()
     with pytest.raises(ConfigError, match=r"cluster.components_gathered_edges = -5 must be an integer >= 0 \(0: "
                                           r"always the distributed large-star / small-star rounds\)"):
         Config().with_overrides({"cluster.components_gathered_edges": -5})
+
+
+def test_workers_per_gpu_shares_gpus_among_local_gpu_workers_and_refuses_nonsense():
+    """cluster.workers_per_gpu: Dask-CUDA workers sharing each GPU of a local cluster; every combination that
+    cannot mean that is one error naming the settings and the fix."""
+    cfg = Config.from_dict({"backend": "gpu", "cluster": {"workers": 4, "workers_per_gpu": 2}})
+    assert (cfg.cluster.workers, cfg.cluster.workers_per_gpu) == (4, 2)
+    assert Config().cluster.workers_per_gpu == 1
+    bad = [
+        ({"backend": "gpu", "cluster": {"workers_per_gpu": 0}}, r"cluster.workers_per_gpu = 0 must be an integer >= 1"),
+        ({"backend": "gpu", "cluster": {"workers_per_gpu": True}}, r"cluster.workers_per_gpu = True"),
+        ({"backend": "gpu", "cluster": {"workers": 3, "workers_per_gpu": 2}},
+         r"cluster.workers = 3 is not a multiple of cluster.workers_per_gpu = 2: .*use --workers 2"),
+        ({"backend": "gpu", "cluster": {"workers": 2, "workers_per_gpu": 4}},
+         r"cluster.workers = 2 is not a multiple of cluster.workers_per_gpu = 4: .*use --workers 4"),
+        ({"backend": "cpu", "cluster": {"workers": 2, "workers_per_gpu": 2}},
+         r"cluster.workers_per_gpu = 2 shares each GPU among Dask-CUDA workers, but backend is 'cpu': use --backend gpu"),
+        ({"backend": "auto", "cluster": {"workers": 2, "workers_per_gpu": 2}}, r"but backend is 'auto'"),
+        ({"backend": "gpu", "cluster": {"scheduler": "tcp://head:8786", "workers_per_gpu": 2}},
+         r"cluster.workers_per_gpu = 2 shares the GPUs among the workers of a local cluster, but cluster.scheduler"),
+    ]
+    for data, message in bad:
+        with pytest.raises(ConfigError, match=message):
+            Config.from_dict(data)
+
+
+def test_device_shuffle_device_memory_limit_and_rmm_async_are_checked():
+    c = Config.from_dict({"cluster": {"shuffle": "device", "device_memory_limit": "20GiB", "rmm_async": True}}).cluster
+    assert (c.shuffle, c.device_memory_limit, c.rmm_async) == ("device", "20GiB", True)
+    assert Config().cluster.device_memory_limit == "auto" and Config().cluster.rmm_async is False
+    with pytest.raises(ConfigError, match=r"cluster.shuffle = 'gpu' must be null \(automatic\), p2p, tasks or device"):
+        Config().with_overrides({"cluster.shuffle": "gpu"})
+    for value in ("lots", "0B", "-1GiB"):
+        with pytest.raises(ConfigError, match=rf"cluster.device_memory_limit = {value!r} is not a size above 0; write "
+                                              r"e.g. 20GiB \(per GPU worker\), or auto"):
+            Config().with_overrides({"cluster.device_memory_limit": value})
+    with pytest.raises(ConfigError, match=r"cluster.device_memory_limit = 5 has the wrong type; expected str \(a size "
+                                          r"per GPU worker such as 20GiB, or auto\)"):
+        Config().with_overrides({"cluster.device_memory_limit": 5})
+    with pytest.raises(ConfigError, match=r"cluster.rmm_async"):
+        Config().with_overrides({"cluster.rmm_async": "yes"})

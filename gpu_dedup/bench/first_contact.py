@@ -35,6 +35,9 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository root (gpu_dedup/ben
 # not skip fails here first
 IMAGE_LACKS = ("cudf", "pylibcudf", "rmm", "dask", "distributed", "dask_cuda", "dask_cudf", "cugraph", "nbformat",
                "nbclient", "ipykernel", "datasketch", "rensa")
+# what tier 2's kit brings of them and a CPU machine has too: not hidden in a tier-2 rehearsal (its Dask steps
+# run CPU processes as workers, with the GPU backend in the CUDA simulator)
+KIT_ON_CPU = ("dask", "distributed")
 # test selection by directory and marker (the files inside may move)
 BACKEND_TESTS = ("tests/stages", "tests/backends", "tests/run", "tests/test_api.py")
 CONFIGS = ("default", "nemo_curator", "cosine-vectors", "fineweb", "cosine-text")  # most wanted first
@@ -43,14 +46,17 @@ MAX_LOG_BYTES = 6 << 20  # a longer log keeps its first 1 MiB and its last 5 MiB
 # device defaults; a rehearsal uses REHEARSAL instead; FC_* variables override either
 DEVICE = {"docs": 1_000_000, "sig_docs": 1_000_000, "smoke_docs": 5000, "warmup_docs": 2000, "words": "60 400",
           "sig_perms": "128 260", "configs": " ".join(CONFIGS), "deadline": 470, "graph_nodes": 1_000_000,
-          "dask_docs": 100_000, "profile": 0, "copies": 10}
+          "dask_docs": 1_000_000, "dask_workers": "1 2 4", "dask_copies": 10, "dask_block_rows": 0, "profile": 0,
+          "copies": 10}
 REHEARSAL = {"docs": 10, "sig_docs": 10, "smoke_docs": 10, "warmup_docs": 10, "words": "5 15", "sig_perms": "16",
-             "configs": "default cosine-vectors", "deadline": 400, "graph_nodes": 300, "dask_docs": 10, "profile": 0,
-             "copies": 3}
+             "configs": "default cosine-vectors", "deadline": 400, "graph_nodes": 300, "dask_docs": 12,
+             "dask_workers": "2", "dask_copies": 0, "dask_block_rows": 5, "profile": 0, "copies": 3}
 # step caps (seconds): a step is stopped there; the deadline caps them all
 CAPS = {"setup": 150, "env": 60, "corpus": 240, "smoke": 150, "test-gpu": 150, "signatures": 90, "e2e": 260,
         "test-backend": 400, "kit": 240, "cudf-minhash": 120, "e2e-cudf": 240, "components": 60, "dask": 150,
         "scale": 150}
+# a rehearsal's caps where they differ: the dask step's GPU workers run every GPU thread in Python there
+REHEARSAL_CAPS = {"dask": 400}
 # tier 2's end-to-end configurations (the one-GPU targets), each with its shards and its removal list
 E2E_CUDF_CONFIGS = ("nemo_curator", "default", "fineweb", "cosine-text")
 # tier 2 needs the RAPIDS kit (cuDF, RMM, Dask-CUDA): these its wheels must pin
@@ -99,7 +105,7 @@ class Driver:
         self.links: list[Path] = []
         self.env = dict(os.environ, PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
         self.env.pop("PYTEST_ADDOPTS", None)
-        self.caps = dict(CAPS)
+        self.caps = {**CAPS, **(REHEARSAL_CAPS if self.rehearse else {})}
         for item in args.cap or []:
             name, _, sec = item.partition("=")
             self.caps[name] = float(sec)
@@ -134,7 +140,10 @@ class Driver:
                 Step("test-gpu", "pytest -m gpu with cuDF, RMM and Dask-CUDA: reader, writer, pool, one worker"),
                 Step("components", f"components of a {self.p['graph_nodes']:,}-node graph: cuGraph (if in the kit), "
                                    "CuPy, CPU"),
-                Step("dask", f"Dask-CUDA, one worker, vs the single-process GPU run, {self.p['dask_docs']:,} documents"),
+                Step("dask", f"Dask-CUDA clusters started once and joined by address: {self.p['dask_workers']} "
+                             f"workers on one GPU, host and device routes, device memory under pressure, vs one GPU "
+                             f"process, {self.p['dask_docs']:,} documents"
+                             + (f" (and {self.p['dask_copies']} copies if time allows)" if self.p["dask_copies"] else "")),
             ]
         wanted = set(args.steps.split(",")) if args.steps else None
         if wanted:
@@ -286,18 +295,21 @@ class Driver:
                       "--configs", "default", "--e2e-backends", "gpu", "cpu", "--workdir", str(self.work),
                       "--deadline-seconds", soon],
             "components": ["--suite", "components", "--graph-nodes", str(self.p["graph_nodes"])],
-            "dask": ["--suite", "dask", "--e2e-docs", str(self.p["dask_docs"]), "--workdir", str(self.work)],
+            "dask": ["--suite", "dask", "--e2e-docs", str(self.p["dask_docs"]), "--workdir", str(self.work),
+                     "--dask-workers", *str(self.p["dask_workers"]).split(), "--warmup-docs", str(self.p["warmup_docs"]),
+                     "--dask-copies", str(self.p["dask_copies"]), "--deadline-seconds", soon]
+                    + (["--dask-block-rows", str(self.p["dask_block_rows"])] if self.p["dask_block_rows"] else []),
         }[name]
-        if name in ("corpus", "signatures", "e2e", "cudf-minhash", "e2e-cudf", "scale"):
+        if name in ("corpus", "signatures", "e2e", "cudf-minhash", "e2e-cudf", "scale", "dask"):
             args += corpus
-        elif name in ("smoke", "dask"):
+        elif name == "smoke":
             args += self.words()
         return args + ["--out", str(out)], out
 
     def bench_step(self, step: Step, numbers, problem=None):
         """Run step's benchmark; ``numbers(json) -> dict`` for the summary, ``problem(json) -> str`` (or
         None) for a result that is wrong although the command ended well."""
-        if step.name in ("signatures", "e2e", "cudf-minhash", "e2e-cudf", "scale"):
+        if step.name in ("signatures", "e2e", "cudf-minhash", "e2e-cudf", "scale", "dask"):
             self.wait_corpus(step)
         cap = self.cap_for(step.name)
         args, out = self.bench_args(step.name, cap)
@@ -400,15 +412,18 @@ class Driver:
         return self.bench_step(step, lambda res: {"rows": res.get("components", [])}, problem)
 
     def step_dask(self, step: Step):
-        def problem(res):
-            bad = [r["docs"] for r in res.get("dask", []) if r.get("identical") is False]
-            return bad and f"Dask-CUDA outputs differ from the single process's at {bad} documents"
-
-        return self.bench_step(step, lambda res: {"rows": res.get("dask", [])}, problem)
+        return self.bench_step(step, lambda res: dask_numbers(res.get("dask", [])),
+                               lambda res: "; ".join(dask_problems(res.get("dask", []))) or None)
 
     def step_kit(self, step: Step):
         """Tier 2: the RAPIDS wheels carried in parts (../shared/gpu/pack.sh), joined and installed into
         /tmp/site by the kit's install script; every later step imports from there."""
+        if self.rehearse:  # no kit here: what it brings that a CPU machine has is this machine's (KIT_ON_CPU)
+            check = "import " + ", ".join(KIT_ON_CPU) + "; print('KIT', dask.__version__)"
+            if self.run(step, self.py("-c", check), 120) != 0:
+                return "failed", _last_error(self.logs / "kit.log") or f"{KIT_ON_CPU} do not import here"
+            step.numbers["versions"] = f"rehearsal: this machine's Dask {_last_match(self.logs / 'kit.log', r'^KIT (.+)$')}"
+            return "passed", ""
         site = Path(os.environ.get("FC_KIT_SITE", "/tmp/site"))
         script = kit_script()
         if not (site / ".installed").is_file():
@@ -491,7 +506,8 @@ class Driver:
         self.logs.mkdir(parents=True)
         if self.rehearse:
             hide = self.work / "hidden-packages"
-            hide_modules(hide, IMAGE_LACKS)
+            shutil.rmtree(hide, ignore_errors=True)  # a rehearsal of the other tier hides other packages
+            hide_modules(hide, [m for m in IMAGE_LACKS if self.tier == 1 or m not in KIT_ON_CPU])
             self.env.update(NUMBA_ENABLE_CUDASIM="1", GPU_DEDUP_SIMULATOR="1")
             self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hide), self.env.get("PYTHONPATH")]))
         print(f"first contact ({'rehearsal on the CPU, CUDA simulator' if self.rehearse else 'device'}): "
@@ -831,6 +847,36 @@ def kit_dir() -> Path:
     return Path(os.environ.get("FC_KIT_DIR") or ROOT.parent / "shared" / "gpu")
 
 
+def dask_numbers(rows: list) -> dict:
+    """The dask step's rows (gpu_dedup.bench.cluster) for the summary: every run's seconds against one process,
+    its identity and what it moved; each cluster's fixed costs; the memory probe's outcome."""
+    runs = [[r.get("config"), r.get("docs"), r.get("shuffle", ""), r.get("seconds"), r.get("vs_one_process"),
+             r.get("identical"), r.get("content_identical"), r.get("shuffle_mb"), r.get("device_routes"),
+             r.get("spilled_text_blocks"), r.get("memory") or r.get("skipped") or r.get("error") or ""]
+            for r in rows if not r.get("cluster") and "stopped_naming_the_setting" not in r]
+    fixed = [[r.get("config"), r.get("start_seconds"), r.get("kernel_load_seconds"), r.get("warmup_seconds"),
+              r.get("close_seconds")] for r in rows if r.get("cluster")]
+    stopped = [r for r in rows if "stopped_naming_the_setting" in r]
+    return {"runs": runs, "fixed": fixed,
+            "limit_error": [[r.get("config"), r.get("stopped_naming_the_setting"), r.get("error", "")[:600]]
+                            for r in stopped]}
+
+
+def dask_problems(rows: list) -> list:
+    """What is wrong in the dask step's rows although it ran (as gpu_dedup.bench.cluster.problems says it; this
+    driver imports nothing of gpu_dedup)."""
+    out = []
+    for r in rows:
+        where = f"{r.get('config')} {r.get('docs', '')} {r.get('shuffle', '')}".strip()
+        if r.get("content_identical") is False:
+            out.append(f"{where}: outputs differ from one process's")
+        if "error" in r and "stopped_naming_the_setting" not in r:
+            out.append(f"{where}: {r['error'][:200]}")
+        if r.get("stopped_naming_the_setting") is False:
+            out.append(f"{where}: spill_texts false did not stop naming cluster.device_memory_limit")
+    return out
+
+
 def e2e_numbers(rows: list) -> dict:
     """Per configuration and output mode (``config`` for shards, ``config/list`` for the removal list): CPU and
     GPU seconds, speed-up, byte and content identity, GPU rates; per run its books: seconds per stage, named
@@ -875,6 +921,13 @@ def _headline(s: Step) -> str:
     if s.name == "kit":
         parts = [n.get("versions"), n.get("cugraph") and f"cuGraph: {n['cugraph']}"]
         return "; ".join(p for p in parts if p)
+    if s.name == "dask" and n.get("runs"):
+        one = {r[1]: r[3] for r in n["runs"] if r[0] == "1 process" and r[3]}
+        parts = [f"1 process {d:,}: {sec}s" for d, sec in one.items()]
+        parts += [f"{r[0].split(' ')[0]}w {r[2]} {r[1]:,}: {r[3]}s ({r[4]}x){'' if r[6] is not False else ' DIFFERS'}"
+                  for r in n["runs"] if r[0] != "1 process" and r[3] and r[2] in ("host", "device")]
+        parts += [f"limit error named: {e[1]}" for e in n.get("limit_error", [])]
+        return "; ".join(parts)
     if s.name in ("components", "dask") and n.get("rows"):
         return "; ".join(f"{r.get('backend', r.get('docs'))}: {r.get('seconds', r.get('dask_cuda_1_worker_seconds'))}s"
                          for r in n["rows"])
@@ -925,6 +978,20 @@ def _detail(s: Step) -> list:
                 "| --- | ---: | --- | ---: | ---: | ---: | --- | --- |"] + \
             [f"| {r[0]} | {r[1]} | {r[2]} | {r[3] or ''} | {r[4] or ''} | {r[5] or ''} | "
              f"{'' if r[6] is None else ('yes' if r[6] else 'NO')} | {_cell(r[7] or '', 80)} |" for r in n["rows"]]
+    if s.name == "dask" and n.get("runs"):
+        yes = {True: "yes", False: "NO", None: ""}
+        out = ["| configuration | docs | route | seconds | x 1 process | same bytes | same content | shuffle MiB | "
+               "device routes | texts off the device | note |",
+               "| --- | ---: | --- | ---: | ---: | --- | --- | ---: | ---: | ---: | --- |"]
+        out += [f"| {r[0]} | {r[1] or 0:,} | {r[2]} | {r[3] or ''} | {r[4] or ''} | {yes[r[5]]} | {yes[r[6]]} | "
+                f"{r[7] if r[7] is not None else ''} | {r[8] if r[8] is not None else ''} | "
+                f"{r[9] if r[9] is not None else ''} | {_cell(r[10], 120)} |" for r in n["runs"]]
+        if n.get("fixed"):
+            out += ["", "| cluster | start s | kernels s | warm-up run s | close s |", "| --- | ---: | ---: | ---: | ---: |"]
+            out += [f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} |" for r in n["fixed"]]
+        out += [f"- spill_texts false under a tiny cluster.device_memory_limit ({e[0]}): stopped naming the setting: "
+                f"{e[1]}; {_cell(e[2], 300)}" for e in n.get("limit_error", [])]
+        return out
     if s.name in ("e2e", "e2e-cudf", "scale") and n.get("configs"):
         out = ["| config | docs | CPU s | GPU s | speed-up | same content | same bytes | GPU writer | GPU docs/s | "
                "GPU TB/h | GPU warm-up s | note |",

@@ -39,8 +39,10 @@ CPU, library versions and date, to commit beside the README's numbers.
   CPU backend on all host cores, same corpus, same config: documents/s, GB/s of
   text, and the host<->device bytes of every stage (from ``report.json``);
   outputs are checked to be identical.
-* ``dask``: ``--workers 1 --backend gpu`` (Dask-CUDA, one GPU worker) against the
-  single-process GPU run: identical outputs, and the overhead in seconds and %.
+* ``dask``: clusters started once and joined by address (``gpu_dedup.bench.cluster``): 1, 2 and 4
+  Dask-CUDA workers on one GPU (``--dask-workers``), the host-array and the device routes
+  (``--dask-shuffles``), device memory under pressure, beside the one-process run; start-up, kernel
+  loading, warm-up and close apart; ``--dask-backend cpu`` measures CPU workers the same way.
 * ``smoke``: a minute's check that the GPU answers at all and agrees with the CPU
   on a small planted corpus (``--smoke-docs``): a plain ``@cuda.jit`` kernel on the
   backend's arrays, normalization, signatures (char 5 x 260, word 5 x 128; a tenth of the
@@ -952,30 +954,6 @@ def components_bench(nodes: int = 1_000_000, edges: int = 1_000_000, seed: int =
     return rows
 
 
-def dask_overhead(docs=(1_000_000,), seed=0, words=(60, 400), shards: int = 16, workdir=None, log=print) -> list:
-    """``--workers 1 --backend gpu`` (Dask-CUDA) against the single-process GPU run: identical outputs,
-    overhead in seconds and percent."""
-    import tempfile
-    from pathlib import Path
-
-    rows = []
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        tmp = Path(tmp)
-        for n_docs in docs:
-            text_bytes, n = _planted_shards(tmp / f"in-{n_docs}", n_docs, seed, words, shards)
-            base = {"backend": "gpu", "input": {"id_column": "id"}}
-            single_s, res = _timed_run(tmp / f"in-{n_docs}", tmp / "single", base)
-            dask_s, _ = _timed_run(tmp / f"in-{n_docs}", tmp / "dask", {**base, "cluster": {"workers": 1}})
-            same = _same_outputs(tmp / "single", tmp / "dask", res)
-            rows.append({"suite": "dask", "docs": n, "text_gb": round(text_bytes / 1e9, 3),
-                         "single_process_seconds": round(single_s, 3), "dask_cuda_1_worker_seconds": round(dask_s, 3),
-                         "overhead_seconds": round(dask_s - single_s, 3),
-                         "overhead_percent": round(100 * (dask_s - single_s) / single_s, 1), "identical": same})
-            log(f"dask-cuda 1 worker vs single process, {n:,} docs: {dask_s:.2f}s vs {single_s:.2f}s "
-                f"({100 * (dask_s - single_s) / single_s:+.1f}%), identical outputs: {same}")
-    return rows
-
-
 def markdown_report(result: dict) -> str:
     """Every suite of a run as Markdown (environment, then one table per suite)."""
     env = result["environment"]
@@ -1005,12 +983,9 @@ def markdown_report(result: dict) -> str:
             lines.append(f"| {r['nodes']:,} | {r['edges']:,} | {r['backend']} | {r['seconds']} | {same} |")
         lines.append("")
     if result.get("dask"):
-        lines += ["## Dask-CUDA, 1 worker vs single process", "",
-                  "| docs | single process s | Dask-CUDA 1 worker s | overhead | identical |",
-                  "| ---: | ---: | ---: | ---: | --- |"]
-        for r in result["dask"]:
-            lines.append(f"| {r['docs']:,} | {r['single_process_seconds']} | {r['dask_cuda_1_worker_seconds']} | "
-                         f"{r['overhead_seconds']} s ({r['overhead_percent']}%) | {'yes' if r['identical'] else 'NO'} |")
+        from gpu_dedup.bench import cluster
+
+        lines += cluster.markdown(result["dask"])
     return "\n".join(lines) + "\n"
 
 
@@ -1130,6 +1105,19 @@ def main(argv=None) -> int:
     p.add_argument("--smoke-docs", type=int, default=5000, help="documents of the smoke suite (default 5000)")
     p.add_argument("--graph-nodes", type=int, default=1_000_000,
                    help="nodes (and edges) of the components suite's random graph (default 1000000)")
+    p.add_argument("--dask-workers", type=int, nargs="+", default=[1, 2, 4],
+                   help="dask suite: a cluster of each size, started once (GPU workers: all on one GPU)")
+    p.add_argument("--dask-shuffles", nargs="+", default=["host", "device"], choices=("host", "device"),
+                   help="dask suite: the routes of the joined runs (host arrays; device frames, cluster.shuffle: device)")
+    p.add_argument("--dask-backend", default="gpu", choices=("gpu", "cpu"),
+                   help="dask suite: Dask-CUDA workers (gpu) or CPU workers, beside one process of the same backend")
+    p.add_argument("--dask-copies", type=int, default=0,
+                   help="dask suite: also this many near-duplicate copies of the largest corpus (10: 10^7 from 10^6), "
+                        "if the deadline allows")
+    p.add_argument("--dask-no-memory-probe", action="store_true",
+                   help="dask suite: skip the device-memory runs (a tiny cluster.device_memory_limit)")
+    p.add_argument("--rmm-async", action="store_true", help="dask suite: GPU workers with RMM's async allocator")
+    p.add_argument("--dask-block-rows", type=int, help="dask suite: cluster.block_rows of the joined runs")
     p.add_argument("--dry-run", action="store_true", help="check the arguments and configurations, run nothing")
     args = p.parse_args(argv)
     from gpu_dedup.backends import get_backend
@@ -1181,11 +1169,22 @@ def main(argv=None) -> int:
                                               modes=tuple(args.e2e_modes), copies=args.copies,
                                               on_row=lambda rows: (result.__setitem__("end_to_end", rows), save()))
         if "dask" in suites:
-            result["dask"] = dask_overhead(args.e2e_docs, args.seed, words, workdir=args.workdir)
+            from gpu_dedup.bench.cluster import cluster_bench
+
+            result["dask"] = []
+            result["dask"] = cluster_bench(
+                args.e2e_docs, args.dask_backend, args.dask_workers,
+                [None if sh == "host" else sh for sh in args.dask_shuffles], args.dask_copies,
+                corpus_dir=args.corpus_dir, workdir=args.workdir, words=words, seed=args.seed,
+                warmup_docs=args.warmup_docs or 2000, memory_probe=not args.dask_no_memory_probe,
+                rmm_async=args.rmm_async, block_rows=args.dask_block_rows, deadline=deadline,
+                on_row=lambda rows: (result.__setitem__("dask", rows), save()))
         if "components" in suites:
             result["components"] = components_bench(args.graph_nodes, args.graph_nodes, args.seed)
             save()
         on_gpu = any(b.startswith("gpu") for b in args.e2e_backends) or bool({"dask", "smoke", "components"} & suites)
+        if "dask" in suites and args.dask_backend == "cpu" and not {"end-to-end", "smoke", "components"} & suites:
+            on_gpu = False  # CPU workers only: no GPU to describe
         gpu = get_backend("gpu") if ({"end-to-end", "dask", "smoke", "components"} & suites and on_gpu) else None
     except (BackendError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -1200,8 +1199,10 @@ def main(argv=None) -> int:
             f.write(markdown_report(result))
         print(f"written: {args.out} and {os.path.splitext(args.out)[0]}.md")
     e2e = result.get("end_to_end", [])
-    bad = [r for r in e2e + result.get("dask", []) + result.get("components", []) if r.get("identical") is False] + \
-        [r for r in e2e if "error" in r]
+    from gpu_dedup.bench.cluster import problems
+
+    bad = [r for r in e2e + result.get("components", []) if r.get("identical") is False] + \
+        [r for r in e2e if "error" in r] + problems(result.get("dask", []))
     return 1 if bad or result.get("smoke", {}).get("failed") else 0
 
 

@@ -41,6 +41,7 @@ def _config_from_args(args) -> Config:
         ("verify", "verify.method"),
         ("backend", "backend"),
         ("workers", "cluster.workers"),
+        ("workers_per_gpu", "cluster.workers_per_gpu"),
         ("scheduler", "cluster.scheduler"),
         ("text_column", "input.text_column"),
         ("id_column", "input.id_column"),

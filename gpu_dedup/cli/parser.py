@@ -52,6 +52,8 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", choices=["exact", "signature", "none"], help="verification (verify.method)")
     p.add_argument("--backend", choices=["auto", "cpu", "gpu"], help="backend")
     p.add_argument("--workers", type=int, help="run on a local Dask cluster of N workers (cluster.workers)")
+    p.add_argument("--workers-per-gpu", type=int, metavar="K",
+                   help="with --backend gpu: K of the --workers share each GPU (cluster.workers_per_gpu)")
     p.add_argument("--scheduler", help="join a running Dask scheduler at this address (cluster.scheduler)")
     p.add_argument("--text-column", help="text column (input.text_column)")
     p.add_argument("--id-column", help="id column (input.id_column), kept verbatim in the outputs beside 'row' "

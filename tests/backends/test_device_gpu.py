@@ -149,6 +149,24 @@ def test_dask_cuda_one_worker_equals_single_process(corpus):
     _tables_equal(corpus / "single", corpus / "dask", [s.name for s in one.shards])
 
 
+def test_two_dask_cuda_workers_sharing_one_gpu_equal_single_process(corpus, shuffle=None):
+    """cluster.workers_per_gpu = 2: both workers on GPU 0, every route a transfer between them; a small
+    device_memory_limit keeps the texts past it in host memory.  The outputs are one GPU process's.  (The
+    device route, cluster.shuffle: device, is measured and compared by the tier-2 dask step.)"""
+    pytest.importorskip("dask_cuda")
+    pytest.importorskip("dask_cudf")
+    cfg = {"backend": "gpu", "input": {"id_column": "id"}}
+    one = run_dedup(corpus / "in", corpus / "single-2", Config.from_dict(cfg))
+    dist = run_dedup(corpus / "in", corpus / f"shared-{shuffle}", Config.from_dict({**cfg, "cluster": {
+        "workers": 2, "workers_per_gpu": 2, "block_rows": 1000, "shuffle": shuffle, "device_memory_limit": "1MiB"}}))
+    assert dist.report["cluster"]["workers"] == 2 and dist.report["cluster"]["spilled_text_blocks"] >= 1
+    assert (dist.report["cluster"]["device_routes"] > 0) == (shuffle == "device")
+    assert np.array_equal(one.kept, dist.kept) and one.report["counts"] == dist.report["counts"]
+    assert (corpus / "single-2" / "duplicates.parquet").read_bytes() == \
+        (corpus / f"shared-{shuffle}" / "duplicates.parquet").read_bytes()
+    _tables_equal(corpus / "single-2", corpus / f"shared-{shuffle}", [s.name for s in one.shards])
+
+
 def test_dask_cuda_more_workers_than_gpus_is_a_clear_error(corpus):
     pytest.importorskip("distributed")  # without Dask the cluster connection says so first (a BackendError)
     import cupy

@@ -267,3 +267,38 @@ def test_dask_tests_skip_on_a_machine_without_dask(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "3 skipped" in proc.stdout, proc.stdout[-3000:]
     assert proc.stdout.count("hidden: the GPU image lacks it") == 3
+
+
+@pytest.mark.timeout(600)
+def test_tier2_rehearsal_runs_the_dask_step_on_simulated_gpu_workers(tmp_path):
+    """Tier 2's dask step rehearsed: the kit's Dask is this machine's (cuDF, RMM and Dask-CUDA stay hidden), the
+    GPU workers run the GPU backend in the CUDA simulator.  A cluster started once and joined by address, with
+    the host and the device routes, outputs the same as one process's, its fixed costs apart, and device memory
+    under pressure: the texts past a tiny limit in host memory, then the run that may not do that stopped with
+    the error naming cluster.device_memory_limit."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {**os.environ, "OUT": str(out), "FC_WORK": str(work), "PYTHON": sys.executable}
+    for var in ("NUMBA_ENABLE_CUDASIM", "GPU_DEDUP_SIMULATOR", "PYTEST_ADDOPTS"):
+        env.pop(var, None)
+    proc = subprocess.run(["bash", str(ROOT / "results" / "gpu" / "tier2.sh"), "--rehearse", "--steps", "dask"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=580)
+    summary = json.loads((out / "summary.json").read_text())
+    steps = {s["step"]: s for s in summary["steps"]}
+    assert proc.returncode == 0, {k: (v["status"], v["reason"]) for k, v in steps.items()}
+    assert steps["kit"]["status"] == "passed" and "rehearsal" in steps["kit"]["numbers"]["versions"]
+    dask = steps["dask"]["numbers"]
+    runs = {(r[0], r[2]): r for r in dask["runs"]}
+    assert runs[("1 process", "")][3] > 0
+    host, device = runs[("2 GPU workers on 1 GPU", "host")], runs[("2 GPU workers on 1 GPU", "device")]
+    for r in (host, device):
+        assert r[3] > 0 and r[5] is True and r[6] is True  # seconds; the same bytes and content as one process
+    assert host[8] == 0 and device[8] >= 3  # routes that moved device frames
+    spilled = next(r for r in dask["runs"] if "in host memory" in r[10])
+    assert spilled[6] is True and spilled[9] >= 1  # texts off the device, the same outputs
+    assert [e[1] for e in dask["limit_error"]] == [True]
+    assert "ResourceError" in dask["limit_error"][0][2] and "cluster.spill_texts: auto" in dask["limit_error"][0][2]
+    (fixed,) = dask["fixed"]
+    assert fixed[0] == "2 GPU workers on 1 GPU" and all(v > 0 for v in fixed[1:])
+    md = (out / "summary.md").read_text()
+    assert "## dask" in md and "| cluster | start s | kernels s | warm-up run s | close s |" in md
+    assert len(returned_files(out)) == 3

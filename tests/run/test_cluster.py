@@ -236,6 +236,8 @@ def cluster3():
     ({"cluster": {"components_gathered_edges": 0, "small_route_rows": 0}}, 150),
     ({"select": {"keep": "lowest_id"}, "cluster": {"shuffle": "tasks"}}, 450),  # Dask's own shuffle; id ranks
     ({"select": {"split_chains": False}, "exact_dedup": False}, 700),
+    # band hashes and edges through the device route (pandas frames on CPU workers), edges in star rounds
+    ({"cluster": {"shuffle": "device", "components_gathered_edges": 0}}, 450),
 ])
 def test_three_workers_any_block_size_equal_single_process(corpus, cluster3, tmp_path, extra, block_rows):
     cfg = Config.from_dict({**BASE, **{k: v for k, v in extra.items() if k != "cluster"}})
@@ -249,6 +251,8 @@ def test_three_workers_any_block_size_equal_single_process(corpus, cluster3, tmp
     for key in ("chaining", "histograms", "largest_clusters", "largest_near_duplicate_clusters", "closest_to_threshold"):
         assert dist.report[key] == single.report[key], key
     assert dist.report["cluster"]["routes"] > 10 and dist.report["cluster"]["shuffled_rows"] > 0
+    device = extra.get("cluster", {}).get("shuffle") == "device"
+    assert (dist.report["cluster"]["device_routes"] > 8) == device  # buckets, edges, large-star / small-star rounds
     assert_accounted(dist, _inputs(corpus))
 
 
@@ -589,10 +593,11 @@ def _summed(part: dict, extra: dict) -> dict:
 
 
 @pytest.mark.parametrize("sources", [3, 11])  # destinations take the pieces directly, or from a holding task
-@pytest.mark.parametrize("shuffle", [None, "p2p"])
+@pytest.mark.parametrize("shuffle", [None, "p2p", "device"])
 def test_a_route_runs_its_steps_as_maps_around_it_would(cluster2, sources, shuffle):
     """route(before=Step(f, x), after=Step(g, y)) gives what map(f) -> route -> map(g) gives: the steps read
-    other parts aligned with the sources (before) or the destinations (after), and their indices."""
+    other parts aligned with the sources (before) or the destinations (after), and their indices.  ``device``:
+    the device route (frames of the named backend's arrays through Dask's p2p shuffle; CPU workers: pandas)."""
     from distributed import Client
 
     from gpu_dedup.run.cluster import routing
@@ -606,10 +611,11 @@ def test_a_route_runs_its_steps_as_maps_around_it_would(cluster2, sources, shuff
         weights = client.scatter([{"w": np.array([i + 2])} for i in range(sources)])
         extras = client.scatter([{"w": np.array([100 * k])} for k in range(4)])
         homes = [workers[k % 2] for k in range(4)]
-        fused = routing.route(client, parts, frames.hash_dest, 4, shuffle_method=shuffle, homes=homes, on="k",
+        how = {"device": "cpu"} if shuffle == "device" else {"shuffle_method": shuffle}
+        fused = routing.route(client, parts, frames.hash_dest, 4, homes=homes, on="k", **how,
                               before=Step(_weighted, weights, scale=3, index=True), after=Step(_summed, extras))
         mapped = [client.submit(_weighted, p, w, scale=3, part_index=i) for i, (p, w) in enumerate(zip(parts, weights))]
-        routed = routing.route(client, mapped, frames.hash_dest, 4, shuffle_method=shuffle, homes=homes, on="k")
+        routed = routing.route(client, mapped, frames.hash_dest, 4, homes=homes, on="k", **how)
         want = [client.submit(_summed, r, e) for r, e in zip(routed, extras)]
         got, want = client.gather(fused), client.gather(want)
     assert sum(g["k"].shape[0] for g in got) == 30 * sources

@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 from gpu_dedup import storage
 from gpu_dedup.backends import array_module, get_backend, on_device, to_device, to_host
 from gpu_dedup.backends.strings import StringBuffers, arrow_strings, string_buffers
-from gpu_dedup.config import Config
-from gpu_dedup.errors import InputError
+from gpu_dedup.config import Config, parse_size
+from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.stages import frames
 from gpu_dedup.stages.exact import exact_keys
 from gpu_dedup.stages.families import RowData, family_for
@@ -158,6 +158,7 @@ class BlockData:
     null: np.ndarray | None = None
     text_file: str | None = None  # the normalized texts' file (spill_texts): ``.offsets`` and ``.data``
     text_bytes: int = 0
+    texts_on_host: bool = False  # a GPU worker's texts kept in host memory (spill_texts, device_memory_limit)
 
     def texts(self):
         """The normalized texts: in memory, or mapped from the block's file for as long as the caller holds
@@ -345,7 +346,10 @@ def _kept(data: BlockData, cfg: Config, run: str | None) -> BlockData:
     """The block with its normalized texts where ``cluster.spill_texts`` keeps them: in memory, or (on a CPU
     worker, ``run`` given) in a file of the worker's local directory (:func:`text_dir`) that each task reading
     them maps, so that the worker holds the texts of the blocks its running tasks read, not of all its blocks.
-    ``auto``: in memory while this run's texts on this worker stay within SPILL_SHARE of its memory limit."""
+    ``auto``: in memory while this run's texts on this worker stay within SPILL_SHARE of its memory limit.
+    GPU workers: on the device or in host memory (:func:`_kept_on_device`)."""
+    if run is not None and cfg.backend == "gpu" and data.strings is not None:
+        return _kept_on_device(data, cfg, run)
     if run is None or cfg.backend != "cpu" or cfg.cluster.spill_texts is False or data.strings is None:
         return data
     size = int(data.strings.nbytes)
@@ -360,6 +364,81 @@ def _kept(data: BlockData, cfg: Config, run: str | None) -> BlockData:
     np.ascontiguousarray(data.strings.offsets, np.int64).tofile(path + ".offsets")
     np.ascontiguousarray(data.strings.data).tofile(path + ".data")
     return replace(data, strings=None, text_file=path)
+
+
+DEVICE_TEXT_SHARE = 0.5  # GPU workers: a run's normalized texts take at most this share of the device memory limit
+
+
+def _kept_on_device(data: BlockData, cfg: Config, run: str) -> BlockData:
+    """A GPU worker's block with its normalized texts on the device while this run's texts on the worker stay
+    within DEVICE_TEXT_SHARE of its device memory limit (:func:`device_text_limit`), the rest of the device left
+    to the kernels' scratch and the tables; past it, ``cluster.spill_texts`` decides: ``auto`` keeps the block's
+    texts in host memory (each task that reads them copies them to the device), ``false`` stops the run with
+    an error naming the settings; ``true`` keeps every block's texts in host memory."""
+    spill = cfg.cluster.spill_texts
+    size = int(data.strings.nbytes)
+    if spill is not True:
+        limit = device_text_limit(cfg)
+        with _HELD_LOCK:
+            held = _HELD.get(run, 0)
+            if limit is None or held + size <= limit:
+                _HELD[run] = held + size
+                return data
+        if spill is False:
+            raise ResourceError(
+                f"the normalized texts of the blocks on GPU worker {_worker_name()} need {_size(held + size)} of "
+                f"device memory, over the {_size(limit)} they may take there "
+                f"({DEVICE_TEXT_SHARE:.0%} of cluster.device_memory_limit = {cfg.cluster.device_memory_limit}"
+                f"{'' if cfg.cluster.device_memory_limit != 'auto' else ', 80 % of its share of the GPU'}); raise "
+                "cluster.device_memory_limit, run more GPU workers (--workers), or set cluster.spill_texts: auto "
+                "to keep the texts past it in host memory")
+    host = StringBuffers(to_host(data.strings.offsets), to_host(data.strings.data))
+    return replace(data, strings=host, texts_on_host=True)
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def device_text_limit(cfg: Config) -> float | None:
+    """Bytes of normalized texts a GPU worker keeps on the device: DEVICE_TEXT_SHARE of
+    ``cluster.device_memory_limit``, whose ``auto`` is the worker's own Dask-CUDA ``device_memory_limit`` (a
+    cluster that a run joins says what it gave each worker), else 80 % of its share of its GPU (the device's
+    memory over ``cluster.workers_per_gpu``); None where none says (``auto`` under the CUDA simulator)."""
+    c = cfg.cluster
+    if c.device_memory_limit != "auto":
+        return DEVICE_TEXT_SHARE * parse_size(c.device_memory_limit)
+    own = _dask_cuda_device_limit()
+    if own:
+        return DEVICE_TEXT_SHARE * own
+    total = get_backend(cfg.backend).device_memory()
+    return DEVICE_TEXT_SHARE * 0.8 * total / c.workers_per_gpu if total else None
+
+
+def _dask_cuda_device_limit() -> float | None:
+    """The ``device_memory_limit`` of the Dask-CUDA worker running this task (its DeviceHostFile's device
+    buffer), None elsewhere."""
+    try:
+        from distributed import get_worker  # noqa: PLC0415  the Dask executor's workers only
+
+        buffer = getattr(get_worker().data, "device_buffer", None)
+    except (ImportError, ValueError):
+        return None
+    n = getattr(buffer, "n", None)  # zict.Buffer's limit; a plain dict (no limit) has none
+    return float(n) if isinstance(n, (int, float)) and n > 0 else None
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker  # noqa: PLC0415  the Dask executor's workers only
+
+        worker = get_worker()
+        return f"{worker.name} ({worker.address})"
+    except (ImportError, ValueError):
+        return "(not a Dask worker)"
 
 
 def _worker_memory() -> float:
@@ -404,7 +483,25 @@ def drop_texts(run: str, dask_worker=None) -> int:
 
 def block_norm_info(data: BlockData) -> dict:
     return {"invalid_utf8": data.invalid_utf8, "text_bytes": data.text_bytes,
-            "spilled_bytes": data.text_bytes if data.text_file is not None else 0}
+            "spilled_bytes": data.text_bytes if data.text_file is not None or data.texts_on_host else 0,
+            "spilled_blocks": int(data.text_file is not None or data.texts_on_host)}
+
+
+def register_device_blocks() -> bool:
+    """Tells Dask-CUDA (on a GPU worker) that a block whose texts are on the device is a device object: its
+    ``device_memory_limit`` then counts it, and past the limit spills it to host memory (a block is weighed by
+    its bytes, :meth:`BlockData.__sizeof__`), as it spills the device arrays of the band hashes.  False where
+    Dask-CUDA is not installed (CPU workers, the simulator)."""
+    try:
+        from dask_cuda.is_device_object import is_device_object  # noqa: PLC0415
+    except ImportError:
+        return False
+
+    @is_device_object.register(BlockData)
+    def _block_on_device(data):
+        return data.strings is not None and on_device(data.strings.data)
+
+    return True
 
 
 def host_frame(frame: dict) -> dict:
@@ -433,14 +530,20 @@ def block_signatures(data: BlockData, rows: dict, family) -> dict:
     return {"row": r, "values": sig.values, "features": xp.asarray(sig.features), "usable": xp.asarray(sig.usable)}
 
 
-def block_signed(data: BlockData, rows: dict, family) -> dict:
+def block_signed(data: BlockData, rows: dict, family, device_bands: bool = False) -> dict:
     """A block's signatures and band hashes in one task: what the signature stage counts (``row``,
     ``features``, ``usable``) and, under ``bands``, the band hashes (see :func:`block_bands`).  The signature
     values (``signature_perms`` x 4 bytes a row, the largest table a block makes) never wait in a worker's
-    memory for their band hashes; they go as soon as the bands are made (unless the family keeps them)."""
+    memory for their band hashes; they go as soon as the bands are made (unless the family keeps them).
+    ``device_bands`` (``cluster.shuffle: device``): the band hashes stay where the kernel made them (the device
+    of a GPU worker), for the buckets shuffle to move as device frames."""
     sig = block_signatures(data, rows, family)
     bands = block_bands(sig, family)
-    return host_frame({"row": sig["row"], "features": sig["features"], "usable": sig["usable"], "bands": bands})
+    out = host_frame({"row": sig["row"], "features": sig["features"], "usable": sig["usable"]})
+    if not device_bands:
+        return {**out, "bands": host_frame(bands)}
+    xp = array_module(bands["band_hashes"])  # every column beside them (lsh_row is the host rows' pick)
+    return {**out, "bands": {k: to_device(v, xp) for k, v in bands.items()}}
 
 
 def signed_bands(signed: dict) -> dict:

@@ -1,5 +1,6 @@
 """Connecting to Dask: a client for ``cluster.scheduler``, or a local cluster of ``cluster.workers`` workers
-(CPU processes, or one Dask-CUDA worker per visible GPU, counted without a CUDA context on the client)."""
+(CPU processes, or Dask-CUDA workers: one per visible GPU, or ``cluster.workers_per_gpu`` sharing each; the GPUs
+are counted, and their memory read, without a CUDA context on the client)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import functools
 import logging
 import os
 import threading
+from dataclasses import dataclass
 
-from gpu_dedup.config import Config
+from gpu_dedup.backends.gpu_probe import simulator_requested
+from gpu_dedup.config import Config, parse_size
 from gpu_dedup.errors import BackendError, ConfigError
 
 log = logging.getLogger("gpu_dedup")
@@ -23,7 +26,6 @@ LOCAL_SCHEDULER = {"distributed.scheduler.work-stealing": False}
 def connect(cfg: Config):
     """A client for ``cluster.scheduler``, or a local cluster of ``cluster.workers`` workers."""
     try:
-        import dask
         from distributed import Client
     except ImportError:
         raise BackendError("--workers / --scheduler need Dask: pip install -e '.[dask]' in the gpu_dedup "
@@ -33,15 +35,7 @@ def connect(cfg: Config):
         client = _client_within(Client, c.scheduler, connect_timeout())
         cluster = None
     elif cfg.backend == "gpu":
-        devices = gpu_devices(c.workers)  # before dask-cuda: a clear error, and no CUDA context here
-        try:
-            from dask_cuda import LocalCUDACluster
-        except ImportError:
-            raise BackendError("GPU workers need dask-cuda and dask-cudf: pip install -e '.[cuda12]' (or "
-                               "'.[cuda13]') in the gpu_dedup checkout; README.md, section GPU") from None
-        with dask.config.set(LOCAL_SCHEDULER):
-            cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, n_workers=c.workers,
-                                       memory_limit=c.memory_limit, dashboard_address=":0")
+        cluster = gpu_cluster(c.workers, c)
         client = Client(cluster)
     else:
         cluster = local_cluster(c.workers, c.memory_limit, {"NUMBA_NUM_THREADS": str(worker_threads(c.workers))})
@@ -245,18 +239,152 @@ def visible_gpus() -> list | None:
         return None
 
 
-def gpu_devices(workers: int) -> str | None:
-    """``CUDA_VISIBLE_DEVICES`` for a local CUDA cluster of ``workers`` workers (one per GPU); a
+def gpu_devices(workers: int, per_gpu: int = 1) -> str | None:
+    """``CUDA_VISIBLE_DEVICES`` for a local CUDA cluster of ``workers`` workers, ``per_gpu`` on each GPU; a
     ConfigError when fewer GPUs are visible."""
     gpus = visible_gpus()
     if gpus is None:
         return None  # dask-cuda finds the devices itself
-    if workers > len(gpus):
+    need = -(-workers // per_gpu)
+    if need > len(gpus):
         where = (f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}"
                  if "CUDA_VISIBLE_DEVICES" in os.environ else "NVML")
-        raise ConfigError(f"--workers {workers} with --backend gpu asks for {workers} GPU workers (one per GPU), but "
-                          f"{len(gpus)} GPU(s) are visible ({where}); use --workers {max(1, len(gpus))} or fewer, or "
-                          "make more GPUs visible" if gpus else
-                          f"--workers {workers} with --backend gpu needs a GPU per worker, but no GPU is visible "
-                          f"({where}); run with --backend cpu, or make GPUs visible")
-    return ",".join(gpus[:workers])
+        if not gpus:
+            raise ConfigError(f"--workers {workers} with --backend gpu needs a GPU per worker, but no GPU is visible "
+                              f"({where}); run with --backend cpu, or make GPUs visible")
+        if per_gpu == 1:
+            raise ConfigError(f"--workers {workers} with --backend gpu asks for {workers} GPU workers (one per GPU), "
+                              f"but {len(gpus)} GPU(s) are visible ({where}); use --workers {len(gpus)} or fewer, "
+                              "make more GPUs visible, or share each GPU among several workers (--set "
+                              f"cluster.workers_per_gpu={-(-workers // len(gpus))})")
+        raise ConfigError(f"--workers {workers} with cluster.workers_per_gpu = {per_gpu} needs {need} GPUs, but "
+                          f"{len(gpus)} are visible ({where}); use --workers {len(gpus) * per_gpu} or fewer, or make "
+                          "more GPUs visible")
+    return ",".join(gpus[:need])
+
+
+def device_bytes(device: str) -> int | None:
+    """Total memory of GPU ``device`` (an index or a UUID, as CUDA_VISIBLE_DEVICES names it) from NVML, without a
+    CUDA context; None when NVML cannot say."""
+    try:
+        import pynvml  # noqa: PLC0415  nvidia-ml-py, a dask-cuda dependency
+
+        pynvml.nvmlInit()
+        try:
+            handle = (pynvml.nvmlDeviceGetHandleByIndex(int(device)) if device.isdigit()
+                      else pynvml.nvmlDeviceGetHandleByUUID(device))
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML, or a device it does not know
+        return None
+
+
+@dataclass(frozen=True)
+class GPUWorkerMemory:
+    """What a GPU worker a run starts may use of its device: Dask-CUDA's ``device_memory_limit`` (past it, the
+    worker spills device objects to host memory) and its RMM allocator: a pool of ``pool_bytes`` growing up to
+    ``pool_max_bytes`` (None: the whole device), or RMM's asynchronous allocator (``rmm_async``)."""
+
+    device_memory_limit: int | str  # bytes, or Dask-CUDA's "default" (80 % of the device)
+    pool_bytes: int | None  # None: no pool from Dask-CUDA (the GPU backend wraps RMM's default in one)
+    pool_max_bytes: int | None
+    rmm_async: bool
+
+
+def gpu_worker_memory(cluster_cfg, total: int | None) -> GPUWorkerMemory:
+    """The device memory of each of ``cluster.workers_per_gpu`` workers sharing a GPU of ``total`` bytes:
+    ``cluster.device_memory_limit`` (auto: 80 % of its share), an RMM pool starting at half its share and, when
+    the GPU is shared, growing to POOL_MAX_SHARE of its share at most (so one worker cannot starve the others; the
+    rest is its CUDA context and the libraries' own memory); with ``cluster.rmm_async``, RMM's asynchronous
+    allocator instead (one pool the driver shares among them)."""
+    per = cluster_cfg.workers_per_gpu
+    share = total // per if total else None
+    if cluster_cfg.device_memory_limit != "auto":
+        limit = parse_size(cluster_cfg.device_memory_limit)
+    else:
+        limit = int(0.8 * share) if share else "default"
+    if cluster_cfg.rmm_async or share is None:
+        return GPUWorkerMemory(limit, None, None, cluster_cfg.rmm_async)
+    align = 256  # RMM's pool sizes are multiples of 256 bytes
+    return GPUWorkerMemory(limit, share // 2 // align * align,
+                           int(POOL_MAX_SHARE * share) // align * align if per > 1 else None, False)
+
+
+POOL_MAX_SHARE = 0.9  # a shared GPU's worker: its RMM pool grows to this share of its part of the device
+
+
+def gpu_cluster(workers: int, cluster_cfg):
+    """A local cluster of ``workers`` GPU workers, ``cluster.workers_per_gpu`` on each GPU: a
+    ``LocalCUDACluster`` with one worker per GPU; several on a GPU, workers started one by one as
+    ``dask cuda worker`` starts them (dask-cuda's LocalCUDACluster names each worker by its GPU, so it starts
+    one a GPU).  Under the CUDA simulator (``GPU_DEDUP_SIMULATOR``): the same workers without Dask-CUDA."""
+    per = cluster_cfg.workers_per_gpu
+    devices = gpu_devices(workers, per)  # before dask-cuda: a clear error, and no CUDA context here
+    simulated = simulator_requested()
+    if not simulated:
+        try:
+            import dask_cuda  # noqa: F401,PLC0415
+        except ImportError:
+            raise BackendError("GPU workers need dask-cuda and dask-cudf: pip install -e '.[cuda12]' (or "
+                               "'.[cuda13]') in the gpu_dedup checkout; README.md, section GPU") from None
+    ids = devices.split(",") if devices else [str(i) for i in range(-(-workers // per))]
+    memory = gpu_worker_memory(cluster_cfg, None if simulated else device_bytes(ids[0]))
+    if per == 1 and not simulated:
+        import dask  # noqa: PLC0415
+        from dask_cuda import LocalCUDACluster  # noqa: PLC0415
+
+        with dask.config.set(LOCAL_SCHEDULER):
+            return LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, n_workers=workers,
+                                    memory_limit=cluster_cfg.memory_limit, dashboard_address=":0",
+                                    device_memory_limit=memory.device_memory_limit, rmm_pool_size=memory.pool_bytes,
+                                    rmm_async=memory.rmm_async)
+    return shared_gpu_cluster(ids, per, cluster_cfg.memory_limit, memory, simulated)
+
+
+def shared_gpu_cluster(devices: list, per_gpu: int, memory_limit, memory: GPUWorkerMemory, simulated: bool):
+    """``per_gpu`` GPU workers on each of ``devices``, the scheduler in a child process (as
+    :func:`local_cluster`'s).  Each worker is a Nanny started as dask-cuda's ``CUDAWorker`` starts one for a GPU:
+    ``CUDA_VISIBLE_DEVICES`` listing its GPU first, a CUDA context made at start (``dask_cuda.initialize``), its
+    RMM allocator and CPU affinity (``worker_plugins``) and device-to-host spilling past its
+    ``device_memory_limit`` (``worker_data_function``); its host memory limit is its share of the machine's.
+    ``simulated``: plain workers, the CUDA simulator's environment inherited from this process."""
+    import dask  # noqa: PLC0415
+    from distributed import Nanny, SpecCluster  # noqa: PLC0415
+    from distributed.worker_memory import parse_memory_limit  # noqa: PLC0415
+
+    n = len(devices) * per_gpu
+    host_limit = parse_memory_limit(memory_limit, 1, total_cores=n, logger=log)  # bytes: DeviceHostFile needs them
+    workers = {}
+    for g, dev in enumerate(devices):
+        visible = ",".join(devices[g:] + devices[:g])  # its GPU first, as dask-cuda rotates the list
+        for j in range(per_gpu):
+            options = {"host": "127.0.0.1", "nthreads": 1, "memory_limit": host_limit, "silence_logs": logging.WARNING,
+                       "name": f"gpu{dev}-{j}", "env": {"CUDA_VISIBLE_DEVICES": visible}}
+            if not simulated:
+                options.update(_cuda_worker_options(visible, host_limit, memory))
+            workers[f"gpu{dev}-{j}"] = {"cls": Nanny, "options": options}
+    scheduler = {"cls": _scheduler_process_class(),
+                 "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": ":0", "config": LOCAL_SCHEDULER}}
+    with dask.config.set(KEEP_GLIBC_DEFAULTS):
+        return SpecCluster(scheduler=scheduler, workers=workers, silence_logs=logging.WARNING, name="gpu_dedup-cuda")
+
+
+def _cuda_worker_options(visible: str, host_limit, memory: GPUWorkerMemory) -> dict:
+    """A Nanny's options for a Dask-CUDA worker on the first GPU of ``visible`` (see :func:`shared_gpu_cluster`)."""
+    from dask_cuda.utils import nvml_device_index  # noqa: PLC0415
+    from dask_cuda.worker_common import worker_data_function, worker_plugins  # noqa: PLC0415
+
+    index = nvml_device_index(0, visible)
+    return {
+        "env": {"CUDA_VISIBLE_DEVICES": visible},
+        "preload": ["dask_cuda.initialize"], "preload_argv": ["--create-cuda-context"],
+        "plugins": worker_plugins(device_index=index, rmm_initial_pool_size=memory.pool_bytes,
+                                  rmm_maximum_pool_size=memory.pool_max_bytes, rmm_managed_memory=False,
+                                  rmm_async_alloc=memory.rmm_async, rmm_release_threshold=None,
+                                  rmm_log_directory=None, rmm_track_allocations=False,
+                                  rmm_allocator_external_lib_list=None, pre_import=None, enable_cudf_spill=False,
+                                  cudf_spill_stats=0),
+        "data": worker_data_function(device_memory_limit=memory.device_memory_limit,
+                                     memory_limit=host_limit)(index),
+    }

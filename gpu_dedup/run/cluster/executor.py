@@ -43,6 +43,7 @@ from gpu_dedup.run.prior import NoPrior
 from gpu_dedup.run.sequence import CorpusCounts
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
 from gpu_dedup.stages import frames
+from gpu_dedup.stages.buckets import long_frame
 from gpu_dedup.stages.components import (
     both_directions,
     changed_pairs,
@@ -53,6 +54,7 @@ from gpu_dedup.stages.components import (
     star_labels,
     unique_pairs_part,
 )
+from gpu_dedup.stages.edges import unique_edges
 from gpu_dedup.stages.families import family_for
 from gpu_dedup.stages.selection import ranks_from_keys
 from gpu_dedup.storage.atomic import atomically, table_codec
@@ -62,6 +64,8 @@ log = logging.getLogger("gpu_dedup")
 
 SAMPLE_PER_BLOCK = 256  # keys each block offers for the rank sort's splitters
 COMPONENTS_GATHERED_EDGES = 2_000_000  # up to this many edges, one worker runs union-find over all of them
+# the routes whose destinations run these steps move edges: on the device with cluster.shuffle: device
+DEVICE_STEPS = (unique_edges, unique_pairs_part, large_star, small_star, star_labels)
 
 
 class _ClientSide:
@@ -97,10 +101,12 @@ class DaskExecutor:
         self.normalized: list | None = None
         self.invalid_utf8: int | None = None  # counted by the normalize stage
         self.spilled_text_mb = 0.0
+        self.spilled_text_blocks = 0
         self.family = None
         self._prepared = None
         self.bands = None  # the bands parts (signatures for verification by signature)
         self.routes = 0
+        self.device_routes = 0  # routes that moved device frames (cluster.shuffle: device)
         self.expected_rows: int | None = None  # what later routes move at most (expect_rows); None: unknown
         self.vector_dim = None  # the corpus's vector length (input.vector_column)
         self.run_key = uuid.uuid4().hex  # the workers tally what this run's routes move under it
@@ -147,9 +153,12 @@ class DaskExecutor:
             "scheduler_peak_rss_mb": (round(self.client.run_on_scheduler(peak_rss_mb), 1)
                                       if self.cluster is not None else None),
             "blocks": len(self.blocks),
-            "spilled_text_mb": self.spilled_text_mb,  # normalized texts the workers keep in local files
+            # normalized texts the workers keep in local files (GPU workers: in host memory, not on the device)
+            "spilled_text_mb": self.spilled_text_mb,
+            "spilled_text_blocks": self.spilled_text_blocks,
             "partitions": self.partitions,
             "routes": self.routes,
+            "device_routes": self.device_routes,
             "shuffled_rows": int(sum(m[0] for m in moved.values())),
             "shuffle_mb": round(sum(float(m[1]) for m in moved.values()) / 2**20, 2),
             "shuffle_mb_by_stage": {k: round(float(m[1]) / 2**20, 2) for k, m in moved.items()},
@@ -218,6 +227,7 @@ class DaskExecutor:
                 got = self.client.gather(self.client.map(B.block_norm_info, self.normalized, pure=False))
                 self.invalid_utf8 = sum(g["invalid_utf8"] for g in got)
                 self.spilled_text_mb = round(sum(g["spilled_bytes"] for g in got) / 2**20, 1)
+                self.spilled_text_blocks = sum(g["spilled_blocks"] for g in got)
                 info.update(invalid_utf8=self.invalid_utf8, text_mb=round(sum(g["text_bytes"] for g in got) / 2**20, 1))
         return self.normalized
 
@@ -264,7 +274,8 @@ class DaskExecutor:
         """Per block: what the signature stage counts, with the block's band hashes already made in the same
         task (:func:`~gpu_dedup.run.cluster.blocks.block_signed`): a worker never holds the signature values
         of all its blocks at once."""
-        sigs = self.map(B.block_signed, self._blocks_data(), rows, family=self._family())
+        sigs = self.map(B.block_signed, self._blocks_data(), rows, family=self._family(),
+                        device_bands=self.cfg.cluster.shuffle == "device")
         if progress is not None:
             progress(self.total(_rows_of, rows)["rows"])
         return sigs
@@ -311,11 +322,22 @@ class DaskExecutor:
         destination tasks: no task per part, and no scheduler round trip, between a route and its maps."""
         self.routes += 1
         stage = getattr(self.st, "current", None) or "report"
+        device = self.part_backend if self._device_route(explode, after) else None
+        self.device_routes += device is not None
         return routing.route(self.client, parts, dest, n, explode=explode, explode_kw=explode_kw,
-                             shuffle_method=self.cfg.cluster.shuffle, account=(self.run_key, stage),
-                             homes=self._destination_homes(n), before=before, after=after,
+                             shuffle_method=self.cfg.cluster.shuffle if self.cfg.cluster.shuffle != "device" else None,
+                             account=(self.run_key, stage), homes=self._destination_homes(n), before=before,
+                             after=after, device=device,
                              source_homes=self._block_homes(before.others) if before is not None else None,
                              whole_cuts=self._small_routes(), **kw)
+
+    def _device_route(self, explode, after) -> bool:
+        """Whether a route moves its rows as device frames (``cluster.shuffle: device``): the band hashes (the
+        buckets shuffle) and the edges (their de-duplication, the large-star / small-star rounds), the tables
+        that grow with the corpus; every other route moves host arrays as with ``null``."""
+        if self.cfg.cluster.shuffle != "device":
+            return False
+        return explode is long_frame or (after is not None and after.fn in DEVICE_STEPS)
 
     def expect_rows(self, rows: int) -> None:
         self.expected_rows = rows
@@ -594,6 +616,8 @@ def prepare_worker(cfg: Config, own: bool = True) -> float:
     workers of a user's scheduler are left as they are: a run changes nothing it does not own."""
     if own:
         _numba_threads_from_environment()
+    if cfg.backend == "gpu":
+        B.register_device_blocks()
     return float(get_backend(cfg.backend).prepare(cfg) or 0.0)
 
 

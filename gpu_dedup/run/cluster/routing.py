@@ -8,7 +8,8 @@ the pieces it receives (up to HELD_FROM_SOURCES sources each destination takes
 them itself), and each destination takes its rows from them in source order.
 The steps a route is given (``before``, ``after``) run inside its cutting and
 gathering tasks.  Beyond (or when ``cluster.shuffle`` names one), Dask's own
-shuffle moves them: ``route`` adds to each frame its rows' destination and
+shuffle moves them (``cluster.shuffle: device``: the band hashes' and the edges' routes only, as frames of
+device arrays): ``route`` adds to each frame its rows' destination and
 origin (source part, position), turns the parts into a Dask DataFrame (pandas
 partitions; cuDF ones when the columns live on a GPU), repartitions it with
 ``set_index(divisions=0..n)`` (p2p by default on a distributed cluster), and
@@ -24,8 +25,9 @@ import operator
 import threading
 
 import numpy as np
+import pyarrow as pa
 
-from gpu_dedup.backends import array_module, frame_kinds, to_host
+from gpu_dedup.backends import array_module, frame_kinds, get_backend, on_device, to_device, to_host
 from gpu_dedup.stages import frames
 
 TAGS = ("_dest", "_src", "_pos")
@@ -68,10 +70,14 @@ def from_df(df) -> dict:
     return frame_kinds.columns_of(df)
 
 
-def prepare(obj, src: int, dest, n: int, explode=None, explode_kw=None, account=None, **kw):
-    """A part ready to move: exploded into a frame if it is none, with ``_dest``, ``_src`` and ``_pos``."""
+def prepare(obj, src: int, dest, n: int, explode=None, explode_kw=None, account=None, device=None, **kw):
+    """A part ready to move: exploded into a frame if it is none, with ``_dest``, ``_src`` and ``_pos``;
+    ``device`` (a backend name): its columns moved to that backend's arrays first (a GPU worker's device), so
+    the DataFrame it becomes is cuDF there."""
     frame = explode(obj, **(explode_kw or {})) if explode is not None else obj
     _count(account, frame)
+    if device is not None:
+        frame = on_backend(frame, device)
     size = frames.size(frame)
     xp = frames.module_of(frame) if frame else np
     d = dest(frame, n, **kw) if size else xp.zeros(0, dtype=xp.int64)
@@ -89,6 +95,21 @@ def finish(df) -> dict:
     frame = from_df(df.reset_index())
     frame = frames.sort_by(frame, "_src", "_pos")
     return {k: v for k, v in frame.items() if k not in TAGS}
+
+
+def on_backend(frame: dict, backend: str) -> dict:
+    """``frame``'s array columns as arrays of ``backend`` (a counted copy to a GPU worker's device; nothing on
+    CPU workers or under the CUDA simulator, whose GPU arrays are NumPy); Arrow columns as they are."""
+    xp = get_backend(backend).xp
+    return {k: v if isinstance(v, (pa.Array, pa.ChunkedArray)) else to_device(v, xp) for k, v in frame.items()}
+
+
+def on_host(frame):
+    """A routed partition's result with its device columns copied to the host (what leaves a device route: the
+    cluster's tables between tasks are host arrays, see blocks.host_frame)."""
+    if not isinstance(frame, dict):
+        return frame
+    return {k: on_host(v) if isinstance(v, dict) else to_host(v) if on_device(v) else v for k, v in frame.items()}
 
 
 _SUBMITTED = itertools.count(1)
@@ -193,8 +214,11 @@ def gather_group(at: int, group: int, step: tuple | None, *cuts) -> dict:
     return gather_pieces(at, [c[group] for c in cuts], step)
 
 
-def finish_and_step(df, step: tuple | None = None) -> dict:
-    return _run_step(step, finish(df))
+def finish_and_step(df, step: tuple | None = None, host: bool = False) -> dict:
+    """A routed partition with ``step`` run on it (on the arrays it arrived as: cuDF's CuPy columns on a device
+    route), handed on as host arrays when ``host``."""
+    out = _run_step(step, finish(df))
+    return on_host(out) if host else out
 
 
 def destination_groups(homes: list) -> tuple:
@@ -218,7 +242,8 @@ def _home(homes, k: int):
 
 
 def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuffle_method=None, account=None,
-          homes=None, before=None, after=None, source_homes=None, whole_cuts: bool = False, **kw) -> list:
+          homes=None, before=None, after=None, source_homes=None, whole_cuts: bool = False, device=None,
+          **kw) -> list:
     """Rows of ``parts`` to ``n`` partitions by ``dest(frame, n, **kw)``; a list of ``n`` futures.
 
     Up to DIRECT_PIECES (source, gathering worker) pieces (and unless ``shuffle_method`` names one of Dask's),
@@ -232,7 +257,16 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
     each destination task on its rows once gathered; ``source_homes[i]``: the workers source ``i``'s task
     should run on (where a block its step reads is); ``whole_cuts`` (a small route, up to HELD_FROM_SOURCES
     sources): each destination takes its group's piece out of every source's whole cut itself, one scheduler
-    round trip less on the route's path for (workers) times the bytes moved (``cluster.small_route_rows``)."""
+    round trip less on the route's path for (workers) times the bytes moved (``cluster.small_route_rows``).
+
+    ``device`` (a backend name, ``cluster.shuffle: device``): the rows go through Dask's p2p shuffle (or the
+    method Dask's ``dataframe.shuffle.method`` names in this process) as frames of that backend's arrays (cuDF frames between GPU workers, pandas on CPU workers): each source's frame moves
+    to the device in its own task, each destination's ``after`` step runs on the device arrays it receives, and
+    its result goes on as host arrays."""
+    if device is not None:  # Dask's p2p shuffle, unless this process's Dask config names its method
+        import dask  # noqa: PLC0415
+
+        shuffle_method = dask.config.get("dataframe.shuffle.method", None) or "p2p"
     groups, place = destination_groups(list(homes) if homes is not None else [None] * n)
     m = len(parts)
     steps = [before.at(i) if before is not None else None for i in range(m)]
@@ -264,8 +298,14 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
     import dask  # noqa: PLC0415  Dask's shuffle only: importing dask.dataframe takes the client about 1 s
     import dask.dataframe as dd  # noqa: PLC0415
 
+    if device is not None:
+        try:  # cuDF frames on GPU workers: their empty meta reaches this process, and Dask dispatches on its type
+            import dask_cudf  # noqa: F401,PLC0415
+        except ImportError:  # CPU workers (and the simulator's): pandas frames
+            pass
+
     ready = [client.submit(step_and_prepare, p, steps[i], i, dest, n, explode=explode, explode_kw=explode_kw,
-                           account=account, pure=False, **placed(where[i]), **kw)
+                           account=account, device=device, pure=False, **placed(where[i]), **kw)
              for i, p in enumerate(parts)]
     meta = client.submit(empty, ready[0], pure=False).result()
     ddf = dd.from_delayed([dask.delayed(f) for f in ready], meta=meta, verify_meta=False)
@@ -274,4 +314,5 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
         out = client.compute(routed.to_delayed())
     if len(out) != n:  # pragma: no cover - set_index keeps the divisions it is given
         raise RuntimeError(f"routing made {len(out)} partitions, not {n}")
-    return [client.submit(finish_and_step, o, ends[k], pure=False) for k, o in enumerate(out)]
+    return [client.submit(finish_and_step, o, ends[k], host=device is not None, pure=False)
+            for k, o in enumerate(out)]
