@@ -342,11 +342,13 @@ _HELD_LOCK = threading.Lock()
 
 
 def _kept(data: BlockData, cfg: Config, run: str | None) -> BlockData:
-    """The block with its normalized texts where ``cluster.spill_texts`` keeps them: in memory, or (on a CPU
-    worker, ``run`` given) in a file of the worker's local directory (:func:`text_dir`) that each task reading
-    them maps, so that the worker holds the texts of the blocks its running tasks read, not of all its blocks.
-    ``auto``: in memory while this run's texts on this worker stay within SPILL_SHARE of its memory limit."""
-    if run is None or cfg.backend != "cpu" or cfg.cluster.spill_texts is False or data.strings is None:
+    """The block with its normalized texts where ``cluster.spill_texts`` keeps them: in memory, or (texts in
+    host memory, ``run`` given) in a file of the worker's local directory (:func:`text_dir`) that each task
+    reading them maps, so that the worker holds the texts of the blocks its running tasks read, not of all its
+    blocks.  ``auto``: in memory while this run's texts on this worker stay within SPILL_SHARE of its memory
+    limit.  Texts in device memory (a GPU worker's normalized block) stay there: where the texts are decides,
+    not the backend's name (a backend named ``cpu`` may be the GPU's, as under ``pytest --backend gpu``)."""
+    if run is None or cfg.cluster.spill_texts is False or data.strings is None or on_device(data.strings.offsets):
         return data
     size = int(data.strings.nbytes)
     with _HELD_LOCK:
