@@ -425,7 +425,7 @@ def block_keys(data: BlockData, family) -> dict:
 
 
 def block_stats(data: BlockData, family):
-    return family.stats(data.rows())
+    return family.stats(data.rows(), family.cfg.backend)
 
 
 def block_signatures(data: BlockData, rows: dict, family) -> dict:
