@@ -9,9 +9,11 @@ arrays a launch reads and writes.  The module keeps its own ledger of what cross
 ``.get()`` (device to host) and ``asarray`` / ``array`` / ``ascontiguousarray`` of a host array (host to
 device), whoever called them, so a test can compare it with the bytes gpu_dedup counted.
 
-It is permissive where CuPy is strict (a NumPy function given a device array just computes): it checks
-where data lives and what moves, not that every line would run on CuPy (the ``gpu`` tests do that).
-Install it as ``sys.modules["cupy"]`` for ``array_module`` to find it.
+Like CuPy it refuses to mix: a NumPy ufunc or function given a device array and a host array (with at least
+one element) raises CuPy's ``TypeError`` (comparing device results with host ones, the bug of several tests
+under ``--backend gpu``).  It is permissive where NumPy gives it no say: ``np.asarray`` of a device array
+(CuPy raises) returns the data.  It checks where data lives and what moves, not that every line would run
+on CuPy (the ``gpu`` tests do that).  Install it as ``sys.modules["cupy"]`` for ``array_module`` to find it.
 """
 
 import types
@@ -24,6 +26,19 @@ class DeviceArray(np.ndarray):
 
     ledger = None  # the ``moved`` dict of the fake module that made it
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        _refuse_host(inputs + tuple(kwargs.get("out", ())))
+        plain = [a.view(np.ndarray) if isinstance(a, DeviceArray) else a for a in inputs]
+        if "out" in kwargs:
+            kwargs["out"] = tuple(a.view(np.ndarray) if isinstance(a, DeviceArray) else a for a in kwargs["out"])
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        return result if method == "at" else _device(result)
+
+    def __array_function__(self, func, types, args, kwargs):
+        _refuse_host(args)
+        _refuse_host(tuple(kwargs.values()))
+        return _device(super().__array_function__(func, (np.ndarray,), _plain(args), _plain(kwargs)))
+
     def get(self):
         if DeviceArray.ledger is not None:
             DeviceArray.ledger["device_to_host_bytes"] += self.nbytes
@@ -31,6 +46,29 @@ class DeviceArray(np.ndarray):
 
 
 DeviceArray.__module__ = "cupy._core.core"  # what on_device reads: type(a).__module__
+
+
+def _refuse_host(values) -> None:
+    """CuPy's refusal of a host array where device arrays are: a NumPy array with elements, in ``values``
+    (lists and tuples searched too)."""
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            _refuse_host(v)
+        elif isinstance(v, np.ndarray) and not isinstance(v, DeviceArray) and v.ndim and v.size:
+            raise TypeError(f"Unsupported type {np.ndarray}")
+
+
+def _plain(a):
+    """Device arrays as NumPy arrays (to compute with NumPy's own implementation)."""
+    if isinstance(a, DeviceArray):
+        return a.view(np.ndarray)
+    if isinstance(a, tuple):
+        return tuple(_plain(v) for v in a)
+    if isinstance(a, list):
+        return [_plain(v) for v in a]
+    if isinstance(a, dict):
+        return {k: _plain(v) for k, v in a.items()}
+    return a
 
 
 def _device(a):

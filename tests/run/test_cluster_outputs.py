@@ -259,9 +259,9 @@ def _host_normalized(B, loaded, cfg, run=None):
     from gpu_dedup.backends.strings import StringBuffers
 
     out = B.normalize_block(loaded, cfg, run=run)
-    if out.strings is None or not on_device(out.strings.offsets):
+    if not on_device(B.normalize_block(loaded, cfg).strings.offsets):
         return out
-    assert out.text_file is None  # device texts stay in device memory, whatever spill_texts says
+    assert out.text_file is None and on_device(out.strings.offsets)  # device texts stay in device memory
     host = StringBuffers(to_host(out.strings.offsets), to_host(out.strings.data))
     return B._kept(replace(out, strings=host), cfg, run)
 
