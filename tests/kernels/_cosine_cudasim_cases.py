@@ -182,6 +182,39 @@ def test_text_features_and_sparse_cosine_on_the_gpu_backend_equal_cpu(cuda, shin
                           cpu.sparse_cosine_pairs(offsets, feat, w, norms, left, right))
 
 
+def test_text_steps_on_device_texts_stay_there_and_equal_cpu_in_chunks(monkeypatch):
+    """Document frequencies, tf-idf SimHash of a scattered subset and the exact sparse cosine, on stand-in
+    device texts (``tests/fake_cupy.py``) in chunks of a few documents: results on the device, the CPU's
+    bits; a running document-frequency total on the host takes the device counts."""
+    from gpu_dedup.backends import on_device, to_device, to_host
+    from gpu_dedup.backends.cpu import CPUBackend
+    from gpu_dedup.backends.strings import StringBuffers
+    from gpu_dedup.stages.verify import text_cosine_similarity
+    from tests.fake_cupy import fake_cupy
+
+    xp = fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", xp)
+    gpu, cpu = _gpu_backend(xp), CPUBackend()
+    buf = string_buffers(pa.array(DOCS * 3, pa.large_binary()))
+    dev = StringBuffers(to_device(buf.offsets, xp), to_device(buf.data, xp))
+    df, n = vx.document_frequencies(buf, "word", 2, 8, chunk_bytes=20, backend=cpu)
+    got, m = vx.document_frequencies(dev, "word", 2, 8, chunk_bytes=20, backend=gpu)  # several chunks
+    assert on_device(got) and m == n and np.array_equal(to_host(got), df)
+    total, _ = vx.document_frequencies(dev, "word", 2, 8, df=df.copy(), backend=gpu)
+    assert isinstance(total, np.ndarray) and not on_device(total) and np.array_equal(total, 2 * df)
+    idf = vx.idf_table(got, n, 8)
+    docs = np.array([9, 2, 3, 20, 5], np.int64)
+    want = pj.text_signatures(buf, 128, 5, "word", 2, idf=idf, docs=docs, backend=cpu)
+    sig = pj.text_signatures(dev, 128, 5, "word", 2, idf=idf, docs=to_device(docs, xp), backend=gpu)
+    assert on_device(sig.bits) and np.array_equal(to_host(sig.bits), want.bits)
+    assert np.array_equal(to_host(sig.status), want.status)
+    left, right = np.array([3, 10, 17, 5, 2, 0], np.int64), np.array([10, 17, 3, 12, 9, 1], np.int64)
+    cos = text_cosine_similarity(left, right, buf, "word", 2, idf, chunk_bytes=30, backend=cpu)
+    got = text_cosine_similarity(to_device(left, xp), to_device(right, xp), dev, "word", 2, idf, chunk_bytes=30,
+                                 backend=gpu)
+    assert on_device(got) and np.array_equal(to_host(got), cos) and cos[0] == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize("where", ["host", "device"])
 def test_cosine_text_run_on_the_gpu_backend_writes_what_the_cpu_run_writes(tmp_path, monkeypatch, where):
     """A whole tf-idf text run (similarity cosine, verify exact) on the simulated GPU backend: outputs byte for
