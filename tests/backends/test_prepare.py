@@ -99,6 +99,34 @@ class CudaCompilingBackend:
         return self.cpu.exact_hashes(strings, seed1, seed2)
 
 
+@pytest.mark.parametrize("source", ["text", "vectors"])
+def test_a_cosine_run_prepares_its_own_kernels_not_minhash(source):
+    """A cosine run calls no MinHash kernel: prepare loads what its family calls (SimHash, document frequencies
+    and the sparse cosine of text vectors; the dense cosine of embeddings) on the backend."""
+    from gpu_dedup.backends.prepare import prepare
+
+    calls = []
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner, self.xp = inner, inner.xp
+
+        def __getattr__(self, name):
+            value = getattr(self.inner, name)
+            if not callable(value):
+                return value
+            return lambda *a, **k: calls.append(name) or value(*a, **k)
+
+    vector = {"input": {"vector_column": "emb"}} if source == "vectors" else {}
+    prepare(Recording(get_backend("cpu")), Config.from_dict({"similarity": "cosine", **vector}))
+    assert "minhash" not in calls and "shingle_sets" not in calls
+    if source == "vectors":
+        assert {"row_norms", "cosine_pairs"} <= set(calls) and "normalize_column" not in calls
+    else:
+        assert {"normalize_column", "exact_hashes", "text_features", "simhash_text", "sparse_norms",
+                "sparse_cosine_pairs"} <= set(calls), calls
+
+
 def _simulated() -> bool:
     from numba import config as numba_config
 
