@@ -909,8 +909,10 @@ class GPUBackend(Backend):
         cache = self.__dict__.setdefault("_tables_dev", {})
         if "gauss8" not in cache:  # the hyperplane entries' table: copied once
             cache["gauss8"] = self._dev(cosine_cuda.GAUSS8, np.int64)
+        # blocks of at most 128 threads: at its 142 registers a thread, three fit an SM where one of 256 does
+        threads = min(self.item_threads, cosine_cuda.THREADS)
         out, count = cosine_cuda.simhash_spans_device(starts, ends, data, bits, key, word_mode, int(ngram), use_idf,
-                                                      self._dev(table, np.int64), shift, self.xp, self.item_threads,
+                                                      self._dev(table, np.int64), shift, self.xp, threads,
                                                       gauss=cache["gauss8"])
         return self._out(out, device), self._out(count, device)
 
