@@ -60,8 +60,14 @@ Arithmetic on hashes is modulo 2**64 (uint64 wrap-around is the definition).
    combined as ``(s0 + s1) + (s2 + s3)``: a fixed order, so CPU and GPU
    round identically (a fused multiply-add of an exact product rounds like
    the separate add).  Sparse: sorted merge of two documents' distinct
-   features, products of float64 weights (exact below 2**26 each), summed in
-   feature order.
+   features, products of the integer-valued float64 weights, summed in
+   feature order in float64.  Each product is formed exactly in int64 and
+   rounded once to float64 (the correctly rounded float64 product) while
+   both weights are below 2**31; then no float multiply exists for a
+   compiler to fuse with the sum (NVVM contracts ``s += a * b`` into an FMA,
+   which rounds differently once ``a * b`` is inexact, above 2**53).  Above
+   that (a feature repeated ~10**5 times in both documents) the product is a
+   float64 multiply.
 """
 
 import numpy as np
@@ -91,6 +97,7 @@ S1 = U64(1)
 S2 = U64(2)
 S4 = U64(4)
 S56 = U64(56)
+EXACT_WEIGHT = F64(2.0**31)  # sparse weights below this multiply exactly in int64 (rule 8)
 
 
 def gauss8_table() -> np.ndarray:
@@ -184,6 +191,14 @@ def dot_rows(x, a, y, b):
     return (s0 + s1) + (s2 + s3)
 
 
+def exact_product(x, y):
+    """Rule 8: the product of two integer-valued float64 weights (>= 0), rounded once to float64: formed
+    exactly in int64 while both are below 2**31, so no float multiply is left to fuse with a sum."""
+    if x < EXACT_WEIGHT and y < EXACT_WEIGHT:
+        return F64(I64(x) * I64(y))
+    return x * y
+
+
 def sparse_dot(feat, weight, a0, a1, b0, b1):
     """Rule 8 (sparse): sum of weight products over features common to the sorted runs [a0, a1), [b0, b1)."""
     s = F64(0.0)
@@ -193,7 +208,7 @@ def sparse_dot(feat, weight, a0, a1, b0, b1):
         fi = feat[i]
         fj = feat[j]
         if fi == fj:
-            s += weight[i] * weight[j]
+            s += exact_product(weight[i], weight[j])
             i += 1
             j += 1
         elif fi < fj:
@@ -272,6 +287,21 @@ def feature_step(ring, count, head, n, t):
     return count, head, window_feature(ring, n, head, n), True
 
 
+def doc_feature_count(data, start, end, word_mode, n):
+    """Feature occurrences (rule 6) of the document ``data[start:end]``: ``T - n + 1`` of ``T >= n`` tokens,
+    1 of ``0 < T < n``, 0 of none (what :func:`doc_features` writes, counted without hashing)."""
+    tokens = 0
+    pos = start
+    while True:
+        _, found, pos = next_token(data, pos, end, word_mode)
+        if not found:
+            break
+        tokens += 1
+    if tokens >= n:
+        return tokens - n + 1
+    return 1 if tokens > 0 else 0
+
+
 def doc_features(data, start, end, word_mode, n, ring, buf):
     """Feature hashes (rule 6) of the document ``data[start:end]`` into ``buf``; returns how many."""
     k = 0
@@ -330,12 +360,14 @@ DEVICE_FUNCTIONS = (
     "popcount64",
     "hamming_row_pair",
     "dot_rows",
+    "exact_product",
     "sparse_dot",
     "wordhash_next",
     "next_token",
     "window_feature",
     "simhash_add",
     "feature_step",
+    "doc_feature_count",
     "doc_features",
     "doc_simhash",
 )

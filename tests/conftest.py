@@ -10,12 +10,17 @@ always under the CUDA simulator).  ``--backend gpu`` runs the whole suite on
 the GPU backend: every test that asks for the CPU backend (``backend="cpu"``,
 ``Config(backend="cpu")``, the ``cpu_backend`` fixture) gets the GPU backend
 instead, so the oracle and end-to-end checks apply to the GPU path (tests that
-compare CPU with GPU then compare the GPU with itself).
+compare CPU with GPU then compare the GPU with itself).  Without a GPU,
+``NUMBA_ENABLE_CUDASIM=1 GPU_DEDUP_FAKE_DEVICE=1 pytest --backend gpu ...`` rehearses that on the
+simulator, the backend's arrays being ``tests/fake_cupy.py``'s stand-in device arrays (small tests only:
+every CUDA thread runs in Python).
 """
 
 import os
 
 import pytest
+
+FAKE_DEVICE = "GPU_DEDUP_FAKE_DEVICE"  # with --backend gpu under the simulator: device arrays from tests/fake_cupy.py
 
 
 def pytest_addoption(parser):
@@ -43,11 +48,23 @@ def _backend_under_test(request):
     if request.config.getoption("--backend") != "gpu":
         yield
         return
+    import sys
+
     from gpu_dedup import backends
 
-    saved = dict(backends._REGISTRY), dict(backends._CACHE)
+    saved = dict(backends._REGISTRY), dict(backends._CACHE), sys.modules.get("cupy")
     backends._CACHE.clear()
     backends._REGISTRY["cpu"] = backends._REGISTRY["gpu"]
+    if os.environ.get(FAKE_DEVICE, "0") not in ("", "0"):  # a rehearsal: the simulator on stand-in device arrays
+        from gpu_dedup.backends.gpu import GPUBackend
+        from tests.fake_cupy import fake_cupy
+
+        if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0"):
+            raise pytest.UsageError(f"{FAKE_DEVICE}=1 needs NUMBA_ENABLE_CUDASIM=1 (kernels run in the simulator)")
+        sys.modules["cupy"] = fake_cupy()
+        backends._CACHE["cpu"] = backends._CACHE["gpu"] = GPUBackend(
+            {"devices": 0, "frames": "pyarrow", "simulator": True}, xp=sys.modules["cupy"], threads=8, span=32,
+            seg_bytes=64, item_threads=8, max_blocks=4)
     try:
         yield
     finally:
@@ -55,6 +72,10 @@ def _backend_under_test(request):
         backends._REGISTRY.update(saved[0])
         backends._CACHE.clear()
         backends._CACHE.update(saved[1])
+        if saved[2] is None:
+            sys.modules.pop("cupy", None)
+        else:
+            sys.modules["cupy"] = saved[2]
 
 
 def pytest_collection_modifyitems(config, items):

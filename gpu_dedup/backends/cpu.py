@@ -148,6 +148,37 @@ class CPUBackend(Backend):
         return out, count
 
     @staticmethod
+    def text_features(strings: StringBuffers, docs, word_mode: bool, ngram: int):
+        """Sorted distinct feature hashes (rule 6) of texts ``docs`` with their counts, as CSR (offsets int64,
+        features uint64, tf int64)."""
+        docs = np.ascontiguousarray(docs, np.int64)
+        tasks = ck.tasks_for(strings.offsets, docs)
+        distinct = np.zeros(docs.shape[0], np.int64)
+        ck.feature_counts(strings.offsets, strings.data, docs, tasks, word_mode, int(ngram), distinct)
+        offsets = np.zeros(docs.shape[0] + 1, np.int64)
+        np.cumsum(distinct, out=offsets[1:])
+        feat = np.empty(int(offsets[-1]), np.uint64)
+        tf = np.empty(int(offsets[-1]), np.int64)
+        ck.feature_sets(strings.offsets, strings.data, docs, tasks, word_mode, int(ngram), offsets, feat, tf)
+        return offsets, feat, tf
+
+    @staticmethod
+    def sparse_norms(offsets, features, weights) -> np.ndarray:
+        """L2 norms (rule 8, sparse) of CSR term vectors."""
+        out = np.empty(offsets.shape[0] - 1, np.float64)
+        ck.sparse_norms(offsets, features, weights, out)
+        return out
+
+    @staticmethod
+    def sparse_cosine_pairs(offsets, features, weights, norms, left, right) -> np.ndarray:
+        """Exact cosine (rule 8, sparse) of CSR rows ``left[p]`` and ``right[p]``."""
+        left = np.ascontiguousarray(left, np.int64)
+        right = np.ascontiguousarray(right, np.int64)
+        out = np.empty(left.shape[0], np.float64)
+        ck.sparse_cosine_pairs(offsets, features, weights, norms, left, right, out)
+        return out
+
+    @staticmethod
     def row_norms(vectors) -> np.ndarray:
         x = np.ascontiguousarray(vectors, dtype=np.float32)
         out = np.empty(x.shape[0], np.float64)

@@ -177,6 +177,33 @@ def sorted_unique_segments(xp, offsets, values):
     return out_offsets, v[keep]
 
 
+def sorted_distinct_counts(xp, offsets, values):
+    """Sort each segment ``values[offsets[k]:offsets[k+1]]``, drop repeats and count them: the CSR
+    (offsets, distinct values, how many times each occurred) that the CPU's per-document sort gives.  Two
+    stable sorts (by value, then by segment) instead of a per-segment loop; ``xp`` is NumPy or CuPy."""
+    m = offsets.shape[0] - 1
+    total = values.shape[0]
+    out_offsets = xp.zeros(m + 1, dtype=xp.int64)
+    if total == 0:
+        return out_offsets, values[:0].astype(xp.uint64), xp.zeros(0, dtype=xp.int64)
+    seg = xp.searchsorted(offsets[1:], xp.arange(total, dtype=xp.int64), side="right")
+    if m < 2**31:
+        seg = seg.astype(xp.int32)  # half the key bits for the second sort
+    o1 = xp.argsort(values, kind="stable")
+    o2 = xp.argsort(seg[o1], kind="stable")
+    order = o1[o2]
+    v = values[order]
+    s = seg[order]
+    first = xp.ones(total, dtype=bool)
+    first[1:] = (v[1:] != v[:-1]) | (s[1:] != s[:-1])
+    starts = xp.flatnonzero(first)
+    counts = xp.empty(starts.shape[0], dtype=xp.int64)
+    counts[:-1] = starts[1:] - starts[:-1]
+    counts[-1:] = total - starts[-1:]
+    out_offsets[1:] = xp.cumsum(xp.bincount(s[starts], minlength=m))
+    return out_offsets, v[starts], counts
+
+
 def corpus_estimate(shards, text_column: str, xp=np) -> tuple[int, int]:
     """(text bytes, documents) of ``shards`` from metadata: the text column's uncompressed size and
     the row count of Parquet files, the size of JSONL files (x4 when compressed, ~256 bytes a
@@ -964,12 +991,57 @@ class GPUBackend(Backend):
         self.k.hook_min[self._blocks(src.shape[0], t), t](labels, new, src, dst)
 
     # ---- cosine (random projections): kernels/cosine_cuda.py, arrays where this backend keeps them
+    #
+    # Text vectors (SimHash, document frequencies, sparse cosine) read texts as the MinHash kernels do
+    # (``_text``): device strings in place, results left on the device; host strings by their byte span, results
+    # copied back.
     def simhash_text(self, strings: StringBuffers, docs, bits: int, key: int, word_mode: bool, ngram: int,
                      use_idf: bool, table, shift):
+        """SimHash words (len(docs), bits / 64) and feature occurrences of texts ``docs`` (``table``: the idf
+        weights, used in place when on the device)."""
         from gpu_dedup.kernels import cosine_cuda
 
-        return cosine_cuda.text_signatures_device(strings, docs, bits, key, word_mode, int(ngram), use_idf, table,
-                                                  shift, self.xp)
+        device = on_device(strings.offsets)
+        _, starts, ends, data = self._text(strings, docs)
+        cache = self.__dict__.setdefault("_tables_dev", {})
+        if "gauss8" not in cache:  # the hyperplane entries' table: copied once
+            cache["gauss8"] = self._dev(cosine_cuda.GAUSS8, np.int64)
+        # blocks of at most 128 threads: at its 142 registers a thread, three fit an SM where one of 256 does
+        threads = min(self.item_threads, cosine_cuda.THREADS)
+        out, count = cosine_cuda.simhash_spans_device(starts, ends, data, bits, key, word_mode, int(ngram), use_idf,
+                                                      self._dev(table, np.int64), shift, self.xp, threads,
+                                                      gauss=cache["gauss8"])
+        return self._out(out, device), self._out(count, device)
+
+    def text_features(self, strings: StringBuffers, docs, word_mode: bool, ngram: int):
+        """Sorted distinct feature hashes (rule 6) of texts ``docs`` with their counts, as CSR (offsets int64,
+        features uint64, tf int64): the feature occurrences counted and written by two kernels, then sorted
+        and counted per document (:func:`sorted_distinct_counts`)."""
+        from gpu_dedup.kernels import cosine_cuda
+
+        xp, device, t = self.xp, on_device(strings.offsets), self.item_threads
+        m, starts, ends, data = self._text(strings, docs)
+        raw_offsets = xp.zeros(m + 1, dtype=xp.int64)
+        raw_offsets[1:] = xp.cumsum(cosine_cuda.feature_counts_device(starts, ends, data, word_mode, ngram, xp, t))
+        raw = cosine_cuda.emit_features_device(starts, ends, data, word_mode, ngram, raw_offsets, xp, t)
+        offsets, feat, tf = sorted_distinct_counts(xp, raw_offsets, raw)
+        return self._out(offsets, device), self._out(feat, device), self._out(tf, device)
+
+    def sparse_norms(self, offsets, features, weights):
+        from gpu_dedup.kernels import cosine_cuda
+
+        out = cosine_cuda.sparse_norms_device(self._dev(offsets, np.int64), self._dev(features, np.uint64),
+                                              self._dev(weights, np.float64), self.xp, self.item_threads)
+        return self._out(out, on_device(features))
+
+    def sparse_cosine_pairs(self, offsets, features, weights, norms, left, right):
+        from gpu_dedup.kernels import cosine_cuda
+
+        out = cosine_cuda.sparse_cosine_pairs_device(
+            self._dev(offsets, np.int64), self._dev(features, np.uint64), self._dev(weights, np.float64),
+            self._dev(norms, np.float64), self._dev(left, np.int64), self._dev(right, np.int64), self.xp,
+            self.item_threads)
+        return self._out(out, on_device(features) or on_device(left))
 
     # host arrays go to the device through ``_dev`` (counted); the launchers then use them in place
     def row_norms(self, vectors):

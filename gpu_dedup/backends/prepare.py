@@ -14,6 +14,9 @@ the char kernel, a signature-verified run never builds the shingle-set ones.
 
 The text goes through ``backend.normalize_column`` (on the GPU backend: the
 normalization kernel), so nothing compiles inside the normalize stage either.
+A cosine run (``similarity: cosine``) prepares its own kernels instead of
+MinHash's: SimHash, the feature sets of document frequencies and the sparse
+cosine of text vectors, or the projections and dense cosine of embeddings.
 
 The message ``compiling kernels (first run after install) ...`` is logged
 once, at INFO on the ``gpu_dedup`` logger, and only when Numba actually
@@ -35,7 +38,8 @@ import numpy as np
 import pyarrow as pa
 from numba.core import event
 
-from gpu_dedup.backends import to_host
+from gpu_dedup.backends import array_module, to_host
+from gpu_dedup.kernels import cosine_cpu
 from gpu_dedup.kernels.buckets_cpu import maybe_shared
 from gpu_dedup.kernels.params import hash_params
 
@@ -114,9 +118,12 @@ def prepare(backend, cfg) -> tuple[float, bool]:
                 listening.enter_context(mod.install_listener(kind, first.listener(mod)))
             except ValueError:  # a kind this numba-cuda version does not define
                 continue
-        strings, _ = backend.normalize_column(_sample(), cfg.normalize)
         mh = cfg.minhash
         params = hash_params(mh.seed, mh.num_perm)
+        if cfg.similarity == "cosine":
+            _prepare_cosine(backend, cfg, params)
+            return time.perf_counter() - t0, first.compiled
+        strings, _ = backend.normalize_column(_sample(), cfg.normalize)
         if cfg.exact_dedup:
             backend.exact_hashes(strings, params.exact_seed1, params.exact_seed2)
         docs = np.arange(len(strings), dtype=np.int64)
@@ -131,3 +138,45 @@ def prepare(backend, cfg) -> tuple[float, bool]:
         else:  # signature and none both score candidates by their signatures
             backend.signature_similarity(sig, [0], [1])
     return time.perf_counter() - t0, first.compiled
+
+
+
+def _prepare_cosine(backend, cfg, params) -> None:
+    """A cosine run's kernels on the sample, called with the argument types its stages give them (the stages
+    sit above the backends, so their steps are repeated here by kernel): text vectors (normalization, exact
+    keys, feature sets of the document frequencies and the verification, SimHash, band hashes, the sparse
+    cosine or the Hamming estimate) or embeddings (row checks, quantization, sign packing, band hashes, the
+    dense cosine or the Hamming estimate)."""
+    c = cfg.cosine
+    bands, rows = cfg.cosine_layout_for(len(SAMPLE))
+    left, right = np.array([0, 0], np.int64), np.array([1, 3], np.int64)
+    if cfg.input.vector_column is None:
+        strings, _ = backend.normalize_column(_sample(), cfg.normalize)
+        if cfg.exact_dedup:
+            backend.exact_hashes(strings, params.exact_seed1, params.exact_seed2)
+        docs = array_module(strings.offsets).arange(len(SAMPLE), dtype=np.int64)
+        word, n = c.text.shingle == "word", int(c.text.ngram)
+        offsets, feat, tf = backend.text_features(strings, docs, word, n)
+        table = np.full(256, 256, np.int64)  # an idf table (its values do not change what compiles)
+        bits, _ = backend.simhash_text(strings, docs, c.bits, 1, word, n, c.text.weighting == "tfidf", table,
+                                       np.uint64(56))
+        if cfg.verify.method == "exact":
+            weights = tf.astype(np.float64)
+            backend.sparse_cosine_pairs(offsets, feat, weights, backend.sparse_norms(offsets, feat, weights), left,
+                                        right)
+    else:
+        x = (np.arange(len(SAMPLE) * 8, dtype=np.float32).reshape(len(SAMPLE), 8) % 5) - 2
+        status = np.empty(len(SAMPLE), np.int8)
+        cosine_cpu.check_rows(x, status)
+        q = np.empty_like(x)
+        cosine_cpu.quantize_rows(x, q, status)
+        bits = np.empty((len(SAMPLE), c.bits // 64), np.uint64)
+        cosine_cpu.pack_signs(np.ascontiguousarray(q @ np.ones((8, c.bits), np.float32)), bits)
+        if cfg.verify.method == "exact":
+            backend.cosine_pairs(x, backend.row_norms(x), left, right)
+    host = np.ascontiguousarray(to_host(bits))
+    bh = np.empty((host.shape[0], bands), np.uint64)
+    cosine_cpu.band_hashes(host, int(bands), int(rows), bh)  # on the host; the device's are array lines
+    maybe_shared(bh)
+    if cfg.verify.method != "exact":
+        backend.hamming_pairs(bits, left, right)

@@ -919,6 +919,22 @@ def smoke(docs: int = 5000, seed: int = 0, words=(60, 400), log=print, repeat: b
         return same(got.bits, want.bits) and same(got.status, want.status), "word 3-grams, tf"
 
     _check(checks, "text SimHash", simhash, log, repeat)
+
+    def text_tfidf():  # the cosine-text run's device steps: document frequencies, tf-idf SimHash, sparse cosine
+        from gpu_dedup.stages.vectors import document_frequencies, idf_table
+        from gpu_dedup.stages.verify import text_cosine_similarity
+
+        df, n = document_frequencies(host, "word", 3, 16, backend=cpu)
+        got_df, _ = document_frequencies(dev, "word", 3, 16, backend=gpu)
+        idf = idf_table(df, n, 16)
+        want = projections.text_signatures(host, 1024, 7, "word", 3, idf=idf, backend=cpu)
+        got = projections.text_signatures(dev, 1024, 7, "word", 3, idf=idf, backend=gpu)
+        cos = text_cosine_similarity(left, right, host, "word", 3, idf, backend=cpu)
+        ok = same(got_df, df) and same(got.bits, want.bits) and same(got.status, want.status)
+        return ok and same(text_cosine_similarity(to_device(left, xp), to_device(right, xp), dev, "word", 3, idf,
+                                                  backend=gpu), cos), "word 3-grams, tf-idf, 1024 bits"
+
+    _check(checks, "text tf-idf: frequencies, SimHash, sparse cosine", text_tfidf, log, repeat)
     result["passed"] = sum(c["status"] == "ok" for c in checks)
     result["failed"] = [c["check"] for c in checks if c["status"] != "ok"]
     log(f"smoke: {result['passed']} of {len(checks)} checks ok" + (f"; not ok: {result['failed']}"

@@ -286,7 +286,7 @@ class LocalExecutor:
             self._prepared = self.family
         if self._prepared is None:
             data = self._data()
-            st = self.family.stats(data)
+            st = self.family.stats(data, self.backend)  # counted where the texts are
             self._prepared = self.family.prepare([st] if st is not None else [])
         return self._prepared
 

@@ -112,7 +112,7 @@ class Family(ABC):
         """The family with corpus-wide statistics (``stats`` of every block, in block order)."""
         return self
 
-    def stats(self, data: RowData):
+    def stats(self, data: RowData, backend="cpu"):
         return None
 
     def exact_keys(self, data: RowData, backend="cpu"):
@@ -253,12 +253,16 @@ class Cosine(Family):
         return vectors.from_arrow(column, shard=shard, row_offset=row_offset, bad_vectors=self.cfg.cosine.bad_vectors,
                                   name=f"vector column {self.cfg.input.vector_column!r}", dim=dim)
 
-    def stats(self, data):
-        """Document frequencies of the hashed features of a block (tf-idf weighting only)."""
+    def stats(self, data, backend="cpu"):
+        """Document frequencies of the hashed features of a block (tf-idf weighting only), counted where
+        ``backend`` computes (device texts: on the device); the table (``2**idf_bits`` counts) comes back to
+        the host, where the blocks' tables are summed and the idf computed."""
         t = self.cfg.cosine.text
         if not self.from_text or t.weighting != "tfidf":
             return None
-        return vectors.document_frequencies(host_strings(data.strings), t.shingle, t.ngram, t.idf_bits)
+        be = get_backend(backend)
+        df, n = vectors.document_frequencies(texts_for(data.strings, be), t.shingle, t.ngram, t.idf_bits, backend=be)
+        return to_host(df), n
 
     def prepare(self, parts):
         t = self.cfg.cosine.text
@@ -279,22 +283,27 @@ class Cosine(Family):
     # ---- signatures and bands
     def signatures(self, data, docs, backend="cpu"):
         c = self.cfg.cosine
-        docs = np.asarray(to_host(docs), np.int64)
-        if self.from_text:
+        if self.from_text:  # SimHash where the backend computes: device texts stay on the device, as the bits
             t = c.text
-            sig = projections.text_signatures(host_strings(data.strings), c.bits, c.seed, t.shingle, t.ngram, idf=self.idf, docs=docs)
+            be = get_backend(backend)
+            sig = projections.text_signatures(texts_for(data.strings, be), c.bits, c.seed, t.shingle, t.ngram,
+                                              idf=self.idf, docs=docs, backend=be)
+            return RowSignatures(sig.bits, sig.status == projections.OK, sig.status.astype(np.int64))
+        docs = np.asarray(to_host(docs), np.int64)
+        v = data.vectors
+        if docs.shape[0] and int(docs[-1]) - int(docs[0]) + 1 == docs.shape[0]:  # a run of rows: a view
+            matrix, status = v.matrix[docs[0]:docs[-1] + 1], v.status[docs[0]:docs[-1] + 1]
         else:
-            v = data.vectors
-            if docs.shape[0] and int(docs[-1]) - int(docs[0]) + 1 == docs.shape[0]:  # a run of rows: a view
-                matrix, status = v.matrix[docs[0]:docs[-1] + 1], v.status[docs[0]:docs[-1] + 1]
-            else:
-                matrix, status = v.matrix[docs], v.status[docs]
-            sig = projections.signatures(matrix, c.bits, c.seed, status=status)
+            matrix, status = v.matrix[docs], v.status[docs]
+        sig = projections.signatures(matrix, c.bits, c.seed, status=status)
         return RowSignatures(sig.bits, sig.status == projections.OK, sig.status.astype(np.int64))
 
     def band_hashes(self, values, backend="cpu"):
+        """Band hashes where the signature bits are (the array-module lines on the device, the kernel on the
+        host: the same bits)."""
         b, r = self.layout
-        return projections.band_hashes(np.ascontiguousarray(to_host(values)), b, r)
+        xp = array_module(values)
+        return projections.band_hashes(xp.ascontiguousarray(values), b, r, xp)
 
     def empty_values(self, xp=np):
         return xp.zeros((0, self.cfg.cosine.bits // 64), dtype=xp.uint64)
@@ -311,12 +320,11 @@ class Cosine(Family):
 
     # ---- verification
     def exact_similarity(self, data, left, right, backend="cpu", progress=None):
-        if self.from_text:
-            # on the host whatever the backend: the sparse term vectors are built by CPU kernels
-            # (stages/vectors.py) and their sparse cosine has no CUDA kernel
+        if self.from_text:  # sparse dot products where the backend computes (device texts: on the device)
             t = self.cfg.cosine.text
-            return text_cosine_similarity(np.asarray(to_host(left), np.int64), np.asarray(to_host(right), np.int64),
-                                          host_strings(data.strings), t.shingle, t.ngram, self.idf, progress=progress)
+            be = get_backend(backend)
+            return text_cosine_similarity(left, right, texts_for(data.strings, be), t.shingle, t.ngram, self.idf,
+                                          progress=progress, backend=be)
         out = vector_cosine(data, left, right, get_backend(backend))
         if progress is not None:
             progress(len(left))
@@ -361,9 +369,11 @@ def vector_cosine(data: RowData, left, right, be):
     return out if device else to_host(out)
 
 
-def host_strings(strings: StringBuffers) -> StringBuffers:
-    """Kernel buffers on the host (cosine's text vectors are built by the CPU kernels)."""
-    if strings is None or not on_device(strings.offsets):
+def texts_for(strings: StringBuffers, be) -> StringBuffers:
+    """Kernel buffers a backend can read: as they are, or on the host (counted) for a backend that computes
+    on the host while the texts are in device memory.  A device backend reads host texts itself (a batch's
+    byte span at a time)."""
+    if strings is None or not on_device(strings.offsets) or be.xp is not np:
         return strings
     return StringBuffers(to_host(strings.offsets), to_host(strings.data))
 

@@ -323,9 +323,10 @@ def text_signatures(texts, bits: int, seed: int, shingle: str = "word", ngram: i
     if bits < 64 or bits % 64:
         raise ValueError(f"bits = {bits} must be a positive multiple of 64")
     buf = texts if hasattr(texts, "offsets") else string_buffers(texts)
-    docs = np.arange(len(buf), dtype=np.int64) if docs is None else np.asarray(docs, np.int64)
+    xp = array_module(buf.offsets)  # device texts: the docs, the idf table and the bits on the device
+    docs = xp.arange(len(buf), dtype=xp.int64) if docs is None else docs
     use_idf = idf is not None
-    table = idf.weights if use_idf else np.zeros(1, np.int64)
+    table = idf.weights_on(xp) if use_idf else np.zeros(1, np.int64)
     shift = np.uint64(64 - idf.bits) if use_idf else np.uint64(0)
     out, count = get_backend(backend).simhash_text(buf, docs, bits, seed_key(seed), shingle == "word", int(ngram),
                                                    use_idf, table, shift)

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends import array_module, get_backend, on_device, to_device, to_host
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.errors import InputError
 from gpu_dedup.kernels import cosine_cpu as cpu
@@ -270,12 +271,28 @@ class IdfTable:
     documents: int
     df: np.ndarray = field(repr=False)  # int64, 2**bits
     weights: np.ndarray = field(repr=False)  # int64, 2**bits
+    _copies: dict = field(default_factory=dict, repr=False, compare=False)  # array module name -> weights there
+
+    def weights_on(self, xp):
+        """``weights`` as an array of ``xp``: copied to a device once (counted), then reused."""
+        if xp is np:
+            return self.weights
+        if xp.__name__ not in self._copies:
+            self._copies[xp.__name__] = to_device(self.weights, xp)
+        return self._copies[xp.__name__]
+
+    def __getstate__(self):  # a table sent to workers leaves its device copies behind
+        return {k: v for k, v in self.__dict__.items() if k != "_copies"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _copies={})
 
 
 @dataclass(frozen=True)
 class TermVectors:
     """Sparse term-weight vectors (CSR): row ``i`` has features ``features[offsets[i]:offsets[i+1]]``
-    (ascending, distinct) with integer ``weights`` (float64) and L2 norm ``norms[i]``."""
+    (ascending, distinct) with integer ``weights`` (float64) and L2 norm ``norms[i]``; arrays of the
+    texts' array module (device arrays for device texts on the GPU backend)."""
 
     offsets: np.ndarray  # int64, n + 1
     features: np.ndarray  # uint64
@@ -290,47 +307,55 @@ def _buffers(texts):
     return texts if hasattr(texts, "offsets") else string_buffers(texts)
 
 
-def feature_sets(texts, shingle: str = "word", ngram: int = 3, docs=None):
-    """(offsets, features, tf): sorted distinct feature hashes of each document (rule 6) and their counts."""
+def feature_sets(texts, shingle: str = "word", ngram: int = 3, docs=None, backend="cpu"):
+    """(offsets, features, tf): sorted distinct feature hashes of each document (rule 6) and their counts,
+    computed by ``backend`` where it computes (on the device for device texts on the GPU backend)."""
     buf = _buffers(texts)
-    docs = np.arange(len(buf), dtype=np.int64) if docs is None else np.asarray(docs, np.int64)
-    tasks = cpu.tasks_for(buf.offsets, docs)
-    word = shingle == "word"
-    distinct = np.zeros(docs.shape[0], np.int64)
-    cpu.feature_counts(buf.offsets, buf.data, docs, tasks, word, int(ngram), distinct)
-    offsets = np.zeros(docs.shape[0] + 1, np.int64)
-    np.cumsum(distinct, out=offsets[1:])
-    feat = np.empty(int(offsets[-1]), np.uint64)
-    tf = np.empty(int(offsets[-1]), np.int64)
-    cpu.feature_sets(buf.offsets, buf.data, docs, tasks, word, int(ngram), offsets, feat, tf)
-    return offsets, feat, tf
+    xp = array_module(buf.offsets)
+    docs = xp.arange(len(buf), dtype=xp.int64) if docs is None else docs
+    return get_backend(backend).text_features(buf, docs, shingle == "word", int(ngram))
+
+
+def _like(a, ref):
+    """``a`` moved to the array module of ``ref`` (a counted copy when they differ)."""
+    if on_device(a) == on_device(ref):
+        return a
+    return to_host(a) if on_device(a) else to_device(a, array_module(ref))
 
 
 def document_frequencies(texts, shingle: str = "word", ngram: int = 3, bits: int = 20,
-                         chunk_bytes: int = 64 << 20, df=None):
+                         chunk_bytes: int = 64 << 20, df=None, backend="cpu"):
     """Counts per hashed bucket (top ``bits`` bits of the feature hash), one per (document, distinct
     feature), over every document of ``texts``; adds to ``df`` when given (a running total over shards).
 
     Documents are processed in chunks of about ``chunk_bytes`` of text, so the
-    memory is the table plus one chunk's features.  Returns (df, documents).
+    memory is the table plus one chunk's features.  Array code of the texts'
+    module: device texts on the GPU backend are counted on the device (the
+    features never leave it).  Returns (df, documents), ``df`` where the texts
+    are (or where the given ``df`` is).
     """
     buf = _buffers(texts)
-    df = np.zeros(1 << bits, np.int64) if df is None else df
-    shift = np.uint64(64 - bits)
+    xp = array_module(buf.offsets)
+    total = xp.zeros(1 << bits, dtype=xp.int64)
+    shift = xp.uint64(64 - bits)
     n = len(buf)
-    cum = np.cumsum(buf.lengths + 16)
-    cuts = np.searchsorted(cum, np.arange(chunk_bytes, int(cum[-1]) if n else 0, chunk_bytes))
-    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, n]):  # a few chunks of documents
-        if hi <= lo:
-            continue
-        _, feat, _ = feature_sets(buf, shingle, ngram, np.arange(lo, hi, dtype=np.int64))
-        df += np.bincount((feat >> shift).astype(np.int64), minlength=1 << bits)
+    if n:
+        cum = xp.cumsum(buf.lengths + 16)
+        cuts = to_host(xp.searchsorted(cum, xp.arange(chunk_bytes, int(cum[-1]), chunk_bytes, dtype=xp.int64)))
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, n]):  # a few chunks of documents
+            if hi <= lo:
+                continue
+            _, feat, _ = feature_sets(buf, shingle, ngram, xp.arange(int(lo), int(hi), dtype=xp.int64), backend)
+            total += xp.bincount((feat >> shift).astype(xp.int64), minlength=1 << bits)
+    if df is None:
+        return total, n
+    df += _like(total, df)
     return df, n
 
 
 def idf_table(df, documents: int, bits: int) -> IdfTable:
     """Quantized smoothed idf (module doc), computed on the host so every backend gets the same table."""
-    df = np.asarray(df, np.int64)
+    df = np.asarray(to_host(df), np.int64)
     if df.shape[0] != 1 << bits:
         raise ValueError(f"df has {df.shape[0]} buckets; expected 2**{bits}")
     idf = np.log((1.0 + documents) / (1.0 + df)) + 1.0
@@ -339,16 +364,17 @@ def idf_table(df, documents: int, bits: int) -> IdfTable:
 
 
 def term_vectors(texts, shingle: str = "word", ngram: int = 3, idf: IdfTable | None = None,
-                 docs=None) -> TermVectors:
-    """Sparse tf or tf-idf vectors (module doc) of ``docs`` (default: all) with their norms."""
-    offsets, feat, tf = feature_sets(texts, shingle, ngram, docs)
+                 docs=None, backend="cpu") -> TermVectors:
+    """Sparse tf or tf-idf vectors (module doc) of ``docs`` (default: all) with their norms, where
+    ``backend`` computes them (see :func:`feature_sets`)."""
+    be = get_backend(backend)
+    offsets, feat, tf = feature_sets(texts, shingle, ngram, docs, be)
+    xp = array_module(feat)
     if idf is None:
-        w = tf.astype(np.float64)
+        w = tf.astype(xp.float64)
     else:
-        w = (tf * idf.weights[(feat >> np.uint64(64 - idf.bits)).astype(np.int64)]).astype(np.float64)
-    norms = np.empty(offsets.shape[0] - 1, np.float64)
-    cpu.sparse_norms(offsets, feat, w, norms)
-    return TermVectors(offsets, feat, w, norms)
+        w = (tf * idf.weights_on(xp)[(feat >> xp.uint64(64 - idf.bits)).astype(xp.int64)]).astype(xp.float64)
+    return TermVectors(offsets, feat, w, be.sparse_norms(offsets, feat, w))
 
 
 def text_status(texts, shingle: str = "word", ngram: int = 3):

@@ -99,7 +99,6 @@ def verify(edges: Edges, threshold: float, method: str, *, texts=None, cfg: MinH
 # packed signature bits (popcount).  A row without a vector (zero norm)
 # scores 0 with everything.
 
-from gpu_dedup.kernels import cosine_cpu  # noqa: E402  (sparse text vectors: a host kernel only)
 from gpu_dedup.stages.vectors import term_vectors  # noqa: E402
 
 
@@ -136,30 +135,32 @@ def hamming_cosine(left, right, bits, nbits: int | None = None, backend="cpu"):
 
 
 def text_cosine_similarity(left, right, texts, shingle: str = "word", ngram: int = 3, idf=None,
-                           chunk_bytes: int = CHUNK_BYTES, progress=None):
+                           chunk_bytes: int = CHUNK_BYTES, progress=None, backend="cpu"):
     """Exact cosine of the term-weight vectors (stages/vectors.py) of document pairs.
 
     Like :func:`exact_similarity`: pairs sorted by ``left`` are cut into chunks
     whose documents hold about ``chunk_bytes`` of text; each chunk builds the
-    sparse vectors of the documents it touches once.
+    sparse vectors of the documents it touches once.  Array code of the texts'
+    module: on device texts (GPU backend) the pairs, term vectors and scores
+    stay on the device.
     """
-    left = np.asarray(left, np.int64)
-    right = np.asarray(right, np.int64)
-    out = np.empty(left.shape[0], np.float64)
+    be = get_backend(backend)
+    xp = array_module(texts.offsets)
+    left = xp.asarray(left, dtype=xp.int64)
+    right = xp.asarray(right, dtype=xp.int64)
+    out = xp.empty(left.shape[0], dtype=xp.float64)
     if left.shape[0] == 0:
         return out
     lengths = texts.lengths
-    order = np.argsort(left, kind="stable")
-    cost = np.cumsum(lengths[left[order]] + lengths[right[order]] + 64)
+    order = xp.argsort(left, kind="stable")
+    cost = xp.cumsum(lengths[left[order]] + lengths[right[order]] + 64)
     chunk_of = cost // max(chunk_bytes, 1)
-    bounds = np.flatnonzero(np.diff(chunk_of)) + 1
+    bounds = to_host(xp.flatnonzero(xp.diff(chunk_of)) + 1)  # chunk boundaries: a few numbers
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, order.shape[0]]):  # few chunks, not per document
         sel = order[lo:hi]
-        nodes, a, b = pair_rows(left[sel], right[sel])
-        tv = term_vectors(texts, shingle, ngram, idf, docs=nodes)
-        res = np.empty(sel.shape[0], np.float64)
-        cosine_cpu.sparse_cosine_pairs(tv.offsets, tv.features, tv.weights, tv.norms, a, b, res)
-        out[sel] = res
+        nodes, a, b = pair_rows(left[sel], right[sel], xp)
+        tv = term_vectors(texts, shingle, ngram, idf, docs=nodes, backend=be)
+        out[sel] = be.sparse_cosine_pairs(tv.offsets, tv.features, tv.weights, tv.norms, a, b)
         if progress is not None:
             progress(sel.shape[0])
     return out

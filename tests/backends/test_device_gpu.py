@@ -127,6 +127,33 @@ def test_single_gpu_run_is_device_resident_and_equals_cpu(corpus, reader):
         assert moved < signature_bytes // 4, (name, moved)
 
 
+@pytest.mark.parametrize("limit", [None, "1MiB"])
+def test_cosine_text_run_keeps_its_texts_on_the_device_and_equals_cpu(corpus, limit):
+    """tf-idf text vectors (similarity cosine, verify exact): document frequencies, SimHash, band hashes and the
+    sparse cosine of verify and select run on the device texts, which never come back to the host; above
+    gpu.memory_limit the texts stay on the host and each batch's span goes to the device.  Outputs equal the
+    CPU's either way."""
+    cfg = {"similarity": "cosine", "input": {"id_column": "id"}, "lsh": {"threshold": 0.8},
+           "cosine": {"text": {"idf_bits": 12}}, **({"gpu": {"memory_limit": limit}} if limit else {})}
+    name = f"cosine-{limit or 'resident'}"
+    c = run_dedup(corpus / "in", corpus / f"cpu-{name}", Config.from_dict({**cfg, "backend": "cpu"}))
+    g = run_dedup(corpus / "in", corpus / f"gpu-{name}", Config.from_dict({**cfg, "backend": "gpu"}))
+    assert g.report["gpu"]["resident"] is (limit is None)
+    assert c.report["counts"] == g.report["counts"] and c.report["counts"]["near_duplicates"] > 0
+    assert (corpus / f"cpu-{name}" / "duplicates.parquet").read_bytes() == \
+        (corpus / f"gpu-{name}" / "duplicates.parquet").read_bytes()
+    _tables_equal(corpus / f"cpu-{name}", corpus / f"gpu-{name}", [s.name for s in c.shards])
+    if limit is not None:
+        return
+    stages = g.report["stages"]
+    text_bytes = sum(len(t.as_py().encode()) for s in c.shards for t in pq.read_table(s.path).column("text"))
+    assert stages["normalize"]["host_to_device_bytes"] >= text_bytes  # the texts cross once ...
+    assert g.report["gpu"]["device_to_host_bytes"] < text_bytes  # ... and do not come back
+    assert stages["signatures"].get("device_to_host_bytes", 0) < (8 << 12) + 4096  # the df table, a few numbers
+    for stage in ("verify", "select"):
+        assert stages[stage].get("device_to_host_bytes", 0) < 3000 * 8, (stage, stages[stage])
+
+
 def test_run_above_the_memory_limit_runs_in_batches_and_equals_cpu(corpus):
     cfg = {"input": {"id_column": "id"}, "gpu": {"memory_limit": "1MiB"}}
     c = run_dedup(corpus / "in", corpus / "cpu-b", Config.from_dict({**cfg, "backend": "cpu"}))

@@ -22,6 +22,7 @@ from gpu_dedup.backends.gpu import (
     segment_table,
     signature_kernel_choice,
     signature_threads,
+    sorted_distinct_counts,
     sorted_unique_segments,
     warp_launch,
 )
@@ -333,6 +334,23 @@ def test_sorted_unique_segments_equals_per_segment_unique():
     assert out_off.dtype == np.int64 and out_val.dtype == np.uint64
     empty_off, empty_val = sorted_unique_segments(np, np.zeros(3, np.int64), np.zeros(0, np.uint64))
     assert empty_off.tolist() == [0, 0, 0] and empty_val.shape == (0,)
+
+
+def test_sorted_distinct_counts_equals_per_segment_unique_counts():
+    """The GPU's feature sets (sorted distinct features of each document and their counts), on NumPy."""
+    rng = np.random.default_rng(6)
+    lengths = np.array([0, 1, 5, 0, 30, 2, 0, 7], np.int64)
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    values = rng.integers(0, 6, offsets[-1]).astype(np.uint64) * np.uint64(2**61)  # high bits too
+    out_off, out_val, counts = sorted_distinct_counts(np, offsets, values)
+    for k in range(lengths.shape[0]):
+        want, want_counts = np.unique(values[offsets[k] : offsets[k + 1]], return_counts=True)
+        assert np.array_equal(out_val[out_off[k] : out_off[k + 1]], want)
+        assert np.array_equal(counts[out_off[k] : out_off[k + 1]], want_counts)
+    assert out_off.dtype == counts.dtype == np.int64 and out_val.dtype == np.uint64
+    empty = sorted_distinct_counts(np, np.zeros(3, np.int64), np.zeros(0, np.uint64))
+    assert empty[0].tolist() == [0, 0, 0] and empty[1].shape == empty[2].shape == (0,)
+    assert empty[1].dtype == np.uint64 and empty[2].dtype == np.int64
 
 
 def test_segment_table_covers_every_byte_once():

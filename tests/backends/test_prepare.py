@@ -99,9 +99,61 @@ class CudaCompilingBackend:
         return self.cpu.exact_hashes(strings, seed1, seed2)
 
 
-def test_prepare_hears_numba_cuda_compiling_and_normalizes_on_the_backend(caplog):
-    """numba-cuda raises its compile events on its own event module; the GPU normalization kernel is the
-    backend's normalize_column, so prepare must call that (not the host normalization) to compile it."""
+@pytest.mark.parametrize("source", ["text", "vectors"])
+def test_a_cosine_run_prepares_its_own_kernels_not_minhash(source):
+    """A cosine run calls no MinHash kernel: prepare loads what its family calls (SimHash, document frequencies
+    and the sparse cosine of text vectors; the dense cosine of embeddings) on the backend."""
+    from gpu_dedup.backends.prepare import prepare
+
+    calls = []
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner, self.xp = inner, inner.xp
+
+        def __getattr__(self, name):
+            value = getattr(self.inner, name)
+            if not callable(value):
+                return value
+            return lambda *a, **k: calls.append(name) or value(*a, **k)
+
+    vector = {"input": {"vector_column": "emb"}} if source == "vectors" else {}
+    prepare(Recording(get_backend("cpu")), Config.from_dict({"similarity": "cosine", **vector}))
+    assert "minhash" not in calls and "shingle_sets" not in calls
+    if source == "vectors":
+        assert {"row_norms", "cosine_pairs"} <= set(calls) and "normalize_column" not in calls
+    else:
+        assert {"normalize_column", "exact_hashes", "text_features", "simhash_text", "sparse_norms",
+                "sparse_cosine_pairs"} <= set(calls), calls
+
+
+def _simulated() -> bool:
+    from numba import config as numba_config
+
+    return bool(numba_config.ENABLE_CUDASIM)
+
+
+def test_prepare_normalizes_on_the_backend():
+    """The GPU normalization kernel is the backend's normalize_column, so prepare must call that (not the host
+    normalization) to compile it.  Runs under the CUDA simulator too."""
+    from gpu_dedup.backends.prepare import prepare
+
+    cpu = get_backend("cpu")
+
+    class Counting(CudaCompilingBackend):
+        def exact_hashes(self, strings, seed1, seed2):
+            return self.cpu.exact_hashes(strings, seed1, seed2)
+
+    backend = Counting(cpu)
+    prepare(backend, Config.from_dict({"minhash": {"num_perm": 16, "ngram": 2}, "exact_dedup": True}))
+    assert backend.normalized == 1
+
+
+@pytest.mark.skipif(_simulated(), reason="the CUDA simulator compiles nothing (numba.cuda.compile_ptx is None "
+                                         "under NUMBA_ENABLE_CUDASIM=1)")
+def test_prepare_hears_numba_cuda_compiling(caplog):
+    """numba-cuda raises its compile events on its own event module: prepare listens there too, and says once
+    that kernels compile."""
     pytest.importorskip("numba_cuda")
     from numba import cuda  # noqa: F401  (the GPU backend has loaded the CUDA target before it prepares)
 

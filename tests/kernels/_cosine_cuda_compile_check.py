@@ -29,7 +29,11 @@ u8, i64, u64, f64, f32_2d = t.uint8[::1], t.int64[::1], t.uint64[::1], t.float64
 u64_2d, u32_2d = t.uint64[:, ::1], t.uint32[:, ::1]
 I, U, B = t.int64, t.uint64, t.boolean
 SIGNATURES = {  # the argument types the *_device launchers pass
-    "simhash_docs": [(i64, u8, i64, B, I, U, B, i64, U, i64, u32_2d, i64)],
+    "simhash_docs": [(i64, i64, u8, B, I, U, B, i64, U, i64, u32_2d, i64)],
+    "feature_counts": [(i64, i64, u8, B, I, i64)],
+    "emit_features": [(i64, i64, u8, B, I, i64, u64)],
+    "sparse_norms": [(i64, u64, f64, f64)],
+    "sparse_cosine_pairs": [(i64, u64, f64, f64, i64, i64, f64)],
     "cosine_pairs": [(f32_2d, f64, i64, i64, f64)],
     "row_norms": [(f32_2d, f64)],
     "hamming_pairs": [(u64_2d, i64, i64, i64)],

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from gpu_dedup.backends import on_device, to_host
 from gpu_dedup.errors import InputError
 from gpu_dedup.run.cluster import executor, routing
 from gpu_dedup.run.contract import arrow_int64
@@ -202,7 +203,9 @@ def test_signature_values_go_with_the_task_that_makes_the_bands(tmp_path):
         want = B.block_bands(B.block_signatures(data, rows, fam), fam)
         assert "values" not in signed and ("signatures" in signed["bands"]) == kept
         assert set(signed["bands"]) == set(want)
-        assert all(np.array_equal(signed["bands"][k], want[k]) for k in want)
+        # the task's result is host arrays (what leaves a task); the bands made in place stay where the
+        # backend computes (device arrays on a GPU backend)
+        assert all(np.array_equal(signed["bands"][k], to_host(want[k])) for k in want)
 
 
 def test_route_pieces_carry_only_the_frames_columns():
@@ -246,6 +249,23 @@ def test_distinct_ids_counted_from_their_hashes_as_arrow_counts_them(ids, backen
     assert distinct == pc.count_distinct(ids, mode="all").as_py()
 
 
+def _host_normalized(B, loaded, cfg, run=None):
+    """``normalize_block(loaded, cfg, run)`` with its texts in host memory, as a CPU worker holds them.  Under
+    ``pytest --backend gpu`` the backend named cpu normalizes into device memory, and texts there are never
+    spilled (checked here); the same texts copied to the host then go through the choice a CPU worker's block
+    goes through."""
+    from dataclasses import replace
+
+    from gpu_dedup.backends.strings import StringBuffers
+
+    out = B.normalize_block(loaded, cfg, run=run)
+    if not on_device(B.normalize_block(loaded, cfg).strings.offsets):
+        return out
+    assert out.text_file is None and on_device(out.strings.offsets)  # device texts stay in device memory
+    host = StringBuffers(to_host(out.strings.offsets), to_host(out.strings.data))
+    return B._kept(replace(out, strings=host), cfg, run)
+
+
 def test_spilled_texts_are_the_normalized_texts_mapped_only_while_read(tmp_path, monkeypatch):
     """A CPU worker's normalized block keeps its texts in a file of the worker's local directory: the block
     no longer weighs them, every reader sees the same texts, and the file is unmapped once the reader lets
@@ -259,8 +279,8 @@ def test_spilled_texts_are_the_normalized_texts_mapped_only_while_read(tmp_path,
     monkeypatch.setattr(B, "text_dir", lambda run, worker=None: str(tmp_path / run))
     os.makedirs(tmp_path / "r1")
     loaded = B.load_block(block, [shard], cfg)
-    kept = B.normalize_block(loaded, cfg)
-    spilled = B.normalize_block(loaded, cfg, run="r1")
+    kept = _host_normalized(B, loaded, cfg)
+    spilled = _host_normalized(B, loaded, cfg, run="r1")
     assert kept.text_file is None and spilled.strings is None and spilled.text_file.startswith(str(tmp_path / "r1"))
     assert B.block_norm_info(spilled) == {**B.block_norm_info(kept), "spilled_bytes": kept.text_bytes} and \
         kept.text_bytes > 0
@@ -290,13 +310,13 @@ def test_auto_keeps_a_runs_texts_in_memory_up_to_a_share_of_the_worker_and_spill
     assert cfg.cluster.spill_texts == "auto"
     monkeypatch.setattr(B, "text_dir", lambda run, worker=None: str(tmp_path / run))
     loaded = B.load_block(block, [shard], cfg)
-    size = B.normalize_block(loaded, cfg).text_bytes
+    size = _host_normalized(B, loaded, cfg).text_bytes
     monkeypatch.setattr(B, "_worker_memory", lambda: 2.5 * size / B.SPILL_SHARE)  # room for two blocks' texts
-    got = [B.normalize_block(loaded, cfg, run="r1").text_file is not None for _ in range(3)]
+    got = [_host_normalized(B, loaded, cfg, run="r1").text_file is not None for _ in range(3)]
     assert got == [False, False, True]
-    assert B.normalize_block(loaded, cfg, run="r2").text_file is None  # another run's share is its own
+    assert _host_normalized(B, loaded, cfg, run="r2").text_file is None  # another run's share is its own
     assert B.drop_texts("r1") == 2  # the one spilled block's two files
-    assert B.normalize_block(loaded, cfg, run="r1").text_file is None
+    assert _host_normalized(B, loaded, cfg, run="r1").text_file is None
     B.drop_texts("r1")
     B.drop_texts("r2")
 

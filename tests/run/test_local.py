@@ -381,7 +381,8 @@ def test_a_device_writer_writes_several_shards_at_once_unless_gpu_writer_is_pyar
             at_once.wait()
         # no rows written (None): pyarrow writes the shard, as after the real writer's fallback
 
-    monkeypatch.setattr(get_backend("cpu"), "write_parquet", device_writer)
+    # on the class: the GPU backend's writer is a read-only property (the CPU backend's a plain None)
+    monkeypatch.setattr(type(get_backend("cpu")), "write_parquet", property(lambda self: device_writer))
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "gpu": {"writer": writer}})
     got = run_dedup(d / "in", tmp_path / "out", cfg)
     assert len(calls) == (3 if writer == "cudf" else 0)

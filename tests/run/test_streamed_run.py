@@ -91,7 +91,11 @@ def test_results_are_the_whole_shard_codes(corpora, tmp_path, monkeypatch, fmt, 
     for keep in ("first", "longest", "score"):
         result = run_dedup(corpora / fmt, tmp_path / keep, _cfg(keep))
         assert digest(result) == GOLDEN[fmt, keep], (fmt, keep)
-        assert result.report["stages"]["normalize"]["normalized_while_reading_seconds"] >= 0
+        normalize = result.report["stages"]["normalize"]
+        if result.report["backend"].startswith("cpu"):  # the host normalizes each batch as it is read
+            assert normalize["normalized_while_reading_seconds"] >= 0
+        else:  # a GPU backend (the name cpu under pytest --backend gpu) normalizes on the device, after reading
+            assert "normalized_while_reading_seconds" not in normalize and normalize["text_mb"] > 0
 
 
 def _whole_table_write(src, keep, dst, compression):

@@ -162,6 +162,28 @@ def test_feature_sets_equal_reference(shingle, n):
         assert list(feat[offsets[i]:offsets[i + 1]]) == sorted(counts)
 
 
+def test_feature_counts_and_exact_products_of_the_scalar_twins():
+    """Two pieces of rules 6 and 8 that only the GPU kernels call, run on their CPU twins: the feature count the
+    GPU sizes its buffers by, and the sparse products formed exactly in int64 (the correctly rounded float64
+    product, so the sums do not depend on whether a compiler fuses a multiply with the add)."""
+    from gpu_dedup.kernels.cosine_cpu import dev
+    from gpu_dedup.kernels.cosine_scalar import EXACT_WEIGHT
+
+    buf = _buf()
+    for shingle, n in [("word", 1), ("word", 3), ("char", 1), ("char", 5)]:
+        for i, d in enumerate(DOCS):
+            got = dev.doc_feature_count(buf.data, buf.offsets[i], buf.offsets[i + 1], shingle == "word", n)
+            assert got == len(ref.features(d, shingle, n)), (shingle, n, d)
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 2**31, 500).astype(np.float64)
+    y = rng.integers(2**20, 2**31, 500).astype(np.float64)
+    assert sum(a * b > 2**53 for a, b in zip(x, y)) > 100  # many products beyond 2**53 ...
+    for a, b in zip(x, y):
+        assert dev.exact_product(a, b) == a * b  # ... round as a float64 multiply rounds them
+    big = float(EXACT_WEIGHT) * 3
+    assert dev.exact_product(big, 7.0) == big * 7.0 and dev.exact_product(7.0, big) == 7.0 * big
+
+
 def test_document_frequencies_idf_and_term_vectors_equal_reference():
     bits = 8
     df, n = vx.document_frequencies(_buf(), "word", 2, bits, chunk_bytes=20)  # several chunks

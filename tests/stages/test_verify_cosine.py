@@ -113,10 +113,18 @@ def _vector_case():
 
 
 def test_vector_exact_similarity_runs_on_the_backend_it_is_given(cpu_backend):
+    from dataclasses import replace
+
+    from gpu_dedup.backends import on_device, to_device, to_host
+
     fam, rows, x, left, right = _vector_case()
     be = Recording(cpu_backend)
+    # the vectors where the backend computes (device memory on a GPU backend, as a GPU run holds them)
+    rows.vectors = replace(rows.vectors, matrix=to_device(rows.vectors.matrix, be.xp))
     got = fam.exact_similarity(rows, left, right, be)
     assert [c[0] for c in be.calls] == ["row_norms", "cosine_pairs"] and be.calls[1][1] == 40  # in place
+    assert on_device(got) == on_device(rows.vectors.matrix)  # the results are where the vectors are
+    got = to_host(got)
     assert got.dtype == np.float64 and np.array_equal(got, cosine_similarity(left, right, x))
     for k in range(left.shape[0]):
         want = ref.cosine([float(v) for v in x[left[k]]], [float(v) for v in x[right[k]]])

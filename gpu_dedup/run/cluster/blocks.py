@@ -343,14 +343,16 @@ _HELD_LOCK = threading.Lock()
 
 
 def _kept(data: BlockData, cfg: Config, run: str | None) -> BlockData:
-    """The block with its normalized texts where ``cluster.spill_texts`` keeps them: in memory, or (on a CPU
-    worker, ``run`` given) in a file of the worker's local directory (:func:`text_dir`) that each task reading
-    them maps, so that the worker holds the texts of the blocks its running tasks read, not of all its blocks.
-    ``auto``: in memory while this run's texts on this worker stay within SPILL_SHARE of its memory limit.
-    GPU workers: on the device or in host memory (:func:`_kept_on_device`)."""
-    if run is not None and cfg.backend == "gpu" and data.strings is not None:
+    """The block with its normalized texts where ``cluster.spill_texts`` keeps them: in memory, or (texts in
+    host memory, ``run`` given) in a file of the worker's local directory (:func:`text_dir`) that each task
+    reading them maps, so that the worker holds the texts of the blocks its running tasks read, not of all its
+    blocks.  ``auto``: in memory while this run's texts on this worker stay within SPILL_SHARE of its memory
+    limit.  Texts in device memory (a GPU worker's normalized block): on the device or in host memory
+    (:func:`_kept_on_device`).  Where the texts are decides, not the backend's name (a backend named ``cpu``
+    may be the GPU's, as under ``pytest --backend gpu``)."""
+    if run is not None and data.strings is not None and on_device(data.strings.offsets):
         return _kept_on_device(data, cfg, run)
-    if run is None or cfg.backend != "cpu" or cfg.cluster.spill_texts is False or data.strings is None:
+    if run is None or cfg.cluster.spill_texts is False or data.strings is None:
         return data
     size = int(data.strings.nbytes)
     with _HELD_LOCK:
@@ -520,7 +522,7 @@ def block_keys(data: BlockData, family) -> dict:
 
 
 def block_stats(data: BlockData, family):
-    return family.stats(data.rows())
+    return family.stats(data.rows(), family.cfg.backend)
 
 
 def block_signatures(data: BlockData, rows: dict, family) -> dict:

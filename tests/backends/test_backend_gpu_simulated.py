@@ -1,0 +1,42 @@
+"""``pytest --backend gpu`` rehearsed without a GPU: the simulator's kernels on stand-in device arrays.
+
+``--backend gpu`` hands every test that asks for the CPU backend the GPU backend.  On the H200 (2026-11-28)
+ten tests failed that way, on their own CPU assumptions and on one latent check of the cluster code.  Here
+the small ones among them run in a child process under ``NUMBA_ENABLE_CUDASIM=1`` with
+``GPU_DEDUP_FAKE_DEVICE=1`` (tests/conftest.py): the GPU backend's arrays are ``tests/fake_cupy.py``'s, which
+gpu_dedup takes for device arrays and which, like CuPy, refuse to be mixed with host arrays.  Before the
+fixes three of these four failed here as on the H200 (the fourth, the ``auto`` spill accounting, failed
+there only because device texts could not be written to a file, which the stand-in allows).  The others
+(a planted corpus of thousands of documents through the simulator) are left to a GPU.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = [
+    "tests/stages/test_verify_cosine.py::test_vector_exact_similarity_runs_on_the_backend_it_is_given",
+    "tests/run/test_cluster_outputs.py::test_signature_values_go_with_the_task_that_makes_the_bands",
+    "tests/run/test_cluster_outputs.py::test_spilled_texts_are_the_normalized_texts_mapped_only_while_read",
+    ("tests/run/test_cluster_outputs.py::"
+     "test_auto_keeps_a_runs_texts_in_memory_up_to_a_share_of_the_worker_and_spills_past_it"),
+    "tests/backends/test_prepare.py::test_prepare_normalizes_on_the_backend",
+    "tests/backends/test_prepare.py::test_a_cosine_run_prepares_its_own_kernels_not_minhash",
+]
+CASES = len(TESTS) + 1  # the last one runs for text and for vectors
+
+
+def test_backend_gpu_tests_pass_on_simulated_device_arrays():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", GPU_DEDUP_FAKE_DEVICE="1", PYTHONHASHSEED="0")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=",
+         "--backend", "gpu", *TESTS], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-8000:]
+    summary = out.strip().splitlines()[-1]
+    passed = re.search(r"(\d+) passed", summary)
+    assert passed and int(passed.group(1)) == CASES, summary
+    assert not re.search(r"failed|error|skipped", summary), summary

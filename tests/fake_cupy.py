@@ -1,0 +1,112 @@
+"""A stand-in for CuPy under Numba's CUDA simulator: NumPy arrays that count as device arrays.
+
+Under ``NUMBA_ENABLE_CUDASIM=1`` the GPU backend computes on NumPy arrays (``xp = numpy``), so its
+device-resident path (results left where the inputs are, copies through ``to_host`` / ``to_device`` /
+``GPUBackend._dev`` counted) never runs.  :func:`fake_cupy` returns a module named ``cupy`` whose arrays
+(:class:`DeviceArray`) are a NumPy subclass defined in a module named ``cupy``: ``gpu_dedup.backends``'
+``on_device`` and ``array_module`` take them for device arrays, and the simulator's kernels take them as the
+arrays a launch reads and writes.  The module keeps its own ledger of what crossed "the bus" (``moved``):
+``.get()`` (device to host) and ``asarray`` / ``array`` / ``ascontiguousarray`` of a host array (host to
+device), whoever called them, so a test can compare it with the bytes gpu_dedup counted.
+
+Like CuPy it refuses to mix: a NumPy ufunc or function given a device array and a host array (with at least
+one element) raises CuPy's ``TypeError`` (comparing device results with host ones, the bug of several tests
+under ``--backend gpu``).  It is permissive where NumPy gives it no say: ``np.asarray`` of a device array
+(CuPy raises) returns the data.  It checks where data lives and what moves, not that every line would run
+on CuPy (the ``gpu`` tests do that).  Install it as ``sys.modules["cupy"]`` for ``array_module`` to find it.
+"""
+
+import types
+
+import numpy as np
+
+
+class DeviceArray(np.ndarray):
+    """A NumPy array that ``gpu_dedup.backends.on_device`` takes for a CuPy array."""
+
+    ledger = None  # the ``moved`` dict of the fake module that made it
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        _refuse_host(inputs + tuple(kwargs.get("out", ())))
+        plain = [a.view(np.ndarray) if isinstance(a, DeviceArray) else a for a in inputs]
+        if "out" in kwargs:
+            kwargs["out"] = tuple(a.view(np.ndarray) if isinstance(a, DeviceArray) else a for a in kwargs["out"])
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        return result if method == "at" else _device(result)
+
+    def __array_function__(self, func, types, args, kwargs):
+        _refuse_host(args)
+        _refuse_host(tuple(kwargs.values()))
+        return _device(super().__array_function__(func, (np.ndarray,), _plain(args), _plain(kwargs)))
+
+    def get(self):
+        if DeviceArray.ledger is not None:
+            DeviceArray.ledger["device_to_host_bytes"] += self.nbytes
+        return np.array(self.view(np.ndarray), copy=True)
+
+
+DeviceArray.__module__ = "cupy._core.core"  # what on_device reads: type(a).__module__
+
+
+def _refuse_host(values) -> None:
+    """CuPy's refusal of a host array where device arrays are: a NumPy array with elements, in ``values``
+    (lists and tuples searched too)."""
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            _refuse_host(v)
+        elif isinstance(v, np.ndarray) and not isinstance(v, DeviceArray) and v.ndim and v.size:
+            raise TypeError(f"Unsupported type {np.ndarray}")
+
+
+def _plain(a):
+    """Device arrays as NumPy arrays (to compute with NumPy's own implementation)."""
+    if isinstance(a, DeviceArray):
+        return a.view(np.ndarray)
+    if isinstance(a, tuple):
+        return tuple(_plain(v) for v in a)
+    if isinstance(a, list):
+        return [_plain(v) for v in a]
+    if isinstance(a, dict):
+        return {k: _plain(v) for k, v in a.items()}
+    return a
+
+
+def _device(a):
+    """Results of NumPy functions as device arrays (tuples and lists element by element)."""
+    if isinstance(a, np.ndarray) and not isinstance(a, DeviceArray):
+        return a.view(DeviceArray)
+    if isinstance(a, tuple):
+        return tuple(_device(v) for v in a)
+    if isinstance(a, list):
+        return [_device(v) for v in a]
+    return a
+
+
+def fake_cupy():
+    """A fresh ``cupy`` stand-in with a zeroed ledger ``moved``."""
+    mod = types.ModuleType("cupy")
+    mod.moved = {"host_to_device_bytes": 0, "device_to_host_bytes": 0}
+    DeviceArray.ledger = mod.moved
+    mod.ndarray = DeviceArray
+
+    def upload(a, dtype=None, copy=True, contiguous=False):
+        if isinstance(a, DeviceArray):
+            out = a.astype(dtype, copy=copy) if dtype is not None else (a.copy() if copy else a)
+            return np.ascontiguousarray(out).view(DeviceArray) if contiguous else out
+        host = np.array(a, dtype=dtype, copy=True)
+        mod.moved["host_to_device_bytes"] += host.nbytes
+        return host.view(DeviceArray)
+
+    mod.asarray = lambda a, dtype=None, order=None: upload(a, dtype, copy=False)
+    mod.array = lambda a, dtype=None, copy=True, order=None: upload(a, dtype, copy=copy)
+    mod.ascontiguousarray = lambda a, dtype=None: upload(a, dtype, copy=False, contiguous=True)
+    mod.cuda = types.SimpleNamespace(Device=lambda *a: types.SimpleNamespace(synchronize=lambda: None))
+
+    def attribute(name):
+        value = getattr(np, name)
+        if callable(value) and not isinstance(value, type):
+            return lambda *a, **k: _device(value(*a, **k))
+        return value
+
+    mod.__getattr__ = attribute
+    return mod
