@@ -720,6 +720,36 @@ def test_a_misspelled_flag_names_the_close_one_on_the_subcommands_usage(capsys):
     assert "usage: gpu-dedup bench peers" in err and "did you mean --quality-sample?" in err
 
 
+@pytest.mark.parametrize("argv, usage, hint", [
+    (["rnu", "in/", "-o", "out/"], "usage: gpu-dedup ", "invalid choice: 'rnu'; did you mean 'run'?"),
+    (["evalute", "in/", "-o", "out/"], "usage: gpu-dedup ", "invalid choice: 'evalute'; did you mean 'evaluate'?"),
+    (["index", "bulid", "in/", "-o", "ix/"], "usage: gpu-dedup index ", "'bulid'; did you mean 'build'?"),
+    (["--verison"], "usage: gpu-dedup ", "--verison: did you mean --version?"),
+])
+def test_a_misspelt_subcommand_gets_the_one_it_likely_meant(argv, usage, hint, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith(usage) and hint in err, err
+
+
+def test_a_misspelt_flag_is_named_not_the_option_it_leaves_missing(capsys):
+    """``--ouput out/``: argparse alone takes out/ as one more input and reports -o missing."""
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "in/", "--ouput", "out/"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--ouput: did you mean --output (-o)?" in err and "required" not in err, err
+    with pytest.raises(SystemExit):
+        main(["index", "build", "in/", "--ouptut=ix/", "--treshold", "0.7"])
+    err = capsys.readouterr().err
+    assert "unrecognized options --ouptut --treshold" in err and "--ouptut: did you mean --output (-o)?" in err
+    assert "--treshold: did you mean --threshold?" in err
+    with pytest.raises(SystemExit):
+        main(["run", "in/", "--zzz", "-o", "out/", "-vv", "--threshold", "-0.5"])  # -vv and -0.5 are no typos
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --zzz" in err and "-vv" not in err.splitlines()[-1]
+
+
 def test_tune_sample_corpus_and_its_old_spelling(tmp_path, capsys):
     """--sample is a count in evaluate; tune's corpus is --sample-corpus (the old --sample still works, saying so)."""
     inp = _planted_dir(tmp_path, 200)
