@@ -97,13 +97,12 @@ def _with_id_column(args, cfg: Config) -> Config:
             log.info("the input column %r has different types across shards (%s); documents are named by row "
                      "number (--id-column %s after making it one type)", AUTO_ID, ", ".join(sorted(types)), AUTO_ID)
         return cfg
-    log.info("using the input column %r as document ids (duplicates.parquet keeps it verbatim beside 'row'); "
-             "--id-column COLUMN picks another, --no-id-column none", AUTO_ID)
+    log.info("document ids: the input column %r (--id-column picks another, --no-id-column none)", AUTO_ID)
     return cfg.with_overrides({"input.id_column": AUTO_ID})
 
 
 def cmd_run(args) -> int:
-    from gpu_dedup.report.build import summary
+    from gpu_dedup.report.build import summary, wrap
     from gpu_dedup.run.entry import run_dedup
 
     cfg = _with_id_column(args, _config_from_args(args))
@@ -113,7 +112,7 @@ def cmd_run(args) -> int:
         print(summary(result.report))
         written = (["deduplicated shards"] if cfg.output.shards else []) + \
             (["duplicates.parquet"] if cfg.output.duplicates_table else []) + ["report.json", "report.html"]
-        print(f"outputs in {result.output_dir}/ ({', '.join(written)})")
+        print(wrap(f"outputs in {result.output_dir}/ ({', '.join(written)})"))
     return 0
 
 

@@ -39,6 +39,7 @@ from gpu_dedup.curves import curve_section, family_curve
 from gpu_dedup.errors import ConfigError, InputError
 from gpu_dedup.kernels.cosine_cpu import sparse_cosine_pairs
 from gpu_dedup.kernels.params import hash_params
+from gpu_dedup.report.build import wrap
 from gpu_dedup.report.plots import plot_evaluation
 from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.run.outdir import check_report_files
@@ -999,7 +1000,7 @@ def summary(report: dict) -> str:
         lines.append("  targets: " + ", ".join(
             f"{k} {'met' if v['met'] else 'NOT met'}{'' if v.get('applies', True) else ' (does not apply)'}"
             for k, v in tg.items()))
-    return "\n".join(lines)
+    return "\n".join(wrap(line) for line in lines)
 
 
 def _fmt(x) -> str:

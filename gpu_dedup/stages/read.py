@@ -157,7 +157,7 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
             device_text = _device_texts(out_shards, cfg, text_reader)
     if (text_reader is not None or text is not None) and "text" in table.column_names:
         table = table.drop_columns(["text"])
-    log.info("read %d documents from %d shard(s)%s", table.num_rows, len(out_shards),
+    log.debug("read %d documents from %d shard(s)%s", table.num_rows, len(out_shards),
              " (text columns into device memory)" if text_reader is not None else "")
     return Corpus(table, out_shards, cfg.text_column, cfg.id_column, score_column,
                   vectors=vector_parts if cfg.vector_column else None,
