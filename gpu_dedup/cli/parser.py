@@ -328,7 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text-column", default="text")
     p.add_argument("--vector-column", help="a cosine index of vectors: the JSONL key holding each query's vector "
                    "(default: the index's input.vector_column)")
-    p.add_argument("--threshold", type=float, help="minimum similarity (default: the index's threshold)")
+    p.add_argument("--threshold", type=float, help="minimum similarity (default: the index's threshold; below "
+                   "it, a warning gives the chance that the index's LSH finds a pair at this similarity)")
     p.add_argument("--members", type=int, default=8, help="documents compared per matching index bucket")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
     p.set_defaults(func=cmd_query, verbose=0)
