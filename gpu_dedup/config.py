@@ -25,7 +25,7 @@ UNICODE_FORMS = ("NFKC", "NFC", "NFKD", "NFD", "none")
 VERIFY_METHODS = ("exact", "signature", "none")
 KEEP_POLICIES = ("first", "longest", "lowest_id", "score")
 BACKENDS = ("auto", "cpu", "gpu")
-FORMATS = ("auto", "parquet", "jsonl")
+FORMATS = ("auto", "parquet", "jsonl", "arrow")
 SIMILARITIES = ("jaccard", "cosine")
 TEXT_WEIGHTINGS = ("tf", "tfidf")
 BAD_VECTOR_POLICIES = ("error", "keep")
@@ -47,7 +47,7 @@ def _choice(section: str, name: str, value, choices) -> None:
 class InputConfig:
     text_column: str = "text"
     id_column: str | None = None  # None: no user ids (documents are named by their row number, column row)
-    format: str = "auto"  # auto (by file extension) | parquet | jsonl
+    format: str = "auto"  # auto (by file extension) | parquet | jsonl | arrow (Arrow IPC)
     vector_column: str | None = None  # similarity cosine: list<float> / fixed_size_list<float> column of
     # embeddings (float16/32/64); None: vectors are built from the text (see cosine.text)
 
