@@ -132,7 +132,8 @@ class DatasetsKind:
 
     def matches(self, obj) -> bool:
         ds = sys.modules.get("datasets")  # a Dataset exists only where datasets is imported
-        return ds is not None and isinstance(obj, ds.Dataset)
+        cls = getattr(ds, "Dataset", None)  # (a module of that name that is not Hugging Face's has none)
+        return isinstance(cls, type) and isinstance(obj, cls)
 
     def columns(self, frame) -> list:
         return list(frame.column_names)

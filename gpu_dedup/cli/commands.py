@@ -102,7 +102,7 @@ def _with_id_column(args, cfg: Config) -> Config:
 
 
 def cmd_run(args) -> int:
-    from gpu_dedup.report.build import summary, wrap
+    from gpu_dedup.report.build import SUMMARY_WIDTH, summary
     from gpu_dedup.run.entry import run_dedup
 
     cfg = _with_id_column(args, _config_from_args(args))
@@ -112,7 +112,8 @@ def cmd_run(args) -> int:
         print(summary(result.report))
         written = (["deduplicated shards"] if cfg.output.shards else []) + \
             (["duplicates.parquet"] if cfg.output.duplicates_table else []) + ["report.json", "report.html"]
-        print(wrap(f"outputs in {result.output_dir}/ ({', '.join(written)})"))
+        where, what = f"outputs in {result.output_dir}/", f"({', '.join(written)})"
+        print(f"{where} {what}" if len(where) + len(what) < SUMMARY_WIDTH else f"{where}\n  {what}")
     return 0
 
 
