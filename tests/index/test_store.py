@@ -154,7 +154,7 @@ def test_a_query_below_the_index_threshold_warns_with_the_chance_of_finding_a_pa
     from gpu_dedup.curves import s_curve
 
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    run(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
     index = Index.open(tmp_path / "index")
     bands, rows = cfg.layout
     texts = [t for t in pq.read_table(batches / "a").column("text").to_pylist() if len(t.split()) >= 120][:40]
