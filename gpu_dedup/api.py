@@ -9,12 +9,15 @@
     res.clusters, res.kept  # per input row: the survivor's row, and whether the row is kept
     res.report              # the report.json dict; res.html() is the report.html page
 
-The frame is a pandas DataFrame, a pyarrow Table or a cuDF DataFrame; the
-text (and id / score) columns go to the pipeline as an in-memory Arrow table
-(:func:`gpu_dedup.stages.storage.memory_shard`) and the run writes nothing: no shard, no
-table, no checkpoint.  ``deduplicated`` is the input frame filtered by the
-kept mask, so every other column comes back untouched.  cuDF is never
-imported unless a cuDF frame is given.
+The frame is a pandas DataFrame, a pyarrow Table, a cuDF DataFrame or a Hugging
+Face ``datasets.Dataset``; the text (and id / score) columns go to the pipeline
+as an in-memory Arrow table (:func:`gpu_dedup.stages.storage.memory_shard`) and
+the run writes nothing: no shard, no table, no checkpoint.  A Dataset's columns
+are its Arrow table's own buffers (memory-mapped for a dataset on disk): the
+text is not copied.  ``deduplicated`` is the input frame filtered by the kept
+mask, so every other column comes back untouched (a Dataset: ``select`` of the
+kept rows, an indices mapping over the same table).  cuDF and datasets are
+never imported unless a frame of theirs is given.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ __all__ = ["DedupResult", "dedup"]
 
 
 def dedup(frame, text: str = "text", id: str | None = None, config=None, **overrides) -> DedupResult:
-    """Deduplicate the rows of ``frame`` (pandas, pyarrow Table or cuDF) by the column ``text``.
+    """Deduplicate the rows of ``frame`` (pandas, pyarrow Table, cuDF or a Hugging Face ``datasets.Dataset``)
+    by the column ``text``.
 
     ``id``: a column kept verbatim in ``duplicates`` (under its own name, and
     ``survivor_id``); every document is named by its position in the frame,

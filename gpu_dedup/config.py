@@ -7,6 +7,7 @@ ones; derived values (the LSH layout, the fingerprint) are properties.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import numbers
@@ -24,7 +25,7 @@ UNICODE_FORMS = ("NFKC", "NFC", "NFKD", "NFD", "none")
 VERIFY_METHODS = ("exact", "signature", "none")
 KEEP_POLICIES = ("first", "longest", "lowest_id", "score")
 BACKENDS = ("auto", "cpu", "gpu")
-FORMATS = ("auto", "parquet", "jsonl")
+FORMATS = ("auto", "parquet", "jsonl", "arrow")
 SIMILARITIES = ("jaccard", "cosine")
 TEXT_WEIGHTINGS = ("tf", "tfidf")
 BAD_VECTOR_POLICIES = ("error", "keep")
@@ -46,7 +47,7 @@ def _choice(section: str, name: str, value, choices) -> None:
 class InputConfig:
     text_column: str = "text"
     id_column: str | None = None  # None: no user ids (documents are named by their row number, column row)
-    format: str = "auto"  # auto (by file extension) | parquet | jsonl
+    format: str = "auto"  # auto (by file extension) | parquet | jsonl | arrow (Arrow IPC)
     vector_column: str | None = None  # similarity cosine: list<float> / fixed_size_list<float> column of
     # embeddings (float16/32/64); None: vectors are built from the text (see cosine.text)
 
@@ -553,7 +554,10 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "Config":
-        return _build(cls, data or {}, "")
+        data = data or {}
+        if isinstance(data, dict):
+            _check_known(cls, data)  # every unknown key of every section at once, before any value is checked
+        return _build(cls, data, "")
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "Config":
@@ -605,8 +609,11 @@ class Config:
             node = data
             parts = dotted.split(".")
             for part in parts[:-1]:
+                if part not in node:  # an unknown section: from_dict names it with the other unknown keys
+                    node[part] = {}
                 if not isinstance(node.get(part), dict):
-                    raise ConfigError(f"unknown config key {dotted!r}; sections: {', '.join(_sections())}")
+                    raise ConfigError(f"unknown config key {dotted!r}: {part!r} is a setting, not a section; "
+                                      f"sections: {', '.join(_sections())}")
                 node = node[part]
             node[parts[-1]] = value
         return Config.from_dict(data)
@@ -723,6 +730,69 @@ VALUE_HINTS = {"cluster.memory_limit": "a size per worker such as 4GiB, or auto"
                "gpu.memory_limit": "a size such as 12GiB, or auto"}
 
 
+def _leaf_keys(cls, prefix: str = "") -> list[str]:
+    """Every dotted setting of the dataclass tree ``cls`` (``lsh.threshold``, ``cosine.text.ngram``, ...)."""
+    hints = typing.get_type_hints(cls)
+    keys = []
+    for f in dataclasses.fields(cls):
+        where = f"{prefix}.{f.name}" if prefix else f.name
+        keys += _leaf_keys(hints[f.name], where) if dataclasses.is_dataclass(hints[f.name]) else [where]
+    return keys
+
+
+def _suggestion(name: str, fields, prefix: str) -> str | None:
+    """The key an unknown ``name`` in section ``prefix`` most likely meant: a close name in the same section,
+    else a setting of that name (or a close one) in another section (``threshold`` -> ``lsh.threshold``)."""
+    close = difflib.get_close_matches(name, list(fields), n=1, cutoff=0.6)
+    if close:
+        return f"{prefix}.{close[0]}" if prefix else close[0]
+    leaves = _leaf_keys(Config)
+    last = {k.rsplit(".", 1)[-1]: k for k in reversed(leaves)}  # the first section's key of each name
+    close = difflib.get_close_matches(name, list(last), n=1, cutoff=0.75)
+    return last[close[0]] if close else None
+
+
+def _unknown_keys(cls, data: dict, prefix: str) -> list[tuple[str, str | None, str, list]]:
+    """(dotted key, suggestion, section, the section's keys) of every unknown key under ``data``."""
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    found = []
+    for name, value in data.items():
+        dotted = f"{prefix}.{name}" if prefix else name
+        if dotted in REMOVED_KEYS:
+            continue  # explained by _build
+        if name not in fields:
+            close = difflib.get_close_matches(str(name), fields, n=1, cutoff=0.6)
+            if close and isinstance(value, dict) and value and dataclasses.is_dataclass(hints[close[0]]):
+                base = f"{prefix}.{close[0]}" if prefix else close[0]  # a misspelt section: 'lsj.threshold'
+                inner = [f.name for f in dataclasses.fields(hints[close[0]])]
+                found += [(f"{dotted}.{k}", f"{base}.{k}" if k in inner else base, prefix, fields) for k in value]
+            else:
+                found.append((dotted, _suggestion(str(name), fields, prefix), prefix, fields))
+        elif dataclasses.is_dataclass(hints[name]) and isinstance(value, dict):
+            found += _unknown_keys(hints[name], value, dotted)
+    return found
+
+
+def _check_known(cls, data: dict) -> None:
+    """One ConfigError naming every unknown key of ``data`` (all sections), each with the key it most
+    likely meant, and the valid keys of the sections they are in."""
+    unknown = _unknown_keys(cls, data, "")
+    if not unknown:
+        return
+    names = ", ".join(f"{k!r} (did you mean {s!r}?)" if s else repr(k) for k, s, _, _ in sorted(unknown))
+    sections = {}
+    for _, _, section, fields in unknown:
+        sections.setdefault(section, fields)
+    if len(sections) == 1:
+        section, fields = next(iter(sections.items()))
+        where = f"section {section!r}" if section else "the top level"
+        raise ConfigError(f"unknown config key(s) {names} at {where}; valid keys: {', '.join(fields)}")
+    valid = "; ".join(f"{'in ' + repr(sec) if sec else 'at the top level'}: {', '.join(fields)}"
+                      for sec, fields in sorted(sections.items()))
+    raise ConfigError(f"unknown config keys {names}; valid keys {valid}")
+
+
 def _build(cls, data, prefix: str):
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix or 'config'} must be a mapping of keys, got {data!r}")
@@ -733,7 +803,7 @@ def _build(cls, data, prefix: str):
         if fix:
             raise ConfigError(f"{prefix}.{name} = {data[name]!r} is no longer a setting: {fix}")
     unknown = sorted(set(data) - set(fields))
-    if unknown:
+    if unknown:  # a section built on its own (not through Config.from_dict)
         where = f"section {prefix!r}" if prefix else "the top level"
         names = ", ".join(repr(f"{prefix}.{k}" if prefix else k) for k in unknown)
         raise ConfigError(f"unknown config key(s) {names} at {where}; valid keys: {', '.join(fields)}")

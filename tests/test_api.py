@@ -86,6 +86,45 @@ def test_arrow_table_keeps_its_schema(sample, file_run):
                         backend="cpu")
 
 
+def test_a_hugging_face_dataset_is_read_in_place_and_comes_back_as_one(sample, file_run, tmp_path, monkeypatch):
+    """A datasets.Dataset (here saved with save_to_disk and loaded again: memory-mapped Arrow files) is
+    deduplicated from its own Arrow buffers, and the kept rows come back as a Dataset over the same table."""
+    datasets = pytest.importorskip("datasets")
+    import gpu_dedup.api as api
+
+    datasets.Dataset(sample.table.select(["id", "text", "cluster"])).save_to_disk(str(tmp_path / "ds"))
+    files = sorted(p.name for p in (tmp_path / "ds").iterdir())
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))
+    handed = []
+    real = api.memory_shard
+    monkeypatch.setattr(api, "memory_shard", lambda table, **kw: handed.append(table) or real(table, **kw))
+    res = gpu_dedup.dedup(ds, text="text", id="id", backend="cpu")
+    assert (res.kept == file_run.kept).all() and (res.clusters == file_run.cluster).all()
+    mine = [c.buffers()[2].address for c in handed[0].column("text").chunks]
+    theirs = [c.buffers()[2].address for c in ds.data.table.column("text").chunks]
+    assert mine == theirs  # the text bytes the run read are the dataset's own (memory-mapped) buffers
+    out = res.deduplicated
+    assert isinstance(out, datasets.Dataset) and out.column_names == ["id", "text", "cluster"]
+    assert out.features == ds.features and len(out) == int(res.kept.sum())
+    assert out["id"] == pq.read_table(file_run.output_dir / "all.parquet").column("id").to_pylist()
+    assert isinstance(res.duplicates, datasets.Dataset)
+    assert res.duplicates.column_names == ["id", "row", "cluster_id", "kept", "similarity", "match", "survivor_id"]
+    want = file_run.duplicates.drop_columns(["row", "shard"]).rename_columns(
+        ["row" if c == "shard_row" else c for c in file_run.duplicates.drop_columns(["row", "shard"]).column_names])
+    assert res.duplicates.with_format("arrow")[:].select(res.duplicates.column_names).equals(
+        want.select(res.duplicates.column_names))
+    assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == files  # nothing written beside the dataset
+    # a dataset with an indices mapping (shuffle, select, filter) is deduplicated in its own row order
+    order = np.random.default_rng(3).permutation(len(ds))[:600]
+    shuffled = ds.select(order, keep_in_memory=True)
+    table = sample.table.select(["id", "text", "cluster"]).take(pa.array(order))
+    again = gpu_dedup.dedup(shuffled, id="id", backend="cpu")
+    assert (again.kept == gpu_dedup.dedup(table, id="id", backend="cpu").kept).all()
+    assert again.deduplicated["id"] == table.filter(pa.array(again.kept)).column("id").to_pylist()
+    with pytest.raises(InputError, match=r"DatasetDict holds splits: deduplicate one, e.g. dedup\(ds\['train'\]\)"):
+        gpu_dedup.dedup(datasets.DatasetDict({"train": ds}))
+
+
 class _FakeCudfFrame:
     """Just enough of cudf.DataFrame for dedup(): columns, [cols], to_arrow(), iloc."""
 
@@ -263,7 +302,7 @@ def test_bad_input_names_problem_value_and_fix(frame):
         gpu_dedup.dedup(frame, text="count", backend="cpu")
     with pytest.raises(InputError, match=r"column 'text' cannot be converted to Arrow"):
         gpu_dedup.dedup(pd.DataFrame({"text": ["a b c", 3, None]}), backend="cpu")
-    with pytest.raises(InputError, match=r"not builtins.dict; convert it first"):
+    with pytest.raises(InputError, match=r"a Hugging Face datasets.Dataset, not builtins.dict; convert it first"):
         gpu_dedup.dedup({"text": ["a"]})
     with pytest.raises(ConfigError, match=r"unknown keyword 'treshold'; use one of .*threshold"):
         gpu_dedup.dedup(frame, treshold=0.7)

@@ -30,6 +30,24 @@ def test_unknown_key_lists_valid_ones():
         Config.from_dict({"bakend": "cpu"})
 
 
+def test_every_unknown_key_is_named_at_once_with_what_it_likely_meant(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("bakend: cpu\nlsh:\n  treshold: 0.7\n  band: 4\nminhash:\n  num_perms: 64\nminhsh:\n  ngram: 3\n")
+    with pytest.raises(ConfigError) as err:
+        Config.from_yaml(path)
+    msg = str(err.value)
+    for wrong, meant in (("bakend", "backend"), ("lsh.treshold", "lsh.threshold"), ("lsh.band", "lsh.bands"),
+                         ("minhash.num_perms", "minhash.num_perm"), ("minhsh.ngram", "minhash.ngram")):
+        assert f"{wrong!r} (did you mean {meant!r}?)" in msg
+    assert "in 'lsh': threshold, bands" in msg and "in 'minhash': num_perm" in msg
+    with pytest.raises(ConfigError, match=r"'threshold' \(did you mean 'lsh.threshold'\?\)"):
+        Config.from_dict({"threshold": 0.7})  # a setting of a section, given at the top level
+    with pytest.raises(ConfigError) as err:  # --set keys go through the same check
+        Config().with_overrides({"lsj.threshold": 0.5, "minhash.num_perms": 3, "verify.method": "exact"})
+    assert "'lsj.threshold' (did you mean 'lsh.threshold'?)" in str(err.value)
+    assert "'minhash.num_perms' (did you mean 'minhash.num_perm'?)" in str(err.value)
+
+
 def test_wrong_types_and_values_are_named():
     with pytest.raises(ConfigError, match=r"minhash.num_perm = 'many' has the wrong type; expected int"):
         Config.from_dict({"minhash": {"num_perm": "many"}})

@@ -1,10 +1,11 @@
-"""DataFrame kinds (pyarrow, pandas, cuDF), registered in one place, as dask's ``dispatch`` does.
+"""DataFrame kinds (pyarrow, pandas, cuDF, Hugging Face datasets), registered in one place, as dask's
+``dispatch`` does.
 
 Wherever gpu_dedup meets a user's frame (the DataFrame API) or builds one to
 move rows between Dask workers, it asks :func:`kind_of` (or :data:`KINDS`) for
 the kind and calls its methods; no other module branches on frame types.  A
-kind is recognised by its type's module name, so pandas and cuDF are imported
-only when a frame of theirs is there.
+kind is recognised by its type's module name, so pandas, cuDF and datasets are
+imported only when a frame of theirs is there.
 """
 
 from __future__ import annotations
@@ -120,7 +121,46 @@ class CudfKind:
         return {c: (frame[c].to_arrow() if frame[c].dtype == "object" else frame[c].values) for c in frame.columns}
 
 
-KINDS = {k.name: k for k in (ArrowKind(), PandasKind(), CudfKind())}
+class DatasetsKind:
+    """A Hugging Face ``datasets.Dataset``: an Arrow table (memory-mapped when the dataset is on disk), read in
+    place.  Its columns are the table's own buffers, not a copy of the text; a dataset with an indices mapping
+    (after ``select``, ``shuffle``, ``filter``) gathers those rows of the columns read.  The kept rows come back
+    as ``dataset.select(kept rows)``: an indices mapping over the same table, kept in memory (nothing is
+    written into the dataset's cache directory)."""
+
+    name = "datasets"
+
+    def matches(self, obj) -> bool:
+        ds = sys.modules.get("datasets")  # a Dataset exists only where datasets is imported
+        cls = getattr(ds, "Dataset", None)  # (a module of that name that is not Hugging Face's has none)
+        return isinstance(cls, type) and isinstance(obj, cls)
+
+    def columns(self, frame) -> list:
+        return list(frame.column_names)
+
+    def to_arrow(self, frame, cols: list) -> pa.Table:
+        return frame.with_format("arrow", columns=cols)[:]
+
+    def take(self, frame, kept: np.ndarray):
+        return frame.select(np.flatnonzero(kept), keep_in_memory=True)
+
+    def from_arrow(self, table: pa.Table):
+        import datasets  # noqa: PLC0415  a Dataset was given, so datasets is installed
+
+        return datasets.Dataset(table)
+
+
+KINDS = {k.name: k for k in (ArrowKind(), PandasKind(), CudfKind(), DatasetsKind())}
+
+# what other objects of the datasets library are, and what to give instead
+_DATASETS_HINTS = {
+    "DatasetDict": "a DatasetDict holds splits: deduplicate one, e.g. dedup(ds['train']), or concatenate them "
+                   "first (datasets.concatenate_datasets)",
+    "IterableDatasetDict": "a streaming DatasetDict has no Arrow table to read in place: load it without "
+                           "streaming=True and pass one split, e.g. dedup(ds['train'])",
+    "IterableDataset": "a streaming dataset has no Arrow table to read in place: load it without streaming=True, "
+                       "or run gpu-dedup run on its files (hf://datasets/... paths are read as shards)",
+}
 
 
 def kind_of(frame):
@@ -128,9 +168,12 @@ def kind_of(frame):
     for kind in KINDS.values():
         if kind.matches(frame):
             return kind
+    name = type(frame).__name__
+    if (type(frame).__module__ or "").split(".")[0] == "datasets" and name in _DATASETS_HINTS:
+        raise InputError(f"dedup() got a datasets.{name}; {_DATASETS_HINTS[name]}")
     raise InputError(
-        f"dedup() takes a pandas DataFrame, a pyarrow Table or a cuDF DataFrame, not "
-        f"{type(frame).__module__}.{type(frame).__name__}; convert it first (e.g. .to_pandas() or pyarrow.table(...))")
+        f"dedup() takes a pandas DataFrame, a pyarrow Table, a cuDF DataFrame or a Hugging Face datasets.Dataset, "
+        f"not {type(frame).__module__}.{name}; convert it first (e.g. .to_pandas() or pyarrow.table(...))")
 
 
 def for_columns(columns: dict):

@@ -53,9 +53,15 @@ class _AbandonedGather(logging.Filter):
 def _setup_logging(verbosity: int, quiet: bool) -> None:
     import os
 
-    # -q: nothing but errors (a run's own failure is one line on stderr, printed by main, not logged)
+    # -q: nothing but errors (a run's own failure is one line on stderr, printed by main, not logged).  gpu_dedup's
+    # own lines at INFO (-v: DEBUG); other libraries' only from WARNING (-v: INFO), so that matplotlib's font cache
+    # or Dask's workers do not narrate a run
     level = logging.ERROR if quiet else (logging.DEBUG if verbosity > 0 else logging.INFO)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    others = logging.ERROR if quiet else (logging.INFO if verbosity > 0 else logging.WARNING)
+    fresh = not logging.getLogger().handlers  # a caller that configured logging (a test, an application) keeps it
+    logging.basicConfig(level=others, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    if fresh:
+        log.setLevel(level)
     from gpu_dedup.run.progress import attach_to_handlers
 
     attach_to_handlers()  # log lines wipe a live progress line first (terminal)

@@ -98,13 +98,12 @@ def _with_id_column(args, cfg: Config) -> Config:
             log.info("the input column %r has different types across shards (%s); documents are named by row "
                      "number (--id-column %s after making it one type)", AUTO_ID, ", ".join(sorted(types)), AUTO_ID)
         return cfg
-    log.info("using the input column %r as document ids (duplicates.parquet keeps it verbatim beside 'row'); "
-             "--id-column COLUMN picks another, --no-id-column none", AUTO_ID)
+    log.info("document ids: the input column %r (--id-column picks another, --no-id-column none)", AUTO_ID)
     return cfg.with_overrides({"input.id_column": AUTO_ID})
 
 
 def cmd_run(args) -> int:
-    from gpu_dedup.report.build import summary
+    from gpu_dedup.report.build import SUMMARY_WIDTH, summary
     from gpu_dedup.run.entry import run_dedup
 
     cfg = _with_id_column(args, _config_from_args(args))
@@ -114,7 +113,8 @@ def cmd_run(args) -> int:
         print(summary(result.report))
         written = (["deduplicated shards"] if cfg.output.shards else []) + \
             (["duplicates.parquet"] if cfg.output.duplicates_table else []) + ["report.json", "report.html"]
-        print(f"outputs in {result.output_dir}/ ({', '.join(written)})")
+        where, what = f"outputs in {result.output_dir}/", f"({', '.join(written)})"
+        print(f"{where} {what}" if len(where) + len(what) < SUMMARY_WIDTH else f"{where}\n  {what}")
     return 0
 
 

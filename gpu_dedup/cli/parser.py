@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 
 from gpu_dedup.cli.commands import (
@@ -76,19 +77,85 @@ exit status: 0 when every query was looked up, matched or not; non-zero with a o
 on stderr when the queries could not be run (no index, unreadable input, invalid JSON)."""
 
 
+_NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?|-\.\d+([eE][-+]?\d+)?")  # a negative number is a value
+
+
+def _has_subcommands(parser: argparse.ArgumentParser) -> bool:
+    return any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+
+
+def _unknown_flags(parser: argparse.ArgumentParser, tokens) -> list[str]:
+    """The tokens (up to ``--``) that look like options and that no option of ``parser`` takes, as argparse
+    reads them: an unambiguous prefix of a long option is that option, ``-vv`` is ``-v -v``."""
+    known = parser._option_string_actions
+    longs = [o for o in known if o.startswith("--")]
+    unknown = []
+    for token in tokens:
+        if token == "--":
+            break
+        if not token.startswith("-") or token == "-" or _NUMBER.fullmatch(token):
+            continue
+        name = token.split("=", 1)[0]
+        if name in known or (name.startswith("--") and parser.allow_abbrev and any(o.startswith(name) for o in longs)):
+            continue
+        if not name.startswith("--") and name[:2] in known:  # -vv, -ofile: a short option and more
+            continue
+        unknown.append(name)
+    return unknown
+
+
+def _flag_hint(parser: argparse.ArgumentParser, flag: str) -> str | None:
+    """``--ouput`` -> ``--ouput: did you mean --output (-o)?``: the option a misspelt flag most likely meant."""
+    longs = [o for o in parser._option_string_actions if o.startswith("--")]
+    close = difflib.get_close_matches(flag if flag.startswith("--") else "-" + flag, longs, n=1, cutoff=0.75)
+    if not close:
+        return None
+    aliases = [o for o in parser._option_string_actions[close[0]].option_strings if o != close[0]]
+    return f"{flag}: did you mean {close[0]}{' (' + ', '.join(aliases) + ')' if aliases else ''}?"
+
+
+def _unrecognized_message(parser: argparse.ArgumentParser, flags: list) -> str:
+    hints = [h for h in (_flag_hint(parser, f) for f in flags) if h]
+    return f"unrecognized option{'s' if len(flags) > 1 else ''} {' '.join(flags)}" + \
+        ("; " + "; ".join(hints) if hints else f"; {parser.prog} --help lists the options")
+
+
 class _Parser(argparse.ArgumentParser):
     """Options anywhere on a command's line, before, between or after its positionals
     (``query INDEX --jsonl FILE``): argparse's intermixed parsing, for the commands without
-    sub-commands."""
+    sub-commands.  A misspelt sub-command or option is named with the one it most likely meant: an
+    invalid choice gets ``did you mean``, and a command's error (a required option missing, say)
+    names first the options on its line that it does not have (``--ouput``: not "-o is required")."""
 
     def parse_known_args(self, args=None, namespace=None):
-        if getattr(self, "_mixing", False) or any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+        if not getattr(self, "_mixing", False):
+            self._tokens = list(sys.argv[1:] if args is None else args)
+        if getattr(self, "_mixing", False) or _has_subcommands(self):
             return super().parse_known_args(args, namespace)
         self._mixing = True
         try:
             return self.parse_known_intermixed_args(args, namespace)
         finally:
             self._mixing = False
+
+    def _check_value(self, action, value):
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}{hint} (choose from "
+                                                 f"{', '.join(map(repr, choices))})")
+        return super()._check_value(action, value)
+
+    def error(self, message):
+        if not message.startswith("unrecognized"):
+            tokens = list(getattr(self, "_tokens", ()))
+            if _has_subcommands(self):  # its own options come before the sub-command
+                tokens = tokens[:next((i for i, t in enumerate(tokens) if not t.startswith("-")), len(tokens))]
+            flags = _unknown_flags(self, tokens)
+            if flags:  # the likely cause of what argparse saw (a value taken as a positional, -o missing)
+                message = _unrecognized_message(self, flags)
+        super().error(message)
 
 
 class _Deprecated(argparse.Action):
@@ -131,13 +198,7 @@ def unrecognized(parser: argparse.ArgumentParser, args, rest: list) -> None:
     """Exit 2 on arguments no option takes, on the usage of the subcommand they were given to, with the
     option each misspelled flag most likely meant (``--treshold`` -> ``--threshold``)."""
     sub = _chosen_parser(parser, args)
-    flags = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
-    hints = []
-    for arg in rest:
-        if arg.startswith("-"):
-            close = difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.75)
-            if close:
-                hints.append(f"{arg.split('=', 1)[0]}: did you mean {close[0]}?")
+    hints = [h for h in (_flag_hint(sub, f) for f in _unknown_flags(sub, rest)) if h]
     sub.error("unrecognized arguments: " + " ".join(rest) + ("" if not hints else "; " + "; ".join(hints)))
 
 
@@ -146,7 +207,7 @@ EXIT_STATUS = "exit status:\n" + "\n".join(f"  {code:>3}  {text}" for code, text
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpu-dedup", description="Near-duplicate removal with MinHash + LSH.",
+    parser = _Parser(prog="gpu-dedup", description="Near-duplicate removal with MinHash + LSH.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_STATUS)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__import__('gpu_dedup').__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -269,7 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text-column", default="text")
     p.add_argument("--vector-column", help="a cosine index of vectors: the JSONL key holding each query's vector "
                    "(default: the index's input.vector_column)")
-    p.add_argument("--threshold", type=float, help="minimum similarity (default: the index's threshold)")
+    p.add_argument("--threshold", type=float, help="minimum similarity (default: the index's threshold; below "
+                   "it, a warning gives the chance that the index's LSH finds a pair at this similarity)")
     p.add_argument("--members", type=int, default=8, help="documents compared per matching index bucket")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
     p.set_defaults(func=cmd_query, verbose=0)

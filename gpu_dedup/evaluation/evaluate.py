@@ -5,8 +5,10 @@ or exact all-pairs cosine (``similarity: cosine``: of the vectors, or of the
 tf / tf-idf vectors of the text) on a sample; the S-curve the candidate rates
 are compared with is the family's.
 
-- ``cluster_pairs``, ``pair_recall``, ``pair_precision``: pairs from cluster
-  labels (enumerated per distinct cluster size, never per document).
+- ``cluster_pairs``, ``sample_cluster_pairs``, ``pair_recall``, ``pair_precision``:
+  pairs from cluster labels (enumerated per distinct cluster size, never per
+  document; sampled to a bound where clusters are large; precision counted
+  from the contingency table, without enumerating pairs).
 - ``all_pairs_jaccard``: every pair of shingle sets with exact Jaccard >= a
   floor, from sparse incidence-matrix products in row blocks;
   ``all_pairs_cosine`` / ``all_pairs_sparse_cosine``: every pair of dense or
@@ -37,6 +39,7 @@ from gpu_dedup.curves import curve_section, family_curve
 from gpu_dedup.errors import ConfigError, InputError
 from gpu_dedup.kernels.cosine_cpu import sparse_cosine_pairs
 from gpu_dedup.kernels.params import hash_params
+from gpu_dedup.report.build import wrap
 from gpu_dedup.report.plots import plot_evaluation
 from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.run.outdir import check_report_files
@@ -85,16 +88,69 @@ def pair_recall(pred_labels, left, right) -> float:
     return float(np.mean(pred_labels[left] == pred_labels[right]))
 
 
+def _pairs_per_cluster(sizes: np.ndarray) -> np.ndarray:
+    sizes = sizes.astype(np.int64)
+    return sizes * (sizes - 1) // 2
+
+
+def sample_cluster_pairs(labels, max_pairs: int, ignore=None, seed: int = 0):
+    """Pairs (i, j), i < j, of rows with equal labels, at most ``max_pairs`` of them, whatever the clusters:
+    every pair (:func:`cluster_pairs`) when there are no more; otherwise each cluster of more than ``m``
+    members contributes every pair of ``m`` of its members drawn at random (each of its pairs equally likely),
+    ``m`` the largest that keeps the total within ``max_pairs``, so that every cluster is represented and one
+    cluster of thousands does not fill the sample (or the memory: a 5,000-document cluster has 12.5 million
+    pairs).  Where even one pair per cluster is too many, ``max_pairs`` clusters drawn at random give one
+    pair each.  Deterministic for a ``seed``; rows labelled ``ignore`` are skipped."""
+    if max_pairs < 1:
+        raise ValueError(f"max_pairs = {max_pairs} must be at least 1")
+    labels = np.asarray(labels)
+    idx = np.arange(labels.shape[0]) if ignore is None else np.flatnonzero(labels != ignore)
+    if idx.shape[0] == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    _, code, sizes = np.unique(labels[idx], return_inverse=True, return_counts=True)
+    code = code.ravel()
+    if int(_pairs_per_cluster(sizes).sum()) <= max_pairs:
+        return cluster_pairs(labels, ignore=ignore)
+    rng = np.random.default_rng(seed)
+    lo, hi = 2, int(sizes.max())  # the largest member cap m whose pairs fit (bisection over m)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if int(_pairs_per_cluster(np.minimum(sizes, mid)).sum()) <= max_pairs:
+            lo = mid
+        else:
+            hi = mid - 1
+    cap = lo
+    order = np.lexsort((rng.random(idx.shape[0]), code))  # by cluster, members in random order
+    first = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    rank = np.arange(order.shape[0]) - first[code[order]]
+    chosen = order[rank < cap]
+    if int(_pairs_per_cluster(np.minimum(sizes, cap)).sum()) > max_pairs:  # cap 2: too many clusters
+        multi = np.flatnonzero(sizes > 1)
+        keep = np.zeros(sizes.shape[0], bool)
+        keep[rng.choice(multi, size=max_pairs, replace=False)] = True
+        chosen = chosen[keep[code[chosen]]]
+    relabel = np.full(labels.shape[0], -1, np.int64)
+    relabel[idx[chosen]] = code[chosen]
+    return cluster_pairs(relabel, ignore=-1)
+
+
 def pair_precision(pred_labels, true_labels, ignore=None) -> float:
-    """Fraction of predicted same-cluster pairs that share a true label (``ignore``: no true cluster)."""
-    left, right = cluster_pairs(pred_labels)
-    if left.shape[0] == 0:
+    """Fraction of predicted same-cluster pairs that share a true label (``ignore``: no true cluster).
+    Counted from the (predicted, true) contingency table: no pair is enumerated, so a predicted cluster
+    of any size costs its members only."""
+    pred = np.asarray(pred_labels)
+    if pred.shape[0] == 0:
+        return 1.0
+    _, pcode, psize = np.unique(pred, return_inverse=True, return_counts=True)
+    total = int(_pairs_per_cluster(psize).sum())
+    if total == 0:
         return 1.0
     t = np.asarray(true_labels)
-    ok = t[left] == t[right]
-    if ignore is not None:
-        ok &= t[left] != ignore
-    return float(np.mean(ok))
+    real = np.ones(t.shape[0], bool) if ignore is None else t != ignore
+    _, tcode = np.unique(t[real], return_inverse=True)
+    cell = pcode.ravel()[real].astype(np.int64) * (int(tcode.max()) + 1 if tcode.size else 1) + tcode.ravel()
+    _, both = np.unique(cell, return_counts=True)
+    return float(int(_pairs_per_cluster(both).sum()) / total)
 
 
 # ---------------------------------------------------------------- exact all-pairs Jaccard
@@ -944,7 +1000,7 @@ def summary(report: dict) -> str:
         lines.append("  targets: " + ", ".join(
             f"{k} {'met' if v['met'] else 'NOT met'}{'' if v.get('applies', True) else ' (does not apply)'}"
             for k, v in tg.items()))
-    return "\n".join(lines)
+    return "\n".join(wrap(line) for line in lines)
 
 
 def _fmt(x) -> str:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
 import pyarrow as pa
 
 from gpu_dedup.backends.strings import string_buffers
+from gpu_dedup.curves import family_curve
 from gpu_dedup.errors import ConfigError, InputError
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import normalize
 from gpu_dedup.stages.vectors import Vectors, from_numpy
 from gpu_dedup.stages.write import ROW
+
+log = logging.getLogger("gpu_dedup")
 
 
 def query(index, texts=None, threshold: float | None = None, members: int = 8, backend="cpu",
@@ -44,6 +48,8 @@ def query(index, texts=None, threshold: float | None = None, members: int = 8, b
     cfg = index.config()
     family = family_for(cfg)
     t = cfg.lsh.threshold if threshold is None else threshold
+    if t < cfg.lsh.threshold:
+        log.warning("%s", below_index_threshold(index, t))
     by_vector = index.similarity == "cosine" and index.manifest["config"]["source"] == "vectors"
     if by_vector:
         if vectors is None:
@@ -106,6 +112,24 @@ def query(index, texts=None, threshold: float | None = None, members: int = 8, b
     if name:
         cols["survivor_id"] = index.ids(surv)
     return pa.table(cols)
+
+
+def candidate_probability(index, similarity: float) -> float:
+    """The probability that the index's LSH layout makes a query and an indexed document of ``similarity``
+    candidates (share a band hash): its family's S-curve at its (bands, rows)."""
+    layout = index.manifest["config"]
+    return float(family_curve(index.similarity)(similarity, int(layout["bands"]), int(layout["rows"])))
+
+
+def below_index_threshold(index, threshold: float) -> str:
+    """What a query below the index's threshold misses: LSH finds a pair only where it shares a band hash, and
+    the index's layout was chosen for its own threshold.  Every match returned is verified, so the answer is
+    right where it is not empty; it is not complete.  (Two lines of at most 120 characters.)"""
+    layout, own = index.manifest["config"], index.config().lsh.threshold
+    p, p_own = candidate_probability(index, threshold), candidate_probability(index, own)
+    return (f"query threshold {threshold} is below the index's {own}: with its {layout['bands']} bands x "
+            f"{layout['rows']} rows a pair at similarity {threshold}\n  is found with probability {p:.2g} "
+            f"({p_own:.2f} at {own}), so most such pairs are missed; to find them, index at --threshold {threshold}")
 
 
 def _new_doc_arrays(rows: RowData, family, backend) -> dict:

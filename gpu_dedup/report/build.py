@@ -239,6 +239,34 @@ def summary(report: dict) -> str:
     chain = chaining_line(report)
     if chain:
         lines.insert(2, chain)
+    return "\n".join(wrap(line) for line in lines)
+
+
+SUMMARY_WIDTH = 120  # characters a line of the summary may take; longer ones go on, indented, on the next
+
+
+def wrap(line: str, width: int = SUMMARY_WIDTH) -> str:
+    """``line`` in lines of at most ``width`` characters, the later ones indented by two: cut after its
+    ``;`` where it has them (each clause whole), else at spaces."""
+    import textwrap
+
+    if len(line) <= width:
+        return line
+    lead = line[:len(line) - len(line.lstrip(" "))]
+    more = lead + "  "  # a line that was indented goes on two further in
+    out, current = [], ""
+    for clause in line[len(lead):].split("; "):
+        joined = f"{current}; {clause}" if current else clause
+        if current and len(joined) + len(more if out else lead) > width:
+            out.append(current + ";")
+            current = clause
+        else:
+            current = joined
+    out.append(current)
+    lines = []
+    for i, part in enumerate(out):
+        lines += textwrap.wrap(part, width, initial_indent=more if i else lead, subsequent_indent=more,
+                               break_long_words=False, break_on_hyphens=False)
     return "\n".join(lines)
 
 

@@ -87,7 +87,7 @@ class DedupResult:
 
 
 def frame_kind(frame) -> str:
-    """``pandas``, ``arrow`` or ``cudf`` (the registered kinds of backends/frame_kinds.py)."""
+    """``pandas``, ``arrow``, ``cudf`` or ``datasets`` (the registered kinds of backends/frame_kinds.py)."""
     return kind_of(frame).name
 
 

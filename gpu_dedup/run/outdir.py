@@ -494,7 +494,8 @@ def check_output_path(out, inputs, read_back: str, what: str = "output directory
     for item in items:
         if isinstance(item, (str, os.PathLike)) and os.path.isdir(item) and _inside(real, Path(item).resolve()):
             raise OutputError(f"{what} {str(out)!r} is inside the input directory {os.fspath(item)!r}: a later run "
-                              f"would read {read_back}; choose a {what} outside the inputs")
+                              f"would read {read_back}; choose {'an' if what[0] in 'aeiou' else 'a'} {what} outside "
+                              "the inputs")
 
 
 def _check_links(out: Path, what: str, flag: str) -> None:

@@ -4,9 +4,9 @@ On a TTY (stderr) each stage shows ``[stage] 42% 84,000/200,000 docs 51,200 docs
 redrawn in place and left as ``[stage] 100% 200,000/200,000 docs 50,800 docs/s in 3.9s``.
 Elsewhere (CI, batch logs) the same facts go through the ``gpu_dedup``
 logger at most every 10 seconds while a stage runs; :class:`gpu_dedup.run.stagelog.StageLog`
-ends each stage with one ``stage NAME done in ...s: DONE/TOTAL UNIT, RATE UNIT/s`` line, so a
-batch log holds one line per stage.  Nothing is shown when the logger is quieter than INFO
-(``--quiet``).
+ends each stage that ran that long with one ``stage NAME done in ...s: DONE/TOTAL UNIT, RATE UNIT/s``
+line (a short run's batch log holds its summary only).  Nothing is shown when the logger is quieter
+than INFO (``--quiet``).
 
 Counts advance per chunk or per stage, never per document.
 """

@@ -625,7 +625,7 @@ class _Sequence:
             self.index()
         c = self.counts
         against = f", {c['removed_against_index']} against the index" if "removed_against_index" in c else ""
-        log.info("done: read %d, kept %d, removed %d (%d exact, %d near%s)", c["documents_read"], c["kept"],
+        log.debug("done: read %d, kept %d, removed %d (%d exact, %d near%s)", c["documents_read"], c["kept"],
                  c["removed"], c["exact_duplicates"], c["near_duplicates"], against)
         return self._result(report)
 

@@ -54,10 +54,11 @@ class StageInfo(dict):
 class StageLog:
     """Times stages and shows their progress (see :mod:`gpu_dedup.run.progress`).
 
-    Each stage gets a progress line on a terminal; elsewhere one line when it ends,
-    ``stage NAME done in S: DONE/TOTAL UNIT, RATE UNIT/s; details`` (INFO: ``--quiet``
-    hides it), a ``stage NAME ...`` line when it starts at DEBUG (``-v``), and a line at
-    most every 10 s in between while a long stage runs.
+    Each stage gets a progress line on a terminal.  Elsewhere (a batch log, where the run's summary
+    gives every stage's seconds) a stage that runs longer than the progress interval (10 s) logs a
+    line at most every 10 s while it runs and ``stage NAME done in S: DONE/TOTAL UNIT, RATE UNIT/s``
+    when it ends (INFO: ``--quiet`` hides them); shorter stages log nothing at INFO.  At DEBUG
+    (``-v``) every stage logs where it starts and its end with its details.
     """
 
     stages: dict = field(default_factory=dict)
@@ -117,7 +118,12 @@ class StageLog:
         moved = {k: v - moved0[k] for k, v in transfer_totals().items() if v != moved0[k]}
         self.stages[name] = {"seconds": round(seconds, 4), "rss_mb": round(rss_mb(), 1), **info, **moved}
         details = " ".join(f"{k}={v}" for k, v in info.items())
-        counts = prog.counts()
-        # on a terminal the progress line said it all; the details stay one -v away
-        log.log(logging.DEBUG if prog.tty else logging.INFO, "stage %s done in %.2fs%s%s", name, seconds,
-                f": {counts}" if counts else "", f"; {details}" if details else "")
+        counts = f": {prog.counts()}" if prog.counts() else ""
+        if prog.tty or seconds < prog.interval:
+            # on a terminal the progress line said it all; in a batch log the run's summary says it (a stage
+            # shorter than a progress interval needs no progress line): the details stay one -v away
+            log.debug("stage %s done in %.2fs%s%s", name, seconds, counts, f"; {details}" if details else "")
+        else:  # a long stage in a batch log: its end is progress
+            log.info("stage %s done in %.2fs%s", name, seconds, counts)
+            if details:
+                log.debug("stage %s: %s", name, details)

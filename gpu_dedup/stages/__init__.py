@@ -37,7 +37,7 @@ from gpu_dedup.stages.exact import exact_groups, exact_keys
 from gpu_dedup.stages.bands import band_hashes
 from gpu_dedup.stages.minhash import Signatures, estimate_jaccard, signatures
 from gpu_dedup.stages.normalize import normalize, repair_utf8
-from gpu_dedup.stages.read import read
+from gpu_dedup.stages.read import head, read
 from gpu_dedup.stages.selection import (
     policy_ranks,
     ranks_from_keys,
@@ -53,7 +53,7 @@ from gpu_dedup.stages.verify import (
 from gpu_dedup.storage import memory_shard
 
 __all__ = [
-    "read", "memory_shard", "normalize", "repair_utf8", "string_buffers", "StringBuffers",
+    "read", "head", "memory_shard", "normalize", "repair_utf8", "string_buffers", "StringBuffers",
     "exact_keys", "exact_groups", "signatures", "Signatures", "estimate_jaccard", "hash_params",
     "band_hashes", "bands", "s_curve", "optimal_layout", "error_areas",
     "buckets", "Buckets", "edges", "Edges", "star_rounds", "Centres", "verified_edges",

@@ -157,7 +157,7 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
             device_text = _device_texts(out_shards, cfg, text_reader)
     if (text_reader is not None or text is not None) and "text" in table.column_names:
         table = table.drop_columns(["text"])
-    log.info("read %d documents from %d shard(s)%s", table.num_rows, len(out_shards),
+    log.debug("read %d documents from %d shard(s)%s", table.num_rows, len(out_shards),
              " (text columns into device memory)" if text_reader is not None else "")
     return Corpus(table, out_shards, cfg.text_column, cfg.id_column, score_column,
                   vectors=vector_parts if cfg.vector_column else None,
@@ -293,6 +293,40 @@ def held_texts(held: list, text_column: str, rows) -> pa.Array:
         return text_values(col.take(rows)).combine_chunks()  # a few dozen texts cast
     except pa.ArrowNotImplementedError:  # a view or dictionary type Arrow cannot take from: the column cast first
         return text_values(col).take(rows).combine_chunks()
+
+
+def head(inputs, cfg: InputConfig | None = None, limit: int = 10_000) -> pa.Table:
+    """The validated ``text`` (and ``id``) columns of the first ``limit`` documents of ``inputs`` (files,
+    directories, globs or URLs), in shard order: shards are streamed a batch at a time and reading stops
+    at ``limit``, so a shard of any size costs a batch beyond the documents kept (a JSONL shard whose types
+    change past its first lines is read whole).  The notebook's own-data cell reads a corpus with it."""
+    if limit < 1:
+        raise InputError(f"limit = {limit} must be at least 1 document")
+    cfg = InputConfig() if cfg is None else cfg
+    parts, taken = [], 0
+    for shard in discover(inputs, cfg.format):  # one step per shard, until limit documents
+        mine, got = [], 0
+        try:
+            for table in iter_columns(shard, cfg):  # one step per batch
+                mine.append(table.slice(0, limit - taken - got))
+                got += mine[-1].num_rows
+                if taken + got >= limit:
+                    break
+        except ReadWhole:
+            whole = read_columns(shard, cfg)
+            mine = [] if whole is None else [whole.slice(0, limit - taken)]
+            got = sum(t.num_rows for t in mine)
+        parts += mine
+        taken += got
+        if taken >= limit:
+            break
+    if not parts:
+        raise InputError(f"{inputs!r} holds no documents")
+    try:
+        return pa.concat_tables(parts, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise InputError(f"the shards of {inputs!r} give their columns different types ({exc}); make each column "
+                         "one type in every shard") from None
 
 
 def read_texts(shard: Shard, cfg: InputConfig, rows) -> pa.Array:

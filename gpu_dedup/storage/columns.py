@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from gpu_dedup.backends.strings import arrow_column
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError, read_error
+from gpu_dedup.storage.arrow import arrow_schema, iter_arrow, read_arrow
 from gpu_dedup.storage.discovery import Shard
 from gpu_dedup.storage.filesystems import source
 from gpu_dedup.storage.jsonl import iter_jsonl, open_stream, read_jsonl
@@ -85,17 +86,27 @@ def _wanted(cfg: InputConfig, score_column: str | None):
     return wanted, optional
 
 
-def _parquet_wanted(shard: Shard, wanted: dict, optional: set, skip_text: bool) -> dict:
-    """The wanted columns a Parquet shard has (checked present and unique), less the text when skipped."""
-    names = parquet_schema(shard).names
+def _schema_wanted(shard: Shard, names, wanted: dict, optional: set) -> dict:
+    """The wanted columns a shard of these column ``names`` has (checked present and unique)."""
     wanted = _present(wanted, optional, names)
     for key, col in wanted.items():
         if col not in names:
             raise _missing(shard, key, col, names)
     _check_unique(shard, names, wanted)
+    return wanted
+
+
+def _parquet_wanted(shard: Shard, wanted: dict, optional: set, skip_text: bool) -> dict:
+    """The wanted columns a Parquet shard has (checked present and unique), less the text when skipped."""
+    wanted = _schema_wanted(shard, parquet_schema(shard).names, wanted, optional)
     if skip_text:  # present and unique: the device reader reads it
         wanted.pop("text")
     return wanted
+
+
+def _arrow_wanted(shard: Shard, wanted: dict, optional: set) -> dict:
+    """The wanted columns an Arrow shard has (checked present and unique), from its schema."""
+    return _schema_wanted(shard, arrow_schema(shard).names, wanted, optional)
 
 
 def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None, row_groups=None,
@@ -120,6 +131,9 @@ def read_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
     elif shard.format == "parquet":
         wanted = _parquet_wanted(shard, wanted, optional, skip_text)
         table = read_parquet(shard, list(dict.fromkeys(wanted.values())), row_groups)
+    elif shard.format == "arrow":
+        wanted = _arrow_wanted(shard, wanted, optional)
+        table = read_arrow(shard, list(dict.fromkeys(wanted.values())))
     else:
         table = read_jsonl(shard, wanted)
         if table is None:  # no records
@@ -148,6 +162,11 @@ def iter_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
     if shard.format == "parquet":
         wanted = _parquet_wanted(shard, wanted, optional, skip_text)
         for table in iter_parquet(shard, list(dict.fromkeys(wanted.values())), batch_bytes, row_groups):
+            yield _validated(shard, cfg, table, wanted, score_column, skip_text)
+        return
+    if shard.format == "arrow":
+        wanted = _arrow_wanted(shard, wanted, optional)
+        for table in iter_arrow(shard, list(dict.fromkeys(wanted.values())), batch_bytes):
             yield _validated(shard, cfg, table, wanted, score_column, skip_text)
         return
     for table in iter_jsonl(shard, wanted, batch_bytes):
@@ -293,6 +312,12 @@ def _peek_id(shard: Shard, name: str):
                 return _ABSENT
             t = VIEW_TYPES.get(str(schema.field(name).type), schema.field(name).type)
             return t.value_type if pa.types.is_dictionary(t) else t
+        if shard.format == "arrow":
+            schema = arrow_schema(shard)
+            if name not in schema.names:
+                return _ABSENT
+            t = VIEW_TYPES.get(str(schema.field(name).type), schema.field(name).type)
+            return t.value_type if pa.types.is_dictionary(t) else t
         if shard.format == "jsonl":
             with open_stream(shard.path) as f:
                 head = f.read(1 << 16).removeprefix(b"\xef\xbb\xbf")  # a byte order mark
@@ -300,7 +325,7 @@ def _peek_id(shard: Shard, name: str):
                 if line.strip():
                     record = json.loads(line)
                     return record.get(name, _ABSENT) if isinstance(record, dict) else _ABSENT
-    except (OSError, ValueError, pa.ArrowException):
+    except (OSError, ValueError, pa.ArrowException, InputError):
         pass
     return _ABSENT
 

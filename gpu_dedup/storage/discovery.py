@@ -1,8 +1,16 @@
 """Shard discovery: files, directories and glob patterns -> a sorted list of :class:`Shard`.
 
-Shards are Parquet files or JSON Lines files (optionally .gz/.bz2/.zst
-compressed), or one in-memory Arrow table (format ``memory``, see
+Shards are Parquet files, JSON Lines files (optionally .gz/.bz2/.zst
+compressed) or Arrow IPC files (``.arrow``, as Hugging Face's ``save_to_disk``
+writes them), or one in-memory Arrow table (format ``memory``, see
 :func:`memory_shard`: the DataFrame API's input, never written back).
+
+**A dataset saved with save_to_disk** (a directory with ``state.json``,
+``dataset_info.json`` and ``data-*.arrow`` files; a ``DatasetDict`` has one
+such directory per split beside ``dataset_dict.json``) is read as the dataset
+it holds: in a directory with a ``state.json``, the ``.arrow`` files it lists
+(``_data_files``) and no others (a cache's ``cache-*.arrow`` is not part of
+the dataset); the JSON metadata files are never read as JSON Lines.
 
 **What a directory input reads.**  Walking a directory (or expanding a glob
 pattern) reads the files with a shard extension and skips every file *and
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import json
 import logging
 import os
 import stat
@@ -43,6 +52,10 @@ log = logging.getLogger("gpu_dedup")
 
 JSONL_EXT = (".jsonl", ".json", ".ndjson")
 COMPRESSED_EXT = (".gz", ".bz2", ".zst")
+ARROW_EXT = (".arrow",)
+SHARD_KINDS = ".parquet, .jsonl[.gz] or .arrow"  # how messages name the files read (.pq, .json, .ndjson too)
+DATASET_STATE = "state.json"  # save_to_disk: the dataset's Arrow files (_data_files) and format
+DATASET_METADATA = (DATASET_STATE, "dataset_info.json", "dataset_dict.json")  # a saved dataset's, never shards
 
 
 @dataclass(frozen=True)
@@ -80,14 +93,20 @@ def _format_of(path: str, fmt: str) -> str:
         return "parquet"
     if name.endswith(JSONL_EXT):
         return "jsonl"
+    if name.endswith(ARROW_EXT) and name == path.lower():
+        return "arrow"
     raise InputError(
-        f"cannot tell the format of {path!r} from its extension; use .parquet or .jsonl[.gz], "
-        "or set input.format to parquet or jsonl"
+        f"cannot tell the format of {path!r} from its extension; use .parquet, .jsonl[.gz] or .arrow, "
+        "or set input.format to parquet, jsonl or arrow"
     )
 
 
 def _is_shard_name(name: str) -> bool:
     low = name.lower()
+    if os.path.basename(low) in DATASET_METADATA:
+        return False
+    if low.endswith(ARROW_EXT):
+        return not _skipped(os.path.basename(low))
     for ext in COMPRESSED_EXT:
         if low.endswith(ext):
             low = low[: -len(ext)]
@@ -134,9 +153,69 @@ def _skip_reason(path: str, is_dir: bool) -> str | None:
     name = os.path.basename(path)
     if _skipped(name):
         return "hidden or private name (starts with . or _)"
+    if not is_dir and name.lower() in DATASET_METADATA:
+        return METADATA_REASON
     if not is_dir and not _is_shard_name(name):
-        return "not a shard file name (" + ", ".join(PARQUET_EXT + JSONL_EXT) + ", the JSON ones also compressed)"
+        return "not a shard file name (" + ", ".join(PARQUET_EXT + JSONL_EXT + ARROW_EXT) + \
+            ", the JSON ones also compressed)"
     return None
+
+
+METADATA_REASON = "metadata of a Hugging Face dataset saved with save_to_disk"
+
+
+def saved_dataset_files(directory: str) -> list[str] | None:
+    """The Arrow files a ``save_to_disk`` directory's ``state.json`` lists, as paths in ``directory``, in its
+    order; None when ``directory`` holds no ``state.json`` (not a saved dataset).  A listed file that is
+    missing is an InputError: the dataset was not saved whole."""
+    state = os.path.join(directory, DATASET_STATE)
+    if not os.path.isfile(state):
+        return None
+    try:
+        with open(state, encoding="utf-8") as f:
+            listed = [item["filename"] for item in json.load(f)["_data_files"]]
+        paths = [os.path.join(directory, name) for name in listed]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{state!r} is not the state.json of a dataset saved with save_to_disk ({exc!r}); save "
+                         "the dataset again, or move the file away to read the directory's shards") from None
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise InputError(f"the saved dataset in {directory!r} lists {missing[0]!r} in its state.json, and it is not "
+                         "there; the dataset was not saved whole: save it again (Dataset.save_to_disk)")
+    return paths
+
+
+def _in_split_order(root: str, files: list[str]) -> list[str]:
+    """A saved ``DatasetDict`` (``root`` holds ``dataset_dict.json``): its splits' files in the order it lists
+    the splits (``train`` before ``test``, as the dataset has them), not by name; any other walk as it is."""
+    try:
+        with open(os.path.join(root, "dataset_dict.json"), encoding="utf-8") as f:
+            splits = json.load(f)["splits"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return files
+    if not isinstance(splits, list):
+        return files
+    rank = {str(name): i for i, name in enumerate(splits)}
+    return sorted(files, key=lambda f: rank.get(os.path.relpath(f, root).split(os.sep)[0], len(rank)))
+
+
+def _saved_datasets(files: list[str], skipped: list) -> list[str]:
+    """``files`` (a walk's, sorted) where each directory holding a ``state.json`` gives the Arrow files it
+    lists, in its order, in place of the Arrow files found there (the others are skipped, with the reason)."""
+    out, listed_in = [], {}
+    for f in files:  # one step per file
+        d = os.path.dirname(f)
+        if d not in listed_in:
+            listed_in[d] = saved_dataset_files(d)
+            if listed_in[d] is not None:
+                out += listed_in[d]
+        listed = listed_in[d]
+        if listed is None or not f.lower().endswith(ARROW_EXT):
+            out.append(f)
+        elif f not in listed:
+            skipped.append({"path": f, "reason": f"not listed in {os.path.join(d, DATASET_STATE)!r}: not part of "
+                                                 "the saved dataset"})
+    return out
 
 
 def _walk(root: str, skipped: list) -> list[str]:
@@ -187,14 +266,15 @@ def _warn_skipped(skipped: list) -> None:
     """One warning naming the skipped files that look like data: visible files of another extension and
     shard files behind a hidden or private name (the rest, e.g. ``_SUCCESS`` or ``.git``, is expected)."""
     shown = [s["path"] for s in skipped if not s["reason"].startswith("directory")
-             and not os.path.basename(s["path"]).startswith(".gpu_dedup")
+             and s["reason"] != METADATA_REASON and not os.path.basename(s["path"]).startswith(".gpu_dedup")
              and (not _skipped(os.path.basename(s["path"])) or _is_shard_name(os.path.basename(s["path"]).lstrip("._")))]
     if shown:
         more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
         log.warning("skipped %d input file(s) that are not read as shards: %s%s (only %s files are read, the JSON "
                     "ones also as .gz, .bz2 or .zst, and names starting with . or _ are skipped; report.json lists "
                     "every file skipped under inputs_skipped); name a file explicitly to read it whatever its name",
-                    len(shown), ", ".join(repr(p) for p in shown[:5]), more, ", ".join(PARQUET_EXT + JSONL_EXT))
+                    len(shown), ", ".join(repr(p) for p in shown[:5]), more,
+                    ", ".join(PARQUET_EXT + JSONL_EXT + ARROW_EXT))
 
 
 def discover(inputs, fmt: str = "auto", warn: bool = True) -> Shards:
@@ -214,10 +294,10 @@ def discover(inputs, fmt: str = "auto", warn: bool = True) -> Shards:
             found += remote_inputs(item, _is_shard_name, _skipped)
         elif os.path.isdir(item):
             root = os.path.abspath(item)
-            files = _walk(root, skipped)
+            files = _in_split_order(root, _saved_datasets(_walk(root, skipped), skipped))
             if not files:
                 raise InputError(
-                    f"input directory {item!r} holds no .parquet or .jsonl[.gz] files (nor .pq, .json, .ndjson; "
+                    f"input directory {item!r} holds no {SHARD_KINDS} files (nor .pq, .json, .ndjson; "
                     "names starting with . or _ are skipped); point at the shard directory"
                 )
             found += [(f, os.path.relpath(f, root)) for f in files]
@@ -235,7 +315,7 @@ def discover(inputs, fmt: str = "auto", warn: bool = True) -> Shards:
                     skipped.append({"path": os.path.abspath(f), "reason": f"matched by {item!r} under a hidden or "
                                     f"private name ({hidden!r} starts with . or _)"})
                 elif os.path.isdir(f):  # e.g. Spark's data.parquet/ directory of part files: read as a directory
-                    files += _walk(os.path.abspath(f), skipped)
+                    files += _saved_datasets(_walk(os.path.abspath(f), skipped), skipped)
                 else:
                     files.append(os.path.abspath(f))
             if not files:

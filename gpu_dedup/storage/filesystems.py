@@ -39,6 +39,7 @@ import os
 import posixpath
 import re
 import signal
+import sys
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -49,8 +50,9 @@ _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*)://")
 PART_BYTES = 64 << 20  # multipart upload part size (S3 needs at least 5 MiB but the last); GPU_DEDUP_PART_BYTES
 MIN_PART_BYTES = 5 << 20
 _PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
-             "abfss": "adlfs"}
-READ_ONLY = ("http", "https")  # fsspec stores that cannot hold outputs
+             "abfss": "adlfs", "hf": "huggingface_hub"}
+_EXTRAS = {"s3fs": "s3", "huggingface_hub": "hf"}  # gpu_dedup's extra that installs the package
+READ_ONLY = ("http", "https", "hf")  # fsspec stores that cannot hold outputs (the Hub takes commits, not uploads)
 
 
 def is_url(path) -> bool:
@@ -86,7 +88,8 @@ def protocol(url: str) -> str:
 
 def _install_hint(proto: str) -> str:
     package = _PACKAGES.get(proto)
-    extra = " (pip install -e '.[s3]' from the gpu_dedup checkout)" if package == "s3fs" else ""
+    extra = f" (or gpu_dedup's {_EXTRAS[package]} extra: pip install 'gpu_dedup[{_EXTRAS[package]}]')" \
+        if package in _EXTRAS else ""
     return f"pip install {package}{extra}" if package else f"install the fsspec implementation of {proto}://"
 
 
@@ -265,7 +268,8 @@ class RemotePath:
 
 
 def _stat(info: dict) -> RemoteStat:
-    token = info.get("ETag") or info.get("etag") or info.get("generation") or info.get("md5Hash") or ""
+    token = (info.get("ETag") or info.get("etag") or info.get("generation") or info.get("md5Hash")
+             or info.get("blob_id") or "")  # blob_id: the Hub's git blob of the file
     mtime = info.get("LastModified") or info.get("mtime") or info.get("updated") or info.get("last_modified")
     ns = 0
     if hasattr(mtime, "timestamp"):
@@ -316,6 +320,10 @@ def _store_errors():
         out += [be.BotoCoreError, be.ClientError]
     except ImportError:
         pass
+    for name in ("httpx", "httpx2"):  # the Hugging Face Hub's HTTP clients: a failed connection is no OSError
+        module = sys.modules.get(name)
+        if module is not None and isinstance(getattr(module, "HTTPError", None), type):
+            out.append(module.HTTPError)
     return tuple(out)
 
 
@@ -412,8 +420,8 @@ def remote_inputs(item: str, is_shard_name, skipped) -> list[tuple[str, str]]:
                 _check_bucket(fs, item, key)
                 raise InputError(f"input {item!r} does not exist (no object and no objects under it); check the "
                                  "URL")
-            raise InputError(f"input prefix {item!r} holds no .parquet or .jsonl[.gz] objects (nor .pq, .json, "
-                             ".ndjson; names starting with . or _ are skipped); point at the shard prefix")
+            raise InputError(f"input prefix {item!r} holds no .parquet, .jsonl[.gz] or .arrow objects (nor .pq, "
+                             ".json, .ndjson; names starting with . or _ are skipped); point at the shard prefix")
         return [(url(k), posixpath.relpath(k, root)) for k in files]
     except InputError:
         raise

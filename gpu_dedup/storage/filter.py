@@ -1,7 +1,8 @@
 """Kept rows of one input shard, written under its name: Parquet keeps its schema (and schema metadata)
 and, with ``output.compression: same``, its codec; JSONL keeps the kept lines byte for byte, in the
-input's compression.  Both are streamed: the shard is read a batch (a block of lines) at a time on a
-reader thread while the kept rows are written."""
+input's compression; Arrow IPC keeps its flavour (stream or file), schema and schema metadata.  All are
+streamed: the shard is read a batch (a block of lines, a record batch) at a time while the kept rows are
+written."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 
 from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.storage.ahead import ahead
+from gpu_dedup.storage.arrow import write_arrow
 from gpu_dedup.storage.atomic import atomically, publish, unlink
 from gpu_dedup.storage.columns import VIEW_TYPES, without_views
 from gpu_dedup.storage.content import schema_difference
@@ -151,7 +153,31 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
             if rows is not None:
                 return rows
         return _write_parquet(shard, keep, target, codec, held)
+    if shard.format == "arrow":
+        return write_arrow_shard(shard, keep, target)
     return write_jsonl_shard(shard, keep, target)
+
+
+def write_arrow_shard(shard: Shard, keep: np.ndarray, target: Path) -> int:
+    """The kept rows of an Arrow IPC shard (see :func:`gpu_dedup.storage.arrow.write_arrow`), synced and
+    published as every written file."""
+
+    def write(fd, tmp):
+        os.close(fd)
+        write_arrow(shard, keep, tmp)
+        _synced(tmp)
+
+    _published(target, write)
+    return int(np.count_nonzero(keep))
+
+
+def _synced(path) -> None:
+    """``path`` on disk before it is published, as every written file."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _published(target, write) -> None:
@@ -344,11 +370,7 @@ def write_jsonl_shard(shard: Shard, keep: np.ndarray, target: Path) -> int:
                         out.write(gather_lines_of(data, starts[mine], ends[mine]))
         if seen != keep.shape[0]:
             raise _changed(shard, keep.shape[0], seen, "records")
-        synced = os.open(tmp, os.O_RDONLY)  # on disk before it is published, as every written file
-        try:
-            os.fsync(synced)
-        finally:
-            os.close(synced)
+        _synced(tmp)
 
     _published(target, write)
     return int(np.count_nonzero(keep))

@@ -2,7 +2,12 @@ import itertools
 
 import numpy as np
 
-from gpu_dedup.evaluation.evaluate import cluster_pairs, pair_precision, pair_recall
+from gpu_dedup.evaluation.evaluate import (
+    cluster_pairs,
+    pair_precision,
+    pair_recall,
+    sample_cluster_pairs,
+)
 
 
 def test_cluster_pairs_equal_brute_force():
@@ -20,6 +25,60 @@ def test_recall_and_precision():
     assert pair_recall(pred, left, right) == 2 / 4
     assert pair_precision(pred, truth, ignore=-1) == 1.0
     assert pair_precision(np.array([0, 0, 0, 0, 4, 4]), truth, ignore=-1) == 3 / 7
+
+
+def _enumerated_precision(pred, truth, ignore):  # the definition: over every predicted same-cluster pair
+    pairs = [(i, j) for i, j in itertools.combinations(range(len(pred)), 2) if pred[i] == pred[j]]
+    if not pairs:
+        return 1.0
+    return sum(truth[i] == truth[j] and (ignore is None or truth[i] != ignore) for i, j in pairs) / len(pairs)
+
+
+def test_pair_precision_from_counts_equals_enumerated_pairs():
+    rng = np.random.default_rng(3)
+    for trial in range(30):
+        n = int(rng.integers(0, 60))
+        pred, truth = rng.integers(0, 8, n), rng.integers(-1, 6, n)
+        for ignore in (-1, None):
+            assert pair_precision(pred, truth, ignore=ignore) == pytest.approx(
+                _enumerated_precision(pred, truth, ignore), abs=1e-15)
+
+
+def test_pair_precision_of_a_huge_cluster_is_counted_not_enumerated():
+    pred = np.zeros(200_000, np.int64)  # 2 * 10^10 predicted pairs: enumerating them cannot fit
+    truth = np.repeat(np.arange(2), 100_000)
+    assert pair_precision(pred, truth) == pytest.approx(2 * (100_000 * 99_999 // 2) / (200_000 * 199_999 // 2))
+
+
+def test_sample_cluster_pairs_is_every_pair_within_the_bound():
+    labels = np.random.default_rng(0).integers(-1, 15, 120)
+    every = cluster_pairs(labels, ignore=-1)
+    got = sample_cluster_pairs(labels, max_pairs=len(every[0]), ignore=-1)
+    assert all(np.array_equal(a, b) for a, b in zip(got, every))
+
+
+def test_sample_cluster_pairs_bounds_a_large_cluster_and_keeps_the_small_ones():
+    labels = np.concatenate([np.zeros(5000, np.int64), np.repeat(np.arange(1, 301), 3), -np.ones(50, np.int64)])
+    assert len(cluster_pairs(labels, ignore=-1, max_pairs=10**8)[0]) == 5000 * 4999 // 2 + 900
+    left, right = sample_cluster_pairs(labels, max_pairs=20_000, ignore=-1, seed=1)
+    assert 15_000 < len(left) <= 20_000 and (left < right).all()
+    assert (labels[left] == labels[right]).all() and (labels[left] != -1).all()
+    assert len(set(zip(left.tolist(), right.tolist()))) == len(left)  # no pair twice
+    small = labels[left] > 0
+    assert small.sum() == 900  # every pair of every small cluster
+    members = np.unique(np.concatenate([left[~small], right[~small]]))
+    m = len(members)
+    assert (~small).sum() == m * (m - 1) // 2 and m < 5000  # every pair of a random subset of the big one
+    again = sample_cluster_pairs(labels, max_pairs=20_000, ignore=-1, seed=1)
+    assert np.array_equal(again[0], left) and np.array_equal(again[1], right)  # deterministic per seed
+    other = sample_cluster_pairs(labels, max_pairs=20_000, ignore=-1, seed=2)
+    assert not np.array_equal(other[0], left)
+
+
+def test_sample_cluster_pairs_with_more_clusters_than_pairs():
+    labels = np.repeat(np.arange(1000), 2)
+    left, right = sample_cluster_pairs(labels, max_pairs=100)
+    assert len(left) == 100 and len(np.unique(labels[left])) == 100 and (labels[left] == labels[right]).all()
 
 
 # ---------------------------------------------------------------- exact all-pairs, ARI, evaluate

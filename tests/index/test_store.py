@@ -144,6 +144,43 @@ def test_query_finds_near_and_exact_copies(batches, tmp_path):
     assert all(r["survivor_id"] == index.ids([r["cluster_id"]])[0].as_py() for r in rows)
 
 
+def test_a_query_below_the_index_threshold_warns_with_the_chance_of_finding_a_pair(batches, tmp_path, caplog):
+    """The index's LSH layout was chosen for its threshold: a pair at a lower similarity rarely shares a band
+    hash with the query, so a lower --threshold returns only the few found.  The warning gives the S-curve's
+    probability at the asked similarity; every match returned is still verified."""
+    import logging
+
+    from gpu_dedup.cli import main
+    from gpu_dedup.curves import s_curve
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    index = Index.open(tmp_path / "index")
+    bands, rows = cfg.layout
+    texts = [t for t in pq.read_table(batches / "a").column("text").to_pylist() if len(t.split()) >= 120][:40]
+    # every 16th word changed: word 5-gram Jaccard about 0.5 to the indexed text
+    queries = [" ".join(w if i % 16 else f"zz{i}" for i, w in enumerate(t.split())) for t in texts]
+    caplog.set_level(logging.WARNING, logger="gpu_dedup")
+    found = index.query(pa.array(queries), threshold=0.45)
+    said = [r.getMessage() for r in caplog.records if "below the index's" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    p = s_curve(0.45, bands, rows)
+    assert f"query threshold 0.45 is below the index's 0.8: with its {bands} bands x {rows} rows" in said[0]
+    assert f"found with probability {p:.2g} ({s_curve(0.8, bands, rows):.2f} at 0.8)" in said[0]
+    assert "index at --threshold 0.45" in said[0] and all(len(line) <= 120 for line in said[0].splitlines())
+    assert (found.column("similarity").to_numpy() >= 0.45).all()  # what is returned is verified
+    assert len({r["query"] for r in found.to_pylist()}) < len(queries) / 2  # most pairs at J ~ 0.5 are missed
+    caplog.clear()
+    index.query(pa.array(queries), threshold=0.8)
+    index.query(pa.array(queries), threshold=0.9)
+    index.query(pa.array(queries))
+    assert "below the index's" not in caplog.text  # at or above its threshold: nothing to say
+    (tmp_path / "q.txt").write_text("\n".join(queries[:3]) + "\n")
+    caplog.clear()
+    assert main(["query", str(tmp_path / "index"), str(tmp_path / "q.txt"), "--threshold", "0.5", "-q"]) == 0
+    assert "below the index's 0.8" in caplog.text  # the CLI says it too (on stderr), and still answers
+
+
 def test_query_of_an_index_without_ids_names_documents_by_row(batches, tmp_path):
     """Issue: a generated id column called ``id`` looked like the user's: an index built without ids
     answers with ``row`` and ``cluster_id`` only."""

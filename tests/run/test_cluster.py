@@ -75,7 +75,7 @@ def test_cli_two_local_workers_equal_single_process(corpus, tmp_path):
                            "--id-column", "id", "--backend", "cpu", "--workers", "2", "--set", "cluster.block_rows=300"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert "Dask dashboard:" in proc.stdout
+    assert "Dask dashboard:" in proc.stderr and "Dask dashboard" not in proc.stdout
     _identical(tmp_path / "single", tmp_path / "two", _names(tmp_path / "single"))
     assert_accounted(single, _inputs(corpus))
     assert_accounted(tmp_path / "two", _inputs(corpus))

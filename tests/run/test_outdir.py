@@ -156,7 +156,8 @@ def test_output_directory_inside_the_input_directory_is_refused(corpus, tmp_path
     inp.mkdir()
     (inp / "a.parquet").write_bytes((corpus / "in" / "part-00000.parquet").read_bytes())
     assert main(["run", str(inp), "-o", str(inp / "out"), "--backend", "cpu", "-q"]) == 4
-    assert "inside the input directory" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "inside the input directory" in err and "choose an output directory outside the inputs" in err
     assert main(["run", str(inp), "-o", str(inp), "--backend", "cpu", "-q"]) == 4
     assert sorted(p.name for p in inp.iterdir()) == ["a.parquet"]
 

@@ -116,3 +116,24 @@ def test_terminal_line_fits_a_narrow_terminal(caplog, monkeypatch):
         assert drawn and all(len(seg) <= columns - 1 for seg in drawn), (columns, drawn)
         assert any(shown in seg for seg in drawn) and "%" in drawn[-1]
     assert Progress("x", 10, stream=_Tty())._line(width=None).startswith("[x]")
+
+
+def test_a_batch_log_gets_a_stage_line_only_for_a_stage_longer_than_the_interval(caplog):
+    """Off a terminal the run's summary gives every stage's seconds: a short stage logs nothing at INFO, a long
+    one its end (counts and rate; its details at DEBUG)."""
+    from gpu_dedup.run.stagelog import StageLog
+
+    caplog.set_level(logging.INFO, logger="gpu_dedup")
+    stages = StageLog(stream=io.StringIO())
+    with stages.stage("verify", 10, "pairs") as info:
+        info["method"] = "exact"
+    assert "verify" not in caplog.text
+    with stages.stage("select", 4) as info:
+        info.progress.interval = 0  # as if it had run for longer than the interval
+        info["kept"] = 3
+    assert "stage select done in" in caplog.text and "4/4 docs" in caplog.text and "kept=3" not in caplog.text
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="gpu_dedup")
+    with stages.stage("write", 2, "shards") as info:
+        info["rows_written"] = 7
+    assert "stage write done in" in caplog.text and "rows_written=7" in caplog.text  # -v: every stage, in full

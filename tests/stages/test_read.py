@@ -9,6 +9,7 @@ import pytest
 
 from gpu_dedup import storage
 from gpu_dedup.config import InputConfig
+from gpu_dedup.errors import InputError
 from gpu_dedup.stages.read import read, read_texts
 from gpu_dedup.storage import parquet as pqs
 
@@ -22,9 +23,9 @@ def shards(tmp_path):
     return tmp_path, texts
 
 
-def test_read_texts_streams_only_up_to_the_rows_it_needs(shards, monkeypatch):
-    d, texts = shards
-    monkeypatch.setattr(pqs, "BATCH_BYTES", 4000)  # batches of ~100 rows
+def _counted_parquet_batches(monkeypatch) -> list:
+    """(row groups asked for, rows) of every batch the Parquet reader yields from now on, in batches of ~100 rows."""
+    monkeypatch.setattr(pqs, "BATCH_BYTES", 4000)
     seen = []
     real = pqs.iter_parquet
 
@@ -34,6 +35,12 @@ def test_read_texts_streams_only_up_to_the_rows_it_needs(shards, monkeypatch):
             yield t
 
     monkeypatch.setattr(storage.columns, "iter_parquet", counting)
+    return seen
+
+
+def test_read_texts_streams_only_up_to_the_rows_it_needs(shards, monkeypatch):
+    d, texts = shards
+    seen = _counted_parquet_batches(monkeypatch)
     rows = np.array([1203, 5, 260, 5, 1210, 0])  # any order, repeats
     for name in ("many.parquet", "one.parquet", "lines.jsonl"):
         seen.clear()
@@ -127,3 +134,21 @@ def test_a_cpu_run_holds_its_inputs_only_when_asked_and_a_gpu_run_by_default():
     from gpu_dedup.backends.gpu import GPUBackend
 
     assert not Backend.holds_inputs and not get_backend("cpu").holds_inputs and GPUBackend.holds_inputs
+
+
+
+
+def test_head_reads_the_first_documents_and_stops(shards, monkeypatch):
+    from gpu_dedup.stages.read import head
+
+    d, texts = shards
+    seen = _counted_parquet_batches(monkeypatch)
+    cfg = InputConfig(id_column="id")
+    got = head([d / "many.parquet", d / "lines.jsonl"], cfg, limit=250)
+    assert got.column("text").to_pylist() == texts[:250] and got.column("id").to_pylist() == list(range(250))
+    assert sum(rows for _, rows in seen) < 3000  # stopped at the batch that reached the limit, not the shard's end
+    both = head([d / "many.parquet", d / "lines.jsonl"], cfg, limit=3100)  # across the shard boundary
+    assert both.num_rows == 3100 and both.column("text").to_pylist() == texts + texts[:100]
+    assert head([d / "lines.jsonl"], cfg, limit=10**6).num_rows == 3000  # fewer documents than the limit
+    with pytest.raises(InputError, match="at least 1"):
+        head([d / "lines.jsonl"], cfg, limit=0)

@@ -35,7 +35,7 @@ def test_discover_errors(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         storage.discover([tmp_path / "nope.parquet"])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputError, match="holds no .parquet or .jsonl"):
+    with pytest.raises(InputError, match="holds no .parquet, .jsonl"):
         storage.discover([tmp_path / "empty"])
     with pytest.raises(InputError, match="matches no files"):
         storage.discover([str(tmp_path / "*.parquet")])

@@ -41,8 +41,6 @@ def connect(cfg: Config):
         cluster = local_cluster(c.workers, c.memory_limit, {"NUMBA_NUM_THREADS": str(worker_threads(c.workers))})
         client = Client(cluster)
     log.info("Dask dashboard: %s (%d workers)", client.dashboard_link, len(client.scheduler_info()["workers"]))
-    if log.isEnabledFor(logging.INFO):  # -q: nothing
-        print(f"Dask dashboard: {client.dashboard_link}", flush=True)
     return client, cluster
 
 
