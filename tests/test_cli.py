@@ -194,11 +194,17 @@ def test_generated_ids_are_rows_and_an_input_id_column_is_used_verbatim(tmp_path
     assert "id" not in report["largest_clusters"][0]["survivor"]  # generated: row only
 
 
-def test_an_id_column_of_mixed_types_is_not_picked_and_a_reserved_name_is_refused(tmp_path, capsys):
+def test_an_id_column_of_mixed_types_is_refused_and_a_reserved_name_is_refused(tmp_path, capsys):
+    """An ``id`` column found by itself that is int64 in one shard and a string in the other cannot keep every
+    id as it is: exit 3 naming both shards and --no-id-column (it was a silent fall-back to row numbers)."""
     inp = _with_ids(tmp_path, [1, 2, 3, 4])
     pq.write_table(pa.table({"id": ["x", "y"], "text": pq.read_table(inp / "b.parquet").column("text")}),
                    inp / "b.parquet")  # int64 in one shard, string in the other
-    assert main(["run", str(inp), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q"]) == 0
+    assert main(["run", str(inp), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q"]) == 3
+    err = capsys.readouterr().err
+    assert "a.parquet" in err and "b.parquet" in err and "int64" in err and "--no-id-column" in err
+    assert not (tmp_path / "out").exists()
+    assert main(["run", str(inp), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q", "--no-id-column"]) == 0
     assert pq.read_table(tmp_path / "out" / "duplicates.parquet").column_names[0] == "row"
     t = pq.read_table(inp / "a.parquet")
     pq.write_table(t.append_column("cluster_id", pa.array([5, 6])), tmp_path / "c.parquet")
@@ -207,6 +213,59 @@ def test_an_id_column_of_mixed_types_is_not_picked_and_a_reserved_name_is_refuse
     err = capsys.readouterr().err
     assert rc == 2 and "id column 'cluster_id' has the name of a column gpu_dedup writes" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_id_column_found_by_itself_is_kept_for_every_shard_or_refused(tmp_path, capsys):
+    """``id`` found by itself across Parquet and JSON Lines shards, behind a first JSON line without it or with
+    bytes that are not UTF-8, of float64, decimal128 or timestamp type: every id kept as it is; in some shards
+    only, or nested: exit 3 naming the shard and --no-id-column.  (Each case was a run with row numbers only,
+    exit 0, at most an INFO line.)"""
+    import datetime
+    import decimal
+
+    base = "the quick brown fox jumps over the lazy dog near the river bank today and tomorrow"
+
+    def jsonl(path, records):
+        path.write_bytes(b"".join(r if isinstance(r, bytes) else json.dumps(r).encode() + b"\n" for r in records))
+
+    def ids_of(inp, name):
+        assert main(["run", str(inp), "-o", str(tmp_path / name), "--backend", "cpu", "-q"]) == 0, \
+            capsys.readouterr().err
+        return pq.read_table(tmp_path / name / "duplicates.parquet").column("id").to_pylist()
+
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "text": [base, base]}), mixed / "a.parquet")
+    jsonl(mixed / "b.jsonl", [{"id": 3, "text": base}, {"id": 4, "text": base}])
+    assert ids_of(mixed, "o1") == [1, 2, 3, 4]
+    first = tmp_path / "first"
+    first.mkdir()
+    jsonl(first / "a.jsonl", [{"text": base}, {"id": "s1", "text": base}, {"id": "s2", "text": base}])
+    assert ids_of(first, "o2") == [None, "s1", "s2"]  # the line without one: a null id, as when named
+    latin = tmp_path / "latin"
+    latin.mkdir()
+    jsonl(latin / "a.jsonl", [b'{"id": "a0", "text": "caf\xe9 ' + base.encode() + b'"}\n', {"id": "a1", "text": base},
+                              {"id": "a2", "text": base}])
+    assert ids_of(latin, "o3") == ["a0", "a1", "a2"]
+    for name, values in (("f", [1.5, 2.0]), ("d", [decimal.Decimal("1.10"), decimal.Decimal("2.20")]),
+                         ("t", [datetime.datetime(2020, 1, 1), datetime.datetime(2020, 1, 2)])):
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table({"id": pa.array(values), "text": [base, base]}), tmp_path / name / "a.parquet")
+        assert ids_of(tmp_path / name, "o" + name) == values
+    some = tmp_path / "some"
+    some.mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "text": [base, base]}), some / "a.parquet")
+    pq.write_table(pa.table({"text": [base, base]}), some / "b.parquet")
+    nested = tmp_path / "nested"
+    nested.mkdir()
+    jsonl(nested / "a.jsonl", [{"id": {"$oid": "x"}, "text": base}, {"id": {"$oid": "y"}, "text": base}])
+    for inp, said in ((some, "has no such column"), (nested, "type struct")):
+        out = tmp_path / ("refused-" + inp.name)
+        assert main(["run", str(inp), "-o", str(out), "--backend", "cpu", "-q"]) == 3
+        err = capsys.readouterr().err
+        assert said in err and "--no-id-column" in err and "Traceback" not in err and len(err.splitlines()) == 1
+        assert not out.exists()
+        assert main(["run", str(inp), "-o", str(out), "--backend", "cpu", "-q", "--no-id-column"]) == 0
 
 
 def test_a_run_against_an_index_uses_the_index_id_column(tmp_path, capsys):

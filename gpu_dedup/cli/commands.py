@@ -67,8 +67,9 @@ def _config_from_args(args) -> Config:
 
 def _with_id_column(args, cfg: Config) -> Config:
     """``run`` and ``index build`` without an id column configured: with ``--against``, the index's id
-    column; else an input column named ``id`` when every shard has one of one type (said once, at INFO).
-    ``--no-id-column`` keeps row numbers only."""
+    column; else an input column named ``id`` when every shard has one of one type (said once, at INFO), and
+    an input error when some shards have one but it cannot name every document as it is (missing from a
+    shard, of two types, nested).  ``--no-id-column`` keeps row numbers only."""
     if cfg.input.id_column is not None or args.no_id_column:
         return cfg
     against = getattr(args, "against", None)
@@ -85,17 +86,13 @@ def _with_id_column(args, cfg: Config) -> Config:
             log.info("using the input column %r as document ids, as the index %s does (--id-column)", name, against)
             return cfg.with_overrides({"input.id_column": name})
         return cfg
-    from gpu_dedup.storage import discover, id_column_type
+    from gpu_dedup.storage import auto_id_column, discover
 
     try:
         shards = discover(args.inputs, cfg.input.format, warn=False)
     except GpuDedupError:
         return cfg  # the run reports it
-    types = {id_column_type(s, AUTO_ID) for s in shards}
-    if len(types) != 1 or None in types:
-        if len(types) > 1 and None not in types:
-            log.info("the input column %r has different types across shards (%s); documents are named by row "
-                     "number (--id-column %s after making it one type)", AUTO_ID, ", ".join(sorted(types)), AUTO_ID)
+    if auto_id_column(shards, AUTO_ID) is None:  # no shard has one: documents are named by row
         return cfg
     log.info("using the input column %r as document ids (duplicates.parquet keeps it verbatim beside 'row'); "
              "--id-column COLUMN picks another, --no-id-column none", AUTO_ID)
