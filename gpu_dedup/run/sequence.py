@@ -72,6 +72,7 @@ from gpu_dedup.stages.components import (
     cluster_members,
     edge_labels,
     home_edges,
+    index_home_edges,
     index_members,
     index_nodes,
     member_rows,
@@ -459,7 +460,10 @@ class _Sequence:
                                                   on="node"))
                     sources.append(self._lookup(ex.map(index_members, involved, prior=prior), labels, "label"))
                 members = ex.map(cluster_members, *[self._route(m, frames.hash_dest, on="label") for m in sources])
-                edges = self._lookup(ex.map(edge_labels, self.verified, prior=prior), labels, "label")
+                edges = ex.map(edge_labels, self.verified, prior=prior)
+                if prior.active and cfg.select.split_chains:
+                    edges = ex.map(concat_parts, edges, ex.map(index_home_edges, involved, prior=prior))
+                edges = self._lookup(edges, labels, "label")
                 edges = self._route(edges, frames.hash_dest, on="label")
                 self.clusters = start(members, edges)
                 n = ex.total(cluster_before, self.clusters)["clusters"]
