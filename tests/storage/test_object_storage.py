@@ -332,3 +332,27 @@ def test_compressed_json_lines_in_the_store(s3_server, bucket, tmp_path):
     assert remote.report["counts"] == local.report["counts"] and remote.report["counts"]["removed"] > 0
     assert gzip.decompress(_get(s3_server, bucket, "gz-out/a.jsonl.gz")) == \
         gzip.decompress((tmp_path / "out" / "a.jsonl.gz").read_bytes())
+
+
+def test_an_earlier_runs_output_prefix_inside_the_inputs_is_never_read(s3_server, bucket, corpus):
+    """``-o s3://b/crawl/sub/`` of a glob of ``crawl/``, then ``run s3://b/crawl/``: the second run read the
+    first run's outputs as more shards (and failed on its duplicates.parquet).  A prefix holding a run's
+    manifest is skipped by prefixes and globs, listed in report.json; named itself, its shards are read."""
+    _upload(s3_server, bucket, corpus / "in", "crawl")
+    proc = _cli("run", f"s3://{bucket}/crawl/*.parquet", "-o", f"s3://{bucket}/crawl/sub/", "--backend", "cpu",
+                "--id-column", "id", "-q")
+    assert proc.returncode == 0, proc.stderr
+    for given in (f"s3://{bucket}/crawl/", f"s3://{bucket}/crawl/**/*.parquet"):
+        shards = discover(given)
+        assert "sub/part-00000.parquet" not in [s.name for s in shards], given
+        assert [s["path"] for s in shards.skipped if "outputs of a gpu_dedup run" in s["reason"]] == \
+            [f"s3://{bucket}/crawl/sub"], given
+    proc = _cli("run", f"s3://{bucket}/crawl/", "-o", f"s3://{bucket}/out2/", "--backend", "cpu", "--id-column", "id")
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "outputs of a gpu-dedup run" in line]
+    assert len(said) == 1 and f"s3://{bucket}/crawl/sub" in said[0]
+    assert _get(s3_server, bucket, "out2/duplicates.parquet") == (corpus / "local" / "duplicates.parquet").read_bytes()
+    shards = discover(f"s3://{bucket}/crawl/sub/")
+    assert sorted(s.name for s in shards) == ["part-00000.parquet", "part-00001.parquet"]
+    with pytest.raises(InputError, match="whole path component"):  # was fsspec's ValueError: an internal error
+        discover(f"s3://{bucket}/crawl/**.parquet")
