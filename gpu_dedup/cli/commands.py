@@ -383,6 +383,7 @@ def cmd_dataset(args) -> int:
 def cmd_report(args) -> int:
     import os
 
+    from gpu_dedup.report import schema
     from gpu_dedup.report.page import render
     from gpu_dedup.run.outdir import MANIFEST_NAME, replace_published
     from gpu_dedup.storage import atomic_write_bytes
@@ -397,8 +398,11 @@ def cmd_report(args) -> int:
                          "of a run") from None
     except ValueError as exc:
         raise InputError(f"{str(src)!r} is not valid JSON ({exc}); give the report.json a run wrote") from None
-    if not isinstance(report, dict) or "counts" not in report or "lsh" not in report:
-        raise InputError(f"{str(src)!r} is not a gpu_dedup report.json (no counts / lsh sections)")
+    try:
+        schema.check(report)
+    except schema.ReportShapeError as exc:
+        raise InputError(f"{str(src)!r} is not a report.json gpu_dedup can draw: {exc}; give the report.json a run "
+                         "wrote (rerun the run to write it again)") from None
     out = Path(args.output) if args.output else src.with_suffix(".html")
     page = render(report).encode("utf-8")
     if (out.parent / MANIFEST_NAME).exists():  # a run's output directory: its page, owned as the run owns it
