@@ -16,6 +16,7 @@ import threading
 from gpu_dedup.cli.commands import cmd_bench_own_parser
 from gpu_dedup.cli.parser import build_parser, unrecognized
 from gpu_dedup.errors import (
+    COMMITTED,
     EXIT_BROKEN_PIPE,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -176,6 +177,7 @@ def main(argv=None) -> int:
     if rest:
         args.bench_args = rest
     _setup_logging(args.verbose, args.quiet)
+    COMMITTED.reset()
     if argv is None:  # the gpu-dedup process itself (not a caller's main([...])): SIGTERM as Ctrl-C
         signal.signal(signal.SIGTERM, _signal_to_interrupt)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell ignores it
@@ -192,7 +194,7 @@ def main(argv=None) -> int:
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt as exc:
         _interrupt["acknowledged"] = True
-        return _fail(getattr(exc, "message", None) or
+        return _fail(getattr(exc, "message", None) or COMMITTED.message() or
                      "interrupted; completed stages are checkpointed and the previous complete output (if any) is "
                      "untouched: rerun the same command to resume", EXIT_INTERRUPTED)
     except MemoryError as exc:

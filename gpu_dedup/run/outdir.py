@@ -47,7 +47,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpu_dedup.errors import Interrupted, OutputError, write_error
+from gpu_dedup.errors import COMMITTED, Interrupted, OutputError, write_error
 from gpu_dedup.run.checkpoint import CHECKPOINT_DIR, maybe_crash
 from gpu_dedup.storage.filesystems import remove_tree
 from gpu_dedup.storage import (
@@ -122,9 +122,8 @@ class OutputDir:
         self.close()
         if self.committed and exc_type is not None and issubclass(exc_type, KeyboardInterrupt) \
                 and not isinstance(exc, Interrupted):
-            raise Interrupted(f"interrupted after the outputs in {str(self.out)!r} were published and verified "
-                              "(_SUCCESS is there); an index the run was to build or update may not be: rerun the "
-                              "same command to finish it") from exc
+            raise Interrupted(COMMITTED.message() or f"interrupted after the outputs in {str(self.out)!r} were "
+                              "published and verified (_SUCCESS is there)") from exc
 
     def open(self, fresh: bool = False) -> "OutputDir":
         """Refuse collisions, take the lock, finish an interrupted commit, refuse foreign files.
@@ -322,6 +321,8 @@ class OutputDir:
         maybe_crash("commit:planned")
         files = self._apply(plan)
         self.committed = True
+        COMMITTED.outputs = str(self.out)
+        maybe_crash("commit:done")
         return files
 
     def _apply(self, plan: dict) -> dict:

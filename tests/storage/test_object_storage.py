@@ -310,8 +310,15 @@ def test_an_index_in_the_store_is_built_used_updated_and_queried(s3_server, buck
     stale = open_index(url, CFG)  # machine (one copy shared by both would be re-read under the index's lock)
     monkeypatch.setenv("GPU_DEDUP_CACHE", str(tmp_path / "cache"))
     index_run(third, tmp_path / "o3", CFG, against=url, update_index=True)
-    with pytest.raises(OutputError, match="changed since this run opened it"):
+    # a writer that takes no lock in the store (an earlier gpu_dedup) is refused before its outputs are published
+    from gpu_dedup.index.remote import RemoteIndex
+    from gpu_dedup.index.store import Index
+
+    monkeypatch.setattr(RemoteIndex, "writing", Index.writing)
+    with pytest.raises(OutputError, match="changed since this run opened it.*nothing was published"):
         index_run(third, tmp_path / "o4", CFG, against=stale, update_index=True)
+    assert not (tmp_path / "o4" / "_SUCCESS").exists() and not (tmp_path / "o4" / "duplicates.parquet").exists()
+    monkeypatch.undo()
     assert json.loads(_get(s3_server, bucket, "ix/manifest.json"))["segments"] == ["seg-00000", "seg-00001",
                                                                                     "seg-00002"]
     fresh = open_index(url, CFG)  # the refused append's local segment is not taken for the store's
@@ -356,3 +363,33 @@ def test_an_earlier_runs_output_prefix_inside_the_inputs_is_never_read(s3_server
     assert sorted(s.name for s in shards) == ["part-00000.parquet", "part-00001.parquet"]
     with pytest.raises(InputError, match="whole path component"):  # was fsspec's ValueError: an internal error
         discover(f"s3://{bucket}/crawl/**.parquet")
+
+
+def test_a_second_writer_of_an_index_in_the_store_stops_before_it_publishes_anything(s3_server, bucket, corpus,
+                                                                                     tmp_path):
+    """Two --update-index runs of one index in the store: the loser said "nothing was appended: rerun" (exit 4)
+    after its outputs and _SUCCESS were published, deduplicated against the index without the winner's
+    documents.  The index's lock object in the store now stops the second writer at once (exit 4), from this
+    machine or another, before it publishes anything; the rerun adds its documents once."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_shards(pq.read_table(corpus / "in" / "part-00000.parquet"), first, shards=1)
+    write_shards(pq.read_table(corpus / "in" / "part-00001.parquet"), second, shards=1)
+    url = f"s3://{bucket}/ix"
+    env = {"GPU_DEDUP_CACHE": str(tmp_path / "cache")}
+    assert _cli("run", str(first), "-o", str(tmp_path / "o1"), "--index-out", url, "--backend", "cpu", "-q",
+                env=env).returncode == 0
+    holder = {"token": "y" * 32, "pid": 1, "host": "another-machine", "started": "2026-11-28 10:00:00"}
+    put_bytes(f"{url}/.gpu_dedup_index.lock", json.dumps(holder).encode())  # the winner, running elsewhere
+    args = ("run", str(second), "-o", f"s3://{bucket}/o2/", "--against", url, "--update-index", "--backend", "cpu",
+            "-q")
+    proc = _cli(*args, env=env)
+    assert proc.returncode == 4, proc.stderr
+    assert "is being written by another gpu-dedup run (pid 1 on another-machine" in proc.stderr
+    assert f"delete the lock object '{url}/.gpu_dedup_index.lock'" in proc.stderr
+    assert _keys(s3_server, bucket, "o2/") == []  # nothing published, no lock left behind
+    assert json.loads(_get(s3_server, bucket, "ix/manifest.json"))["segments"] == ["seg-00000"]
+    s3_server.client().delete_object(Bucket=bucket, Key="ix/.gpu_dedup_index.lock")  # the winner finished
+    proc = _cli(*args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(_get(s3_server, bucket, "ix/manifest.json"))["documents"] == 500
+    assert _get(s3_server, bucket, "o2/_SUCCESS") and "ix/.gpu_dedup_index.lock" not in _keys(s3_server, bucket, "ix/")
