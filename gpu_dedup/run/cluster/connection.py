@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
+import signal
 import threading
 
 from gpu_dedup.config import Config
@@ -39,13 +41,14 @@ def connect(cfg: Config):
         except ImportError:
             raise BackendError("GPU workers need dask-cuda and dask-cudf: pip install -e '.[cuda12]' (or "
                                "'.[cuda13]') in the gpu_dedup checkout; README.md, section GPU") from None
-        with dask.config.set(LOCAL_SCHEDULER):
+        with dask.config.set(LOCAL_SCHEDULER), shielded_children():
             cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, n_workers=c.workers,
                                        memory_limit=c.memory_limit, dashboard_address=":0")
-        client = Client(cluster)
+            client = Client(cluster)
     else:
-        cluster = local_cluster(c.workers, c.memory_limit, {"NUMBA_NUM_THREADS": str(worker_threads(c.workers))})
-        client = Client(cluster)
+        with shielded_children():
+            cluster = local_cluster(c.workers, c.memory_limit, {"NUMBA_NUM_THREADS": str(worker_threads(c.workers))})
+            client = Client(cluster)
     log.info("Dask dashboard: %s (%d workers)", client.dashboard_link, len(client.scheduler_info()["workers"]))
     if log.isEnabledFor(logging.INFO):  # -q: nothing
         print(f"Dask dashboard: {client.dashboard_link}", flush=True)
@@ -86,6 +89,52 @@ def _silence_dask_logs(client_pid: int) -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def shielded_children():
+    """Start a local cluster with SIGINT and SIGTERM blocked in this thread: the threads Dask starts meanwhile
+    (its event loop, and those that spawn the worker and scheduler processes) inherit the mask, and so do the
+    processes they spawn.  Ctrl-C in a terminal and a scheduler's SIGTERM go to a whole process group; a
+    worker or scheduler that took them died with a traceback each, and the run's client then waited for a
+    scheduler that was gone (exit 1 after 71 s).  Blocked, they reach this process's main thread only, which
+    raises KeyboardInterrupt and closes the cluster: one line, exit 130.  A worker keeps them blocked (its
+    nanny stops it through a queue, then SIGKILL); the scheduler process moves to its own process group and
+    takes SIGTERM again (see :func:`_serve_scheduler`).  Children end with this process through Dask's
+    parent-alive pipe, however it ends.  Signals that came while blocked are delivered on leaving."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    # started here, before the mask: starting it unblocks SIGINT and SIGTERM in the thread that does (Python's
+    # resource_tracker.ensure_running), which would be Dask's event loop, and the processes spawned from it
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _own_process_group() -> None:
+    """In the scheduler process (started with SIGINT and SIGTERM blocked, see :func:`shielded_children`): a
+    process group of its own, so that a signal to the run's group no longer reaches it, then SIGTERM as by
+    default (how :class:`SchedulerProcess` ends it) and SIGINT ignored; one that reached the group before is
+    dropped."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return
+    try:
+        os.setpgrp()
+    except OSError:  # pragma: no cover - already a group leader
+        pass
+    for sig in INTERRUPTS:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, INTERRUPTS)  # a pending one is dropped (ignored)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def worker_threads(workers: int) -> int:
     """Kernel threads of each of ``workers`` local workers: this machine's cores shared among them."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -120,6 +169,7 @@ KEEP_GLIBC_DEFAULTS = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOL
 def _serve_scheduler(options: dict, config: dict, address) -> None:
     """The scheduler process: serve until closed; its address goes back through the queue ``address``.
     ``config`` is set here: the Dask config a child inherits yields to the child's own defaults."""
+    _own_process_group()
     import dask
     from distributed import Scheduler
 
