@@ -734,10 +734,11 @@ def test_report_rewrites_a_runs_page_only_as_the_run_owns_it(tmp_path, capsys):
     assert main(["report", str(out / "report.json"), "-o", str(tmp_path / "new.html")]) == 0  # ours: rewritten
 
 
-@pytest.mark.parametrize("fault,said", [
-    ("commit:renamed:terminate", "interrupted while publishing the outputs in"),
-    ("index:before-append:terminate", "interrupted after the outputs in")])
-def test_an_interrupt_during_or_after_the_commit_says_what_the_directory_holds(tmp_path, fault, said):
+@pytest.mark.parametrize("fault,said,success", [
+    ("commit:renamed:terminate", "interrupted while publishing the outputs in", False),
+    ("index:before-append:terminate", "previous complete output (if any) is untouched", True),  # segments first
+    ("index:before-manifest:terminate", "before this run's documents were added to the index", True)])
+def test_an_interrupt_during_or_after_the_commit_says_what_the_directory_holds(tmp_path, fault, said, success):
     inp = _small_corpus(tmp_path / "in")
     extra = ["--index-out", str(tmp_path / "ix")] if fault.startswith("index") else []
     args = ["run", inp, "-o", tmp_path / "out", "--backend", "cpu", "--id-column", "id", "-q", *extra]
@@ -749,11 +750,16 @@ def test_an_interrupt_during_or_after_the_commit_says_what_the_directory_holds(t
         shutil.rmtree(tmp_path / "ix")
     stopped = _gpu_dedup(*args, "--restart", env={"GPU_DEDUP_FAULT": fault})
     err = stopped.stderr.decode()
-    assert stopped.returncode == 130 and said in err and "untouched" not in err, err
+    assert stopped.returncode == 130 and said in err and ("untouched" in said) == ("untouched" in err), err
     assert err.strip().splitlines() == [err.strip()]
+    assert (tmp_path / "out" / "_SUCCESS").exists() == success  # the new or the earlier run's, or none (a mix)
+    if extra:  # the index is as it was (none): its segments were staged, its manifest never written
+        assert not (tmp_path / "ix" / "manifest.json").exists()
     again = _gpu_dedup(*args)
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "out" / "_SUCCESS").exists()
+    if extra:
+        assert main(["index", "info", str(tmp_path / "ix")]) == 0
 
 
 def test_an_interrupted_index_build_leaves_no_index_and_says_so(tmp_path):
@@ -839,3 +845,83 @@ def test_the_command_exits_as_usual_while_another_thread_runs(monkeypatch):
         stop.set()
         worker.join()
     assert exc.value.code == 0 and ended == []
+
+
+def test_misleading_messages_say_what_happened_to_what_with_the_fix(tmp_path, capsys):
+    """Each of these said something else than what happened: query > /dev/full spoke of -o and publishing; a
+    garbling server as --scheduler gave "Unable to allocate 3.07 EiB"; a 300-character -o was exit 3 "check the
+    path"; --id-column with --no-id-column and --workers with --scheduler were taken silently."""
+    import os
+    import socket
+    import threading
+
+    inp = _small_corpus(tmp_path / "in")
+    assert main(["index", "build", str(inp), "-o", str(tmp_path / "ix"), "-q"]) == 0
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "wb") as full:
+            q = subprocess.run([sys.executable, "-m", "gpu_dedup", "query", str(tmp_path / "ix")], input=b"some text\n",
+                               stdout=full, stderr=subprocess.PIPE, timeout=300, check=False)
+        err = q.stderr.decode()
+        assert q.returncode == 5 and "cannot write the query results to standard output" in err, err
+        assert "another -o" not in err and "published" not in err and "Traceback" not in err
+    name = "x" * 300
+    assert main(["run", str(inp), "-o", str(tmp_path / name), "-q"]) == 4
+    err = capsys.readouterr().err
+    assert "300 bytes long" in err and "choose a shorter -o" in err and not (tmp_path / name[:255]).exists()
+    assert main(["run", str(inp), "-o", str(tmp_path / "o1"), "--id-column", "text", "--no-id-column", "-q"]) == 2
+    assert "give one of them" in capsys.readouterr().err and not (tmp_path / "o1").exists()
+    assert main(["run", str(inp), "-o", str(tmp_path / "o2"), "--workers", "2", "--scheduler", "tcp://127.0.0.1:9",
+                 "-q"]) == 2
+    assert "starts a local cluster" in capsys.readouterr().err and not (tmp_path / "o2").exists()
+    # a server that answers at once in another protocol (an HTTP error), read by Dask as a length of exabytes
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def answer():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    pytest.importorskip("distributed")
+    try:
+        rc = main(["run", str(inp), "-o", str(tmp_path / "o3"), "--scheduler",
+                   f"tcp://127.0.0.1:{server.getsockname()[1]}", "-q"])
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    assert rc == 2 and "answered, but not as a Dask scheduler does" in err and "allocate" not in err, err
+
+
+def test_an_interrupted_query_says_it_only_reads(tmp_path):
+    """query interrupted while it waits for its queries: SIGINT spoke of checkpoints and resuming; now SIGINT and
+    SIGTERM both say the query only reads, exit 130."""
+    import signal
+    import time
+
+    inp = _small_corpus(tmp_path / "in")
+    assert main(["index", "build", str(inp), "-o", str(tmp_path / "ix"), "-q"]) == 0
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        p = subprocess.Popen([sys.executable, "-m", "gpu_dedup", "query", str(tmp_path / "ix")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # the index is open (mapped): next, query reads stdin
+                with open(f"/proc/{p.pid}/maps") as maps:
+                    if "docs.arrow" in maps.read():
+                        break
+                time.sleep(0.1)
+            time.sleep(0.5)
+            p.send_signal(sig)
+            _, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        err = err.decode()
+        assert p.returncode == 130 and "it only reads" in err and "checkpoint" not in err, (sig, err)
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1

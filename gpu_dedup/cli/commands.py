@@ -70,6 +70,9 @@ def _with_id_column(args, cfg: Config) -> Config:
     column; else an input column named ``id`` when every shard has one of one type (said once, at INFO), and
     an input error when some shards have one but it cannot name every document as it is (missing from a
     shard, of two types, nested).  ``--no-id-column`` keeps row numbers only."""
+    if cfg.input.id_column is not None and args.no_id_column:
+        raise ConfigError(f"--no-id-column names documents by row number, but the id column {cfg.input.id_column!r} "
+                          "is given too (--id-column, input.id_column); give one of them")
     if cfg.input.id_column is not None or args.no_id_column:
         return cfg
     against = getattr(args, "against", None)
@@ -97,6 +100,17 @@ def _with_id_column(args, cfg: Config) -> Config:
     log.info("using the input column %r as document ids (duplicates.parquet keeps it verbatim beside 'row'); "
              "--id-column COLUMN picks another, --no-id-column none", AUTO_ID)
     return cfg.with_overrides({"input.id_column": AUTO_ID})
+
+
+def stdout_error(exc: OSError, what: str, example: str) -> GpuDedupError:
+    """One error for a failed write of ``what`` to standard output (a full disk behind ``>``, a closed terminal):
+    the command wrote nothing else, so nothing needs cleaning up."""
+    from gpu_dedup.errors import write_error
+
+    mapped = write_error("standard output", exc)
+    kind = type(mapped) if isinstance(mapped, GpuDedupError) else OutputError
+    return kind(f"cannot write {what} to standard output ({exc.strerror or exc}); nothing else was written (the "
+                f"index was only read): send them where there is room, e.g. {example}")
 
 
 def cmd_run(args) -> int:
@@ -191,9 +205,15 @@ def cmd_query(args) -> int:
     found = [[] for _ in texts]
     for rec in matches.to_pylist():  # one JSON object per query, in input order, matches best first
         found[rec.pop("query")].append(rec)
-    for q, recs in enumerate(found):
-        recs.sort(key=lambda r: (-r["similarity"], r["row"]))
-        print(json.dumps({"query": q, "matches": recs}, default=str))
+    try:
+        for q, recs in enumerate(found):
+            recs.sort(key=lambda r: (-r["similarity"], r["row"]))
+            print(json.dumps({"query": q, "matches": recs}, default=str))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the shell's status, no message (see main)
+        raise
+    except OSError as exc:
+        raise stdout_error(exc, "the query results", f"gpu-dedup query {args.index} ... > results.jsonl") from None
     if not args.quiet:
         hit = sum(1 for recs in found if recs)
         t = args.threshold if args.threshold is not None else index.config().lsh.threshold

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -33,9 +34,11 @@ import pyarrow as pa
 from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError, OutputError
 from gpu_dedup.index.format import FORMAT, LOCK, MANIFEST, SEGMENT_FILES, segment_name
-from gpu_dedup.index.store import Index, IndexBuilder
+from gpu_dedup.index.store import Index, IndexBuilder, IndexDamaged
 from gpu_dedup.run.remote_outdir import LockObject
 from gpu_dedup.storage.filesystems import RemotePath, filesystem, is_url, put_bytes, remote_error
+
+log = logging.getLogger("gpu_dedup")
 
 
 def cache_root() -> Path:
@@ -178,10 +181,25 @@ class RemoteIndex(Index):
 
 
 def open_index(path, cfg: Config | None = None) -> Index:
-    """:meth:`Index.open` of a local directory, or of an index in an object store (a local copy)."""
+    """:meth:`Index.open` of a local directory, or of an index in an object store (a local copy).  A local copy
+    that does not verify (changed on this machine since it was copied) is copied again from the store, once: a
+    damaged copy is not a damaged index; what does not verify after that is the store's."""
     if not is_url(path):
         return Index.open(path, cfg)
-    index = RemoteIndex.open(local_copy(path), cfg)
+    local = local_copy(path)
+    try:
+        index = RemoteIndex.open(local, cfg)
+    except IndexDamaged as exc:
+        log.warning("the local copy %s of the index at %s does not verify (%s); copying it from the store again",
+                    local, path, exc.what)
+        shutil.rmtree(local, ignore_errors=True)
+        local = local_copy(path)
+        try:
+            index = RemoteIndex.open(local, cfg)
+        except IndexDamaged as again:
+            raise InputError(f"the index at {str(path)!r} is damaged ({again.what}, also in a fresh copy of its "
+                             "files); restore it from a backup or rebuild it from its corpus (gpu-dedup index build "
+                             "CORPUS -o URL)") from None
     index.remote = RemotePath(str(path))
     return index
 

@@ -635,10 +635,18 @@ def _listdir(p: Path) -> list:
         return []
 
 
+class IndexDamaged(InputError):
+    """An index whose files do not verify: ``what`` says which and how."""
+
+    def __init__(self, message: str, what: str):
+        super().__init__(message)
+        self.what = what
+
+
 def _damaged(p: Path, exc: BaseException) -> InputError:
     what = f"missing {exc}" if isinstance(exc, KeyError) else (str(exc).splitlines() or [type(exc).__name__])[0]
-    return InputError(f"the index in {str(p)!r} is damaged ({what}); restore it from a backup or rebuild it "
-                      "from its corpus (gpu-dedup index build CORPUS -o NEW_INDEX_DIR)")
+    return IndexDamaged(f"the index in {str(p)!r} is damaged ({what}); restore it from a backup or rebuild it "
+                        "from its corpus (gpu-dedup index build CORPUS -o NEW_INDEX_DIR)", what)
 
 
 def _lock_index(p: Path) -> int:

@@ -393,3 +393,36 @@ def test_a_second_writer_of_an_index_in_the_store_stops_before_it_publishes_anyt
     assert proc.returncode == 0, proc.stderr
     assert json.loads(_get(s3_server, bucket, "ix/manifest.json"))["documents"] == 500
     assert _get(s3_server, bucket, "o2/_SUCCESS") and "ix/.gpu_dedup_index.lock" not in _keys(s3_server, bucket, "ix/")
+
+
+def test_a_damaged_local_copy_of_a_healthy_index_is_copied_again(s3_server, bucket, corpus, tmp_path, monkeypatch,
+                                                                 caplog):
+    """The local copy of an index in the store, damaged on this machine, was called a damaged index (naming the
+    cache path) and never fetched again: it is copied again, with a warning; a store's own damaged file is named
+    as the store's index, with the fix."""
+    import logging
+
+    from gpu_dedup.index.commands import run as index_run
+    from gpu_dedup.index.remote import cache_root, open_index
+
+    monkeypatch.setenv("GPU_DEDUP_CACHE", str(tmp_path / "cache"))
+    first = tmp_path / "first"
+    write_shards(pq.read_table(corpus / "in" / "part-00000.parquet"), first, shards=1)
+    url = f"s3://{bucket}/ix"
+    index_run(first, tmp_path / "o1", CFG, index_out=url)
+    index = open_index(url, CFG)
+    want = index.query(["a text to look for"]).to_pylist()
+    docs = index.path / "seg-00000" / "docs.arrow"
+    assert index.path.is_relative_to(cache_root())
+    del index
+    data = bytearray(docs.read_bytes())
+    data[4096:8192] = b"\0" * 4096  # same size: only the checksum tells
+    docs.write_bytes(bytes(data))
+    caplog.set_level(logging.WARNING, logger="gpu_dedup")
+    again = open_index(url, CFG)
+    assert again.query(["a text to look for"]).to_pylist() == want
+    assert any("does not verify" in r.getMessage() and "copying it from the store again" in r.getMessage()
+               for r in caplog.records)
+    put_bytes(f"{url}/seg-00000/docs.arrow", bytes(data))  # now the store's own file is damaged
+    with pytest.raises(InputError, match=rf"the index at '{url}' is damaged .*also in a fresh copy"):
+        open_index(url, CFG)

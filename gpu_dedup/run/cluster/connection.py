@@ -263,7 +263,10 @@ def _client_within(Client, address: str, timeout: float):
         raise BackendError(f"no Dask scheduler answered at {address!r} within {timeout + 5:.0f} s (a port that is "
                            f"not a scheduler's, e.g. an HTTP server?); {fix}")
     exc = box.get("error")
-    if isinstance(exc, (OSError, ValueError, TypeError, MemoryError)):  # unreachable, not an address, garbage
+    if isinstance(exc, MemoryError):  # its first bytes read as the length of a message of exabytes
+        raise BackendError(f"{address!r} answered, but not as a Dask scheduler does (another protocol: an HTTP "
+                           f"server such as a scheduler's dashboard?); {fix}") from None
+    if isinstance(exc, (OSError, ValueError, TypeError)):  # unreachable, not an address
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BackendError(f"cannot connect to the Dask scheduler {address!r} ({reason}); {fix}") from None
     if exc is not None:
