@@ -12,7 +12,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.demo import make_sample
 from gpu_dedup.report import schema
 from gpu_dedup.report.page import render
-from gpu_dedup.run.local import run
+from gpu_dedup.run.entry import run_dedup
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def report(tmp_path_factory):
     """A real report.json with every section: sample clusters, pairs closest to the threshold, histograms."""
     d = tmp_path_factory.mktemp("schema")
     make_sample(d, docs=600, shards=1)
-    run(d / "input", d / "out", Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}}))
+    run_dedup(d / "input", d / "out", Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}}))
     rep = json.loads((d / "out" / "report.json").read_text())
     assert rep["largest_clusters"] and rep["closest_to_threshold"]
     return rep

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_dedup.config import Config
-from gpu_dedup.index.commands import run
+from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.index.store import Index
 from gpu_dedup.stages.normalize import normalize
 from tests import reference as ref
@@ -81,7 +81,7 @@ def check_incremental(root, ids, texts, part, parts: int, split: bool):
     removed, kept = {}, set()
     for k in range(parts):
         opts = {"index_out": ix} if k == 0 else {"against": ix, "update_index": True}
-        r = run(root / f"p{k}", root / f"o{k}", cfg, **opts)
+        r = run_dedup(root / f"p{k}", root / f"o{k}", cfg, **opts)
         mine = {d for d in ids if part[d] == k}
         out = set(pq.read_table(root / f"o{k}" / "part.parquet").column("id").to_pylist())
         gone = {i: v for i, v in _decisions(r).items() if not v[0]}
@@ -100,7 +100,7 @@ def check_incremental(root, ids, texts, part, parts: int, split: bool):
     assert Index.open(ix).documents == len(ids)
 
     # against one full dedup of the parts, in the order they were indexed
-    full = run(root / "all", root / "full", cfg)
+    full = run_dedup(root / "all", root / "full", cfg)
     full_removed = {i for i, v in _decisions(full).items() if not v[0]}
     if split:
         for doc, (_, survivor, sim) in _decisions(full).items():
