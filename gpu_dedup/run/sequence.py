@@ -37,7 +37,14 @@ import pyarrow as pa
 from gpu_dedup import storage
 from gpu_dedup.backends import get_backend, to_host
 from gpu_dedup.config import Config
-from gpu_dedup.errors import COMMITTED, ConfigError, GpuDedupError, ResourceError, after_commit, write_error
+from gpu_dedup.errors import (
+    COMMITTED,
+    ConfigError,
+    GpuDedupError,
+    ResourceError,
+    after_commit,
+    write_error,
+)
 from gpu_dedup.report.build import (
     build_report,
     examples_from_parts,

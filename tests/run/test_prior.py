@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_dedup.config import Config
-from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.index.store import Index
+from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.stages.normalize import normalize
 from tests import reference as ref
 

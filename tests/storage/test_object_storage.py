@@ -402,8 +402,8 @@ def test_a_damaged_local_copy_of_a_healthy_index_is_copied_again(s3_server, buck
     as the store's index, with the fix."""
     import logging
 
-    from gpu_dedup.run.entry import run_dedup as index_run
     from gpu_dedup.index.remote import cache_root, open_index
+    from gpu_dedup.run.entry import run_dedup as index_run
 
     monkeypatch.setenv("GPU_DEDUP_CACHE", str(tmp_path / "cache"))
     first = tmp_path / "first"
