@@ -413,9 +413,12 @@ def test_a_failing_index_build_leaves_no_index_behind(batches, tmp_path, monkeyp
 
     monkeypatch.setattr(store, "write_ipc", full_disk)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    with pytest.raises(OSError):
+    from gpu_dedup.errors import ResourceError
+
+    with pytest.raises(ResourceError, match="disk full writing the index .*nothing was published"):
         run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")
     assert not (tmp_path / "ix").exists()  # no empty index that a rerun would call "already exists"
+    assert not (tmp_path / "out" / "_SUCCESS").exists()  # the segment comes before the outputs' commit
     monkeypatch.undo()
     run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")
     assert Index.open(tmp_path / "ix").documents == 800
