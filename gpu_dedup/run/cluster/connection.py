@@ -99,9 +99,9 @@ def shielded_children():
     processes they spawn.  Ctrl-C in a terminal and a scheduler's SIGTERM go to a whole process group; a
     worker or scheduler that took them died with a traceback each, and the run's client then waited for a
     scheduler that was gone (exit 1 after 71 s).  Blocked, they reach this process's main thread only, which
-    raises KeyboardInterrupt and closes the cluster: one line, exit 130.  A worker keeps them blocked (its
-    nanny stops it through a queue, then SIGKILL); the scheduler process moves to its own process group and
-    takes SIGTERM again (see :func:`_serve_scheduler`).  Children end with this process through Dask's
+    raises KeyboardInterrupt and closes the cluster: one line, exit 130.  A CPU worker and the scheduler move to process groups of their own and take SIGTERM again as they start
+    (:func:`own_process_group`), so that closing them is as quick as before; a Dask-CUDA worker keeps them
+    blocked (its nanny stops it through a queue, then SIGKILL).  Children end with this process through Dask's
     parent-alive pipe, however it ends.  Signals that came while blocked are delivered on leaving."""
     if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
         yield
@@ -118,11 +118,11 @@ def shielded_children():
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def _own_process_group() -> None:
-    """In the scheduler process (started with SIGINT and SIGTERM blocked, see :func:`shielded_children`): a
-    process group of its own, so that a signal to the run's group no longer reaches it, then SIGTERM as by
-    default (how :class:`SchedulerProcess` ends it) and SIGINT ignored; one that reached the group before is
-    dropped."""
+def own_process_group() -> None:
+    """In a scheduler or worker process of a local cluster (started with SIGINT and SIGTERM blocked, see
+    :func:`shielded_children`): a process group of its own, so that a signal to the run's group no longer
+    reaches it, then SIGTERM as by default (how :class:`SchedulerProcess` and a worker's nanny end it) and
+    SIGINT ignored; one that reached the group before is dropped."""
     if not hasattr(signal, "pthread_sigmask"):
         return
     try:
@@ -150,12 +150,17 @@ def local_cluster(workers: int, memory_limit, env: dict):
     from distributed import Nanny, SpecCluster
 
     worker = {"cls": Nanny, "options": {"host": "127.0.0.1", "nthreads": 1, "memory_limit": memory_limit,
-                                         "env": env, "silence_logs": logging.WARN}}
+                                         "env": env, "silence_logs": logging.WARN, "preload": [WORKER_SETUP]}}
     scheduler = {"cls": _scheduler_process_class(),
                  "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": ":0", "config": LOCAL_SCHEDULER}}
     with dask.config.set(KEEP_GLIBC_DEFAULTS):
         return SpecCluster(scheduler=scheduler, workers={i: worker for i in range(workers)},
                            silence_logs=logging.WARN, name="gpu_dedup")
+
+
+# Loaded by each worker process of a local CPU cluster as it starts (Dask's preload): its own process group and
+# SIGTERM back (own_process_group), so that its nanny's SIGTERM ends it at once when the cluster closes
+WORKER_SETUP = "gpu_dedup.run.cluster.worker_setup"
 
 
 # The workers of a local cluster start without Dask's MALLOC_TRIM_THRESHOLD_=65536: glibc then keeps its own
@@ -169,7 +174,7 @@ KEEP_GLIBC_DEFAULTS = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOL
 def _serve_scheduler(options: dict, config: dict, address) -> None:
     """The scheduler process: serve until closed; its address goes back through the queue ``address``.
     ``config`` is set here: the Dask config a child inherits yields to the child's own defaults."""
-    _own_process_group()
+    own_process_group()
     import dask
     from distributed import Scheduler
 
