@@ -242,6 +242,10 @@ class ClusterConfig:
     def __post_init__(self):
         if self.workers is not None and self.workers < 1:
             raise ConfigError(f"cluster.workers = {self.workers} must be >= 1 (or null for one process)")
+        if self.workers is not None and self.scheduler:
+            raise ConfigError(f"cluster.workers = {self.workers} starts a local cluster and cluster.scheduler = "
+                              f"{self.scheduler!r} joins a running one; give one of them (--workers N or "
+                              "--scheduler ADDRESS)")
         if self.block_rows < 1:
             raise ConfigError(f"cluster.block_rows = {self.block_rows} must be >= 1")
         if self.spill_texts not in (True, False, "auto"):

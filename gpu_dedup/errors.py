@@ -76,6 +76,51 @@ class Interrupted(KeyboardInterrupt):
         self.message = message
 
 
+# ---------------------------------------------------------------- what this process has published
+
+
+class Published:
+    """What the run of this process has published, so that an error or an interrupt after its one commit point
+    says so instead of "nothing was published": ``outputs`` (the output directory whose commit finished),
+    ``index`` (the index the run builds or appends to, its manifest written after the outputs) and
+    ``indexed`` (that manifest is written).  :func:`gpu_dedup.cli.main` starts each command afresh."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.outputs, self.index, self.indexed = None, None, False
+
+    def message(self) -> str | None:
+        """What an interrupt now means, or None before any output was published."""
+        if self.outputs is None:
+            return None
+        where = f"the outputs in {self.outputs!r} were published and verified (_SUCCESS is there)"
+        if self.index is not None and not self.indexed:
+            return (f"interrupted after {where}, before this run's documents were added to the index "
+                    f"{self.index!r}: rerun the same command to add them (it publishes the same outputs again)")
+        also = f" and the index {self.index!r} holds this run's documents" if self.index is not None else ""
+        return f"interrupted after the run completed: {where}{also}; nothing is left to do"
+
+
+COMMITTED = Published()
+
+
+def after_commit(exc: BaseException, outputs, index) -> "GpuDedupError":
+    """The error to raise for ``exc`` (a failure adding the documents to ``index``) when the outputs in
+    ``outputs`` are already published: its kind and detail, saying what was published and what to do."""
+    if isinstance(exc, OSError):
+        exc = write_error(index, exc)
+    kind = type(exc) if isinstance(exc, GpuDedupError) else OutputError
+    detail = str(exc)
+    for said in ("; the partial file was removed and nothing was published", "; nothing was"):
+        detail = detail.split(said)[0]  # what the message said of a run that had published nothing
+    return kind(f"the outputs in {str(outputs)!r} were published and verified (_SUCCESS is there), but this run's "
+                f"documents were not added to the index {str(index)!r}: {detail}; fix that and rerun the same "
+                "command to add them (it publishes the same outputs again, deduplicated against the index as it is "
+                "then)")
+
+
 # ---------------------------------------------------------------- OS errors as one message
 
 

@@ -216,11 +216,17 @@ def test_generated_ids_are_rows_and_an_input_id_column_is_used_verbatim(tmp_path
     assert "id" not in report["largest_clusters"][0]["survivor"]  # generated: row only
 
 
-def test_an_id_column_of_mixed_types_is_not_picked_and_a_reserved_name_is_refused(tmp_path, capsys):
+def test_an_id_column_of_mixed_types_is_refused_and_a_reserved_name_is_refused(tmp_path, capsys):
+    """An ``id`` column found by itself that is int64 in one shard and a string in the other cannot keep every
+    id as it is: exit 3 naming both shards and --no-id-column (it was a silent fall-back to row numbers)."""
     inp = _with_ids(tmp_path, [1, 2, 3, 4])
     pq.write_table(pa.table({"id": ["x", "y"], "text": pq.read_table(inp / "b.parquet").column("text")}),
                    inp / "b.parquet")  # int64 in one shard, string in the other
-    assert main(["run", str(inp), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q"]) == 0
+    assert main(["run", str(inp), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q"]) == 3
+    err = capsys.readouterr().err
+    assert "a.parquet" in err and "b.parquet" in err and "int64" in err and "--no-id-column" in err
+    assert not (tmp_path / "out").exists()
+    assert main(["run", str(inp), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q", "--no-id-column"]) == 0
     assert pq.read_table(tmp_path / "out" / "duplicates.parquet").column_names[0] == "row"
     t = pq.read_table(inp / "a.parquet")
     pq.write_table(t.append_column("cluster_id", pa.array([5, 6])), tmp_path / "c.parquet")
@@ -229,6 +235,59 @@ def test_an_id_column_of_mixed_types_is_not_picked_and_a_reserved_name_is_refuse
     err = capsys.readouterr().err
     assert rc == 2 and "id column 'cluster_id' has the name of a column gpu_dedup writes" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_id_column_found_by_itself_is_kept_for_every_shard_or_refused(tmp_path, capsys):
+    """``id`` found by itself across Parquet and JSON Lines shards, behind a first JSON line without it or with
+    bytes that are not UTF-8, of float64, decimal128 or timestamp type: every id kept as it is; in some shards
+    only, or nested: exit 3 naming the shard and --no-id-column.  (Each case was a run with row numbers only,
+    exit 0, at most an INFO line.)"""
+    import datetime
+    import decimal
+
+    base = "the quick brown fox jumps over the lazy dog near the river bank today and tomorrow"
+
+    def jsonl(path, records):
+        path.write_bytes(b"".join(r if isinstance(r, bytes) else json.dumps(r).encode() + b"\n" for r in records))
+
+    def ids_of(inp, name):
+        assert main(["run", str(inp), "-o", str(tmp_path / name), "--backend", "cpu", "-q"]) == 0, \
+            capsys.readouterr().err
+        return pq.read_table(tmp_path / name / "duplicates.parquet").column("id").to_pylist()
+
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "text": [base, base]}), mixed / "a.parquet")
+    jsonl(mixed / "b.jsonl", [{"id": 3, "text": base}, {"id": 4, "text": base}])
+    assert ids_of(mixed, "o1") == [1, 2, 3, 4]
+    first = tmp_path / "first"
+    first.mkdir()
+    jsonl(first / "a.jsonl", [{"text": base}, {"id": "s1", "text": base}, {"id": "s2", "text": base}])
+    assert ids_of(first, "o2") == [None, "s1", "s2"]  # the line without one: a null id, as when named
+    latin = tmp_path / "latin"
+    latin.mkdir()
+    jsonl(latin / "a.jsonl", [b'{"id": "a0", "text": "caf\xe9 ' + base.encode() + b'"}\n', {"id": "a1", "text": base},
+                              {"id": "a2", "text": base}])
+    assert ids_of(latin, "o3") == ["a0", "a1", "a2"]
+    for name, values in (("f", [1.5, 2.0]), ("d", [decimal.Decimal("1.10"), decimal.Decimal("2.20")]),
+                         ("t", [datetime.datetime(2020, 1, 1), datetime.datetime(2020, 1, 2)])):
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table({"id": pa.array(values), "text": [base, base]}), tmp_path / name / "a.parquet")
+        assert ids_of(tmp_path / name, "o" + name) == values
+    some = tmp_path / "some"
+    some.mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "text": [base, base]}), some / "a.parquet")
+    pq.write_table(pa.table({"text": [base, base]}), some / "b.parquet")
+    nested = tmp_path / "nested"
+    nested.mkdir()
+    jsonl(nested / "a.jsonl", [{"id": {"$oid": "x"}, "text": base}, {"id": {"$oid": "y"}, "text": base}])
+    for inp, said in ((some, "has no such column"), (nested, "type struct")):
+        out = tmp_path / ("refused-" + inp.name)
+        assert main(["run", str(inp), "-o", str(out), "--backend", "cpu", "-q"]) == 3
+        err = capsys.readouterr().err
+        assert said in err and "--no-id-column" in err and "Traceback" not in err and len(err.splitlines()) == 1
+        assert not out.exists()
+        assert main(["run", str(inp), "-o", str(out), "--backend", "cpu", "-q", "--no-id-column"]) == 0
 
 
 def test_a_run_against_an_index_uses_the_index_id_column(tmp_path, capsys):
@@ -696,10 +755,11 @@ def test_report_rewrites_a_runs_page_only_as_the_run_owns_it(tmp_path, capsys):
     assert main(["report", str(out / "report.json"), "-o", str(tmp_path / "new.html")]) == 0  # ours: rewritten
 
 
-@pytest.mark.parametrize("fault,said", [
-    ("commit:renamed:terminate", "interrupted while publishing the outputs in"),
-    ("index:before-append:terminate", "interrupted after the outputs in")])
-def test_an_interrupt_during_or_after_the_commit_says_what_the_directory_holds(tmp_path, fault, said):
+@pytest.mark.parametrize("fault,said,success", [
+    ("commit:renamed:terminate", "interrupted while publishing the outputs in", False),
+    ("index:before-append:terminate", "previous complete output (if any) is untouched", True),  # segments first
+    ("index:before-manifest:terminate", "before this run's documents were added to the index", True)])
+def test_an_interrupt_during_or_after_the_commit_says_what_the_directory_holds(tmp_path, fault, said, success):
     inp = _small_corpus(tmp_path / "in")
     extra = ["--index-out", str(tmp_path / "ix")] if fault.startswith("index") else []
     args = ["run", inp, "-o", tmp_path / "out", "--backend", "cpu", "--id-column", "id", "-q", *extra]
@@ -711,11 +771,16 @@ def test_an_interrupt_during_or_after_the_commit_says_what_the_directory_holds(t
         shutil.rmtree(tmp_path / "ix")
     stopped = _gpu_dedup(*args, "--restart", env={"GPU_DEDUP_FAULT": fault})
     err = stopped.stderr.decode()
-    assert stopped.returncode == 130 and said in err and "untouched" not in err, err
+    assert stopped.returncode == 130 and said in err and ("untouched" in said) == ("untouched" in err), err
     assert err.strip().splitlines() == [err.strip()]
+    assert (tmp_path / "out" / "_SUCCESS").exists() == success  # the new or the earlier run's, or none (a mix)
+    if extra:  # the index is as it was (none): its segments were staged, its manifest never written
+        assert not (tmp_path / "ix" / "manifest.json").exists()
     again = _gpu_dedup(*args)
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "out" / "_SUCCESS").exists()
+    if extra:
+        assert main(["index", "info", str(tmp_path / "ix")]) == 0
 
 
 def test_an_interrupted_index_build_leaves_no_index_and_says_so(tmp_path):
@@ -831,3 +896,83 @@ def test_the_command_exits_as_usual_while_another_thread_runs(monkeypatch):
         stop.set()
         worker.join()
     assert exc.value.code == 0 and ended == []
+
+
+def test_misleading_messages_say_what_happened_to_what_with_the_fix(tmp_path, capsys):
+    """Each of these said something else than what happened: query > /dev/full spoke of -o and publishing; a
+    garbling server as --scheduler gave "Unable to allocate 3.07 EiB"; a 300-character -o was exit 3 "check the
+    path"; --id-column with --no-id-column and --workers with --scheduler were taken silently."""
+    import os
+    import socket
+    import threading
+
+    inp = _small_corpus(tmp_path / "in")
+    assert main(["index", "build", str(inp), "-o", str(tmp_path / "ix"), "-q"]) == 0
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "wb") as full:
+            q = subprocess.run([sys.executable, "-m", "gpu_dedup", "query", str(tmp_path / "ix")], input=b"some text\n",
+                               stdout=full, stderr=subprocess.PIPE, timeout=300, check=False)
+        err = q.stderr.decode()
+        assert q.returncode == 5 and "cannot write the query results to standard output" in err, err
+        assert "another -o" not in err and "published" not in err and "Traceback" not in err
+    name = "x" * 300
+    assert main(["run", str(inp), "-o", str(tmp_path / name), "-q"]) == 4
+    err = capsys.readouterr().err
+    assert "300 bytes long" in err and "choose a shorter -o" in err and not (tmp_path / name[:255]).exists()
+    assert main(["run", str(inp), "-o", str(tmp_path / "o1"), "--id-column", "text", "--no-id-column", "-q"]) == 2
+    assert "give one of them" in capsys.readouterr().err and not (tmp_path / "o1").exists()
+    assert main(["run", str(inp), "-o", str(tmp_path / "o2"), "--workers", "2", "--scheduler", "tcp://127.0.0.1:9",
+                 "-q"]) == 2
+    assert "starts a local cluster" in capsys.readouterr().err and not (tmp_path / "o2").exists()
+    # a server that answers at once in another protocol (an HTTP error), read by Dask as a length of exabytes
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def answer():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    pytest.importorskip("distributed")
+    try:
+        rc = main(["run", str(inp), "-o", str(tmp_path / "o3"), "--scheduler",
+                   f"tcp://127.0.0.1:{server.getsockname()[1]}", "-q"])
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    assert rc == 2 and "answered, but not as a Dask scheduler does" in err and "allocate" not in err, err
+
+
+def test_an_interrupted_query_says_it_only_reads(tmp_path):
+    """query interrupted while it waits for its queries: SIGINT spoke of checkpoints and resuming; now SIGINT and
+    SIGTERM both say the query only reads, exit 130."""
+    import signal
+    import time
+
+    inp = _small_corpus(tmp_path / "in")
+    assert main(["index", "build", str(inp), "-o", str(tmp_path / "ix"), "-q"]) == 0
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        p = subprocess.Popen([sys.executable, "-m", "gpu_dedup", "query", str(tmp_path / "ix")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # the index is open (mapped): next, query reads stdin
+                with open(f"/proc/{p.pid}/maps") as maps:
+                    if "docs.arrow" in maps.read():
+                        break
+                time.sleep(0.1)
+            time.sleep(0.5)
+            p.send_signal(sig)
+            _, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        err = err.decode()
+        assert p.returncode == 130 and "it only reads" in err and "checkpoint" not in err, (sig, err)
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -16,6 +16,7 @@ import threading
 from gpu_dedup.cli.commands import cmd_bench_own_parser
 from gpu_dedup.cli.parser import build_parser, unrecognized
 from gpu_dedup.errors import (
+    COMMITTED,
     EXIT_BROKEN_PIPE,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -174,7 +175,25 @@ def _redeliver(signum) -> None:
         os.kill(os.getpid(), signum)
 
 
+INTERRUPTED_RUN = ("interrupted; completed stages are checkpointed and the previous complete output (if any) is "
+                   "untouched: rerun the same command to resume")
+# what an interrupt means for the commands that only read, or write one file at their end
+_READS = "; it only reads: the index, the inputs and every file are as they were: run it again"
+INTERRUPTED = {
+    "cmd_query": "interrupted before every query was answered" + _READS,
+    "cmd_index_info": "interrupted" + _READS,
+    "cmd_config": "interrupted" + _READS,
+    "cmd_report": "interrupted; the page was not written (report.json and any earlier page are as they were): run "
+                  "it again",
+}
+
+
 def main(argv=None) -> int:
+    if argv is None:  # the gpu-dedup process itself (not a caller's main([...])): SIGTERM as Ctrl-C, from the start
+        signal.signal(signal.SIGTERM, _signal_to_interrupt)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell ignores it
+            signal.signal(signal.SIGINT, _signal_to_interrupt)
+        sys.unraisablehook = _unraisable(sys.unraisablehook)
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and getattr(args, "func", None) is not cmd_bench_own_parser:
@@ -182,15 +201,18 @@ def main(argv=None) -> int:
     if rest:
         args.bench_args = rest
     _setup_logging(args.verbose, args.quiet)
-    if argv is None:  # the gpu-dedup process itself (not a caller's main([...])): SIGTERM as Ctrl-C
-        signal.signal(signal.SIGTERM, _signal_to_interrupt)
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell ignores it
-            signal.signal(signal.SIGINT, _signal_to_interrupt)
-        sys.unraisablehook = _unraisable(sys.unraisablehook)
+    COMMITTED.reset()
     try:
         _refuse_empty_paths(args)
         _check_environment()
-        return args.func(args)
+        code = args.func(args)
+        if _interrupt["signal"] is not None and not _interrupt["acknowledged"]:
+            # the interrupt was raised where a library caught it (an optional import's ``except:``) and the
+            # command went on to its end: what it printed or wrote is whole
+            _interrupt["acknowledged"] = True
+            log.warning("%s came while the command started and was lost inside a library; the command went on "
+                        "and completed: its results are whole", signal.Signals(_interrupt["signal"]).name)
+        return code
     except GpuDedupError as exc:
         return _fail(str(exc), exc.exit_code)
     except BrokenPipeError:  # the reader of stdout went away (e.g. `| head -2`): no message, the shell's status
@@ -198,9 +220,8 @@ def main(argv=None) -> int:
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt as exc:
         _interrupt["acknowledged"] = True
-        return _fail(getattr(exc, "message", None) or
-                     "interrupted; completed stages are checkpointed and the previous complete output (if any) is "
-                     "untouched: rerun the same command to resume", EXIT_INTERRUPTED)
+        return _fail(getattr(exc, "message", None) or COMMITTED.message() or
+                     INTERRUPTED.get(getattr(args.func, "__name__", ""), INTERRUPTED_RUN), EXIT_INTERRUPTED)
     except MemoryError as exc:
         return _fail(f"out of memory ({exc or 'allocation failed'}); free memory, split the input into smaller "
                      "shards or use --workers with a lower cluster.block_rows", ResourceError.exit_code)

@@ -68,8 +68,12 @@ def _config_from_args(args) -> Config:
 
 def _with_id_column(args, cfg: Config) -> Config:
     """``run`` and ``index build`` without an id column configured: with ``--against``, the index's id
-    column; else an input column named ``id`` when every shard has one of one type (said once, at INFO).
-    ``--no-id-column`` keeps row numbers only."""
+    column; else an input column named ``id`` when every shard has one of one type (said once, at INFO), and
+    an input error when some shards have one but it cannot name every document as it is (missing from a
+    shard, of two types, nested).  ``--no-id-column`` keeps row numbers only."""
+    if cfg.input.id_column is not None and args.no_id_column:
+        raise ConfigError(f"--no-id-column names documents by row number, but the id column {cfg.input.id_column!r} "
+                          "is given too (--id-column, input.id_column); give one of them")
     if cfg.input.id_column is not None or args.no_id_column:
         return cfg
     against = getattr(args, "against", None)
@@ -86,20 +90,27 @@ def _with_id_column(args, cfg: Config) -> Config:
             log.info("using the input column %r as document ids, as the index %s does (--id-column)", name, against)
             return cfg.with_overrides({"input.id_column": name})
         return cfg
-    from gpu_dedup.storage import discover, id_column_type
+    from gpu_dedup.storage import auto_id_column, discover
 
     try:
         shards = discover(args.inputs, cfg.input.format, warn=False)
     except GpuDedupError:
         return cfg  # the run reports it
-    types = {id_column_type(s, AUTO_ID) for s in shards}
-    if len(types) != 1 or None in types:
-        if len(types) > 1 and None not in types:
-            log.info("the input column %r has different types across shards (%s); documents are named by row "
-                     "number (--id-column %s after making it one type)", AUTO_ID, ", ".join(sorted(types)), AUTO_ID)
+    if auto_id_column(shards, AUTO_ID) is None:  # no shard has one: documents are named by row
         return cfg
     log.info("document ids: the input column %r (--id-column picks another, --no-id-column none)", AUTO_ID)
     return cfg.with_overrides({"input.id_column": AUTO_ID})
+
+
+def stdout_error(exc: OSError, what: str, example: str) -> GpuDedupError:
+    """One error for a failed write of ``what`` to standard output (a full disk behind ``>``, a closed terminal):
+    the command wrote nothing else, so nothing needs cleaning up."""
+    from gpu_dedup.errors import write_error
+
+    mapped = write_error("standard output", exc)
+    kind = type(mapped) if isinstance(mapped, GpuDedupError) else OutputError
+    return kind(f"cannot write {what} to standard output ({exc.strerror or exc}); nothing else was written (the "
+                f"index was only read): send them where there is room, e.g. {example}")
 
 
 def cmd_run(args) -> int:
@@ -195,9 +206,15 @@ def cmd_query(args) -> int:
     found = [[] for _ in texts]
     for rec in matches.to_pylist():  # one JSON object per query, in input order, matches best first
         found[rec.pop("query")].append(rec)
-    for q, recs in enumerate(found):
-        recs.sort(key=lambda r: (-r["similarity"], r["row"]))
-        print(json.dumps({"query": q, "matches": recs}, default=str))
+    try:
+        for q, recs in enumerate(found):
+            recs.sort(key=lambda r: (-r["similarity"], r["row"]))
+            print(json.dumps({"query": q, "matches": recs}, default=str))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the shell's status, no message (see main)
+        raise
+    except OSError as exc:
+        raise stdout_error(exc, "the query results", f"gpu-dedup query {args.index} ... > results.jsonl") from None
     if not args.quiet:
         hit = sum(1 for recs in found if recs)
         t = args.threshold if args.threshold is not None else index.config().lsh.threshold
@@ -387,6 +404,7 @@ def cmd_dataset(args) -> int:
 def cmd_report(args) -> int:
     import os
 
+    from gpu_dedup.report import schema
     from gpu_dedup.report.page import render
     from gpu_dedup.run.outdir import MANIFEST_NAME, replace_published
     from gpu_dedup.storage import atomic_write_bytes
@@ -401,8 +419,11 @@ def cmd_report(args) -> int:
                          "of a run") from None
     except ValueError as exc:
         raise InputError(f"{str(src)!r} is not valid JSON ({exc}); give the report.json a run wrote") from None
-    if not isinstance(report, dict) or "counts" not in report or "lsh" not in report:
-        raise InputError(f"{str(src)!r} is not a gpu_dedup report.json (no counts / lsh sections)")
+    try:
+        schema.check(report)
+    except schema.ReportShapeError as exc:
+        raise InputError(f"{str(src)!r} is not a report.json gpu_dedup can draw: {exc}; give the report.json a run "
+                         "wrote (rerun the run to write it again)") from None
     out = Path(args.output) if args.output else src.with_suffix(".html")
     page = render(report).encode("utf-8")
     if (out.parent / MANIFEST_NAME).exists():  # a run's output directory: its page, owned as the run owns it

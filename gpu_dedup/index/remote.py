@@ -21,18 +21,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import secrets
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
 
 from gpu_dedup.config import Config
 from gpu_dedup.errors import InputError, OutputError
-from gpu_dedup.index.format import FORMAT, MANIFEST, SEGMENT_FILES, segment_name
-from gpu_dedup.index.store import Index, IndexBuilder
+from gpu_dedup.index.format import FORMAT, LOCK, MANIFEST, SEGMENT_FILES, segment_name
+from gpu_dedup.index.store import Index, IndexBuilder, IndexDamaged
+from gpu_dedup.run.remote_outdir import LockObject
 from gpu_dedup.storage.filesystems import RemotePath, filesystem, is_url, put_bytes, remote_error
+
+log = logging.getLogger("gpu_dedup")
 
 
 def cache_root() -> Path:
@@ -112,41 +118,116 @@ class RemoteIndex(Index):
 
     remote: RemotePath
 
+    @contextmanager
+    def writing(self):
+        """One writer at a time in the store too: the lock object ``<url>/.gpu_dedup_index.lock`` (a conditional
+        write) is held from opening to the append's manifest, besides the local copy's lock; a second writer,
+        from this machine or another, stops at once (exit 4) before it publishes anything."""
+        if self._locked:
+            yield self
+            return
+        lock = LockObject(self.remote / LOCK, secrets.token_hex(16), lambda who: (
+            f"the index at {self.remote.url!r} is being written by another gpu-dedup run ({who}); one run at a time "
+            "may append to an index: wait for that run to finish, then rerun (it deduplicates against what the "
+            "other run added)"))
+        lock.take()
+        try:
+            got = _read_manifest(self.remote)
+            if got is not None and isinstance(got[1], dict) and got[1].get("segments") != self.manifest["segments"]:
+                fresh = open_index(self.remote.url)  # appended since this copy was made: matched as it is now
+                self.manifest, self.segments, self._keys = fresh.manifest, fresh.segments, None
+            with super().writing():
+                self._store_lock = lock
+                yield self
+        finally:
+            self._store_lock = None
+            lock.release()
+
     def append(self, **payload) -> int:
         before = list(self.manifest["segments"])
-        first = super().append(**payload)
-        publish(self.path, self.remote, [s for s in self.manifest["segments"] if s not in before], before)
+        hold = self._hold
+        self._hold = True
+        try:
+            first = super().append(**payload)
+        finally:
+            self._hold = hold
+        self._remote_before = before
+        try:  # the segments now, refused when the store's index changed since it was opened: nothing published
+            staged = {p["name"]: Path(p["tmp"]) for p in self._staged["plan"]}
+            upload_segments(self.path, self.remote, staged, before)
+        except BaseException:
+            super().discard_staged()
+            raise
+        if not hold:
+            self.publish_staged()
         return first
+
+    def publish_staged(self) -> None:
+        """The manifest, in the local copy and then in the store (refused when the store's index changed since
+        it was opened: the segments stay unlisted, replaced by the next append)."""
+        if self._staged is None:
+            self._hold = False
+            return
+        check_unchanged(self.remote, self._remote_before)
+        lock = getattr(self, "_store_lock", None)
+        if lock is not None and not lock.held():
+            raise OutputError(f"the lock object {str(self.remote / LOCK)!r} of this run was deleted or taken over by "
+                              "another run; nothing was appended to the index: rerun when no other run writes it")
+        super().publish_staged()
+        put_bytes(self.remote / MANIFEST, (self.path / MANIFEST).read_bytes())
 
     def info(self) -> dict:
         return {**super().info(), "path": self.remote.url, "local_copy": str(self.path)}
 
 
 def open_index(path, cfg: Config | None = None) -> Index:
-    """:meth:`Index.open` of a local directory, or of an index in an object store (a local copy)."""
+    """:meth:`Index.open` of a local directory, or of an index in an object store (a local copy).  A local copy
+    that does not verify (changed on this machine since it was copied) is copied again from the store, once: a
+    damaged copy is not a damaged index; what does not verify after that is the store's."""
     if not is_url(path):
         return Index.open(path, cfg)
-    index = RemoteIndex.open(local_copy(path), cfg)
+    local = local_copy(path)
+    try:
+        index = RemoteIndex.open(local, cfg)
+    except IndexDamaged as exc:
+        log.warning("the local copy %s of the index at %s does not verify (%s); copying it from the store again",
+                    local, path, exc.what)
+        shutil.rmtree(local, ignore_errors=True)
+        local = local_copy(path)
+        try:
+            index = RemoteIndex.open(local, cfg)
+        except IndexDamaged as again:
+            raise InputError(f"the index at {str(path)!r} is damaged ({again.what}, also in a fresh copy of its "
+                             "files); restore it from a backup or rebuild it from its corpus (gpu-dedup index build "
+                             "CORPUS -o URL)") from None
     index.remote = RemotePath(str(path))
     return index
 
 
-def publish(local: Path, remote: RemotePath, segments: list, expected: list) -> None:
-    """Upload ``segments`` of the index in ``local`` to ``remote``, then its manifest, last; refused when the
-    remote manifest no longer lists ``expected`` (another writer appended since it was opened)."""
+def check_unchanged(remote: RemotePath, expected: list) -> None:
+    """Refuse (exit 4) an append to the index at ``remote`` whose manifest no longer lists ``expected`` (another
+    writer appended since this one opened it): this run's documents were matched against the earlier state."""
     got = _read_manifest(remote)
     now = got[1].get("segments", []) if got is not None and isinstance(got[1], dict) else []
     if now != expected:  # the local copy's new segments were never published: the next open copies the store's
         raise OutputError(f"the index at {remote.url!r} changed since this run opened it (another run appended to "
-                          "it); nothing was appended: rerun, so that this run dedups against its new documents too")
+                          "it without taking its lock, e.g. an earlier gpu_dedup); nothing was published nor "
+                          "appended: rerun, so that this run dedups against its new documents too")
+
+
+def upload_segments(local: Path, remote: RemotePath, segments, expected: list) -> None:
+    """Upload ``segments`` of the index in ``local`` (names, or name -> the local directory holding its files)
+    to ``remote``, unlisted until the manifest that names them is uploaded, last; refused when the remote
+    manifest no longer lists ``expected``."""
+    check_unchanged(remote, expected)
     copied = _copied(local)
-    for name in segments:
+    where = segments if isinstance(segments, dict) else {name: local / name for name in segments}
+    for name, directory in where.items():
         for f in SEGMENT_FILES:
-            with pa.memory_map(str(local / name / f)) as m:  # uploaded in parts, not read into memory at once
+            with pa.memory_map(str(directory / f)) as m:  # uploaded in parts, not read into memory at once
                 put_bytes(remote / name / f, m.read_buffer())
             st = (remote / name / f).stat()
             copied[f"{name}/{f}"] = [st.st_size, st.token]  # the local file is that object: no download next time
-    put_bytes(remote / MANIFEST, (local / MANIFEST).read_bytes())
     _record(local, copied)
 
 
@@ -194,13 +275,37 @@ class RemoteIndexBuilder:
     def source(self, value) -> None:
         self._builder.source = value
 
+    def hold(self) -> None:
+        """As :meth:`Index.hold`: the segments are uploaded by the append, the manifest by publish_staged()."""
+        self._hold = True
+
     def append(self, **payload) -> int:
         try:
-            first = self._builder.append(**payload)
-            publish(self._builder.path, self.path, list(self._builder.index.manifest["segments"]), [])
-            return first
+            first = self._builder.append(**payload)  # the local build, whole (a temporary directory)
+            upload_segments(self._builder.path, self.path, list(self._builder.index.manifest["segments"]), [])
+        except BaseException:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            raise
+        self._built = True
+        if not getattr(self, "_hold", False):
+            self.publish_staged()
+        return first
+
+    def publish_staged(self) -> None:
+        """The manifest of the built index, uploaded last (refused when another build published one meanwhile)."""
+        if not getattr(self, "_built", False):
+            return
+        self._built = False
+        try:
+            check_unchanged(self.path, [])
+            put_bytes(self.path / MANIFEST, (self._builder.path / MANIFEST).read_bytes())
         finally:
             shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def discard_staged(self) -> None:
+        """Drop the build: its uploaded segments stay unlisted (no manifest names them), the local copy goes."""
+        self._built = False
+        shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 def index_builder(path, cfg: Config):

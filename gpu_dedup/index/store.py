@@ -116,6 +116,8 @@ class Index:
         self._lock_fd = None  # held while this object writes (see writing())
         self._locked = False  # the index's lock is held for this object (by it, or by its builder)
         self.source = None  # what the next append records as its segment's source (see appended_from)
+        self._hold = False  # appends write their segments and keep the manifest write for publish_staged()
+        self._staged = None  # what a held append publishes: its manifest and segment names
 
     # ---- lifecycle ----------------------------------------------------------
     @classmethod
@@ -171,8 +173,9 @@ class Index:
             raise _damaged(p, exc) from None
         unlisted = sorted(n for n in _listdir(p) if SEGMENT_NAME.fullmatch(n) and n not in manifest["segments"])
         if unlisted:
-            log.warning("the index in %s holds %s, which its manifest does not list (an append interrupted before "
-                        "it wrote the manifest, or a manifest restored from an earlier copy): %s not part of the "
+            log.warning("the index in %s holds %s, which its manifest does not list (an append under way, one "
+                        "interrupted before it wrote the manifest, or a manifest restored from an earlier copy): %s not "
+                        "part of the "
                         "index, and the next append replaces the first of them", p, ", ".join(unlisted),
                         "it is" if len(unlisted) == 1 else "they are")
         unsummed = [name for name in manifest["segments"] if name not in manifest.get(CHECKSUMS, {})]
@@ -529,14 +532,48 @@ class Index:
         manifest.pop(MANIFEST_DIGEST, None)
         if k0:
             manifest["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        maybe_crash("index:before-manifest")
-        self._write_manifest(self.path, manifest)
+        self._staged = {"manifest": manifest, "names": names, "first": first, "plan": plan}
+        if not self._hold:
+            self.publish_staged()
+        return first
+
+    # ---- an append in two steps: the segments before a run's outputs are published, the manifest after
+    def hold(self) -> None:
+        """Let the next appends write their segments (the bulk of an append, where a full disk shows) but not
+        the manifest that makes them part of the index: :meth:`publish_staged` writes it, and
+        :meth:`discard_staged` drops the segments.  A run publishes its outputs between the two, so that the
+        one step that can fail after its outputs are published is a manifest write."""
+        self._hold = True
+
+    def publish_staged(self) -> None:
+        """Write the manifest of the held append (if any): its segments become part of the index."""
+        staged, self._staged = self._staged, None
+        self._hold = False
+        if staged is None:
+            return
+        manifest, names, first = staged["manifest"], staged["names"], staged["first"]
+        try:
+            for p in staged["plan"]:  # whole segments under their names, then the manifest that lists them
+                os.replace(p["tmp"], p["dir"])
+            maybe_crash("index:before-manifest")
+            self._write_manifest(self.path, manifest)
+        except BaseException:
+            self._staged = staged  # still discardable
+            raise
         self.manifest = sealed(manifest)
         maybe_crash("index:after-append")
         self._segments, self._unloaded = self.segments, (names, first)  # mapped when first used (not by a cluster run)
         self._keys = None
         self.source = None
-        return first
+
+    def discard_staged(self) -> None:
+        """Drop the segments of a held append that will not be published (its run failed before its commit)."""
+        staged, self._staged = self._staged, None
+        self._hold = False
+        for p in staged["plan"] if staged else ():
+            shutil.rmtree(p["tmp"], ignore_errors=True)
+            if p["name"] not in self.manifest["segments"]:
+                shutil.rmtree(p["dir"], ignore_errors=True)
 
     def appended_from(self, source: str) -> str | None:
         """The first segment an earlier append of the same inputs and config (``source``: their run fingerprint)
@@ -598,10 +635,18 @@ def _listdir(p: Path) -> list:
         return []
 
 
+class IndexDamaged(InputError):
+    """An index whose files do not verify: ``what`` says which and how."""
+
+    def __init__(self, message: str, what: str):
+        super().__init__(message)
+        self.what = what
+
+
 def _damaged(p: Path, exc: BaseException) -> InputError:
     what = f"missing {exc}" if isinstance(exc, KeyError) else (str(exc).splitlines() or [type(exc).__name__])[0]
-    return InputError(f"the index in {str(p)!r} is damaged ({what}); restore it from a backup or rebuild it "
-                      "from its corpus (gpu-dedup index build CORPUS -o NEW_INDEX_DIR)")
+    return IndexDamaged(f"the index in {str(p)!r} is damaged ({what}); restore it from a backup or rebuild it "
+                        "from its corpus (gpu-dedup index build CORPUS -o NEW_INDEX_DIR)", what)
 
 
 def _lock_index(p: Path) -> int:
@@ -644,14 +689,13 @@ def _take(chunks: list, starts: np.ndarray, rows: np.ndarray) -> pa.Array:
 
 def publish_segment(plan: dict, **columns) -> dict:
     """Segment ``plan["first"]..`` (see :meth:`Index.append_segments`) written whole in ``plan["tmp"]`` by
-    :func:`write_segment`, then renamed to ``plan["dir"]``; nothing is left of it when a write fails (a full
-    disk).  Returns its files' checksums."""
+    :func:`write_segment` (renamed to ``plan["dir"]`` when the append publishes it); nothing is left of it when
+    a write fails (a full disk).  Returns its files' checksums."""
     tmp = Path(plan["tmp"])
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
         sums = write_segment(tmp, plan["first"], **columns)
-        os.replace(tmp, plan["dir"])
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -780,6 +824,20 @@ class IndexBuilder:
         return 0 if self.index is None else self.index.documents
 
     id_type = None  # a new index: its first append's ids name the type
+    _hold = False
+
+    def hold(self) -> None:
+        """As :meth:`Index.hold`: the new index's segments now, its manifest with :meth:`publish_staged`."""
+        self._hold = True
+
+    def publish_staged(self) -> None:
+        if self.index is not None:
+            self.index.publish_staged()
+
+    def discard_staged(self) -> None:
+        if self.index is not None:
+            self.index.discard_staged()
+            self.index = None  # nothing of it is left: leaving the builder removes the directory it made
 
     def append(self, **payload) -> int:
         """:meth:`Index.append` of the new index (a one-process run's documents, one segment)."""
@@ -796,6 +854,7 @@ class IndexBuilder:
         index = Index.create(self.path, self.cfg, layout)
         index._locked = True  # under this builder's lock
         index.source = self.source
+        index._hold = self._hold
         first = add(index)
         index._locked = False
         self.index = index

@@ -64,18 +64,24 @@ _LIVE: weakref.WeakSet[Checkpoints] = weakref.WeakSet()  # whose background writ
 
 def maybe_crash(point: str) -> None:
     """Fault injection for tests: SIGKILL this process if GPU_DEDUP_FAULT names ``point``
-    (``<point>:interrupt``: SIGINT, as Ctrl-C would).  The checkpoints queued before ``point`` are written
-    first, so that what a killed run resumes from does not depend on how fast the disk was."""
+    (``<point>:interrupt``: SIGINT, as Ctrl-C would; ``<point>:terminate``: SIGTERM; ``<point>:group-interrupt``
+    and ``<point>:group-terminate``: to this process's whole process group, as a terminal or a scheduler sends
+    them).  The checkpoints queued before ``point`` are written first, so that what a killed run resumes from
+    does not depend on how fast the disk was."""
     fault = os.environ.get("GPU_DEDUP_FAULT")
     if not fault:
         return
-    sig = {point: signal.SIGKILL, f"{point}:interrupt": signal.SIGINT, f"{point}:terminate": signal.SIGTERM}.get(fault)
+    sig = {point: signal.SIGKILL, f"{point}:interrupt": signal.SIGINT, f"{point}:terminate": signal.SIGTERM,
+           f"{point}:group-interrupt": -signal.SIGINT, f"{point}:group-terminate": -signal.SIGTERM}.get(fault)
     if sig is None:
         return
     if not point.startswith("save:"):  # a save's own fault point runs on the writer thread
         for ckpt in list(_LIVE):
             ckpt.wait(raise_errors=False)
-    os.kill(os.getpid(), sig)
+    if sig < 0:  # the whole process group
+        os.killpg(os.getpgrp(), -sig)
+    else:
+        os.kill(os.getpid(), sig)
 
 
 class _Writer:

@@ -47,7 +47,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpu_dedup.errors import Interrupted, OutputError, write_error
+from gpu_dedup.errors import COMMITTED, Interrupted, OutputError, write_error
 from gpu_dedup.run.checkpoint import CHECKPOINT_DIR, maybe_crash
 from gpu_dedup.storage.filesystems import remove_tree
 from gpu_dedup.storage import (
@@ -122,9 +122,8 @@ class OutputDir:
         self.close()
         if self.committed and exc_type is not None and issubclass(exc_type, KeyboardInterrupt) \
                 and not isinstance(exc, Interrupted):
-            raise Interrupted(f"interrupted after the outputs in {str(self.out)!r} were published and verified "
-                              "(_SUCCESS is there); an index the run was to build or update may not be: rerun the "
-                              "same command to finish it") from exc
+            raise Interrupted(COMMITTED.message() or f"interrupted after the outputs in {str(self.out)!r} were "
+                              "published and verified (_SUCCESS is there)") from exc
 
     def open(self, fresh: bool = False) -> "OutputDir":
         """Refuse collisions, take the lock, finish an interrupted commit, refuse foreign files.
@@ -322,6 +321,8 @@ class OutputDir:
         maybe_crash("commit:planned")
         files = self._apply(plan)
         self.committed = True
+        COMMITTED.outputs = str(self.out)
+        maybe_crash("commit:done")
         return files
 
     def _apply(self, plan: dict) -> dict:
@@ -485,6 +486,7 @@ def check_output_path(out, inputs, read_back: str, what: str = "output directory
         raise OutputError(f"{what} {str(out)!r} is a URL; {flag} must be a local directory here (run outputs and "
                           "indexes may be in an object store, evaluate and tune outputs may not)")
     out = Path(out)
+    _check_name_lengths(out, what, flag)
     _check_links(out, what, flag)
     if out.exists() and not out.is_dir():
         raise OutputError(f"{what} {str(out)!r} exists and is not a directory; {flag} names a directory: choose "
@@ -496,6 +498,24 @@ def check_output_path(out, inputs, read_back: str, what: str = "output directory
             raise OutputError(f"{what} {str(out)!r} is inside the input directory {os.fspath(item)!r}: a later run "
                               f"would read {read_back}; choose {'an' if what[0] in 'aeiou' else 'a'} {what} outside "
                               "the inputs")
+
+
+def _check_name_lengths(out: Path, what: str, flag: str) -> None:
+    """A name on the way to ``out`` longer than the file system allows (255 bytes on most): an output error
+    naming it, before anything is made (it was "cannot use ... check the path", exit 3)."""
+    probe = out.absolute()
+    while not os.path.isdir(probe) and probe.parent != probe:  # (Path.exists raises for a name too long)
+        probe = probe.parent
+    try:
+        limit = os.pathconf(probe, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    for part in out.parts:
+        size = len(os.fsencode(part))
+        if size > limit:
+            shown = part if len(part) <= 40 else f"{part[:20]}...{part[-10:]}"
+            raise OutputError(f"{what} {flag} holds the name {shown!r}, {size} bytes long; the file system allows "
+                              f"{limit} bytes per name, so it cannot be made: choose a shorter {flag}")
 
 
 def _check_links(out: Path, what: str, flag: str) -> None:

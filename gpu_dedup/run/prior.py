@@ -12,8 +12,12 @@ Every node of the run (bucket members, edge ends, labels, survivors) is such a
 number, so indexed documents order before every new one and nothing is
 renumbered.  An indexed document stands for its index cluster through its
 *home*, the cluster's survivor: edges to it join the home's component, and
-survivors are chosen among indexed documents first (homes first), then by the
-keep policy.
+survivors are chosen among the kept indexed documents (homes) first, then among
+this run's rows by the keep policy; an indexed document the index holds as
+removed comes last, so it never survives a cluster with a new document in it.
+When chains are split, an indexed document and its home are joined as they
+were in the index (an edge between them), so an index cluster ejected together
+re-forms together, around its home.
 
 The object is what Dask workers receive: it pickles as the index's path and
 reopens the index on the worker (memory-mapped, once per process).
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+REMOVED_RANK = 1 << 50  # above every row's rank: an indexed document the index holds as removed
 _OPEN: dict = {}  # (path, documents) -> opened index, per process (a Dask worker reopens once)
 
 
@@ -102,11 +107,13 @@ class IndexPrior:
         return np.asarray(self.index.survivors(docs), np.int64)
 
     def ranks(self, docs):
-        """Ranks of indexed documents, all before this run's rows (which rank from 0): homes first, each
-        group in doc order."""
+        """Ranks of indexed documents: the kept ones (homes) before this run's rows (which rank from 0), the
+        removed ones after every row, each group in doc order.  A removed indexed document is gone from the
+        published outputs, so it never survives a cluster holding a document of this run: a new document
+        removed against it would be removed against nothing that is kept."""
         docs = np.asarray(docs, np.int64)
         f = self.first_doc
-        return np.where(self.home(docs) == docs, docs - 2 * f, docs - f).astype(np.int64)
+        return np.where(self.home(docs) == docs, docs - f, REMOVED_RANK + docs).astype(np.int64)
 
     def ids(self, docs):
         return self.index.ids(np.asarray(docs, np.int64))

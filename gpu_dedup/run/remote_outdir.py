@@ -102,11 +102,7 @@ class RemoteOutputDir(OutputDir):
         if self._fd is None:
             return
         self._fd = None
-        try:
-            if self._lock_holder().get("token") == self.token:
-                (self.out / LOCK_NAME).unlink(missing_ok=True)
-        except Exception:  # noqa: BLE001 - closing after a failure: the failure is what the user sees
-            log.debug("could not remove the lock object %s", self.out / LOCK_NAME, exc_info=True)
+        self._lock_object().release()
 
     # ------------------------------------------------------------------ checks
     def _check_collisions(self) -> None:
@@ -179,46 +175,21 @@ class RemoteOutputDir(OutputDir):
                     "it again")
 
     # ------------------------------------------------------------------ lock
+    def _lock_object(self) -> LockObject:
+        return LockObject(self.out / LOCK_NAME, self.token, lambda who: (
+            f"output prefix {self.out.url!r} is in use by another gpu-dedup run ({who}); two runs cannot write "
+            "one output: wait for it to finish, or choose another -o"))
+
     def _lock_holder(self) -> dict:
-        try:
-            data = json.loads((self.out / LOCK_NAME).read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError):
-            return {"holder": "unreadable lock object"}
-        return data if isinstance(data, dict) else {}
+        return self._lock_object().holder()
 
     def _lock(self) -> None:
-        path = self.out / LOCK_NAME
-        body = json.dumps({"token": self.token, "pid": os.getpid(), "host": socket.gethostname(),
-                           "started": time.strftime("%Y-%m-%d %H:%M:%S")}).encode()
-        for _ in range(5):
-            if put_exclusive(path, body):
-                if self._lock_holder().get("token") == self.token:
-                    self._fd = self.token
-                    return
-                continue  # another run wrote it in the same moment (a store without conditional writes)
-            holder = self._lock_holder()
-            if not holder:
-                continue  # released meanwhile: try again
-            who = (f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}"
-                   if "pid" in holder else holder.get("holder", "unknown"))
-            pid = holder.get("pid")
-            if holder.get("host") == socket.gethostname() and isinstance(pid, int) and pid != os.getpid() \
-                    and not _pid_alive(pid):
-                log.warning("taking over the lock %s of a run that is gone (%s)", path, who)
-                path.unlink(missing_ok=True)
-                continue
-            raise OutputError(
-                f"output prefix {self.out.url!r} is in use by another gpu-dedup run ({who}); two runs cannot write "
-                f"one output: wait for it to finish, or choose another -o; if that run is gone (killed on another "
-                f"machine), delete the lock object {str(path)!r}")
-        raise OutputError(f"could not lock output prefix {self.out.url!r}: its lock object keeps changing; is another "
-                          "run starting there?")
+        self._lock_object().take()
+        self._fd = self.token
 
     def _check_lock(self) -> None:
         """Still ours?  (A run whose lock was deleted or taken over publishes nothing.)"""
-        if self._lock_holder().get("token") != self.token:
+        if not self._lock_object().held():
             raise OutputError(f"the lock object {str(self.out / LOCK_NAME)!r} of this run was deleted or taken over "
                               "by another run; nothing more was published: rerun when no other run uses this output")
 
@@ -263,6 +234,60 @@ class RemoteOutputDir(OutputDir):
         """Size and ETag (generation) of the object ``name``, or None when there is none."""
         got = _info(self.out / name)
         return None if got is None else {"size": int(got.get("size") or 0), "token": _token(got)}
+
+
+class LockObject:
+    """A lock in an object store: the object ``path``, created only if absent (a conditional write) and holding
+    a random owner ``token``, pid, host and start time.  :meth:`take` stops (``OutputError``, exit 4) with
+    ``busy(holder)`` while another run holds it; a lock left by a run on this host whose pid is gone is taken
+    over; one of another host cannot be judged from here (the message says to delete it if that run is gone)."""
+
+    def __init__(self, path: RemotePath, token: str, busy):
+        self.path, self.token, self.busy = path, token, busy
+
+    def holder(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError):
+            return {"holder": "unreadable lock object"}
+        return data if isinstance(data, dict) else {}
+
+    def held(self) -> bool:
+        """Whether this token still holds the lock (not deleted nor taken over meanwhile)."""
+        return self.holder().get("token") == self.token
+
+    def take(self) -> None:
+        body = json.dumps({"token": self.token, "pid": os.getpid(), "host": socket.gethostname(),
+                           "started": time.strftime("%Y-%m-%d %H:%M:%S")}).encode()
+        for _ in range(5):
+            if put_exclusive(self.path, body):
+                if self.held():
+                    return
+                continue  # another run wrote it in the same moment (a store without conditional writes)
+            holder = self.holder()
+            if not holder:
+                continue  # released meanwhile: try again
+            who = (f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}"
+                   if "pid" in holder else holder.get("holder", "unknown"))
+            pid = holder.get("pid")
+            if holder.get("host") == socket.gethostname() and isinstance(pid, int) and pid != os.getpid() \
+                    and not _pid_alive(pid):
+                log.warning("taking over the lock %s of a run that is gone (%s)", self.path, who)
+                self.path.unlink(missing_ok=True)
+                continue
+            raise OutputError(f"{self.busy(who)}; if that run is gone (killed on another machine), delete the lock "
+                              f"object {str(self.path)!r}")
+        raise OutputError(f"could not take the lock object {str(self.path)!r}: it keeps changing; is another run "
+                          "starting there?")
+
+    def release(self) -> None:
+        try:
+            if self.held():
+                self.path.unlink(missing_ok=True)
+        except Exception:  # noqa: BLE001 - closing after a failure: the failure is what the user sees
+            log.debug("could not remove the lock object %s", self.path, exc_info=True)
 
 
 def _token(info: dict) -> str:

@@ -37,7 +37,14 @@ import pyarrow as pa
 from gpu_dedup import storage
 from gpu_dedup.backends import get_backend, to_host
 from gpu_dedup.config import Config
-from gpu_dedup.errors import ConfigError
+from gpu_dedup.errors import (
+    COMMITTED,
+    ConfigError,
+    GpuDedupError,
+    ResourceError,
+    after_commit,
+    write_error,
+)
 from gpu_dedup.report.build import (
     build_report,
     examples_from_parts,
@@ -72,6 +79,7 @@ from gpu_dedup.stages.components import (
     cluster_members,
     edge_labels,
     home_edges,
+    index_home_edges,
     index_members,
     index_nodes,
     member_rows,
@@ -459,7 +467,10 @@ class _Sequence:
                                                   on="node"))
                     sources.append(self._lookup(ex.map(index_members, involved, prior=prior), labels, "label"))
                 members = ex.map(cluster_members, *[self._route(m, frames.hash_dest, on="label") for m in sources])
-                edges = self._lookup(ex.map(edge_labels, self.verified, prior=prior), labels, "label")
+                edges = ex.map(edge_labels, self.verified, prior=prior)
+                if prior.active and cfg.select.split_chains:
+                    edges = ex.map(concat_parts, edges, ex.map(index_home_edges, involved, prior=prior))
+                edges = self._lookup(edges, labels, "label")
                 edges = self._route(edges, frames.hash_dest, on="label")
                 self.clusters = start(members, edges)
                 n = ex.total(cluster_before, self.clusters)["clusters"]
@@ -547,12 +558,37 @@ class _Sequence:
         return ex.map(survivor_id_column, dup, ids, prior=self.prior)
 
     def index(self):
-        """Hand every document of this run to the sink (an index being built or updated)."""
+        """Hand every document of this run to the sink (an index being built or updated): a sink that holds
+        (see :meth:`gpu_dedup.index.Index.hold`) writes its segments now and its manifest in
+        :meth:`_publish_index`."""
         maybe_crash("index:before-append")
         with self.st.stage("index", self.n) as info:
-            self.ex.append_index(self.job.sink, self.docs, self.keys, self.bands, self.centres, self.dup,
-                                 self.first_doc, self.family.layout)
-            info.update(documents=self.job.sink.documents)
+            try:
+                self.ex.append_index(self.job.sink, self.docs, self.keys, self.bands, self.centres, self.dup,
+                                     self.first_doc, self.family.layout)
+            except OSError as exc:
+                mapped = write_error(COMMITTED.index, exc)
+                if mapped is exc:
+                    raise
+                if not isinstance(mapped, ResourceError):  # read-only, not permitted
+                    raise mapped from None
+                raise ResourceError(f"disk full writing the index {COMMITTED.index!r} ({exc.strerror or exc}); its "
+                                    "partial segment was removed and nothing was published for this run (its "
+                                    "outputs and the index are as they were): free space where the index is and "
+                                    "rerun") from None
+            info.update(documents=self.first_doc + self.n)
+
+    def _publish_index(self, sink) -> None:
+        """The sink's manifest, after the outputs are published: what fails here says the outputs are there."""
+        publish = getattr(sink, "publish_staged", None)
+        try:
+            if publish is not None:
+                publish()
+        except (GpuDedupError, OSError) as exc:
+            if self.job.out is None:
+                raise
+            raise after_commit(exc, self.job.out, COMMITTED.index) from None
+        COMMITTED.indexed = True
 
     def _report_samples(self) -> tuple:
         """The report's sample documents (the largest clusters, with their texts; None when not asked for) and
@@ -605,6 +641,7 @@ class _Sequence:
     # ------------------------------------------------------------------ the sequence
     def run(self) -> RunResult:
         self.extra: dict = {}
+        COMMITTED.reset()  # nothing of this run is published yet
         with self.st.cost("kernel_load"):  # the kernels this config uses (compiled the first time after install)
             self.ex.prepare(self.st)
         self.read()
@@ -616,13 +653,32 @@ class _Sequence:
         self.select()
         self.write()
         report = self.report()
-        if self.job.out is not None:
-            finish_output(self.job, report, self.ckpt, self._expected_rows(), self.st)
-        if self.job.sink is not None:
-            # after the outputs are published: a run killed or failing before its commit leaves the index as it
-            # was, so rerunning the same command neither appends the documents twice nor matches them against
-            # their own earlier copies; one killed after its commit recomputes the same outputs and appends
-            self.index()
+        sink = self.job.sink
+        if sink is not None:
+            # the segments now, the manifest that adds them to the index after the outputs are published: a run
+            # killed or failing before its commit leaves the index as it was (a full disk shows here, before
+            # anything is published), so rerunning the same command neither appends the documents twice nor
+            # matches them against their own earlier copies; one killed after its commit recomputes the same
+            # outputs and appends
+            remote = getattr(sink, "remote", None)  # an index in an object store, through its local copy
+            COMMITTED.index = str(remote if remote is not None else getattr(sink, "path", "the index"))
+            hold = getattr(sink, "hold", None)
+            if hold is not None:
+                hold()
+            try:
+                self.index()
+            except BaseException:
+                _discard_staged(sink)
+                raise
+        try:
+            if self.job.out is not None:
+                finish_output(self.job, report, self.ckpt, self._expected_rows(), self.st)
+        except BaseException:
+            if sink is not None:
+                _discard_staged(sink)
+            raise
+        if sink is not None:
+            self._publish_index(sink)
         c = self.counts
         against = f", {c['removed_against_index']} against the index" if "removed_against_index" in c else ""
         log.debug("done: read %d, kept %d, removed %d (%d exact, %d near%s)", c["documents_read"], c["kept"],
@@ -649,6 +705,16 @@ class _Sequence:
         return RunResult(duplicates_table=self.tables[0], kept_rows=kept, cluster_rows=cluster,
                          edges=Edges(to_host(v["src"]), to_host(v["dst"]), to_host(v["sim"])),
                          scored=Edges(to_host(sc["src"]), to_host(sc["dst"]), to_host(sc["sim"])), rep=rep, **base)
+
+
+def _discard_staged(sink) -> None:
+    """Drop what a holding sink wrote for a run that publishes nothing (the segments of a held append)."""
+    discard = getattr(sink, "discard_staged", None)
+    if discard is not None:
+        try:
+            discard()
+        except OSError:  # pragma: no cover - the run's own failure is the one to report
+            log.debug("could not remove the staged index segments", exc_info=True)
 
 
 # ---------------------------------------------------------------------- the output directory

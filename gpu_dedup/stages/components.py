@@ -188,6 +188,17 @@ def index_members(part: dict, prior) -> dict:
             "_key": home_nodes(nodes, prior, xp)}
 
 
+def index_home_edges(part: dict, prior) -> dict:
+    """An edge from each indexed document of one partition to its home (the survivor of its index cluster),
+    with the lookup key of their label (the home): splitting chains, an index cluster whose members leave a
+    larger cluster together re-forms around its home, as its documents' own edges joined it in the index."""
+    xp = array_module(part["node"])
+    docs = xp.unique(part["node"])
+    homes = home_nodes(docs, prior, xp)
+    away = homes != docs
+    return {"src": homes[away], "dst": docs[away], "_key": homes[away]}
+
+
 MEMBER_COLUMNS = ("node", "label", "rank", "rep_node")
 
 

@@ -164,13 +164,17 @@ def split_chains(labels, rep, ranks, src, dst, similarity, threshold: float, com
     ends; the result is deterministic.
 
     Documents of an index the run deduplicates against are ejected like any
-    other node, as a full dedup of index + new documents would eject them: they
-    rank before every new document, so an ejected one is the survivor of the
-    cluster it re-forms and is never removed, and new documents re-form around
-    it.  ``fixed`` (those documents) is accepted and ignored: pinning them in
-    place left a new document that a full dedup removes as a copy of an indexed
-    document ejected from a larger cluster without that document, and kept it.  The rounds are those of
-    :class:`ChainSplit`.
+    other node, as a full dedup of index + new documents would eject them.  The
+    kept ones rank before every new document, so an ejected one is the survivor
+    of the cluster it re-forms and new documents re-form around it; those the
+    index holds as removed rank after every new document (they are gone from the
+    published outputs: a new document is never removed against one), and the
+    edges given join each of them to its index cluster's survivor, so an index
+    cluster ejected as a whole re-forms around that survivor.  ``fixed`` (the
+    indexed documents) is accepted and ignored: pinning them in place left a new
+    document that a full dedup removes as a copy of an indexed document ejected
+    from a larger cluster without that document, and kept it.  The rounds are
+    those of :class:`ChainSplit`.
 
     Returns (labels, survivor, ejected, rounds): ``ejected`` marks the
     documents (exact copies included) that left their connected component.

@@ -282,7 +282,8 @@ def check_id_type(shard: Shard, id_column: str, id_type, first: tuple | None):
     if id_type != first[0]:
         raise InputError(
             f"id column {id_column!r} has type {id_type} in shard {shard.path!r} but {first[0]} in "
-            f"{first[1]!r}; mixed schemas across shards: make the id column one type in every shard"
+            f"{first[1]!r}; mixed schemas across shards: make the id column one type in every shard, or pass "
+            "--no-id-column to name documents by row number"
         )
     return first
 
@@ -299,12 +300,17 @@ def _as_large_text(text: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 _ABSENT = object()
+_UNKNOWN = object()
+_HEAD = 1 << 16  # bytes of a JSONL shard whose records say which fields it has
+_FIRST_LINE = 1 << 28  # a first record longer than the head is read whole, up to this
 
 
 def _peek_id(shard: Shard, name: str):
     """Column ``name`` of a shard without reading its rows: a Parquet shard's type (views and dictionaries
-    as their plain type) or a JSONL shard's first record's value; ``_ABSENT`` when it has no such column
-    or cannot be read here (the run reports an unreadable shard)."""
+    as their plain type) or, for a JSONL shard, the value of the first record holding the field among
+    those in its first 64 KiB (at least its first record, however long; bytes that are not UTF-8 read as
+    U+FFFD here).  ``_ABSENT`` when it has no such column, ``_UNKNOWN`` when that cannot be told here (an
+    unreadable shard: the run reports it)."""
     try:
         if shard.format == "parquet":
             schema = pq.read_schema(source(shard.path))
@@ -320,24 +326,77 @@ def _peek_id(shard: Shard, name: str):
             return t.value_type if pa.types.is_dictionary(t) else t
         if shard.format == "jsonl":
             with open_stream(shard.path) as f:
-                head = f.read(1 << 16).removeprefix(b"\xef\xbb\xbf")  # a byte order mark
-            for line in head.split(b"\n")[:-1] or [head]:  # the first complete record
-                if line.strip():
-                    record = json.loads(line)
-                    return record.get(name, _ABSENT) if isinstance(record, dict) else _ABSENT
+                head = f.read(_HEAD)
+                if b"\n" not in head and len(head) == _HEAD:  # one long first record
+                    head += f.readline(_FIRST_LINE)
+            head = head.removeprefix(b"\xef\xbb\xbf")  # a byte order mark
+            lines = head.split(b"\n")
+            lines = lines[:-1] if len(lines) > 1 else lines  # complete records only (or the whole file)
+            seen = False
+            for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line.decode("utf-8", "replace"))
+                except ValueError:
+                    continue  # the read names a line that is not JSON
+                seen = True
+                if isinstance(record, dict) and name in record:
+                    return record[name]
+            return _ABSENT if seen else _UNKNOWN
     except (OSError, ValueError, pa.ArrowException, InputError):
         pass
-    return _ABSENT
+    return _UNKNOWN
 
 
 def id_column_type(shard: Shard, name: str) -> str | None:
-    """The type of column ``name`` in a shard (Parquet: its schema, as :func:`id_type` reads it; JSONL: the
-    first record, where 'any' stands for JSON's types), or None when the shard has no such column of an
-    id-like type."""
+    """The type of column ``name`` in a shard: a Parquet shard's schema type, as :func:`id_type` reads it
+    (nested and null types too: :func:`auto_id_column` refuses them); for a JSONL shard 'any' when a
+    record holds a scalar value for it (JSON's types are told when it is read), 'struct' / 'list' for an
+    object or array.  None when the shard has no such column, or when that cannot be told here."""
     t = _peek_id(shard, name)
+    if t is _ABSENT or t is _UNKNOWN:
+        return None
     if isinstance(t, pa.DataType):
-        return str(id_type(t)) if id_kind(t) in ("string", "binary", "integer") else None
-    return "any" if isinstance(t, (str, int)) and not isinstance(t, bool) else None
+        return str(id_type(t))
+    return "struct" if isinstance(t, dict) else "list" if isinstance(t, list) else "any"
+
+
+def auto_id_column(shards, name: str) -> str | None:
+    """``name`` when every shard has a column ``name`` that names its documents as it is (scalars of one
+    type: 'any' for JSONL, whose values' types the read checks); None when no shard has one.  Otherwise
+    an :class:`InputError` naming the shards and the fix: ids are never dropped without a word."""
+    found, absent = {}, []
+    for s in shards:
+        t = _peek_id(s, name)
+        if t is _UNKNOWN:
+            continue  # unreadable: the run says so
+        if t is _ABSENT:
+            absent.append(s.path)
+        else:
+            found[s.path] = id_column_type(s, name)
+    if not found:
+        return None
+    fix = ("or pass --no-id-column to name every document by its row number (duplicates.parquet's 'row', "
+           "'shard' and 'shard_row'), or --id-column COLUMN for another column")
+    first = next(iter(found))
+    if absent:
+        more = f" and {len(absent) - 1} other shard(s)" if len(absent) > 1 else ""
+        raise InputError(f"input column {name!r} names the documents of shard {first!r} (ids found by themselves) "
+                         f"but shard {absent[0]!r}{more} has no such column, so some documents would have no id: "
+                         f"add the column to every shard, {fix}")
+    for path, t in found.items():
+        if t in ("struct", "list", "null") or t.startswith(("struct<", "list<", "large_list<", "fixed_size_list<",
+                                                             "map<", "dense_union", "sparse_union")):
+            raise InputError(f"input column {name!r} of shard {path!r} has type {t}, which cannot name documents "
+                             f"(ids must be scalars: integers, strings, ...): {fix}")
+    typed = {path: t for path, t in found.items() if t != "any"}
+    if len(set(typed.values())) > 1:
+        a, ta = next(iter(typed.items()))
+        b, tb = next((p, t) for p, t in typed.items() if t != ta)
+        raise InputError(f"input column {name!r} (ids found by themselves) has type {ta} in shard {a!r} but {tb} "
+                         f"in shard {b!r}; make it one type in every shard, {fix}")
+    return name
 
 
 def id_kind(t) -> str | None:

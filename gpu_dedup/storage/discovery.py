@@ -22,7 +22,11 @@ that contains it is an error), a directory a pattern matches is walked (Spark's
 once, and a directory that cannot be read is an error naming it.  Whatever a
 walk leaves out is listed (:class:`Shards`, report.json's ``inputs_skipped``)
 and what looks like data among it -- files of another extension, shard files
-behind a ``.`` or ``_`` name -- is named in a warning.  A file named explicitly
+behind a ``.`` or ``_`` name -- is named in a warning.  A directory below what
+is given that holds a gpu_dedup run's outputs (its manifest) or the work of a
+run under way is skipped whole and named in one warning: an earlier run's
+outputs are never read as more input; named itself, such a directory's shards
+are read, less the run's own files.  A file named explicitly
 on the command line is read whatever its name (even one holding ``*``, ``?`` or
 ``[``).  Every input must be a regular file (symbolic links to one are
 followed): a FIFO, socket or device, a broken or looping link and a file name
@@ -56,6 +60,14 @@ ARROW_EXT = (".arrow",)
 SHARD_KINDS = ".parquet, .jsonl[.gz] or .arrow"  # how messages name the files read (.pq, .json, .ndjson too)
 DATASET_STATE = "state.json"  # save_to_disk: the dataset's Arrow files (_data_files) and format
 DATASET_METADATA = (DATASET_STATE, "dataset_info.json", "dataset_dict.json")  # a saved dataset's, never shards
+# what marks a directory holding a gpu_dedup run's outputs: its manifest (written before anything is
+# published) or the work directory of a run under way (run/outdir.py, run/checkpoint.py use these names)
+RUN_MANIFEST = ".gpu_dedup_manifest.json"
+RUN_WORK = ".gpu_dedup_checkpoint"
+RUN_OUTPUT_REASON = ("directory: holds the outputs of a gpu_dedup run (its " + RUN_MANIFEST + " or " + RUN_WORK +
+                     "); name it to read it")
+RUN_FILES = ("duplicates.parquet", "report.json", "report.html")  # a run's own files beside its shards
+RUN_FILE_REASON = "a file of the gpu_dedup run whose output this directory is, not a shard"
 
 
 @dataclass(frozen=True)
@@ -218,6 +230,26 @@ def _saved_datasets(files: list[str], skipped: list) -> list[str]:
     return out
 
 
+def is_run_output(directory: str) -> bool:
+    """Whether a local directory holds a gpu_dedup run's outputs (or the work of a run under way)."""
+    return os.path.lexists(os.path.join(directory, RUN_MANIFEST)) or \
+        os.path.lexists(os.path.join(directory, RUN_WORK))
+
+
+def _run_tables(root: str, files: list, skipped: list) -> list:
+    """``files`` less a run's own files (``duplicates.parquet``, ``report.json``) in ``root``, a run's output
+    directory named as an input: its shards are read (a second pass over a run's output), its own files
+    listed as skipped (and not named in the warning about skipped files that look like data)."""
+    if not is_run_output(root):
+        return files
+    own = {os.path.join(root, n) for n in RUN_FILES}
+    for entry in skipped:
+        if entry["path"] in own:
+            entry["reason"] = RUN_FILE_REASON
+    skipped.extend({"path": f, "reason": RUN_FILE_REASON} for f in files if f in own)
+    return [f for f in files if f not in own]
+
+
 def _walk(root: str, skipped: list) -> list[str]:
     """Shard files under ``root`` (sorted), following symbolic links to directories as a glob does; the
     files and directories left out are appended to ``skipped``.  An unreadable directory and a link to a
@@ -245,6 +277,8 @@ def _walk(root: str, skipped: list) -> list[str]:
             reason = _skip_reason(path, is_dir)
             if reason is not None:
                 skipped.append({"path": path, "reason": ("directory: " if is_dir else "") + reason})
+            elif is_dir and is_run_output(path):  # an earlier run's outputs are never read as more input
+                skipped.append({"path": path, "reason": RUN_OUTPUT_REASON})
             elif is_dir:
                 if e.is_symlink():
                     try:
@@ -259,13 +293,21 @@ def _walk(root: str, skipped: list) -> list[str]:
             else:
                 files.append(path)  # regular or not: discover() checks it
         stack.extend((sd, here) for sd in reversed(subdirs))
-    return sorted(files)
+    return _run_tables(root, sorted(files), skipped)
 
 
 def _warn_skipped(skipped: list) -> None:
     """One warning naming the skipped files that look like data: visible files of another extension and
-    shard files behind a hidden or private name (the rest, e.g. ``_SUCCESS`` or ``.git``, is expected)."""
-    shown = [s["path"] for s in skipped if not s["reason"].startswith("directory")
+    shard files behind a hidden or private name (the rest, e.g. ``_SUCCESS`` or ``.git``, is expected);
+    one naming the directories skipped as a run's outputs."""
+    runs = list(dict.fromkeys(s["path"] for s in skipped if s["reason"] == RUN_OUTPUT_REASON))
+    if runs:
+        more = f" and {len(runs) - 5} more" if len(runs) > 5 else ""
+        log.warning("skipped %d director%s inside the inputs holding the outputs of a gpu-dedup run (its %s): %s%s; "
+                    "an earlier run's outputs are never read as more input: name such a directory explicitly "
+                    "to read its shards", len(runs), "y" if len(runs) == 1 else "ies", RUN_MANIFEST,
+                    ", ".join(repr(p) for p in runs[:5]), more)
+    shown = [s["path"] for s in skipped if not s["reason"].startswith("directory") and s["reason"] != RUN_FILE_REASON
              and s["reason"] != METADATA_REASON and not os.path.basename(s["path"]).startswith(".gpu_dedup")
              and (not _skipped(os.path.basename(s["path"])) or _is_shard_name(os.path.basename(s["path"]).lstrip("._")))]
     if shown:
@@ -275,6 +317,25 @@ def _warn_skipped(skipped: list) -> None:
                     "every file skipped under inputs_skipped); name a file explicitly to read it whatever its name",
                     len(shown), ", ".join(repr(p) for p in shown[:5]), more,
                     ", ".join(PARQUET_EXT + JSONL_EXT + ARROW_EXT))
+
+
+def _run_output_below(base: str, path: str, seen: dict) -> str | None:
+    """The directory below ``base`` on the way to ``path`` (``path`` itself when a directory) that holds a
+    run's outputs, or None; ``seen`` caches each directory's answer (a pattern's matches share them)."""
+    rel = os.path.relpath(path, base)
+    if rel == "." or rel.startswith(".."):
+        return None
+    parts = rel.split(os.sep)
+    if not os.path.isdir(path):
+        parts = parts[:-1]
+    d = base
+    for p in parts:
+        d = os.path.join(d, p)
+        if d not in seen:
+            seen[d] = is_run_output(d)
+        if seen[d]:
+            return d
+    return None
 
 
 def discover(inputs, fmt: str = "auto", warn: bool = True) -> Shards:
@@ -291,7 +352,8 @@ def discover(inputs, fmt: str = "auto", warn: bool = True) -> Shards:
     for item in inputs:
         item = local_path(str(item) if is_url(item) else os.fspath(item))
         if is_url(item):
-            found += remote_inputs(item, _is_shard_name, _skipped)
+            found += remote_inputs(item, _is_shard_name, _skipped, skipped_list=skipped,
+                                   run_markers=(RUN_MANIFEST, RUN_WORK, RUN_OUTPUT_REASON, RUN_FILES, RUN_FILE_REASON))
         elif os.path.isdir(item):
             root = os.path.abspath(item)
             files = _in_split_order(root, _saved_datasets(_walk(root, skipped), skipped))
@@ -308,16 +370,24 @@ def discover(inputs, fmt: str = "auto", warn: bool = True) -> Shards:
             base = os.path.abspath(os.path.dirname(static) if not static.endswith(os.sep) else static)
             files = []
             hidden_too = {"include_hidden": True} if sys.version_info >= (3, 11) else {}  # to list them as skipped
+            runs: dict = {}  # directory under the pattern's base -> whether it holds a run's outputs
+            named: set = set()  # those listed as skipped
             for f in sorted(glob.glob(item, recursive=True, **hidden_too)):  # one step per match
                 rel = os.path.relpath(os.path.abspath(f), base)
                 hidden = next((p for p in rel.split(os.sep) if _skipped(p)), None)
+                run_dir = _run_output_below(base, os.path.abspath(f), runs)
                 if hidden is not None:
                     skipped.append({"path": os.path.abspath(f), "reason": f"matched by {item!r} under a hidden or "
                                     f"private name ({hidden!r} starts with . or _)"})
+                elif run_dir is not None:
+                    if run_dir not in named:
+                        named.add(run_dir)
+                        skipped.append({"path": run_dir, "reason": RUN_OUTPUT_REASON})
                 elif os.path.isdir(f):  # e.g. Spark's data.parquet/ directory of part files: read as a directory
                     files += _saved_datasets(_walk(os.path.abspath(f), skipped), skipped)
                 else:
                     files.append(os.path.abspath(f))
+            files = _run_tables(base, files, skipped)
             if not files:
                 raise InputError(f"input pattern {item!r} matches no files (names starting with . or _ are skipped)")
             found += [(f, os.path.relpath(f, base)) for f in sorted(set(files))]

@@ -386,26 +386,77 @@ def input_size(url: str, shown: str) -> int:
     return int(got.get("size") or 0)
 
 
-def remote_inputs(item: str, is_shard_name, skipped) -> list[tuple[str, str]]:
+def remote_inputs(item: str, is_shard_name, skipped, skipped_list=None, run_markers=None) -> list[tuple[str, str]]:
     """(URL, relative output name) of the shards an input URL names: the object itself; every shard
     object under a prefix (names starting with ``.`` or ``_`` skipped at any level); or a glob's
-    matches (relative to the pattern's static prefix)."""
+    matches (relative to the pattern's static prefix).  ``run_markers`` (manifest name, work directory
+    name, reason, a run's own files, their reason): a prefix below the one given that holds a gpu_dedup
+    run's outputs is skipped and appended to ``skipped_list`` with the reason, and so are, in the prefix
+    given when it is one, the run's own files."""
     fs, key = filesystem(item)
     proto = protocol(item)
+    skipped_list = [] if skipped_list is None else skipped_list
 
     def url(k: str) -> str:
         return f"{proto}://{k.lstrip('/')}"
+
+    def outside_runs(keys: list, base: str, runs: set) -> list:
+        """``keys`` less those below a run's output prefix under ``base`` (listed once each) and, when ``base``
+        is one, less its own tables."""
+        if run_markers is None:
+            return keys
+        reason, own = run_markers[2], run_markers[3]
+        kept, named = [], set()
+        for k in keys:
+            parts = posixpath.relpath(k, base).split("/")
+            under = next((posixpath.join(base, *parts[:i]) for i in range(1, len(parts))
+                          if posixpath.join(base, *parts[:i]) in runs), None)
+            if under is not None:
+                if under not in named:
+                    named.add(under)
+                    skipped_list.append({"path": url(under), "reason": reason})
+            elif base in runs and len(parts) == 1 and parts[0] in own:
+                skipped_list.append({"path": url(k), "reason": run_markers[4]})
+            else:
+                kept.append(k)
+        return kept
+
+    def runs_in(listing) -> set:
+        """The prefixes a listing shows holding a run's manifest or work directory."""
+        if run_markers is None:
+            return set()
+        manifest, work = run_markers[0], run_markers[1]
+        found = set()
+        for k in listing:
+            parts = k.split("/")
+            for i, p in enumerate(parts[:-1] if parts else ()):
+                if p == work:
+                    found.add("/".join(parts[:i]))
+            if parts and parts[-1] == manifest:
+                found.add("/".join(parts[:-1]))
+        return found
 
     try:
         if _glob.has_magic(key):
             static = key[: min(key.index(c) for c in "*?[" if c in key)]
             base = static if static.endswith("/") else posixpath.dirname(static)
-            hits = fs.glob(key, detail=True)
+            base = base.rstrip("/")
+            try:
+                hits = fs.glob(key, detail=True)
+            except ValueError as exc:  # e.g. '**' inside a path component
+                raise InputError(f"input pattern {item!r} is not a pattern the store can expand ({exc}); write "
+                                 "'**' as a whole path component, e.g. s3://bucket/crawl/**/*.parquet") from None
             files = sorted(k for k, v in hits.items() if v.get("type") == "file"
                            and not any(skipped(p) for p in posixpath.relpath(k, base).split("/")))
+            if run_markers is not None and files:  # which directories on the way hold a run's outputs
+                dirs = {base} | {posixpath.join(base, *posixpath.relpath(k, base).split("/")[:i])
+                                 for k in files for i in range(1, len(posixpath.relpath(k, base).split("/")))}
+                runs = {d for d in sorted(dirs) if any(_info_or_none(fs, posixpath.join(d, m)) is not None
+                                                       for m in run_markers[:2])}
+                files = outside_runs(files, base, runs)
             if not files:
                 raise InputError(f"input pattern {item!r} matches no objects (names starting with . or _ are "
-                                 "skipped)")
+                                 "skipped, as are the outputs of gpu_dedup runs)")
             return [(url(k), posixpath.relpath(k, base)) for k in files]
         got = _info_or_none(fs, key)
         if got is not None and got.get("type") == "file" and not item.endswith("/"):
@@ -415,6 +466,7 @@ def remote_inputs(item: str, is_shard_name, skipped) -> list[tuple[str, str]]:
         files = sorted(k for k in found
                        if is_shard_name(posixpath.basename(k))
                        and not any(skipped(p) for p in posixpath.relpath(k, root).split("/")))
+        files = outside_runs(files, root, runs_in(found))
         if not files:
             if not found and got is None:
                 _check_bucket(fs, item, key)

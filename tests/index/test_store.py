@@ -411,8 +411,10 @@ def test_an_update_index_run_killed_before_it_finishes_reruns_to_the_same_output
 def test_an_index_run_killed_before_it_finishes_reruns(batches, tmp_path):
     args = ("run", batches / "a", "-o", tmp_path / "out", "--id-column", "id", "--index-out", tmp_path / "ix")
     assert _cli_run(*args, fault="report:before-success").returncode == -9
-    # no index: at most the directory with the lock file the killed build held (taken over by the rerun)
-    assert not (tmp_path / "ix").exists() or [p.name for p in (tmp_path / "ix").iterdir()] == [".gpu_dedup_index.lock"]
+    # no index: at most the directory with the lock file the killed build held (taken over by the rerun) and the
+    # segment it wrote before the outputs' commit, unpublished (no manifest), which the rerun replaces
+    assert not (tmp_path / "ix").exists() or \
+        {p.name for p in (tmp_path / "ix").iterdir()} <= {".gpu_dedup_index.lock", ".seg-00000.tmp"}
     done = _cli_run(*args)
     assert done.returncode == 0, done.stderr
     assert Index.open(tmp_path / "ix").documents == 800
@@ -448,9 +450,12 @@ def test_a_failing_index_build_leaves_no_index_behind(batches, tmp_path, monkeyp
 
     monkeypatch.setattr(store, "write_ipc", full_disk)
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
-    with pytest.raises(OSError):
+    from gpu_dedup.errors import ResourceError
+
+    with pytest.raises(ResourceError, match="disk full writing the index .*nothing was published"):
         run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")
     assert not (tmp_path / "ix").exists()  # no empty index that a rerun would call "already exists"
+    assert not (tmp_path / "out" / "_SUCCESS").exists()  # the segment comes before the outputs' commit
     monkeypatch.undo()
     run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "ix")
     assert Index.open(tmp_path / "ix").documents == 800
@@ -688,3 +693,47 @@ def test_a_segment_the_manifest_does_not_list_is_named_when_the_index_opens(batc
 
     with pytest.raises(OutputError, match="cannot open the lock file"):
         run_dedup(batches / "c", tmp_path / "out_c", cfg, against=tmp_path / "ix", update_index=True)
+
+
+def test_a_full_disk_under_the_index_publishes_nothing_or_says_what_was_published(batches, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """A disk full under the index said "nothing was published for this run" with exit 5 while the outputs and
+    _SUCCESS were published (the index was written after the outputs' commit).  Its segment is now written before
+    the commit: full there, nothing is published; only its manifest is written after, and full there the message
+    says the outputs are published and the rerun adds the documents once."""
+    import errno
+
+    from gpu_dedup.cli import main
+    from gpu_dedup.index import store
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run_dedup(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    before = _segments(tmp_path / "ix")
+    args = ["run", str(batches / "b"), "-o", str(tmp_path / "out"), "--against", str(tmp_path / "ix"),
+            "--update-index", "--backend", "cpu", "-q"]
+    real = store.write_ipc
+
+    def full(path, table):
+        real(path, table.slice(0, 1))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store, "write_ipc", full)
+    assert main(args) == 5
+    err = capsys.readouterr().err
+    assert "disk full writing the index" in err and "nothing was published" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out" / "_SUCCESS").exists() and not (tmp_path / "out" / "duplicates.parquet").exists()
+    assert _segments(tmp_path / "ix") == before and not list((tmp_path / "ix").glob(".seg-*"))
+    monkeypatch.setattr(store, "write_ipc", real)
+
+    def manifest_full(p, manifest):
+        raise OSError(errno.ENOSPC, "No space left on device", str(p / "manifest.json"))
+
+    monkeypatch.setattr(Index, "_write_manifest", staticmethod(manifest_full))
+    assert main(args) == 5
+    err = capsys.readouterr().err
+    assert "the outputs in" in err and "were published and verified (_SUCCESS is there)" in err, err
+    assert "not added to the index" in err and "rerun the same command" in err and "nothing was published" not in err
+    assert (tmp_path / "out" / "_SUCCESS").exists() and _segments(tmp_path / "ix") == before
+    monkeypatch.undo()
+    assert main(args) == 0  # the rerun the message asks for
+    assert Index.open(tmp_path / "ix").documents == 1600

@@ -156,7 +156,7 @@ def test_cli_report_redraws_the_page(demo_run, tmp_path, capsys):
     assert "is not valid JSON" in capsys.readouterr().err
     (tmp_path / "other.json").write_text('{"a": 1}')
     assert main(["report", str(tmp_path / "other.json")]) == 3
-    assert "not a gpu_dedup report.json" in capsys.readouterr().err
+    assert "not a report.json gpu_dedup can draw: field counts is missing" in capsys.readouterr().err
 
 
 def test_render_is_fast_enough(demo_run):

@@ -634,3 +634,65 @@ def test_a_cluster_run_imports_dask_dataframe_only_for_dasks_shuffle(corpus, clu
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ast.literal_eval(proc.stdout.strip().splitlines()[-1]) == (0, False)
     assert (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def _group_signal_run(corpus, out, moment, env_fault=None):
+    """A ``--workers 2`` run in a session of its own, given the signal at ``moment`` to its whole process group
+    (what a terminal's Ctrl-C and most schedulers send): a log line (signal after it) or a fault point
+    (GPU_DEDUP_FAULT, the process signals its own group).  Returns (exit status, stderr, seconds from the signal
+    to the end)."""
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "GPU_DEDUP_FAULT"}
+    if env_fault:
+        env["GPU_DEDUP_FAULT"] = env_fault
+    p = subprocess.Popen([sys.executable, "-m", "gpu_dedup", "run", str(corpus / "in"), "-o", str(out), "--workers",
+                          "2", "--backend", "cpu", "--id-column", "id"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+    lines, sent = [], None
+    try:
+        for line in p.stderr:
+            lines.append(line)
+            if moment is not None and moment[0] in line:
+                os.killpg(p.pid, moment[1])
+                sent = time.monotonic()
+                break
+            if env_fault and sent is None and "stage write done" in line:
+                sent = time.monotonic()  # the fault comes at the commit, a moment after
+        err = "".join(lines) + p.stderr.read()
+        rc = p.wait(timeout=120)
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return rc, err, time.monotonic() - (sent or time.monotonic())
+
+
+@pytest.mark.parametrize("moment, fault, completed", [
+    (("Dask dashboard", "SIGINT"), None, False),  # workers and scheduler just started
+    (("stage read done", "SIGTERM"), None, False),  # the workers normalize the blocks
+    (None, "commit:done:group-terminate", True),  # the outputs were just published
+    (None, "cluster:closing:group-interrupt", True),  # the run is done; its cluster closes
+])
+def test_a_signal_to_the_whole_process_group_ends_a_cluster_run_with_one_line(corpus, tmp_path, moment, fault,
+                                                                              completed):
+    """Ctrl-C or SIGTERM to the process group of a --workers run reached the workers and the scheduler too: 4 to
+    20 tracebacks, and some runs ended with exit 1 after 71 s (the client waiting for a scheduler that was
+    gone); after the commit it said "the previous complete output (if any) is untouched" beside the new
+    _SUCCESS.  Now: exit 130 within seconds, one line, no traceback, saying what the output directory holds."""
+    import signal
+
+    if moment is not None:
+        moment = (moment[0], getattr(signal, moment[1]))
+    rc, err, seconds = _group_signal_run(corpus, tmp_path / "out", moment, fault)
+    lines = [line for line in err.splitlines() if line.startswith("gpu-dedup:")]
+    assert rc == 130 and "Traceback" not in err and len(lines) == 1, err[-3000:]
+    assert seconds < 30, (seconds, err[-2000:])
+    if completed:
+        assert "interrupted after the run completed" in lines[0] and "_SUCCESS is there" in lines[0], lines
+        assert (tmp_path / "out" / "_SUCCESS").exists()
+    else:
+        assert "previous complete output (if any) is untouched" in lines[0], lines
+        assert not (tmp_path / "out" / "_SUCCESS").exists()

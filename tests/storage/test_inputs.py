@@ -315,3 +315,44 @@ def test_jsonl_with_an_upper_case_extension_or_a_byte_order_mark_is_read(tmp_pat
     from gpu_dedup.storage import id_column_type
 
     assert {id_column_type(s, "id") for s in discover(tmp_path / "in")} == {"any"}  # the CLI finds the id column
+
+
+def test_a_runs_output_directory_inside_the_inputs_is_never_read_as_more_input(tmp_path, caplog):
+    """``run 'in/*.parquet' -o in/out`` then ``run 'in/**/*.parquet' -o out3`` read the first run's output
+    shards as more input (the copies sorted first and survived).  A directory holding a run's manifest, or
+    the work directory of a run under way, is skipped by walks and patterns, named once in a warning and
+    listed in report.json; named itself, its shards are read and its own files are not."""
+    import json
+    import logging
+
+    from gpu_dedup.cli import main
+
+    base = "the quick brown fox jumps over the lazy dog near the river bank today and tomorrow"
+    inp = tmp_path / "in"
+    inp.mkdir()
+    pq.write_table(pa.table({"text": [base, base + " x", "other words entirely here now"]}), inp / "a.parquet")
+    pq.write_table(pa.table({"text": [base + " y", "more other words entirely here"]}), inp / "b.parquet")
+    assert main(["run", str(inp / "*.parquet"), "-o", str(inp / "out"), "--backend", "cpu", "-q"]) == 0
+    (inp / "busy" / ".gpu_dedup_checkpoint" / "staged").mkdir(parents=True)  # a run under way
+    pq.write_table(pa.table({"text": [base]}), inp / "busy" / ".gpu_dedup_checkpoint" / "staged" / "a.parquet")
+    pq.write_table(pa.table({"text": [base]}), inp / "busy" / "c.parquet")
+    caplog.set_level(logging.WARNING, logger="gpu_dedup")
+    for given in (str(inp / "**" / "*.parquet"), str(inp), str(inp / "*")):
+        caplog.clear()
+        shards = discover(given)
+        assert sorted(s.name for s in shards) == ["a.parquet", "b.parquet"], given
+        assert sorted(s["path"] for s in shards.skipped if "outputs of a gpu_dedup run" in s["reason"]) == \
+            [str(inp / "busy"), str(inp / "out")], given
+        said = [r.getMessage() for r in caplog.records if "outputs of a gpu-dedup run" in r.getMessage()]
+        assert len(said) == 1 and repr(str(inp / "out")) in said[0] and repr(str(inp / "busy")) in said[0]
+    assert main(["run", str(inp / "**" / "*.parquet"), "-o", str(tmp_path / "out3"), "--backend", "cpu", "-q"]) == 0
+    report = json.loads((tmp_path / "out3" / "report.json").read_text())
+    assert report["counts"]["documents_read"] == 5
+    assert str(inp / "out") in [s["path"] for s in report["inputs_skipped"]]
+    # the output directory named itself: a second pass reads its shards, never its duplicates table or report
+    caplog.clear()
+    shards = discover(inp / "out")
+    assert sorted(s.name for s in shards) == ["a.parquet", "b.parquet"]
+    assert {os.path.basename(s["path"]) for s in shards.skipped} >= {"duplicates.parquet", "report.json"}
+    assert not [r for r in caplog.records if "not read as shards" in r.getMessage()]  # its own files: no warning
+    assert sorted(s.name for s in discover(str(inp / "out" / "*.parquet"))) == ["a.parquet", "b.parquet"]

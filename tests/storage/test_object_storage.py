@@ -310,8 +310,15 @@ def test_an_index_in_the_store_is_built_used_updated_and_queried(s3_server, buck
     stale = open_index(url, CFG)  # machine (one copy shared by both would be re-read under the index's lock)
     monkeypatch.setenv("GPU_DEDUP_CACHE", str(tmp_path / "cache"))
     index_run(third, tmp_path / "o3", CFG, against=url, update_index=True)
-    with pytest.raises(OutputError, match="changed since this run opened it"):
+    # a writer that takes no lock in the store (an earlier gpu_dedup) is refused before its outputs are published
+    from gpu_dedup.index.remote import RemoteIndex
+    from gpu_dedup.index.store import Index
+
+    monkeypatch.setattr(RemoteIndex, "writing", Index.writing)
+    with pytest.raises(OutputError, match="changed since this run opened it.*nothing was published"):
         index_run(third, tmp_path / "o4", CFG, against=stale, update_index=True)
+    assert not (tmp_path / "o4" / "_SUCCESS").exists() and not (tmp_path / "o4" / "duplicates.parquet").exists()
+    monkeypatch.undo()
     assert json.loads(_get(s3_server, bucket, "ix/manifest.json"))["segments"] == ["seg-00000", "seg-00001",
                                                                                     "seg-00002"]
     fresh = open_index(url, CFG)  # the refused append's local segment is not taken for the store's
@@ -332,3 +339,90 @@ def test_compressed_json_lines_in_the_store(s3_server, bucket, tmp_path):
     assert remote.report["counts"] == local.report["counts"] and remote.report["counts"]["removed"] > 0
     assert gzip.decompress(_get(s3_server, bucket, "gz-out/a.jsonl.gz")) == \
         gzip.decompress((tmp_path / "out" / "a.jsonl.gz").read_bytes())
+
+
+def test_an_earlier_runs_output_prefix_inside_the_inputs_is_never_read(s3_server, bucket, corpus):
+    """``-o s3://b/crawl/sub/`` of a glob of ``crawl/``, then ``run s3://b/crawl/``: the second run read the
+    first run's outputs as more shards (and failed on its duplicates.parquet).  A prefix holding a run's
+    manifest is skipped by prefixes and globs, listed in report.json; named itself, its shards are read."""
+    _upload(s3_server, bucket, corpus / "in", "crawl")
+    proc = _cli("run", f"s3://{bucket}/crawl/*.parquet", "-o", f"s3://{bucket}/crawl/sub/", "--backend", "cpu",
+                "--id-column", "id", "-q")
+    assert proc.returncode == 0, proc.stderr
+    for given in (f"s3://{bucket}/crawl/", f"s3://{bucket}/crawl/**/*.parquet"):
+        shards = discover(given)
+        assert "sub/part-00000.parquet" not in [s.name for s in shards], given
+        assert [s["path"] for s in shards.skipped if "outputs of a gpu_dedup run" in s["reason"]] == \
+            [f"s3://{bucket}/crawl/sub"], given
+    proc = _cli("run", f"s3://{bucket}/crawl/", "-o", f"s3://{bucket}/out2/", "--backend", "cpu", "--id-column", "id")
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "outputs of a gpu-dedup run" in line]
+    assert len(said) == 1 and f"s3://{bucket}/crawl/sub" in said[0]
+    assert _get(s3_server, bucket, "out2/duplicates.parquet") == (corpus / "local" / "duplicates.parquet").read_bytes()
+    shards = discover(f"s3://{bucket}/crawl/sub/")
+    assert sorted(s.name for s in shards) == ["part-00000.parquet", "part-00001.parquet"]
+    with pytest.raises(InputError, match="whole path component"):  # was fsspec's ValueError: an internal error
+        discover(f"s3://{bucket}/crawl/**.parquet")
+
+
+def test_a_second_writer_of_an_index_in_the_store_stops_before_it_publishes_anything(s3_server, bucket, corpus,
+                                                                                     tmp_path):
+    """Two --update-index runs of one index in the store: the loser said "nothing was appended: rerun" (exit 4)
+    after its outputs and _SUCCESS were published, deduplicated against the index without the winner's
+    documents.  The index's lock object in the store now stops the second writer at once (exit 4), from this
+    machine or another, before it publishes anything; the rerun adds its documents once."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_shards(pq.read_table(corpus / "in" / "part-00000.parquet"), first, shards=1)
+    write_shards(pq.read_table(corpus / "in" / "part-00001.parquet"), second, shards=1)
+    url = f"s3://{bucket}/ix"
+    env = {"GPU_DEDUP_CACHE": str(tmp_path / "cache")}
+    assert _cli("run", str(first), "-o", str(tmp_path / "o1"), "--index-out", url, "--backend", "cpu", "-q",
+                env=env).returncode == 0
+    holder = {"token": "y" * 32, "pid": 1, "host": "another-machine", "started": "2026-11-28 10:00:00"}
+    put_bytes(f"{url}/.gpu_dedup_index.lock", json.dumps(holder).encode())  # the winner, running elsewhere
+    args = ("run", str(second), "-o", f"s3://{bucket}/o2/", "--against", url, "--update-index", "--backend", "cpu",
+            "-q")
+    proc = _cli(*args, env=env)
+    assert proc.returncode == 4, proc.stderr
+    assert "is being written by another gpu-dedup run (pid 1 on another-machine" in proc.stderr
+    assert f"delete the lock object '{url}/.gpu_dedup_index.lock'" in proc.stderr
+    assert _keys(s3_server, bucket, "o2/") == []  # nothing published, no lock left behind
+    assert json.loads(_get(s3_server, bucket, "ix/manifest.json"))["segments"] == ["seg-00000"]
+    s3_server.client().delete_object(Bucket=bucket, Key="ix/.gpu_dedup_index.lock")  # the winner finished
+    proc = _cli(*args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(_get(s3_server, bucket, "ix/manifest.json"))["documents"] == 500
+    assert _get(s3_server, bucket, "o2/_SUCCESS") and "ix/.gpu_dedup_index.lock" not in _keys(s3_server, bucket, "ix/")
+
+
+def test_a_damaged_local_copy_of_a_healthy_index_is_copied_again(s3_server, bucket, corpus, tmp_path, monkeypatch,
+                                                                 caplog):
+    """The local copy of an index in the store, damaged on this machine, was called a damaged index (naming the
+    cache path) and never fetched again: it is copied again, with a warning; a store's own damaged file is named
+    as the store's index, with the fix."""
+    import logging
+
+    from gpu_dedup.index.remote import cache_root, open_index
+    from gpu_dedup.run.entry import run_dedup as index_run
+
+    monkeypatch.setenv("GPU_DEDUP_CACHE", str(tmp_path / "cache"))
+    first = tmp_path / "first"
+    write_shards(pq.read_table(corpus / "in" / "part-00000.parquet"), first, shards=1)
+    url = f"s3://{bucket}/ix"
+    index_run(first, tmp_path / "o1", CFG, index_out=url)
+    index = open_index(url, CFG)
+    want = index.query(["a text to look for"]).to_pylist()
+    docs = index.path / "seg-00000" / "docs.arrow"
+    assert index.path.is_relative_to(cache_root())
+    del index
+    data = bytearray(docs.read_bytes())
+    data[4096:8192] = b"\0" * 4096  # same size: only the checksum tells
+    docs.write_bytes(bytes(data))
+    caplog.set_level(logging.WARNING, logger="gpu_dedup")
+    again = open_index(url, CFG)
+    assert again.query(["a text to look for"]).to_pylist() == want
+    assert any("does not verify" in r.getMessage() and "copying it from the store again" in r.getMessage()
+               for r in caplog.records)
+    put_bytes(f"{url}/seg-00000/docs.arrow", bytes(data))  # now the store's own file is damaged
+    with pytest.raises(InputError, match=rf"the index at '{url}' is damaged .*also in a fresh copy"):
+        open_index(url, CFG)

@@ -76,6 +76,8 @@ def run_cluster(inputs, output_dir, cfg: Config, *, restart: bool = False, prior
             "groups, or raise cluster.memory_limit"
         ) from None
     finally:
-        ex.close()
-        if od is not None:  # as a context manager: an interrupt after the commit says what is published
-            od.__exit__(*sys.exc_info())
+        try:
+            ex.close()
+        finally:
+            if od is not None:  # as a context manager: an interrupt after the commit says what is published
+                od.__exit__(*sys.exc_info())

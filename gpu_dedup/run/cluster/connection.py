@@ -5,9 +5,11 @@ are counted, and their memory read, without a CUDA context on the client)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
+import signal
 import threading
 from dataclasses import dataclass
 
@@ -35,11 +37,13 @@ def connect(cfg: Config):
         client = _client_within(Client, c.scheduler, connect_timeout())
         cluster = None
     elif cfg.backend == "gpu":
-        cluster = gpu_cluster(c.workers, c)
-        client = Client(cluster)
+        with shielded_children():
+            cluster = gpu_cluster(c.workers, c)
+            client = Client(cluster)
     else:
-        cluster = local_cluster(c.workers, c.memory_limit, {"NUMBA_NUM_THREADS": str(worker_threads(c.workers))})
-        client = Client(cluster)
+        with shielded_children():
+            cluster = local_cluster(c.workers, c.memory_limit, {"NUMBA_NUM_THREADS": str(worker_threads(c.workers))})
+            client = Client(cluster)
     log.info("Dask dashboard: %s (%d workers)", client.dashboard_link, len(client.scheduler_info()["workers"]))
     return client, cluster
 
@@ -78,6 +82,52 @@ def _silence_dask_logs(client_pid: int) -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def shielded_children():
+    """Start a local cluster with SIGINT and SIGTERM blocked in this thread: the threads Dask starts meanwhile
+    (its event loop, and those that spawn the worker and scheduler processes) inherit the mask, and so do the
+    processes they spawn.  Ctrl-C in a terminal and a scheduler's SIGTERM go to a whole process group; a
+    worker or scheduler that took them died with a traceback each, and the run's client then waited for a
+    scheduler that was gone (exit 1 after 71 s).  Blocked, they reach this process's main thread only, which
+    raises KeyboardInterrupt and closes the cluster: one line, exit 130.  A CPU worker and the scheduler move to process groups of their own and take SIGTERM again as they start
+    (:func:`own_process_group`), so that closing them is as quick as before; a Dask-CUDA worker keeps them
+    blocked (its nanny stops it through a queue, then SIGKILL).  Children end with this process through Dask's
+    parent-alive pipe, however it ends.  Signals that came while blocked are delivered on leaving."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    # started here, before the mask: starting it unblocks SIGINT and SIGTERM in the thread that does (Python's
+    # resource_tracker.ensure_running), which would be Dask's event loop, and the processes spawned from it
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def own_process_group() -> None:
+    """In a scheduler or worker process of a local cluster (started with SIGINT and SIGTERM blocked, see
+    :func:`shielded_children`): a process group of its own, so that a signal to the run's group no longer
+    reaches it, then SIGTERM as by default (how :class:`SchedulerProcess` and a worker's nanny end it) and
+    SIGINT ignored; one that reached the group before is dropped."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return
+    try:
+        os.setpgrp()
+    except OSError:  # pragma: no cover - already a group leader
+        pass
+    for sig in INTERRUPTS:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, INTERRUPTS)  # a pending one is dropped (ignored)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def worker_threads(workers: int) -> int:
     """Kernel threads of each of ``workers`` local workers: this machine's cores shared among them."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -93,12 +143,17 @@ def local_cluster(workers: int, memory_limit, env: dict):
     from distributed import Nanny, SpecCluster
 
     worker = {"cls": Nanny, "options": {"host": "127.0.0.1", "nthreads": 1, "memory_limit": memory_limit,
-                                         "env": env, "silence_logs": logging.WARN}}
+                                         "env": env, "silence_logs": logging.WARN, "preload": [WORKER_SETUP]}}
     scheduler = {"cls": _scheduler_process_class(),
                  "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": ":0", "config": LOCAL_SCHEDULER}}
     with dask.config.set(KEEP_GLIBC_DEFAULTS):
         return SpecCluster(scheduler=scheduler, workers={i: worker for i in range(workers)},
                            silence_logs=logging.WARN, name="gpu_dedup")
+
+
+# Loaded by each worker process of a local CPU cluster as it starts (Dask's preload): its own process group and
+# SIGTERM back (own_process_group), so that its nanny's SIGTERM ends it at once when the cluster closes
+WORKER_SETUP = "gpu_dedup.run.cluster.worker_setup"
 
 
 # The workers of a local cluster start without Dask's MALLOC_TRIM_THRESHOLD_=65536: glibc then keeps its own
@@ -112,6 +167,7 @@ KEEP_GLIBC_DEFAULTS = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOL
 def _serve_scheduler(options: dict, config: dict, address) -> None:
     """The scheduler process: serve until closed; its address goes back through the queue ``address``.
     ``config`` is set here: the Dask config a child inherits yields to the child's own defaults."""
+    own_process_group()
     import dask
     from distributed import Scheduler
 
@@ -205,7 +261,10 @@ def _client_within(Client, address: str, timeout: float):
         raise BackendError(f"no Dask scheduler answered at {address!r} within {timeout + 5:.0f} s (a port that is "
                            f"not a scheduler's, e.g. an HTTP server?); {fix}")
     exc = box.get("error")
-    if isinstance(exc, (OSError, ValueError, TypeError, MemoryError)):  # unreachable, not an address, garbage
+    if isinstance(exc, MemoryError):  # its first bytes read as the length of a message of exabytes
+        raise BackendError(f"{address!r} answered, but not as a Dask scheduler does (another protocol: an HTTP "
+                           f"server such as a scheduler's dashboard?); {fix}") from None
+    if isinstance(exc, (OSError, ValueError, TypeError)):  # unreachable, not an address
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BackendError(f"cannot connect to the Dask scheduler {address!r} ({reason}); {fix}") from None
     if exc is not None:

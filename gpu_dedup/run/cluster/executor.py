@@ -127,6 +127,7 @@ class DaskExecutor:
         self.startup_seconds = max(seconds.values(), default=0.0)
 
     def close(self) -> None:
+        maybe_crash("cluster:closing")
         if self.client is not None:
             try:  # frames no new future took (a failed stage), and the run's spilled texts, go with the client
                 self.client.run(_forget_saved)
