@@ -251,17 +251,18 @@ def test_distinct_ids_counted_from_their_hashes_as_arrow_counts_them(ids, backen
 
 def _host_normalized(B, loaded, cfg, run=None):
     """``normalize_block(loaded, cfg, run)`` with its texts in host memory, as a CPU worker holds them.  Under
-    ``pytest --backend gpu`` the backend named cpu normalizes into device memory, and texts there are never
-    spilled (checked here); the same texts copied to the host then go through the choice a CPU worker's block
-    goes through."""
+    ``pytest --backend gpu`` the backend named cpu normalizes into device memory, and texts there never go to a
+    file (checked here: a GPU worker keeps them on the device or in host memory); the same texts copied to the
+    host then go through the choice a CPU worker's block goes through."""
     from dataclasses import replace
 
     from gpu_dedup.backends.strings import StringBuffers
 
-    out = B.normalize_block(loaded, cfg, run=run)
     if not on_device(B.normalize_block(loaded, cfg).strings.offsets):
-        return out
-    assert out.text_file is None and on_device(out.strings.offsets)  # device texts stay in device memory
+        return B.normalize_block(loaded, cfg, run=run)
+    on_gpu = B.normalize_block(loaded, cfg, run="device-" + str(run))
+    assert on_gpu.text_file is None  # device texts stay on the device or in host memory, never in a file
+    out = B.normalize_block(loaded, cfg)
     host = StringBuffers(to_host(out.strings.offsets), to_host(out.strings.data))
     return B._kept(replace(out, strings=host), cfg, run)
 
@@ -282,8 +283,8 @@ def test_spilled_texts_are_the_normalized_texts_mapped_only_while_read(tmp_path,
     kept = _host_normalized(B, loaded, cfg)
     spilled = _host_normalized(B, loaded, cfg, run="r1")
     assert kept.text_file is None and spilled.strings is None and spilled.text_file.startswith(str(tmp_path / "r1"))
-    assert B.block_norm_info(spilled) == {**B.block_norm_info(kept), "spilled_bytes": kept.text_bytes} and \
-        kept.text_bytes > 0
+    assert B.block_norm_info(spilled) == {**B.block_norm_info(kept), "spilled_bytes": kept.text_bytes,
+                                          "spilled_blocks": 1} and kept.text_bytes > 0
     assert sys.getsizeof(spilled) <= sys.getsizeof(kept) - kept.text_bytes
     assert spilled.norm.equals(kept.norm)
 
