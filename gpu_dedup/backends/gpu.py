@@ -28,6 +28,7 @@ the smallest node index of the component, as on the CPU.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import logging
@@ -778,33 +779,46 @@ class GPUBackend(Backend):
                              "the shard, or set gpu.reader: pyarrow to read it on the host") from None
 
     def table_reader(self, cfg):
-        """The reader of whole Parquet shards into device memory in one call (:meth:`read_table`) for a run
-        with ``cfg``: cuDF installed, ``gpu.reader: cudf``, shards written (``output.shards``), and held
-        (``output.hold_inputs`` not false); else None (the text reader alone, or pyarrow)."""
-        if self.text_reader(cfg) is None or not cfg.output.shards or cfg.output.hold_inputs is False:
+        """The reader of all the Parquet shards into device memory in one call (:meth:`read_table`) for a run
+        with ``cfg`` (cuDF installed, ``gpu.reader: cudf``): every column where the write stage takes the kept
+        rows from them (``output.shards``, ``output.hold_inputs`` not false), else the text column alone (a
+        removal list); None without cuDF (pyarrow reads)."""
+        if self.text_reader(cfg) is None:
             return None
         if importlib.util.find_spec("pylibcudf") is None:  # cuDF older than pylibcudf: each shard's text column
             return None
-        return self.read_table
+        if cfg.output.shards and cfg.output.hold_inputs is not False:
+            return self.read_table
+        return functools.partial(self.read_table, columns=[cfg.input.text_column])
 
-    def read_table(self, paths) -> DeviceTable | None:
-        """Every column of the Parquet files ``paths`` in one libcudf read (its decoding spread over the whole
-        device, not one file at a time), rows in file order: a :class:`DeviceTable`; None where libcudf
-        cannot read them as one table (their schemas differ, a type it lacks): the caller reads each shard's
-        text column instead.  The files' compressed column chunks are what crosses the bus (counted)."""
+    def read_table(self, paths, columns: list | None = None) -> DeviceTable | None:
+        """Every column (or the top-level ``columns``) of the Parquet files ``paths`` in one libcudf read (its
+        decoding spread over the whole device, not one file at a time), rows in file order: a
+        :class:`DeviceTable`; None where libcudf cannot read them as one table (their schemas differ, a type it
+        lacks): the caller reads each shard's text column instead.  The files' compressed column chunks are what
+        crosses the bus (counted)."""
         import pylibcudf as plc
 
         paths = [str(p) for p in paths]
         schemas = [pq.read_schema(p) for p in paths]
+        if columns is not None:
+            schemas = [pa.schema([s.field(c) for c in columns], metadata=s.metadata) if all(c in s.names for c in
+                                                                                             columns) else None
+                       for s in schemas]
+            if any(s is None for s in schemas):
+                return None
         if any(not s.remove_metadata().equals(schemas[0].remove_metadata()) for s in schemas[1:]):
             return None
         moved = 0
         for p in paths:
             meta = pq.ParquetFile(p).metadata
-            moved += sum(meta.row_group(g).total_compressed_size for g in range(meta.num_row_groups))
+            top = [meta.schema.column(j).path.split(".")[0] for j in range(meta.num_columns)]
+            moved += sum(meta.row_group(g).column(j).total_compressed_size for g in range(meta.num_row_groups)
+                         for j in range(meta.num_columns) if columns is None or top[j] in columns)
         count_transfer("host_to_device_bytes", moved)
         try:
-            opts = plc.io.parquet.ParquetReaderOptions.builder(plc.io.types.SourceInfo(paths)).build()
+            build = plc.io.parquet.ParquetReaderOptions.builder(plc.io.types.SourceInfo(paths))
+            opts = (build if columns is None else build.columns(list(columns))).build()
             got = plc.io.parquet.read_parquet(opts)
         except MemoryError as exc:  # RMM out of device memory
             raise ResourceError(f"out of device memory reading {len(paths)} shards into device memory ({exc}); set "

@@ -261,3 +261,5 @@ def test_the_device_table_is_read_in_one_call_and_written_in_one_call(gpu, tmp_p
         assert pq.read_schema(tmp_path / "out" / s.name).metadata[b"huggingface"] == b'{"x": 1}'
     got = held.take("text", [5, 0, 899])
     assert got.to_pylist() == [table.column("text")[i].as_py() for i in (5, 0, 899)]
+    text = gpu.read_table([s.path for s in shards], columns=["text"])  # a removal list's read: the text alone
+    assert text.names == ["text"] and text.take("text", [7]).to_pylist() == [table.column("text")[7].as_py()]

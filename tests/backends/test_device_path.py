@@ -603,3 +603,25 @@ def test_without_the_device_writer_the_host_writes_every_shard(metadata_corpus, 
     for name in [s.name for s in host.shards] + ["duplicates.parquet"]:
         assert (d / "dev" / name).read_bytes() == (d / "host" / name).read_bytes(), name
     assert not [p for p in (d / "dev").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_gpu_run_reads_every_column_for_its_shards_and_the_text_alone_for_a_removal_list(monkeypatch):
+    """One libcudf read either way: every column where the write stage takes the kept rows from the held table,
+    the text column alone where nothing is written but the removal list (or the write stage reads again)."""
+    import importlib.util
+
+    from gpu_dedup.backends import gpu as gpu_module
+
+    be = gpu_module.GPUBackend.__new__(gpu_module.GPUBackend)  # no device: only the choice of reader is asked
+    monkeypatch.setattr(be, "text_reader", lambda cfg: "cudf reader", raising=False)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "pylibcudf" else real(name, *a))
+    base = {"backend": "gpu", "input": {"text_column": "body"}}
+    assert be.table_reader(Config.from_dict(base)) == be.read_table
+    for extra in ({"shards": False}, {"hold_inputs": False}):
+        reader = be.table_reader(Config.from_dict({**base, "output": extra}))
+        assert reader.func == be.read_table and reader.keywords == {"columns": ["body"]}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pylibcudf" else real(name, *a))
+    assert be.table_reader(Config.from_dict(base)) is None  # a cuDF without pylibcudf: each shard's text column
+    monkeypatch.setattr(be, "text_reader", lambda cfg: None, raising=False)
+    assert be.table_reader(Config.from_dict(base)) is None  # pyarrow reads
