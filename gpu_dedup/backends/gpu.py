@@ -158,24 +158,10 @@ def segment_table(starts, ends, seg_bytes: int):
 
 
 def sorted_unique_segments(xp, offsets, values):
-    """Sort each segment ``values[offsets[k]:offsets[k+1]]`` and drop repeats; returns
-    the CSR (offsets, values) of the distinct values.  Two stable sorts (by value,
-    then by segment) instead of a per-segment loop; ``xp`` is NumPy or CuPy."""
-    m = offsets.shape[0] - 1
-    total = values.shape[0]
-    seg = xp.searchsorted(offsets[1:], xp.arange(total, dtype=xp.int64), side="right")
-    o1 = xp.argsort(values, kind="stable")
-    o2 = xp.argsort(seg[o1], kind="stable")
-    order = o1[o2]
-    v = values[order]
-    s = seg[order]
-    keep = xp.ones(total, dtype=bool)
-    if total > 1:
-        keep[1:] = (v[1:] != v[:-1]) | (s[1:] != s[:-1])
-    unique = xp.bincount(s[keep], minlength=m) if total else xp.zeros(m, dtype=xp.int64)
-    out_offsets = xp.zeros(m + 1, dtype=xp.int64)
-    out_offsets[1:] = xp.cumsum(unique)
-    return out_offsets, v[keep]
+    """Sort each segment ``values[offsets[k]:offsets[k+1]]`` and drop repeats; returns the CSR (offsets,
+    values) of the distinct values (:func:`sorted_distinct_counts` without the counts)."""
+    out_offsets, distinct, _ = sorted_distinct_counts(xp, offsets, values)
+    return out_offsets, distinct
 
 
 def sorted_distinct_counts(xp, offsets, values):
