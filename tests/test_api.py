@@ -90,14 +90,14 @@ def test_a_hugging_face_dataset_is_read_in_place_and_comes_back_as_one(sample, f
     """A datasets.Dataset (here saved with save_to_disk and loaded again: memory-mapped Arrow files) is
     deduplicated from its own Arrow buffers, and the kept rows come back as a Dataset over the same table."""
     datasets = pytest.importorskip("datasets")
-    import gpu_dedup.api as api
+    import gpu_dedup.run.dataframes as frames  # where a frame becomes the run's in-memory shard
 
     datasets.Dataset(sample.table.select(["id", "text", "cluster"])).save_to_disk(str(tmp_path / "ds"))
     files = sorted(p.name for p in (tmp_path / "ds").iterdir())
     ds = datasets.load_from_disk(str(tmp_path / "ds"))
     handed = []
-    real = api.memory_shard
-    monkeypatch.setattr(api, "memory_shard", lambda table, **kw: handed.append(table) or real(table, **kw))
+    real = frames.memory_shard
+    monkeypatch.setattr(frames, "memory_shard", lambda table, **kw: handed.append(table) or real(table, **kw))
     res = gpu_dedup.dedup(ds, text="text", id="id", backend="cpu")
     assert (res.kept == file_run.kept).all() and (res.clusters == file_run.cluster).all()
     mine = [c.buffers()[2].address for c in handed[0].column("text").chunks]

@@ -33,7 +33,15 @@ import sys
 import time
 from pathlib import Path
 
+from gpu_dedup import errors
+from gpu_dedup.backends.gpu_probe import simulator_requested
 from gpu_dedup.bench import child_env, scratch
+from gpu_dedup.bench.corpora import compare_outputs, planted_dir, replicated_dir
+from gpu_dedup.config import ClusterConfig, Config
+from gpu_dedup.errors import GpuDedupError
+from gpu_dedup.run.cluster.connection import gpu_cluster, local_cluster, worker_threads
+from gpu_dedup.run.cluster.executor import prepare_worker
+from gpu_dedup.run.entry import run_dedup
 
 UNCOMPARED = ("_SUCCESS",)  # the manifest's fingerprint: it names the run's cluster settings
 # cluster.device_memory_limit of the memory probe: below one block's texts (the simulator's corpora are tiny)
@@ -47,8 +55,6 @@ def cluster_bench(docs=(1_000_000,), backend: str = "gpu", workers=(1, 2, 4), sh
     """Rows of the benchmark (see the module docstring): one per one-process run, per cluster (its fixed
     costs), per joined run, per memory probe.  ``block_rows``: the joined runs' ``cluster.block_rows`` (None:
     the default).  ``deadline``: a time.time() after which nothing new starts (its rows say so)."""
-    from gpu_dedup.bench.gpu import planted_dir, replicated_dir  # noqa: PLC0415  the corpora of the GPU suites
-
     for name in ("distributed", "dask_cuda"):  # the clusters' INFO lines (a LocalCUDACluster's scheduler is here)
         logging.getLogger(name).setLevel(logging.WARNING)
     rows: list = []
@@ -143,8 +149,6 @@ def _layout(backend: str, workers: int) -> str:
 def start_cluster(backend: str, workers: int, rmm_async: bool = False):
     """A local cluster of ``workers`` workers as a run would start it: GPU workers all on the first visible GPU
     (``cluster.workers_per_gpu = workers``; one worker: a LocalCUDACluster), or CPU worker processes."""
-    from gpu_dedup.config import ClusterConfig  # noqa: PLC0415
-    from gpu_dedup.run.cluster.connection import gpu_cluster, local_cluster, worker_threads  # noqa: PLC0415
 
     if backend == "gpu":
         return gpu_cluster(workers, ClusterConfig(workers=workers, workers_per_gpu=workers, rmm_async=rmm_async))
@@ -157,8 +161,6 @@ def _one_cluster(w: int, backend: str, corpora: list, single: dict, shuffles, wa
     gains its runs' seconds.  Returns its fixed seconds (start, kernels, warm-up, close)."""
     from distributed import Client  # noqa: PLC0415
 
-    from gpu_dedup.config import Config  # noqa: PLC0415
-    from gpu_dedup.run.cluster.executor import prepare_worker  # noqa: PLC0415
 
     name = _layout(backend, w)
     fixed: dict = {}
@@ -229,7 +231,6 @@ def _joined(path, out: Path, settings: dict, single) -> dict:
 
 def _memory_probe(backend: str, path, out: Path, address: str, shards: bool, single, block_rows=None) -> list:
     """Device memory under pressure (see the module docstring): the spilling run's row, then the failing one's."""
-    from gpu_dedup.backends.gpu_probe import simulator_requested  # noqa: PLC0415
 
     address_and = {"scheduler": address, **({"block_rows": block_rows} if block_rows else {})}
 
@@ -255,8 +256,6 @@ def _memory_probe(backend: str, path, out: Path, address: str, shards: bool, sin
 def compared(a, b) -> dict:
     """Output directory ``b`` against ``a``: ``identical`` (every file the same bytes) and ``content_identical``
     (the same tables where the bytes differ), ``_SUCCESS`` left out (see UNCOMPARED)."""
-    from gpu_dedup.bench.gpu import compare_outputs  # noqa: PLC0415
-
     c = compare_outputs(a, b)
     differ = [n for n in c["differ"] if n not in UNCOMPARED]
     content = {n: why for n, why in c["content_differs"].items() if n not in UNCOMPARED}
@@ -266,8 +265,6 @@ def compared(a, b) -> dict:
 
 
 def _run(inputs, out: Path, settings: dict):
-    from gpu_dedup.config import Config  # noqa: PLC0415
-    from gpu_dedup.run.entry import run_dedup  # noqa: PLC0415
 
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
@@ -285,8 +282,6 @@ def _single_process(inputs, out: Path, settings: dict, warm, warm_out: Path) -> 
     line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")), None)
     got = json.loads(line) if line is not None else {}
     if "error" in got:  # one of gpu_dedup's errors (no GPU, a bad config): the same error here
-        from gpu_dedup import errors  # noqa: PLC0415
-
         raise getattr(errors, got["error_type"], errors.GpuDedupError)(got["error"])
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"the one-process run failed (exit status {proc.returncode}): {proc.stderr[-2000:]}")
@@ -295,7 +290,6 @@ def _single_process(inputs, out: Path, settings: dict, warm, warm_out: Path) -> 
 
 def single_main(job: str) -> None:
     """The child of :func:`_single_process`: a warm-up run, then the timed one; prints their seconds."""
-    from gpu_dedup.errors import GpuDedupError  # noqa: PLC0415
 
     j = json.loads(job)
     try:

@@ -347,10 +347,11 @@ def _kept(data: BlockData, cfg: Config, run: str | None) -> BlockData:
     host memory, ``run`` given) in a file of the worker's local directory (:func:`text_dir`) that each task
     reading them maps, so that the worker holds the texts of the blocks its running tasks read, not of all its
     blocks.  ``auto``: in memory while this run's texts on this worker stay within SPILL_SHARE of its memory
-    limit.  Texts in device memory (a GPU worker's normalized block): on the device or in host memory
-    (:func:`_kept_on_device`).  Where the texts are decides, not the backend's name (a backend named ``cpu``
-    may be the GPU's, as under ``pytest --backend gpu``)."""
-    if run is not None and data.strings is not None and on_device(data.strings.offsets):
+    limit.  A GPU worker's normalized block (texts in device memory, or in the CUDA simulator's host arrays):
+    on the device or in host memory (:func:`_kept_on_device`), never in a file.  Texts in device memory take
+    that path whatever the backend's name (one named ``cpu`` may be the GPU's, as under ``pytest --backend
+    gpu``)."""
+    if run is not None and data.strings is not None and (on_device(data.strings.offsets) or cfg.backend == "gpu"):
         return _kept_on_device(data, cfg, run)
     if run is None or cfg.cluster.spill_texts is False or data.strings is None:
         return data
