@@ -28,10 +28,6 @@ class Backend:
     name = ""
     device = False  # arrays live in device memory
     xp = numpy  # the array module of this backend's arrays (CuPy on a GPU)
-    # output.hold_inputs auto: whether the read stage keeps the shards' columns for the write stage.  On the
-    # host it trades about the corpus's uncompressed size of peak memory for a few per cent of the wall (2
-    # cores, 10^6 documents: 1.5 s of 27 for +1.5 GB), so the CPU reads the shards again; a GPU run holds them.
-    holds_inputs = False
 
     def prepare(self, cfg) -> float:
         """Load (or compile) the kernels ``cfg`` uses; the seconds it took."""

@@ -347,7 +347,6 @@ class GPUBackend(Backend):
     """Same entry points, arguments and results as ``CPUBackend``; kernels on the device."""
 
     name = "gpu"
-    holds_inputs = True  # output.hold_inputs auto: the shards stay (in device memory with cuDF) until the write
 
     def __init__(self, info: dict | None = None, *, xp=None, threads: int | None = None, span: int = SPAN,
                  seg_bytes: int = SEGMENT_BYTES, item_threads: int = ITEM_THREADS, max_blocks: int | None = None,

@@ -219,8 +219,7 @@ class LocalExecutor:
         if reader is None and self.batch_bytes is None and self.backend.name == "cpu" and family_for(cfg).uses_text:
             # each batch normalized as it is read, its raw text dropped (the memory of the stage: a few batches)
             hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None)
-        hold = reader is None and self.cfg.output.shards and hold_inputs(self.shards, cfg.output.hold_inputs,
-                                                                     auto=self.backend.holds_inputs)
+        hold = reader is None and self.cfg.output.shards and hold_inputs(self.shards, cfg.output.hold_inputs)
         table_reader = self.backend.table_reader(cfg) if reader is not None else None
         c = read(self.shards, cfg.input, score, progress=progress, text_reader=reader, text=hook, hold=hold,
                  table_reader=table_reader)

@@ -250,12 +250,11 @@ def _shard_batches(i: int, shard: Shard, cfg: InputConfig, score_column, skip: b
     yield i, "end", None
 
 
-def hold_inputs(shards, setting, share: float = HOLD_SHARE, auto: bool = True) -> bool:
+def hold_inputs(shards, setting, share: float = HOLD_SHARE) -> bool:
     """Whether the read stage keeps the Parquet shards' columns for the write stage (``output.hold_inputs``):
-    ``setting`` true or false, or for ``auto`` (where the backend holds by default: ``auto``) when their
-    uncompressed size (from the footers) is at most ``share`` of the memory available now.  Only Parquet
-    shards are held; the rest are read again."""
-    if setting is not True and not (setting == "auto" and auto):
+    ``setting`` true or false, or for ``auto`` when their uncompressed size (from the footers) is at most
+    ``share`` of the memory available now.  Only Parquet shards are held; the rest are read again."""
+    if setting is not True and setting != "auto":
         return False
     parquet = [s for s in shards if s.format == "parquet"]
     if not parquet:

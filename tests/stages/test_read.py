@@ -124,18 +124,6 @@ def test_hold_inputs_auto_holds_the_parquet_shards_when_they_fit_a_share_of_the_
     assert not rd.hold_inputs(parquet, "auto")
     assert rd.hold_inputs(parquet, True) and not rd.hold_inputs(parquet, False)
     assert not rd.hold_inputs(storage.discover([tmp_path / "b.jsonl"]), True)  # JSONL is read again
-    monkeypatch.setattr(rd, "available_memory", lambda: 4 * size)
-    assert not rd.hold_inputs(parquet, "auto", auto=False) and rd.hold_inputs(parquet, True, auto=False)
-
-
-def test_a_cpu_run_holds_its_inputs_only_when_asked_and_a_gpu_run_by_default():
-    """auto: the host reads the shards again (peak memory over a few per cent of wall); a GPU run holds them."""
-    from gpu_dedup.backends import Backend, get_backend
-    from gpu_dedup.backends.gpu import GPUBackend
-
-    assert not Backend.holds_inputs and not get_backend("cpu").holds_inputs and GPUBackend.holds_inputs
-
-
 
 
 def test_head_reads_the_first_documents_and_stops(shards, monkeypatch):
