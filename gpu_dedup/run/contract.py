@@ -59,6 +59,83 @@ class Corpus(Protocol):
     def id_generated(self) -> bool: ...
 
 
+class Prior(Protocol):
+    """The documents a run is deduplicated against (:mod:`gpu_dedup.run.prior`): none
+    (:class:`~gpu_dedup.run.prior.NoPrior`) or an index's (:class:`~gpu_dedup.run.prior.IndexPrior`).  Its
+    documents are the doc numbers ``0 .. first_doc - 1``; each query takes doc numbers (or keys) of them, and
+    a prior without documents answers every query of no documents with nothing.  Stage functions receive it
+    (a Dask worker gets it pickled)."""
+
+    active: bool  # it has documents (an index): stage functions skip the index's work without one
+    first_doc: int  # its documents' count: this run's row ``r`` is doc number ``first_doc + r``
+    path: str | None  # where the index is (None: no index)
+    min_bucket_size: int  # a bucket of this run's band hashes takes part from this many members on
+
+    def is_index(self, sink: object) -> bool:
+        """Whether ``sink`` is this very index (a run that updates the index it is deduplicated against)."""
+
+    def exact_matches(self, keys: np.ndarray) -> np.ndarray:
+        """The indexed document with each exact key ((n, 3) uint64), or -1."""
+
+    def bucket_centres(self, band: np.ndarray, hashes: np.ndarray) -> tuple:
+        """Its centre sequence of each (band, hash) bucket: (bucket position, round, doc)."""
+
+    def home(self, docs: np.ndarray) -> np.ndarray:
+        """The survivor of each indexed document's index cluster."""
+
+    def ranks(self, docs: np.ndarray) -> np.ndarray:
+        """Ranks of indexed documents, all before this run's rows (which rank from 0)."""
+
+    def ids(self, docs: np.ndarray) -> pa.Array:
+        """The ids of indexed documents."""
+
+    def texts(self, docs: np.ndarray) -> pa.Array:
+        """The normalized texts of indexed documents."""
+
+    def signatures(self, docs: np.ndarray) -> np.ndarray:
+        """The signatures of indexed documents (rows x width)."""
+
+    def vectors(self, docs: np.ndarray) -> Any:
+        """The vectors of indexed documents (:class:`gpu_dedup.stages.vectors.Vectors`)."""
+
+
+class Sink(Protocol):
+    """What receives every document of a run (:meth:`Executor.append_index`): an index being built
+    (:class:`gpu_dedup.index.store.IndexBuilder`) or updated (:class:`gpu_dedup.index.store.Index`)."""
+
+    @property
+    def path(self) -> object:
+        """Where the index is (a path or a URL)."""
+
+    @property
+    def documents(self) -> int:
+        """Its documents so far (after the append: this run's included)."""
+
+    @property
+    def id_type(self) -> pa.DataType | None:
+        """The Arrow type of its ids (None: a new index, whose first append names it)."""
+
+    def append(self, *, ids: Any, kept: Any, survivor: Any, keys: Any, texts: Any, band_docs: Any,
+               band_hashes: Any, centres: Any, signatures: Any = None, vectors: Any = None,
+               layout: Any = None) -> int:
+        """One process's documents as one segment (see :meth:`gpu_dedup.index.store.Index.append`); the
+        first doc number of the segment."""
+
+    def append_segments(self, counts: list, write: Callable, layout: tuple | None = None) -> int:
+        """A cluster's blocks as one segment each, written by ``write(plan, writer)`` on the workers and
+        published with one manifest write; the first doc number."""
+
+    # an append in two steps: the segments before the run's outputs are published, the manifest after
+    def hold(self) -> None:
+        """The next append writes its segments but not the manifest that adds them to the index."""
+
+    def publish_staged(self) -> None:
+        """The held append's manifest: its segments become part of the index."""
+
+    def discard_staged(self) -> None:
+        """Drop the held append's segments (the run publishes nothing)."""
+
+
 class Step:
     """A function a route runs in its own work: ``before`` on each source part, ahead of cutting it; ``after``
     on each destination's rows, once gathered.  The part's call is ``fn(part, *(o[k] for o in others),

@@ -26,38 +26,69 @@ reopens the index on the worker (memory-mapped, once per process).
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+
+from gpu_dedup.stages.vectors import Vectors
 
 REMOVED_RANK = 1 << 50  # above every row's rank: an indexed document the index holds as removed
 _OPEN: dict = {}  # (path, documents) -> opened index, per process (a Dask worker reopens once)
 
 
 class NoPrior:
-    """A run without an index: no indexed document takes part."""
+    """A run without an index: no indexed document takes part; every query is of no documents (a doc number
+    below ``first_doc`` = 0 does not exist, and asking for one is a bug)."""
 
     active = False
     first_doc = 0
+    path = None
+    min_bucket_size = 2  # a bucket of one document has no pair
 
-    def exact_matches(self, keys):
-        return np.full(keys.shape[0], -1, np.int64)
+    def is_index(self, sink: object) -> bool:
+        return False
 
-    def bucket_centres(self, band, hashes):
+    def exact_matches(self, keys) -> np.ndarray:
+        return np.full(np.asarray(keys).shape[0], -1, np.int64)
+
+    def bucket_centres(self, band, hashes) -> tuple:
         z = np.zeros(0, np.int64)
         return z, z, z
 
-    def home(self, docs):
-        return docs
+    def home(self, docs) -> np.ndarray:
+        return _none(docs)
 
-    def is_index(self, sink) -> bool:
-        return False
+    def ranks(self, docs) -> np.ndarray:
+        return _none(docs)
 
-    def ranks(self, docs):  # pragma: no cover - no indexed document is ever a node
-        return np.zeros(0, np.int64)
+    def ids(self, docs) -> pa.Array:
+        _none(docs)
+        return pa.array([], pa.int64())
+
+    def texts(self, docs) -> pa.Array:
+        _none(docs)
+        return pa.array([], pa.large_string())
+
+    def signatures(self, docs) -> np.ndarray:
+        _none(docs)
+        return np.zeros((0, 0), np.uint64)
+
+    def vectors(self, docs):
+        _none(docs)
+        return Vectors(np.zeros((0, 0), np.float32), np.zeros(0, np.int8))
+
+
+def _none(docs) -> np.ndarray:
+    """``docs`` as doc numbers of a run without a prior: there are none."""
+    docs = np.asarray(docs, np.int64)
+    if docs.shape[0]:  # pragma: no cover - a node below first_doc = 0 never exists
+        raise IndexError(f"a run without an index has no indexed documents, but {docs.shape[0]} were asked for")
+    return docs
 
 
 class IndexPrior:
     """An opened :class:`gpu_dedup.index.Index` as the run's prior (see the module docstring)."""
 
     active = True
+    min_bucket_size = 1  # a lone new document still meets the index's documents of its bucket
 
     def __init__(self, index):
         self._index = index
