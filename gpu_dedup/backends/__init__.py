@@ -155,6 +155,15 @@ def to_module(a, xp):
     return to_host(a) if xp is numpy else to_device(a, xp)
 
 
+def texts_for(strings, backend):
+    """Kernel buffers (:class:`~gpu_dedup.backends.strings.StringBuffers`) that ``backend`` can read: as they
+    are, or on the host (counted) for a backend that computes on the host while the texts are in device
+    memory.  A device backend reads host texts itself (a batch's byte span at a time)."""
+    if strings is None or not on_device(strings.offsets) or backend.xp is not numpy:
+        return strings
+    return type(strings)(to_host(strings.offsets), to_host(strings.data))
+
+
 class ByArrays:
     """One operation with an implementation per array module, chosen by the module of the arrays at hand: the
     one place where code decides by array type.

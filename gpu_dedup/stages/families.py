@@ -34,8 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import array_module, get_backend, on_device, to_device, to_host
-from gpu_dedup.backends.strings import StringBuffers
+from gpu_dedup.backends import array_module, get_backend, texts_for, to_device, to_host, to_module
 from gpu_dedup.config import Config
 from gpu_dedup.curves import curve_section
 from gpu_dedup.kernels.cosine_scalar import FM1, GOLDEN
@@ -358,24 +357,16 @@ def vector_cosine(data: RowData, left, right, be):
     """
     matrix = data.vectors.matrix
     xp = be.xp
+    # device branch (tools/device_branches.py): the vectors are the run's data, not the backend's; where they
+    # already are in the backend's memory nothing is copied, else only the rows the pairs name cross the bus
     if xp is array_module(matrix):
         return be.cosine_pairs(matrix, data.vector_norms(be), left, right)
-    device = on_device(left) or on_device(right)
     pxp = array_module(left, right)  # the pairs' array module: the distinct rows are found where the pairs are
     nodes, a, b = pair_rows(to_device(left, pxp).astype(pxp.int64, copy=False),
                             to_device(right, pxp).astype(pxp.int64, copy=False), pxp)
     rows = to_device(np.ascontiguousarray(matrix[to_host(nodes)], np.float32), xp)
     out = be.cosine_pairs(rows, be.row_norms(rows), a, b)
-    return out if device else to_host(out)
-
-
-def texts_for(strings: StringBuffers, be) -> StringBuffers:
-    """Kernel buffers a backend can read: as they are, or on the host (counted) for a backend that computes
-    on the host while the texts are in device memory.  A device backend reads host texts itself (a batch's
-    byte span at a time)."""
-    if strings is None or not on_device(strings.offsets) or be.xp is not np:
-        return strings
-    return StringBuffers(to_host(strings.offsets), to_host(strings.data))
+    return to_module(out, pxp)  # where the pairs were
 
 
 def vector_keys(v: vectors.Vectors) -> np.ndarray:

@@ -65,7 +65,7 @@ class Corpus:
     score_column: str | None = None
     vectors: list | None = None  # input.vector_column: (shard index, first row, column) per shard read
     device_text: list | None = None  # text columns in device memory, one per shard (a device reader's)
-    device_table: object = None  # read(table_reader=...): every column of every shard in device memory, or None
+    device_table: object = None  # the Readers' table reader: every column of every shard in device memory, or None
     text_parts: list | None = None  # what ``read(text=...)`` returned for each batch's text column, in row order
     held: list | None = None  # read(hold=True): per shard the batches of all its columns as read (None: not held)
 
