@@ -22,6 +22,7 @@ import logging
 import sys
 from dataclasses import replace
 
+from gpu_dedup.backends import cluster_backend
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ResourceError
 from gpu_dedup.run.checkpoint import Checkpoints, NoCheckpoints, run_fingerprint
@@ -45,8 +46,7 @@ def run_cluster(inputs, output_dir, cfg: Config, *, restart: bool = False, prior
     every worker must see, like the output directory."""
     st = StageLog()  # the run's seconds count from here (from the process's start under the CLI)
     shards, job = plan_run(inputs, output_dir, cfg, prior=prior, sink=sink, write_shards=write_shards, st=st)
-    if cfg.backend == "auto":  # decided on the client without touching CUDA: GPU workers only when asked for
-        cfg = replace(cfg, backend="cpu")
+    cfg = replace(cfg, backend=cluster_backend(cfg.backend))  # auto: CPU workers (GPU ones only when asked for)
     job = replace(job, cfg=cfg)
     ex = DaskExecutor(shards, cfg, job.prior)
     od = None

@@ -13,6 +13,7 @@ import signal
 import threading
 from dataclasses import dataclass
 
+from gpu_dedup.backends import traits
 from gpu_dedup.backends.gpu_probe import simulator_requested
 from gpu_dedup.config import Config, parse_size
 from gpu_dedup.errors import BackendError, ConfigError
@@ -36,7 +37,7 @@ def connect(cfg: Config):
     if c.scheduler:
         client = _client_within(Client, c.scheduler, connect_timeout())
         cluster = None
-    elif cfg.backend == "gpu":
+    elif traits(cfg.backend).workers == "cuda":  # Dask-CUDA workers (see gpu_cluster)
         with shielded_children():
             cluster = gpu_cluster(c.workers, c)
             client = Client(cluster)

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import gpu_dedup.run.cluster.blocks as B
 import gpu_dedup.run.cluster.routing as routing
 from gpu_dedup import storage
-from gpu_dedup.backends import array_module, get_backend, to_host
+from gpu_dedup.backends import array_module, get_backend, to_host, traits
 from gpu_dedup.config import Config
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash, staged
 from gpu_dedup.run.cluster.connection import connect, quiet_teardown
@@ -404,7 +404,7 @@ class DaskExecutor:
         large-star / small-star rounds over shuffles (stages/components.py); labels routed by node."""
         total = self.total(_edges_of, edges)["edges"]
         limit = self.cfg.cluster.components_gathered_edges
-        if total > limit and self.cfg.backend == "gpu":  # Dask-CUDA: cuGraph's multi-GPU WCC where installed
+        if total > limit and traits(self.cfg.backend).graph_components:  # Dask-CUDA: cuGraph's WCC where installed
             labels = _cugraph_components(self.client, edges, self.partitions)
             if labels is not None:
                 return labels
