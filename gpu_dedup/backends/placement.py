@@ -147,7 +147,7 @@ class Placement:
         return Readers(stream_normalize=self.batch_bytes is None and self.backend.normalizes_while_reading)
 
     # ---- kernels on the corpus
-    def normalize(self, column) -> tuple[StringBuffers, int]:
+    def normalize(self, column: Any) -> tuple[StringBuffers, int]:
         """Normalized texts of ``column`` (a host Arrow column, or the device reader's texts) and the count of
         invalid UTF-8 rows: at once where the backend computes, or (above the memory limit) in slices of at
         most ``batch_bytes`` of text, kept on the host."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -57,7 +58,7 @@ from gpu_dedup.stages.verify import (
 class RowData:
     """The rows a family computes on: normalized texts and/or vectors of one block (or the corpus)."""
 
-    strings: object = None  # StringBuffers of the normalized texts (jaccard, cosine from text)
+    strings: Any = None  # StringBuffers of the normalized texts (jaccard, cosine from text)
     vectors: vectors.Vectors | None = None  # cosine with input.vector_column
     norms: np.ndarray | None = field(default=None, repr=False)  # cached vector norms
 
@@ -67,6 +68,7 @@ class RowData:
     def vector_norms(self, backend="cpu"):
         """Norms of the vectors (every backend computes the same bits), where the vectors are."""
         if self.norms is None:
+            assert self.vectors is not None  # a vector family's rows
             self.norms = vector_norms(self.vectors.matrix, backend)
         return self.norms
 
@@ -89,14 +91,15 @@ class Family(ABC):
     def __init__(self, cfg: Config, rows_in_run: int | None = None):
         self.cfg = cfg
         self.rows_in_run = rows_in_run
-        self._layout = None
+        self._layout: tuple[int, int] | None = None
 
     @property
     def layout(self) -> tuple[int, int]:
         """(bands, rows) of this run (derived on first use)."""
-        if self._layout is None:
-            self._layout = self._derive_layout()
-        return self._layout
+        layout = self._layout
+        if layout is None:
+            layout = self._layout = self._derive_layout()
+        return layout
 
     # ---- rows --------------------------------------------------------------------------------
     def null_rows(self, table: pa.Table, vecs=None) -> np.ndarray:
@@ -118,7 +121,10 @@ class Family(ABC):
         return exact_keys(data.strings, self.cfg.minhash.seed, backend)
 
     # ---- signatures and bands ------------------------------------------------------------------
-    keep_signatures = False  # band data keeps the signature values (signature verification, an index)
+    @property
+    def keep_signatures(self) -> bool:
+        """Band data keeps the signature values (signature verification, an index)."""
+        return False
 
     @abstractmethod
     def _derive_layout(self) -> tuple[int, int]:
@@ -169,6 +175,7 @@ class Family(ABC):
     def pair_similarity(self, data: RowData | None, values, left, right, backend="cpu", progress=None):
         """Similarity of row pairs by ``verify.method``: exact (``data``) or from signatures (``values``)."""
         if self.cfg.verify.method == "exact":
+            assert data is not None  # the rows' texts or vectors
             return self.exact_similarity(data, left, right, backend, progress)
         if progress is not None:
             progress(len(left))
@@ -244,7 +251,9 @@ class Cosine(Family):
     def _derive_layout(self):
         return self.cfg.cosine_layout_for(self.rows_in_run)
 
-    keep_signatures = True  # packed bits are small (bits / 8 bytes a row): kept for the index and estimates
+    @property
+    def keep_signatures(self) -> bool:
+        return True  # packed bits are small (bits / 8 bytes a row): kept for the index and estimates
 
     # ---- rows
     def load_vectors(self, column, shard: str | None, row_offset: int, dim: int | None = None) -> vectors.Vectors:
@@ -355,6 +364,7 @@ def vector_cosine(data: RowData, left, right, be):
     there.  The results are where the pairs (or the vectors) were; the bits are the same on every backend
     (one scalar source, a fixed summation order).
     """
+    assert data.vectors is not None  # a vector family's rows
     matrix = data.vectors.matrix
     xp = be.xp
     # device branch (tools/device_branches.py): the vectors are the run's data, not the backend's; where they

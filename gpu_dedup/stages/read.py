@@ -29,6 +29,7 @@ import os
 from contextlib import closing
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -104,9 +105,13 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
     ``progress(1)`` is called after each shard."""
     shards = inputs if inputs and isinstance(inputs, list) and isinstance(inputs[0], Shard) else discover(inputs, cfg.format)
     readers = readers if readers is not None else Readers()  # pyarrow's
-    parts, out_shards, vector_parts, text_parts, held = [], [], [], [], []
+    parts: list = []
+    out_shards: list = []
+    vector_parts: list = []
+    text_parts: list = []
+    held: list = []
     hold = hold and readers.on_host
-    first_id = None
+    first_id: tuple | None = None
     row0 = 0
     mine = _Shard(row0)  # the batches of the shard being read
     with closing(_batches(shards, cfg, score_column, not readers.on_host, hold=hold)) as batches:  # reader threads stop
@@ -158,9 +163,13 @@ class _Shard:
     """What has been read of one shard so far."""
 
     def __init__(self, row0: int):
-        self.row0, self.rows, self.seen, self.first_id = row0, 0, False, None
-        self.tables, self.text, self.vectors, self.vector_type = [], [], [], None
-        self.held = []  # whole batches as read (read(hold=True))
+        self.row0, self.rows, self.seen = row0, 0, False
+        self.first_id: Any = None  # the id type the shards before this one fixed
+        self.tables: list = []
+        self.text: list = []
+        self.vectors: list = []
+        self.vector_type = None
+        self.held: list = []  # whole batches as read (read(hold=True))
 
 
 def _add_batch(mine: _Shard, shard: Shard, cfg: InputConfig, table: pa.Table, i: int, first_id, score_column,
