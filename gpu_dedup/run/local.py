@@ -208,16 +208,17 @@ class LocalExecutor:
             self.vectors = self._load_vectors(c.vectors, c.shards, n)
         self._texts = readers.texts(c.device_text, self.xp)  # the device reader's texts, or the table's column
         c.device_text = None
+        batches = c.text_parts or []
         if hook is not None:
-            self._batches = c.text_parts
+            self._batches = batches
             c.text_parts = None
-            null = hook.null(self._batches)
+            null = hook.null(batches)
         else:
             null = self._texts.null(lambda: self.family.null_rows(table, self.vectors))
         key = None
         if cfg.select.keep == "longest" and n:
             if hook is not None:
-                key = hook.lengths(self._batches)
+                key = hook.lengths(batches)
             else:
                 key = self._texts.lengths(lambda: text_lengths(table.column("text")))
         elif cfg.select.keep == "lowest_id":
@@ -232,7 +233,7 @@ class LocalExecutor:
         """The vector column of every shard (bad rows raise or are kept, per cosine.bad_vectors)."""
         mats, stats, dim = [], [], None
         for i, _, column in parts:  # one step per shard (rows in messages count from the shard's first)
-            v = self.family.load_vectors(column, shards[i].path, 0, dim)
+            v = self.family.load_vectors(column, shards[i].path, 0, dim)  # type: ignore[attr-defined]  # cosine
             if len(v) and dim is None and (v.status != 3).any():
                 dim = v.dim
             mats.append(v.matrix)
@@ -261,6 +262,7 @@ class LocalExecutor:
         if self._released:
             raise RuntimeError("the normalized texts were released (release_texts) before a step that reads them")
         if self._strings is None:
+            assert self.st is not None  # prepared
             with self.st.stage("normalize", self.corpus.n) as info:
                 if self._batches is not None:  # normalized batch by batch as the read stage read them
                     self._strings, invalid, seconds = BatchNormalizer.join(self._batches)
@@ -312,7 +314,7 @@ class LocalExecutor:
         ranks = ranks_from_keys(keep, c.n, length=c.rank_key, ids=c.rank_key, score=c.rank_key)
         return [{"rank": to_device(ranks, self.xp)}]
 
-    def signatures(self, rows: list, progress=None) -> list:
+    def signatures(self, rows, progress=None) -> list:
         """Signatures of ``rows`` (the family's), in chunks of SIGNATURE_CHUNK documents (and, under a GPU
         memory bound, of at most ``batch_bytes`` of text): per row its values, features and usability.
 
@@ -321,7 +323,7 @@ class LocalExecutor:
         picks the rows) and the (rows, permutations) matrix never exists: at 10^6 documents and 128
         permutations, 0.5 GB less at the run's memory peak."""
         xp = self.xp
-        rows = rows[0]["row"]
+        rows = rows[0]["row"]  # the part's frame: its rows
         fam, data = self._family(), self._data()
         m = rows.shape[0]
         out = None  # the values, or their band hashes
@@ -414,6 +416,7 @@ class LocalExecutor:
                 data = self._combined[key]
             return fam.pair_similarity(data, None, position(left), position(right), self.backend, progress)
         bands = self._bands
+        assert bands is not None  # keep_bands ran
         sig = bands["signatures"]
         rows = bands["lsh_row"]
         if m:

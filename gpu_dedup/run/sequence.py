@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -136,6 +137,8 @@ __all__ = ["CorpusCounts", "Job", "RunResult", "plan_run", "execute", "open_outp
 class CorpusCounts:
     """What every executor's corpus answers alike (``id_column``: None when the ids are generated)."""
 
+    id_column: str | None
+
     @property
     def id_generated(self) -> bool:
         return self.id_column is None
@@ -188,17 +191,13 @@ class RunResult:
 
     @property
     def kept(self) -> np.ndarray:
-        if self.kept_rows is None:
-            self._read_back()
-        return self.kept_rows
+        return self._read_back()[0] if self.kept_rows is None else self.kept_rows
 
     @property
     def cluster(self) -> np.ndarray:
-        if self.cluster_rows is None:
-            self._read_back()
-        return self.cluster_rows
+        return self._read_back()[1] if self.cluster_rows is None else self.cluster_rows
 
-    def _read_back(self) -> None:
+    def _read_back(self) -> tuple[np.ndarray, np.ndarray]:
         """kept / cluster per row from duplicates.parquet (a cluster run's)."""
         n = self.report["counts"]["documents_read"]
         kept = np.ones(n, bool)
@@ -209,6 +208,7 @@ class RunResult:
             kept[rows] = np.asarray(dup.column("kept"))
             cluster[rows] = np.asarray(dup.column("cluster_id"))
         self.kept_rows, self.cluster_rows = kept, cluster
+        return kept, cluster
 
 
 def plan_run(inputs, output_dir, cfg: Config, *, prior=None, sink=None, write_shards: bool = True,
@@ -615,7 +615,7 @@ class Sequence:
     def _result(self, report: dict) -> RunResult:
         """The RunResult: with every per-row array when the executor holds the corpus (one process)."""
         ex = self.ex
-        base = {"output_dir": self.job.out, "report": report, "shards": self.corpus.shards,
+        base: dict[str, Any] = {"output_dir": self.job.out, "report": report, "shards": self.corpus.shards,
                 "first_doc": self.first_doc}
         if not ex.holds_corpus:
             return RunResult(duplicates_table=None, **base)

@@ -50,18 +50,19 @@ def run_cluster(inputs, output_dir, cfg: Config, *, restart: bool = False, prior
     job = replace(job, cfg=cfg)
     ex = DaskExecutor(shards, cfg, job.prior)
     od = None
-    ckpt = NoCheckpoints()
-    resumable = job.out is not None and not job.prior.active
+    ckpt: Checkpoints | NoCheckpoints = NoCheckpoints()
+    out = job.out
+    resumable = out is not None and not job.prior.active
     try:
         with st.cost("cluster_start"):  # started, or joined; its workers' kernels load in kernel_load
             ex.connect()  # first: a cluster that cannot start leaves no output directory behind
-        if job.out is not None:
+        if out is not None:
             with st.cost("setup"):
-                od = open_output(job.out, shards, inputs, cfg, shards_written=job.write_shards, fresh=not resumable)
+                od = open_output(out, shards, inputs, cfg, shards_written=job.write_shards, fresh=not resumable)
                 job = replace(job, outdir=od)
                 if resumable:
                     fingerprint = run_fingerprint(cfg, shards, f"dask:block_rows={cfg.cluster.block_rows}")
-                    ckpt = Checkpoints(job.out, fingerprint, restart)
+                    ckpt = Checkpoints(out, fingerprint, restart)
         return execute(job, ex, ckpt, st)
     except Exception as exc:
         if type(exc).__name__ != "KilledWorker":

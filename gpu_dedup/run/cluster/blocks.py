@@ -13,13 +13,23 @@ import shutil
 import threading
 import uuid
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup import storage
-from gpu_dedup.backends import ByArrays, array_module, get_backend, host_copy, on_device, to_device, to_host, traits
+from gpu_dedup.backends import (
+    ByArrays,
+    array_module,
+    get_backend,
+    host_copy,
+    on_device,
+    to_device,
+    to_host,
+    traits,
+)
 from gpu_dedup.backends.strings import StringBuffers, arrow_strings, string_buffers
 from gpu_dedup.config import Config, parse_size
 from gpu_dedup.errors import InputError, ResourceError
@@ -102,7 +112,8 @@ def plan_blocks(infos: list, block_rows: int) -> list:
         if s != t and not _same_schema(infos[s].get("schema"), infos[t].get("schema")):
             cuts.add(i)
     cuts.add(len(units) - 1)
-    blocks, lo, row0 = [], 0, 0
+    blocks: list = []
+    lo, row0 = 0, 0
     for hi in sorted(cuts):
         pieces = _pieces(units[lo:hi + 1])
         rows = sum(p.rows for p in pieces)
@@ -114,7 +125,7 @@ def plan_blocks(infos: list, block_rows: int) -> list:
 
 def _pieces(units: list) -> list:
     """The pieces of a block's units (consecutive units of one shard make one piece)."""
-    pieces = []
+    pieces: list = []
     for s, g, n, start in units:
         if pieces and pieces[-1][0] == s:
             pieces[-1][2].append(g)
@@ -136,7 +147,7 @@ def spread_blocks(rows: list, workers: list) -> list:
     load = dict.fromkeys(workers, 0)
     homes: list = [None] * len(rows)
     for k in sorted(range(len(rows)), key=lambda k: -rows[k]):  # stable: equal blocks in order
-        w = min(load, key=load.get) if load else None
+        w = min(load, key=lambda v: load[v]) if load else None
         if w is not None:
             load[w] += rows[k]
         homes[k] = w
@@ -152,7 +163,7 @@ class BlockData:
 
     block: Block
     table: pa.Table  # text[, id][, score]
-    strings: object = None  # normalized StringBuffers (device arrays on a GPU worker), unless in a file
+    strings: Any = None  # normalized StringBuffers (device arrays on a GPU worker), unless in a file
     invalid_utf8: int = 0
     vectors: Vectors | None = None  # input.vector_column
     null: np.ndarray | None = None
@@ -605,6 +616,7 @@ def vector_payload(data: BlockData, part: dict, column: str, first_doc: int, pri
     dim = data.vectors.matrix.shape[1] if data.vectors is not None else 1
     mat = np.zeros((nodes.shape[0], dim), np.float32)
     if own.any():
+        assert data.vectors is not None  # a vector family's block
         mat[own] = data.vectors.matrix[nodes[own] - first_doc - data.block.row0]
     if (~own).any():
         mat[~own] = prior.vectors(nodes[~own]).matrix

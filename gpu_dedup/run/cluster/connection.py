@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from gpu_dedup.backends import traits
 from gpu_dedup.backends.gpu_probe import simulator_requested
@@ -39,11 +40,12 @@ def connect(cfg: Config):
         cluster = None
     elif traits(cfg.backend).workers == "cuda":  # Dask-CUDA workers (see gpu_cluster)
         with shielded_children():
-            cluster = gpu_cluster(c.workers, c)
+            cluster = gpu_cluster(c.workers or 1, c)
             client = Client(cluster)
     else:
+        workers = c.workers or 1  # set: cluster.enabled without a scheduler
         with shielded_children():
-            cluster = local_cluster(c.workers, c.memory_limit, {"NUMBA_NUM_THREADS": str(worker_threads(c.workers))})
+            cluster = local_cluster(workers, c.memory_limit, {"NUMBA_NUM_THREADS": str(worker_threads(workers))})
             client = Client(cluster)
     log.info("Dask dashboard: %s (%d workers)", client.dashboard_link, len(client.scheduler_info()["workers"]))
     return client, cluster
@@ -195,7 +197,7 @@ def _scheduler_process_class():
             super().__init__()
             self.options = options
             self.config = dict(config or {})
-            self.process = None
+            self.process: Any = None
 
         async def start(self):
             from distributed.process import AsyncProcess
