@@ -132,6 +132,7 @@ class DatasetsKind:
     written into the dataset's cache directory)."""
 
     name = "datasets"
+    device = False  # an Arrow table in host memory (or mapped from disk)
 
     def matches(self, obj) -> bool:
         ds = sys.modules.get("datasets")  # a Dataset exists only where datasets is imported

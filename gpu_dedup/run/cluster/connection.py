@@ -361,7 +361,7 @@ def gpu_worker_memory(cluster_cfg, total: int | None) -> GPUWorkerMemory:
     per = cluster_cfg.workers_per_gpu
     share = total // per if total else None
     if cluster_cfg.device_memory_limit != "auto":
-        limit = parse_size(cluster_cfg.device_memory_limit)
+        limit: int | str = parse_size(cluster_cfg.device_memory_limit)
     else:
         limit = int(0.8 * share) if share else "default"
     if cluster_cfg.rmm_async or share is None:
