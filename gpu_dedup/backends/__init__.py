@@ -37,6 +37,10 @@ class Backend:
         """Load (or compile) the kernels ``cfg`` uses; the seconds it took."""
         return 0.0
 
+    def holds(self, a) -> bool:
+        """Whether ``a`` is an array of this backend's memory: its kernels take it in place, no copy."""
+        return array_module(a) is self.xp
+
     normalizes_while_reading = False  # the read stage may normalize each batch of text as it is read (on the host)
 
     def plan_memory(self, shards, cfg) -> dict | None:

@@ -366,15 +366,12 @@ def vector_cosine(data: RowData, left, right, be):
     """
     assert data.vectors is not None  # a vector family's rows
     matrix = data.vectors.matrix
-    xp = be.xp
-    # device branch (tools/device_branches.py): the vectors are the run's data, not the backend's; where they
-    # already are in the backend's memory nothing is copied, else only the rows the pairs name cross the bus
-    if xp is array_module(matrix):
+    if be.holds(matrix):  # in the backend's memory: nothing is copied, else only the rows the pairs name
         return be.cosine_pairs(matrix, data.vector_norms(be), left, right)
     pxp = array_module(left, right)  # the pairs' array module: the distinct rows are found where the pairs are
     nodes, a, b = pair_rows(to_device(left, pxp).astype(pxp.int64, copy=False),
                             to_device(right, pxp).astype(pxp.int64, copy=False), pxp)
-    rows = to_device(np.ascontiguousarray(matrix[to_host(nodes)], np.float32), xp)
+    rows = to_device(np.ascontiguousarray(matrix[to_host(nodes)], np.float32), be.xp)
     out = be.cosine_pairs(rows, be.row_norms(rows), a, b)
     return to_module(out, pxp)  # where the pairs were
 

@@ -619,7 +619,7 @@ def prepare_worker(cfg: Config, own: bool = True) -> float:
     workers of a user's scheduler are left as they are: a run changes nothing it does not own."""
     if own:
         _numba_threads_from_environment()
-    if cfg.backend == "gpu":
+    if traits(cfg.backend).workers == "cuda":  # Dask-CUDA weighs a block whose texts are on the device
         B.register_device_blocks()
     return float(get_backend(cfg.backend).prepare(cfg) or 0.0)
 
