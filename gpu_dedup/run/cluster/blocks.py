@@ -37,9 +37,10 @@ from gpu_dedup.stages import frames
 from gpu_dedup.stages.exact import exact_keys
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
+from gpu_dedup.stages.projections import NULL_ROW
 from gpu_dedup.stages.read import read_texts
 from gpu_dedup.stages.selection import text_lengths
-from gpu_dedup.stages.vectors import NULL_ROW, Vectors
+from gpu_dedup.stages.vectors import Vectors
 
 # --------------------------------------------------------------------------- planning
 

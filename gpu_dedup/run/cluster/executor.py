@@ -640,14 +640,14 @@ def _cugraph_components(client, edges: list, partitions: int):
     try:
         import cugraph  # noqa: PLC0415  Dask-CUDA workers only
         import cugraph.dask as dcg  # noqa: PLC0415
-        import dask  # noqa: PLC0415
         import dask.dataframe as dd  # noqa: PLC0415
         from cugraph.dask.comms import comms  # noqa: PLC0415
+        from dask.delayed import delayed  # noqa: PLC0415
         from distributed import wait  # noqa: PLC0415
     except Exception:  # not installed (or broken): the large-star / small-star rounds instead
         log.info("components: cuGraph is not importable; large-star / small-star rounds instead")
         return None
-    frames_ = [dask.delayed(routing.to_df)(f) for f in edges]
+    frames_ = [delayed(routing.to_df)(f) for f in edges]
     meta = client.submit(routing.empty, client.submit(routing.to_df, edges[0], pure=False), pure=False).result()
     ddf = dd.from_delayed(frames_, meta=meta, verify_meta=False)
     comms.initialize(p2p=True)

@@ -302,6 +302,7 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
                 for k, (g, i) in enumerate(place)]
     import dask  # noqa: PLC0415  Dask's shuffle only: importing dask.dataframe takes the client about 1 s
     import dask.dataframe as dd  # noqa: PLC0415
+    from dask.delayed import delayed  # noqa: PLC0415
 
     if device is not None:
         try:  # cuDF frames on GPU workers: their empty meta reaches this process, and Dask dispatches on its type
@@ -313,7 +314,7 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
                            account=account, device=device, pure=False, **placed(where[i]), **kw)
              for i, p in enumerate(parts)]
     meta = client.submit(empty, ready[0], pure=False).result()
-    ddf = dd.from_delayed([dask.delayed(f) for f in ready], meta=meta, verify_meta=False)
+    ddf = dd.from_delayed([delayed(f) for f in ready], meta=meta, verify_meta=False)
     with dask.config.set({"dataframe.shuffle.method": shuffle_method} if shuffle_method else {}):
         routed = ddf.set_index("_dest", divisions=list(range(n + 1)), sorted=False)
         out = client.compute(routed.to_delayed())
