@@ -28,7 +28,13 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from gpu_dedup.errors import COMMITTED, GpuDedupError, ResourceError, after_commit, write_error
+from gpu_dedup.errors import (
+    COMMITTED,
+    GpuDedupError,
+    ResourceError,
+    after_commit,
+    write_error,
+)
 from gpu_dedup.run.checkpoint import maybe_crash
 from gpu_dedup.run.contract import Executor, Parts, Prior, Sink
 from gpu_dedup.run.stagelog import StageLog

@@ -35,7 +35,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import array_module, get_backend, texts_for, to_device, to_host, to_module
+from gpu_dedup.backends import (
+    array_module,
+    get_backend,
+    texts_for,
+    to_device,
+    to_host,
+    to_module,
+)
 from gpu_dedup.config import Config
 from gpu_dedup.curves import curve_section
 from gpu_dedup.kernels.cosine_scalar import FM1, GOLDEN

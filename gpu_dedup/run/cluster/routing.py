@@ -302,7 +302,7 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
                 for k, (g, i) in enumerate(place)]
     import dask  # noqa: PLC0415  Dask's shuffle only: importing dask.dataframe takes the client about 1 s
     import dask.dataframe as dd  # noqa: PLC0415
-    from dask.delayed import delayed  # noqa: PLC0415
+    from dask.delayed import delayed
 
     if device is not None:
         try:  # cuDF frames on GPU workers: their empty meta reaches this process, and Dask dispatches on its type
