@@ -146,5 +146,10 @@ def test_a_missing_member_is_named():
         def append_segments(self, counts, write):  # layout left out
             return 0
 
+        def hold(self):
+            pass
+
+        publish_staged = discard_staged = hold
+
     with pytest.raises(AssertionError, match="append"):
         _check(Narrow, Sink)
