@@ -117,7 +117,7 @@ class IndexSteps:
         ``documents``), or the index built."""
         prior = self.prior
         if prior.active:
-            updated = prior.is_index(self.sink)  # appended after the report is published (see append)
+            updated = prior.is_index(self.sink)  # its manifest written after the outputs are published (publish)
             first = prior.first_doc
             return {"index": {"path": str(prior.path), "documents_before": first,
                               "updated": updated, "documents_after": first + documents if updated else first}}
