@@ -482,6 +482,8 @@ class Config:
 
     def __post_init__(self):
         _choice("", "backend", self.backend, BACKENDS)
+        # device branch (tools/device_branches.py): a setting only Dask-CUDA workers have, refused on any other
+        # backend when the configuration is read; the config sits below the backends and cannot ask their traits
         if self.cluster.workers_per_gpu > 1 and self.backend != "gpu":
             raise ConfigError(f"cluster.workers_per_gpu = {self.cluster.workers_per_gpu} shares each GPU among "
                               f"Dask-CUDA workers, but backend is {self.backend!r}: use --backend gpu, or drop "

@@ -89,7 +89,9 @@ class Published:
         self.reset()
 
     def reset(self) -> None:
-        self.outputs, self.index, self.indexed = None, None, False
+        self.outputs: str | None = None
+        self.index: str | None = None
+        self.indexed = False
 
     def message(self) -> str | None:
         """What an interrupt now means, or None before any output was published."""

@@ -202,3 +202,18 @@ def test_a_run_reaches_its_executors_without_the_index():
     for executor in ("gpu_dedup.run.local", "gpu_dedup.run.cluster", "gpu_dedup.run.sequence"):
         index = sorted(m for m in _reached(graph, executor) if _part(m) == "index")
         assert not index, f"{executor} imports the index: {index}"
+
+
+def test_device_decisions_stay_behind_the_backend_seam():
+    """Outside gpu_dedup/backends/ at most a handful of branches decide by backend name, array module,
+    device-ness or GPU-only state (tools/device_branches.py lists them), each with a comment saying why."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("device_branches", ROOT / "tools" / "device_branches.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found = module.branches(ROOT)
+    assert len(found) <= module.LIMIT, "\n".join(f"{p}:{line}: {text}" for p, line, text in found)
+    for path, line, _ in found:
+        above = (ROOT / path).read_text().splitlines()[max(0, line - 4):line - 1]
+        assert any("device branch" in text for text in above), f"{path}:{line} has no comment saying why"

@@ -33,6 +33,12 @@ class Backend:
         """Load (or compile) the kernels ``cfg`` uses; the seconds it took."""
         return 0.0
 
+    def holds(self, a) -> bool:
+        """Whether ``a`` is an array of this backend's memory: its kernels take it in place, no copy."""
+        return array_module(a) is self.xp
+
+    normalizes_while_reading = False  # the read stage may normalize each batch of text as it is read (on the host)
+
     def plan_memory(self, shards, cfg) -> dict | None:
         """How a one-process run fits the device (None: no device memory to plan)."""
         return None
@@ -40,6 +46,11 @@ class Backend:
     def text_reader(self, cfg):
         """A reader of Parquet text columns into device memory (``reader(path, column)``), or None."""
         return None
+
+    def reads_device_text(self, cfg) -> bool:
+        """The run reads texts in device memory (it has a device text reader): a text column already there
+        stays there."""
+        return self.text_reader(cfg) is not None
 
     def table_reader(self, cfg):
         """A reader of whole Parquet shards into device memory in one call (``reader(paths)``: a table of every
@@ -54,6 +65,31 @@ _REGISTRY = {
     "cpu": "gpu_dedup.backends.cpu",
     "gpu": "gpu_dedup.backends.gpu_probe",
 }
+
+
+class Traits:
+    """What a backend is, known without loading it (a cluster's client decides by it and never starts CUDA):
+    ``host``: its kernels take host arrays (a worker may stream, spill and hash texts on the host);
+    ``workers``: the Dask cluster its workers form (``local``, or ``cuda``: Dask-CUDA, one worker per GPU);
+    ``graph_components``: cuGraph's multi-GPU connected components may run on its workers."""
+
+    def __init__(self, host: bool, workers: str, graph_components: bool):
+        self.host, self.workers, self.graph_components = host, workers, graph_components
+
+
+_TRAITS = {"cpu": Traits(host=True, workers="local", graph_components=False),
+           "gpu": Traits(host=False, workers="cuda", graph_components=True)}
+
+
+def cluster_backend(name: str) -> str:
+    """The backend of a cluster's workers for ``name``: ``auto`` is the CPU's (decided on the client without
+    touching CUDA: GPU workers only when asked for)."""
+    return "cpu" if name == "auto" else name
+
+
+def traits(name: str) -> Traits:
+    """The :class:`Traits` of backend ``name`` (``auto``: a cluster's, the CPU's)."""
+    return _TRAITS[cluster_backend(name)]
 _CACHE: dict[str, object] = {}
 _AUTO_FALLBACK: list[str] = []  # why ``auto`` chose the CPU, once it has (said once per process)
 
@@ -107,6 +143,43 @@ def array_module(*arrays):
 def on_device(a) -> bool:
     """Whether ``a`` is a CuPy (device) array."""
     return type(a).__module__.split(".")[0] == "cupy"
+
+
+def host_copy(a):
+    """``a`` itself, or its host copy where it is a device array (counted)."""
+    return to_host(a) if on_device(a) else a
+
+
+def to_module(a, xp):
+    """``a`` as an array of ``xp``: copied to the host for NumPy, to the device for CuPy (each counted)."""
+    return to_host(a) if xp is numpy else to_device(a, xp)
+
+
+def texts_for(strings, backend):
+    """Kernel buffers (:class:`~gpu_dedup.backends.strings.StringBuffers`) that ``backend`` can read: as they
+    are, or on the host (counted) for a backend that computes on the host while the texts are in device
+    memory.  A device backend reads host texts itself (a batch's byte span at a time)."""
+    if strings is None or not on_device(strings.offsets) or backend.xp is not numpy:
+        return strings
+    return type(strings)(to_host(strings.offsets), to_host(strings.data))
+
+
+class ByArrays:
+    """One operation with an implementation per array module, chosen by the module of the arrays at hand: the
+    one place where code decides by array type.
+
+    ``lines`` runs on any array module (the GPU's CuPy lines, which NumPy runs too); ``host`` (optional) is the
+    host's own, usually a Numba kernel taking NumPy arrays.  :meth:`pick` gives the host's for NumPy where
+    there is one, ``lines`` otherwise; ``fast=True`` / ``False`` forces one (the tests run the GPU's lines on
+    NumPy with ``fast=False``)."""
+
+    def __init__(self, lines, host=None):
+        self.lines, self.host = lines, host
+
+    def pick(self, xp, fast: bool | None = None):
+        if fast is None:
+            fast = self.host is not None and xp is numpy
+        return self.host if fast else self.lines
 
 
 # ---------------------------------------------------------------- host <-> device traffic

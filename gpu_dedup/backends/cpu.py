@@ -39,6 +39,7 @@ def signature_values(sig) -> np.ndarray:
 
 class CPUBackend(Backend):
     name = "cpu"
+    normalizes_while_reading = True  # each batch of text normalized as the read stage reads it
 
     def __init__(self):
         from gpu_dedup.kernels import hash_cpu as kernels

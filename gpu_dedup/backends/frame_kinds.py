@@ -21,6 +21,7 @@ from gpu_dedup.errors import InputError
 
 class ArrowKind:
     name = "arrow"
+    device = False  # its columns are in host memory
 
     def matches(self, obj) -> bool:
         return isinstance(obj, pa.Table)
@@ -40,6 +41,7 @@ class ArrowKind:
 
 class PandasKind:
     name = "pandas"
+    device = False
 
     def matches(self, obj) -> bool:
         pd = sys.modules.get("pandas")  # a pandas frame exists only where pandas is imported
@@ -91,6 +93,7 @@ class PandasKind:
 
 class CudfKind:
     name = "cudf"
+    device = True  # its columns are in device memory: a text column may stay there for a device reader
 
     def matches(self, obj) -> bool:
         return (type(obj).__module__ or "").split(".")[0] == "cudf" and hasattr(obj, "to_arrow")
@@ -129,6 +132,7 @@ class DatasetsKind:
     written into the dataset's cache directory)."""
 
     name = "datasets"
+    device = False  # an Arrow table in host memory (or mapped from disk)
 
     def matches(self, obj) -> bool:
         ds = sys.modules.get("datasets")  # a Dataset exists only where datasets is imported

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from gpu_dedup import storage
 from gpu_dedup.version import __version__
-from gpu_dedup.backends import get_backend
+from gpu_dedup.backends import get_backend, to_host
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.config import Config
 from gpu_dedup.curves import curve_section, family_curve
@@ -732,7 +732,7 @@ def _components(src, dst, n, backend):
 
 def _host(x):
     """A NumPy array from a backend's result (CuPy arrays are copied to the host)."""
-    return x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
+    return to_host(x)
 
 
 def _quantiles(values) -> dict:

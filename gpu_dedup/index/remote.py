@@ -32,7 +32,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from gpu_dedup.config import Config
-from gpu_dedup.errors import InputError, OutputError
+from gpu_dedup.errors import ConfigError, InputError, OutputError
 from gpu_dedup.index.format import FORMAT, LOCK, MANIFEST, SEGMENT_FILES, segment_name
 from gpu_dedup.index.store import Index, IndexBuilder, IndexDamaged
 from gpu_dedup.run.remote_outdir import LockObject
@@ -274,6 +274,15 @@ class RemoteIndexBuilder:
     @source.setter
     def source(self, value) -> None:
         self._builder.source = value
+
+    id_type = None  # a new index: its first append's ids name the type
+
+    def append_segments(self, counts: list, write, layout=None) -> int:
+        """A cluster's blocks as segments: refused, as run.entry.run_dedup refuses such a run before it starts
+        (its workers would write into the object store, not into a directory every worker sees)."""
+        raise ConfigError(f"--index-out {self.path.url!r}: a cluster run writes an index with its workers, into "
+                          "a directory every worker sees, not into an object store; write it to a shared directory "
+                          "and copy that to the store, or run in one process (drop --workers / --scheduler)")
 
     def hold(self) -> None:
         """As :meth:`Index.hold`: the segments are uploaded by the append, the manifest by publish_staged()."""

@@ -115,7 +115,7 @@ class Index:
         self._unloaded = None  # (names, first doc) of segments a cluster append published, opened on first use
         self._lock_fd = None  # held while this object writes (see writing())
         self._locked = False  # the index's lock is held for this object (by it, or by its builder)
-        self.source = None  # what the next append records as its segment's source (see appended_from)
+        self.source: str | None = None  # what the next append records as its segment's source (see appended_from)
         self._hold = False  # appends write their segments and keep the manifest write for publish_staged()
         self._staged = None  # what a held append publishes: its manifest and segment names
 

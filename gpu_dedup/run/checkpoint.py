@@ -207,8 +207,8 @@ class Checkpoints:
         """Write ``arrays`` (host arrays, which nobody changes afterwards) and ``meta`` as unit ``unit``,
         in the background (see the module doc)."""
         self._writer.check()  # an earlier write's error stops the run here
-        meta = json.dumps(meta)  # as it is now
-        self._writer.submit(lambda: self._save(unit, arrays, meta))
+        text = json.dumps(meta)  # as it is now
+        self._writer.submit(lambda: self._save(unit, arrays, text))
 
     def _save(self, unit: str, arrays: dict, meta: str) -> None:
         self._ensure()

@@ -31,7 +31,7 @@ maps over parts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, overload
 
 import numpy as np
 import pyarrow as pa
@@ -49,14 +49,116 @@ Frame = dict  # column name -> 1-D array (NumPy or CuPy), equal lengths
 class Corpus(Protocol):
     """What the sequence sees of the corpus after :meth:`Executor.read`: counts, never documents."""
 
-    shards: list  # the input shards with their row counts
-    n: int  # documents read
-    null_count: int  # documents without text (or vector)
-    duplicate_ids: int  # rows whose id another row also has
-    id_column: str | None  # None: ids are generated (the row numbers)
+    @property
+    def shards(self) -> list:
+        """The input shards with their row counts."""
+
+    @property
+    def n(self) -> int:
+        """Documents read."""
+
+    @property
+    def null_count(self) -> int:
+        """Documents without text (or vector)."""
+
+    @property
+    def duplicate_ids(self) -> int:
+        """Rows whose id another row also has."""
+
+    @property
+    def id_column(self) -> str | None:
+        """The id column (None: ids are generated, the row numbers)."""
 
     @property
     def id_generated(self) -> bool: ...
+
+
+class Prior(Protocol):
+    """The documents a run is deduplicated against (:mod:`gpu_dedup.run.prior`): none
+    (:class:`~gpu_dedup.run.prior.NoPrior`) or an index's (:class:`~gpu_dedup.run.prior.IndexPrior`).  Its
+    documents are the doc numbers ``0 .. first_doc - 1``; each query takes doc numbers (or keys) of them, and
+    a prior without documents answers every query of no documents with nothing.  Stage functions receive it
+    (a Dask worker gets it pickled)."""
+
+    @property
+    def active(self) -> bool:
+        """It has documents (an index): stage functions skip the index's work without one."""
+
+    @property
+    def first_doc(self) -> int:
+        """Its documents' count: this run's row ``r`` is doc number ``first_doc + r``."""
+
+    @property
+    def path(self) -> str | None:
+        """Where the index is (None: no index)."""
+
+    @property
+    def min_bucket_size(self) -> int:
+        """A bucket of this run's band hashes takes part from this many members on."""
+
+    def is_index(self, sink: object) -> bool:
+        """Whether ``sink`` is this very index (a run that updates the index it is deduplicated against)."""
+
+    def exact_matches(self, keys: np.ndarray) -> np.ndarray:
+        """The indexed document with each exact key ((n, 3) uint64), or -1."""
+
+    def bucket_centres(self, band: np.ndarray, hashes: np.ndarray) -> tuple:
+        """Its centre sequence of each (band, hash) bucket: (bucket position, round, doc)."""
+
+    def home(self, docs: np.ndarray) -> np.ndarray:
+        """The survivor of each indexed document's index cluster."""
+
+    def ranks(self, docs: np.ndarray) -> np.ndarray:
+        """Ranks of indexed documents, all before this run's rows (which rank from 0)."""
+
+    def ids(self, docs: np.ndarray) -> pa.Array:
+        """The ids of indexed documents."""
+
+    def texts(self, docs: np.ndarray) -> pa.Array:
+        """The normalized texts of indexed documents."""
+
+    def signatures(self, docs: np.ndarray) -> np.ndarray:
+        """The signatures of indexed documents (rows x width)."""
+
+    def vectors(self, docs: np.ndarray) -> Any:
+        """The vectors of indexed documents (:class:`gpu_dedup.stages.vectors.Vectors`)."""
+
+
+class Sink(Protocol):
+    """What receives every document of a run (:meth:`Executor.append_index`): an index being built
+    (:class:`gpu_dedup.index.store.IndexBuilder`) or updated (:class:`gpu_dedup.index.store.Index`)."""
+
+    @property
+    def path(self) -> object:
+        """Where the index is (a path or a URL)."""
+
+    @property
+    def documents(self) -> int:
+        """Its documents so far (after the append: this run's included)."""
+
+    @property
+    def id_type(self) -> pa.DataType | None:
+        """The Arrow type of its ids (None: a new index, whose first append names it)."""
+
+    def append(self, *, ids: Any, kept: Any, survivor: Any, keys: Any, texts: Any, band_docs: Any,
+               band_hashes: Any, centres: Any, signatures: Any = None, vectors: Any = None,
+               layout: Any = None) -> int:
+        """One process's documents as one segment (see :meth:`gpu_dedup.index.store.Index.append`); the
+        first doc number of the segment."""
+
+    def append_segments(self, counts: list, write: Callable, layout: tuple | None = None) -> int:
+        """A cluster's blocks as one segment each, written by ``write(plan, writer)`` on the workers and
+        published with one manifest write; the first doc number."""
+
+    # an append in two steps: the segments before the run's outputs are published, the manifest after
+    def hold(self) -> None:
+        """The next append writes its segments but not the manifest that adds them to the index."""
+
+    def publish_staged(self) -> None:
+        """The held append's manifest: its segments become part of the index."""
+
+    def discard_staged(self) -> None:
+        """Drop the held append's segments (the run publishes nothing)."""
 
 
 class Step:
@@ -74,7 +176,7 @@ class Step:
         args = tuple(o[k] if o is not None else None for o in self.others)
         return self.fn, args, ({**self.kw, "part_index": k} if self.index else self.kw)
 
-    def __call__(self, part, k: int):
+    def __call__(self, part: Any, k: int) -> Any:
         fn, args, kw = self.at(k)
         return fn(part, *args, **kw)
 
@@ -86,15 +188,41 @@ class Executor(Protocol):
     holding its rows in row order; routed parts have :attr:`partitions` objects.
     """
 
-    backend: Any  # what the report says of the kernels (``mode``)
-    part_backend: Any  # the backend the partition functions run on (an object, or a name a worker resolves)
-    family: Family  # the similarity family, sized for this run by :meth:`read`
-    shards: list  # the input shards
-    partitions: int  # partitions of a routed table (1 in one process)
-    blocks_count: int  # blocks of the corpus (1 in one process)
-    workers: int  # processes the blocks are spread over (1 in one process; after :meth:`read`)
-    block_starts: np.ndarray  # global row of each block's first row, and the row count (after :meth:`read`)
-    holds_corpus: bool  # every per-row array is in this process (the RunResult then carries them)
+    @property
+    def backend(self) -> Any:
+        """What the report says of the kernels (``mode``)."""
+
+    @property
+    def part_backend(self) -> Any:
+        """The backend the partition functions run on (an object, or a name a worker resolves)."""
+
+    @property
+    def family(self) -> Family:
+        """The similarity family, sized for this run by :meth:`read`."""
+
+    @property
+    def shards(self) -> list:
+        """The input shards."""
+
+    @property
+    def partitions(self) -> int:
+        """Partitions of a routed table (1 in one process)."""
+
+    @property
+    def blocks_count(self) -> int:
+        """Blocks of the corpus (1 in one process)."""
+
+    @property
+    def workers(self) -> int:
+        """Processes the blocks are spread over (1 in one process; after :meth:`read`)."""
+
+    @property
+    def block_starts(self) -> np.ndarray:
+        """Global row of each block's first row, and the row count (after :meth:`read`)."""
+
+    @property
+    def holds_corpus(self) -> bool:
+        """Every per-row array is in this process (the RunResult then carries them)."""
 
     # ---- set-up and teardown
     def prepare(self, st: StageLog) -> None:
@@ -136,15 +264,23 @@ class Executor(Protocol):
         """The band parts that verification by signature reads (fresh or loaded from a checkpoint)."""
 
     # ---- moving rows
+    @overload
+    def map(self, fn: Callable, *parts: Parts | None, outputs: Literal[1] = 1, with_index: bool = False,
+            **kw: Any) -> Parts: ...
+
+    @overload
+    def map(self, fn: Callable, *parts: Parts | None, outputs: Literal[2, 3], with_index: bool = False,
+            **kw: Any) -> tuple[Parts, ...]: ...
+
     def map(self, fn: Callable, *parts: Parts | None, outputs: int = 1, with_index: bool = False,
-            **kw) -> Parts | tuple:
+            **kw: Any) -> Parts | tuple[Parts, ...]:
         """``fn(*objects, **kw)`` on each partition of the aligned ``parts`` (None: ``fn`` gets None there);
         ``with_index``: also ``part_index=k``; ``outputs`` > 1: ``fn`` returns that many objects, and so
         does this, each a list of parts."""
 
     def route(self, parts: Parts, dest: Callable, n: int, explode: Callable | None = None,
               explode_kw: dict | None = None, before: Step | None = None, after: Step | None = None,
-              **kw) -> Parts:
+              **kw: Any) -> Parts:
         """Rows to ``n`` partitions: ``dest(frame, n, **kw)`` gives each row's partition in [0, n) (see
         :mod:`gpu_dedup.stages.frames`); each destination holds its rows in source-part order, positions in
         order, so a route is deterministic.  ``explode(obj, **explode_kw)`` turns an object that is not a frame
@@ -155,10 +291,10 @@ class Executor(Protocol):
         """The routes from here on move about ``rows`` rows at most (after the buckets stage: its memberships),
         so an executor may move few rows in fewer round trips (a cluster: ``cluster.small_route_rows``)."""
 
-    def total(self, fn: Callable, *parts: Parts | None, **kw) -> dict:
+    def total(self, fn: Callable, *parts: Parts | None, **kw: Any) -> dict:
         """``fn(*objects, **kw)`` -> dict of numbers on each partition, summed where the sequence runs."""
 
-    def collect(self, fn: Callable, parts: Parts, **kw) -> list:
+    def collect(self, fn: Callable, parts: Parts, **kw: Any) -> list:
         """``fn(object, **kw)`` of each partition, brought to where the sequence runs: small results only."""
 
     def score(self, pairs: Parts, progress: Callable | None = None) -> Parts:
@@ -174,15 +310,15 @@ class Executor(Protocol):
         of its component) for every node of an edge, routed by ``hash_dest(node)``."""
 
     # ---- checkpoints (a finished stage unit's parts, saved where they live)
-    def save(self, ckpt, unit: str, parts: dict, meta: dict) -> dict:
+    def save(self, ckpt: Any, unit: str, parts: dict, meta: dict) -> dict:
         """Persist a finished unit's parts (by name) and ``meta``; the parts the sequence goes on with (the
         same frames; a cluster hands back futures without the tasks that computed them)."""
 
-    def load(self, ckpt, unit: str) -> tuple[dict, dict]:
+    def load(self, ckpt: Any, unit: str) -> tuple[dict, dict]:
         """The parts and metadata :meth:`save` wrote; CheckpointUnreadable when they cannot be read."""
 
     # ---- outputs
-    def soon(self, fn: Callable, *args, **kw):
+    def soon(self, fn: Callable, *args: Any, **kw: Any) -> Any:
         """``fn(*args, **kw)``, a step of the sequence that asks this executor for a few small results (the
         report's sample documents), started now and taken later with ``.result()`` (its value, or its error
         raised): a cluster runs it in a thread of the client, its tasks beside those of the stages that follow
@@ -192,23 +328,23 @@ class Executor(Protocol):
     def ids(self, parts: Parts, column: str = "row") -> Parts:
         """Per part: frame ``id`` (an Arrow array) of the input rows in ``column``, whatever block holds them."""
 
-    def take(self, rows: np.ndarray, column: str):
+    def take(self, rows: np.ndarray, column: str) -> pa.Array:
         """A few rows' original ``text`` or ``id`` (a host Arrow array in the order of ``rows``)."""
 
     def release_texts(self) -> None:
         """No later step scores pairs or hands texts to an index: the normalized texts may be freed (the write
         stage then streams the shards without them)."""
 
-    def write_shards(self, removed: Parts, out, ckpt, progress: Callable | None = None) -> int:
+    def write_shards(self, removed: Parts, out: Any, ckpt: Any, progress: Callable | None = None) -> int:
         """Every shard's kept rows under its name (``removed``: block-aligned frames ``row`` of the rows it
         removes), each marked in ``ckpt`` once written; the rows written."""
 
-    def write_table(self, parts: Parts, path) -> int:
+    def write_table(self, parts: Parts, path: Any) -> int:
         """The Arrow tables of ``parts`` (in order) as one Parquet file at ``path``, the same file one process
         writes; its rows."""
 
-    def append_index(self, sink, docs: Parts, keys: Parts | None, bands: Parts, centres: Parts, dup: Parts,
-                     first_doc: int, layout) -> None:
+    def append_index(self, sink: Sink, docs: Parts, keys: Parts | None, bands: Parts, centres: Parts, dup: Parts,
+                     first_doc: int, layout: tuple[int, int]) -> None:
         """Every document of this run into ``sink`` (an index being built or updated; its documents are
         ``first_doc + row``): one process hands :meth:`gpu_dedup.index.Index.append` the whole corpus as one
         segment; a cluster's workers write one segment per block, which
@@ -221,19 +357,19 @@ class Executor(Protocol):
 class Ready:
     """What :meth:`Executor.soon` hands back when it ran the step at once: its value."""
 
-    def __init__(self, value):
+    def __init__(self, value: Any):
         self.value = value
 
-    def result(self):
+    def result(self) -> Any:
         return self.value
 
 
-def shard_starts(shards) -> np.ndarray:
+def shard_starts(shards: list) -> np.ndarray:
     """Global row of each shard's first row, and the total: ``starts[i]:starts[i+1]`` are shard ``i``'s rows."""
     return np.cumsum([0] + [s.rows for s in shards]).astype(np.int64)
 
 
-def take_in_order(rows, starts: np.ndarray, fetch: Callable, text: bool) -> pa.Array:
+def take_in_order(rows: Any, starts: np.ndarray, fetch: Callable, text: bool) -> pa.Array:
     """Values of ``rows`` (global rows, any order; a report's few dozen) from their owners, the ranges
     ``starts[k]:starts[k+1]`` (shards or blocks), in the order of ``rows``.  ``fetch(groups)``, with
     ``groups`` the (owner ``k``, positions in ``rows`` it holds) of each owner holding a row, returns each

@@ -135,17 +135,19 @@ def frame_shard(frame, kind: str, text: str, id: str | None, cfg: Config) -> Sha
     """The in-memory shard of ``frame``'s text (and id / score) columns.  A cuDF frame's text column
     stays in device memory where the GPU backend reads text there (``gpu.reader: cudf``); every
     other column, and the text otherwise, is copied to the host."""
-    device = kind == "cudf" and _device_text(frame, text, id, cfg)
+    # device branch (tools/device_branches.py): the user's frame, not the backend, is on the device; the frame
+    # kinds' registry says which kinds are, and the backend whether its reader takes a device column
+    device = KINDS[kind].device and _device_text(frame, kind, text, id, cfg)
     table = frame_table(frame, kind, text, id, cfg, skip_text=device)
     return memory_shard(table, name=f"{kind} frame", text=frame[text] if device else None)
 
 
-def _device_text(frame, text: str, id: str | None, cfg: Config) -> bool:
-    """Whether the run keeps a cuDF frame's text column ``text`` on the device."""
+def _device_text(frame, kind: str, text: str, id: str | None, cfg: Config) -> bool:
+    """Whether the run keeps a device frame's text column ``text`` on the device."""
     score = cfg.select.score_read
-    if cfg.input.vector_column or text in (id, score) or text not in _columns(frame, "cudf"):
+    if cfg.input.vector_column or text in (id, score) or text not in _columns(frame, kind):
         return False
-    return get_backend(cfg.backend).text_reader(cfg) is not None and is_string_column(frame[text])
+    return get_backend(cfg.backend).reads_device_text(cfg) and is_string_column(frame[text])
 
 
 def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config, skip_text: bool = False) -> pa.Table:

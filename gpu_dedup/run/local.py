@@ -23,6 +23,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +31,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpu_dedup import storage
-from gpu_dedup.backends import get_backend, to_device, to_host, transfer_totals
+from gpu_dedup.backends import get_backend, to_device, to_host
+from gpu_dedup.backends.placement import Placement
 from gpu_dedup.backends.strings import (
     StringBuffers,
     arrow_strings,
-    code_point_lengths,
-    raw_text,
     string_buffers,
 )
 from gpu_dedup.config import Config
@@ -48,7 +48,6 @@ from gpu_dedup.run.checkpoint import (
 )
 from gpu_dedup.run.contract import Ready, one_process_only, shard_starts, take_in_order
 from gpu_dedup.run.prior import NoPrior
-from gpu_dedup.run.progress import chunks
 from gpu_dedup.run.sequence import (
     CorpusCounts,
     RunResult,
@@ -57,7 +56,7 @@ from gpu_dedup.run.sequence import (
     plan_run,
 )
 from gpu_dedup.run.stagelog import StageLog
-from gpu_dedup.stages.families import RowData, family_for
+from gpu_dedup.stages.families import Family, RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
 from gpu_dedup.stages.read import held_texts, hold_inputs, read, read_texts
 from gpu_dedup.storage.columns import text_values
@@ -138,6 +137,9 @@ class LocalExecutor:
     host memory and runs the kernels in batches of at most a quarter of the limit.
     """
 
+    family: Family  # the similarity family (stages/families.py), sized by read()
+    corpus: LocalCorpus  # after read()
+    block_starts: np.ndarray  # after read()
     partitions = 1  # one part: the whole corpus
     workers = 1
     blocks_count = 1
@@ -149,32 +151,24 @@ class LocalExecutor:
         self.prior = prior if prior is not None else NoPrior()
         self.backend = get_backend(cfg.backend)
         self.part_backend = self.backend  # what partition functions run on
-        self.xp = self.backend.xp
-        self.memory_plan = None
-        self.batch_bytes = None  # text bytes per kernel batch (GPU, corpus above gpu.memory_limit)
-        self.memory_plan = self.backend.plan_memory(shards, cfg)
-        if self.memory_plan is not None:
-            if not self.memory_plan["resident"]:
-                self.xp, self.batch_bytes = np, self.memory_plan["batch_bytes"]
-                log.info("gpu: the corpus (~%.1f GB on the device) exceeds gpu.memory_limit (%.1f GB): batches "
-                         "of %.1f GB of text", self.memory_plan["estimate_bytes"] / 1e9,
-                         self.memory_plan["memory_limit_bytes"] / 1e9, self.batch_bytes / 1e9)
-        self._transfers0 = transfer_totals()
-        self.st = None
-        self._norm = None  # normalized texts (host Arrow), made from the buffers when first asked for
-        self._strings = None
+        # where the corpus lives, by the backend's memory plan: its array module, kernel batches, readers, writers
+        self.place = Placement(self.backend, self.backend.plan_memory(shards, cfg), cfg)
+        self.xp = self.place.xp
+        self.st: StageLog | None = None
+        self._norm: pa.Array | None = None  # normalized texts (host Arrow), made from the buffers when first asked for
+        self._strings: StringBuffers | None = None
+        self._invalid = 0  # rows whose text was not valid UTF-8 (counted by normalization)
         self._released = False  # release_texts() freed the normalized texts
-        self._raw = None  # RawText of the text columns a device reader read (until normalized)
-        self.held = None  # per shard its batches as read (every column), for the write stage (output.hold_inputs)
-        self.device_table = None  # every column of every shard in device memory (a GPU read stage's), until written
-        self.writers = None  # shards each writer wrote ({"cudf": n, "pyarrow": m}) where a device table was held
-        self._batches = None  # normalized batches of the read stage (see BatchNormalizer), until joined
-        self.reader = None  # "cudf" when a device reader read the text columns, else "pyarrow"
-        self.family = None  # the similarity family (stages/families.py), sized by read()
-        self._prepared = None  # the family with corpus statistics (tf-idf), computed on first use
-        self.vectors = None  # Vectors of the corpus (input.vector_column)
-        self._bands = None
-        self._combined = {}  # node payloads including a prior's documents
+        self._texts: Any = None  # where the read texts are until normalized (backends/placement.py)
+        self.held: list | None = None  # per shard its batches as read (every column), for the write stage
+        self.device_table: Any = None  # every column of every shard in device memory (a GPU read stage's), until written
+        self.writers: dict | None = None  # shards each writer wrote ({"cudf": n, "pyarrow": m}) from a device table
+        self._batches: list | None = None  # normalized batches of the read stage (see BatchNormalizer), until joined
+        self.reader: str | None = None  # "cudf" when a device reader read the text columns, else "pyarrow"
+        self._prepared: Family | None = None  # the family with corpus statistics (tf-idf), computed on first use
+        self.vectors: Vectors | None = None  # Vectors of the corpus (input.vector_column)
+        self._bands: dict | None = None
+        self._combined: dict = {}  # node payloads including a prior's documents
         self.startup_seconds = 0.0
 
     # ---- setup ----------------------------------------------------------------
@@ -186,66 +180,46 @@ class LocalExecutor:
     def close(self) -> None:
         pass
 
-    @property
-    def device_writer(self):
-        """The backend's writer of one shard's kept rows on the device (it reads the shard again) where
-        ``gpu.writer: cudf`` asks for it and the read stage held no device table, else None."""
-        return self.backend.write_parquet if self.cfg.gpu.writer == "cudf" and self.device_table is None else None
-
-    @property
-    def table_writer(self):
-        """The backend's writer of every shard from the device table the read stage held (``gpu.writer`` cudf or
-        auto), else None."""
-        if self.device_table is None or self.cfg.gpu.writer == "pyarrow":
-            return None
-        return self.backend.write_table
-
     def report_extras(self) -> dict:
-        out = {"kernel_prepare_seconds": round(self.startup_seconds, 3)} if self.startup_seconds else {}
+        out: dict = {"kernel_prepare_seconds": round(self.startup_seconds, 3)} if self.startup_seconds else {}
         out["inputs_skipped"] = list(getattr(self.shards, "skipped", ()))  # what directory walks left out
-        if self.memory_plan is not None:
-            moved = {k: v - self._transfers0[k] for k, v in transfer_totals().items()}
-            out["gpu"] = {**self.memory_plan, "reader": self.reader or "pyarrow",
-                          "writer": self.writers or ("pyarrow" if self.device_writer is None else "cudf"), **moved}
+        out.update(self.place.report(self.reader or "pyarrow", self.writers,
+                                     self.place.shard_writers(self.device_table)[0]))
         return out
 
     # ---- read / normalize -------------------------------------------------------
     def read(self, progress=None) -> LocalCorpus:
         cfg = self.cfg
         score = cfg.select.score_read
-        reader = self._text_reader(score)
-        self.reader = "cudf" if reader is not None else "pyarrow"
+        readers = self.place.readers(lambda: storage.device_readable(self.shards, cfg.input, score))
+        self.reader = readers.name
         hook = None
-        if reader is None and self.batch_bytes is None and self.backend.name == "cpu" and family_for(cfg).uses_text:
+        if readers.stream_normalize and family_for(cfg).uses_text:
             # each batch normalized as it is read, its raw text dropped (the memory of the stage: a few batches)
             hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None)
-        hold = reader is None and self.cfg.output.shards and hold_inputs(self.shards, cfg.output.hold_inputs)
-        table_reader = self.backend.table_reader(cfg) if reader is not None else None
-        c = read(self.shards, cfg.input, score, progress=progress, text_reader=reader, text=hook, hold=hold,
-                 table_reader=table_reader)
+        hold = readers.on_host and self.cfg.output.shards and hold_inputs(self.shards, cfg.output.hold_inputs)
+        c = read(self.shards, cfg.input, score, progress=progress, readers=readers, text=hook, hold=hold)
         self.held, self.device_table = c.held, c.device_table
         table = c.table
         n = table.num_rows
         self.family = family_for(cfg, n)
         if c.vectors is not None:
             self.vectors = self._load_vectors(c.vectors, c.shards, n)
+        self._texts = readers.texts(c.device_text, self.xp)  # the device reader's texts, or the table's column
+        c.device_text = None
+        batches = c.text_parts or []
         if hook is not None:
-            self._batches = c.text_parts
+            self._batches = batches
             c.text_parts = None
-            null = hook.null(self._batches)
-        elif c.device_text is not None:  # text columns read into device memory: one buffer set
-            self._raw = raw_text(c.device_text, self.xp)
-            c.device_text = None
-            null = self._raw.null(self.xp)
+            null = hook.null(batches)
         else:
-            null = self.family.null_rows(table, self.vectors)
+            null = self._texts.null(lambda: self.family.null_rows(table, self.vectors))
         key = None
         if cfg.select.keep == "longest" and n:
             if hook is not None:
-                key = hook.lengths(self._batches)
+                key = hook.lengths(batches)
             else:
-                key = text_lengths(table.column("text")) if self._raw is None else \
-                    pa.array(to_host(code_point_lengths(self._raw, self.xp)))
+                key = self._texts.lengths(lambda: text_lengths(table.column("text")))
         elif cfg.select.keep == "lowest_id":
             key = table.column("id")
         elif cfg.select.keep == "score":
@@ -254,19 +228,11 @@ class LocalExecutor:
         self.block_starts = np.array([0, n], np.int64)
         return self.corpus
 
-    def _text_reader(self, score):
-        """The backend's reader of Parquet text columns into device memory, when this run can use it
-        (whole corpus on the device, every shard a Parquet file with a UTF-8 text column); else None."""
-        reader = self.backend.text_reader(self.cfg) if self.batch_bytes is None else None
-        if reader is None or not storage.device_readable(self.shards, self.cfg.input, score):
-            return None
-        return reader
-
     def _load_vectors(self, parts, shards, n) -> Vectors:
         """The vector column of every shard (bad rows raise or are kept, per cosine.bad_vectors)."""
         mats, stats, dim = [], [], None
         for i, _, column in parts:  # one step per shard (rows in messages count from the shard's first)
-            v = self.family.load_vectors(column, shards[i].path, 0, dim)
+            v = self.family.load_vectors(column, shards[i].path, 0, dim)  # type: ignore[attr-defined]  # cosine
             if len(v) and dim is None and (v.status != 3).any():
                 dim = v.dim
             mats.append(v.matrix)
@@ -295,6 +261,7 @@ class LocalExecutor:
         if self._released:
             raise RuntimeError("the normalized texts were released (release_texts) before a step that reads them")
         if self._strings is None:
+            assert self.st is not None  # prepared
             with self.st.stage("normalize", self.corpus.n) as info:
                 if self._batches is not None:  # normalized batch by batch as the read stage read them
                     self._strings, invalid, seconds = BatchNormalizer.join(self._batches)
@@ -309,27 +276,13 @@ class LocalExecutor:
     def _normalize_column(self):
         """Normalized texts of the corpus's text read into device memory, or of the table's text column."""
         # the text read into device memory (only for a run that is not batched), or the host column
-        column = self._raw if self._raw is not None else self.corpus.table.column("text")
-        if self.batch_bytes is None:  # the whole corpus at once, where the backend computes
-            strings, invalid = self.backend.normalize_column(column, self.cfg.normalize)
-        else:
-            strings, invalid = self._normalize_batches(column)
+        column = self._texts.column(self.corpus.table)
+        strings, invalid = self.place.normalize(column)  # at once, or in slices above the device's memory
         # the original texts are read again only where needed (written shards, report examples)
-        self._raw = None
+        self._texts = None
         if "text" in self.corpus.table.column_names:
             self.corpus.table = self.corpus.table.drop_columns(["text"])
         return strings, invalid
-
-    def _normalize_batches(self, column):
-        """Normalize ``column`` in slices of at most ``batch_bytes`` of text; the result stays on the host."""
-        parts, invalid = [], 0
-        for chunk in column.chunks:
-            for a, b in _byte_batches(string_buffers(chunk).offsets, self.batch_bytes):
-                buf, bad = self.backend.normalize_column(chunk.slice(a, b - a), self.cfg.normalize)
-                parts.append(arrow_strings(to_host(buf.offsets), to_host(buf.data)))
-                invalid += bad
-        norm = pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
-        return string_buffers(norm), invalid
 
     @property
     def norm(self) -> pa.Array:
@@ -360,7 +313,7 @@ class LocalExecutor:
         ranks = ranks_from_keys(keep, c.n, length=c.rank_key, ids=c.rank_key, score=c.rank_key)
         return [{"rank": to_device(ranks, self.xp)}]
 
-    def signatures(self, rows: list, progress=None) -> list:
+    def signatures(self, rows, progress=None) -> list:
         """Signatures of ``rows`` (the family's), in chunks of SIGNATURE_CHUNK documents (and, under a GPU
         memory bound, of at most ``batch_bytes`` of text): per row its values, features and usability.
 
@@ -369,14 +322,15 @@ class LocalExecutor:
         picks the rows) and the (rows, permutations) matrix never exists: at 10^6 documents and 128
         permutations, 0.5 GB less at the run's memory peak."""
         xp = self.xp
-        rows = rows[0]["row"]
+        rows = rows[0]["row"]  # the part's frame: its rows
         fam, data = self._family(), self._data()
         m = rows.shape[0]
         out = None  # the values, or their band hashes
         features = xp.empty(m, dtype=xp.int64)
         usable = xp.empty(m, dtype=bool)
         banded = not fam.keep_signatures
-        for lo, hi in self._signature_batches(rows):  # a few dozen kernel calls, for progress
+        slices = self.place.row_slices(m, lambda: self.strings.lengths[to_host(rows)], SIGNATURE_CHUNK)
+        for lo, hi in slices:  # a few dozen kernel calls, for progress
             sig = fam.signatures(data, rows[lo:hi], backend=self.backend)
             chunk = xp.asarray(fam.band_hashes(sig.values, self.backend) if banded else sig.values)
             if out is None:
@@ -388,15 +342,6 @@ class LocalExecutor:
         if out is None:
             out = xp.empty((0, fam.layout[0]), dtype=xp.uint64) if banded else fam.empty_values(xp)
         return [{"row": rows, "band_hashes" if banded else "values": out, "features": features, "usable": usable}]
-
-    def _signature_batches(self, rows):
-        """(lo, hi) slices of ``rows``: SIGNATURE_CHUNK documents, and under a GPU memory bound at most
-        ``batch_bytes`` of text each (rows ascend, so a slice's text is one span)."""
-        m = rows.shape[0]
-        if self.batch_bytes is None or m == 0:
-            return chunks(m, SIGNATURE_CHUNK)
-        offsets = np.concatenate(([0], np.cumsum(self.strings.lengths[to_host(rows)])))
-        return _byte_batches(offsets, self.batch_bytes, SIGNATURE_CHUNK)
 
     def band_hashes(self, sigs: list) -> list:
         sig = sigs[0]
@@ -470,6 +415,7 @@ class LocalExecutor:
                 data = self._combined[key]
             return fam.pair_similarity(data, None, position(left), position(right), self.backend, progress)
         bands = self._bands
+        assert bands is not None  # keep_bands ran
         sig = bands["signatures"]
         rows = bands["lsh_row"]
         if m:
@@ -534,6 +480,8 @@ class LocalExecutor:
         return Ready(fn(*args, **kw))
 
     def take(self, rows, column: str) -> pa.Array:
+        # device branch (tools/device_branches.py): the read stage's device table is held only until the write
+        # stage, which frees it; the report's samples come from it where it still is, else from the host
         if column == "text" and self.device_table is not None:  # the report's samples, from device memory
             return text_values(self.device_table.take(self.cfg.input.text_column, rows)).combine_chunks()
         if column == "text" and "text" not in self.corpus.table.column_names:
@@ -559,11 +507,13 @@ class LocalExecutor:
         starts = shard_starts(shards)
         keeps = [kept[starts[i] : starts[i + 1]] for i in range(len(shards))]
         todo = [i for i, shard in enumerate(shards) if not staged(ckpt.marked(f"shard-{i}"), shard, out)]
-        device_writer = self.device_writer
+        device_writer, table_writer = self.place.shard_writers(self.device_table)
         on_device = set()  # shards the device wrote from the table the read stage held, in one call
-        if self.table_writer is not None and len(todo) == len(shards):  # (a resumed run writes on the host)
+        # device branch (tools/device_branches.py): the placement hands over the device's writer of the table the
+        # read stage held; only a run that writes every shard now uses it (a resumed one writes on the host)
+        if table_writer is not None and len(todo) == len(shards):
             on_device = storage.write_shards_on_device(shards, kept, starts, out, self.cfg.output.compression,
-                                                       self.device_table, self.table_writer)
+                                                       self.device_table, table_writer)
             self.writers = {"cudf": len(on_device), "pyarrow": len(todo) - len(on_device)}
         self.device_table = None  # its device memory goes back
 
@@ -656,18 +606,3 @@ class _ShardTexts:
             with ThreadPoolExecutor(max(1, min(len(groups), os.cpu_count() or 1))) as pool:
                 return list(pool.map(texts, groups))
         return take_in_order(rows, starts, fetch, text=True)
-
-
-def _byte_batches(offsets: np.ndarray, batch_bytes: int, max_rows: int | None = None) -> list:
-    """(a, b) row slices, in order, of rows whose bytes are ``offsets[k]..offsets[k+1]``, each holding at
-    most ``batch_bytes`` (a longer row is a slice of its own) and ``max_rows`` rows; one search per
-    slice, not a step per row."""
-    n = offsets.shape[0] - 1
-    out, a = [], 0
-    while a < n:
-        b = int(np.searchsorted(offsets, offsets[a] + batch_bytes, side="right")) - 1
-        b = max(a + 1, min(n, b, a + max_rows if max_rows else n))
-        out.append((a, b))
-        a = b
-    return out
-

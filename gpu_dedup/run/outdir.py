@@ -99,7 +99,7 @@ class OutputDir:
         self.inputs = [i for i in (inputs or ()) if isinstance(i, (str, os.PathLike))]  # paths, dirs, globs
         self.names = [s.name for s in self.shards if s.format != "memory"] if shards_written else []
         self.published = [n for n in PUBLISHED if duplicates or n != DUPLICATES_NAME]
-        self._fd = None
+        self._fd: int | None = None
         self._created = False
         self.committed = False  # this run's outputs are in place (its commit finished)
         self._verified: dict = {}  # name -> digest (and stamp) of the staged outputs verify() checked

@@ -47,9 +47,10 @@ import os
 import secrets
 import socket
 import time
+from typing import Any
 
 from gpu_dedup.errors import OutputError
-from gpu_dedup.run.checkpoint import maybe_crash
+from gpu_dedup.run.checkpoint import CHECKPOINT_DIR, maybe_crash
 from gpu_dedup.run.outdir import (
     BOOKKEEPING,
     LOCK_NAME,
@@ -80,6 +81,13 @@ log = logging.getLogger("gpu_dedup")
 class RemoteOutputDir(OutputDir):
     """The output "directory" (a prefix of an object store) of one run; see the module doc.  The interface of
     :class:`gpu_dedup.run.outdir.OutputDir` (a context manager holding the lock: here a lock object)."""
+
+    out: Any  # a RemotePath: the interface of the local directory's Path that the base class uses
+    _fd: Any  # the lock object's token while this run holds it
+
+    @property
+    def work(self) -> Any:  # a RemotePath (the base class's, typed as its Path)
+        return self.out / CHECKPOINT_DIR
 
     def __init__(self, out, shards, inputs=(), *, duplicates: bool = True, shards_written: bool = True):
         if isinstance(inputs, (str, os.PathLike, RemotePath)):
@@ -120,7 +128,7 @@ class RemoteOutputDir(OutputDir):
             raise
         except Exception as exc:  # noqa: BLE001 - a missing bucket, denied access: one message
             raise remote_error(out.url, exc, reading=False) from None
-        for item in self.inputs:
+        for item in map(str, self.inputs):  # strings here (see __init__)
             if is_url(item) and not any(c in item for c in "*?["):
                 prefix = RemotePath(item)
                 if out == prefix or out.url.startswith(prefix.url + "/"):
@@ -137,7 +145,7 @@ class RemoteOutputDir(OutputDir):
             if str(out / s.name) == s.path:
                 raise OutputError(f"output {str(out / s.name)!r} would overwrite input shard {s.path!r}; choose "
                                   "another output")
-            if s.path.startswith(self.work.url + "/"):
+            if s.path.startswith(str(self.work) + "/"):
                 raise OutputError(f"input shard {s.path!r} lies in gpu_dedup's work prefix of {out.url!r}; give "
                                   "the input shards themselves")
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,14 +38,7 @@ import pyarrow as pa
 from gpu_dedup import storage
 from gpu_dedup.backends import get_backend, to_host
 from gpu_dedup.config import Config
-from gpu_dedup.errors import (
-    COMMITTED,
-    ConfigError,
-    GpuDedupError,
-    ResourceError,
-    after_commit,
-    write_error,
-)
+from gpu_dedup.errors import COMMITTED, ConfigError
 from gpu_dedup.report.build import (
     build_report,
     examples_from_parts,
@@ -53,7 +47,8 @@ from gpu_dedup.report.build import (
 )
 from gpu_dedup.report.page import write_html
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
-from gpu_dedup.run.contract import Step, shard_starts
+from gpu_dedup.run.contract import Executor, Parts, Prior, Sink, Step, shard_starts
+from gpu_dedup.run.index_steps import IndexSteps
 from gpu_dedup.run.outdir import (
     DUPLICATES_NAME,
     REPORT_HTML_NAME,
@@ -79,9 +74,6 @@ from gpu_dedup.stages.components import (
     cluster_members,
     edge_labels,
     home_edges,
-    index_home_edges,
-    index_members,
-    index_nodes,
     member_rows,
 )
 from gpu_dedup.stages.edges import (
@@ -106,7 +98,6 @@ from gpu_dedup.stages.exact import (
 )
 from gpu_dedup.stages.families import lsh_count, part_signature_info
 from gpu_dedup.stages.frames import (
-    concat_parts,
     identity,
     join_values,
     merge_counts,
@@ -146,6 +137,8 @@ __all__ = ["CorpusCounts", "Job", "RunResult", "plan_run", "execute", "open_outp
 class CorpusCounts:
     """What every executor's corpus answers alike (``id_column``: None when the ids are generated)."""
 
+    id_column: str | None
+
     @property
     def id_generated(self) -> bool:
         return self.id_column is None
@@ -158,9 +151,9 @@ class Job:
     cfg: Config
     out: Path | None = None  # None: in memory (nothing written)
     write_shards: bool = True  # False: only the index (``gpu-dedup index build``)
-    prior: object = field(default_factory=NoPrior)  # documents deduplicated against (run/prior.py)
-    sink: object | None = None  # receives every document of this run (``append(**payload)``): an index
-    examples: bool = True  # sample texts of the largest clusters in the report
+    prior: Prior = field(default_factory=NoPrior)  # documents deduplicated against (run/prior.py)
+    sink: Sink | None = None  # receives every document of this run (``append(**payload)``): an index
+    examples: bool = True  # sample texts of the largest clusters in the report (not against an index)
     outdir: OutputDir | None = None  # the locked output directory (see open_output); files go to its staging
 
     @property
@@ -198,17 +191,13 @@ class RunResult:
 
     @property
     def kept(self) -> np.ndarray:
-        if self.kept_rows is None:
-            self._read_back()
-        return self.kept_rows
+        return self._read_back()[0] if self.kept_rows is None else self.kept_rows
 
     @property
     def cluster(self) -> np.ndarray:
-        if self.cluster_rows is None:
-            self._read_back()
-        return self.cluster_rows
+        return self._read_back()[1] if self.cluster_rows is None else self.cluster_rows
 
-    def _read_back(self) -> None:
+    def _read_back(self) -> tuple[np.ndarray, np.ndarray]:
         """kept / cluster per row from duplicates.parquet (a cluster run's)."""
         n = self.report["counts"]["documents_read"]
         kept = np.ones(n, bool)
@@ -219,6 +208,7 @@ class RunResult:
             kept[rows] = np.asarray(dup.column("kept"))
             cluster[rows] = np.asarray(dup.column("cluster_id"))
         self.kept_rows, self.cluster_rows = kept, cluster
+        return kept, cluster
 
 
 def plan_run(inputs, output_dir, cfg: Config, *, prior=None, sink=None, write_shards: bool = True,
@@ -238,11 +228,11 @@ def plan_run(inputs, output_dir, cfg: Config, *, prior=None, sink=None, write_sh
         shards = storage.discover(inputs, cfg.input.format)
     write_shards = write_shards and cfg.output.shards
     job = Job(cfg, out, write_shards=write_shards, prior=IndexPrior(prior) if prior is not None else NoPrior(),
-              sink=sink)
+              sink=sink, examples=prior is None)
     return shards, job
 
 
-def execute(job: Job, ex, ckpt, st: StageLog | None = None) -> RunResult:
+def execute(job: Job, ex: Executor, ckpt, st: StageLog | None = None) -> RunResult:
     """Run every stage for ``job`` on executor ``ex`` with checkpoints ``ckpt``.
 
     ``ex`` keeps the per-document state and moves it (see :mod:`gpu_dedup.run.contract`);
@@ -250,7 +240,7 @@ def execute(job: Job, ex, ckpt, st: StageLog | None = None) -> RunResult:
     or :class:`~gpu_dedup.run.checkpoint.NoCheckpoints`); the executor saves and loads their parts.
     """
     try:
-        return _Sequence(job, ex, ckpt, st or StageLog()).run()
+        return Sequence(job, ex, ckpt, st or StageLog()).run()
     except BaseException:  # what was finished before the error is on disk for the rerun (see run.checkpoint)
         ckpt.wait(raise_errors=False)
         raise
@@ -259,13 +249,17 @@ def execute(job: Job, ex, ckpt, st: StageLog | None = None) -> RunResult:
 # ---------------------------------------------------------------------------- the sequence
 
 
-class _Sequence:
-    def __init__(self, job: Job, ex, ckpt, st: StageLog):
+class Sequence:
+    """The stages of one run, in order (:meth:`run`); the index's part of it is :attr:`index`
+    (:class:`gpu_dedup.run.index_steps.IndexSteps`), asked at the same points with or without an index."""
+
+    def __init__(self, job: Job, ex: Executor, ckpt, st: StageLog):
         self.job, self.ex, self.ckpt, self.st = job, ex, ckpt, st
         self.cfg = job.cfg
         self.backend = ex.backend
         self.counts: dict = {}
-        self.prior = job.prior if job.prior is not None else NoPrior()
+        self.prior = job.prior
+        self.index = IndexSteps(job.prior, job.sink)
         self.first_doc = self.prior.first_doc
         self.samples = None  # the report's sample documents and similarities, started before the write stage
 
@@ -296,18 +290,19 @@ class _Sequence:
         with self.st.cost("checkpoints"):  # the host copy; the file is written in the background
             return self.ex.save(self.ckpt, unit, parts, meta)
 
-    def _route(self, parts, dest, **kw):
+    def route(self, parts: Parts, dest, **kw) -> Parts:
+        """``parts``' rows to the executor's partitions by ``dest``."""
         return self.ex.route(parts, dest, self.ex.partitions, **kw)
 
     def _to_blocks(self, parts, on: str, first_doc: int = 0, **kw):
         return self.ex.route(parts, frames.block_dest, self.ex.blocks_count, on=on, starts=self.starts,
                              first_doc=first_doc, **kw)
 
-    def _lookup(self, parts, table, out: str, key: str = "_key", value: str = "label"):
+    def lookup(self, parts: Parts, table: Parts, out: str, key: str = "_key", value: str = "label") -> Parts:
         """Left join: each row of ``parts`` gets ``out`` = ``table[value]`` where ``table["node"]`` equals its
         ``key`` (else the key itself), in its own partition and order.  ``table`` is routed by
         ``hash_dest(node)``; the rows travel there and back."""
-        there = self._route(parts, frames.hash_dest, on=key, before=Step(tag_part, index=True),
+        there = self.route(parts, frames.hash_dest, on=key, before=Step(tag_part, index=True),
                             after=Step(join_values, table, on=key, value=value, out=out))
         return self.ex.route(there, part_dest, len(parts), after=Step(untag_part))
 
@@ -349,11 +344,11 @@ class _Sequence:
         def compute():
             counts = dict(ex.normalize())  # its own stage; what it counts is saved with this unit
             with self.st.stage("exact", self.n) as info:
-                keys = ex.exact_keys() if (cfg.exact_dedup or self.job.sink is not None) else None
+                keys = ex.exact_keys() if (cfg.exact_dedup or self.index.keeps_keys) else None
                 ranks = ex.ranks() if cfg.select.keep != "first" else None
                 docs = ex.map(docs_frame, ex.docs(), keys, ranks, prior=self.prior, exact=cfg.exact_dedup)
                 if cfg.exact_dedup:
-                    copies = self._route(docs, frames.hash_dest, on=("k0", "k1", "k2"), before=Step(key_frame, keys),
+                    copies = self.route(docs, frames.hash_dest, on=("k0", "k1", "k2"), before=Step(key_frame, keys),
                                          after=Step(exact_copies))
                     docs = self._to_blocks(copies, "row", before=Step(copies_and_reps),
                                            after=Step(groups_of, docs))
@@ -362,13 +357,11 @@ class _Sequence:
                 c = ex.total(exact_counts, docs)
                 collapsed = c["copies"] + c["matched"]
                 info.update(copies_collapsed=collapsed)  # removed as exact or (a copy of a near duplicate) near
-            parts = {"docs": docs}
-            if keys is not None and self.job.sink is not None:
-                parts["keys"] = keys
+            parts = {"docs": docs, **self.index.exact_parts(keys)}
             return parts, {**counts, "exact_stage_collapsed": collapsed}, {}
 
         parts = self._unit("exact", ("exact",), compute)
-        self.docs, self.keys = parts["docs"], parts.get("keys")
+        self.docs, self.keys = parts["docs"], parts.get("keys")  # keys: where the index keeps them
 
     def signatures_and_bands(self):
         """Signatures (the family's) of the representatives that are not copies of an indexed document;
@@ -394,7 +387,7 @@ class _Sequence:
         ex.keep_bands(self.bands)  # what verification by signature reads (also after a resume)
 
     def buckets(self):
-        """Group (band, band hash) -> buckets of doc numbers; with a prior, the index's centres of each."""
+        """Group (band, band hash) -> buckets of doc numbers, and the prior's centres of each."""
         ex, prior = self.ex, self.prior
 
         def compute():
@@ -403,11 +396,10 @@ class _Sequence:
                 rounds = band_rounds(self.family.layout[0], ex.blocks_count, ex.workers)
                 done = []
                 for lo, hi in rounds:  # each round's buckets made before the next round's band hashes move
-                    # with a prior, a lone new document still meets the index's documents of its bucket
-                    done.append(self._route(self.bands, bucket_dest, explode=long_frame,
-                                            explode_kw={"first_doc": self.first_doc, "bands": (lo, hi)},
-                                            after=Step(bucket_part, min_size=1 if prior.active else 2,
-                                                       first_doc=self.first_doc)))
+                    done.append(self.route(self.bands, bucket_dest, explode=long_frame,
+                                           explode_kw={"first_doc": self.first_doc, "bands": (lo, hi)},
+                                           after=Step(bucket_part, min_size=prior.min_bucket_size,
+                                                      first_doc=self.first_doc)))
                     if len(rounds) > 1:
                         ex.total(bucket_counts, done[-1], None)  # the barrier: this round's buckets are made
                 bk = done[0] if len(done) == 1 else ex.map(concat_bucket_parts, *done)
@@ -438,8 +430,8 @@ class _Sequence:
                                             progress=info.progress.update)
                 verified, scored, centres = ex.map(star_outputs, states, outputs=3)
                 if ex.partitions > 1:  # a pair found in buckets of two partitions is one edge
-                    verified = self._route(verified, frames.hash_dest, on=("src", "dst"), after=Step(unique_edges))
-                    scored = self._route(scored, frames.hash_dest, on=("src", "dst"), after=Step(unique_edges))
+                    verified = self.route(verified, frames.hash_dest, on=("src", "dst"), after=Step(unique_edges))
+                    scored = self.route(scored, frames.hash_dest, on=("src", "dst"), after=Step(unique_edges))
                 c = ex.total(edge_counts, scored, verified)  # both counts in one round trip
                 s, v = c["scored"], c["verified"]
                 info.update(method=method, star_rounds=rounds, candidate_edges=s, verified_edges=v)
@@ -459,19 +451,11 @@ class _Sequence:
                 labels = ex.components(ex.map(home_edges, self.verified, prior=prior))
                 in_edges = self._to_blocks(labels, "node", self.first_doc)
                 local, copies = ex.map(member_rows, self.docs, in_edges, prior=prior, outputs=2)
-                sources = [local, self._lookup(copies, labels, "label")]
-                if prior.active:
-                    involved = ex.map(concat_parts,
-                                      self._route(ex.map(index_nodes, self.docs, None), frames.hash_dest, on="node"),
-                                      self._route(ex.map(index_nodes, None, self.centres_in), frames.hash_dest,
-                                                  on="node"))
-                    sources.append(self._lookup(ex.map(index_members, involved, prior=prior), labels, "label"))
-                members = ex.map(cluster_members, *[self._route(m, frames.hash_dest, on="label") for m in sources])
-                edges = ex.map(edge_labels, self.verified, prior=prior)
-                if prior.active and cfg.select.split_chains:
-                    edges = ex.map(concat_parts, edges, ex.map(index_home_edges, involved, prior=prior))
-                edges = self._lookup(edges, labels, "label")
-                edges = self._route(edges, frames.hash_dest, on="label")
+                sources = [local, self.lookup(copies, labels, "label"), *self.index.members(self, labels)]
+                members = ex.map(cluster_members, *[self.route(m, frames.hash_dest, on="label") for m in sources])
+                edges = self.index.edges(self, ex.map(edge_labels, self.verified, prior=prior))
+                edges = self.lookup(edges, labels, "label")
+                edges = self.route(edges, frames.hash_dest, on="label")
                 self.clusters = start(members, edges)
                 n = ex.total(cluster_before, self.clusters)["clusters"]
                 info.update(clusters=n)
@@ -510,8 +494,7 @@ class _Sequence:
                     counts["chain_split_ejected"] = c["chain_split_ejected"]
                     info.update(chain_split_ejected=c["chain_split_ejected"],
                                 chain_split_rounds=c["chain_split_rounds"])
-                if self.prior.active:
-                    counts["removed_against_index"] = c["removed_against_index"]
+                counts.update(self.index.counts(c))
                 info.update(kept=counts["kept"], removed=removed)
                 counts["clusters"] = c["clusters"]
                 sizes = merge_counts([g["size_counts"] for g in got])
@@ -533,11 +516,11 @@ class _Sequence:
             names = [s.name for s in corpus.shards]
             tables = ex.map(duplicates_part, dup, ex.ids(dup, "row") if not corpus.id_generated else None,
                             self._survivor_ids(dup), first_doc=self.first_doc, starts=shard_starts(corpus.shards),
-                            names=names, id_column=corpus.id_column, in_index=self.prior.active)
+                            names=names, id_column=corpus.id_column, prior=self.prior)
             written = 0  # rows in deduplicated shards: none in memory or with output.shards false
             target = self.job.target
             if target is not None and self.job.write_shards:
-                if self.job.sink is None:  # nothing reads the normalized texts any more (an index would)
+                if not self.index.reads_texts:  # nothing reads the normalized texts any more
                     ex.release_texts()
                 written = ex.write_shards(ex.map(removed_rows, dup), target, self.ckpt, progress=info.progress.update)
                 if written != self.counts["kept"]:  # pragma: no cover - guarded by tests
@@ -557,45 +540,12 @@ class _Sequence:
         ids = ex.ids(ex.map(survivor_rows, dup, first_doc=self.first_doc), "row")
         return ex.map(survivor_id_column, dup, ids, prior=self.prior)
 
-    def index(self):
-        """Hand every document of this run to the sink (an index being built or updated): a sink that holds
-        (see :meth:`gpu_dedup.index.Index.hold`) writes its segments now and its manifest in
-        :meth:`_publish_index`."""
-        maybe_crash("index:before-append")
-        with self.st.stage("index", self.n) as info:
-            try:
-                self.ex.append_index(self.job.sink, self.docs, self.keys, self.bands, self.centres, self.dup,
-                                     self.first_doc, self.family.layout)
-            except OSError as exc:
-                mapped = write_error(COMMITTED.index, exc)
-                if mapped is exc:
-                    raise
-                if not isinstance(mapped, ResourceError):  # read-only, not permitted
-                    raise mapped from None
-                raise ResourceError(f"disk full writing the index {COMMITTED.index!r} ({exc.strerror or exc}); its "
-                                    "partial segment was removed and nothing was published for this run (its "
-                                    "outputs and the index are as they were): free space where the index is and "
-                                    "rerun") from None
-            info.update(documents=self.first_doc + self.n)
-
-    def _publish_index(self, sink) -> None:
-        """The sink's manifest, after the outputs are published: what fails here says the outputs are there."""
-        publish = getattr(sink, "publish_staged", None)
-        try:
-            if publish is not None:
-                publish()
-        except (GpuDedupError, OSError) as exc:
-            if self.job.out is None:
-                raise
-            raise after_commit(exc, self.job.out, COMMITTED.index) from None
-        COMMITTED.indexed = True
-
     def _report_samples(self) -> tuple:
         """The report's sample documents (the largest clusters, with their texts; None when not asked for) and
         the summary of removed near duplicates' similarities to their survivors."""
         cfg, ex = self.cfg, self.ex
         shown = None
-        if self.job.examples and not self.prior.active:  # the largest clusters with sample texts
+        if self.job.examples:  # the largest clusters with sample texts
             shown = examples_from_parts(ex, self.selected, self.first_doc, self.corpus, cfg.verify_threshold)
         return shown, similarity_summary(ex, self.selected, near_similarity, cfg.verify_threshold)
 
@@ -622,12 +572,7 @@ class _Sequence:
         report["resumed_from_checkpoint"] = self.ckpt.resumed
         report["run_fingerprint"] = self.ckpt.fingerprint
         report.update(ex.report_extras())
-        if self.prior.active:
-            updated = self.prior.is_index(self.job.sink)  # appended after the report is published (see run)
-            report["index"] = {"path": str(self.prior.path), "documents_before": self.first_doc, "updated": updated,
-                               "documents_after": self.first_doc + self.n if updated else self.first_doc}
-        elif self.job.sink is not None:
-            report["index_out"] = str(self.job.sink.path)
+        report.update(self.index.report(self.n))
         return report
 
     def _expected_rows(self) -> dict:
@@ -653,32 +598,14 @@ class _Sequence:
         self.select()
         self.write()
         report = self.report()
-        sink = self.job.sink
-        if sink is not None:
-            # the segments now, the manifest that adds them to the index after the outputs are published: a run
-            # killed or failing before its commit leaves the index as it was (a full disk shows here, before
-            # anything is published), so rerunning the same command neither appends the documents twice nor
-            # matches them against their own earlier copies; one killed after its commit recomputes the same
-            # outputs and appends
-            remote = getattr(sink, "remote", None)  # an index in an object store, through its local copy
-            COMMITTED.index = str(remote if remote is not None else getattr(sink, "path", "the index"))
-            hold = getattr(sink, "hold", None)
-            if hold is not None:
-                hold()
-            try:
-                self.index()
-            except BaseException:
-                _discard_staged(sink)
-                raise
+        self.index.stage(self)  # the index's segments, before the outputs' commit (see IndexSteps.stage)
         try:
             if self.job.out is not None:
                 finish_output(self.job, report, self.ckpt, self._expected_rows(), self.st)
         except BaseException:
-            if sink is not None:
-                _discard_staged(sink)
+            self.index.discard()
             raise
-        if sink is not None:
-            self._publish_index(sink)
+        self.index.publish(self.job.out)  # the index's manifest, after the outputs are published
         c = self.counts
         against = f", {c['removed_against_index']} against the index" if "removed_against_index" in c else ""
         log.debug("done: read %d, kept %d, removed %d (%d exact, %d near%s)", c["documents_read"], c["kept"],
@@ -688,7 +615,7 @@ class _Sequence:
     def _result(self, report: dict) -> RunResult:
         """The RunResult: with every per-row array when the executor holds the corpus (one process)."""
         ex = self.ex
-        base = {"output_dir": self.job.out, "report": report, "shards": self.corpus.shards,
+        base: dict[str, Any] = {"output_dir": self.job.out, "report": report, "shards": self.corpus.shards,
                 "first_doc": self.first_doc}
         if not ex.holds_corpus:
             return RunResult(duplicates_table=None, **base)
@@ -705,16 +632,6 @@ class _Sequence:
         return RunResult(duplicates_table=self.tables[0], kept_rows=kept, cluster_rows=cluster,
                          edges=Edges(to_host(v["src"]), to_host(v["dst"]), to_host(v["sim"])),
                          scored=Edges(to_host(sc["src"]), to_host(sc["dst"]), to_host(sc["sim"])), rep=rep, **base)
-
-
-def _discard_staged(sink) -> None:
-    """Drop what a holding sink wrote for a run that publishes nothing (the segments of a held append)."""
-    discard = getattr(sink, "discard_staged", None)
-    if discard is not None:
-        try:
-            discard()
-        except OSError:  # pragma: no cover - the run's own failure is the one to report
-            log.debug("could not remove the staged index segments", exc_info=True)
 
 
 # ---------------------------------------------------------------------- the output directory

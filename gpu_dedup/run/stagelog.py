@@ -97,7 +97,7 @@ class StageLog:
         ``info.progress`` per chunk (or not at all: a stage that ends counts every item done)."""
         t0 = time.perf_counter()
         moved0 = transfer_totals()
-        self.current = name  # the stage running (an executor accounts its data movement to it)
+        self.current: str | None = name  # the stage running (an executor accounts its data movement to it)
         info = StageInfo()
         prog = info.progress = Progress(name, total, unit, stream=self.stream, log_close=False)
         if not prog.tty:  # batch logs: one line per stage (its end); -v also shows where each starts

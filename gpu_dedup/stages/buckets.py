@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_dedup.backends import array_module, to_host
+from gpu_dedup.backends import ByArrays, array_module, to_host
 from gpu_dedup.kernels.buckets_cpu import maybe_shared
 
 
@@ -84,14 +84,32 @@ def group_buckets(band, hashes, doc, min_size: int = 2) -> Buckets:
     xp = array_module(band, hashes, doc)
     if doc.shape[0] == 0:
         return empty_buckets(xp)
-    if xp is np and min_size >= 2:  # on the host, only rows whose (band, hash) another row may share are sorted
-        key = hashes.astype(np.uint64) ^ (band.astype(np.uint64) * BAND_MIX)  # equal pairs, equal keys
-        keep = np.flatnonzero(maybe_shared(key.reshape(-1, 1))[0])
-        band, hashes, doc = band[keep], hashes[keep], doc[keep]
+    if min_size >= 2:  # on the host, only rows whose (band, hash) another row may share are sorted
+        band, hashes, doc = _SHARED_ROWS.pick(xp)(band, hashes, doc)
     order = xp.argsort(doc, kind="stable")
     order = order[xp.argsort(hashes[order], kind="stable")]
     order = order[xp.argsort(band[order], kind="stable")]
     return _runs(xp, band[order], hashes[order], doc[order], min_size)
+
+
+def _shared_rows_host(band, hashes, doc) -> tuple:
+    """The rows whose (band, hash) another row may share (a bitmap pass, kernels/buckets_cpu.py)."""
+    key = hashes.astype(np.uint64) ^ (band.astype(np.uint64) * BAND_MIX)  # equal pairs, equal keys
+    keep = np.flatnonzero(maybe_shared(key.reshape(-1, 1))[0])
+    return band[keep], hashes[keep], doc[keep]
+
+
+def _all_rows(*arrays) -> tuple:
+    return arrays
+
+
+def _no_bitmap(band_hashes) -> None:
+    return None
+
+
+# the host's bitmap pass before the sorts; a GPU sorts every row at once
+_SHARED_ROWS = ByArrays(_all_rows, host=_shared_rows_host)
+_SHARED_BANDS = ByArrays(_no_bitmap, host=maybe_shared)
 
 
 def concat_buckets(parts: list) -> Buckets:
@@ -121,7 +139,7 @@ def buckets(band_hashes, docs=None, min_size: int = 2) -> Buckets:
         return empty_buckets(xp)
     # on the host, rows sharing no band hash with another row are dropped before the sorts (a bitmap pass per
     # band, kernels/buckets_cpu.py): they make no bucket of ``min_size`` >= 2; a GPU sorts them all at once
-    shared = maybe_shared(band_hashes) if xp is np and min_size >= 2 else None
+    shared = _SHARED_BANDS.pick(xp)(band_hashes) if min_size >= 2 else None
     parts = []
     for band in range(num_bands):  # one sort per band
         col, d = band_hashes[:, band], doc

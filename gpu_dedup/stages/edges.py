@@ -111,10 +111,12 @@ class StarRounds:
         self.open_ = xp.ones(self.local.shape[0], dtype=bool)
         self.keys = xp.zeros(0, dtype=xp.int64)  # scored pairs (small << 32 | large), sorted
         self.sims = xp.zeros(0, dtype=xp.float64)
-        self.rec_b, self.rec_r, self.rec_d = [], [], []
+        self.rec_b: list = []
+        self.rec_r: list = []
+        self.rec_d: list = []
         self.round = 0
         self.done = False
-        self._pending = None
+        self._pending: tuple | None = None
 
     def propose(self):
         """(src, dst) document pairs of the next round that need a similarity (possibly none)."""

@@ -95,7 +95,7 @@ def docs_frame(docs: dict, keys: dict | None, ranks: dict | None, prior, exact: 
     out = dict(docs)
     out["rank"] = ranks["rank"] if ranks is not None else docs["row"].copy()
     match = xp.full(docs["row"].shape[0], -1, dtype=xp.int64)
-    if prior.active and exact and docs["row"].shape[0]:
+    if prior.active and exact and keys is not None and docs["row"].shape[0]:
         host = np.column_stack([to_host(keys["k0"]), to_host(keys["k1"]), to_host(keys["k2"])])
         match = xp.asarray(prior.exact_matches(host))
         match[docs["null"]] = -1

@@ -30,12 +30,19 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import array_module, get_backend, on_device, to_device, to_host
-from gpu_dedup.backends.strings import StringBuffers
+from gpu_dedup.backends import (
+    array_module,
+    get_backend,
+    texts_for,
+    to_device,
+    to_host,
+    to_module,
+)
 from gpu_dedup.config import Config
 from gpu_dedup.curves import curve_section
 from gpu_dedup.kernels.cosine_scalar import FM1, GOLDEN
@@ -58,7 +65,7 @@ from gpu_dedup.stages.verify import (
 class RowData:
     """The rows a family computes on: normalized texts and/or vectors of one block (or the corpus)."""
 
-    strings: object = None  # StringBuffers of the normalized texts (jaccard, cosine from text)
+    strings: Any = None  # StringBuffers of the normalized texts (jaccard, cosine from text)
     vectors: vectors.Vectors | None = None  # cosine with input.vector_column
     norms: np.ndarray | None = field(default=None, repr=False)  # cached vector norms
 
@@ -68,6 +75,7 @@ class RowData:
     def vector_norms(self, backend="cpu"):
         """Norms of the vectors (every backend computes the same bits), where the vectors are."""
         if self.norms is None:
+            assert self.vectors is not None  # a vector family's rows
             self.norms = vector_norms(self.vectors.matrix, backend)
         return self.norms
 
@@ -90,14 +98,15 @@ class Family(ABC):
     def __init__(self, cfg: Config, rows_in_run: int | None = None):
         self.cfg = cfg
         self.rows_in_run = rows_in_run
-        self._layout = None
+        self._layout: tuple[int, int] | None = None
 
     @property
     def layout(self) -> tuple[int, int]:
         """(bands, rows) of this run (derived on first use)."""
-        if self._layout is None:
-            self._layout = self._derive_layout()
-        return self._layout
+        layout = self._layout
+        if layout is None:
+            layout = self._layout = self._derive_layout()
+        return layout
 
     # ---- rows --------------------------------------------------------------------------------
     def null_rows(self, table: pa.Table, vecs=None) -> np.ndarray:
@@ -119,7 +128,10 @@ class Family(ABC):
         return exact_keys(data.strings, self.cfg.minhash.seed, backend)
 
     # ---- signatures and bands ------------------------------------------------------------------
-    keep_signatures = False  # band data keeps the signature values (signature verification, an index)
+    @property
+    def keep_signatures(self) -> bool:
+        """Band data keeps the signature values (signature verification, an index)."""
+        return False
 
     @abstractmethod
     def _derive_layout(self) -> tuple[int, int]:
@@ -170,6 +182,7 @@ class Family(ABC):
     def pair_similarity(self, data: RowData | None, values, left, right, backend="cpu", progress=None):
         """Similarity of row pairs by ``verify.method``: exact (``data``) or from signatures (``values``)."""
         if self.cfg.verify.method == "exact":
+            assert data is not None  # the rows' texts or vectors
             return self.exact_similarity(data, left, right, backend, progress)
         if progress is not None:
             progress(len(left))
@@ -245,7 +258,9 @@ class Cosine(Family):
     def _derive_layout(self):
         return self.cfg.cosine_layout_for(self.rows_in_run)
 
-    keep_signatures = True  # packed bits are small (bits / 8 bytes a row): kept for the index and estimates
+    @property
+    def keep_signatures(self) -> bool:
+        return True  # packed bits are small (bits / 8 bytes a row): kept for the index and estimates
 
     # ---- rows
     def load_vectors(self, column, shard: str | None, row_offset: int, dim: int | None = None) -> vectors.Vectors:
@@ -356,26 +371,16 @@ def vector_cosine(data: RowData, left, right, be):
     there.  The results are where the pairs (or the vectors) were; the bits are the same on every backend
     (one scalar source, a fixed summation order).
     """
+    assert data.vectors is not None  # a vector family's rows
     matrix = data.vectors.matrix
-    xp = be.xp
-    if xp is array_module(matrix):
+    if be.holds(matrix):  # in the backend's memory: nothing is copied, else only the rows the pairs name
         return be.cosine_pairs(matrix, data.vector_norms(be), left, right)
-    device = on_device(left) or on_device(right)
     pxp = array_module(left, right)  # the pairs' array module: the distinct rows are found where the pairs are
     nodes, a, b = pair_rows(to_device(left, pxp).astype(pxp.int64, copy=False),
                             to_device(right, pxp).astype(pxp.int64, copy=False), pxp)
-    rows = to_device(np.ascontiguousarray(matrix[to_host(nodes)], np.float32), xp)
+    rows = to_device(np.ascontiguousarray(matrix[to_host(nodes)], np.float32), be.xp)
     out = be.cosine_pairs(rows, be.row_norms(rows), a, b)
-    return out if device else to_host(out)
-
-
-def texts_for(strings: StringBuffers, be) -> StringBuffers:
-    """Kernel buffers a backend can read: as they are, or on the host (counted) for a backend that computes
-    on the host while the texts are in device memory.  A device backend reads host texts itself (a batch's
-    byte span at a time)."""
-    if strings is None or not on_device(strings.offsets) or be.xp is not np:
-        return strings
-    return StringBuffers(to_host(strings.offsets), to_host(strings.data))
+    return to_module(out, pxp)  # where the pairs were
 
 
 def vector_keys(v: vectors.Vectors) -> np.ndarray:

@@ -70,7 +70,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from gpu_dedup.backends import array_module, get_backend
+from gpu_dedup.backends import ByArrays, array_module, get_backend
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.kernels import cosine_cpu as cpu
 from gpu_dedup.kernels.cosine_scalar import FM1, FM2, GAUSS8, GOLDEN, S33
@@ -144,16 +144,18 @@ def hyperplanes(dim: int, bits: int, seed: int, xp=np):
     """(dim, bits) float32 matrix ``R[i, j]`` (rule 3): integer entries in [-93, 93]."""
     if bits % 8:
         raise ValueError(f"bits = {bits} must be a multiple of 8")
-    if xp is np:
-        return _hyperplanes_host(dim, bits, seed)
-    return _hyperplanes(dim, bits, seed, xp)
+    return _HYPERPLANES.pick(xp)(dim, bits, seed, xp)
 
 
 @lru_cache(maxsize=16)
-def _hyperplanes_host(dim: int, bits: int, seed: int) -> np.ndarray:
+def _hyperplanes_cached(dim: int, bits: int, seed: int) -> np.ndarray:
     r = _hyperplanes(dim, bits, seed, np)
     r.setflags(write=False)
     return r
+
+
+def _hyperplanes_host(dim: int, bits: int, seed: int, xp=np) -> np.ndarray:
+    return _hyperplanes_cached(dim, bits, seed)  # made once per (dim, bits, seed) in this process
 
 
 def _hyperplanes(dim: int, bits: int, seed: int, xp):
@@ -162,6 +164,9 @@ def _hyperplanes(dim: int, bits: int, seed: int, xp):
     byte = ((h[:, :, None] >> shifts[None, None, :]) & _u64(xp, 255)).astype(xp.int64)  # (dim, bits/8, 8)
     table = xp.asarray(GAUSS8)
     return table[byte.reshape(dim, bits)].astype(xp.float32)
+
+
+_HYPERPLANES = ByArrays(_hyperplanes, host=_hyperplanes_host)  # a device makes them each time (fast there)
 
 
 # ---------------------------------------------------------------- quantize, project, pack
@@ -173,14 +178,18 @@ def quantize(x, xp=np, fast: bool | None = None):
     ``q_j = rint(x_j * (127 / max_j |x_j|))`` in float64 (half to even).
     Status: 0 ok, 1 zero vector, 2 NaN/inf; such rows are all zeros.
     """
-    if fast is None:
-        fast = xp is np
-    if fast:
-        x32 = np.ascontiguousarray(x, dtype=np.float32)
-        q = np.empty(x32.shape, np.float32)
-        status = np.empty(x32.shape[0], np.int8)
-        cpu.quantize_rows(x32, q, status)
-        return q, status
+    return _QUANTIZE.pick(xp, fast)(x, xp)
+
+
+def _quantize_host(x, xp=np):
+    x32 = np.ascontiguousarray(x, dtype=np.float32)
+    q = np.empty(x32.shape, np.float32)
+    status = np.empty(x32.shape[0], np.int8)
+    cpu.quantize_rows(x32, q, status)
+    return q, status
+
+
+def _quantize_lines(x, xp):
     x64 = xp.asarray(x, dtype=xp.float32).astype(xp.float64)
     finite = xp.isfinite(x64).all(axis=1)
     s = xp.where(finite[:, None], xp.abs(x64), 0.0).max(axis=1) if x64.shape[1] else xp.zeros(x64.shape[0])
@@ -189,6 +198,9 @@ def quantize(x, xp=np, fast: bool | None = None):
     q = xp.rint(xp.where(ok[:, None], x64, 0.0) * scale[:, None]).astype(xp.float32)
     status = xp.where(finite, xp.where(ok, OK, ZERO_VECTOR), NON_FINITE).astype(xp.int8)
     return q, status
+
+
+_QUANTIZE = ByArrays(_quantize_lines, host=_quantize_host)
 
 
 def project(q, r, xp=np):
@@ -215,17 +227,23 @@ def pack_signs(p, xp=np, fast: bool | None = None):
     packs the flattened row-major array (CuPy's ``packbits`` has no ``axis``);
     with ``D`` a multiple of 64 each row is whole words, as ``axis=1`` would give.
     """
-    n, nbits = p.shape
-    if nbits % 64:
-        raise ValueError(f"{nbits} bits per row: must be a multiple of 64")
-    if fast is None:
-        fast = xp is np
-    if fast:
-        out = np.empty((n, nbits // 64), np.uint64)
-        cpu.pack_signs(np.ascontiguousarray(p), out)
-        return out
+    if p.shape[1] % 64:
+        raise ValueError(f"{p.shape[1]} bits per row: must be a multiple of 64")
+    return _PACK_SIGNS.pick(xp, fast)(p, xp)
+
+
+def _pack_signs_host(p, xp=np):
+    out = np.empty((p.shape[0], p.shape[1] // 64), np.uint64)
+    cpu.pack_signs(np.ascontiguousarray(p), out)
+    return out
+
+
+def _pack_signs_lines(p, xp):
     packed = xp.packbits((p >= 0).ravel(), bitorder="little")
-    return packed.view(xp.uint64).reshape(n, nbits // 64)
+    return packed.view(xp.uint64).reshape(p.shape[0], p.shape[1] // 64)
+
+
+_PACK_SIGNS = ByArrays(_pack_signs_lines, host=_pack_signs_host)
 
 
 def signatures(x, bits: int, seed: int, xp=np, *, batch_rows: int = BATCH_ROWS, fast: bool | None = None,
@@ -287,16 +305,23 @@ def band_hashes(bits, bands: int, rows: int, xp=np, fast: bool | None = None):
     NumPy: a Numba kernel (``fast=None``); otherwise (CuPy, or ``fast=False``)
     array-module lines, a few per band.
     """
-    if fast is None:
-        fast = xp is np
-    if fast:
-        band_values(bits[:0], bands, rows, np)  # argument checks
-        out = np.empty((bits.shape[0], bands), np.uint64)
-        cpu.band_hashes(np.ascontiguousarray(bits), int(bands), int(rows), out)
-        return out
+    return _BAND_HASHES.pick(xp, fast)(bits, bands, rows, xp)
+
+
+def _band_hashes_host(bits, bands: int, rows: int, xp=np):
+    band_values(bits[:0], bands, rows, np)  # argument checks
+    out = np.empty((bits.shape[0], bands), np.uint64)
+    cpu.band_hashes(np.ascontiguousarray(bits), int(bands), int(rows), out)
+    return out
+
+
+def _band_hashes_lines(bits, bands: int, rows: int, xp):
     v = band_values(bits, bands, rows, xp)
     steps = (xp.arange(bands, dtype=xp.uint64) + _u64(xp, 1)) * _u64(xp, GOLDEN)
     return fmix64(v + steps[None, :], xp)
+
+
+_BAND_HASHES = ByArrays(_band_hashes_lines, host=_band_hashes_host)
 
 
 def bucket_rows(hashes, status):

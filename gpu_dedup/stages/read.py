@@ -29,10 +29,12 @@ import os
 from contextlib import closing
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends.placement import Readers
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError
 from gpu_dedup.storage import (
@@ -64,7 +66,7 @@ class Corpus:
     score_column: str | None = None
     vectors: list | None = None  # input.vector_column: (shard index, first row, column) per shard read
     device_text: list | None = None  # text columns in device memory, one per shard (a device reader's)
-    device_table: object = None  # read(table_reader=...): every column of every shard in device memory, or None
+    device_table: object = None  # the Readers' table reader: every column of every shard in device memory, or None
     text_parts: list | None = None  # what ``read(text=...)`` returned for each batch's text column, in row order
     held: list | None = None  # read(hold=True): per shard the batches of all its columns as read (None: not held)
 
@@ -85,28 +87,34 @@ class Corpus:
 
 
 def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = None, progress=None,
-         text_reader=None, text=None, hold: bool = False, table_reader=None) -> Corpus:
+         readers=None, text=None, hold: bool = False) -> Corpus:
     """Read every shard's id, text (and score) columns into one corpus table.
 
-    ``text_reader(path, column)``: reads the text column of a Parquet shard into device
-    memory (cuDF) instead; the corpus then holds those columns (``device_text``, one per
-    shard) and its table has no ``text`` column.  Only when :func:`device_readable`.
+    ``readers`` (:class:`gpu_dedup.backends.placement.Readers`, the backend's): where its ``text`` reader
+    reads the text columns of Parquet shards into device memory (cuDF) instead, the corpus holds those
+    columns (``device_text``, one per shard) and its table has no ``text`` column.  Only when
+    :func:`device_readable`.
     ``text(column)``: called with the text column of each batch as it is read (a chunked
     large_string / large_binary array); the table then has no ``text`` column and the
     corpus's ``text_parts`` are its results, in row order.
-    ``hold``: the batches of every column of each Parquet shard are kept (``Corpus.held``; not with a
-    ``text_reader``).  ``table_reader(paths)`` (with a ``text_reader``): reads every column of all the
+    ``hold``: the batches of every column of each Parquet shard are kept (``Corpus.held``; not where the
+    device reads the texts).  A ``table`` reader (with a ``text`` reader): reads every column of all the
     shards into device memory in one call instead of each shard's text column (``Corpus.device_table``,
-    whose text column is then the one ``device_text`` column); where it returns None, ``text_reader``
-    reads each shard's text column.
+    whose text column is then the one ``device_text`` column); where it cannot, the ``text`` reader reads
+    each shard's text column.
     ``progress(1)`` is called after each shard."""
     shards = inputs if inputs and isinstance(inputs, list) and isinstance(inputs[0], Shard) else discover(inputs, cfg.format)
-    parts, out_shards, vector_parts, device_text, text_parts, held = [], [], [], [], [], []
-    hold = hold and text_reader is None
-    first_id = None
+    readers = readers if readers is not None else Readers()  # pyarrow's
+    parts: list = []
+    out_shards: list = []
+    vector_parts: list = []
+    text_parts: list = []
+    held: list = []
+    hold = hold and readers.on_host
+    first_id: tuple | None = None
     row0 = 0
     mine = _Shard(row0)  # the batches of the shard being read
-    with closing(_batches(shards, cfg, score_column, text_reader, hold=hold)) as batches:  # reader threads stop
+    with closing(_batches(shards, cfg, score_column, not readers.on_host, hold=hold)) as batches:  # reader threads stop
         for i, kind, table in batches:  # one step per batch
             shard = shards[i]
             if kind == "again":  # read whole after some batches (see storage.iter_columns): those are dropped
@@ -122,13 +130,7 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
                     first_id = _add_batch(mine, shard, cfg, table, i, first_id, score_column, text)
                 continue
             # kind == "end": the shard is read
-            if text_reader is not None and table_reader is None:
-                column = shard.text if shard.format == "memory" else text_reader(shard.path, cfg.text_column)
-                if len(column) != mine.rows:
-                    raise InputError(f"shard {shard.path!r} gave {mine.rows} rows to pyarrow but {len(column)} "
-                                     "text rows to cuDF; it changed while being read or is corrupt: rerun, or set "
-                                     "gpu.reader: pyarrow")
-                device_text.append(column)
+            readers.shard_read(shard, cfg.text_column, mine.rows)  # its text column, where the device reads it
             if progress is not None:
                 progress(1)
             if not mine.seen:  # a JSONL shard without records
@@ -145,46 +147,29 @@ def read(inputs, cfg: InputConfig = InputConfig(), score_column: str | None = No
             row0 += mine.rows
             mine = _Shard(row0)
     table = pa.concat_tables(parts) if parts else _empty_table(score_column is not None)
-    device_table = None
-    if table_reader is not None:  # every shard's columns in one device read, else each shard's text column
-        device_table = table_reader([s.path for s in out_shards]) if out_shards else None
-        if device_table is not None:
-            if device_table.num_rows != table.num_rows:
-                raise InputError(f"the shards gave {table.num_rows} rows to pyarrow but {device_table.num_rows} to "
-                                 "cuDF; one changed while being read or is corrupt: rerun, or set gpu.reader: pyarrow")
-            device_text = [device_table.column(cfg.text_column)]
-        else:
-            device_text = _device_texts(out_shards, cfg, text_reader)
-    if (text_reader is not None or text is not None) and "text" in table.column_names:
+    # the device's text columns (and table), read now where one device read takes every shard's columns
+    device_text, device_table = readers.finish(out_shards, table.num_rows, cfg.text_column)
+    if (not readers.on_host or text is not None) and "text" in table.column_names:
         table = table.drop_columns(["text"])
     log.debug("read %d documents from %d shard(s)%s", table.num_rows, len(out_shards),
-             " (text columns into device memory)" if text_reader is not None else "")
+              "" if readers.on_host else " (text columns into device memory)")
     return Corpus(table, out_shards, cfg.text_column, cfg.id_column, score_column,
-                  vectors=vector_parts if cfg.vector_column else None,
-                  device_text=device_text if text_reader is not None else None,
+                  vectors=vector_parts if cfg.vector_column else None, device_text=device_text,
                   text_parts=text_parts if text is not None else None,
                   held=held if hold else None, device_table=device_table)
-
-
-def _device_texts(shards, cfg: InputConfig, text_reader) -> list:
-    """Each shard's text column read into device memory by ``text_reader`` (its row count checked)."""
-    out = []
-    for shard in shards:  # one read per shard
-        column = text_reader(shard.path, cfg.text_column)
-        if len(column) != shard.rows:
-            raise InputError(f"shard {shard.path!r} gave {shard.rows} rows to pyarrow but {len(column)} text rows "
-                             "to cuDF; it changed while being read or is corrupt: rerun, or set gpu.reader: pyarrow")
-        out.append(column)
-    return out
 
 
 class _Shard:
     """What has been read of one shard so far."""
 
     def __init__(self, row0: int):
-        self.row0, self.rows, self.seen, self.first_id = row0, 0, False, None
-        self.tables, self.text, self.vectors, self.vector_type = [], [], [], None
-        self.held = []  # whole batches as read (read(hold=True))
+        self.row0, self.rows, self.seen = row0, 0, False
+        self.first_id: Any = None  # the id type the shards before this one fixed
+        self.tables: list = []
+        self.text: list = []
+        self.vectors: list = []
+        self.vector_type = None
+        self.held: list = []  # whole batches as read (read(hold=True))
 
 
 def _add_batch(mine: _Shard, shard: Shard, cfg: InputConfig, table: pa.Table, i: int, first_id, score_column,
@@ -219,14 +204,13 @@ def _add_batch(mine: _Shard, shard: Shard, cfg: InputConfig, table: pa.Table, i:
     return first_id
 
 
-def _batches(shards, cfg: InputConfig, score_column, text_reader, readers: int | None = None, hold: bool = False):
+def _batches(shards, cfg: InputConfig, score_column, skip: bool, readers: int | None = None, hold: bool = False):
     """(shard index, kind, table) for every batch of every shard, in order: kind ``batch`` (table: its
     validated columns, or None for a JSONL shard without records), ``again`` (the shard's batches so far
     are void: it is read whole, see :class:`~gpu_dedup.storage.ReadWhole`), then ``end``; with ``hold``,
     each batch of a Parquet shard as read (kind ``held``: every column) just before its ``batch``.  Up to
     ``readers`` shards (default: one per core, at most READERS) are read at once, each by its own thread
-    a couple of batches ahead."""
-    skip = text_reader is not None
+    a couple of batches ahead; ``skip``: the text column is left to the device reader."""
     readers = min(READERS, os.cpu_count() or 1) if readers is None else readers
     return ahead_each([partial(_shard_batches, i, shard, cfg, score_column, skip, hold)
                        for i, shard in enumerate(shards)], readers)

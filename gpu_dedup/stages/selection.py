@@ -255,7 +255,9 @@ class ClusterPart:
         if self.done:
             z = xp.zeros(0, dtype=xp.int64)
             return {"src": z, "dst": z}
-        left, right = self.chain.propose()  # (member, survivor): the survivor first, the end many pairs share
+        chain = self.chain
+        assert chain is not None  # not done: chains are split
+        left, right = chain.propose()  # (member, survivor): the survivor first, the end many pairs share
         return {"src": self.node[right], "dst": self.node[left]}
 
     def accept(self, sim) -> None:

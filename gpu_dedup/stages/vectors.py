@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import array_module, get_backend, on_device, to_device, to_host
+from gpu_dedup.backends import array_module, get_backend, to_device, to_host, to_module
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.errors import InputError
 from gpu_dedup.kernels import cosine_cpu as cpu
@@ -275,9 +275,7 @@ class IdfTable:
 
     def weights_on(self, xp):
         """``weights`` as an array of ``xp``: copied to a device once (counted), then reused."""
-        if xp is np:
-            return self.weights
-        if xp.__name__ not in self._copies:
+        if xp.__name__ not in self._copies:  # NumPy: the weights themselves
             self._copies[xp.__name__] = to_device(self.weights, xp)
         return self._copies[xp.__name__]
 
@@ -318,9 +316,7 @@ def feature_sets(texts, shingle: str = "word", ngram: int = 3, docs=None, backen
 
 def _like(a, ref):
     """``a`` moved to the array module of ``ref`` (a counted copy when they differ)."""
-    if on_device(a) == on_device(ref):
-        return a
-    return to_host(a) if on_device(a) else to_device(a, array_module(ref))
+    return to_module(a, array_module(ref))
 
 
 def document_frequencies(texts, shingle: str = "word", ngram: int = 3, bits: int = 20,

@@ -77,6 +77,8 @@ def verify(edges: Edges, threshold: float, method: str, *, texts=None, cfg: MinH
            signatures=None, backend="cpu", progress=None) -> Edges:
     """Edges with their similarity; under ``exact``/``signature`` only those >= threshold."""
     if method == "exact":
+        if cfg is None:
+            raise ValueError("verify method 'exact' shingles the texts as the minhash config says: pass cfg=")
         sim = exact_similarity(edges.src, edges.dst, texts, cfg, backend, progress=progress)
     elif method in ("signature", "none"):
         sim = signature_similarity(edges.src, edges.dst, signatures, backend)

@@ -94,13 +94,15 @@ def survivor_id_column(dup: dict, ids: dict, prior) -> pa.Array:
 
 
 def duplicates_part(dup: dict, ids: dict | None, survivor_ids, *, first_doc, starts, names, id_column,
-                     in_index: bool) -> pa.Table:
+                    prior) -> pa.Table:
+    """One block's rows of the duplicates table; against an index (``prior``), whether each survivor is an
+    indexed document (``in_index``)."""
     rows = to_host(dup["row"])
     return duplicates_table(
         ids=None if ids is None else ids["id"], survivor_ids=survivor_ids, rows=rows, first_row=first_doc,
         shard_starts=starts, shard_names=names, id_column=id_column, kept=to_host(dup["kept"]),
         cluster=to_host(dup["cluster"]), similarity=to_host(dup["similarity"]), exact=to_host(dup["exact"]),
-        in_index=(to_host(dup["survivor"]) < first_doc) if in_index else None)
+        in_index=(to_host(dup["survivor"]) < first_doc) if prior.active else None)
 
 
 def table_rows(table: pa.Table) -> dict:

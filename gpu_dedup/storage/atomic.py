@@ -55,7 +55,7 @@ def atomically(path: Path, tmp_dir, write) -> None:
         raise
 
 
-def atomic_write_bytes(path: str | Path, payload: bytes, tmp_dir=None) -> None:
+def atomic_write_bytes(path: str | Path, payload: bytes | memoryview, tmp_dir=None) -> None:
     """Write ``payload`` to a temporary file (in ``tmp_dir``, default beside ``path``), then rename it."""
     if is_url(path):
         put_bytes(path, payload)

@@ -134,6 +134,7 @@ class RemotePath:
     An object store has no directories: a "directory" is the prefix of the objects under it."""
 
     __slots__ = ("url",)
+    url: str  # the normalized URL (set once, in __init__)
 
     def __init__(self, url: str):
         url = str(url)

@@ -147,6 +147,8 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
     target = as_path(out_dir) / shard.name  # a local path, or a URL (uploaded: the device writer writes files)
     if shard.format == "parquet":
         codec = resolve_codec(compression, shard)
+        # device branch (tools/device_branches.py): the run's placement chose the device writer (gpu.writer, no
+        # device table held) and passes it, or None; a shard it cannot write keeps the host writer
         if device_writer is not None and isinstance(codec, str) and not is_url(target):
             target.parent.mkdir(parents=True, exist_ok=True)
             rows = _write_parquet_on_device(shard, keep, target, codec, device_writer)

@@ -18,6 +18,7 @@ import pytest
 from gpu_dedup import backends, storage
 from gpu_dedup.backends import count_transfer, to_device, to_host, transfer_totals
 from gpu_dedup.backends.gpu import corpus_estimate
+from gpu_dedup.backends.placement import byte_batches
 from gpu_dedup.backends.prepare import SAMPLE
 from gpu_dedup.backends.strings import (
     arrow_column,
@@ -131,12 +132,12 @@ def test_memory_limit_is_validated_and_leaves_the_fingerprint():
 def test_byte_batches_cover_every_row_once_within_the_bound():
     lengths = np.array([5, 0, 30, 7, 7, 7, 100, 1, 1], np.int64)
     offsets = np.concatenate(([3], 3 + np.cumsum(lengths)))
-    batches = local._byte_batches(offsets, 20)
+    batches = byte_batches(offsets, 20)
     assert [a for a, _ in batches] == [0] + [b for _, b in batches][:-1] and batches[-1][1] == lengths.shape[0]
     for a, b in batches:  # within the bound, or a single longer document
         assert lengths[a:b].sum() <= 20 or b - a == 1
-    assert local._byte_batches(np.zeros(1, np.int64), 20) == []
-    assert local._byte_batches(offsets, 1000, max_rows=4) == [(0, 4), (4, 8), (8, 9)]
+    assert byte_batches(np.zeros(1, np.int64), 20) == []
+    assert byte_batches(offsets, 1000, max_rows=4) == [(0, 4), (4, 8), (8, 9)]
 
 
 def test_corpus_estimate_reads_metadata(tmp_path):

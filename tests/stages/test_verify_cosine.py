@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from gpu_dedup.backends import Backend
 from gpu_dedup.stages import projections as pj
 from gpu_dedup.stages.verify import (
     cosine_similarity,
@@ -78,6 +79,8 @@ class Recording:
 
     def __init__(self, inner, xp=None):
         self.inner, self.xp, self.calls = inner, xp or inner.xp, []
+
+    holds = Backend.holds  # whether the vectors are in its memory (its xp's), as every backend answers
 
     def row_norms(self, vectors):
         self.calls.append(("row_norms", vectors.shape[0]))

@@ -22,6 +22,7 @@ import logging
 import sys
 from dataclasses import replace
 
+from gpu_dedup.backends import cluster_backend
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ResourceError
 from gpu_dedup.run.checkpoint import Checkpoints, NoCheckpoints, run_fingerprint
@@ -45,23 +46,23 @@ def run_cluster(inputs, output_dir, cfg: Config, *, restart: bool = False, prior
     every worker must see, like the output directory."""
     st = StageLog()  # the run's seconds count from here (from the process's start under the CLI)
     shards, job = plan_run(inputs, output_dir, cfg, prior=prior, sink=sink, write_shards=write_shards, st=st)
-    if cfg.backend == "auto":  # decided on the client without touching CUDA: GPU workers only when asked for
-        cfg = replace(cfg, backend="cpu")
+    cfg = replace(cfg, backend=cluster_backend(cfg.backend))  # auto: CPU workers (GPU ones only when asked for)
     job = replace(job, cfg=cfg)
     ex = DaskExecutor(shards, cfg, job.prior)
     od = None
-    ckpt = NoCheckpoints()
-    resumable = job.out is not None and not job.prior.active
+    ckpt: Checkpoints | NoCheckpoints = NoCheckpoints()
+    out = job.out
+    resumable = out is not None and not job.prior.active
     try:
         with st.cost("cluster_start"):  # started, or joined; its workers' kernels load in kernel_load
             ex.connect()  # first: a cluster that cannot start leaves no output directory behind
-        if job.out is not None:
+        if out is not None:
             with st.cost("setup"):
-                od = open_output(job.out, shards, inputs, cfg, shards_written=job.write_shards, fresh=not resumable)
+                od = open_output(out, shards, inputs, cfg, shards_written=job.write_shards, fresh=not resumable)
                 job = replace(job, outdir=od)
                 if resumable:
                     fingerprint = run_fingerprint(cfg, shards, f"dask:block_rows={cfg.cluster.block_rows}")
-                    ckpt = Checkpoints(job.out, fingerprint, restart)
+                    ckpt = Checkpoints(out, fingerprint, restart)
         return execute(job, ex, ckpt, st)
     except Exception as exc:
         if type(exc).__name__ != "KilledWorker":

@@ -13,13 +13,23 @@ import shutil
 import threading
 import uuid
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup import storage
-from gpu_dedup.backends import array_module, get_backend, on_device, to_device, to_host
+from gpu_dedup.backends import (
+    ByArrays,
+    array_module,
+    get_backend,
+    host_copy,
+    on_device,
+    to_device,
+    to_host,
+    traits,
+)
 from gpu_dedup.backends.strings import StringBuffers, arrow_strings, string_buffers
 from gpu_dedup.config import Config, parse_size
 from gpu_dedup.errors import InputError, ResourceError
@@ -27,9 +37,10 @@ from gpu_dedup.stages import frames
 from gpu_dedup.stages.exact import exact_keys
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
+from gpu_dedup.stages.projections import NULL_ROW
 from gpu_dedup.stages.read import read_texts
 from gpu_dedup.stages.selection import text_lengths
-from gpu_dedup.stages.vectors import NULL_ROW, Vectors
+from gpu_dedup.stages.vectors import Vectors
 
 # --------------------------------------------------------------------------- planning
 
@@ -102,7 +113,8 @@ def plan_blocks(infos: list, block_rows: int) -> list:
         if s != t and not _same_schema(infos[s].get("schema"), infos[t].get("schema")):
             cuts.add(i)
     cuts.add(len(units) - 1)
-    blocks, lo, row0 = [], 0, 0
+    blocks: list = []
+    lo, row0 = 0, 0
     for hi in sorted(cuts):
         pieces = _pieces(units[lo:hi + 1])
         rows = sum(p.rows for p in pieces)
@@ -114,7 +126,7 @@ def plan_blocks(infos: list, block_rows: int) -> list:
 
 def _pieces(units: list) -> list:
     """The pieces of a block's units (consecutive units of one shard make one piece)."""
-    pieces = []
+    pieces: list = []
     for s, g, n, start in units:
         if pieces and pieces[-1][0] == s:
             pieces[-1][2].append(g)
@@ -136,7 +148,7 @@ def spread_blocks(rows: list, workers: list) -> list:
     load = dict.fromkeys(workers, 0)
     homes: list = [None] * len(rows)
     for k in sorted(range(len(rows)), key=lambda k: -rows[k]):  # stable: equal blocks in order
-        w = min(load, key=load.get) if load else None
+        w = min(load, key=lambda v: load[v]) if load else None
         if w is not None:
             load[w] += rows[k]
         homes[k] = w
@@ -152,7 +164,7 @@ class BlockData:
 
     block: Block
     table: pa.Table  # text[, id][, score]
-    strings: object = None  # normalized StringBuffers (device arrays on a GPU worker), unless in a file
+    strings: Any = None  # normalized StringBuffers (device arrays on a GPU worker), unless in a file
     invalid_utf8: int = 0
     vectors: Vectors | None = None  # input.vector_column
     null: np.ndarray | None = None
@@ -259,8 +271,8 @@ def id_hashes(data: BlockData, backend: str = "cpu") -> dict:
     kernels on the device): pandas' hash of each value."""
     ids = data.table.column("id").combine_chunks()
     t = ids.type
-    if backend == "cpu" and (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
-                             or pa.types.is_large_binary(t)):
+    if traits(backend).host and (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+                                 or pa.types.is_large_binary(t)):
         keys = exact_keys(ids, seed=ID_SEED)
         h1, h2 = (keys[:, 1] ^ frames.mix64(keys[:, 0])).view(np.int64), keys[:, 2].view(np.int64)
     elif pa.types.is_integer(t):
@@ -308,7 +320,7 @@ def normalize_block(data: BlockData, cfg: Config, run: str | None = None) -> Blo
 def streams_text(cfg: Config) -> bool:
     """Whether a block is read and normalized batch by batch in one task (:func:`read_block`): text on CPU
     workers.  GPU workers normalize a loaded block on the device (:func:`normalize_block`)."""
-    return cfg.backend == "cpu" and family_for(cfg).uses_text and not cfg.input.vector_column
+    return traits(cfg.backend).host and family_for(cfg).uses_text and not cfg.input.vector_column
 
 
 def read_block(block: Block, shards: list, cfg: Config, run: str | None = None) -> BlockData:
@@ -343,17 +355,24 @@ _HELD_LOCK = threading.Lock()
 
 
 def _kept(data: BlockData, cfg: Config, run: str | None) -> BlockData:
-    """The block with its normalized texts where ``cluster.spill_texts`` keeps them: in memory, or (texts in
-    host memory, ``run`` given) in a file of the worker's local directory (:func:`text_dir`) that each task
-    reading them maps, so that the worker holds the texts of the blocks its running tasks read, not of all its
-    blocks.  ``auto``: in memory while this run's texts on this worker stay within SPILL_SHARE of its memory
-    limit.  A GPU worker's normalized block (texts in device memory, or in the CUDA simulator's host arrays):
-    on the device or in host memory (:func:`_kept_on_device`), never in a file.  Texts in device memory take
-    that path whatever the backend's name (one named ``cpu`` may be the GPU's, as under ``pytest --backend
-    gpu``)."""
-    if run is not None and data.strings is not None and (on_device(data.strings.offsets) or cfg.backend == "gpu"):
-        return _kept_on_device(data, cfg, run)
-    if run is None or cfg.cluster.spill_texts is False or data.strings is None:
+    """The block with its normalized texts where ``cluster.spill_texts`` keeps them (``run`` given): texts in
+    host memory in memory, or in a file of the worker's local directory (:func:`_kept_on_host`); texts in
+    device memory (a GPU worker's normalized block) on the device or in host memory (:func:`_kept_on_device`).
+    Where the texts are decides (:data:`_KEEP`, by array type), not the backend's name (a backend named
+    ``cpu`` may be the GPU's, as under ``pytest --backend gpu``); host arrays of a backend whose kernels are not
+    the host's (the GPU's under the CUDA simulator) are a GPU worker's texts too."""
+    if run is None or data.strings is None:
+        return data
+    xp = array_module(data.strings.offsets)
+    return _KEEP.pick(xp, fast=xp is np and traits(cfg.backend).host)(data, cfg, run)
+
+
+def _kept_on_host(data: BlockData, cfg: Config, run: str) -> BlockData:
+    """A block's texts in host memory: in memory, or (``spill_texts`` true, or ``auto`` past SPILL_SHARE of the
+    worker's memory limit for this run's texts on this worker) in a file of the worker's local directory
+    (:func:`text_dir`) that each task reading them maps, so that the worker holds the texts of the blocks its
+    running tasks read, not of all its blocks."""
+    if cfg.cluster.spill_texts is False:
         return data
     size = int(data.strings.nbytes)
     with _HELD_LOCK:
@@ -397,6 +416,9 @@ def _kept_on_device(data: BlockData, cfg: Config, run: str) -> BlockData:
                 "to keep the texts past it in host memory")
     host = StringBuffers(to_host(data.strings.offsets), to_host(data.strings.data))
     return replace(data, strings=host, texts_on_host=True)
+
+
+_KEEP = ByArrays(_kept_on_device, host=_kept_on_host)  # texts on the device, or in host memory
 
 
 def _size(n: float) -> str:
@@ -514,7 +536,7 @@ def host_frame(frame: dict) -> dict:
     task, and what leaves the task is NumPy.  A block's rows, its ranks (a sample sort on the host) and what
     the client routes are host arrays, and a frame that mixed them with CuPy columns failed at the first
     operation joining the two (the first Dask-CUDA run: ``docs["eligible"] & (keys["k0"] != ...)``)."""
-    return {k: host_frame(v) if isinstance(v, dict) else to_host(v) if on_device(v) else v for k, v in frame.items()}
+    return {k: host_frame(v) if isinstance(v, dict) else host_copy(v) for k, v in frame.items()}
 
 
 def block_keys(data: BlockData, family) -> dict:
@@ -597,6 +619,7 @@ def vector_payload(data: BlockData, part: dict, column: str, first_doc: int, pri
     dim = data.vectors.matrix.shape[1] if data.vectors is not None else 1
     mat = np.zeros((nodes.shape[0], dim), np.float32)
     if own.any():
+        assert data.vectors is not None  # a vector family's block
         mat[own] = data.vectors.matrix[nodes[own] - first_doc - data.block.row0]
     if (~own).any():
         mat[~own] = prior.vectors(nodes[~own]).matrix

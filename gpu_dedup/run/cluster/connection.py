@@ -12,7 +12,9 @@ import os
 import signal
 import threading
 from dataclasses import dataclass
+from typing import Any
 
+from gpu_dedup.backends import traits
 from gpu_dedup.backends.gpu_probe import simulator_requested
 from gpu_dedup.config import Config, parse_size
 from gpu_dedup.errors import BackendError, ConfigError
@@ -36,13 +38,14 @@ def connect(cfg: Config):
     if c.scheduler:
         client = _client_within(Client, c.scheduler, connect_timeout())
         cluster = None
-    elif cfg.backend == "gpu":
+    elif traits(cfg.backend).workers == "cuda":  # Dask-CUDA workers (see gpu_cluster)
         with shielded_children():
-            cluster = gpu_cluster(c.workers, c)
+            cluster = gpu_cluster(c.workers or 1, c)
             client = Client(cluster)
     else:
+        workers = c.workers or 1  # set: cluster.enabled without a scheduler
         with shielded_children():
-            cluster = local_cluster(c.workers, c.memory_limit, {"NUMBA_NUM_THREADS": str(worker_threads(c.workers))})
+            cluster = local_cluster(workers, c.memory_limit, {"NUMBA_NUM_THREADS": str(worker_threads(workers))})
             client = Client(cluster)
     log.info("Dask dashboard: %s (%d workers)", client.dashboard_link, len(client.scheduler_info()["workers"]))
     return client, cluster
@@ -194,7 +197,7 @@ def _scheduler_process_class():
             super().__init__()
             self.options = options
             self.config = dict(config or {})
-            self.process = None
+            self.process: Any = None
 
         async def start(self):
             from distributed.process import AsyncProcess
@@ -358,7 +361,7 @@ def gpu_worker_memory(cluster_cfg, total: int | None) -> GPUWorkerMemory:
     per = cluster_cfg.workers_per_gpu
     share = total // per if total else None
     if cluster_cfg.device_memory_limit != "auto":
-        limit = parse_size(cluster_cfg.device_memory_limit)
+        limit: int | str = parse_size(cluster_cfg.device_memory_limit)
     else:
         limit = int(0.8 * share) if share else "default"
     if cluster_cfg.rmm_async or share is None:

@@ -26,6 +26,7 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +35,7 @@ import pyarrow.parquet as pq
 import gpu_dedup.run.cluster.blocks as B
 import gpu_dedup.run.cluster.routing as routing
 from gpu_dedup import storage
-from gpu_dedup.backends import array_module, get_backend, to_host
+from gpu_dedup.backends import array_module, get_backend, to_host, traits
 from gpu_dedup.config import Config
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash, staged
 from gpu_dedup.run.cluster.connection import connect, quiet_teardown
@@ -55,7 +56,7 @@ from gpu_dedup.stages.components import (
     unique_pairs_part,
 )
 from gpu_dedup.stages.edges import unique_edges
-from gpu_dedup.stages.families import family_for
+from gpu_dedup.stages.families import Family, family_for
 from gpu_dedup.stages.selection import ranks_from_keys
 from gpu_dedup.storage.atomic import atomically, table_codec
 from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes, remove_tree, source
@@ -86,6 +87,7 @@ class DaskExecutor:
     """Blocks and every per-document table on Dask workers (see the module docstring)."""
 
     holds_corpus = False
+    family: Family  # the similarity family, sized by read()
 
     def __init__(self, shards, cfg: Config, prior=None):
         self.shards = shards
@@ -94,17 +96,17 @@ class DaskExecutor:
         self.prior = prior if prior is not None else NoPrior()
         self.backend = _ClientSide(cfg)  # the client runs no kernels (and starts no CUDA context)
         self.part_backend = cfg.backend  # resolved on each worker
-        self.client = self.cluster = None
+        self.client: Any = None  # distributed.Client (untyped)
+        self.cluster: Any = None
         self.blocks: list = []
         self.loaded: list = []
         self.homes: list = []  # the worker each block is read on (B.spread_blocks)
-        self.normalized: list | None = None
+        self.normalized: list = []  # the blocks once normalized (read() sets them)
         self.invalid_utf8: int | None = None  # counted by the normalize stage
         self.spilled_text_mb = 0.0
         self.spilled_text_blocks = 0
-        self.family = None
-        self._prepared = None
-        self.bands = None  # the bands parts (signatures for verification by signature)
+        self._prepared: Any = None
+        self.bands: list | None = None  # the bands parts (signatures for verification by signature)
         self.routes = 0
         self.device_routes = 0  # routes that moved device frames (cluster.shuffle: device)
         self.expected_rows: int | None = None  # what later routes move at most (expect_rows); None: unknown
@@ -404,7 +406,7 @@ class DaskExecutor:
         large-star / small-star rounds over shuffles (stages/components.py); labels routed by node."""
         total = self.total(_edges_of, edges)["edges"]
         limit = self.cfg.cluster.components_gathered_edges
-        if total > limit and self.cfg.backend == "gpu":  # Dask-CUDA: cuGraph's multi-GPU WCC where installed
+        if total > limit and traits(self.cfg.backend).graph_components:  # Dask-CUDA: cuGraph's WCC where installed
             labels = _cugraph_components(self.client, edges, self.partitions)
             if labels is not None:
                 return labels
@@ -448,7 +450,7 @@ class DaskExecutor:
         # every part of the unit saved at once, and where they are asked once: two round trips a unit
         self.client.gather(self.client.map(_save_part, everything, [x for n in named for x in paths[n]], pure=False))
         holders = self.client.who_has(everything)
-        fresh = {name: None for name in parts}
+        fresh: dict[str, Any] = {name: None for name in parts}
         for name, p in named.items():
             fresh[name] = [self.client.submit(_reuse_or_load, path, self.part_backend, pure=False,
                                               **routing.placed(sorted(holders.get(f.key, ()))))
@@ -501,7 +503,7 @@ class DaskExecutor:
                 return self.client.gather([self.client.submit(B.original_texts, shards[k], rows[sel] - starts[k],
                                                               self.cfg, pure=False) for k, sel in groups])
             return take_in_order(rows, starts, fetch, text=True)
-        homes = self._block_homes([self.loaded])  # where every block is: asked once, not once a block
+        homes = self._block_homes([self.loaded]) or []  # where every block is: asked once, not once a block
 
         def fetch_ids(groups):
             return self.client.gather([self.client.submit(B.take_column, self.loaded[k], rows[sel], column,
@@ -617,7 +619,7 @@ def prepare_worker(cfg: Config, own: bool = True) -> float:
     workers of a user's scheduler are left as they are: a run changes nothing it does not own."""
     if own:
         _numba_threads_from_environment()
-    if cfg.backend == "gpu":
+    if traits(cfg.backend).workers == "cuda":  # Dask-CUDA weighs a block whose texts are on the device
         B.register_device_blocks()
     return float(get_backend(cfg.backend).prepare(cfg) or 0.0)
 
@@ -629,7 +631,7 @@ def _numba_threads_from_environment() -> None:
     if numba is None or pool is None or getattr(pool, "_is_initialized", True):
         return  # not imported yet (it will read the environment), or already running its threads
     numba.config.reload_config()
-    pool.NUM_THREADS = numba.config.NUMBA_NUM_THREADS  # the size the pool starts with, read at import
+    pool.NUM_THREADS = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # read at the pool's import
 
 
 def _cugraph_components(client, edges: list, partitions: int):
@@ -638,14 +640,14 @@ def _cugraph_components(client, edges: list, partitions: int):
     try:
         import cugraph  # noqa: PLC0415  Dask-CUDA workers only
         import cugraph.dask as dcg  # noqa: PLC0415
-        import dask  # noqa: PLC0415
         import dask.dataframe as dd  # noqa: PLC0415
         from cugraph.dask.comms import comms  # noqa: PLC0415
+        from dask.delayed import delayed  # noqa: PLC0415
         from distributed import wait  # noqa: PLC0415
     except Exception:  # not installed (or broken): the large-star / small-star rounds instead
         log.info("components: cuGraph is not importable; large-star / small-star rounds instead")
         return None
-    frames_ = [dask.delayed(routing.to_df)(f) for f in edges]
+    frames_ = [delayed(routing.to_df)(f) for f in edges]
     meta = client.submit(routing.empty, client.submit(routing.to_df, edges[0], pure=False), pure=False).result()
     ddf = dd.from_delayed(frames_, meta=meta, verify_meta=False)
     comms.initialize(p2p=True)
@@ -833,7 +835,8 @@ def _rank_range(part: dict, offset: int, keep: str) -> dict:
 def _save_part(part, path: str) -> int:
     """One part of a finished stage, saved by the worker that holds it (an object in a store: one upload)."""
     buf = io.BytesIO()  # a part that is None (nothing to say) is saved as an empty archive
-    np.savez(buf, **({k: to_host(v) for k, v in part.items()} if part is not None else {"__none__": np.zeros(0)}))
+    arrays: dict[str, Any] = {k: to_host(v) for k, v in part.items()} if part is not None else {"__none__": np.zeros(0)}
+    np.savez(buf, **arrays)
     storage.atomic_write_bytes(as_path(path), buf.getbuffer())
     _SAVED[path] = part
     return 1
@@ -856,7 +859,7 @@ def _forget_saved() -> int:
     return n
 
 
-def _load_part(path: str, backend) -> dict:
+def _load_part(path: str, backend) -> dict | None:
     where = as_path(path)
     with np.load(io.BytesIO(where.read_bytes()) if is_url(where) else where, allow_pickle=False) as z:
         part = {k: z[k] for k in z.files}
@@ -890,7 +893,7 @@ ROW_GROUP = 1024 * 1024  # rows per row group of pyarrow's write_table (its defa
 def _merge_parts(paths: list, path: str, compression: str) -> None:
     """Stream the part files into one Parquet file at ``path`` (atomically), row groups of ROW_GROUP rows; an
     object in a store is built in a local temporary file, then uploaded."""
-    schema = pq.read_schema(source(paths[0])) if paths else None
+    schema: Any = pq.read_schema(source(paths[0])) if paths else None  # every part has one schema
 
     def write(fd, tmp):
         os.close(fd)

@@ -27,7 +27,7 @@ import threading
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import array_module, frame_kinds, get_backend, on_device, to_device, to_host
+from gpu_dedup.backends import ByArrays, array_module, frame_kinds, get_backend, host_copy, to_device, to_host
 from gpu_dedup.stages import frames
 
 TAGS = ("_dest", "_src", "_pos")
@@ -109,7 +109,7 @@ def on_host(frame):
     cluster's tables between tasks are host arrays, see blocks.host_frame)."""
     if not isinstance(frame, dict):
         return frame
-    return {k: on_host(v) if isinstance(v, dict) else to_host(v) if on_device(v) else v for k, v in frame.items()}
+    return {k: on_host(v) if isinstance(v, dict) else host_copy(v) for k, v in frame.items()}
 
 
 _SUBMITTED = itertools.count(1)
@@ -139,9 +139,14 @@ def destination_order(d, n: int):
     """The positions of ``d`` (destinations in ``0..n-1``) sorted by destination, stably: a radix sort on the
     host (NumPy sorts integers of 16 bits or fewer by radix, eight times faster than int64 at 1.6 M rows)."""
     xp = array_module(d)
-    if xp is np and n <= 1 << 16:
-        d = d.astype(np.uint16)
-    return xp.argsort(d, kind="stable")
+    return xp.argsort(_RADIX_KEYS.pick(xp)(d, n), kind="stable")
+
+
+def _radix_keys_host(d, n: int):
+    return d.astype(np.uint16) if n <= 1 << 16 else d
+
+
+_RADIX_KEYS = ByArrays(lambda d, n: d, host=_radix_keys_host)  # a device sorts int64 keys as fast
 
 
 def split(obj, src: int, dest, n: int, explode=None, explode_kw=None, groups=None, account=None, **kw) -> list:
@@ -297,6 +302,7 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
                 for k, (g, i) in enumerate(place)]
     import dask  # noqa: PLC0415  Dask's shuffle only: importing dask.dataframe takes the client about 1 s
     import dask.dataframe as dd  # noqa: PLC0415
+    from dask.delayed import delayed
 
     if device is not None:
         try:  # cuDF frames on GPU workers: their empty meta reaches this process, and Dask dispatches on its type
@@ -308,7 +314,7 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
                            account=account, device=device, pure=False, **placed(where[i]), **kw)
              for i, p in enumerate(parts)]
     meta = client.submit(empty, ready[0], pure=False).result()
-    ddf = dd.from_delayed([dask.delayed(f) for f in ready], meta=meta, verify_meta=False)
+    ddf = dd.from_delayed([delayed(f) for f in ready], meta=meta, verify_meta=False)
     with dask.config.set({"dataframe.shuffle.method": shuffle_method} if shuffle_method else {}):
         routed = ddf.set_index("_dest", divisions=list(range(n + 1)), sorted=False)
         out = client.compute(routed.to_delayed())
