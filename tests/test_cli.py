@@ -468,7 +468,7 @@ def test_an_internal_error_exits_1(tmp_path, caplog, monkeypatch):
     def bug(self):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(sequence._Sequence, "components", bug)
+    monkeypatch.setattr(sequence.Sequence, "components", bug)
     assert main(["run", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q"]) == 1
     assert "internal error" in caplog.text and "ZeroDivisionError: a bug" in caplog.text
 

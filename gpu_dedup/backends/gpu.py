@@ -343,6 +343,40 @@ def quiet_low_occupancy() -> None:
         module.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
 
+def _lock_simulated_shared_arrays() -> None:
+    """Under Numba's CUDA simulator, a block's static shared arrays made under a lock.  The simulator runs a
+    block's threads as Python threads and creates a ``cuda.shared.array`` on the first thread to reach its line
+    without a lock, so two threads arriving together could each create one and the block work on two arrays
+    (seen as the block signature kernel's wrong minima in about one run of three; a device has one array)."""
+    import sys
+    import threading
+    import traceback
+
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+
+    shared = kernelapi.FakeCUDAShared
+    if getattr(shared.array, "locked", False):
+        return
+    make, lock = shared.array, threading.Lock()
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:  # dynamic shared memory (one buffer made at launch), or refused
+            return make(self, shape, dtype, alignment)
+        if isinstance(dtype, types.Type):
+            dtype = numpy_support.as_dtype(dtype)
+        caller = traceback.extract_stack(sys._getframe(1), limit=1)[0][0:2]  # the simulator's key: file, line
+        with lock:
+            got = self._allocations.get(caller)
+            if got is None:
+                got = self._allocations[caller] = np.empty(shape, dtype)
+        return got
+
+    array.locked = True
+    shared.array = array
+
+
 class GPUBackend(Backend):
     """Same entry points, arguments and results as ``CPUBackend``; kernels on the device."""
 
@@ -379,6 +413,7 @@ class GPUBackend(Backend):
         if self.simulator:
             self.device_name = "CUDA simulator"
             self.max_blocks = int(max_blocks or 4)
+            _lock_simulated_shared_arrays()
         else:
             device = cuda.get_current_device()
             name = device.name

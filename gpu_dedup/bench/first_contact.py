@@ -56,7 +56,7 @@ CAPS = {"setup": 150, "env": 60, "corpus": 240, "smoke": 150, "test-gpu": 150, "
         "test-backend": 400, "kit": 240, "cudf-minhash": 120, "e2e-cudf": 240, "components": 60, "dask": 150,
         "scale": 150}
 # a rehearsal's caps where they differ: the dask step's GPU workers run every GPU thread in Python there
-REHEARSAL_CAPS = {"dask": 400}
+REHEARSAL_CAPS = {"dask": 400, "signatures": 200}
 # tier 2's end-to-end configurations (the one-GPU targets), each with its shards and its removal list
 E2E_CUDF_CONFIGS = ("nemo_curator", "default", "fineweb", "cosine-text")
 # tier 2 needs the RAPIDS kit (cuDF, RMM, Dask-CUDA): these its wheels must pin
