@@ -822,11 +822,9 @@ class GPUBackend(Backend):
         paths = [str(p) for p in paths]
         schemas = [pq.read_schema(p) for p in paths]
         if columns is not None:
-            schemas = [pa.schema([s.field(c) for c in columns], metadata=s.metadata) if all(c in s.names for c in
-                                                                                             columns) else None
-                       for s in schemas]
-            if any(s is None for s in schemas):
+            if any(c not in s.names for s in schemas for c in columns):
                 return None
+            schemas = [pa.schema([s.field(c) for c in columns], metadata=s.metadata) for s in schemas]
         if any(not s.remove_metadata().equals(schemas[0].remove_metadata()) for s in schemas[1:]):
             return None
         moved = 0
