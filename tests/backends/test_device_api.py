@@ -22,19 +22,35 @@ import pytest
 import gpu_dedup
 
 ROOTS = {"xp": "cupy", "cupy": "cupy", "cp": "cupy", "plc": "pylibcudf", "pylibcudf": "pylibcudf", "cudf": "cudf",
-         "rmm": "rmm", "dask_cuda": "dask_cuda"}
+         "rmm": "rmm", "dask_cuda": "dask_cuda", "cugraph": "cugraph"}
 PACKAGE = Path(gpu_dedup.__file__).parent
 
 
 def _uses() -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
-    """(module, place, attribute chain after the root, keywords) of every attribute (called or not) rooted at
-    one of ROOTS, from gpu_dedup's source."""
+    """(package, place, attribute chain after the package, keywords) of every attribute (called or not) rooted
+    at one of ROOTS, and of every name imported from one of their packages (``from dask_cuda.utils import
+    nvml_device_index``: the chain ``utils.nvml_device_index``, with the keywords of the calls of that name in
+    the same module), from gpu_dedup's source."""
     found = []
+    packages = set(ROOTS.values())
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         calls = {id(n.func): n for n in ast.walk(tree) if isinstance(n, ast.Call)}
         outer = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        imported = {}  # local name -> (package, chain)
         for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in packages:
+                top, *sub = node.module.split(".")
+                for alias in node.names:
+                    imported[alias.asname or alias.name] = (top, (*sub, alias.name))
+                    where = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+                    found.append((top, where, (*sub, alias.name), ()))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported:
+                top, chain = imported[node.func.id]
+                kws = tuple(k.arg for k in node.keywords if k.arg)
+                if kws:
+                    found.append((top, f"{path.relative_to(PACKAGE.parent)}:{node.lineno}", chain, kws))
             if not isinstance(node, ast.Attribute) or id(node) in outer:  # the longest chain only
                 continue
             chain, base = [], node
