@@ -38,7 +38,13 @@ def _uses() -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
         calls = {id(n.func): n for n in ast.walk(tree) if isinstance(n, ast.Call)}
         outer = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         imported = {}  # local name -> (package, chain)
+        aliases = {}  # ``import cugraph.dask as dcg``: dcg -> (cugraph, (dask,))
         for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    top, *sub = alias.name.split(".")
+                    if top in packages and alias.asname and alias.asname not in ROOTS:
+                        aliases[alias.asname] = (top, tuple(sub))
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in packages:
                 top, *sub = node.module.split(".")
                 for alias in node.names:
@@ -61,13 +67,16 @@ def _uses() -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
                 continue
             chain.append(base.id)
             chain.reverse()  # root first
-            at = next((i for i, name in enumerate(chain) if name in ROOTS and (i == 0 or name == "xp")), None)
-            if at is None:
-                continue
             call = calls.get(id(node))
             kws = tuple(k.arg for k in call.keywords if k.arg) if call is not None else ()
             where = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
-            found.append((ROOTS[chain[at]], where, tuple(chain[at + 1:]), kws))
+            if chain[0] in aliases:
+                top, prefix = aliases[chain[0]]
+                found.append((top, where, prefix + tuple(chain[1:]), kws))
+                continue
+            at = next((i for i, name in enumerate(chain) if name in ROOTS and (i == 0 or name == "xp")), None)
+            if at is not None:
+                found.append((ROOTS[chain[at]], where, tuple(chain[at + 1:]), kws))
     return found
 
 
