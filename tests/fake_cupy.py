@@ -14,6 +14,11 @@ one element) raises CuPy's ``TypeError`` (comparing device results with host one
 under ``--backend gpu``).  It is permissive where NumPy gives it no say: ``np.asarray`` of a device array
 (CuPy raises) returns the data.  It checks where data lives and what moves, not that every line would run
 on CuPy (the ``gpu`` tests do that).  Install it as ``sys.modules["cupy"]`` for ``array_module`` to find it.
+
+Like CuPy's, its arrays have a ``__cuda_array_interface__`` (what ``pylibcudf.Column.from_cuda_array_interface``
+takes), and ``asarray`` / ``array`` of any object that has one (a pylibcudf ``gpumemoryview``, e.g. of
+``tests/fake_pylibcudf.py``) is a view of that memory, not a copy, nothing counted: the stand-in device memory is
+host memory, so the interface's pointer is one NumPy can read (:func:`interface_view`).
 """
 
 import types
@@ -39,6 +44,14 @@ class DeviceArray(np.ndarray):
         _refuse_host(tuple(kwargs.values()))
         return _device(super().__array_function__(func, (np.ndarray,), _plain(args), _plain(kwargs)))
 
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """CuPy's description of the array's memory (version 3; ``strides`` None where C-contiguous)."""
+        contiguous = self.flags.c_contiguous
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (int(self.ctypes.data), False),
+                "strides": None if contiguous else self.strides, "descr": [("", self.dtype.str)], "stream": None,
+                "version": 3}
+
     def get(self):
         if DeviceArray.ledger is not None:
             DeviceArray.ledger["device_to_host_bytes"] += self.nbytes
@@ -46,6 +59,28 @@ class DeviceArray(np.ndarray):
 
 
 DeviceArray.__module__ = "cupy._core.core"  # what on_device reads: type(a).__module__
+
+
+class _HostInterface:
+    """An ``__array_interface__`` over the memory a ``__cuda_array_interface__`` describes (the stand-in device
+    memory is host memory); keeps ``owner`` alive as long as a view of it."""
+
+    def __init__(self, cai: dict, owner):
+        self.__array_interface__ = {k: cai[k] for k in ("shape", "typestr", "data", "strides") if k in cai}
+        self.__array_interface__["version"] = 3
+        self.owner = owner
+
+
+def interface_view(obj) -> np.ndarray:
+    """The memory of an object with a ``__cuda_array_interface__`` as a NumPy array (no copy): what
+    ``cupy.asarray`` gives for it on a device."""
+    cai = obj.__cuda_array_interface__
+    if cai.get("mask") is not None:
+        raise NotImplementedError("CuPy does not take a masked __cuda_array_interface__")
+    shape = tuple(cai["shape"])
+    if int(np.prod(shape)) == 0:
+        return np.zeros(shape, dtype=np.dtype(cai["typestr"]))
+    return np.asarray(_HostInterface(cai, obj))
 
 
 def _refuse_host(values) -> None:
@@ -90,6 +125,8 @@ def fake_cupy():
     mod.ndarray = DeviceArray
 
     def upload(a, dtype=None, copy=True, contiguous=False):
+        if not isinstance(a, np.ndarray) and hasattr(a, "__cuda_array_interface__"):  # device memory: a view
+            a = interface_view(a).view(DeviceArray)
         if isinstance(a, DeviceArray):
             out = a.astype(dtype, copy=copy) if dtype is not None else (a.copy() if copy else a)
             return np.ascontiguousarray(out).view(DeviceArray) if contiguous else out
