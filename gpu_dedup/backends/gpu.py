@@ -836,8 +836,10 @@ class GPUBackend(Backend):
         count_transfer("host_to_device_bytes", moved)
         try:
             build = plc.io.parquet.ParquetReaderOptions.builder(plc.io.types.SourceInfo(paths))
-            opts = (build if columns is None else build.columns(list(columns))).build()
-            got = plc.io.parquet.read_parquet(opts)
+            if columns is not None:
+                # pylibcudf 26.10 deprecates ``columns`` for ``column_names`` (older releases have only ``columns``)
+                build = getattr(build, "column_names", build.columns)(list(columns))
+            got = plc.io.parquet.read_parquet(build.build())
         except MemoryError as exc:  # RMM out of device memory
             raise ResourceError(f"out of device memory reading {len(paths)} shards into device memory ({exc}); set "
                                 "gpu.memory_limit lower (the run then goes in batches), output.hold_inputs: false or "
@@ -868,7 +870,8 @@ class GPUBackend(Backend):
         firsts = np.concatenate(([0], np.cumsum(keep, dtype=np.int64)))[np.asarray(starts, np.int64)]
         counts = np.diff(firsts)
         mask = plc.Column.from_cuda_array_interface(self._dev(keep, np.bool_))
-        kept = plc.stream_compaction.apply_boolean_mask(held.table, mask)
+        compaction = plc.stream_compaction  # pylibcudf 26.10 deprecates apply_boolean_mask for apply_retention_mask
+        kept = getattr(compaction, "apply_retention_mask", compaction.apply_boolean_mask)(held.table, mask)
         meta = plc.io.types.TableInputMetadata(kept)
         for i, field in enumerate(held.schemas[0]):
             _column_metadata(meta.column_metadata[i], field)
