@@ -815,8 +815,8 @@ class GPUBackend(Backend):
         """Every column (or the top-level ``columns``) of the Parquet files ``paths`` in one libcudf read (its
         decoding spread over the whole device, not one file at a time), rows in file order: a
         :class:`DeviceTable`; None where libcudf cannot read them as one table (their schemas differ, a type it
-        lacks): the caller reads each shard's text column instead.  The files' compressed column chunks are what
-        crosses the bus (counted)."""
+        lacks): the caller reads each shard's text column instead.  Files that differ only in columns not read
+        are one table for ``columns``.  The files' compressed column chunks are what crosses the bus (counted)."""
         import pylibcudf as plc
 
         paths = [str(p) for p in paths]
@@ -839,6 +839,8 @@ class GPUBackend(Backend):
             if columns is not None:
                 # pylibcudf 26.10 deprecates ``columns`` for ``column_names`` (older releases have only ``columns``)
                 build = getattr(build, "column_names", build.columns)(list(columns))
+                if hasattr(build, "allow_mismatched_pq_schemas"):  # libcudf compares the files' whole schemas else
+                    build = build.allow_mismatched_pq_schemas(True)
             got = plc.io.parquet.read_parquet(build.build())
         except MemoryError as exc:  # RMM out of device memory
             raise ResourceError(f"out of device memory reading {len(paths)} shards into device memory ({exc}); set "
