@@ -816,7 +816,8 @@ class GPUBackend(Backend):
         decoding spread over the whole device, not one file at a time), rows in file order: a
         :class:`DeviceTable`; None where libcudf cannot read them as one table (their schemas differ, a type it
         lacks): the caller reads each shard's text column instead.  Files that differ only in columns not read
-        are one table for ``columns``.  The files' compressed column chunks are what crosses the bus (counted)."""
+        are one table for ``columns``.  The files' compressed column chunks are what crosses the bus (counted once
+        libcudf has read them)."""
         import pylibcudf as plc
 
         paths = [str(p) for p in paths]
@@ -833,7 +834,6 @@ class GPUBackend(Backend):
             top = [meta.schema.column(j).path.split(".")[0] for j in range(meta.num_columns)]
             moved += sum(meta.row_group(g).column(j).total_compressed_size for g in range(meta.num_row_groups)
                          for j in range(meta.num_columns) if columns is None or top[j] in columns)
-        count_transfer("host_to_device_bytes", moved)
         try:
             build = plc.io.parquet.ParquetReaderOptions.builder(plc.io.types.SourceInfo(paths))
             if columns is not None:
@@ -850,6 +850,7 @@ class GPUBackend(Backend):
             log.info("cuDF did not read the %d shards as one table (%s); it reads each shard's text column",
                      len(paths), str(exc)[:200])
             return None
+        count_transfer("host_to_device_bytes", moved)
         return DeviceTable(got.tbl, list(got.column_names()), schemas)
 
     def write_table(self, held: DeviceTable, starts, keep, targets, codec: str) -> list | None:
