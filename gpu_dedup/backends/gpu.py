@@ -65,11 +65,14 @@ CUDF_CODECS = {"none": None, "snappy": "snappy", "zstd": "ZSTD", "lz4": "LZ4"}  
 @dataclass
 class DeviceTable:
     """Every column of some Parquet shards in device memory, rows in shard order (:meth:`GPUBackend.read_table`):
-    a pylibcudf Table, its top-level column names, and each file's Arrow schema (its footer's)."""
+    a pylibcudf Table, its top-level column names, and each file's Arrow schema (its footer's); ``whole``: the
+    table holds every column of the files (the rows the write stage writes), not only some (a removal list's
+    text)."""
 
     table: object
     names: list
     schemas: list
+    whole: bool = True
 
     @property
     def num_rows(self) -> int:
@@ -851,7 +854,7 @@ class GPUBackend(Backend):
                      len(paths), str(exc)[:200])
             return None
         count_transfer("host_to_device_bytes", moved)
-        return DeviceTable(got.tbl, list(got.column_names()), schemas)
+        return DeviceTable(got.tbl, list(got.column_names()), schemas, whole=columns is None)
 
     def write_table(self, held: DeviceTable, starts, keep, targets, codec: str) -> list | None:
         """The kept rows of ``held`` (shard ``k`` at rows ``starts[k]:starts[k+1]``; ``keep``: bool per row, on the

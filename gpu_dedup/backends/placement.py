@@ -174,10 +174,12 @@ class Placement:
     # ---- writing
     def shard_writers(self, device_table: Any) -> tuple[Callable | None, Callable | None]:
         """(writer of one shard's kept rows on the device, which reads the shard again; writer of every shard
-        from the device table the read stage held): where ``gpu.writer`` asks for them, else None."""
+        from the device table the read stage held, where it holds every column): where ``gpu.writer`` asks for
+        them, else None."""
         writer = self.cfg.gpu.writer
-        one = self.backend.write_parquet if writer == "cudf" and device_table is None else None
-        table = self.backend.write_table if device_table is not None and writer != "pyarrow" else None
+        whole = device_table is not None and device_table.whole  # not a removal list's text alone
+        one = self.backend.write_parquet if writer == "cudf" and not whole else None
+        table = self.backend.write_table if whole and writer != "pyarrow" else None
         return one, table
 
     def report(self, reader: str, writers: dict | None, device_writer: Callable | None) -> dict:

@@ -495,6 +495,8 @@ def test_is_string_column_and_arrow_column_of_device_columns():
 class _FakeDeviceTable:
     """What ``GPUBackend.read_table`` gives (every column of the shards, rows in shard order), on host buffers."""
 
+    whole = True  # every column
+
     def __init__(self, paths):
         self.paths = list(paths)
         self.data = pa.concat_tables([pq.read_table(p) for p in paths])
@@ -592,6 +594,22 @@ def test_a_shard_whose_schema_the_device_would_change_is_written_by_the_host(met
     assert (d / "dev" / names[0]).read_bytes() != (d / "host" / names[0]).read_bytes()  # the device's
     _same_content(d / "host", d / "dev", names)
     assert "huggingface not kept" in caplog.text
+
+
+@pytest.mark.parametrize(("writer", "whole", "want"), [
+    ("auto", True, (None, "table")), ("auto", False, (None, None)), ("auto", None, (None, None)),
+    ("cudf", True, (None, "table")), ("cudf", False, ("one", None)), ("cudf", None, ("one", None)),
+    ("pyarrow", True, (None, None)), ("pyarrow", False, (None, None))])
+def test_only_a_device_table_of_every_column_goes_to_the_table_writer(writer, whole, want):
+    """A device table of the text alone (``output.hold_inputs: false``) holds no shard's rows: the shards are
+    written as without one (by the one-shard device writer where ``gpu.writer: cudf`` asks for it)."""
+    from types import SimpleNamespace
+
+    from gpu_dedup.backends.placement import Placement
+
+    be = SimpleNamespace(xp=np, write_parquet="one", write_table="table")
+    place = Placement(be, None, Config.from_dict({"gpu": {"writer": writer}}))
+    assert place.shard_writers(None if whole is None else SimpleNamespace(whole=whole)) == want
 
 
 @pytest.mark.parametrize("how", ["fails", "pyarrow"])
