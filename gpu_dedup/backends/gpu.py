@@ -65,9 +65,9 @@ CUDF_CODECS = {"none": None, "snappy": "snappy", "zstd": "ZSTD", "lz4": "LZ4"}  
 @dataclass
 class DeviceTable:
     """Every column of some Parquet shards in device memory, rows in shard order (:meth:`GPUBackend.read_table`):
-    a pylibcudf Table, its top-level column names, and each file's Arrow schema (its footer's); ``whole``: the
-    table holds every column of the files (the rows the write stage writes), not only some (a removal list's
-    text)."""
+    a pylibcudf Table, its top-level column names, and each file's Arrow schema with its footer's key-value
+    metadata (``ARROW:schema`` included); ``whole``: the table holds every column of the files (the rows the write
+    stage writes), not only some (a removal list's text)."""
 
     table: object
     names: list
@@ -824,7 +824,8 @@ class GPUBackend(Backend):
         import pylibcudf as plc
 
         paths = [str(p) for p in paths]
-        schemas = [pq.read_schema(p) for p in paths]
+        footers = [pq.read_metadata(p) for p in paths]  # one footer read per file: schema, key-values, chunks
+        schemas = [m.schema.to_arrow_schema().with_metadata(m.metadata or {}) for m in footers]
         if columns is not None:
             if any(c not in s.names for s in schemas for c in columns):
                 return None
@@ -832,8 +833,7 @@ class GPUBackend(Backend):
         if any(not s.remove_metadata().equals(schemas[0].remove_metadata()) for s in schemas[1:]):
             return None
         moved = 0
-        for p in paths:
-            meta = pq.ParquetFile(p).metadata
+        for meta in footers:
             top = [meta.schema.column(j).path.split(".")[0] for j in range(meta.num_columns)]
             moved += sum(meta.row_group(g).column(j).total_compressed_size for g in range(meta.num_row_groups)
                          for j in range(meta.num_columns) if columns is None or top[j] in columns)
@@ -859,7 +859,7 @@ class GPUBackend(Backend):
     def write_table(self, held: DeviceTable, starts, keep, targets, codec: str) -> list | None:
         """The kept rows of ``held`` (shard ``k`` at rows ``starts[k]:starts[k+1]``; ``keep``: bool per row, on the
         host) written to ``targets`` (a file per shard) in one libcudf write: filtered and compressed on the
-        device, every file with its shard's own schema metadata (``ARROW:schema`` included, so pyarrow reads the
+        device, every file with its shard's own key-value metadata (``ARROW:schema`` included, so pyarrow reads the
         input's Arrow types back) and the input's field names and nullability.  Returns the rows written per
         file, or None (nothing written) where it cannot: a codec libcudf does not write, a map column, schema
         metadata that is not text.  The caller checks each file's logical schema against its shard's."""
