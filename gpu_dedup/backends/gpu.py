@@ -103,6 +103,17 @@ def _has_map(t: pa.DataType) -> bool:
     return False
 
 
+def _timestamp_types(t: pa.DataType) -> list:
+    """The timestamp types in ``t`` (itself, or its fields' and items' at any depth)."""
+    if pa.types.is_timestamp(t):
+        return [t]
+    if pa.types.is_struct(t):
+        return [u for i in range(t.num_fields) for u in _timestamp_types(t.field(i).type)]
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _timestamp_types(t.value_type)
+    return []
+
+
 def _column_metadata(col, field: pa.Field) -> None:
     """Name and nullability of a written column (and of its children) as the input's Arrow field has them."""
     col.set_name(field.name).set_nullability(field.nullable)
@@ -860,13 +871,16 @@ class GPUBackend(Backend):
         """The kept rows of ``held`` (shard ``k`` at rows ``starts[k]:starts[k+1]``; ``keep``: bool per row, on the
         host) written to ``targets`` (a file per shard) in one libcudf write: filtered and compressed on the
         device, every file with its shard's own key-value metadata (``ARROW:schema`` included, so pyarrow reads the
-        input's Arrow types back) and the input's field names and nullability.  Returns the rows written per
-        file, or None (nothing written) where it cannot: a codec libcudf does not write, a map column, schema
-        metadata that is not text.  The caller checks each file's logical schema against its shard's."""
+        input's Arrow types back) and the input's field names and nullability; timestamps written UTC-adjusted
+        where the input's have a time zone, as they are where they have none.  Returns the rows written per file,
+        or None (nothing written) where it cannot: a codec libcudf does not write, a map column, timestamps with
+        and without a zone in one table, key-value metadata that is not text.  The caller checks each file's
+        logical schema against its shard's."""
         import pylibcudf as plc
 
         comp = {"none": "NONE", "snappy": "SNAPPY", "zstd": "ZSTD", "lz4": "LZ4"}.get(codec)
-        if comp is None or any(_has_map(f.type) for f in held.schemas[0]):
+        zoned = {bool(t.tz) for f in held.schemas[0] for t in _timestamp_types(f.type)}
+        if comp is None or any(_has_map(f.type) for f in held.schemas[0]) or len(zoned) > 1:
             return None
         try:
             kv = [{k.decode("utf-8"): v.decode("utf-8") for k, v in (s.metadata or {}).items()} for s in held.schemas]
@@ -881,9 +895,11 @@ class GPUBackend(Backend):
         meta = plc.io.types.TableInputMetadata(kept)
         for i, field in enumerate(held.schemas[0]):
             _column_metadata(meta.column_metadata[i], field)
-        opts = (plc.io.parquet.ParquetWriterOptions.builder(plc.io.types.SinkInfo([str(t) for t in targets]), kept)
-                .metadata(meta).key_value_metadata(kv)
-                .compression(getattr(plc.io.types.CompressionType, comp)).build())
+        build = (plc.io.parquet.ParquetWriterOptions.builder(plc.io.types.SinkInfo([str(t) for t in targets]), kept)
+                 .metadata(meta).key_value_metadata(kv).compression(getattr(plc.io.types.CompressionType, comp)))
+        if zoned == {False} and hasattr(build, "utc_timestamps"):  # libcudf marks them UTC-adjusted by default
+            build = build.utc_timestamps(False)
+        opts = build.build()
         opts.set_partitions([plc.io.types.PartitionInfo(int(firsts[k]), int(counts[k])) for k in range(len(targets))])
         plc.io.parquet.write_parquet(opts)
         return [int(c) for c in counts]
