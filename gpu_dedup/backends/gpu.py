@@ -114,6 +114,23 @@ def _timestamp_types(t: pa.DataType) -> list:
     return []
 
 
+def _declared_nulls(plc, col, field: pa.Field):
+    """Column ``col`` (of Arrow field ``field``) with only the nulls its fields declare: libcudf pushes a struct's
+    nulls down into its fields (``make_structs_column``), and its writer refuses nulls in a field written
+    ``required``, so a field the input declares not nullable gets its mask back off (its own rows have no nulls;
+    the struct's null rows stay the struct's).  New Column objects over the same device buffers, nothing copied."""
+    t = field.type
+    if pa.types.is_struct(t):
+        kids = [_declared_nulls(plc, c, t.field(j)) for j, c in enumerate(col.children())]
+        kids = [c if t.field(j).nullable or not c.null_count() else
+                plc.Column(c.type(), c.size(), c.data(), None, 0, c.offset(), c.children()) for j, c in enumerate(kids)]
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):  # children: offsets, then values
+        kids = [col.children()[0], _declared_nulls(plc, col.children()[1], t.value_field)]
+    else:
+        return col
+    return plc.Column(col.type(), col.size(), col.data(), col.null_mask(), col.null_count(), col.offset(), kids)
+
+
 def _column_metadata(col, field: pa.Field) -> None:
     """Name and nullability of a written column (and of its children) as the input's Arrow field has them."""
     col.set_name(field.name).set_nullability(field.nullable)
@@ -892,6 +909,7 @@ class GPUBackend(Backend):
         mask = plc.Column.from_cuda_array_interface(self._dev(keep, np.bool_))
         compaction = plc.stream_compaction  # pylibcudf 26.10 deprecates apply_boolean_mask for apply_retention_mask
         kept = getattr(compaction, "apply_retention_mask", compaction.apply_boolean_mask)(held.table, mask)
+        kept = plc.Table([_declared_nulls(plc, c, f) for c, f in zip(kept.columns(), held.schemas[0])])
         meta = plc.io.types.TableInputMetadata(kept)
         for i, field in enumerate(held.schemas[0]):
             _column_metadata(meta.column_metadata[i], field)
