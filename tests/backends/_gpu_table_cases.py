@@ -34,8 +34,6 @@ pytestmark = [
     pytest.mark.filterwarnings("error::FutureWarning"),  # pylibcudf 26.10's deprecations
 ]
 
-sys.setswitchinterval(2e-4)  # the simulator's threads get the GIL sooner (see tests/kernels/_cudasim_cases.py)
-
 
 @pytest.fixture
 def plc(monkeypatch):
@@ -52,6 +50,7 @@ def be(plc):
     """The GPU backend on the stand-in device arrays, with cuDF "installed"."""
     from gpu_dedup.backends.gpu import GPUBackend
 
+    sys.setswitchinterval(2e-4)  # the simulator's threads get the GIL sooner (see tests/kernels/_cudasim_cases.py)
     return GPUBackend({"devices": 1, "frames": "cudf"}, xp=sys.modules["cupy"], threads=8, span=32, seg_bytes=64,
                       item_threads=8, max_blocks=4)
 

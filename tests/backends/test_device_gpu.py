@@ -263,3 +263,24 @@ def test_the_device_table_is_read_in_one_call_and_written_in_one_call(gpu, tmp_p
     assert got.to_pylist() == [table.column("text")[i].as_py() for i in (5, 0, 899)]
     text = gpu.read_table([s.path for s in shards], columns=["text"])  # a removal list's read: the text alone
     assert text.names == ["text"] and text.take("text", [7]).to_pylist() == [table.column("text")[7].as_py()]
+
+
+@pytest.mark.parametrize("zone", [None, "Europe/Paris"])
+def test_the_device_writes_every_kind_of_column_as_the_host_does(gpu, tmp_path, zone):
+    """What tests/backends/_gpu_table_cases.py checks on the fake pylibcudf, on the real one: nested and nullable
+    columns (a required field in a nullable struct with null rows), timestamps with or without a zone and in
+    seconds, a dictionary column, an empty and an all-removed shard: every file the device wrote is published
+    and has the host writer's content."""
+    pytest.importorskip("pylibcudf")
+    from gpu_dedup import storage
+    from tests.backends._gpu_table_cases import host_written, shards_of, write_mixed
+
+    shards = shards_of(write_mixed(tmp_path / "in", sizes=(7, 0, 12, 6), zone=zone))
+    starts = np.cumsum([0] + [s.rows for s in shards])
+    keep = np.random.default_rng(1).random(int(starts[-1])) < 0.6
+    keep[starts[3]:] = False
+    held = gpu.read_table([s.path for s in shards])
+    done = storage.write_shards_on_device(shards, keep, starts, tmp_path / "dev", "zstd", held, gpu.write_table)
+    host_written(shards, keep, starts, tmp_path / "host", "zstd")
+    assert done == set(range(len(shards)))
+    _tables_equal(tmp_path / "host", tmp_path / "dev", [s.name for s in shards])
