@@ -847,7 +847,8 @@ class GPUBackend(Backend):
         decoding spread over the whole device, not one file at a time), rows in file order: a
         :class:`DeviceTable`; None where libcudf cannot read them as one table (their schemas differ, a type it
         lacks): the caller reads each shard's text column instead.  Files that differ only in columns not read
-        are one table for ``columns``.  The files' compressed column chunks are what crosses the bus (counted once
+        are one table for ``columns``; so are files whose Arrow types differ within one Parquet type (``string``
+        and ``large_string``, ...).  The files' compressed column chunks are what crosses the bus (counted once
         libcudf has read them)."""
         import pylibcudf as plc
 
@@ -858,13 +859,16 @@ class GPUBackend(Backend):
             if any(c not in s.names for s in schemas for c in columns):
                 return None
             schemas = [pa.schema([s.field(c) for c in columns], metadata=s.metadata) for s in schemas]
-        if any(not s.remove_metadata().equals(schemas[0].remove_metadata()) for s in schemas[1:]):
+        # what libcudf compares: the files' Parquet schemas (of the columns read), here with nullability (the write
+        # gives every file the first one's); string and large_string, plain and dictionary strings are one Parquet
+        # type, and each file is written back with its own Arrow types (its ARROW:schema)
+        tops = [[m.schema.column(j).path.split(".")[0] for j in range(m.num_columns)] for m in footers]
+        read = [[j for j, top in enumerate(t) if columns is None or top in columns] for t in tops]
+        leaves = [[m.schema.column(j) for j in js] for m, js in zip(footers, read)]
+        if any(len(a) != len(leaves[0]) or not all(x.equals(y) for x, y in zip(a, leaves[0])) for a in leaves[1:]):
             return None
-        moved = 0
-        for meta in footers:
-            top = [meta.schema.column(j).path.split(".")[0] for j in range(meta.num_columns)]
-            moved += sum(meta.row_group(g).column(j).total_compressed_size for g in range(meta.num_row_groups)
-                         for j in range(meta.num_columns) if columns is None or top[j] in columns)
+        moved = sum(m.row_group(g).column(j).total_compressed_size for m, js in zip(footers, read)
+                    for g in range(m.num_row_groups) for j in js)
         try:
             build = plc.io.parquet.ParquetReaderOptions.builder(plc.io.types.SourceInfo(paths))
             if columns is not None:

@@ -182,6 +182,26 @@ def test_the_text_alone_is_read_as_one_table_from_shards_whose_other_columns_dif
     assert same_values(text.column("text").to_arrow(), want)
 
 
+def test_shards_that_differ_only_in_large_types_are_one_table_written_back_with_their_own(be, tmp_path):
+    """string / large_string, list / large_list: one Parquet schema (only the ARROW:schema hint differs), so libcudf
+    reads them as one table; each file comes back with its own shard's Arrow types."""
+    from gpu_dedup import storage
+
+    os.makedirs(tmp_path / "in")
+    pq.write_table(pa.table({"text": ["a", "bb", None], "tags": [[1], [], None]}), tmp_path / "in" / "a.parquet")
+    pq.write_table(pa.table({"text": pa.array(["c", "d"], pa.large_string()),
+                             "tags": pa.array([[2, 3], [4]], pa.large_list(pa.int64()))}), tmp_path / "in" / "b.parquet")
+    shards = shards_of([str(tmp_path / "in" / "a.parquet")])
+    held = be.read_table([s.path for s in shards])
+    assert held is not None and held.num_rows == 5
+    keep = np.array([True, False, True, True, False])
+    done = storage.write_shards_on_device(shards, keep, [0, 3, 5], tmp_path / "dev", "zstd", held, be.write_table)
+    assert done == {0, 1}
+    host_written(shards, keep, [0, 3, 5], tmp_path / "host", "zstd")
+    for s in shards:
+        assert pq.read_table(tmp_path / "dev" / s.name).equals(pq.read_table(tmp_path / "host" / s.name)), s.name
+
+
 def test_a_failed_read_counts_no_bytes(be, plc, tmp_path, monkeypatch):
     paths = write_mixed(tmp_path / "in", sizes=(4, 5))
 
