@@ -10,13 +10,8 @@ there only because device texts could not be written to a file, which the stand-
 (a planted corpus of thousands of documents through the simulator) are left to a GPU.
 """
 
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
+from tests.simulated import run_simulated
 
-ROOT = Path(__file__).resolve().parents[2]
 TESTS = [
     "tests/stages/test_verify_cosine.py::test_vector_exact_similarity_runs_on_the_backend_it_is_given",
     "tests/run/test_cluster_outputs.py::test_signature_values_go_with_the_task_that_makes_the_bands",
@@ -30,13 +25,4 @@ CASES = len(TESTS) + 1  # the last one runs for text and for vectors
 
 
 def test_backend_gpu_tests_pass_on_simulated_device_arrays():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", GPU_DEDUP_FAKE_DEVICE="1", PYTHONHASHSEED="0")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=",
-         "--backend", "gpu", *TESTS], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-8000:]
-    summary = out.strip().splitlines()[-1]
-    passed = re.search(r"(\d+) passed", summary)
-    assert passed and int(passed.group(1)) == CASES, summary
-    assert not re.search(r"failed|error|skipped", summary), summary
+    run_simulated(TESTS, exactly=CASES, env={"GPU_DEDUP_FAKE_DEVICE": "1"}, args=("--backend", "gpu"))

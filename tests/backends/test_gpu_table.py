@@ -7,9 +7,6 @@ Arrow arrays.  In a child process under Numba's CUDA simulator (the GPU backend 
 ``_gpu_table_cases.py``, the backend's read, take and write of whole tables and whole runs that take that path.
 """
 
-import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,23 +19,13 @@ from gpu_dedup.backends import to_host
 from gpu_dedup.backends.strings import column_buffers
 from tests.fake_cupy import fake_cupy
 from tests.fake_pylibcudf import install
+from tests.simulated import run_simulated
 
-ROOT = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).with_name("_gpu_table_cases.py")
 
 
 def test_the_table_path_under_the_simulator_equals_the_host():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONHASHSEED="0")
-    env.pop("GPU_DEDUP_FAKE_DEVICE", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=",
-         str(CASES)], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-8000:]
-    summary = out.strip().splitlines()[-1]
-    passed = re.search(r"(\d+) passed", summary)
-    assert passed and int(passed.group(1)) >= 20, summary
-    assert not re.search(r"failed|error|skipped|xfail", summary), summary
+    run_simulated([CASES], at_least=20, env={"GPU_DEDUP_FAKE_DEVICE": None}, timeout=900)
 
 
 @pytest.fixture
