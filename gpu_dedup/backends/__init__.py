@@ -150,6 +150,19 @@ def host_copy(a):
     return to_host(a) if on_device(a) else a
 
 
+def host_frame(frame):
+    """``frame`` (a dict of columns, nested frames too) with its device columns copied to the host (counted);
+    anything that is not a dict as it is.
+
+    A cluster's frames are host arrays on GPU workers as well: the kernels run on the device inside a block's
+    task, and what leaves the task (or a device route) is NumPy.  A block's rows, its ranks (a sample sort on
+    the host) and what the client routes are host arrays, and a frame that mixed them with CuPy columns failed
+    at the first operation joining the two (the first Dask-CUDA run: ``docs["eligible"] & (keys["k0"] != ...)``)."""
+    if not isinstance(frame, dict):
+        return frame
+    return {k: host_frame(v) if isinstance(v, dict) else host_copy(v) for k, v in frame.items()}
+
+
 def to_module(a, xp):
     """``a`` as an array of ``xp``: copied to the host for NumPy, to the device for CuPy (each counted)."""
     return to_host(a) if xp is numpy else to_device(a, xp)

@@ -862,9 +862,9 @@ class GPUBackend(Backend):
         # what libcudf compares: the files' Parquet schemas (of the columns read), here with nullability (the write
         # gives every file the first one's); string and large_string, plain and dictionary strings are one Parquet
         # type, and each file is written back with its own Arrow types (its ARROW:schema)
-        tops = [[m.schema.column(j).path.split(".")[0] for j in range(m.num_columns)] for m in footers]
-        read = [[j for j, top in enumerate(t) if columns is None or top in columns] for t in tops]
-        leaves = [[m.schema.column(j) for j in js] for m, js in zip(footers, read)]
+        every = [[m.schema.column(j) for j in range(m.num_columns)] for m in footers]
+        read = [[j for j, c in enumerate(cs) if columns is None or c.path.split(".")[0] in columns] for cs in every]
+        leaves = [[cs[j] for j in js] for cs, js in zip(every, read)]
         if any(len(a) != len(leaves[0]) or not all(x.equals(y) for x, y in zip(a, leaves[0])) for a in leaves[1:]):
             return None
         moved = sum(m.row_group(g).column(j).total_compressed_size for m, js in zip(footers, read)

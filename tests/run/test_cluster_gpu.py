@@ -220,10 +220,11 @@ def test_the_device_route_moves_the_band_hashes_and_the_edges_only():
 
 
 def test_a_device_route_hands_on_host_arrays():
+    from gpu_dedup.backends import host_frame
     from gpu_dedup.run.cluster import routing
 
     frame = {"a": np.arange(3), "nested": {"b": np.ones(2)}}
-    assert routing.on_host(frame)["nested"]["b"].tolist() == [1.0, 1.0] and routing.on_host(None) is None
+    assert host_frame(frame)["nested"]["b"].tolist() == [1.0, 1.0] and host_frame(None) is None
     moved = routing.on_backend({"a": np.arange(3, dtype=np.int64)}, "cpu")
     assert moved["a"].tolist() == [0, 1, 2]
 

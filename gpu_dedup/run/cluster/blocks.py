@@ -24,7 +24,7 @@ from gpu_dedup.backends import (
     ByArrays,
     array_module,
     get_backend,
-    host_copy,
+    host_frame,
     on_device,
     to_device,
     to_host,
@@ -527,16 +527,6 @@ def register_device_blocks() -> bool:
         return data.strings is not None and on_device(data.strings.data)
 
     return True
-
-
-def host_frame(frame: dict) -> dict:
-    """``frame`` (nested frames too) with its device columns copied to the host.
-
-    A cluster's frames are host arrays on GPU workers as well: the kernels run on the device inside a block's
-    task, and what leaves the task is NumPy.  A block's rows, its ranks (a sample sort on the host) and what
-    the client routes are host arrays, and a frame that mixed them with CuPy columns failed at the first
-    operation joining the two (the first Dask-CUDA run: ``docs["eligible"] & (keys["k0"] != ...)``)."""
-    return {k: host_frame(v) if isinstance(v, dict) else host_copy(v) for k, v in frame.items()}
 
 
 def block_keys(data: BlockData, family) -> dict:

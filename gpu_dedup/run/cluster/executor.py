@@ -12,7 +12,7 @@ grow with the corpus.
 GPU workers (``--backend gpu``: Dask-CUDA, one worker per GPU): a block's
 kernels (normalization, exact keys, signatures, band hashes, pair similarity)
 run on the worker's GPU inside the block's task; the tables between tasks are
-host arrays (:func:`gpu_dedup.run.cluster.blocks.host_frame`), as on CPU workers.
+host arrays (:func:`gpu_dedup.backends.host_frame`), as on CPU workers.
 """
 
 from __future__ import annotations

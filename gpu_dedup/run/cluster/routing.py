@@ -27,7 +27,7 @@ import threading
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import ByArrays, array_module, frame_kinds, get_backend, host_copy, to_device, to_host
+from gpu_dedup.backends import ByArrays, array_module, frame_kinds, get_backend, host_frame, to_device, to_host
 from gpu_dedup.stages import frames
 
 TAGS = ("_dest", "_src", "_pos")
@@ -102,14 +102,6 @@ def on_backend(frame: dict, backend: str) -> dict:
     CPU workers or under the CUDA simulator, whose GPU arrays are NumPy); Arrow columns as they are."""
     xp = get_backend(backend).xp
     return {k: v if isinstance(v, (pa.Array, pa.ChunkedArray)) else to_device(v, xp) for k, v in frame.items()}
-
-
-def on_host(frame):
-    """A routed partition's result with its device columns copied to the host (what leaves a device route: the
-    cluster's tables between tasks are host arrays, see blocks.host_frame)."""
-    if not isinstance(frame, dict):
-        return frame
-    return {k: on_host(v) if isinstance(v, dict) else host_copy(v) for k, v in frame.items()}
 
 
 _SUBMITTED = itertools.count(1)
@@ -223,7 +215,7 @@ def finish_and_step(df, step: tuple | None = None, host: bool = False) -> dict:
     """A routed partition with ``step`` run on it (on the arrays it arrived as: cuDF's CuPy columns on a device
     route), handed on as host arrays when ``host``."""
     out = _run_step(step, finish(df))
-    return on_host(out) if host else out
+    return host_frame(out) if host else out
 
 
 def destination_groups(homes: list) -> tuple:
