@@ -49,6 +49,7 @@ from gpu_dedup.storage import (
 )
 from gpu_dedup.storage.ahead import ahead_each
 from gpu_dedup.storage.columns import iter_columns_held, text_values
+from gpu_dedup.storage.pages import take_pages
 
 log = logging.getLogger("gpu_dedup")
 READERS = 8  # shards read at once, at most (one per core below that): each holds a couple of 32 MiB batches
@@ -313,14 +314,18 @@ def head(inputs, cfg: InputConfig | None = None, limit: int = 10_000) -> pa.Tabl
 
 
 def read_texts(shard: Shard, cfg: InputConfig, rows) -> pa.Array:
-    """The text column at ``rows`` (shard-relative, any order, repeats allowed) of one shard, read again:
-    streamed through the Parquet row groups that hold them (or the JSONL shard's blocks) up to the last
-    of them, in the memory of a batch (a report's examples: a few dozen texts of any shard)."""
+    """The text column at ``rows`` (shard-relative, any order, repeats allowed) of one shard, read again (a
+    report's examples: a few dozen texts of any shard): from the Parquet pages that hold them
+    (:func:`~gpu_dedup.storage.pages.take_pages`), else streamed through the row groups that hold them (or
+    the JSONL shard's blocks) up to the last of them, in the memory of a batch."""
     rows = np.asarray(rows, np.int64)
     if shard.format == "memory" or rows.shape[0] == 0:
         return read_rows(shard, cfg, rows).column("text").combine_chunks()
     stream, groups = rows, None  # each row's position in what is read
     if shard.format == "parquet":
+        values = take_pages(shard.path, cfg.text_column, rows)  # only the pages that hold them
+        if values is not None:
+            return text_values(values).combine_chunks()
         meta = parquet_metadata(shard)
         sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], np.int64)
         starts = np.concatenate(([0], np.cumsum(sizes)))

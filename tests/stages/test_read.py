@@ -1,5 +1,6 @@
 """Read stage: batches of every shard in order, the text hook, and texts read again for the report."""
 
+import importlib
 import json
 
 import numpy as np
@@ -12,6 +13,8 @@ from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError
 from gpu_dedup.stages.read import read, read_texts
 from gpu_dedup.storage import parquet as pqs
+
+read_module = importlib.import_module("gpu_dedup.stages.read")  # (the package's name `read` is the stage)
 
 
 @pytest.fixture
@@ -38,9 +41,20 @@ def _counted_parquet_batches(monkeypatch) -> list:
     return seen
 
 
-def test_read_texts_streams_only_up_to_the_rows_it_needs(shards, monkeypatch):
+def test_read_texts_takes_parquet_rows_from_their_pages_without_a_batch(shards, monkeypatch):
     d, texts = shards
     seen = _counted_parquet_batches(monkeypatch)
+    rows = np.array([1203, 5, 260, 5, 1210, 0])  # any order, repeats
+    for name in ("many.parquet", "one.parquet"):
+        got = read_texts(storage.discover([d / name])[0], InputConfig(), rows)
+        assert got.type == pa.large_string() and got.to_pylist() == [texts[r] for r in rows], name
+    assert seen == []
+
+
+def test_read_texts_streams_only_up_to_the_rows_it_needs_where_pages_are_refused(shards, monkeypatch):
+    d, texts = shards
+    seen = _counted_parquet_batches(monkeypatch)
+    monkeypatch.setattr(read_module, "take_pages", lambda *a, **k: None)  # a layout the page reader leaves
     rows = np.array([1203, 5, 260, 5, 1210, 0])  # any order, repeats
     for name in ("many.parquet", "one.parquet", "lines.jsonl"):
         seen.clear()
