@@ -129,6 +129,24 @@ def test_run_off_a_terminal_says_it_once_in_short_lines_and_nothing_with_quiet(t
     assert (tmp_path / "quiet" / "_SUCCESS").exists()
 
 
+def test_the_command_takes_jemalloc_for_arrow_unless_the_user_chose_a_pool(tmp_path):
+    """The gpu-dedup process is gpu_dedup's own: its Arrow memory pool is jemalloc where pyarrow has it (see
+    storage.pool); ARROW_DEFAULT_MEMORY_POOL, where set, is the user's choice and is kept."""
+    try:
+        pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        pytest.skip("this pyarrow has no jemalloc")
+    inp = _planted_dir(tmp_path, 200)
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    for chosen, expected in ((None, "jemalloc"), ("system", "system")):
+        out = tmp_path / f"out-{expected}"
+        e = env if chosen is None else {**env, "ARROW_DEFAULT_MEMORY_POOL": chosen}
+        proc = subprocess.run([sys.executable, "-m", "gpu_dedup", "run", str(inp), "--backend", "cpu", "-q", "-o",
+                               str(out)], capture_output=True, text=True, timeout=600, env=e)
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        assert json.loads((out / "report.json").read_text())["machine"]["arrow_memory_pool"] == expected
+
+
 def test_evaluate_does_not_relay_other_libraries_info_lines(tmp_path):
     """A fresh matplotlib font cache (as on the first evaluate after install) logs INFO lines of its own; the
     CLI shows other libraries' lines from WARNING up (-v: INFO)."""

@@ -205,6 +205,10 @@ def main(argv=None) -> int:
     try:
         _refuse_empty_paths(args)
         _check_environment()
+        if argv is None:  # the gpu-dedup process itself, gpu_dedup's own: its Arrow memory pool too
+            from gpu_dedup.storage.pool import use_preferred_pool
+
+            use_preferred_pool()
         code = args.func(args)
         if _interrupt["signal"] is not None and not _interrupt["acknowledged"]:
             # the interrupt was raised where a library caught it (an optional import's ``except:``) and the

@@ -12,6 +12,8 @@ filter        a shard's kept rows written under its name (schema or bytes kept)
 atomic        temporary file + rename for every output; file digests
 ahead         a reader thread one or two batches ahead of its consumer
 filesystems   URLs of object stores (s3://, gs://, any fsspec URL) beside local paths
+pages         a few rows of a Parquet text column, from only the pages that hold them
+pool          the Arrow memory pool of the processes gpu_dedup starts
 ============  ====================================================================
 
 The stages read and write rows through these functions (:mod:`gpu_dedup.stages.read`,

@@ -18,6 +18,7 @@ from gpu_dedup.backends import traits
 from gpu_dedup.backends.gpu_probe import simulator_requested
 from gpu_dedup.config import Config, parse_size
 from gpu_dedup.errors import BackendError, ConfigError
+from gpu_dedup.storage.pool import worker_environment
 
 log = logging.getLogger("gpu_dedup")
 
@@ -145,6 +146,7 @@ def local_cluster(workers: int, memory_limit, env: dict):
     import dask
     from distributed import Nanny, SpecCluster
 
+    env = worker_environment(env)  # their Arrow memory pool: as the command's own (storage.pool)
     worker = {"cls": Nanny, "options": {"host": "127.0.0.1", "nthreads": 1, "memory_limit": memory_limit,
                                          "env": env, "silence_logs": logging.WARN, "preload": [WORKER_SETUP]}}
     scheduler = {"cls": _scheduler_process_class(),
