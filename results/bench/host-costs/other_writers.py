@@ -1,7 +1,7 @@
 """The page reader (gpu_dedup.storage.pages.take_pages) against pyarrow's whole read, on Parquet files written by
 polars, DuckDB and fastparquet (not gpu_dedup's dependencies: install them somewhere and set WRITERS_PATH)."""
 import sys, os, itertools, numpy as np, pyarrow as pa, pyarrow.parquet as pq
-sys.path.append(os.environ.get("WRITERS_PATH", ""))  
+sys.path.append(os.environ.get("WRITERS_PATH", ""))  # where polars, duckdb and fastparquet are installed
 import polars as pl, duckdb, fastparquet, pandas as pd
 from gpu_dedup.storage.pages import take_pages
 rng = np.random.default_rng(0)
