@@ -212,16 +212,17 @@ def normalize_counted(texts, cfg: NormalizeConfig = NormalizeConfig()) -> tuple[
     return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out[: int(offsets[-1])])), invalid
 
 
-def normalize_segments(texts, cfg: NormalizeConfig = NormalizeConfig()):
+def normalize_segments(texts, cfg: NormalizeConfig = NormalizeConfig(), scratch=None):
     """(buffer, start, length, invalid): document k normalized is ``buffer[start[k]:start[k] + length[k]]``,
     in order, not yet packed together (:func:`normalize_counted` packs them in place; a caller copying
     them elsewhere anyway gathers them in parallel instead); ``invalid``: documents that had
-    ill-formed UTF-8."""
+    ill-formed UTF-8.  ``scratch(n)``: a byte buffer of at least ``n`` bytes to write into (then ``buffer``
+    is usually it; ``n``: the texts' bytes), instead of a new one."""
     chunks = _chunks(texts)
     parts = [raw_buffers(c) for c in chunks]
     n = sum(p[1].shape[0] for p in parts)
     room = sum(int(p[2][-1] - p[1][0]) if p[1].shape[0] else 0 for p in parts)
-    out = np.empty(room, np.uint8)
+    out = np.empty(room, np.uint8) if scratch is None else scratch(room)
     out_start = np.empty(n, np.int64)
     lengths = np.empty(n, np.int64)
     status = np.empty(n, np.int64)

@@ -58,7 +58,7 @@ from gpu_dedup.run.sequence import (
 from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages.families import Family, RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
-from gpu_dedup.stages.read import held_texts, hold_inputs, read, read_texts
+from gpu_dedup.stages.read import held_texts, hold_inputs, read, read_texts, text_bytes
 from gpu_dedup.storage.columns import text_values
 from gpu_dedup.stages.selection import ranks_from_keys, text_lengths
 from gpu_dedup.stages.vectors import Vectors
@@ -164,6 +164,7 @@ class LocalExecutor:
         self.device_table: Any = None  # every column of every shard in device memory (a GPU read stage's), until written
         self.writers: dict | None = None  # shards each writer wrote ({"cudf": n, "pyarrow": m}) from a device table
         self._batches: list | None = None  # normalized batches of the read stage (see BatchNormalizer), until joined
+        self._normalizer: BatchNormalizer | None = None  # what normalized them (and holds their bytes)
         self.reader: str | None = None  # "cudf" when a device reader read the text columns, else "pyarrow"
         self._prepared: Family | None = None  # the family with corpus statistics (tf-idf), computed on first use
         self.vectors: Vectors | None = None  # Vectors of the corpus (input.vector_column)
@@ -196,7 +197,9 @@ class LocalExecutor:
         hook = None
         if readers.stream_normalize and family_for(cfg).uses_text:
             # each batch normalized as it is read, its raw text dropped (the memory of the stage: a few batches)
-            hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None)
+            hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None,
+                                   capacity=sum(text_bytes(s, cfg.input.text_column) for s in self.shards))
+        self._normalizer = hook
         hold = readers.on_host and self.cfg.output.shards and hold_inputs(self.shards, cfg.output.hold_inputs)
         c = read(self.shards, cfg.input, score, progress=progress, readers=readers, text=hook, hold=hold)
         self.held, self.device_table = c.held, c.device_table
@@ -264,8 +267,9 @@ class LocalExecutor:
             assert self.st is not None  # prepared
             with self.st.stage("normalize", self.corpus.n) as info:
                 if self._batches is not None:  # normalized batch by batch as the read stage read them
-                    self._strings, invalid, seconds = BatchNormalizer.join(self._batches)
-                    self._batches = None
+                    assert self._normalizer is not None  # (set with the batches)
+                    self._strings, invalid, seconds = self._normalizer.join(self._batches)
+                    self._batches = self._normalizer = None
                     info.update(normalized_while_reading_seconds=round(seconds, 3))
                 else:
                     self._strings, invalid = self._normalize_column()

@@ -253,6 +253,23 @@ def hold_inputs(shards, setting, share: float = HOLD_SHARE) -> bool:
     return need <= share * available_memory()
 
 
+def text_bytes(shard: Shard, text_column: str, row_groups=None) -> int:
+    """About how many bytes ``shard``'s texts take (of ``row_groups`` only, for Parquet): the Parquet text
+    column chunks' uncompressed size (footers only; less than the texts where pages are
+    dictionary-encoded), else the bytes on disk.  A size to start a buffer with, not a bound."""
+    if shard.format != "parquet":
+        return shard.size
+    meta = parquet_metadata(shard)
+    total = 0
+    for g in range(meta.num_row_groups) if row_groups is None else row_groups:  # footer data only
+        rg = meta.row_group(g)
+        for c in range(rg.num_columns):
+            col = rg.column(c)
+            if col.path_in_schema == text_column or col.path_in_schema.startswith(text_column + "."):
+                total += col.total_uncompressed_size
+    return total
+
+
 def available_memory() -> int:
     """Bytes of memory available to a new allocation now (Linux: MemAvailable; else half the physical memory)."""
     try:

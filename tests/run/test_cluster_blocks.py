@@ -113,7 +113,8 @@ def test_a_block_of_several_shards_reads_them_in_order_and_gives_back_their_ids(
     assert got_ids == ids
 
 
-def test_original_texts_are_read_from_the_row_groups_that_hold_them_only(three_shards, monkeypatch):
+@pytest.mark.parametrize("pages", [True, False], ids=["pages", "row-groups"])
+def test_original_texts_are_read_from_the_pages_or_row_groups_that_hold_them_only(three_shards, monkeypatch, pages):
     _, shards, texts, _, _ = three_shards
     cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
     shards, blocks = _plan(shards, cfg, 8)
@@ -128,12 +129,14 @@ def test_original_texts_are_read_from_the_row_groups_that_hold_them_only(three_s
         return stream(shard, cfg_input, *a, **k)
 
     monkeypatch.setattr(read_stage, "iter_columns", iter_columns)
+    if not pages:  # a layout the page reader leaves to the row groups
+        monkeypatch.setattr(read_stage, "take_pages", lambda *a, **k: None)
     assert "text" not in norm.table.schema.names  # the block no longer holds them: read from the shards
     # the block's rows 8, 14 and 13: shard 0's row 8 (its group 2), shard 2's rows 2 and 1 (its group 0)
     assert B.original_texts(shards[0], np.array([8]), cfg).to_pylist() == [texts[8]]
     assert B.original_texts(shards[2], np.array([2, 1]), cfg).to_pylist() == [texts[14], texts[13]]
-    # the text column alone (no id column), as one process reads its examples
-    assert asked == [("part-0.parquet", None, [2]), ("part-2.parquet", None, [0])]
+    # the text column alone (no id column), as one process reads its examples; from their pages, no batch
+    assert asked == ([] if pages else [("part-0.parquet", None, [2]), ("part-2.parquet", None, [0])])
 
 
 def test_vectors_of_a_block_of_several_shards_have_the_first_non_null_rows_length(three_shards):

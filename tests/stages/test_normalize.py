@@ -232,20 +232,24 @@ def test_property_table_is_pinned():
     assert not int(s2[int(s1[0xA0 >> 7]) * 128 + (0xA0 & 127)]) & tk.MAPPED
 
 
-def test_batches_normalized_then_joined_equal_the_whole_column():
+@pytest.mark.parametrize("capacity", [0, 700, 10**6], ids=["no-capacity", "grown", "enough"])
+def test_batches_normalized_then_joined_equal_the_whole_column(capacity):
+    """Whatever the buffer starts with (grown with a copy past it), and where a text grows when normalized
+    (U+023A lowercased: 2 bytes to 3, gathered from the slow path's own buffer)."""
     from gpu_dedup.backends.strings import string_buffers
     from gpu_dedup.config import NormalizeConfig
     from gpu_dedup.stages.normalize import BatchNormalizer, normalize_counted
 
-    texts = ["A, b!", None, "\ufb01ne  Caf\u00e9", "", "\uff26\uff55\uff4c\uff4c", None, "x" * 300] * 50
+    texts = ["A, b!", None, "\ufb01ne  Caf\u00e9", "", "\uff26\uff55\uff4c\uff4c", None, "x" * 300,
+             "\u023a\u023a\u023a"] * 50
     column = pa.chunked_array([pa.array(texts, pa.large_string())])
     whole, bad = normalize_counted(column, NormalizeConfig())
-    hook = BatchNormalizer(NormalizeConfig(), lengths=pc.utf8_length)
-    cuts = [0, 0, 7, 100, 101, 350]
+    hook = BatchNormalizer(NormalizeConfig(), lengths=pc.utf8_length, capacity=capacity)
+    cuts = [0, 0, 7, 100, 101, 400]
     parts = [hook(column.slice(a, b - a)) for a, b in zip(cuts[:-1], cuts[1:])]
     assert BatchNormalizer.null(parts).tolist() == [t is None for t in texts]
     assert BatchNormalizer.lengths(parts).to_pylist() == [None if t is None else len(t) for t in texts]
-    joined, invalid, seconds = BatchNormalizer.join(parts)
+    joined, invalid, seconds = hook.join(parts)
     assert parts == [] and invalid == bad == 0 and seconds >= 0
     want = string_buffers(whole)
     assert np.array_equal(joined.offsets, want.offsets - want.offsets[0])

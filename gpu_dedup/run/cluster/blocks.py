@@ -38,7 +38,7 @@ from gpu_dedup.stages.exact import exact_keys
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
 from gpu_dedup.stages.projections import NULL_ROW
-from gpu_dedup.stages.read import read_texts
+from gpu_dedup.stages.read import read_texts, text_bytes
 from gpu_dedup.stages.selection import text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
@@ -328,7 +328,9 @@ def read_block(block: Block, shards: list, cfg: Config, run: str | None = None) 
     normalized as soon as it is decoded and its original texts dropped, so that the worker never holds the
     block's original texts (a JSONL piece is read whole, then normalized); what :func:`load_block` then
     :func:`normalize_block` give."""
-    hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None)
+    hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None,
+                           capacity=sum(text_bytes(shard, cfg.input.text_column, piece.row_groups)
+                                        for piece, shard in zip(block.pieces, shards)))
     parts, tables = [], []
     for piece, shard in zip(block.pieces, shards):
         batches = storage.iter_columns(shard, cfg.input, cfg.select.score_read, row_groups=piece.row_groups) \
@@ -344,7 +346,7 @@ def read_block(block: Block, shards: list, cfg: Config, run: str | None = None) 
     null = BatchNormalizer.null(parts)
     if cfg.select.keep == "longest":
         table = table.append_column(LENGTH, BatchNormalizer.lengths(parts).combine_chunks())
-    strings, invalid, _ = BatchNormalizer.join(parts)
+    strings, invalid, _ = hook.join(parts)
     data = BlockData(block, table, strings=strings, invalid_utf8=invalid, null=null, text_bytes=int(strings.nbytes))
     return _kept(data, cfg, run)
 
