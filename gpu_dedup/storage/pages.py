@@ -266,6 +266,8 @@ def _group_values(f, pf: pq.ParquetFile, j: int, col, g: int, local: np.ndarray)
     codec = _CODECS.get(str(cc.compression).upper())
     if codec is None:
         raise _Refused(f"codec {cc.compression}")
+    if cc.file_path:  # the chunk's pages in another file
+        raise _Refused(f"a column chunk in {cc.file_path!r}")
     start = cc.data_page_offset
     if cc.has_dictionary_page and 0 < (cc.dictionary_page_offset or 0) < start:
         start = cc.dictionary_page_offset
