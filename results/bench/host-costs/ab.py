@@ -1,0 +1,48 @@
+"""Whole `gpu-dedup run` commands on one corpus, arms taken in turn, every mode each round; one JSON line per run.
+
+    python ab.py CORPUS ROUNDS NAME=GPU_DEDUP[,VAR=VALUE...] ...
+
+Each arm is the gpu-dedup executable of a venv (one commit each) and the environment variables it runs with
+(VAR= alone: unset). MODES=list,shards picks the modes: a removal list (--no-shards) and written shards.
+The corpus: planted shards, e.g. gpu_dedup.bench.corpora.planted_dir(root, 10**6).
+  pool.jsonl:  ab.py CORPUS 3 mimalloc=.venv/bin/gpu-dedup,ARROW_DEFAULT_MEMORY_POOL=mimalloc \\
+                              default=.venv/bin/gpu-dedup,ARROW_DEFAULT_MEMORY_POOL=
+  join.jsonl:  ab.py CORPUS 3 old=OLD/bin/gpu-dedup new=NEW/bin/gpu-dedup
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+corpus, rounds = sys.argv[1], int(sys.argv[2])
+arms = {}
+for spec in sys.argv[3:]:
+    name, rest = spec.split("=", 1)
+    exe, *assignments = rest.split(",")
+    env = dict(os.environ)
+    for a in assignments:
+        var, value = a.split("=", 1)
+        env.pop(var, None)
+        if value:
+            env[var] = value
+    arms[name] = (exe, env)
+modes = {k: v for k, v in {"list": ["--no-shards"], "shards": []}.items()
+         if k in os.environ.get("MODES", "list,shards").split(",")}
+for r in range(rounds):
+    for mode, extra in modes.items():
+        for name, (exe, env) in arms.items():
+            out = f"ab-out-{name}"
+            shutil.rmtree(out, ignore_errors=True)
+            t = time.perf_counter()
+            subprocess.run([exe, "run", corpus, "-o", out, "-q", "--backend", "cpu", *extra], check=True, env=env)
+            wall = time.perf_counter() - t
+            rep = json.load(open(f"{out}/report.json"))
+            st = {k: v["seconds"] for k, v in rep["stages"].items()}
+            print(json.dumps({"round": r, "mode": mode, "arm": name, "pool": rep["machine"].get("arrow_memory_pool"),
+                              "wall": round(wall, 2), "read": st["read"], "normalize": st["normalize"],
+                              "exact": st["exact"], "signatures": st["signatures"], "write": st["write"],
+                              "peak_rss_mb": rep["peak_rss_mb"]}), flush=True)
+        first, *others = (open(f"ab-out-{n}/duplicates.parquet", "rb").read() for n in arms)
+        print("duplicates.parquet equal:", all(o == first for o in others), flush=True)
