@@ -69,7 +69,7 @@ def simhash_docs(starts, ends, data, word_mode, n, seed_key, use_idf, idf_q, idf
         k = item // halves
         h = item - k * halves
         m = _doc_simhash(data, starts[k], ends[k], word_mode, n, ring, seed_key, use_idf, idf_q, idf_shift, gauss,
-                         acc, h * 4)
+                         acc, h * 4, acc)  # the scalar simhash_add needs no scratch
         word = np.uint32(0)
         for b in range(32):
             if acc[b] >= 0:

@@ -262,9 +262,10 @@ def window_feature(ring, n, head, m):
     return fmix64(g)
 
 
-def simhash_add(acc, z, weight, gauss, w0):
+def simhash_add(acc, z, weight, gauss, w0, scratch):
     """acc[j] += weight * R(key, 8 * w0 + j) for j < acc.shape[0] (``z = key_mix(key, seed_key)``):
-    hyperplane words ``w0 .. w0 + acc.shape[0] / 8 - 1``."""
+    hyperplane words ``w0 .. w0 + acc.shape[0] / 8 - 1``.  ``scratch``: work space of a target's
+    replacement (the CPU's, :func:`gpu_dedup.kernels.cosine_cpu.simhash_add`); unused here."""
     for w in range(acc.shape[0] >> 3):
         h = hyperplane_word(z, w0 + w)
         base = w << 3
@@ -322,9 +323,10 @@ def doc_features(data, start, end, word_mode, n, ring, buf):
     return k
 
 
-def doc_simhash(data, start, end, word_mode, n, ring, seed_key, use_idf, idf_q, idf_shift, gauss, acc, w0):
+def doc_simhash(data, start, end, word_mode, n, ring, seed_key, use_idf, idf_q, idf_shift, gauss, acc, w0, scratch):
     """Rule 7 for one document: ``acc`` (zeroed here) receives the sums of hyperplanes
-    ``8 * w0 .. 8 * w0 + acc.shape[0] - 1``; returns the number of feature occurrences."""
+    ``8 * w0 .. 8 * w0 + acc.shape[0] - 1``; returns the number of feature occurrences
+    (``scratch``: passed to :func:`simhash_add`)."""
     for j in range(acc.shape[0]):
         acc[j] = 0
     k = 0
@@ -338,12 +340,12 @@ def doc_simhash(data, start, end, word_mode, n, ring, seed_key, use_idf, idf_q, 
         count, head, f, emitted = feature_step(ring, count, head, n, t)
         if emitted:
             w = idf_q[I64(f >> idf_shift)] if use_idf else I64(1)
-            simhash_add(acc, key_mix(f, seed_key), w, gauss, w0)
+            simhash_add(acc, key_mix(f, seed_key), w, gauss, w0, scratch)
             k += 1
     if 0 < count < n:
         f = window_feature(ring, n, 0, count)
         w = idf_q[I64(f >> idf_shift)] if use_idf else I64(1)
-        simhash_add(acc, key_mix(f, seed_key), w, gauss, w0)
+        simhash_add(acc, key_mix(f, seed_key), w, gauss, w0, scratch)
         k += 1
     return k
 
