@@ -61,6 +61,7 @@ def simhash_scratch(bits: int) -> int:
     return bits // 8 + 256
 
 _features_of = dev.doc_features
+_feature_count = dev.doc_feature_count
 _doc_simhash = dev.doc_simhash
 _dot_rows = dev.dot_rows
 _sparse_dot = dev.sparse_dot
@@ -190,49 +191,54 @@ def simhash_docs(offsets, data, docs, tasks, word_mode, n, seed_key, use_idf, id
 
 
 @numba.njit(parallel=True, cache=True)
-def feature_counts(offsets, data, docs, tasks, word_mode, n, distinct):
-    """Distinct features per document of ``docs`` into ``distinct``."""
+def feature_occurrences(offsets, data, docs, tasks, word_mode, n, occurrences):
+    """Feature occurrences (rule 6) of each of ``docs`` into ``occurrences``: tokens counted, nothing hashed."""
     for t in prange(tasks.shape[0] - 1):
-        ring = np.empty(max(n, 1), np.uint64)
-        cap = 0
         for k in range(tasks[t], tasks[t + 1]):
             d = docs[k]
-            cap = max(cap, offsets[d + 1] - offsets[d] + 1)
-        buf = np.empty(cap, np.uint64)
-        for k in range(tasks[t], tasks[t + 1]):
-            d = docs[k]
-            m = _features_of(data, offsets[d], offsets[d + 1], word_mode, n, ring, buf)
-            s = np.sort(buf[:m])
-            c = 0
-            for i in range(m):
-                if i == 0 or s[i] != s[i - 1]:
-                    c += 1
-            distinct[k] = c
+            occurrences[k] = _feature_count(data, offsets[d], offsets[d + 1], word_mode, n)
 
 
 @numba.njit(parallel=True, cache=True)
-def feature_sets(offsets, data, docs, tasks, word_mode, n, set_offsets, feat, tf):
-    """Sorted distinct features of each of ``docs`` with their counts, into the CSR
-    ``set_offsets`` (from :func:`feature_counts`), ``feat`` (uint64) and ``tf`` (int64)."""
+def feature_sets(offsets, data, docs, tasks, word_mode, n, occ_offsets, feat, tf, distinct):
+    """Sorted distinct features of each of ``docs`` with their counts, in one pass over the text.
+
+    Document ``k``'s feature occurrences are hashed into ``feat[occ_offsets[k]:occ_offsets[k + 1]]`` (the
+    running sum of :func:`feature_occurrences`), sorted there, and its distinct features with their
+    counts (``tf``) written to the front of that range; ``distinct[k]`` says how many.
+    :func:`compact_sets` then closes the gaps.
+    """
     for t in prange(tasks.shape[0] - 1):
         ring = np.empty(max(n, 1), np.uint64)
-        cap = 0
         for k in range(tasks[t], tasks[t + 1]):
             d = docs[k]
-            cap = max(cap, offsets[d + 1] - offsets[d] + 1)
-        buf = np.empty(cap, np.uint64)
-        for k in range(tasks[t], tasks[t + 1]):
-            d = docs[k]
-            m = _features_of(data, offsets[d], offsets[d + 1], word_mode, n, ring, buf)
-            s = np.sort(buf[:m])
-            o = set_offsets[k] - 1
-            for i in range(m):
-                if i == 0 or s[i] != s[i - 1]:
+            lo = occ_offsets[k]
+            m = _features_of(data, offsets[d], offsets[d + 1], word_mode, n, ring, feat[lo:occ_offsets[k + 1]])
+            run = feat[lo:lo + m]
+            run.sort()
+            o = lo - 1
+            for i in range(lo, lo + m):
+                if i == lo or feat[i] != feat[o]:
                     o += 1
-                    feat[o] = s[i]
+                    feat[o] = feat[i]
                     tf[o] = 1
                 else:
                     tf[o] += 1
+            distinct[k] = o + 1 - lo
+
+
+@numba.njit(cache=True)
+def compact_sets(occ_offsets, set_offsets, feat, tf):
+    """Move each document's distinct features (:func:`feature_sets`) from ``occ_offsets[k]`` to
+    ``set_offsets[k]`` (the running sum of the distinct counts), in place: a destination never lies
+    after its source, so one forward pass copies nothing before it is read."""
+    for k in range(set_offsets.shape[0] - 1):
+        src = occ_offsets[k]
+        dst = set_offsets[k]
+        if src != dst:
+            for i in range(set_offsets[k + 1] - dst):
+                feat[dst + i] = feat[src + i]
+                tf[dst + i] = tf[src + i]
 
 
 @numba.njit(parallel=True, cache=True)

@@ -154,13 +154,20 @@ class CPUBackend(Backend):
         features uint64, tf int64)."""
         docs = np.ascontiguousarray(docs, np.int64)
         tasks = ck.tasks_for(strings.offsets, docs)
-        distinct = np.zeros(docs.shape[0], np.int64)
-        ck.feature_counts(strings.offsets, strings.data, docs, tasks, word_mode, int(ngram), distinct)
+        occ = np.zeros(docs.shape[0] + 1, np.int64)
+        ck.feature_occurrences(strings.offsets, strings.data, docs, tasks, word_mode, int(ngram), occ[1:])
+        np.cumsum(occ, out=occ)
+        feat = np.empty(int(occ[-1]), np.uint64)
+        tf = np.empty(int(occ[-1]), np.int64)
         offsets = np.zeros(docs.shape[0] + 1, np.int64)
-        np.cumsum(distinct, out=offsets[1:])
-        feat = np.empty(int(offsets[-1]), np.uint64)
-        tf = np.empty(int(offsets[-1]), np.int64)
-        ck.feature_sets(strings.offsets, strings.data, docs, tasks, word_mode, int(ngram), offsets, feat, tf)
+        ck.feature_sets(strings.offsets, strings.data, docs, tasks, word_mode, int(ngram), occ, feat, tf, offsets[1:])
+        np.cumsum(offsets, out=offsets)
+        total = int(offsets[-1])
+        if total < feat.shape[0]:
+            ck.compact_sets(occ, offsets, feat, tf)
+            # repeated features left room: keep views when little is wasted, else right-sized copies
+            feat, tf = (feat[:total], tf[:total]) if 5 * total >= 4 * feat.shape[0] else (feat[:total].copy(),
+                                                                                          tf[:total].copy())
         return offsets, feat, tf
 
     @staticmethod

@@ -377,7 +377,7 @@ def text_status(texts, shingle: str = "word", ngram: int = 3):
     """Per document: ``EMPTY_TEXT`` when it has no feature (no token at all), else 0."""
     buf = _buffers(texts)
     docs = np.arange(len(buf), dtype=np.int64)
-    distinct = np.zeros(docs.shape[0], np.int64)
-    cpu.feature_counts(buf.offsets, buf.data, docs, cpu.tasks_for(buf.offsets, docs), shingle == "word", int(ngram),
-                       distinct)
-    return np.where(distinct > 0, OK, EMPTY_TEXT).astype(np.int8)
+    occurrences = np.zeros(docs.shape[0], np.int64)
+    cpu.feature_occurrences(buf.offsets, buf.data, docs, cpu.tasks_for(buf.offsets, docs), shingle == "word",
+                            int(ngram), occurrences)
+    return np.where(occurrences > 0, OK, EMPTY_TEXT).astype(np.int8)

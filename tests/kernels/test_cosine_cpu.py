@@ -97,3 +97,24 @@ def test_kernel_at_1024_bits_equals_reference(shingle, n, idf):
             assert sig.status[i] == pj.EMPTY_TEXT
             continue
         assert [int(w) for w in sig.bits[i]] == ref.pack(ref.simhash(vec, 1024, 11))
+
+
+@pytest.mark.parametrize("texts", [
+    ["one two three four five six", "seven eight nine ten eleven twelve"],  # every feature distinct: no gaps
+    ["a b a b a b a b a b a b a b", "x y z", "c d c d c d c d c d c d"],  # most repeated: compacted and copied
+    ["a b c d e f g h i j k l a b c", "", "p q r s t u v w x y z a b c d", "m"],  # a few repeated: compacted views
+], ids=["distinct", "repeated", "some-repeated"])
+@pytest.mark.parametrize("order", ["all", "subset"])
+def test_feature_sets_in_one_pass_equal_reference(texts, order):
+    from gpu_dedup.backends.cpu import CPUBackend
+    from gpu_dedup.backends.strings import string_buffers
+
+    buf = string_buffers(texts)
+    docs = np.arange(len(texts), dtype=np.int64) if order == "all" else np.arange(len(texts), dtype=np.int64)[::-2]
+    offsets, feat, tf = CPUBackend.text_features(buf, docs, True, 2)
+    assert offsets[0] == 0 and offsets.shape[0] == docs.shape[0] + 1 and feat.shape[0] == tf.shape[0] == offsets[-1]
+    for k, d in enumerate(docs):
+        want = ref.term_vector(texts[d].encode(), "word", 2)
+        got = dict(zip(feat[offsets[k]:offsets[k + 1]].tolist(), tf[offsets[k]:offsets[k + 1]].tolist()))
+        assert got == {f: int(c) for f, c in want.items()}
+        assert list(got) == sorted(got)
