@@ -218,13 +218,22 @@ def sparse_dot(feat, weight, a0, a1, b0, b1):
     return s
 
 
+def code_point(data, pos, end):
+    """``decode_utf8`` with its one-byte case first: a target inlines this and calls the decoder only for
+    a multi-byte or ill-formed sequence."""
+    b = I64(data[pos])
+    if b < 0x80:
+        return b, pos + 1
+    return decode_utf8(data, pos, end)
+
+
 def wordhash_next(data, pos, end):
     """Skip whitespace from ``pos``; FNV-1a hash of the next word (rule 6).
 
     Returns (hash, found, position after the word).
     """
     while pos < end:
-        cp, nxt = decode_utf8(data, pos, end)
+        cp, nxt = code_point(data, pos, end)
         if not is_space(cp):
             break
         pos = nxt
@@ -232,7 +241,7 @@ def wordhash_next(data, pos, end):
         return ZERO, False, pos
     h = FNV_OFFSET
     while pos < end:
-        cp, nxt = decode_utf8(data, pos, end)
+        cp, nxt = code_point(data, pos, end)
         if is_space(cp):
             break
         h = (h ^ (U64(cp) + ONE)) * FNV_PRIME
@@ -246,7 +255,7 @@ def next_token(data, pos, end, word_mode):
         return wordhash_next(data, pos, end)
     if pos >= end:
         return ZERO, False, pos
-    cp, nxt = decode_utf8(data, pos, end)
+    cp, nxt = code_point(data, pos, end)
     return U64(cp) + ONE, True, nxt
 
 
@@ -353,6 +362,7 @@ def doc_simhash(data, start, end, word_mode, n, ring, seed_key, use_idf, idf_q, 
 # Order matters only for readability: twins are compiled lazily by name.
 DEVICE_FUNCTIONS = (
     "decode_utf8",
+    "code_point",
     "is_space",
     "fmix64",
     "key_mix",

@@ -118,3 +118,14 @@ def test_feature_sets_in_one_pass_equal_reference(texts, order):
         got = dict(zip(feat[offsets[k]:offsets[k + 1]].tolist(), tf[offsets[k]:offsets[k + 1]].tolist()))
         assert got == {f: int(c) for f, c in want.items()}
         assert list(got) == sorted(got)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=1, max_size=24))
+def test_code_point_decodes_as_decode_utf8(data):
+    """``code_point`` (one-byte case first, inlined on the CPU) against the decoder, at every position."""
+    buf = np.frombuffer(data, np.uint8)
+    for pos in range(len(data)):
+        for impl in (cs, ck.dev):
+            assert tuple(int(v) for v in impl.code_point(buf, pos, len(data))) == \
+                tuple(int(v) for v in ck.dev.decode_utf8(buf, pos, len(data)))
