@@ -340,10 +340,10 @@ def read_texts(shard: Shard, cfg: InputConfig, rows) -> pa.Array:
         return read_rows(shard, cfg, rows).column("text").combine_chunks()
     stream, groups = rows, None  # each row's position in what is read
     if shard.format == "parquet":
-        values = take_pages(shard.path, cfg.text_column, rows)  # only the pages that hold them
+        meta = parquet_metadata(shard)
+        values = take_pages(shard.path, cfg.text_column, rows, meta)  # only the pages that hold them
         if values is not None:
             return text_values(values).combine_chunks()
-        meta = parquet_metadata(shard)
         sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], np.int64)
         starts = np.concatenate(([0], np.cumsum(sizes)))
         group_of = np.searchsorted(starts, rows, side="right") - 1

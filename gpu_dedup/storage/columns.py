@@ -12,16 +12,19 @@ import json
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from gpu_dedup.backends.strings import arrow_column
 from gpu_dedup.config import InputConfig
-from gpu_dedup.errors import InputError, read_error
+from gpu_dedup.errors import InputError
 from gpu_dedup.storage.arrow import arrow_schema, iter_arrow, read_arrow
 from gpu_dedup.storage.discovery import Shard
-from gpu_dedup.storage.filesystems import source
 from gpu_dedup.storage.jsonl import iter_jsonl, open_stream, read_jsonl
-from gpu_dedup.storage.parquet import iter_parquet, parquet_schema, read_parquet
+from gpu_dedup.storage.parquet import (
+    iter_parquet,
+    parquet_metadata,
+    parquet_schema,
+    read_parquet,
+)
 
 VIEW_TYPES = {"string_view": pa.large_string(), "binary_view": pa.large_binary()}  # Arrow's views -> the same bytes
 
@@ -42,11 +45,7 @@ def read_rows(shard: Shard, cfg: InputConfig, rows) -> pa.Table:
         return table.add_column(0, "text", arrow_column(shard.text, rows))
     if shard.format != "parquet":
         return read_columns(shard, cfg).take(pa.array(rows))
-    try:
-        meta = pq.ParquetFile(source(shard.path)).metadata
-    except (OSError, pa.ArrowException, MemoryError) as exc:
-        raise read_error(shard.path, exc, f"shard {shard.path!r} is corrupt or truncated ({exc}); remove or "
-                         "replace it") from None
+    meta = parquet_metadata(shard)
     sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], np.int64)  # per row group
     starts = np.concatenate(([0], np.cumsum(sizes)))
     group_of = np.searchsorted(starts, rows, side="right") - 1
@@ -313,7 +312,7 @@ def _peek_id(shard: Shard, name: str):
     unreadable shard: the run reports it)."""
     try:
         if shard.format == "parquet":
-            schema = pq.read_schema(source(shard.path))
+            schema = parquet_schema(shard)
             if name not in schema.names:
                 return _ABSENT
             t = VIEW_TYPES.get(str(schema.field(name).type), schema.field(name).type)

@@ -23,10 +23,10 @@ from gpu_dedup.storage.atomic import atomically, publish, unlink
 from gpu_dedup.storage.columns import VIEW_TYPES, without_views
 from gpu_dedup.storage.content import schema_difference
 from gpu_dedup.storage.discovery import Shard
-from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes, source
+from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes
 from gpu_dedup.storage.identity import check_unchanged
 from gpu_dedup.storage.jsonl import codec_of, gather_lines_of, jsonl_blocks, nonblank_lines
-from gpu_dedup.storage.parquet import iter_parquet, shard_codec
+from gpu_dedup.storage.parquet import footer, iter_parquet, shard_codec
 
 log = logging.getLogger("gpu_dedup")
 
@@ -55,7 +55,7 @@ def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str,
     os.close(fd)
     try:
         rows = writer(shard.path, keep, tmp, compression)
-        why = None if rows is None else schema_difference(pq.read_schema(tmp), pq.read_schema(source(shard.path)))
+        why = None if rows is None else schema_difference(pq.read_schema(tmp), footer(shard).schema)
         if rows is None or why is not None:
             if why is not None:
                 _set_aside(shard, why)
@@ -102,7 +102,7 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
             if rows is None:
                 break
             try:
-                why = schema_difference(pq.read_schema(tmp), pq.read_schema(source(shard.path)))
+                why = schema_difference(pq.read_schema(tmp), footer(shard).schema)
                 written = pq.read_metadata(tmp).num_rows
                 if why is None and written != rows[k]:
                     why = f"{written} rows written, {rows[k]} kept"
@@ -125,7 +125,7 @@ def resolve_codec(compression: str, shard: Shard):
     if compression != "same":
         return compression
     try:
-        return shard_codec(pq.ParquetFile(source(shard.path)).metadata)
+        return shard_codec(footer(shard).metadata)
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise _unreadable(shard, exc) from None
 
@@ -224,7 +224,7 @@ def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec, held: li
     once filtered."""
     if held is None:
         try:
-            meta = pq.ParquetFile(source(shard.path)).metadata
+            meta = footer(shard).metadata
         except (OSError, pa.ArrowException, MemoryError) as exc:
             raise _unreadable(shard, exc) from None
         if meta.num_rows != keep.shape[0]:

@@ -311,17 +311,18 @@ def _as_field_type(values: pa.Array, t: pa.DataType) -> pa.Array:
     return values.cast(plain)
 
 
-def take_pages(path, column: str, rows) -> pa.Array | None:
+def take_pages(path, column: str, rows, metadata: pq.FileMetaData | None = None) -> pa.Array | None:
     """Values of the top-level text column ``column`` of the Parquet file ``path`` at ``rows`` (file rows,
     any order, repeats allowed), in that order and in the file's Arrow type (plain, not dictionary or view),
     decoded from only the pages that hold them; None where the file is not laid out as this reads (see the
-    module), or cannot be read: the caller then reads its row groups, which names any fault."""
+    module), or cannot be read: the caller then reads its row groups, which names any fault.  ``metadata``:
+    the file's footer, when the caller has it (not read again)."""
     rows = np.asarray(rows, np.int64)
     try:
         src = source(path)  # a local path, or an open file of a URL (closed here)
         local = isinstance(src, (str, bytes)) or hasattr(src, "__fspath__")
         with open(src, "rb") if local else src as f:
-            pf = pq.ParquetFile(f)
+            pf = pq.ParquetFile(f, metadata=metadata)
             meta = pf.metadata
             if rows.shape[0] == 0 or rows.min() < 0 or rows.max() >= meta.num_rows:
                 return None

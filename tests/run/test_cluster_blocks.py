@@ -11,6 +11,7 @@ import pytest
 from gpu_dedup.config import Config
 from gpu_dedup.run.cluster import blocks as B
 from gpu_dedup.storage.discovery import discover
+from tests.footers import FooterReads, fresh_footers
 
 read_stage = importlib.import_module("gpu_dedup.stages.read")  # the module (the package exports a function read)
 
@@ -111,6 +112,19 @@ def test_a_block_of_several_shards_reads_them_in_order_and_gives_back_their_ids(
         rows = np.arange(b.row0, b.row0 + b.rows)[::-1]  # every row, in an order of no piece
         assert B.take_column(norm, rows, "id").to_pylist() == [ids[r] for r in rows]
     assert got_ids == ids
+
+
+def test_a_worker_reads_each_shards_footer_once_for_all_its_pieces(three_shards, monkeypatch):
+    root, shards, texts, _, _ = three_shards
+    fresh_footers(monkeypatch)
+    reads = FooterReads(monkeypatch, root)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    shards, blocks = _plan(shards, cfg, 4)  # the planner's inspection, then blocks of a row group or two
+    assert len(blocks) > len(shards)
+    for b in blocks:  # one process reads every block, as a worker reads the ones it holds
+        B.read_block(b, [shards[i] for i in b.shard_indices], cfg)
+    assert B.original_texts(shards[2], np.array([2, 1]), cfg).to_pylist() == [texts[14], texts[13]]
+    assert sorted(reads.by_path.values()) == [1, 1, 1] and len(reads.by_path) == 3
 
 
 @pytest.mark.parametrize("pages", [True, False], ids=["pages", "row-groups"])

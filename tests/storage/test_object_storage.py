@@ -3,6 +3,7 @@
 staged prefix, ``_SUCCESS`` last), resume, and one clear error for a missing bucket, a denied key and an
 interrupted upload."""
 
+import collections
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.storage import discover, filesystems
 from gpu_dedup.storage.filesystems import RemotePath, put_bytes
+from tests.footers import FooterReads, fresh_footers
 
 CFG = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
 OUTPUTS = ("duplicates.parquet", "part-00000.parquet", "part-00001.parquet", "extra.jsonl")
@@ -216,6 +218,31 @@ def test_a_failing_upload_is_aborted_and_leaves_no_object(s3_server, bucket, mon
     assert 2 in calls
     assert _keys(s3_server, bucket) == []
     assert s3_server.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_a_run_reads_each_footer_in_the_store_once(s3_server, bucket, corpus, monkeypatch, tmp_path):
+    """Sizes, the read, the report's samples and the write share one footer read of each Parquet object."""
+    import s3fs
+
+    _upload(s3_server, bucket, corpus / "in", "crawl")
+    fresh_footers(monkeypatch)
+    reads = FooterReads(monkeypatch, f"s3://{bucket}/crawl")
+    gets = collections.Counter()
+    call = s3fs.S3FileSystem._call_s3
+
+    async def counted(self, method, *args, **kwargs):
+        if method == "get_object":
+            gets[kwargs.get("Key")] += 1
+        return await call(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    run_dedup(f"s3://{bucket}/crawl/", tmp_path / "out", CFG)
+    for name in OUTPUTS[:3]:
+        assert (tmp_path / "out" / name).read_bytes() == (corpus / "local" / name).read_bytes(), name
+    parquet_keys = [f"{bucket}/crawl/part-0000{k}.parquet" for k in range(2)]
+    assert dict(reads.by_path) == dict.fromkeys(parquet_keys, 1)
+    # the footer, then the column chunks (2 GETs with this s3fs); 6 when every reader read the footer again
+    assert all(gets[key.split("/", 1)[1]] <= 3 for key in parquet_keys), gets
 
 
 def test_dask_workers_read_and_write_the_store(s3_server, bucket, corpus):

@@ -8,8 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from gpu_dedup.cli import main
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError
+from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.storage import columns, discover, parquet
 from gpu_dedup.storage.discovery import Shard
 from tests.footers import FooterReads, fresh_footers
@@ -23,6 +25,36 @@ def footers(monkeypatch):
 def _shard(path, rows: int, **kwargs) -> Shard:
     pq.write_table(pa.table({"id": list(range(rows)), "text": [f"text {i}" for i in range(rows)]}), path, **kwargs)
     return discover(path)[0]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Four shards of a planted corpus (near duplicates across shards), each of several row groups."""
+    d = tmp_path_factory.mktemp("footer-corpus")
+    s = planted_corpus(n_docs=800, n_clusters=80, cluster_size=(2, 4), words=(30, 80), edit_rate=(0, 0.05), seed=7)
+    write_shards(s.table.select(["id", "text"]), d / "in", shards=4, row_group_rows=64)
+    return d / "in"
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-shards"], ["--set", "output.hold_inputs=false"]],
+                         ids=["shards", "removal-list", "shards-read-again"])
+def test_a_run_reads_each_input_footer_once(corpus, tmp_path, monkeypatch, footers, flags):
+    reads = FooterReads(monkeypatch, corpus)
+    assert main(["run", str(corpus), "-o", str(tmp_path / "out"), "-q", "--backend", "cpu", *flags]) == 0
+    shards = sorted(os.path.realpath(p) for p in corpus.glob("*.parquet"))
+    assert dict(reads.by_path) == dict.fromkeys(shards, 1)  # sizes, read, samples, write: one footer read
+    report = (tmp_path / "out" / "report.json").read_text()
+    assert '"removed": 0' not in report  # duplicates were found: the samples and the write read the shards
+
+
+def test_the_outputs_are_those_of_reads_without_the_cache(corpus, tmp_path, monkeypatch, footers):
+    assert main(["run", str(corpus), "-o", str(tmp_path / "cached"), "-q", "--backend", "cpu"]) == 0
+    monkeypatch.setattr(parquet, "FOOTERS", parquet.FooterCache(max_entries=0))  # keeps nothing: reads every time
+    assert main(["run", str(corpus), "-o", str(tmp_path / "uncached"), "-q", "--backend", "cpu"]) == 0
+    names = sorted(p.name for p in (tmp_path / "cached").glob("*.parquet"))
+    assert "duplicates.parquet" in names and len(names) == 5
+    for name in names:
+        assert (tmp_path / "cached" / name).read_bytes() == (tmp_path / "uncached" / name).read_bytes(), name
 
 
 def test_a_rewritten_shard_is_read_with_its_new_footer(tmp_path, monkeypatch, footers):

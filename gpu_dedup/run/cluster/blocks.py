@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from gpu_dedup import storage
 from gpu_dedup.backends import (
@@ -72,7 +71,7 @@ def inspect_shard(shard: storage.Shard, cfg: Config) -> dict:
     score = cfg.select.score_read
     if shard.format == "parquet":
         table = storage.read_columns(shard, cfg.input, score, row_groups=[])  # validates names and types, 0 rows
-        meta = pq.ParquetFile(storage.source(shard.path)).metadata
+        meta = storage.parquet_metadata(shard)  # the footer read_columns read (one read per process)
         groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         id_type = table.column("id").type if cfg.input.id_column else None
         return {"rows": int(sum(groups)), "row_groups": groups, "id_type": id_type, "schema": table.schema}
