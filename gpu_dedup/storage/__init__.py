@@ -6,7 +6,7 @@ module        what it holds
 discovery     files, directories and globs -> a sorted list of :class:`Shard`
 identity      a digest that changes when a shard is rewritten (checked before publishing)
 jsonl         JSON Lines bytes, line scanning, parsing, bad-line reports, compression
-parquet       Parquet schema, whole and streamed reads, codecs; what a device reader can read
+parquet       Parquet footers (read once per process), schema, whole and streamed reads, codecs; what a device reader can read
 columns       the validated ``text`` / ``id`` / ``score`` / ``vector`` columns of one shard (whole or in batches)
 filter        a shard's kept rows written under its name (schema or bytes kept)
 atomic        temporary file + rename for every output; file digests
