@@ -3,7 +3,8 @@
     python ab.py CORPUS ROUNDS NAME=GPU_DEDUP[,VAR=VALUE...] ...
 
 Each arm is the gpu-dedup executable of a venv (one commit each) and the environment variables it runs with
-(VAR= alone: unset). MODES=list,shards picks the modes: a removal list (--no-shards) and written shards.
+(VAR= alone: unset). MODES=list,shards picks the modes: a removal list (--no-shards) and written shards; EXTRA="--set KEY=VALUE ..."
+adds options to every run (e.g. EXTRA="--set similarity=cosine --set lsh.threshold=0.9" for cosine-text).
 The corpus: planted shards, e.g. gpu_dedup.bench.corpora.planted_dir(root, 10**6).
   pool.jsonl:  ab.py CORPUS 3 mimalloc=.venv/bin/gpu-dedup,ARROW_DEFAULT_MEMORY_POOL=mimalloc \\
                               default=.venv/bin/gpu-dedup,ARROW_DEFAULT_MEMORY_POOL=
@@ -36,13 +37,12 @@ for r in range(rounds):
             out = f"ab-out-{name}"
             shutil.rmtree(out, ignore_errors=True)
             t = time.perf_counter()
-            subprocess.run([exe, "run", corpus, "-o", out, "-q", "--backend", "cpu", *extra], check=True, env=env)
+            subprocess.run([exe, "run", corpus, "-o", out, "-q", "--backend", "cpu", *extra,
+                            *os.environ.get("EXTRA", "").split()], check=True, env=env)
             wall = time.perf_counter() - t
             rep = json.load(open(f"{out}/report.json"))
             st = {k: v["seconds"] for k, v in rep["stages"].items()}
             print(json.dumps({"round": r, "mode": mode, "arm": name, "pool": rep["machine"].get("arrow_memory_pool"),
-                              "wall": round(wall, 2), "read": st["read"], "normalize": st["normalize"],
-                              "exact": st["exact"], "signatures": st["signatures"], "write": st["write"],
-                              "peak_rss_mb": rep["peak_rss_mb"]}), flush=True)
+                              "wall": round(wall, 2), **st, "peak_rss_mb": rep["peak_rss_mb"]}), flush=True)
         first, *others = (open(f"ab-out-{n}/duplicates.parquet", "rb").read() for n in arms)
         print("duplicates.parquet equal:", all(o == first for o in others), flush=True)
