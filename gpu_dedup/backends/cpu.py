@@ -13,6 +13,8 @@ from gpu_dedup.kernels import cosine_cpu as ck
 from gpu_dedup.kernels.cosine_scalar import GAUSS8
 from gpu_dedup.kernels.params import HashParams
 
+FEATURE_GROUP = 1 << 22  # feature occurrences hashed and reduced at a time (64 MiB of them and their counts)
+
 
 def balanced_tasks(lengths: np.ndarray, per_thread: int = 16) -> np.ndarray:
     """Split documents with these byte lengths into contiguous chunks of similar
@@ -153,21 +155,38 @@ class CPUBackend(Backend):
         """Sorted distinct feature hashes (rule 6) of texts ``docs`` with their counts, as CSR (offsets int64,
         features uint64, tf int64)."""
         docs = np.ascontiguousarray(docs, np.int64)
-        tasks = ck.tasks_for(strings.offsets, docs)
-        occ = np.zeros(docs.shape[0] + 1, np.int64)
-        ck.feature_occurrences(strings.offsets, strings.data, docs, tasks, word_mode, int(ngram), occ[1:])
+        n = docs.shape[0]
+        occ = np.zeros(n + 1, np.int64)
+        ck.feature_occurrences(strings.offsets, strings.data, docs, ck.tasks_for(strings.offsets, docs), word_mode,
+                               int(ngram), occ[1:])
         np.cumsum(occ, out=occ)
+        # Hashed and reduced a group of documents at a time (about FEATURE_GROUP occurrences), each group's
+        # distinct features appended to arrays sized for every occurrence: only the distinct prefix is ever
+        # written, so memory holds the distinct features plus one group's occurrences.
         feat = np.empty(int(occ[-1]), np.uint64)
         tf = np.empty(int(occ[-1]), np.int64)
-        offsets = np.zeros(docs.shape[0] + 1, np.int64)
-        ck.feature_sets(strings.offsets, strings.data, docs, tasks, word_mode, int(ngram), occ, feat, tf, offsets[1:])
-        np.cumsum(offsets, out=offsets)
-        total = int(offsets[-1])
-        if total < feat.shape[0]:
-            ck.compact_sets(occ, offsets, feat, tf)
-            # repeated features left room: keep views when little is wasted, else right-sized copies
-            feat, tf = (feat[:total], tf[:total]) if 5 * total >= 4 * feat.shape[0] else (feat[:total].copy(),
-                                                                                          tf[:total].copy())
+        offsets = np.zeros(n + 1, np.int64)
+        cuts = np.searchsorted(occ, np.arange(FEATURE_GROUP, int(occ[-1]), FEATURE_GROUP), side="right") - 1
+        done = 0
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, n]):  # a few groups, not per document
+            if hi <= lo:
+                continue
+            group = docs[lo:hi]
+            g_occ = occ[lo:hi + 1] - occ[lo]
+            alone = lo == 0 and hi == n  # one group: reduced in the output arrays themselves
+            g_feat, g_tf = (feat, tf) if alone else (np.empty(int(g_occ[-1]), np.uint64), np.empty(int(g_occ[-1]), np.int64))
+            distinct = np.zeros(hi - lo + 1, np.int64)
+            ck.feature_sets(strings.offsets, strings.data, group, ck.tasks_for(strings.offsets, group), word_mode,
+                            int(ngram), g_occ, g_feat, g_tf, distinct[1:])
+            np.cumsum(distinct, out=distinct)
+            ck.compact_sets(g_occ, distinct, g_feat, g_tf)
+            c = int(distinct[-1])
+            if not alone:
+                feat[done:done + c] = g_feat[:c]
+                tf[done:done + c] = g_tf[:c]
+            offsets[lo + 1:hi + 1] = done + distinct[1:]
+            done += c
+        feat, tf = feat[:done], tf[:done]
         return offsets, feat, tf
 
     @staticmethod

@@ -105,9 +105,14 @@ def test_kernel_at_1024_bits_equals_reference(shingle, n, idf):
     ["a b c d e f g h i j k l a b c", "", "p q r s t u v w x y z a b c d", "m"],  # a few repeated: compacted views
 ], ids=["distinct", "repeated", "some-repeated"])
 @pytest.mark.parametrize("order", ["all", "subset"])
-def test_feature_sets_in_one_pass_equal_reference(texts, order):
+@pytest.mark.parametrize("group", [None, 1, 5], ids=["one-group", "group-1", "group-5"])
+def test_feature_sets_in_one_pass_equal_reference(texts, order, group, monkeypatch):
+    from gpu_dedup.backends import cpu
     from gpu_dedup.backends.cpu import CPUBackend
     from gpu_dedup.backends.strings import string_buffers
+
+    if group is not None:  # documents hashed and reduced a few occurrences at a time
+        monkeypatch.setattr(cpu, "FEATURE_GROUP", group)
 
     buf = string_buffers(texts)
     docs = np.arange(len(texts), dtype=np.int64) if order == "all" else np.arange(len(texts), dtype=np.int64)[::-2]
