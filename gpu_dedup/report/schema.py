@@ -65,6 +65,7 @@ REPORT = Obj(
                  "false_negative_area": NUMBER},
                 {"verify_threshold": NUMBER, "similarity": TEXT, "num_perm": INT, "bits": INT, "note": TEXT})},
     {"stages": Obj(values=Obj(optional={"seconds": NUMBER, "resumed": FLAG, "copies_collapsed": NUMBER})),
+     "fixed_seconds": Obj(values=NUMBER), "unbooked_seconds": NUMBER,
      "histograms": Obj(optional={"bucket_size_counts": SIZES, "cluster_size_counts": SIZES,
                                  "bucket_sizes": Obj(values=SCALAR), "cluster_sizes": Obj(values=SCALAR)}),
      "chaining": Obj(optional={"similarity_to_survivor_histogram": Obj({"edges": Seq(NUMBER),

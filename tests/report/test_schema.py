@@ -37,6 +37,11 @@ def report(tmp_path_factory):
     (lambda r: r["closest_to_threshold"][0]["member"].pop("similarity"), "closest_to_threshold[0].member.similarity"),
     (lambda r: r["lsh"].update(rows=0), "lsh.rows"),
     (lambda r: r["inputs"][0].update(rows="many"), "inputs[0].rows"),
+    (lambda r: r["fixed_seconds"].update(startup=""), "fixed_seconds.startup"),
+    (lambda r: r["fixed_seconds"].update(commit=None), "fixed_seconds.commit"),
+    (lambda r: r.update(fixed_seconds="x"), "fixed_seconds"),
+    (lambda r: r.update(fixed_seconds=None), "fixed_seconds"),
+    (lambda r: r.update(unbooked_seconds=[1]), "unbooked_seconds"),
 ])
 def test_report_names_the_wrong_field(report, tmp_path, capsys, edit, field):
     """Wrong-typed fields of report.json were "internal error" and a traceback (counts: "x", lsh.bands: "x",
