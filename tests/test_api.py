@@ -238,7 +238,7 @@ def test_cudf_like_frame_text_stays_on_the_device_where_the_backend_reads_it(fra
     from gpu_dedup.backends import get_backend
 
     _fake_cudf_module(monkeypatch)
-    monkeypatch.setattr(get_backend("cpu"), "text_reader", lambda cfg: (lambda path, column: None)
+    monkeypatch.setattr(get_backend("cpu"), "text_reader", lambda cfg: (lambda shard, column: None)
                         if cfg.gpu.reader == "cudf" else None, raising=False)
     small = frame.head(400)
     _FAKE_LOG.clear()
@@ -262,7 +262,7 @@ def test_cudf_like_frame_text_is_copied_once_for_a_batched_gpu_run(frame, monkey
 
     _fake_cudf_module(monkeypatch)
     cpu = get_backend("cpu")
-    monkeypatch.setattr(cpu, "text_reader", lambda cfg: (lambda path, column: None), raising=False)
+    monkeypatch.setattr(cpu, "text_reader", lambda cfg: (lambda shard, column: None), raising=False)
     monkeypatch.setattr(cpu, "plan_memory", lambda shards, cfg: {
         "memory_limit_bytes": 4096, "device_bytes": 0, "estimate_bytes": 10**6, "resident": False,
         "batch_bytes": 3000}, raising=False)

@@ -47,6 +47,8 @@ from gpu_dedup.backends.textnorm import slow_path
 from gpu_dedup.errors import ConfigError, InputError, ResourceError
 from gpu_dedup.kernels import text_scalar as text_kernel
 from gpu_dedup.kernels.params import HashParams
+from gpu_dedup.storage.discovery import Shard
+from gpu_dedup.storage.parquet import footer
 
 log = logging.getLogger("gpu_dedup")
 
@@ -222,6 +224,14 @@ def sorted_distinct_counts(xp, offsets, values):
     return out_offsets, v[starts], counts
 
 
+def _footers(shards) -> tuple[list[str], list[pq.FileMetaData]]:
+    """The paths and Parquet footers of ``shards``: a discovered shard's footer from the process's cache (read
+    there once, by whichever reader opened the shard first: :func:`gpu_dedup.storage.parquet.footer`), a path's
+    read now."""
+    paths = [s.path if isinstance(s, Shard) else str(s) for s in shards]
+    return paths, [footer(s).metadata if isinstance(s, Shard) else pq.read_metadata(p) for s, p in zip(shards, paths)]
+
+
 def corpus_estimate(shards, text_column: str, xp=np) -> tuple[int, int]:
     """(text bytes, documents) of ``shards`` from metadata: the text column's uncompressed size and
     the row count of Parquet files, the size of JSONL files (x4 when compressed, ~256 bytes a
@@ -237,12 +247,7 @@ def corpus_estimate(shards, text_column: str, xp=np) -> tuple[int, int]:
                     offsets = column_buffers(shard.text, xp)[0]
                     text += int(offsets[-1] - offsets[0]) + 8 * len(shard.text)
             elif shard.format == "parquet":
-                src = shard.path
-                if "://" in src:  # an object in a store (storage.filesystems): opened through fsspec
-                    import fsspec
-
-                    src = fsspec.open(src, "rb").open()
-                meta = pq.ParquetFile(src).metadata
+                meta = footer(shard).metadata  # read once per process (storage.parquet.FOOTERS)
                 rows += meta.num_rows
                 for g in range(meta.num_row_groups):
                     group = meta.row_group(g)
@@ -809,13 +814,13 @@ class GPUBackend(Backend):
             return None
         return self.read_text
 
-    def read_text(self, path: str, column: str):
-        """The string column ``column`` of Parquet file ``path`` as a cuDF Series in device memory
-        (``cudf.read_parquet``).  The column chunks' compressed bytes are what crosses the bus
-        (counted as host->device bytes of the read stage)."""
+    def read_text(self, shard, column: str):
+        """The string column ``column`` of Parquet shard ``shard`` (a discovered shard, or a path) as a cuDF
+        Series in device memory (``cudf.read_parquet``).  The column chunks' compressed bytes are what crosses
+        the bus (counted as host->device bytes of the read stage)."""
         import cudf
 
-        meta = pq.ParquetFile(path).metadata
+        (path,), (meta,) = _footers([shard])
         names = [meta.schema.column(j).path.split(".")[0] for j in range(meta.num_columns)]
         chunks = [j for j, name in enumerate(names) if name == column]
         count_transfer("host_to_device_bytes", sum(meta.row_group(g).column(j).total_compressed_size
@@ -842,9 +847,9 @@ class GPUBackend(Backend):
             return self.read_table
         return functools.partial(self.read_table, columns=[cfg.input.text_column])
 
-    def read_table(self, paths, columns: list | None = None) -> DeviceTable | None:
-        """Every column (or the top-level ``columns``) of the Parquet files ``paths`` in one libcudf read (its
-        decoding spread over the whole device, not one file at a time), rows in file order: a
+    def read_table(self, shards, columns: list | None = None) -> DeviceTable | None:
+        """Every column (or the top-level ``columns``) of the Parquet ``shards`` (discovered shards, or paths) in
+        one libcudf read (its decoding spread over the whole device, not one file at a time), rows in file order: a
         :class:`DeviceTable`; None where libcudf cannot read them as one table (their schemas differ, a type it
         lacks): the caller reads each shard's text column instead.  Files that differ only in columns not read
         are one table for ``columns``; so are files whose Arrow types differ within one Parquet type (``string``
@@ -852,8 +857,7 @@ class GPUBackend(Backend):
         libcudf has read them)."""
         import pylibcudf as plc
 
-        paths = [str(p) for p in paths]
-        footers = [pq.read_metadata(p) for p in paths]  # one footer read per file: schema, key-values, chunks
+        paths, footers = _footers(shards)  # schema, key-values, chunks
         schemas = [m.schema.to_arrow_schema().with_metadata(m.metadata or {}) for m in footers]
         if columns is not None:
             if any(c not in s.names for s in schemas for c in columns):

@@ -33,9 +33,9 @@ log = logging.getLogger("gpu_dedup")
 
 
 class Readers:
-    """How the read stage reads the texts (:meth:`Placement.readers`): ``text(path, column)`` reads a Parquet
+    """How the read stage reads the texts (:meth:`Placement.readers`): ``text(shard, column)`` reads a Parquet
     shard's text column into device memory (None: pyarrow reads it on the host with the other columns),
-    ``table(paths)`` every column of all the shards into device memory in one call (None: not), and
+    ``table(shards)`` every column of all the shards into device memory in one call (None: not), and
     ``stream_normalize``: the host normalizes each batch of text as it is read.  One object per read: it
     collects the device's columns as the shards are read."""
 
@@ -60,7 +60,7 @@ class Readers:
             self._columns.append(self._column(shard, column, rows))
 
     def _column(self, shard: Any, column: str, rows: int) -> Any:
-        got = shard.text if shard.format == "memory" else self.text(shard.path, column)  # type: ignore[misc]
+        got = shard.text if shard.format == "memory" else self.text(shard, column)  # type: ignore[misc]
         if len(got) != rows:
             raise InputError(f"shard {shard.path!r} gave {rows} rows to pyarrow but {len(got)} text rows to cuDF; "
                              "it changed while being read or is corrupt: rerun, or set gpu.reader: pyarrow")
@@ -74,7 +74,7 @@ class Readers:
             return None, None
         if self.table is None:
             return self._columns, None
-        device_table = self.table([s.path for s in shards]) if shards else None
+        device_table = self.table(shards) if shards else None
         if device_table is None:
             return [self._column(s, column, s.rows) for s in shards], None
         if device_table.num_rows != rows:

@@ -369,16 +369,16 @@ def gpu_run(be, plc, inputs, out, cfg):
 
     shard_reads, table_reads = [], []
 
-    def read_text(path, column):  # cuDF's per-shard reader, through the fake pylibcudf
-        shard_reads.append(path)
-        opts = plc.io.parquet.ParquetReaderOptions.builder(plc.io.types.SourceInfo([path])).column_names([column])
+    def read_text(shard, column):  # cuDF's per-shard reader, through the fake pylibcudf
+        shard_reads.append(shard.path)
+        opts = plc.io.parquet.ParquetReaderOptions.builder(plc.io.types.SourceInfo([shard.path])).column_names([column])
         return plc.io.parquet.read_parquet(opts.build()).tbl.columns()[0]
 
     read_table = be.read_table
 
-    def recorded(paths, columns=None):
-        got = read_table(paths, columns=columns)
-        table_reads.append((list(paths), columns, got is not None))
+    def recorded(shards, columns=None):
+        got = read_table(shards, columns=columns)
+        table_reads.append(([s.path for s in shards], columns, got is not None))
         return got
 
     be.text_reader = lambda cfg: read_text  # the simulator offers none: stand in for cuDF's
@@ -415,6 +415,23 @@ def test_a_gpu_run_reads_and_writes_every_shard_through_libcudf_and_equals_the_c
     same_outputs(c, g, tmp_path / "cpu", tmp_path / "gpu")
     for s in c.shards:
         assert file_difference(tmp_path / "cpu" / s.name, tmp_path / "gpu" / s.name) is None, s.name
+
+
+@pytest.mark.parametrize("cfg", [{}, {"output": {"shards": False}}, {"output": {"hold_inputs": False}}],
+                         ids=["shards", "removal-list", "shards-read-again"])
+def test_a_gpu_run_reads_each_input_footer_once_with_pyarrow(be, plc, tmp_path, monkeypatch, cfg):
+    """The size estimate, the host read, libcudf's table read (its byte count and schemas), the samples and the
+    write share one pyarrow footer read per shard (the process's footer cache); libcudf's own reads of the
+    files are not pyarrow's and not counted."""
+    from tests.footers import FooterReads, fresh_footers
+
+    corpus(tmp_path / "in")
+    fresh_footers(monkeypatch)
+    reads = FooterReads(monkeypatch, tmp_path / "in")
+    g, shard_reads, table_reads = gpu_run(be, plc, tmp_path / "in", tmp_path / "gpu", {**CFG, **cfg})
+    assert shard_reads == [] and [r[2] for r in table_reads] == [True] and g.report["counts"]["removed"] > 0
+    shards = sorted(os.path.realpath(p) for p in (tmp_path / "in").glob("*.parquet"))
+    assert dict(reads.by_path) == dict.fromkeys(shards, 1)
 
 
 def test_a_gpu_run_without_held_inputs_writes_its_shards_on_the_host(be, plc, tmp_path, caplog):

@@ -299,9 +299,9 @@ def _reader_on(monkeypatch, calls, rows=None):
     pylibcudf-like column (what cuDF's reader gives, on host buffers)."""
     cpu = backends.get_backend("cpu")
 
-    def read_text(path, column):
-        calls.append(path)
-        arr = pq.read_table(path, columns=[column]).column(column).combine_chunks()
+    def read_text(shard, column):  # the read stage hands the reader its discovered shard
+        calls.append(shard.path)
+        arr = pq.read_table(shard.path, columns=[column]).column(column).combine_chunks()
         return fake_plc_column(arr if rows is None else arr.slice(0, rows))
 
     monkeypatch.setattr(cpu, "text_reader", lambda cfg: read_text if cfg.gpu.reader == "cudf" else None,
@@ -540,8 +540,9 @@ def _table_on(monkeypatch, writer):
     reads = []
     cpu = _reader_on(monkeypatch, [])
 
-    def read_table(paths):
-        reads.append(list(paths))
+    def read_table(shards):  # the read stage hands the reader its discovered shards
+        paths = [s.path for s in shards]
+        reads.append(paths)
         return _FakeDeviceTable(paths)
 
     monkeypatch.setattr(cpu, "table_reader", lambda cfg: read_table if cfg.gpu.reader == "cudf" else None,

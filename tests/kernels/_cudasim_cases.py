@@ -473,9 +473,9 @@ def test_pipeline_with_text_read_into_device_memory_equals_cpu(tmp_path, monkeyp
         pq.write_table(table.slice(lo, hi - lo), tmp_path / "in" / f"part-{k}.parquet")
     reads = []
 
-    def read_text(path, column):
-        reads.append(path)
-        return fake_plc_column(pq.read_table(path, columns=[column]).column(column).combine_chunks())
+    def read_text(shard, column):  # the read stage hands the reader its discovered shard
+        reads.append(shard.path)
+        return fake_plc_column(pq.read_table(shard.path, columns=[column]).column(column).combine_chunks())
 
     be = GPUBackend(threads=8, span=32, seg_bytes=64, item_threads=8, max_blocks=4)
     monkeypatch.setattr(be, "text_reader", lambda cfg: read_text)
