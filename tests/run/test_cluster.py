@@ -639,6 +639,42 @@ def test_a_cluster_run_imports_dask_dataframe_only_for_dasks_shuffle(corpus, clu
     assert (tmp_path / "out" / "_SUCCESS").exists()
 
 
+@pytest.mark.parametrize("started", [True, False], ids=["own-cluster", "joined"])
+def test_an_interrupt_while_closing_still_silences_the_workers_and_closes(monkeypatch, started):
+    """Ctrl-C as the cluster closes: the run's own workers are still silenced before their scheduler goes (each
+    one that heartbeat meanwhile printed a traceback on the shared stderr), the client and the cluster still
+    close, and the interrupt goes on.  A joined cluster is left as it was: nothing silenced, nothing closed
+    but the client."""
+    from gpu_dedup.config import Config
+    from gpu_dedup.run.cluster import executor
+
+    calls = []
+
+    class Client:
+        def run(self, fn, *args, **kwargs):
+            calls.append(fn.__name__)
+
+        def close(self):
+            calls.append("client.close")
+
+    class Cluster:
+        def close(self):
+            calls.append("cluster.close")
+
+    def interrupt(point):
+        calls.append(point)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(executor, "maybe_crash", interrupt)
+    monkeypatch.setattr(executor, "quiet_teardown", lambda client: calls.append("quiet_teardown"))
+    ex = executor.DaskExecutor([], Config.from_dict({"backend": "cpu"}))
+    ex.client, ex.cluster = Client(), Cluster() if started else None
+    with pytest.raises(KeyboardInterrupt):
+        ex.close()
+    tail = ["quiet_teardown", "client.close", "cluster.close"] if started else ["client.close"]
+    assert calls == ["cluster:closing", "_forget_saved", "drop_texts", *tail]
+
+
 def _group_signal_run(corpus, out, moment, env_fault=None):
     """A ``--workers 2`` run in a session of its own, given the signal at ``moment`` to its whole process group
     (what a terminal's Ctrl-C and most schedulers send): a log line (signal after it) or a fault point

@@ -17,6 +17,7 @@ host arrays (:func:`gpu_dedup.backends.host_frame`), as on CPU workers.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import operator
@@ -129,18 +130,26 @@ class DaskExecutor:
         self.startup_seconds = max(seconds.values(), default=0.0)
 
     def close(self) -> None:
-        maybe_crash("cluster:closing")
-        if self.client is not None:
-            try:  # frames no new future took (a failed stage), and the run's spilled texts, go with the client
-                self.client.run(_forget_saved)
-                self.client.run(B.drop_texts, self.run_key)
-            except Exception:  # noqa: BLE001 - workers already gone: nothing is left on them
-                pass
-            if self.cluster is not None and not log.isEnabledFor(logging.DEBUG):  # -v: everything
-                quiet_teardown(self.client)  # our own cluster's: a joined one's processes serve others after us
-            self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
+        """Leave the workers as they were found (a joined cluster) and close what this run started.  Each step
+        runs whatever the one before it raised: an interrupt while closing (Ctrl-C, a scheduler's SIGTERM) still
+        silences this run's workers before their scheduler goes, or each one that heartbeats meanwhile prints a
+        traceback on the shared stderr; the interrupt then goes on as it came."""
+        with contextlib.ExitStack() as steps:  # run last first
+            if self.cluster is not None:
+                steps.callback(self.cluster.close)
+            if self.client is not None:
+                steps.callback(self.client.close)
+                if self.cluster is not None and not log.isEnabledFor(logging.DEBUG):  # -v: everything
+                    steps.callback(quiet_teardown, self.client)  # a joined cluster's processes serve others after us
+                steps.callback(self._forget)
+            maybe_crash("cluster:closing")
+
+    def _forget(self) -> None:
+        try:  # frames no new future took (a failed stage), and the run's spilled texts, go with the client
+            self.client.run(_forget_saved)
+            self.client.run(B.drop_texts, self.run_key)
+        except Exception:  # noqa: BLE001 - workers already gone: nothing is left on them
+            pass
 
     def report_extras(self) -> dict:
         peaks = self.client.run(peak_rss_mb)
