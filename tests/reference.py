@@ -192,6 +192,19 @@ def exact_key(data: bytes, prm: dict) -> tuple[int, int, int]:
     return len(data), h1, h2
 
 
+def exact_representatives(keys, ranks, eligible=None) -> list[int]:
+    """Each document's representative: the eligible document of the same key with the lowest (rank, index);
+    an ineligible document represents itself."""
+    n = len(keys)
+    ok = [True] * n if eligible is None else [bool(e) for e in eligible]
+    best: dict = {}
+    for i in range(n):
+        key = tuple(int(x) for x in keys[i])
+        if ok[i] and (key not in best or (ranks[i], i) < (ranks[best[key]], best[key])):
+            best[key] = i
+    return [best[tuple(int(x) for x in keys[i])] if ok[i] else i for i in range(n)]
+
+
 def jaccard(text_a, text_b, kind: str, n: int) -> float:
     x = shingle_strings(text_a, kind, n)
     y = shingle_strings(text_b, kind, n)

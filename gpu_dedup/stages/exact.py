@@ -30,13 +30,24 @@ def exact_groups(keys, ranks, eligible=None):
     """Representative of every document: the best-ranked document with the same key.
 
     Documents outside ``eligible`` (e.g. null texts) represent themselves.
-    Array code of ``keys``' module (NumPy or CuPy): stable sorts by rank, then
-    by each key column, group starts by a running count.
+    Array code of ``keys``' module (NumPy or CuPy).  A document whose first hash
+    no other document shares is alone in its group (one unstable sort of that
+    column finds them); the others, in document order, are grouped by stable
+    sorts by rank, then by each key column, group starts by a running count.
     """
     xp = array_module(keys)
     n = keys.shape[0]
     rep = xp.arange(n, dtype=xp.int64)
     idx = rep if eligible is None else xp.flatnonzero(eligible)
+    if idx.shape[0] < 2:
+        return rep
+    first = keys[idx, 1]
+    by_first = xp.argsort(first)
+    same = first[by_first[1:]] == first[by_first[:-1]]
+    shared = xp.zeros(idx.shape[0], dtype=bool)
+    shared[1:] |= same
+    shared[:-1] |= same
+    idx = idx[xp.sort(by_first[shared])]  # document order, as every document sorted would keep it
     if idx.shape[0] < 2:
         return rep
     k = keys[idx]

@@ -1,5 +1,8 @@
 import numpy as np
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpu_dedup.kernels.params import hash_params
 
 from gpu_dedup.stages.exact import exact_groups, exact_keys
@@ -36,3 +39,28 @@ def test_keys_are_distinct_for_many_near_identical_texts():
     texts = [base[:i] + "#" + base[i + 1:] for i in range(len(base))] + [base, base + "\x00", base[:-1]]
     keys = exact_keys(pa.array(texts, pa.large_string()))
     assert len({tuple(k) for k in keys.tolist()}) == len(texts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 2), st.integers(0, 3), st.booleans()),
+                max_size=40))
+def test_groups_are_the_references_when_keys_share_one_lane_and_not_another(rows):
+    """Keys from a few values per lane, so that documents share the first hash but not the length or the
+    second hash (and the reverse), ranks tie, and some documents are not eligible."""
+    keys = np.array([r[:3] for r in rows], np.uint64).reshape(-1, 3)
+    ranks = np.array([r[3] for r in rows], np.int64)
+    eligible = np.array([r[4] for r in rows], bool)
+    assert list(exact_groups(keys, ranks, eligible)) == ref.exact_representatives(keys, ranks, eligible)
+    assert list(exact_groups(keys, ranks)) == ref.exact_representatives(keys, ranks)
+
+
+def test_groups_at_scale_are_the_references():
+    """10^5 random keys, a few thousand of them copied over others (and some with only the first hash
+    copied): the one unstable sort that sets the unique documents aside changes nothing."""
+    rng = np.random.default_rng(5)
+    n = 100_000
+    keys = rng.integers(0, 2**63, (n, 3), dtype=np.uint64)
+    keys[rng.integers(0, n, 3000)] = keys[rng.integers(0, n, 3000)]
+    keys[rng.integers(0, n, 500), 1] = keys[rng.integers(0, n, 500), 1]
+    ranks = rng.integers(0, n // 2, n)
+    assert list(exact_groups(keys, ranks)) == ref.exact_representatives(keys, ranks)
