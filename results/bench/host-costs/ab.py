@@ -9,9 +9,12 @@ The corpus: planted shards, e.g. gpu_dedup.bench.corpora.planted_dir(root, 10**6
   pool.jsonl:  ab.py CORPUS 3 mimalloc=.venv/bin/gpu-dedup,ARROW_DEFAULT_MEMORY_POOL=mimalloc \\
                               default=.venv/bin/gpu-dedup,ARROW_DEFAULT_MEMORY_POOL=
   join.jsonl:  ab.py CORPUS 3 old=OLD/bin/gpu-dedup new=NEW/bin/gpu-dedup
+  decay.jsonl: ab.py CORPUS 3 kept=.venv/bin/gpu-dedup,JE_ARROW_MALLOC_CONF= \\
+                              at-once=.venv/bin/gpu-dedup,JE_ARROW_MALLOC_CONF=dirty_decay_ms:0
 """
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -36,13 +39,15 @@ for r in range(rounds):
         for name, (exe, env) in arms.items():
             out = f"ab-out-{name}"
             shutil.rmtree(out, ignore_errors=True)
-            t = time.perf_counter()
+            t, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
             subprocess.run([exe, "run", corpus, "-o", out, "-q", "--backend", "cpu", *extra,
                             *os.environ.get("EXTRA", "").split()], check=True, env=env)
-            wall = time.perf_counter() - t
+            wall, after = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = {"user_s": round(after.ru_utime - before.ru_utime, 2),
+                   "sys_s": round(after.ru_stime - before.ru_stime, 2)}
             rep = json.load(open(f"{out}/report.json"))
             st = {k: v["seconds"] for k, v in rep["stages"].items()}
             print(json.dumps({"round": r, "mode": mode, "arm": name, "pool": rep["machine"].get("arrow_memory_pool"),
-                              "wall": round(wall, 2), **st, "peak_rss_mb": rep["peak_rss_mb"]}), flush=True)
+                              "wall": round(wall, 2), **cpu, **st, "peak_rss_mb": rep["peak_rss_mb"]}), flush=True)
         first, *others = (open(f"ab-out-{n}/duplicates.parquet", "rb").read() for n in arms)
         print("duplicates.parquet equal:", all(o == first for o in others), flush=True)
