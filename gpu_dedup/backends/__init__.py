@@ -197,6 +197,34 @@ class ByArrays:
 
 # ---------------------------------------------------------------- host <-> device traffic
 #
+# A Parquet shard's footer, for the GPU backend's device readers (their byte counts, the schemas they compare):
+# storage.parquet keeps each input's footer once per process and registers its reader here when imported
+# (storage sits above the backends and imports them, not the reverse); without it, or for a bare path, the footer
+# is read.
+_FOOTER_READERS: list = []
+
+
+def register_footer_reader(read) -> None:
+    """``read(shard)``: the FileMetaData of a discovered Parquet shard (the one reader; a later call replaces it)."""
+    _FOOTER_READERS[:] = [read]
+
+
+def parquet_metadata(shard):
+    """The FileMetaData of Parquet ``shard``: a discovered shard (anything with a ``path``) through the registered
+    reader, else its file's footer read now (a local path, or a URL through fsspec)."""
+    if hasattr(shard, "path") and _FOOTER_READERS:
+        return _FOOTER_READERS[0](shard)
+    import pyarrow.parquet as pq
+
+    path = str(getattr(shard, "path", shard))
+    if "://" in path:  # an object in a store (storage.filesystems): opened through fsspec
+        import fsspec
+
+        with fsspec.open(path, "rb") as f:
+            return pq.ParquetFile(f).metadata
+    return pq.read_metadata(path)
+
+
 # Every copy between host and device memory that gpu_dedup makes goes through
 # ``to_host`` / ``to_device`` (or the GPU backend's helpers, which call
 # ``count_transfer``), so a run can say how many bytes crossed the bus in each

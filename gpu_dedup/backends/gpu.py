@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpu_dedup.backends import Backend, array_module, count_transfer, on_device, to_host
+from gpu_dedup.backends import Backend, array_module, count_transfer, on_device, parquet_metadata, to_host
 from gpu_dedup.backends.cpu import signature_values
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
 from gpu_dedup.backends.strings import StringBuffers, arrow_strings, column_buffers, string_buffers
@@ -47,8 +47,6 @@ from gpu_dedup.backends.textnorm import slow_path
 from gpu_dedup.errors import ConfigError, InputError, ResourceError
 from gpu_dedup.kernels import text_scalar as text_kernel
 from gpu_dedup.kernels.params import HashParams
-from gpu_dedup.storage.discovery import Shard
-from gpu_dedup.storage.parquet import footer
 
 log = logging.getLogger("gpu_dedup")
 
@@ -225,11 +223,9 @@ def sorted_distinct_counts(xp, offsets, values):
 
 
 def _footers(shards) -> tuple[list[str], list[pq.FileMetaData]]:
-    """The paths and Parquet footers of ``shards``: a discovered shard's footer from the process's cache (read
-    there once, by whichever reader opened the shard first: :func:`gpu_dedup.storage.parquet.footer`), a path's
-    read now."""
-    paths = [s.path if isinstance(s, Shard) else str(s) for s in shards]
-    return paths, [footer(s).metadata if isinstance(s, Shard) else pq.read_metadata(p) for s, p in zip(shards, paths)]
+    """The paths and Parquet footers of ``shards`` (discovered shards, or paths): a discovered shard's footer as
+    the process keeps it (read once, by whichever reader opened the shard first: :func:`parquet_metadata`)."""
+    return [str(getattr(s, "path", s)) for s in shards], [parquet_metadata(s) for s in shards]
 
 
 def corpus_estimate(shards, text_column: str, xp=np) -> tuple[int, int]:
@@ -247,7 +243,7 @@ def corpus_estimate(shards, text_column: str, xp=np) -> tuple[int, int]:
                     offsets = column_buffers(shard.text, xp)[0]
                     text += int(offsets[-1] - offsets[0]) + 8 * len(shard.text)
             elif shard.format == "parquet":
-                meta = footer(shard).metadata  # read once per process (storage.parquet.FOOTERS)
+                meta = parquet_metadata(shard)  # read once per process (storage.parquet.FOOTERS)
                 rows += meta.num_rows
                 for g in range(meta.num_row_groups):
                     group = meta.row_group(g)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gpu_dedup.backends import register_footer_reader
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError, read_error
 from gpu_dedup.storage.discovery import Shard
@@ -173,6 +174,9 @@ def footer(shard: Shard) -> Footer:
         f = pq.ParquetFile(source(shard.path))
         return Footer(f.metadata, f.schema_arrow)
     return _read_footer(shard, key, {})[0]
+
+
+register_footer_reader(lambda shard: footer(shard).metadata)  # the GPU backend's device readers take them too
 
 
 def parquet_schema(shard: Shard) -> pa.Schema:
