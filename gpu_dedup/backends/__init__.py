@@ -57,7 +57,7 @@ class Backend:
         column, rows in shard order, or None where it cannot read them as one table), or None."""
         return None
 
-    write_parquet = None  # a Parquet writer of kept rows in device memory (``(src, keep, dst, codec)``), or None
+    write_parquet = None  # a Parquet writer of kept rows in device memory (``(shard, keep, dst, codec)``), or None
     write_table = None  # a writer of a device table's kept rows, one file per shard in one call (see the GPU's)
 
 

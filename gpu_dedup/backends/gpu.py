@@ -932,8 +932,9 @@ class GPUBackend(Backend):
         write stage then writes on the host, a shard per core)."""
         return self.write_parquet_cudf if self.info.get("frames") == "cudf" else None
 
-    def write_parquet_cudf(self, src: str, keep, dst: str, compression: str) -> int | None:
-        """cuDF writer of the write stage: read Parquet shard ``src`` into device memory, keep the rows
+    def write_parquet_cudf(self, src, keep, dst: str, compression: str) -> int | None:
+        """cuDF writer of the write stage: read Parquet shard ``src`` (a discovered shard, whose footer the
+        process already holds, or a path) into device memory, keep the rows
         of ``keep`` and write them to ``dst`` with ``compression``; None when cuDF is not installed, the
         codec is one cuDF cannot write (gzip, brotli), cuDF cannot read or write this shard (a type it
         lacks, device memory), or the shard changed its row count (the host writer then writes, or
@@ -946,9 +947,10 @@ class GPUBackend(Backend):
             return None
         import cudf
 
-        nullable = all(field.nullable for field in pq.read_schema(src))
+        (path,), (meta,) = _footers([src])
+        nullable = all(field.nullable for field in meta.schema.to_arrow_schema())  # as pq.read_schema gives it
         try:
-            frame = cudf.read_parquet(src)
+            frame = cudf.read_parquet(path)
             if len(frame) != keep.shape[0]:
                 return None
             mask = self._dev(keep, np.bool_)

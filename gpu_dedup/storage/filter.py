@@ -54,7 +54,7 @@ def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str,
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
-        rows = writer(shard.path, keep, tmp, compression)
+        rows = writer(shard, keep, tmp, compression)  # the shard: its footer is held
         why = None if rows is None else schema_difference(pq.read_schema(tmp), footer(shard).schema)
         if rows is None or why is not None:
             if why is not None:
@@ -136,7 +136,7 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
 
     ``compression``: the Parquet codec, or ``same`` (the input shard's; JSONL keeps its own
     compression whatever it is).  A memory shard is not written: its kept rows are the caller's to take
-    (``shard.data.filter(keep)``).  ``device_writer(path, keep, tmp, compression)``: the GPU
+    (``shard.data.filter(keep)``).  ``device_writer(shard, keep, tmp, compression)``: the GPU
     backend's Parquet writer (cuDF), tried first for Parquet shards; returns the rows written
     or None where it cannot keep the codec or schema (pyarrow writes the shard then).  ``held``: the
     shard's batches as the read stage read them (every column; a list, emptied by this call): the kept rows

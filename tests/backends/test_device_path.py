@@ -7,6 +7,7 @@ the schema.  Everything here runs without a device: the CuPy / cuDF
 counterparts are the ``gpu``-marked tests of ``test_device_gpu.py``.
 """
 
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -37,6 +38,7 @@ from gpu_dedup.run import local
 from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.run.stagelog import StageLog
 from tests.fake_columns import FakePlcColumn, fake_plc_column
+from tests.footers import FooterReads, fresh_footers
 
 # ------------------------------------------------------------------ transfers
 
@@ -210,7 +212,7 @@ def test_device_writer_used_when_it_keeps_the_schema(tmp_path):
 
     def writer(src, keep, dst, compression):  # what cuDF does, here with pyarrow: read, filter, write
         calls.append(compression)
-        pq.write_table(pq.read_table(src).filter(pa.array(keep)), dst)
+        pq.write_table(pq.read_table(src.path).filter(pa.array(keep)), dst)
         return int(keep.sum())
 
     assert storage.write_shard(shard, keep, tmp_path / "out", "zstd", device_writer=writer) == 3
@@ -227,7 +229,7 @@ def test_device_writer_keeps_a_shard_whose_strings_read_back_plain(tmp_path):
     keep = np.array([True, True, False, True])
 
     def writer(src, keep, dst, compression):
-        t = pq.read_table(src).filter(pa.array(keep))
+        t = pq.read_table(src.path).filter(pa.array(keep))
         t = t.cast(pa.schema([("id", pa.int64()), ("text", pa.string())], metadata=t.schema.metadata))
         pq.write_table(t, dst)
         return t.num_rows
@@ -250,7 +252,7 @@ def test_device_writer_falls_back_when_it_would_change_the_shard(tmp_path, chang
     def writer(src, keep, dst, compression):
         if change == "declines":
             return None  # e.g. a codec cuDF cannot write
-        t = pq.read_table(src).filter(pa.array(keep))
+        t = pq.read_table(src.path).filter(pa.array(keep))
         t = t.cast(pa.schema([("id", pa.int32()), ("text", pa.large_string())])) if change == "type" else \
             t.replace_schema_metadata({b"pandas": b"{}"})
         pq.write_table(t, dst)
@@ -467,11 +469,15 @@ def test_cudf_writer_keeps_the_input_schema_or_leaves_the_shard_to_pyarrow(tmp_p
         read_parquet=read_parquet, Series=lambda values: types.SimpleNamespace(values=values)))
     backend = types.SimpleNamespace(info={"frames": "cudf"}, _dev=lambda a, dtype: np.asarray(a, dtype))
     keep = np.arange(300) % 3 != 0
+    fresh_footers(monkeypatch)
     shard = storage.discover(str(src))[0]
+    reads = FooterReads(monkeypatch, src.parent)
     rows = storage.write_shard(shard, keep, tmp_path / "out", "zstd",
                           device_writer=lambda *a: GPUBackend.write_parquet_cudf(backend, *a))
     out = tmp_path / "out" / "s.parquet"
     assert rows == 200 and calls == [str(src)]
+    # one pyarrow footer read of the input: the process's, shared by the writer's schema and the check after it
+    assert dict(reads.by_path) == {os.path.realpath(src): 1}
     assert pq.read_schema(out).remove_metadata().equals(pq.read_schema(src).remove_metadata())
     assert pq.read_table(out).equals(pq.read_table(src).filter(pa.array(keep)))
     assert list((tmp_path / "out").iterdir()) == [out]  # no temporary file left behind
