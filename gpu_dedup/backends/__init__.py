@@ -195,7 +195,7 @@ class ByArrays:
         return self.host if fast else self.lines
 
 
-# ---------------------------------------------------------------- host <-> device traffic
+# ---------------------------------------------------------------- Parquet footers
 #
 # A Parquet shard's footer, for the GPU backend's device readers (their byte counts, the schemas they compare):
 # storage.parquet keeps each input's footer once per process and registers its reader here when imported
@@ -211,20 +211,16 @@ def register_footer_reader(read) -> None:
 
 def parquet_metadata(shard):
     """The FileMetaData of Parquet ``shard``: a discovered shard (anything with a ``path``) through the registered
-    reader, else its file's footer read now (a local path, or a URL through fsspec)."""
+    reader, else its file's footer read now."""
     if hasattr(shard, "path") and _FOOTER_READERS:
         return _FOOTER_READERS[0](shard)
     import pyarrow.parquet as pq
 
-    path = str(getattr(shard, "path", shard))
-    if "://" in path:  # an object in a store (storage.filesystems): opened through fsspec
-        import fsspec
-
-        with fsspec.open(path, "rb") as f:
-            return pq.ParquetFile(f).metadata
-    return pq.read_metadata(path)
+    return pq.read_metadata(str(getattr(shard, "path", shard)))
 
 
+# ---------------------------------------------------------------- host <-> device traffic
+#
 # Every copy between host and device memory that gpu_dedup makes goes through
 # ``to_host`` / ``to_device`` (or the GPU backend's helpers, which call
 # ``count_transfer``), so a run can say how many bytes crossed the bus in each

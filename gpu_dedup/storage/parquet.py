@@ -176,9 +176,6 @@ def footer(shard: Shard) -> Footer:
     return _read_footer(shard, key, {})[0]
 
 
-register_footer_reader(lambda shard: footer(shard).metadata)  # the GPU backend's device readers take them too
-
-
 def parquet_schema(shard: Shard) -> pa.Schema:
     """The shard's Arrow schema (as ``pq.read_schema`` gives it), from its footer."""
     try:
@@ -208,6 +205,9 @@ def parquet_metadata(shard: Shard) -> pq.FileMetaData:
         return footer(shard).metadata
     except (OSError, pa.ArrowException, MemoryError) as exc:
         raise _corrupt(shard, exc) from None
+
+
+register_footer_reader(parquet_metadata)  # the GPU backend's device readers take the same footers
 
 
 def open_parquet(shard: Shard, **options) -> pq.ParquetFile:
