@@ -189,6 +189,40 @@ def test_random_strings_equal_pyarrow(texts, form, lowercase, punctuation, white
     assert fast == want.take(pa.array(idx)).to_pylist()
 
 
+# mostly letters, digits and single spaces, so that most 8-byte windows take the kernel's eight-bytes-at-once
+# path; the rest end it at every offset (a space after a space, a leading one, punctuation, other whitespace,
+# non-ASCII, eight capitals, the bytes next to the ranges of letters, digits and the space)
+_WORDISH = st.one_of(st.sampled_from("aqzAQZ09 "), st.sampled_from("aqzAQZ09 "), st.sampled_from("aqzAQZ09 "),
+                     st.sampled_from([" ", ".", ",", "\t", "\n", "\u00e9", "\u0130", "\u00a0", "\u3000", "\x00", "\x7f",
+                                      "HELLOWOR", "\x1f", "!", "/", ":", "@", "[", "`", "{"]))  # next to each range
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_WORDISH, max_size=48).map("".join), min_size=1, max_size=8), st.sampled_from(FORMS),
+       st.booleans(), st.booleans(), st.booleans())
+def test_plain_ascii_runs_equal_pyarrow(texts, form, lowercase, punctuation, whitespace):
+    cfg = NormalizeConfig(form, lowercase, punctuation, whitespace)
+    arr = pa.array(texts, pa.large_string())
+    want = _oracle(arr, cfg)
+    assert normalize(arr, cfg).to_pylist() == want.to_pylist()
+    fast, idx = _fast_path(arr, cfg)
+    assert fast == want.take(pa.array(idx)).to_pylist()
+
+
+def test_plain_ascii_words_at_every_offset():
+    """A run of plain words starting at every offset of the 8-byte windows, after each kind of byte that ends one."""
+    cfg = NormalizeConfig()
+    words = "The Quick brown FOX jumps over 12 lazy dogs  and  THEN some"
+    texts = [lead + " " * k + words[j:] + tail for lead in ("", " ", ".", "\u00e9", "\t") for k in range(3)
+             for j in range(9) for tail in ("", " ", "  ", ".", " .")]
+    arr = pa.array(texts, pa.large_string())
+    want = _oracle(arr, cfg)
+    assert normalize(arr, cfg).to_pylist() == want.to_pylist()
+    fast, idx = _fast_path(arr, cfg)
+    assert len(idx) == len(texts)
+    assert fast == want.to_pylist()
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.binary(max_size=24), min_size=1, max_size=8), st.sampled_from(FORMS), st.booleans())
 def test_ill_formed_utf8_is_repaired_and_counted(raw, form, lowercase):
