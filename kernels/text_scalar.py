@@ -15,9 +15,9 @@ every code point of it is *stable* for the configured form (a per-code-point
 table, :func:`property_table`, from the generated ``unicode_props.py``; see
 ``tools/gen_unicode_props.py`` for the definition and why a string of stable code
 points is its own normal form).  Then step 2 is the identity and step 3 a
-table look-up.  Eight bytes that are letters, digits and single spaces are copied at
-once (:func:`plain_word`: the common case of text, about twice as fast as byte by
-byte); other ASCII bytes take a branch-free path.  A document with an
+table look-up.  Runs of letters, digits and single spaces are copied eight bytes at a
+time (:func:`plain_word`: most of plain text; 2.5x byte by byte on planted text,
+1.4x on manual pages); other ASCII bytes take a branch-free path.  A document with an
 unstable code point is reported, not written: the caller sends those (only
 those) through utf8proc and then through this same function with the Unicode
 steps off.  A document whose U+FFFD replacements would not fit in its input
@@ -32,7 +32,8 @@ Block 0 is ASCII, so ``stage2[b]`` is byte ``b``'s entry.
 from functools import lru_cache
 
 import numpy as np
-from .hash_scalar import BYTES_HIGH, I64, REPLACEMENT, U64, decode_utf8, is_space, load8  # noqa: F401 (compiled here)
+from .hash_scalar import (BYTE_SHIFTS, BYTES_HIGH, I64, ONE, REPLACEMENT, U64, decode_utf8,  # noqa: F401
+                          first_flag_shift, is_space, load8)  # (compiled here, with the constants they use)
 
 STABLE_NFC = 1
 STABLE_NFKC = 2
@@ -46,7 +47,6 @@ FORM_BITS = {"NFC": STABLE_NFC, "NFKC": STABLE_NFKC, "NFD": STABLE_NFD, "NFKD": 
 DELTA_BIAS = 1 << 23
 
 BYTES_01 = U64(0x0101010101010101)
-BYTES_20 = U64(0x2020202020202020)
 
 
 # status bits returned by normalize_text
@@ -157,20 +157,19 @@ def byte_range(w, lo, hi):
 
 
 def plain_word(w, last_space, collapse_ws):
-    """Bit 7 of each byte of ``w`` that is A-Z (and of no other) when the eight bytes normalize to themselves
-    but for A-Z lowercased: each is a letter, a digit or a space (0x20) and, with whitespace collapsed, no space
-    follows a space (nor begins the word when ``last_space``); else ``BYTES_HIGH`` (then also for eight capitals,
-    which the caller takes byte by byte).  These are ASCII facts ``ascii_actions`` holds for every setting:
-    letters and digits are neither punctuation nor whitespace."""
-    if (w & BYTES_HIGH) != U64(0):
-        return BYTES_HIGH
+    """(``up``, ``stop``) of the eight bytes of ``w``: bit 7 of each byte that is A-Z in ``up``; in ``stop``,
+    bit 7 of each byte that does not normalize to itself (but for A-Z lowercased), of which only the lowest is
+    exact: a byte that is not a letter, a digit or a space (0x20) and, with whitespace collapsed, a space after
+    a space (or first when ``last_space``).  The bytes below the lowest flag in ``stop`` (all eight when it is
+    0) are the ones that can be copied.  A byte of 0x80 or more may carry into the sums of the bytes above it,
+    never below.  These are ASCII facts ``ascii_actions`` holds for every setting: letters and digits are
+    neither punctuation nor whitespace."""
     up = byte_range(w, 0x41, 0x5A)
     sp = byte_range(w, 0x20, 0x20)
-    if (up | sp | byte_range(w, 0x61, 0x7A) | byte_range(w, 0x30, 0x39)) != BYTES_HIGH:
-        return BYTES_HIGH
-    if collapse_ws and ((sp & (sp << U64(8))) != U64(0) or (last_space != 0 and (sp & U64(0x80)) != U64(0))):
-        return BYTES_HIGH
-    return up
+    stop = (w | ~(up | sp | byte_range(w, 0x61, 0x7A) | byte_range(w, 0x30, 0x39))) & BYTES_HIGH
+    if collapse_ws:
+        stop |= (sp & (sp << U64(8))) | (sp & U64(0x80) & (U64(0) - U64(last_space)))
+    return up, stop
 
 
 def store8(out, o, w):
@@ -188,6 +187,7 @@ def normalize_text(data, start, end, stage1, stage2, ascii_action, need, lowerca
     Every store lands at an output offset no larger than the input offset it
     came from (the U+FFFD case checks this), so a document never writes past
     its own room: documents can be written in parallel at their input offsets.
+    ``out`` must not overlap ``data``: bytes past the ones written may change.
     """
     o0 = o
     last_space = 1  # 1: nothing is written yet, or the last byte written is the space of a whitespace run
@@ -195,18 +195,22 @@ def normalize_text(data, start, end, stage1, stage2, ascii_action, need, lowerca
     pos = start
     while pos < end:
         stop = end
-        if pos + 8 <= end:  # eight plain ASCII bytes at once, else eight (or more) one by one
+        if pos + 8 <= end:  # the plain ASCII bytes of the next eight at once, then one by one what ends them
             w = load8(data, pos)
-            up = plain_word(w, last_space, collapse_ws)
-            if up != BYTES_HIGH:
+            up, flags = plain_word(w, last_space, collapse_ws)
+            k = I64(8) if flags == U64(0) else I64(first_flag_shift(flags) >> U64(3))
+            if k > 0:
                 if lowercase:
-                    w += (up >> U64(2)) & BYTES_20  # A-Z (bit 7 of their bytes in ``up``) + 0x20: a-z
-                store8(out, o, w)
-                o += 8
-                pos += 8
-                last_space = I64(collapse_ws and (w >> U64(56)) == U64(32))
-                continue
-            stop = pos + 8
+                    w += up >> U64(2)  # A-Z + 0x20: a-z (bytes above the first k may change: they are not kept)
+                store8(out, o, w)  # all eight bytes: those past the first k are overwritten or past the end
+                o += k
+                pos += k
+                last_space = I64(collapse_ws and ((w >> U64(8 * k - 8)) & U64(0xFF)) == U64(32))
+                if k == 8:
+                    continue
+                stop = pos + 1  # the byte that ended the run (a code point starting there is taken whole)
+            else:
+                stop = pos + 8  # eight (or more) bytes one by one: text that is not plain goes on cheaply
         while pos < stop:
             b = I64(data[pos])
             if b < 0x80:  # ASCII: stable, one byte in and at most one out; no branches on its class
@@ -250,5 +254,5 @@ def normalize_text(data, start, end, stage1, stage2, ascii_action, need, lowerca
     return o - o0 - (last_space & I64(o > o0)), status  # a trailing space is trimmed
 
 
-DEVICE_FUNCTIONS = ("decode_utf8", "is_space", "load8", "byte_range", "plain_word", "store8", "props", "encode_utf8",
-                    "normalize_text")
+DEVICE_FUNCTIONS = ("decode_utf8", "is_space", "load8", "first_flag_shift", "byte_range", "plain_word", "store8", "props",
+                    "encode_utf8", "normalize_text")
