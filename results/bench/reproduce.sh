@@ -10,6 +10,7 @@ work=(${WORK:+--workdir "$WORK"})
 python3 -m gpu_dedup bench peers --results "$out" "${work[@]}"  # peers, scaling
 python3 -m gpu_dedup bench index --results "$out" "${work[@]}"  # 1 M-document index
 python3 -m gpu_dedup bench skew --results "$out" "${work[@]}"  # 10% boilerplate, 10% empty
+python3 -m gpu_dedup bench stages --repeat 7 --results "$out" "${work[@]}"  # read, normalize, write against limits
 docs=(--documents 100000 1000000 4000000 --workers 2 --boilerplate 0.2 --single-up-to 4000000)
 python3 -m gpu_dedup bench workers "${docs[@]}" --results "$out" "${work[@]}"  # 1 process vs 2 workers
 python3 -m gpu_dedup bench workers "${docs[@]}" --block-rows 100000 --no-running --results "$out/blocks-100k" \
