@@ -32,13 +32,26 @@ def exact_similarity(left, right, texts, cfg: MinHashConfig, backend="cpu", chun
     ``progress(k)`` is called after each chunk of ``k`` pairs.  Array code of the texts'
     module: on device buffers (GPU backend) the pairs, sets and scores stay on the device."""
     be = get_backend(backend)
+    params = hash_params(cfg.seed, cfg.num_perm)
+
+    def score(nodes, a, b):
+        set_offsets, set_values = be.shingle_sets(texts, params, cfg.shingle, cfg.ngram, docs=nodes)
+        return be.jaccard_pairs(set_offsets, set_values, a, b)
+
+    return _by_chunks(left, right, texts, score, chunk_bytes, progress)
+
+
+def _by_chunks(left, right, texts, score, chunk_bytes: int, progress):
+    """``score(nodes, a, b)`` of the pairs ``(left[p], right[p])``, a chunk at a time: the pairs sorted by
+    ``left`` are cut where the documents they name reach about ``chunk_bytes`` of text, and each chunk's
+    ``nodes`` (the distinct rows it names; ``a``, ``b``: the pairs as positions into them) are scored at once.
+    ``progress(k)`` after each chunk of ``k`` pairs.  Array code of the texts' module."""
     xp = array_module(texts.offsets)
     left = xp.asarray(left, dtype=xp.int64)
     right = xp.asarray(right, dtype=xp.int64)
     out = xp.empty(left.shape[0], dtype=xp.float64)
     if left.shape[0] == 0:
         return out
-    params = hash_params(cfg.seed, cfg.num_perm)
     lengths = texts.lengths
     order = xp.argsort(left, kind="stable")
     cost = xp.cumsum(lengths[left[order]] + lengths[right[order]] + 64)
@@ -46,9 +59,7 @@ def exact_similarity(left, right, texts, cfg: MinHashConfig, backend="cpu", chun
     bounds = to_host(xp.flatnonzero(xp.diff(chunk_of)) + 1)  # chunk boundaries: a few numbers
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, order.shape[0]]):  # few chunks, not per document
         sel = order[lo:hi]
-        nodes, a, b = pair_rows(left[sel], right[sel], xp)
-        set_offsets, set_values = be.shingle_sets(texts, params, cfg.shingle, cfg.ngram, docs=nodes)
-        out[sel] = be.jaccard_pairs(set_offsets, set_values, a, b)
+        out[sel] = score(*pair_rows(left[sel], right[sel], xp))
         if progress is not None:
             progress(sel.shape[0])
     return out
@@ -147,22 +158,9 @@ def text_cosine_similarity(left, right, texts, shingle: str = "word", ngram: int
     stay on the device.
     """
     be = get_backend(backend)
-    xp = array_module(texts.offsets)
-    left = xp.asarray(left, dtype=xp.int64)
-    right = xp.asarray(right, dtype=xp.int64)
-    out = xp.empty(left.shape[0], dtype=xp.float64)
-    if left.shape[0] == 0:
-        return out
-    lengths = texts.lengths
-    order = xp.argsort(left, kind="stable")
-    cost = xp.cumsum(lengths[left[order]] + lengths[right[order]] + 64)
-    chunk_of = cost // max(chunk_bytes, 1)
-    bounds = to_host(xp.flatnonzero(xp.diff(chunk_of)) + 1)  # chunk boundaries: a few numbers
-    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, order.shape[0]]):  # few chunks, not per document
-        sel = order[lo:hi]
-        nodes, a, b = pair_rows(left[sel], right[sel], xp)
+
+    def score(nodes, a, b):
         tv = term_vectors(texts, shingle, ngram, idf, docs=nodes, backend=be)
-        out[sel] = be.sparse_cosine_pairs(tv.offsets, tv.features, tv.weights, tv.norms, a, b)
-        if progress is not None:
-            progress(sel.shape[0])
-    return out
+        return be.sparse_cosine_pairs(tv.offsets, tv.features, tv.weights, tv.norms, a, b)
+
+    return _by_chunks(left, right, texts, score, chunk_bytes, progress)
