@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup.backends import Backend, array_module, count_transfer, on_device, parquet_metadata, to_host
+from gpu_dedup.backends.arrow_arrays import arrow_array
 from gpu_dedup.backends.cpu import signature_values
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
 from gpu_dedup.backends.strings import StringBuffers, arrow_strings, column_buffers, string_buffers
@@ -563,7 +564,7 @@ class GPUBackend(Backend):
         lo = int(starts.min()) if docs.shape[0] else 0
         hi = int(ends.max()) if docs.shape[0] else 0
         if hi - lo > 2 * int((ends - starts).sum()) + self.compact_gap:
-            picked = string_buffers(arrow_strings(strings.offsets, strings.data).take(pa.array(docs)))
+            picked = string_buffers(arrow_strings(strings.offsets, strings.data).take(arrow_array(docs, pa.int64())))
             data = picked.data if picked.data.shape[0] else np.zeros(1, np.uint8)
             return docs.shape[0], self._dev(picked.offsets[:-1]), self._dev(picked.offsets[1:]), self._dev(data)
         return docs.shape[0], self._dev(starts - lo), self._dev(ends - lo), self._span(strings.data, lo, hi)

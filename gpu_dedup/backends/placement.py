@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpu_dedup.backends import to_host, transfer_totals
+from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array
 from gpu_dedup.backends.strings import (
     RawText,
     StringBuffers,
@@ -112,7 +113,7 @@ class DeviceTexts:
         return self.raw.null(self.xp)
 
     def lengths(self, host: Callable[[], Any]) -> Any:
-        return pa.array(to_host(code_point_lengths(self.raw, self.xp)))
+        return arrow_array(to_host(code_point_lengths(self.raw, self.xp)))
 
     def column(self, table: pa.Table) -> Any:
         return self.raw
@@ -160,7 +161,7 @@ class Placement:
                 buf, bad = self.backend.normalize_column(chunk.slice(a, b - a), cfg)
                 parts.append(arrow_strings(to_host(buf.offsets), to_host(buf.data)))
                 invalid += bad
-        norm = pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
+        norm = pa.concat_arrays(parts) if parts else empty_array(pa.large_string())
         return string_buffers(norm), invalid
 
     def row_slices(self, m: int, lengths: Callable[[], np.ndarray], max_rows: int) -> list:

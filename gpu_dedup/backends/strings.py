@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends.arrow_arrays import arrow_array, numpy_array
 
 @dataclass(frozen=True)
 class StringBuffers:
@@ -113,7 +114,7 @@ def column_buffers(column, xp=np):
         buf = string_buffers(arr)  # nulls read as empty
         valid = None
         if arr.null_count:
-            valid = np.asarray(arr.is_valid(), dtype=bool)
+            valid = numpy_array(arr.is_valid())
         return buf.offsets, buf.data, valid
     if hasattr(column, "to_pylibcudf"):  # a cudf.Series
         column = column.to_pylibcudf()[0]
@@ -185,7 +186,7 @@ def raw_arrow(raw: RawText) -> pa.Array:
     arr = arrow_strings(np.asarray(raw.offsets), np.asarray(raw.chars))
     if raw.valid is None or len(arr) == 0:
         return arr
-    bitmap = pa.array(np.asarray(raw.valid, dtype=bool), pa.bool_()).buffers()[1]
+    bitmap = arrow_array(raw.valid, pa.bool_()).buffers()[1]
     _, off_buf, data_buf = arr.buffers()
     return pa.Array.from_buffers(pa.large_string(), len(arr), [bitmap, off_buf, data_buf])
 
@@ -209,7 +210,7 @@ def arrow_column(column, rows=None) -> pa.Array:
         part = column if rows is None else column.iloc[np.asarray(rows, np.int64)]
         return as_arrow_strings(part.to_arrow()).cast(pa.large_string())
     arr = raw_arrow(raw_text([column]))
-    return arr if rows is None else arr.take(pa.array(np.asarray(rows, np.int64)))
+    return arr if rows is None else arr.take(arrow_array(rows, pa.int64()))
 
 
 LENGTH_CHUNK = 1 << 26  # bytes per step of :func:`code_point_lengths` (bounds its scratch to 8x this)

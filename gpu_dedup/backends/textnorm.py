@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array, numpy_array, string_array
 from gpu_dedup.backends.strings import as_arrow_strings, string_buffers
 from gpu_dedup.config import NormalizeConfig
 from gpu_dedup.kernels import text_scalar as tk
@@ -37,7 +38,7 @@ def repair_utf8(texts) -> tuple[pa.Array, int]:
             pass
     arr = as_arrow_strings(texts)
     if pa.types.is_null(arr.type):
-        arr = pa.array([None] * len(arr), pa.large_string())
+        arr = pa.nulls(len(arr), pa.large_string())
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         try:
             arr.validate(full=True)
@@ -78,7 +79,7 @@ def raw_buffers(arr: pa.Array):
     offsets = offsets.astype(np.int64)
     starts, ends = offsets[:-1], offsets[1:].copy()
     if arr.null_count:
-        valid = np.asarray(arr.is_valid())
+        valid = numpy_array(arr.is_valid())
         ends[~valid] = starts[~valid]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     return data, starts, ends
@@ -86,7 +87,7 @@ def raw_buffers(arr: pa.Array):
 
 def _chunks(texts) -> list[pa.Array]:
     if isinstance(texts, pa.ChunkedArray):
-        return list(texts.chunks) or [pa.array([], pa.large_string())]
+        return list(texts.chunks) or [empty_array(pa.large_string())]
     if isinstance(texts, pa.Array) and pa.types.is_null(texts.type):
         return [texts]
     return [as_arrow_strings(texts)]
@@ -112,7 +113,7 @@ COMPOSING = {"NFC": "NFD", "NFKC": "NFKD"}  # a composing form -> the decomposit
 def pyarrow_composes() -> bool:
     """Whether ``pc.utf8_normalize`` composes for NFC and NFKC.  Up to pyarrow 25 it returns the
     decomposed text for every form (apache/arrow#51225, fixed in pyarrow 26)."""
-    return pc.utf8_normalize(pa.array(["A\u0300"]), form="NFC").to_pylist() == ["\u00c0"]
+    return pc.utf8_normalize(string_array(["A\u0300"], [0]), form="NFC").to_pylist() == ["\u00c0"]
 
 
 @functools.cache
@@ -182,7 +183,7 @@ def slow_path(segments: np.ndarray, offsets: np.ndarray, cfg: NormalizeConfig):
     _kernel(data, starts, ends, cfg.unicode, cfg.lowercase, cfg.punctuation, cfg.whitespace, out, starts, lengths, status)
     left = np.flatnonzero(status & (tk.UNSTABLE | tk.OVERFLOW))
     if left.shape[0]:
-        steps = _utf8proc(repaired.take(pa.array(left)), cfg)
+        steps = _utf8proc(repaired.take(arrow_array(left)), cfg)
         d2, s2, e2 = raw_buffers(steps)
         out2 = np.empty(d2.shape[0], np.uint8)
         l2 = np.empty(left.shape[0], np.int64)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, overload
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array
 from gpu_dedup.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
@@ -380,20 +381,13 @@ def take_in_order(rows: Any, starts: np.ndarray, fetch: Callable, text: bool) ->
     groups = [(int(k), np.flatnonzero(owner == k)) for k in np.unique(owner)]
     parts = fetch(groups) if groups else []
     if not parts:
-        return pa.array([], pa.large_string() if text else pa.int64())
+        return empty_array(pa.large_string() if text else pa.int64())
     if text:
         binary = any(pa.types.is_binary(p.type) or pa.types.is_large_binary(p.type) for p in parts)
         parts = [p.cast(pa.large_binary() if binary else pa.large_string()) for p in parts]
     inverse = np.empty(rows.shape[0], np.int64)
     inverse[np.concatenate([sel for _, sel in groups])] = np.arange(rows.shape[0])
-    return pa.concat_arrays(parts).take(arrow_int64(inverse))
-
-
-def arrow_int64(values: np.ndarray) -> pa.Array:
-    """An Arrow view of int64 ``values``, made without ``pa.array``: its first call imports pandas (0.4 s on
-    a cluster's client, which needs pandas for nothing else)."""
-    values = np.ascontiguousarray(values, np.int64)
-    return pa.Array.from_buffers(pa.int64(), values.shape[0], [None, pa.py_buffer(values)])
+    return pa.concat_arrays(parts).take(arrow_array(inverse))
 
 
 def one_process_only(what: str, instead: str = "") -> ConfigError:

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from gpu_dedup import storage
 from gpu_dedup.backends import get_backend, to_device, to_host
+from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array
 from gpu_dedup.backends.placement import Placement
 from gpu_dedup.backends.strings import (
     StringBuffers,
@@ -473,7 +474,7 @@ class LocalExecutor:
     def ids(self, parts: list, column: str = "row") -> list:
         rows = to_host(parts[0][column])
         col = self.corpus.table.column("id")
-        ids = col.take(pa.array(np.asarray(rows, np.int64))).combine_chunks() if len(rows) else pa.array([], col.type)
+        ids = col.take(arrow_array(rows, pa.int64())).combine_chunks() if len(rows) else empty_array(col.type)
         return [{"id": ids}]
 
     def expect_rows(self, rows: int) -> None:
@@ -490,7 +491,7 @@ class LocalExecutor:
             return text_values(self.device_table.take(self.cfg.input.text_column, rows)).combine_chunks()
         if column == "text" and "text" not in self.corpus.table.column_names:
             return _ShardTexts(self.corpus, self.cfg, self.held).take(rows)
-        return self.corpus.table.column(column).take(pa.array(np.asarray(rows, np.int64))).combine_chunks()
+        return self.corpus.table.column(column).take(arrow_array(rows, pa.int64())).combine_chunks()
 
     def release_texts(self) -> None:
         """Free the normalized texts (at 10^6 documents as large as the text itself) before the write stage
@@ -577,7 +578,7 @@ class LocalExecutor:
         c = centres[0]
         own = to_host(c["doc"]) >= first_doc  # centres among this run's documents
         return {"ids": self.ids([{"row": np.arange(n, dtype=np.int64)}])[0]["id"] if self.corpus.id_column else
-                pa.array(first_doc + np.arange(n, dtype=np.int64), pa.int64()),
+                arrow_array(first_doc + np.arange(n, dtype=np.int64)),
                 "kept": kept, "survivor": survivor,
                 "keys": np.column_stack([to_host(k["k0"]), to_host(k["k1"]), to_host(k["k2"])]),
                 "texts": self.norm if self.family.uses_text else None,

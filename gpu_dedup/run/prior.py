@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends.arrow_arrays import empty_array
 from gpu_dedup.stages.vectors import Vectors
 
 REMOVED_RANK = 1 << 50  # above every row's rank: an indexed document the index holds as removed
@@ -63,11 +64,11 @@ class NoPrior:
 
     def ids(self, docs: Any) -> pa.Array:
         _none(docs)
-        return pa.array([], pa.int64())
+        return empty_array(pa.int64())
 
     def texts(self, docs: Any) -> pa.Array:
         _none(docs)
-        return pa.array([], pa.large_string())
+        return empty_array(pa.large_string())
 
     def signatures(self, docs: Any) -> np.ndarray:
         _none(docs)

@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from gpu_dedup import storage
 from gpu_dedup.backends import get_backend, to_host
+from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.config import Config
 from gpu_dedup.errors import COMMITTED, ConfigError
 from gpu_dedup.report.build import (
@@ -204,9 +205,9 @@ class RunResult:
         cluster = self.first_doc + np.arange(n, dtype=np.int64)
         dup = self.duplicates
         if dup is not None and dup.num_rows:
-            rows = np.asarray(dup.column("row")) - self.first_doc
-            kept[rows] = np.asarray(dup.column("kept"))
-            cluster[rows] = np.asarray(dup.column("cluster_id"))
+            rows = numpy_array(dup.column("row")) - self.first_doc
+            kept[rows] = numpy_array(dup.column("kept"))
+            cluster[rows] = numpy_array(dup.column("cluster_id"))
         self.kept_rows, self.cluster_rows = kept, cluster
         return kept, cluster
 

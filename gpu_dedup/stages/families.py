@@ -43,6 +43,7 @@ from gpu_dedup.backends import (
     to_host,
     to_module,
 )
+from gpu_dedup.backends.arrow_arrays import null_mask
 from gpu_dedup.config import Config
 from gpu_dedup.curves import curve_section
 from gpu_dedup.kernels.cosine_scalar import FM1, GOLDEN
@@ -113,7 +114,7 @@ class Family(ABC):
         """Rows that take no part: null text, or (with ``vecs``, the rows' Vectors) a null vector."""
         if vecs is not None:
             return np.asarray(vecs.status == projections.NULL_ROW)
-        return np.asarray(table.column("text").is_null(), dtype=bool) if table.num_rows else np.zeros(0, bool)
+        return null_mask(table.column("text")) if table.num_rows else np.zeros(0, bool)
 
     needs_stats = False  # corpus-wide statistics (``stats`` of every block, then ``prepare``) are needed
 

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpu_dedup.backends import array_module
+from gpu_dedup.backends.arrow_arrays import arrow_array
 
 _M1 = 0xBF58476D1CE4E5B9
 _M2 = 0x94D049BB133111EB
@@ -40,7 +41,7 @@ def take(frame: dict, idx) -> dict:
 def _take(v, idx):
     if isinstance(v, (pa.Array, pa.ChunkedArray)):
         idx = np.asarray(idx)
-        return v.filter(pa.array(idx)) if idx.dtype == bool else v.take(pa.array(idx.astype(np.int64)))
+        return v.filter(arrow_array(idx)) if idx.dtype == bool else v.take(arrow_array(idx, pa.int64()))
     return v[idx]
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends.arrow_arrays import null_mask
 from gpu_dedup.backends.strings import StringBuffers
 from gpu_dedup.backends.textnorm import (
     clean,
@@ -90,7 +91,7 @@ class BatchNormalizer:
             dst[1:] += self._used
         gather_segments(buffer, start, length, dst, self._data, byte_tasks(dst, dst + length, 64))
         self._used += total
-        null = np.asarray(column.is_null(), dtype=bool)
+        null = null_mask(column)
         lengths = self.key(column) if self.key is not None else None
         return Batch(length, invalid, null, lengths, time.perf_counter() - t0)
 

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array
 from gpu_dedup.backends.placement import Readers
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError
@@ -180,9 +181,9 @@ def _add_batch(mine: _Shard, shard: Shard, cfg: InputConfig, table: pa.Table, i:
     mine.seen = True
     start = mine.row0 + mine.rows
     cols = {
-        "row": pa.array(np.arange(start, start + n, dtype=np.int64)),
-        "shard": pa.array(np.full(n, i, np.int32)),
-        "shard_row": pa.array(np.arange(mine.rows, mine.rows + n, dtype=np.int64)),
+        "row": arrow_array(np.arange(start, start + n, dtype=np.int64)),
+        "shard": arrow_array(np.full(n, i, np.int32)),
+        "shard_row": arrow_array(np.arange(mine.rows, mine.rows + n, dtype=np.int64)),
     }
     if cfg.id_column:
         first_id = check_id_type(shard, cfg.id_column, table.column("id").type, first_id)
@@ -289,7 +290,7 @@ def held_texts(held: list, text_column: str, rows) -> pa.Array:
     """The text column at ``rows`` (shard-relative, any order) of one shard's held batches."""
     col = pa.chunked_array([c for t in held for c in t.column(text_column).chunks],
                            held[0].schema.field(text_column).type)
-    rows = pa.array(np.asarray(rows, np.int64))
+    rows = arrow_array(rows, pa.int64())
     try:
         return text_values(col.take(rows)).combine_chunks()  # a few dozen texts cast
     except pa.ArrowNotImplementedError:  # a view or dictionary type Arrow cannot take from: the column cast first
@@ -357,7 +358,7 @@ def read_texts(shard: Shard, cfg: InputConfig, rows) -> pa.Array:
             n = table.num_rows  # one step per batch, up to the last wanted row
             mine = wanted[(wanted >= pos) & (wanted < pos + n)]
             if mine.shape[0]:
-                parts += table.column("text").take(pa.array(mine - pos)).chunks
+                parts += table.column("text").take(arrow_array(mine - pos, pa.int64())).chunks
             pos += n
             if pos > wanted[-1]:
                 break
@@ -366,17 +367,17 @@ def read_texts(shard: Shard, cfg: InputConfig, rows) -> pa.Array:
     if pos <= wanted[-1]:
         raise InputError(f"shard {shard.path!r} has {pos} rows now but had more when read; inputs must not "
                          "change during a run")
-    return pa.concat_arrays(parts).take(pa.array(np.searchsorted(wanted, stream)))
+    return pa.concat_arrays(parts).take(arrow_array(np.searchsorted(wanted, stream), pa.int64()))
 
 
 def _empty_table(with_score: bool) -> pa.Table:
     cols = {
-        "row": pa.array([], pa.int64()),
-        "shard": pa.array([], pa.int32()),
-        "shard_row": pa.array([], pa.int64()),
-        "id": pa.array([], pa.int64()),
-        "text": pa.array([], pa.large_string()),
+        "row": empty_array(pa.int64()),
+        "shard": empty_array(pa.int32()),
+        "shard_row": empty_array(pa.int64()),
+        "id": empty_array(pa.int64()),
+        "text": empty_array(pa.large_string()),
     }
     if with_score:
-        cols["score"] = pa.array([], pa.float64())
+        cols["score"] = empty_array(pa.float64())
     return pa.table(cols)

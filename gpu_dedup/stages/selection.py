@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpu_dedup.backends import array_module, get_backend, to_host
+from gpu_dedup.backends.arrow_arrays import arrow_array
 from gpu_dedup.config import SelectConfig
 from gpu_dedup.stages.frames import sort_by, take
 from gpu_dedup.stages.normalize import repair_utf8
@@ -40,7 +41,7 @@ def ranks_from_keys(keep: str, n: int, length=None, ids=None, score=None) -> np.
     """Ranks from the policy's key column (rows break ties; nulls rank last)."""
     if keep == "first" or n == 0:
         return np.arange(n, dtype=np.int64)
-    row = pa.array(np.arange(n, dtype=np.int64))
+    row = arrow_array(np.arange(n, dtype=np.int64))
     if keep == "longest":
         keys = pa.table({"k": length, "row": row})
         order = pc.sort_indices(keys, sort_keys=[("k", "descending"), ("row", "ascending")])

@@ -52,6 +52,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpu_dedup.backends import array_module, get_backend, to_device, to_host, to_module
+from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.errors import InputError
 from gpu_dedup.kernels import cosine_cpu as cpu
@@ -122,7 +123,7 @@ def from_arrow(column, *, shard: str | None = None, row_offset: int = 0, bad_vec
         n = sum(len(c) for c in chunks)
         status = np.full(n, NULL_ROW, np.int8)
         if dim == 0:
-            valid = np.concatenate([np.asarray(c.is_valid()) for c in chunks]) if chunks else np.zeros(0, bool)
+            valid = np.concatenate([numpy_array(c.is_valid()) for c in chunks]) if chunks else np.zeros(0, bool)
             status[valid] = BAD_LENGTH
             if bad_vectors == "error" and valid.any():
                 row = int(np.flatnonzero(valid)[0])
@@ -162,7 +163,7 @@ def _first_length(chunks) -> int | None:
     for chunk in chunks:  # stops at the first chunk with a non-null row
         if pa.types.is_fixed_size_list(chunk.type):
             return chunk.type.list_size
-        valid = np.asarray(chunk.is_valid())
+        valid = numpy_array(chunk.is_valid())
         if valid.any():
             i = int(np.argmax(valid))
             off = np.asarray(chunk.offsets)
@@ -172,7 +173,7 @@ def _first_length(chunks) -> int | None:
 
 def _values_f32(values: pa.Array):
     """Child values as float32 NumPy (zero-copy for float32 without nulls) and a per-value null mask."""
-    nulls = np.asarray(values.is_null()) if values.null_count else None
+    nulls = numpy_array(values.is_null()) if values.null_count else None
     if values.type == pa.float32() and nulls is None:
         return values.to_numpy(zero_copy_only=True), None, True
     if nulls is not None:
@@ -183,7 +184,7 @@ def _values_f32(values: pa.Array):
 
 def _chunk(chunk, dim):
     n = len(chunk)
-    valid = np.asarray(chunk.is_valid()) if chunk.null_count else np.ones(n, bool)
+    valid = numpy_array(chunk.is_valid()) if chunk.null_count else np.ones(n, bool)
     status = np.where(valid, OK, NULL_ROW).astype(np.int8)
     if pa.types.is_fixed_size_list(chunk.type):
         size = chunk.type.list_size

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpu_dedup.backends import array_module, to_host
+from gpu_dedup.backends.arrow_arrays import arrow_array, string_array
 from gpu_dedup.errors import ConfigError
 
 # Column names gpu_dedup gives the documents it reports (duplicates.parquet, the DataFrame API's duplicates,
@@ -44,25 +45,24 @@ def duplicates_table(*, rows, shard_starts, shard_names, kept, cluster, similari
     rows = np.asarray(rows, np.int64)
     kept = np.asarray(kept, bool)
     shard = np.searchsorted(np.asarray(shard_starts), rows, side="right") - 1
-    names = np.array(shard_names or [""], dtype=object)
-    match = np.where(kept, "kept", np.where(exact, "exact", "near"))
+    match = np.where(kept, 0, np.where(exact, 1, 2))
     cols = {}
     if ids is not None:
         check_id_column(id_column)
         cols[id_column] = ids
-    cols[ROW] = pa.array(first_row + rows, pa.int64())
+    cols[ROW] = arrow_array(first_row + rows, pa.int64())
     cols.update({
-        "cluster_id": pa.array(np.asarray(cluster, np.int64), pa.int64()),
-        "kept": pa.array(kept),
-        "similarity": pa.array(np.asarray(similarity).astype(np.float32)),
-        "match": pa.array(match, pa.string()),
+        "cluster_id": arrow_array(cluster, pa.int64()),
+        "kept": arrow_array(kept),
+        "similarity": arrow_array(np.asarray(similarity).astype(np.float32)),
+        "match": string_array(["kept", "exact", "near"], match),
     })
     if survivor_ids is not None:
         cols["survivor_id"] = survivor_ids
     if in_index is not None:
-        cols["in_index"] = pa.array(np.asarray(in_index, bool))
-    cols["shard"] = pa.array(names[shard] if rows.shape[0] else [], pa.string())
-    cols["shard_row"] = pa.array(rows - np.asarray(shard_starts)[shard] if rows.shape[0] else [], pa.int64())
+        cols["in_index"] = arrow_array(in_index, pa.bool_())
+    cols["shard"] = string_array(list(shard_names or [""]), shard)
+    cols["shard_row"] = arrow_array(rows - np.asarray(shard_starts, np.int64)[shard], pa.int64())
     return pa.table(cols)
 
 
@@ -90,7 +90,7 @@ def survivor_id_column(dup: dict, ids: dict, prior) -> pa.Array:
     pos[~low] = np.arange(int((~low).sum()))
     pos[low] = (~low).sum() + np.arange(int(low.sum()))
     index_ids = prior.ids(to_host(dup["cluster"])[low])
-    return pa.concat_arrays([col.filter(pa.array(~low)), index_ids.cast(col.type)]).take(pa.array(pos))
+    return pa.concat_arrays([col.filter(arrow_array(~low)), index_ids.cast(col.type)]).take(arrow_array(pos))
 
 
 def duplicates_part(dup: dict, ids: dict | None, survivor_ids, *, first_doc, starts, names, id_column,

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpu_dedup.backends.arrow_arrays import arrow_array
 from gpu_dedup.backends.strings import arrow_column
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError
@@ -41,10 +42,10 @@ def read_rows(shard: Shard, cfg: InputConfig, rows) -> pa.Table:
     shard reads only the row groups that hold them (a report's examples: a few dozen rows)."""
     rows = np.asarray(rows, np.int64)
     if shard.format == "memory" and shard.text is not None:  # only these rows leave the device
-        table = read_columns(shard, cfg, skip_text=True).take(pa.array(rows))
+        table = read_columns(shard, cfg, skip_text=True).take(arrow_array(rows))
         return table.add_column(0, "text", arrow_column(shard.text, rows))
     if shard.format != "parquet":
-        return read_columns(shard, cfg).take(pa.array(rows))
+        return read_columns(shard, cfg).take(arrow_array(rows))
     meta = parquet_metadata(shard)
     sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], np.int64)  # per row group
     starts = np.concatenate(([0], np.cumsum(sizes)))
@@ -53,7 +54,7 @@ def read_rows(shard: Shard, cfg: InputConfig, rows) -> pa.Table:
     table = read_columns(shard, cfg, row_groups=groups.tolist())
     first = np.concatenate(([0], np.cumsum(sizes[groups])))  # where each read group starts in ``table``
     k = np.searchsorted(groups, group_of)
-    return table.take(pa.array(rows - starts[group_of] + first[k]))
+    return table.take(arrow_array(rows - starts[group_of] + first[k], pa.int64()))
 
 
 

@@ -22,6 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gpu_dedup.backends.arrow_arrays import numpy_array
+
 BOOKKEEPING = (b"ARROW:schema", b"pandas")  # schema metadata keys writers add for themselves
 
 
@@ -96,7 +98,7 @@ def _same_values(x: pa.ChunkedArray, y: pa.ChunkedArray) -> bool:
         width = {16: np.uint16, 32: np.uint32, 64: np.uint64}[t.bit_width]
         bx = np.frombuffer(x.buffers()[1], width)[x.offset:x.offset + len(x)]
         by = np.frombuffer(y.buffers()[1], width)[y.offset:y.offset + len(y)]
-        valid = ~np.asarray(x.is_null())
+        valid = ~numpy_array(x.is_null())
         return bool(np.array_equal(bx[valid], by[valid]))
     return x.equals(y)
 

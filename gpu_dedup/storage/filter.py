@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array, numpy_array
 from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.storage.ahead import ahead
 from gpu_dedup.storage.arrow import write_arrow
@@ -245,7 +246,7 @@ def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec, held: li
         start = 0
         for batch in batches():
             n = batch.num_rows
-            yield _filter_rows(batch, pa.array(keep[start:start + n]), shard.path)
+            yield _filter_rows(batch, arrow_array(keep[start:start + n], pa.bool_()), shard.path)
             start += n
         if start != keep.shape[0]:
             raise _changed(shard, keep.shape[0], start)
@@ -306,7 +307,7 @@ def _one_array(chunks: list, type_: pa.DataType) -> pa.Array:
     variable = large or pa.types.is_string(type_) or pa.types.is_binary(type_)
     fixed = not variable and pa.types.is_primitive(type_) and not pa.types.is_boolean(type_)
     if len(chunks) == 1 or not (variable or fixed):
-        out = pa.concat_arrays(chunks) if chunks else pa.array([], type_)
+        out = pa.concat_arrays(chunks) if chunks else empty_array(type_)
         chunks.clear()
         return out
     nulls = sum(c.null_count for c in chunks)
@@ -324,7 +325,7 @@ def _one_array(chunks: list, type_: pa.DataType) -> pa.Array:
         c = chunks.pop(0)
         m = len(c)
         if nulls:
-            valid[row:row + m] = np.asarray(c.is_valid())
+            valid[row:row + m] = numpy_array(c.is_valid())
         bufs = c.buffers()
         if variable:
             off = np.frombuffer(bufs[1], np.int64 if large else np.int32)[c.offset:c.offset + m + 1]

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
+from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.errors import InputError, read_error
 from gpu_dedup.kernels.lines_cpu import first_nonblank, gather_lines, nonblank_lines
 from gpu_dedup.storage.discovery import Shard
@@ -270,7 +271,7 @@ MISSING_SAMPLE = 10_000  # lines with a null text checked for a missing text fie
 
 def _missing_field(name: str, column, data, starts, ends) -> tuple:
     """(the rows whose text is null, those of the first MISSING_SAMPLE of them whose line has no ``name``)."""
-    nulls = np.flatnonzero(np.asarray(column.is_null()))
+    nulls = np.flatnonzero(numpy_array(column.is_null()))
     if nulls.shape[0] == 0:
         return nulls, []
     sample = nulls[:MISSING_SAMPLE]

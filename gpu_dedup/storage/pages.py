@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gpu_dedup.backends.arrow_arrays import arrow_array
 from gpu_dedup.storage.filesystems import source
 
 # Thrift compact protocol types (Parquet's footer and page headers)
@@ -295,7 +296,7 @@ def _group_values(f, pf: pq.ParquetFile, j: int, col, g: int, local: np.ndarray)
                      meta.created_by, kept, int(sizes.sum()), dictionary)
     body += footer + struct.pack("<I", len(footer)) + b"PAR1"
     values = pq.ParquetFile(pa.BufferReader(pa.py_buffer(bytes(body)))).read().column(0).combine_chunks()
-    return values.take(pa.array(at))
+    return values.take(arrow_array(at, pa.int64()))
 
 
 def _as_field_type(values: pa.Array, t: pa.DataType) -> pa.Array:
@@ -342,4 +343,4 @@ def take_pages(path, column: str, rows, metadata: pq.FileMetaData | None = None)
         return None
     inverse = np.empty(rows.shape[0], np.int64)
     inverse[np.concatenate(order)] = np.arange(rows.shape[0])
-    return values.take(pa.array(inverse))
+    return values.take(arrow_array(inverse))

@@ -13,7 +13,7 @@ import pytest
 from gpu_dedup.backends import on_device, to_host
 from gpu_dedup.errors import InputError
 from gpu_dedup.run.cluster import executor, routing
-from gpu_dedup.run.contract import arrow_int64
+from gpu_dedup.backends.arrow_arrays import arrow_array
 from gpu_dedup.stages import frames
 
 
@@ -103,12 +103,12 @@ def test_the_client_reorders_a_few_values_without_importing_pandas():
     """Arrow's ``pa.array`` imports pandas on its first call (0.4 s), which a cluster's client needs for
     nothing else; the report's sample rows are put back in order through a view of their positions."""
     positions = np.array([2, 0, 1], np.int64)
-    view = arrow_int64(positions)
+    view = arrow_array(positions)
     assert view.type == pa.int64() and view.to_pylist() == [2, 0, 1]
     assert pa.array(["a", "b", "c"]).take(view).to_pylist() == ["c", "a", "b"]
     code = ("import sys, numpy as np; import gpu_dedup.run.cluster.executor; "
-            "from gpu_dedup.run.contract import arrow_int64; "
-            "assert arrow_int64(np.arange(3)).to_pylist() == [0, 1, 2]; print('pandas' in sys.modules)")
+            "from gpu_dedup.backends.arrow_arrays import arrow_array; "
+            "assert arrow_array(np.arange(3)).to_pylist() == [0, 1, 2]; print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -37,6 +37,7 @@ import gpu_dedup.run.cluster.blocks as B
 import gpu_dedup.run.cluster.routing as routing
 from gpu_dedup import storage
 from gpu_dedup.backends import array_module, get_backend, to_host, traits
+from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.config import Config
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash, staged
 from gpu_dedup.run.cluster.connection import connect, quiet_teardown
@@ -794,7 +795,7 @@ def _rank_frame(data, keep: str) -> dict:
 def _sortable(key: pa.Array, keep: str):
     """(values ascending in the policy's order: descending keys negated; mask of the rows that sort after
     every value: nulls and NaN, which every policy puts last)."""
-    last = np.asarray(key.is_null(), bool)
+    last = numpy_array(key.is_null())
     if keep in ("longest", "score"):
         v = np.asarray(key.cast(pa.float64()).fill_null(0).to_numpy(zero_copy_only=False), np.float64)
         last |= np.isnan(v)
