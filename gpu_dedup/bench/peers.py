@@ -481,8 +481,8 @@ def end_to_end(name, corpus: Path, cfg, tools, work: Path, quality_sample: int, 
             wall = time.perf_counter() - t0
             removed_ids = _ours_removed(out)
             r = {"seconds": wall, "peak_rss_mb": rep["peak_rss_mb"], "candidates": rep["counts"].get("candidate_edges"),
-                 "stages": {k: v["seconds"] for k, v in rep["stages"].items()}, "pipeline_seconds": rep["wall_seconds"],
-                 "kernel_seconds": rep.get("kernel_prepare_seconds", 0.0),
+                 "stages": {k: v["seconds"] for k, v in rep["stages"].items()}, "report_seconds": rep["wall_seconds"],
+                 "fixed": {**rep.get("fixed_seconds", {}), "unbooked": rep.get("unbooked_seconds", 0.0)},
                  "rows_written": rep["stages"]["write"].get("rows_written")}
         else:
             r = _child(["e2e", tool, corpus, json.dumps(_params(cfg)), f"{out}.parquet"])
@@ -497,8 +497,9 @@ def end_to_end(name, corpus: Path, cfg, tools, work: Path, quality_sample: int, 
                          "mb_per_s": round(text_mb / r["seconds"], 2), "peak_rss_mb": round(r["peak_rss_mb"]),
                          "removed": int(mask.sum()), "candidates": r.get("candidates"), "_mask": mask,
                          **{k: r[k] for k in ("texts_with_digits", "shards") if k in r},
-                         **({"stages": r["stages"], "pipeline_seconds": r["pipeline_seconds"],
-                             "kernel_seconds": r["kernel_seconds"],
+                         **({"stages": r["stages"], "report_seconds": r["report_seconds"], "fixed": r["fixed"],
+                             "pipeline_seconds": round(r["report_seconds"] - r["fixed"].get("startup", 0.0)
+                                                       - r["fixed"].get("kernel_load", 0.0), 3),
                              "rows_written": r["rows_written"]} if "stages" in r else {})})
         print(f"  {name:>16} {tool:<14} {r['seconds']:8.2f} s  removed {int(mask.sum()):,}", flush=True)
     if n <= quality_max_docs and n > 0:
@@ -751,7 +752,7 @@ def markdown(p: dict) -> str:
         lines += ["", "**Scaling** (planted corpora; exponent of a power-law fit, 1.0 = linear; a fixed start-up "
                   "cost pulls the fit over all sizes below 1, so the two largest sizes and the pipeline's own "
                   "seconds are shown too):", "",
-                  "| tool | sizes | time exponent | two largest sizes | pipeline seconds (no start-up) "
+                  "| tool | sizes | time exponent | two largest sizes | without start-up and kernels "
                   "| peak-memory exponent |", "| --- | --- | --- | --- | --- | --- |"]
         for tool, g in p["growth"].items():
             lines.append(f"| {tool} | {', '.join(f'{s:,}' for s in g['sizes'])} | {g['time_exponent']} | "
@@ -760,18 +761,21 @@ def markdown(p: dict) -> str:
     profiled = [r for r in p["end_to_end"] if "stages" in r]
     if profiled:
         names = list(dict.fromkeys(k for r in profiled for k in r["stages"]))
-        lines += ["", "**Where gpu_dedup's time goes** (seconds per stage from its report; *kernels*: loading the "
-                  "compiled kernels (Numba's cache) before the first stage; *between stages*: the rest of the run's "
-                  "own clock (checkpoints, the report's examples read back from the shards); *process*: the rest of "
-                  "the process wall (interpreter, imports, the output directory's verified commit, exit):", "",
-                  "| corpus | tool | " + " | ".join(names) + " | kernels | between stages | process | wall |",
-                  "| --- | --- | " + " | ".join("---" for _ in names) + " | --- | --- | --- | --- |"]
+        lines += ["", "**Where gpu_dedup's time goes** (seconds per stage, then the named fixed costs, from its "
+                  "report; *startup*: the interpreter and the imports; *kernels*: loading the compiled kernels "
+                  "(Numba's cache); *samples*: the report's example texts; *other*: setup, checkpoints, the report, "
+                  "the output directory's verified commit and any unbooked glue; *process*: what the report's clock "
+                  "cannot see, the process's creation and exit):", "",
+                  "| corpus | tool | " + " | ".join(names)
+                  + " | startup | kernels | samples | other | process | wall |",
+                  "| --- | --- | " + " | ".join("---" for _ in names) + " | --- | --- | --- | --- | --- | --- |"]
         for r in profiled:
-            kernels = r.get("kernel_seconds", 0.0)
-            between = r["pipeline_seconds"] - sum(r["stages"].values()) - kernels
+            fixed = dict(r["fixed"])
+            named = [fixed.pop(k, 0.0) for k in ("startup", "kernel_load", "samples")]
             lines.append(f"| {r['corpus']} | {r['tool']} | " + " | ".join(f"{r['stages'].get(k, 0):.2f}" for k in names)
-                         + f" | {kernels:.2f} | {between:.2f} | {r['seconds'] - r['pipeline_seconds']:.2f} "
-                         f"| {r['seconds']} |")
+                         + "".join(f" | {v:.2f}" for v in (*named, sum(fixed.values()),
+                                                           r["seconds"] - r["report_seconds"]))
+                         + f" | {r['seconds']} |")
     lim = p.get("limit")
     if lim:
         lines += ["", f"**Back of the envelope** (one core): {lim['shingles_per_byte']} shingles per byte x "

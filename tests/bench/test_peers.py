@@ -105,6 +105,11 @@ def test_tiny_run_writes_tables_figure_and_scores(tmp_path):
                                                                            ("rensa_hashes", 1), ("datasketch", 1)}
     assert json.loads((res / "peers.json").read_text())["parameters"]["num_perm"] == 128
     assert "| planted-600 | gpu_dedup |" in (res / "peers.md").read_text()
+    for r in (r for r in payload["end_to_end"] if "stages" in r):  # every second of gpu_dedup's wall booked
+        assert sum(r["stages"].values()) + sum(r["fixed"].values()) == pytest.approx(r["report_seconds"], abs=0.01)
+        assert {"startup", "kernel_load", "samples", "commit", "unbooked"} <= set(r["fixed"])
+        outside = r["seconds"] - r["report_seconds"]  # the process's creation and exit (10 ms ticks)
+        assert -0.02 < outside < 0.5 * r["seconds"]
     assert next(r for r in payload["end_to_end"] if r["tool"] == "datasketch")["candidates"] > 0
     assert (res / "peers.png").stat().st_size > 10_000
 
