@@ -11,6 +11,7 @@ The corpus: planted shards, e.g. gpu_dedup.bench.corpora.planted_dir(root, 10**6
   join.jsonl:  ab.py CORPUS 3 old=OLD/bin/gpu-dedup new=NEW/bin/gpu-dedup
   decay.jsonl: ab.py CORPUS 3 kept=.venv/bin/gpu-dedup,JE_ARROW_MALLOC_CONF= \\
                               at-once=.venv/bin/gpu-dedup,JE_ARROW_MALLOC_CONF=dirty_decay_ms:0
+  no-pandas-*.jsonl: ab.py CORPUS 7 old=OLD/bin/gpu-dedup,PYTHONDONTWRITEBYTECODE= new=NEW/bin/gpu-dedup,PYTHONDONTWRITEBYTECODE=
 """
 import json
 import os
@@ -48,6 +49,7 @@ for r in range(rounds):
             rep = json.load(open(f"{out}/report.json"))
             st = {k: v["seconds"] for k, v in rep["stages"].items()}
             print(json.dumps({"round": r, "mode": mode, "arm": name, "pool": rep["machine"].get("arrow_memory_pool"),
-                              "wall": round(wall, 2), **cpu, **st, "peak_rss_mb": rep["peak_rss_mb"]}), flush=True)
+                              "wall": round(wall, 2), **cpu, **st, "fixed": rep.get("fixed_seconds", {}),
+                              "peak_rss_mb": rep["peak_rss_mb"]}), flush=True)
         first, *others = (open(f"ab-out-{n}/duplicates.parquet", "rb").read() for n in arms)
         print("duplicates.parquet equal:", all(o == first for o in others), flush=True)
