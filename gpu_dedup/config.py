@@ -238,6 +238,11 @@ class ClusterConfig:
     # GPU workers a run starts: RMM's asynchronous allocator (cudaMallocAsync: one pool the driver shares among
     # the workers of a GPU) instead of a pool of each worker's share
     rmm_async: bool = False
+    # a cluster of one worker: auto runs the whole run as one task on that worker (the one-process sequence
+    # there: no routes, no scheduler round trips between stages) when nothing asks for the cluster's own way
+    # (cluster.shuffle, an index) and the corpus fits the worker's memory limit; false: block by block, as on
+    # several workers
+    whole_on_one_worker: bool | str = "auto"
 
     def __post_init__(self):
         if self.workers is not None and self.workers < 1:
@@ -275,6 +280,8 @@ class ClusterConfig:
                                   "write e.g. 20GiB (per GPU worker), or auto (80 % of its share of the GPU)")
         if not isinstance(self.rmm_async, bool):
             raise ConfigError(f"cluster.rmm_async = {self.rmm_async!r} must be true or false")
+        if self.whole_on_one_worker not in ("auto", False):
+            raise ConfigError(f"cluster.whole_on_one_worker = {self.whole_on_one_worker!r} must be auto or false")
         for key in ("components_gathered_edges", "small_route_rows"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -8,7 +8,9 @@ corpus and one config, beside one process of the same backend:
   workers and a warm-up run (the first run of fresh workers) are timed apart, and so is its close;
 * runs that join it by address (``cluster.scheduler``), as a run on a deployed cluster does, for each route in
   ``--dask-shuffles`` (``null``: the host-array routes; ``device``: band hashes and edges as device frames through
-  Dask's p2p shuffle, and through its task shuffle should p2p fail), each output compared with the one-process run's, file by file (bytes, and content where
+  Dask's p2p shuffle, and through its task shuffle should p2p fail; on a cluster of one worker, first ``whole``:
+  the whole run as one task on that worker, ``cluster.whole_on_one_worker``'s default, then the host routes block
+  by block), each output compared with the one-process run's, file by file (bytes, and content where
   the bytes differ; ``_SUCCESS`` holds the manifest's fingerprint, which names the cluster, so it is not
   compared), and the rows and bytes the routes moved, by stage;
 * on the first cluster, device memory under pressure (GPU workers): a run whose texts may take almost nothing of
@@ -181,14 +183,18 @@ def _one_cluster(w: int, backend: str, corpora: list, single: dict, shuffles, wa
         _run(warm, tmp / "warm-cluster", _settings(backend, scheduler=address))
         fixed["warmup_seconds"] = round(time.perf_counter() - t0, 3)
         for n, path, _, shards in corpora:
-            for shuffle in shuffles:
-                route = shuffle or "host"
+            # one worker: the whole run as one task there (the default), and block by block as on several workers
+            routes = [("whole" if w == 1 and not s else s or "host", s) for s in shuffles]
+            if w == 1 and None in shuffles:
+                routes.insert(routes.index(("whole", None)) + 1, ("host", None))
+            for route, shuffle in routes:
                 if n not in single or late(_estimate(took.get(route, {}), n)):
                     why = "no one-process run to compare with" if n not in single else "would not end before the deadline"
                     add({"config": name, "docs": n, "shuffle": route, "skipped": why})
                     continue
                 settings = _settings(backend, shards, scheduler=address, shuffle=shuffle,
-                                     **({"block_rows": block_rows} if block_rows else {}))
+                                     **({"block_rows": block_rows} if block_rows else {}),
+                                     **({"whole_on_one_worker": False} if route != "whole" else {}))
                 row = _joined(path, tmp / "joined", settings, single.get(n))
                 if "seconds" in row:
                     took.setdefault(route, {})[n] = row["seconds"]

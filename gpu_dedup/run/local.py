@@ -70,7 +70,7 @@ SIGNATURE_CHUNK = 65536  # documents per signature kernel call (progress granula
 
 
 def run_local(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, prior=None, sink=None,
-              write_shards: bool = True) -> RunResult:
+              write_shards: bool = True, booked: dict | None = None, report_extra: dict | None = None) -> RunResult:
     """Deduplicate the shards ``inputs`` into ``output_dir`` in this process; see the module docstring.
 
     A run killed at any point resumes from its last checkpoint when called
@@ -83,16 +83,22 @@ def run_local(inputs, output_dir, cfg: Config = Config(), *, restart: bool = Fal
     checkpoints.  ``output_dir=None``: an in-memory run (``inputs`` are usually
     :func:`gpu_dedup.stages.storage.memory_shard` shards): nothing is written.
     A config with ``cluster.workers`` or ``cluster.scheduler`` is refused:
-    :func:`gpu_dedup.run.entry.run_dedup` chooses the executor.
+    :func:`gpu_dedup.run.entry.run_dedup` chooses the executor.  ``booked``: named fixed costs (seconds) this
+    run already spent before it came here (a cluster client's start-up and connection, for a run it handed
+    whole to its only worker): booked, and counted in the wall, as this process's own; ``report_extra``: keys
+    added to its report (that worker's ``cluster`` section).
     """
     if cfg.cluster.enabled:
         raise one_process_only("run_local()", "gpu_dedup.run.entry.run_dedup runs on the cluster")
     st = StageLog()  # the run's seconds count from here (from the process's start under the CLI)
+    for name, seconds in (booked or {}).items():
+        st.fixed[name] = round(st.fixed.get(name, 0.0) + seconds, 4)
+        st.started -= seconds
     shards, job = plan_run(inputs, output_dir, cfg, prior=prior, sink=sink, write_shards=write_shards, st=st)
     out = job.out
     if out is None:
         with st.cost("setup"):
-            ex = LocalExecutor(shards, cfg, job.prior)
+            ex = LocalExecutor(shards, cfg, job.prior, report_extra)
         return execute(job, ex, NoCheckpoints(), st)
     resumable = prior is None and sink is None  # against / into an index: nothing to resume
     with st.cost("setup"):
@@ -100,7 +106,7 @@ def run_local(inputs, output_dir, cfg: Config = Config(), *, restart: bool = Fal
     with od:
         with st.cost("setup"):
             ckpt = Checkpoints(out, run_fingerprint(cfg, shards), restart) if resumable else NoCheckpoints()
-            ex = LocalExecutor(shards, cfg, job.prior)
+            ex = LocalExecutor(shards, cfg, job.prior, report_extra)
         return execute(replace(job, outdir=od), ex, ckpt, st)
 
 
@@ -146,9 +152,10 @@ class LocalExecutor:
     blocks_count = 1
     holds_corpus = True  # every per-row array is in this process (RunResult carries them)
 
-    def __init__(self, shards, cfg: Config, prior=None):
+    def __init__(self, shards, cfg: Config, prior=None, report_extra: dict | None = None):
         self.shards = shards
         self.cfg = cfg
+        self.report_extra = report_extra  # keys the run's report adds (see run_local)
         self.prior = prior if prior is not None else NoPrior()
         self.backend = get_backend(cfg.backend)
         self.part_backend = self.backend  # what partition functions run on
@@ -187,6 +194,7 @@ class LocalExecutor:
         out["inputs_skipped"] = list(getattr(self.shards, "skipped", ()))  # what directory walks left out
         out.update(self.place.report(self.reader or "pyarrow", self.writers,
                                      self.place.shard_writers(self.device_table)[0]))
+        out.update(self.report_extra or {})
         return out
 
     # ---- read / normalize -------------------------------------------------------

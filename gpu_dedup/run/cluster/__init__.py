@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from dataclasses import replace
 
 from gpu_dedup.backends import cluster_backend
@@ -27,6 +28,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import ResourceError
 from gpu_dedup.run.checkpoint import Checkpoints, NoCheckpoints, run_fingerprint
 from gpu_dedup.run.cluster.executor import DaskExecutor
+from gpu_dedup.run.cluster.whole import run_on_worker, whole_run_worker
 from gpu_dedup.run.sequence import RunResult, execute, open_output, plan_run
 from gpu_dedup.run.stagelog import StageLog
 
@@ -56,6 +58,13 @@ def run_cluster(inputs, output_dir, cfg: Config, *, restart: bool = False, prior
     try:
         with st.cost("cluster_start"):  # started, or joined; its workers' kernels load in kernel_load
             ex.connect()  # first: a cluster that cannot start leaves no output directory behind
+            address = whole_run_worker(ex.client, cfg, shards, job)
+        if address is not None:  # one worker: the one-process sequence there, as one task (run/cluster/whole.py)
+            log.info("the cluster has one worker (%s): the whole run goes to it as one task", address)
+            booked = dict(st.fixed)  # what this process spent so far, the glue between its costs as setup
+            glue = time.perf_counter() - st.started - sum(booked.values())
+            booked["setup"] = round(booked.get("setup", 0.0) + max(0.0, glue), 4)
+            return run_on_worker(ex.client, address, inputs, output_dir, cfg, restart, job.write_shards, booked)
         if out is not None:
             with st.cost("setup"):
                 od = open_output(out, shards, inputs, cfg, shards_written=job.write_shards, fresh=not resumable)
