@@ -50,7 +50,7 @@ DEVICE = {"docs": 1_000_000, "sig_docs": 1_000_000, "smoke_docs": 5000, "warmup_
           "copies": 10}
 REHEARSAL = {"docs": 10, "sig_docs": 10, "smoke_docs": 10, "warmup_docs": 10, "words": "5 15", "sig_perms": "16",
              "configs": "default cosine-vectors", "deadline": 400, "graph_nodes": 300, "dask_docs": 12,
-             "dask_workers": "2", "dask_copies": 0, "dask_block_rows": 5, "profile": 0, "copies": 3}
+             "dask_workers": "1 2", "dask_copies": 0, "dask_block_rows": 5, "profile": 0, "copies": 3}
 # step caps (seconds): a step is stopped there; the deadline caps them all
 CAPS = {"setup": 150, "env": 60, "corpus": 240, "smoke": 150, "test-gpu": 150, "signatures": 90, "e2e": 260,
         "test-backend": 400, "kit": 240, "cudf-minhash": 120, "e2e-cudf": 240, "components": 60, "dask": 150,

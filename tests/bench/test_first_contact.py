@@ -290,15 +290,17 @@ def test_tier2_rehearsal_runs_the_dask_step_on_simulated_gpu_workers(tmp_path):
     runs = {(r[0], r[2]): r for r in dask["runs"]}
     assert runs[("1 process", "")][3] > 0
     host, device = runs[("2 GPU workers on 1 GPU", "host")], runs[("2 GPU workers on 1 GPU", "device")]
-    for r in (host, device):
+    whole, blocks = runs[("1 GPU worker on 1 GPU", "whole")], runs[("1 GPU worker on 1 GPU", "host")]
+    for r in (host, device, whole, blocks):
         assert r[3] > 0 and r[5] is True and r[6] is True  # seconds; the same bytes and content as one process
     assert host[8] == 0 and device[8] >= 3  # routes that moved device frames
+    assert whole[7] in (None, "") and blocks[7] is not None  # the whole run moved nothing; block by block did
     spilled = next(r for r in dask["runs"] if "in host memory" in r[10])
     assert spilled[6] is True and spilled[9] >= 1  # texts off the device, the same outputs
     assert [e[1] for e in dask["limit_error"]] == [True]
     assert "ResourceError" in dask["limit_error"][0][2] and "cluster.spill_texts: auto" in dask["limit_error"][0][2]
-    (fixed,) = dask["fixed"]
-    assert fixed[0] == "2 GPU workers on 1 GPU" and all(v > 0 for v in fixed[1:])
+    assert [f[0] for f in dask["fixed"]] == ["1 GPU worker on 1 GPU", "2 GPU workers on 1 GPU"]
+    assert all(v > 0 for f in dask["fixed"] for v in f[1:])
     md = (out / "summary.md").read_text()
     assert "## dask" in md and "| cluster | start s | kernels s | warm-up run s | close s |" in md
     assert len(returned_files(out)) == 3
