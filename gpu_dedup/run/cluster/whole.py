@@ -80,12 +80,12 @@ def run_whole(inputs, output_dir, cfg: Config, restart: bool, write_shards: bool
               report_extra: dict):
     """On the worker: the one-process run, with the client's fixed costs and the task's transit (``sent``: the
     client's ``time.time()`` as it submitted) booked; its per-document arrays stay here."""
+    from distributed import get_client
+
     from gpu_dedup.run.local import run_local
 
     booked = {**booked, "handoff": round(max(0.0, time.time() - sent), 4)}
     local = replace(cfg, cluster=replace(cfg.cluster, workers=None, scheduler=None))
-    from distributed import get_client
-
     done = threading.Event()
     watcher = threading.Thread(target=_stopped_by_client, daemon=True, name="gpu-dedup-stop-watcher",
                                args=(stop_event_name(sent), get_client(), threading.get_ident(), done))
