@@ -20,6 +20,7 @@ import time
 from dataclasses import replace
 
 from gpu_dedup.config import Config
+from gpu_dedup.run.local import run_local
 from gpu_dedup.storage import parquet_metadata
 
 log = logging.getLogger("gpu_dedup")
@@ -81,8 +82,6 @@ def run_whole(inputs, output_dir, cfg: Config, restart: bool, write_shards: bool
     """On the worker: the one-process run, with the client's fixed costs and the task's transit (``sent``: the
     client's ``time.time()`` as it submitted) booked; its per-document arrays stay here."""
     from distributed import get_client
-
-    from gpu_dedup.run.local import run_local
 
     booked = {**booked, "handoff": round(max(0.0, time.time() - sent), 4)}
     local = replace(cfg, cluster=replace(cfg.cluster, workers=None, scheduler=None))
