@@ -247,11 +247,16 @@ def hold_inputs(shards, setting, share: float = HOLD_SHARE) -> bool:
         return False
     if setting is True:
         return True
-    need = 0
-    for s in parquet:  # footers only
-        meta = parquet_metadata(s)
-        need += sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
-    return need <= share * available_memory()
+    return sum(input_bytes(s) for s in parquet) <= share * available_memory()
+
+
+def input_bytes(shard: Shard) -> int:
+    """How many bytes ``shard``'s columns take in memory: a Parquet shard's uncompressed size (its footer only),
+    any other shard's bytes on disk."""
+    if shard.format != "parquet":
+        return shard.size or 0
+    meta = parquet_metadata(shard)
+    return sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
 
 
 def text_bytes(shard: Shard, text_column: str, row_groups=None) -> int:

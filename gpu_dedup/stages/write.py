@@ -54,7 +54,7 @@ def duplicates_table(*, rows, shard_starts, shard_names, kept, cluster, similari
     cols.update({
         "cluster_id": arrow_array(cluster, pa.int64()),
         "kept": arrow_array(kept),
-        "similarity": arrow_array(np.asarray(similarity).astype(np.float32)),
+        "similarity": arrow_array(similarity, pa.float32()),
         "match": string_array(["kept", "exact", "near"], match),
     })
     if survivor_ids is not None:

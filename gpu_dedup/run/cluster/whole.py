@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from gpu_dedup.config import Config
 from gpu_dedup.run.local import run_local
-from gpu_dedup.storage import parquet_metadata
+from gpu_dedup.stages.read import input_bytes
 
 log = logging.getLogger("gpu_dedup")
 
@@ -66,15 +66,8 @@ def _whole_run_worker(client, cfg: Config, shards, job) -> tuple[str | None, str
 
 
 def corpus_bytes(shards) -> int:
-    """The inputs' size: Parquet shards' uncompressed size from their footers, other files' bytes on disk."""
-    total = 0
-    for s in shards:
-        if s.format == "parquet":
-            meta = parquet_metadata(s)
-            total += sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
-        else:
-            total += s.size or 0
-    return total
+    """The inputs' size in memory (:func:`gpu_dedup.stages.read.input_bytes` of each)."""
+    return sum(input_bytes(s) for s in shards)
 
 
 def run_whole(inputs, output_dir, cfg: Config, restart: bool, write_shards: bool, booked: dict, sent: float,
