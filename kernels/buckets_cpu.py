@@ -71,3 +71,8 @@ def maybe_shared(band_hashes: np.ndarray) -> np.ndarray:
     hash in band ``j`` (see the module doc).  ``band_hashes``: (rows, bands) uint64."""
     bh = np.ascontiguousarray(band_hashes, dtype=np.uint64)
     return _maybe_shared(bh, log2_slots(bh.shape[0]))
+
+
+def host_threads() -> int:
+    """Threads the host's array work may use at once: Numba's (``NUMBA_NUM_THREADS``, else every core)."""
+    return max(1, numba.get_num_threads())

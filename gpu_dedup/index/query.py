@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends import distinct
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.curves import family_curve
 from gpu_dedup.errors import ConfigError, InputError
@@ -88,7 +89,7 @@ def query(index, texts=None, threshold: float | None = None, members: int = 8, b
     if qa.shape[0]:
         pairs = np.unique(np.column_stack([qa, da]), axis=0)
         qa, da = pairs[:, 0], pairs[:, 1]
-    docs = np.unique(da)
+    docs = distinct(da)
     if by_vector:
         theirs = index.vectors(docs).matrix if docs.shape[0] else np.zeros((0, mine.dim), np.float32)
         both = RowData(vectors=Vectors(np.concatenate([mine.matrix, theirs]), np.zeros(q + docs.shape[0], np.int8)))

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpu_dedup import storage
-from gpu_dedup.backends import get_backend, to_device, to_host
+from gpu_dedup.backends import distinct, get_backend, to_device, to_host
 from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array
 from gpu_dedup.backends.placement import Placement
 from gpu_dedup.backends.strings import (
@@ -413,7 +413,7 @@ class LocalExecutor:
         if left.shape[0] == 0:
             return xp.zeros(0, dtype=xp.float64)
         f = self.prior.first_doc
-        docs = xp.unique(xp.concatenate((left[left < f], right[right < f]))) if f else xp.zeros(0, dtype=xp.int64)
+        docs = distinct(xp.concatenate((left[left < f], right[right < f]))) if f else xp.zeros(0, dtype=xp.int64)
         m = int(docs.shape[0])
 
         def position(nodes):  # a prior's documents first, then this run's rows
@@ -457,7 +457,7 @@ class LocalExecutor:
         """Union-find (the backend's) over the edges' nodes, labelled by their smallest node."""
         xp = self.xp
         e = edges[0]
-        nodes = xp.unique(xp.concatenate((e["src"], e["dst"])))
+        nodes = distinct(xp.concatenate((e["src"], e["dst"])))
         comp = self.backend.components(xp.searchsorted(nodes, e["src"]), xp.searchsorted(nodes, e["dst"]),
                                        int(nodes.shape[0]))
         return [{"node": nodes, "label": nodes[comp] if nodes.shape[0] else nodes}]

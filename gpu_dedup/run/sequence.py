@@ -464,7 +464,8 @@ class Sequence:
 
         def start(members, edges):
             return ex.map(cluster_start, members, edges, threshold=cfg.verify_threshold,
-                          split=cfg.select.split_chains, backend=ex.part_backend, first_doc=self.first_doc)
+                          split=cfg.select.split_chains, backend=ex.part_backend, first_doc=self.first_doc,
+                          reuse=self.family.symmetric)
 
         self.clusters = None
         parts = self._unit("components", ("components",), compute)

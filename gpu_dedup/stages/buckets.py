@@ -10,12 +10,13 @@ executor calls ``group_buckets`` on every shuffle partition.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from gpu_dedup.backends import ByArrays, array_module, to_host
-from gpu_dedup.kernels.buckets_cpu import maybe_shared
+from gpu_dedup.kernels.buckets_cpu import host_threads, maybe_shared
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,7 @@ class Buckets:
     @property
     def member_bucket(self):
         """Bucket index of every membership."""
-        xp = array_module(self.offsets)
-        return xp.searchsorted(self.offsets[1:], xp.arange(self.members.shape[0], dtype=xp.int64), side="right")
+        return _MEMBER_BUCKET.pick(array_module(self.offsets))(self.offsets, self.members.shape[0])
 
     def to_frame(self):
         """Long frame (band, band_hash, doc), one row per bucket membership (pandas, host memory)."""
@@ -49,6 +49,19 @@ class Buckets:
         mb = to_host(self.member_bucket)
         return pd.DataFrame({"band": to_host(self.band)[mb], "band_hash": to_host(self.hash)[mb],
                              "doc": to_host(self.members)})
+
+
+def _member_bucket_lines(offsets, m: int):
+    xp = array_module(offsets)
+    return xp.searchsorted(offsets[1:], xp.arange(m, dtype=xp.int64), side="right")
+
+
+def _member_bucket_host(offsets, m: int):
+    """Each bucket's number repeated by its size: one pass, where a search per membership costs 10x more."""
+    return np.repeat(np.arange(offsets.shape[0] - 1, dtype=np.int64), np.diff(offsets))
+
+
+_MEMBER_BUCKET = ByArrays(_member_bucket_lines, host=_member_bucket_host)
 
 
 def empty_buckets(xp=np) -> Buckets:
@@ -140,14 +153,21 @@ def buckets(band_hashes, docs=None, min_size: int = 2) -> Buckets:
     # on the host, rows sharing no band hash with another row are dropped before the sorts (a bitmap pass per
     # band, kernels/buckets_cpu.py): they make no bucket of ``min_size`` >= 2; a GPU sorts them all at once
     shared = _SHARED_BANDS.pick(xp)(band_hashes) if min_size >= 2 else None
-    parts = []
-    for band in range(num_bands):  # one sort per band
+
+    def one_band(band: int) -> Buckets:
         col, d = band_hashes[:, band], doc
         if shared is not None:
             keep = np.flatnonzero(shared[band])
             col, d = col[keep], d[keep]
         order = xp.argsort(col, kind="stable")  # rows ascend, so members ascend within a bucket
-        parts.append(_runs(xp, xp.full(col.shape[0], band, dtype=xp.int32), col[order], d[order], min_size))
+        return _runs(xp, xp.full(col.shape[0], band, dtype=xp.int32), col[order], d[order], min_size)
+
+    threads = min(host_threads(), num_bands) if xp is np else 1  # NumPy sorts without the GIL: a band a core
+    if threads > 1:
+        with ThreadPoolExecutor(threads) as pool:
+            parts = list(pool.map(one_band, range(num_bands)))  # in band order
+    else:
+        parts = [one_band(band) for band in range(num_bands)]  # one sort per band
     return concat_buckets(parts) if any(len(p) for p in parts) else empty_buckets(xp)
 
 

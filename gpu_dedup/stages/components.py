@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu_dedup.backends import array_module, get_backend, to_host
+from gpu_dedup.backends import array_module, distinct, get_backend, to_host
 from gpu_dedup.stages.edges import Edges
 from gpu_dedup.stages.frames import concat, distinct_pairs, lookup
 
@@ -46,7 +46,7 @@ def small_star(part: dict) -> dict:
     """Oriented edges grouped by ``x`` (its smaller neighbours here): ``x`` and each of them point at the
     smallest of them, except that node itself."""
     xp, x, y, m = _group_min(part, include_self=True)
-    nodes = xp.concatenate((y, xp.unique(x)))
+    nodes = xp.concatenate((y, distinct(x)))
     mins = xp.concatenate((m, _first_min(x, m, xp)))
     keep = nodes != mins
     return {"x": nodes[keep], "y": mins[keep]}
@@ -116,7 +116,7 @@ def star_labels(part: dict) -> dict:
 def local_components(part: dict, backend) -> dict:
     """Union-find of one partition holding every edge (``src``, ``dst``): ``node``, ``label``."""
     xp = array_module(part["src"])
-    nodes = xp.unique(xp.concatenate((part["src"], part["dst"])))
+    nodes = distinct(xp.concatenate((part["src"], part["dst"])))
     comp = get_backend(backend).components(xp.searchsorted(nodes, part["src"]), xp.searchsorted(nodes, part["dst"]),
                                            int(nodes.shape[0]))
     return {"node": nodes, "label": nodes[comp] if nodes.shape[0] else nodes}
@@ -173,7 +173,7 @@ def index_nodes(docs: dict, centres: dict | None) -> dict:
         parts.append(docs["match"][docs["match"] >= 0])
     if centres is not None:
         parts.append(centres["doc"])
-    nodes = xp.unique(xp.concatenate(parts)) if parts else xp.zeros(0, dtype=xp.int64)
+    nodes = distinct(xp.concatenate(parts)) if parts else xp.zeros(0, dtype=xp.int64)
     return {"node": nodes}
 
 
@@ -181,9 +181,9 @@ def index_members(part: dict, prior) -> dict:
     """The indexed documents of one partition (with duplicates) and their homes, as members: ``node``,
     ``rank``, ``rep_node`` (itself), ``_key`` (its home, whose label it takes)."""
     xp = array_module(part["node"])
-    docs = xp.unique(part["node"])
+    docs = distinct(part["node"])
     homes = home_nodes(docs, prior, xp)
-    nodes = xp.unique(xp.concatenate((docs, homes)))
+    nodes = distinct(xp.concatenate((docs, homes)))
     return {"node": nodes, "rank": xp.asarray(prior.ranks(to_host(nodes))), "rep_node": nodes,
             "_key": home_nodes(nodes, prior, xp)}
 
@@ -193,10 +193,11 @@ def index_home_edges(part: dict, prior) -> dict:
     with the lookup key of their label (the home): splitting chains, an index cluster whose members leave a
     larger cluster together re-forms around its home, as its documents' own edges joined it in the index."""
     xp = array_module(part["node"])
-    docs = xp.unique(part["node"])
+    docs = distinct(part["node"])
     homes = home_nodes(docs, prior, xp)
     away = homes != docs
-    return {"src": homes[away], "dst": docs[away], "_key": homes[away]}
+    unknown = xp.full(int(away.sum()), xp.nan, dtype=xp.float64)  # joined by the index, not scored
+    return {"src": homes[away], "dst": docs[away], "sim": unknown, "_key": homes[away]}
 
 
 MEMBER_COLUMNS = ("node", "label", "rank", "rep_node")
@@ -208,6 +209,6 @@ def cluster_members(*parts) -> dict:
 
 
 def edge_labels(edges: dict, prior) -> dict:
-    """Verified edges with the lookup key of their label: the home of their first end."""
+    """Verified edges (with their similarity) and the lookup key of their label: the home of their first end."""
     xp = array_module(edges["src"])
-    return {"src": edges["src"], "dst": edges["dst"], "_key": home_nodes(edges["src"], prior, xp)}
+    return {"src": edges["src"], "dst": edges["dst"], "sim": edges["sim"], "_key": home_nodes(edges["src"], prior, xp)}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_dedup.backends import array_module, to_host
+from gpu_dedup.backends import array_module, dense_ranks, distinct, sorted_in, to_host
 from gpu_dedup.stages.buckets import Buckets
 from gpu_dedup.stages.frames import distinct_pairs
 
@@ -49,7 +49,7 @@ def unique_pairs(src, dst):
     if src.shape[0] == 0:
         return src, dst
     if max(int(src.max()), int(dst.max())) < 2**31:  # pack both into one sortable key
-        key = xp.unique((src << 32) | dst)
+        key = distinct((src << 32) | dst)
         return key >> 32, key & 0xFFFFFFFF
     order = xp.argsort(dst, kind="stable")
     order = order[xp.argsort(src[order], kind="stable")]
@@ -105,8 +105,7 @@ class StarRounds:
         self.b, self.threshold, self.rounds, self.keep_all, self.forced = b, threshold, max(rounds, 1), keep_all, forced
         extra = forced.doc if forced is not None else xp.zeros(0, dtype=xp.int64)
         # dense ids: a pair packs into one int64
-        self.nodes = xp.unique(xp.concatenate((b.members, xp.asarray(extra, dtype=xp.int64))))
-        self.local = xp.searchsorted(self.nodes, b.members)
+        self.nodes, self.local = dense_ranks(b.members, xp.asarray(extra, dtype=xp.int64))
         self.member_bucket = b.member_bucket
         self.open_ = xp.ones(self.local.shape[0], dtype=bool)
         self.keys = xp.zeros(0, dtype=xp.int64)  # scored pairs (small << 32 | large), sorted
@@ -154,8 +153,8 @@ class StarRounds:
         if src.shape[0] == 0:
             return empty, empty
         pk = (xp.minimum(src, dst) << 32) | xp.maximum(src, dst)
-        uniq = xp.unique(pk)
-        unseen = uniq[~xp.isin(uniq, self.keys)]
+        uniq = distinct(pk)
+        unseen = uniq[~sorted_in(uniq, self.keys)]
         self._pending = (idx[~is_centre], pk, unseen)
         return self.nodes[unseen >> 32], self.nodes[unseen & 0xFFFFFFFF]
 

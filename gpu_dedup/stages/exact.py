@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu_dedup.backends import array_module, get_backend, to_host
+from gpu_dedup.backends import array_module, distinct, get_backend, to_host
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.kernels.params import hash_params
 
@@ -119,7 +119,7 @@ def copies_and_reps(copies: dict) -> dict:
     """The exact groups of a key partition as rows to send to their blocks: each copy with its ``rep``, and
     each representative that has copies (``rep`` = -1 marks it)."""
     xp = array_module(copies["row"])
-    reps = xp.unique(copies["rep"])
+    reps = distinct(copies["rep"])
     return {"row": xp.concatenate((copies["row"], reps)),
             "rep": xp.concatenate((copies["rep"], xp.full(reps.shape[0], -1, dtype=xp.int64)))}
 

@@ -95,6 +95,9 @@ class Family(ABC):
 
     name = ""
     uses_text = True  # the normalized text is computed (exact keys, signatures or verification read it)
+    # a pair's similarity is the same bits either way round, so a pair the verify stage scored is not scored
+    # again by the select stage (ratios of counts: Jaccard of sets, equal signature values)
+    symmetric = False
 
     def __init__(self, cfg: Config, rows_in_run: int | None = None):
         self.cfg = cfg
@@ -197,6 +200,7 @@ class Family(ABC):
 
 class Jaccard(Family):
     name = "jaccard"
+    symmetric = True
 
     def _derive_layout(self):
         return self.cfg.layout

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_dedup.backends import array_module, get_backend, to_host
+from gpu_dedup.backends import array_module, distinct, get_backend, to_host
 from gpu_dedup.backends.arrow_arrays import arrow_array
 from gpu_dedup.config import SelectConfig
 from gpu_dedup.stages.frames import sort_by, take
@@ -79,6 +79,43 @@ def survivors(labels, ranks):
     return out
 
 
+class KnownPairs:
+    """Similarities already computed for pairs of positions ``0 <= a, b < n`` (either way round: the
+    similarity is symmetric), so that a pair is scored once.  ``lookup`` finds them, ``add`` records
+    more.  Array code of the positions' module."""
+
+    def __init__(self, xp, n: int, a=None, b=None, sim=None):
+        self.xp, self.n = xp, max(int(n), 1)
+        self.keys = xp.zeros(0, dtype=xp.int64)
+        self.sims = xp.zeros(0, dtype=xp.float64)
+        if a is not None and a.shape[0]:
+            self.add(a, b, sim)
+
+    def _key(self, a, b):
+        xp = self.xp
+        return xp.minimum(a, b).astype(xp.int64) * self.n + xp.maximum(a, b).astype(xp.int64)
+
+    def add(self, a, b, sim) -> None:
+        """Record ``sim`` for the pairs ``(a[p], b[p])`` (NaN: unknown, not recorded)."""
+        xp = self.xp
+        sim = xp.asarray(sim, dtype=xp.float64)
+        ok = ~xp.isnan(sim)
+        keys = xp.concatenate((self.keys, self._key(a[ok], b[ok])))
+        sims = xp.concatenate((self.sims, sim[ok]))
+        keys, first = xp.unique(keys, return_index=True)  # a pair met twice has one similarity
+        self.keys, self.sims = keys, sims[first]
+
+    def lookup(self, a, b):
+        """(found, similarity): whether each pair's similarity is known, and it where it is."""
+        xp = self.xp
+        if self.keys.shape[0] == 0 or a.shape[0] == 0:
+            return xp.zeros(a.shape[0], dtype=bool), xp.zeros(a.shape[0], dtype=xp.float64)
+        key = self._key(a, b)
+        at = xp.minimum(xp.searchsorted(self.keys, key), self.keys.shape[0] - 1)
+        found = self.keys[at] == key
+        return found, xp.where(found, self.sims[at], 0.0)
+
+
 class ChainSplit:
     """:func:`split_chains` over one partition of clusters, one round at a time.
 
@@ -88,12 +125,15 @@ class ChainSplit:
     survivors does.  ``propose()`` returns (member, survivor) positions to score
     (none when the partition is done), ``accept(similarity)`` takes their
     similarity in that order.  One partition holding every node is exactly
-    :func:`split_chains`.
+    :func:`split_chains`.  ``known`` (:class:`KnownPairs` of positions): similarities already computed
+    (the verified edges'); a round's pairs found there are not proposed, and every similarity a round
+    takes is added to it.
     """
 
-    def __init__(self, labels, rep, ranks, src, dst, threshold: float, components):
+    def __init__(self, labels, rep, ranks, src, dst, threshold: float, components, known: KnownPairs | None = None):
         xp = self.xp = array_module(labels)
         n = self.n = labels.shape[0]
+        self.known = known
         self.idx = xp.arange(n, dtype=xp.int64)
         self.labels = labels.astype(xp.int64, copy=True)
         self.rep, self.ranks, self.src, self.dst = rep, ranks, src, dst
@@ -107,24 +147,44 @@ class ChainSplit:
         self._todo = None
 
     def propose(self):
-        """(member, survivor) positions whose similarity decides this round (empty: done)."""
+        """(member, survivor) positions whose similarity decides this round and is not known yet (empty:
+        done).  Rounds whose pairs are all known are taken here at once."""
         xp = self.xp
         self._todo = None
-        if self.done:
-            return xp.zeros(0, dtype=xp.int64), xp.zeros(0, dtype=xp.int64)
-        todo = xp.flatnonzero(self.movable & (self.survivor != self.idx) & (self.checked != self.survivor))
-        if todo.shape[0] == 0:
-            self.done = True
-        else:
-            self._todo = todo
-        return todo, self.survivor[todo]
+        while not self.done:
+            todo = xp.flatnonzero(self.movable & (self.survivor != self.idx) & (self.checked != self.survivor))
+            if todo.shape[0] == 0:
+                self.done = True
+                break
+            if self.known is None:
+                self._todo = (todo, None, None)
+                return todo, self.survivor[todo]
+            found, sims = self.known.lookup(todo, self.survivor[todo])
+            ask = todo[~found]
+            if ask.shape[0]:
+                self._todo = (todo, found, sims)
+                return ask, self.survivor[ask]
+            self._take(todo, sims)
+        return xp.zeros(0, dtype=xp.int64), xp.zeros(0, dtype=xp.int64)
 
     def accept(self, similarity) -> None:
         if self._todo is None:
             return
-        xp, n, todo = self.xp, self.n, self._todo
+        xp = self.xp
+        todo, found, sim = self._todo
         self._todo = None
-        sim = xp.asarray(similarity, dtype=xp.float64)
+        if found is None:
+            sim = xp.asarray(similarity, dtype=xp.float64)
+        else:
+            asked = xp.asarray(similarity, dtype=xp.float64)
+            sim[~found] = asked
+            self.known.add(todo[~found], self.survivor[todo[~found]], asked)
+        self._take(todo, sim)
+
+    def _take(self, todo, sim) -> None:
+        """The round's similarities of (member ``todo``, survivor): the members below the threshold are
+        ejected and re-form clusters."""
+        xp, n = self.xp, self.n
         ok = sim >= self.threshold
         self.checked[todo[ok]] = self.survivor[todo[ok]]
         bad = todo[~ok]
@@ -198,7 +258,8 @@ class ClusterPart:
     ``members``: frame ``node`` (doc number), ``label`` (component label), ``rank`` (keep policy; a
     prior's documents below every row), ``rep_node`` (the node whose text it has: itself, its exact
     group's representative or the indexed document it is a copy of); a node may appear more than once.
-    ``edges``: the verified edges (``src``, ``dst``) whose ends carry these labels.  Labels with one
+    ``edges``: the verified edges (``src``, ``dst``; ``sim``, where given, their similarity: no pair is
+    scored twice, see :class:`KnownPairs`) whose ends carry these labels.  Labels with one
     member are singletons and are dropped here: they keep their document and report nothing.
     Survivors are the best-ranked member of each label, then (``split``) chains are split in rounds
     (:class:`ChainSplit`: ``propose`` / ``accept``); ``similarity_pairs`` / ``outputs`` give each
@@ -230,7 +291,10 @@ class ClusterPart:
             xp.zeros(0, dtype=xp.int64)
         self.rep = self.position(self.rep_node)
         src, dst = self.position(edges["src"]), self.position(edges["dst"])
-        self.chain = ChainSplit(labels, self.rep, self.rank, src, dst, threshold, components) if split else None
+        sim = edges.get("sim")  # the verified edges' similarities, where the family's are symmetric
+        self.known = KnownPairs(xp, n, src, dst, sim) if sim is not None else None
+        self.chain = ChainSplit(labels, self.rep, self.rank, src, dst, threshold, components, self.known) \
+            if split else None
         self.labels, self.survivor = labels, survivors(labels, self.rank)
         self.ejected = xp.zeros(n, dtype=bool)
         self.rounds = 0
@@ -273,8 +337,12 @@ class ClusterPart:
         self.kept = self.survivor == xp.arange(self.node.shape[0])
         self.near = ~self.kept & (self.rep != self.survivor)
         todo = xp.flatnonzero(self.near)
-        self._todo = todo
-        return {"src": self.node[self.survivor[todo]], "dst": self.rep_node[todo]}
+        found = sims = None
+        if self.known is not None:  # pairs scored before (verified edges, chain splitting) are not scored again
+            found, sims = self.known.lookup(self.survivor[todo], self.rep[todo])
+        self._todo = (todo, found, sims)
+        ask = todo if found is None else todo[~found]
+        return {"src": self.node[self.survivor[ask]], "dst": self.rep_node[ask]}
 
     def outputs(self, sim) -> tuple[dict, dict]:
         """(rows, counts): the frame of this partition's rows (``node``, ``survivor`` node, ``kept``,
@@ -282,8 +350,13 @@ class ClusterPart:
         xp = self.xp
         n = self.node.shape[0]
         similarity = xp.ones(n, dtype=xp.float64)
-        if self._todo.shape[0]:
-            similarity[self._todo] = xp.asarray(sim, dtype=xp.float64)
+        todo, found, known = self._todo
+        if todo.shape[0]:
+            if found is None:
+                similarity[todo] = xp.asarray(sim, dtype=xp.float64)
+            else:
+                known[~found] = xp.asarray(sim, dtype=xp.float64)
+                similarity[todo] = known
         size = xp.bincount(self.labels, minlength=int(self.labels.max()) + 1 if n else 0) if n else \
             xp.zeros(0, dtype=xp.int64)
         multi = size[self.labels] > 1 if n else xp.zeros(0, dtype=bool)
@@ -294,7 +367,7 @@ class ClusterPart:
         counts = {
             "removed": int(removed.sum()), "exact_duplicates": int((removed & exact).sum()),
             "near_duplicates": int((removed & ~exact).sum()), "chain_split_ejected": int(self.ejected.sum()),
-            "chain_split_rounds": self.rounds, "clusters": int(xp.unique(self.labels[row & multi]).shape[0]),
+            "chain_split_rounds": self.rounds, "clusters": int(distinct(self.labels[row & multi]).shape[0]),
             "removed_against_index": int((removed & (surv < self.first_doc)).sum()),
         }
         rows = {"node": self.node[row], "survivor": surv[row], "kept": self.kept[row], "multi": multi[row],
@@ -324,9 +397,13 @@ def _sort(frame: dict, xp, *names) -> dict:
 # (one part each: run/sequence.py maps them over the executor's parts; a Dask worker runs them)
 
 
-def cluster_start(members: dict, edges: dict, threshold: float, split: bool, backend, first_doc: int):
-    return ClusterPart(members, {"src": edges["src"], "dst": edges["dst"]}, threshold, split,
-                       get_backend(backend).components, first_doc)
+def cluster_start(members: dict, edges: dict, threshold: float, split: bool, backend, first_doc: int,
+                  reuse: bool = False):
+    """The clusters of one partition; ``reuse``: the edges' similarities (``sim``, NaN where unknown) are
+    the family's own for their pairs either way round, and are not computed again."""
+    kept = ("src", "dst", "sim") if reuse and "sim" in edges else ("src", "dst")
+    return ClusterPart(members, {k: edges[k] for k in kept}, threshold, split, get_backend(backend).components,
+                       first_doc)
 
 
 def cluster_before(part: ClusterPart) -> dict:

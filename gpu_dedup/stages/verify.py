@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu_dedup.backends import array_module, get_backend, to_host
+from gpu_dedup.backends import array_module, distinct, get_backend, to_host
 from gpu_dedup.config import MinHashConfig
 from gpu_dedup.kernels.params import hash_params
 from gpu_dedup.stages.edges import Edges
@@ -22,7 +22,7 @@ CHUNK_BYTES = 256 << 20  # text bytes whose shingle sets are held at once (~8x t
 
 def pair_rows(left, right, xp=np):
     """The distinct rows that pairs ``(left[p], right[p])`` name, and the pairs as positions into them."""
-    nodes = xp.unique(xp.concatenate((left, right)))
+    nodes = distinct(xp.concatenate((left, right)))
     return nodes, xp.searchsorted(nodes, left), xp.searchsorted(nodes, right)
 
 

@@ -4,7 +4,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from gpu_dedup.stages.buckets import buckets
+from gpu_dedup.stages.buckets import _MEMBER_BUCKET, Buckets, buckets
 from gpu_dedup.stages.edges import edges, unique_pairs
 
 
@@ -221,3 +221,14 @@ def test_buckets_made_band_round_by_band_round_equal_one_round(parts, rounds):
             assert np.array_equal(got[k], one[p][k]) and got[k].dtype == one[p][k].dtype, k
     empty = concat_bucket_parts(*[bucket_part({k: v[:0] for k, v in routed(r)[0].items()}, 2) for r in plan])
     assert empty["members"].shape[0] == 0 and empty["offsets"].tolist() == [0]
+
+
+def test_each_membership_s_bucket_on_the_host_is_the_gpu_lines():
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(0, 6, 300)  # buckets of no member too: both skip them
+    offsets = np.zeros(sizes.shape[0] + 1, np.int64)
+    offsets[1:] = np.cumsum(sizes)
+    b = Buckets(np.zeros(300, np.int32), np.zeros(300, np.uint64), offsets, np.arange(offsets[-1], dtype=np.int64))
+    lines = _MEMBER_BUCKET.pick(np, fast=False)(offsets, int(offsets[-1]))  # what a GPU runs
+    assert np.array_equal(b.member_bucket, lines)
+    assert np.array_equal(lines, np.repeat(np.arange(300), sizes))

@@ -13,7 +13,7 @@ from gpu_dedup.stages import frames
 from gpu_dedup.stages.buckets import bucket_part, long_frame
 from gpu_dedup.stages.edges import StarRounds, star_rounds, unique_edges
 from gpu_dedup.stages.exact import exact_copies, exact_groups
-from gpu_dedup.stages.selection import ChainSplit, ClusterPart, split_chains, survivors
+from gpu_dedup.stages.selection import ChainSplit, ClusterPart, cluster_start, split_chains, survivors
 
 C = importlib.import_module("gpu_dedup.stages.components")  # the module (the package exports its function)
 
@@ -189,3 +189,52 @@ def test_chain_split_state_machine_equals_the_function():
             state.accept(similarity(a, b))
     got = state.result()
     assert all(np.array_equal(x, y) for x, y in zip(got[:3], want[:3])) and got[3] == want[3]
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_clusters_given_their_edges_similarities_score_no_pair_twice(parts):
+    """The verified edges' similarities (NaN: unknown, as an index's joining edges) are not computed again, a
+    pair scored by one chain-splitting round is not scored again by the next or by the survivors' pairs, and
+    the outcome is the one that scores every pair."""
+    src, dst = graph(9, n=300, m=340)
+    n = 300
+    comp = C.local_components({"src": src, "dst": dst}, "cpu")
+    labels = np.arange(n, dtype=np.int64)
+    labels[comp["node"]] = comp["label"]
+    ranks = np.random.default_rng(5).permutation(n).astype(np.int64)
+    rep = np.arange(n, dtype=np.int64)
+    sim_of = np.random.default_rng(6).random((n, n)) * 0.5 + 0.45
+
+    def similarity(a, b):
+        return sim_of[np.minimum(a, b), np.maximum(a, b)]
+
+    sim = similarity(src, dst)
+    sim[::7] = np.nan  # unknown
+    members = {"node": np.arange(n, dtype=np.int64), "label": labels, "rank": ranks, "rep_node": rep}
+
+    def run(edges):
+        m_parts = route(split(members, parts), frames.hash_dest, parts, on="label")
+        e_parts = route(split(edges, parts), frames.hash_dest, parts, on="label")
+        scored = []
+
+        def score(p):
+            scored.extend(zip(np.minimum(p["src"], p["dst"]).tolist(), np.maximum(p["src"], p["dst"]).tolist()))
+            return similarity(p["src"], p["dst"])
+
+        states = [cluster_start(m, e, 0.6, True, "cpu", 0, reuse=True) for m, e in zip(m_parts, e_parts)]
+        while not all(s.done for s in states):
+            for s in states:
+                p = s.propose()
+                if p["src"].shape[0]:
+                    s.accept(score(p))
+        rows = [s.outputs(score(s.finish()))[0] for s in states]
+        return frames.concat(rows), scored
+
+    edges = {"src": src, "dst": dst, "label": labels[src]}
+    want, everything = run(edges)
+    got, scored = run({**edges, "sim": sim})
+    order, want_order = np.argsort(got["node"]), np.argsort(want["node"])
+    assert all(np.array_equal(got[k][order], want[k][want_order]) for k in want)
+    known = set(zip(np.minimum(src, dst)[~np.isnan(sim)].tolist(), np.maximum(src, dst)[~np.isnan(sim)].tolist()))
+    assert len(scored) == len(set(scored)) and not known & set(scored)
+    assert len(scored) < len(everything) and known & set(everything)  # the reuse had something to save

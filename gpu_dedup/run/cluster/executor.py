@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 import gpu_dedup.run.cluster.blocks as B
 import gpu_dedup.run.cluster.routing as routing
 from gpu_dedup import storage
-from gpu_dedup.backends import array_module, get_backend, to_host, traits
+from gpu_dedup.backends import array_module, distinct, get_backend, to_host, traits
 from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.config import Config
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash, staged
@@ -725,7 +725,7 @@ def _tag_pairs(part: dict, part_index: int) -> dict:
 
 def _first_ends(part: dict, part_index: int) -> dict:
     """The distinct first ends of a partition's pairs: what it asks their blocks for (``_to``: itself)."""
-    nodes = np.unique(to_host(part["src"]))
+    nodes = distinct(to_host(part["src"]))
     return {"node": nodes, "_to": np.full(nodes.shape[0], part_index, np.int64)}
 
 
