@@ -144,7 +144,7 @@ class ChainSplit:
         self.rounds = 0
         self.survivor = survivors(self.labels, ranks)
         self.done = False
-        self._todo = None
+        self._todo: tuple | None = None  # the round asked: (members, known or None, their similarities)
 
     def propose(self):
         """(member, survivor) positions whose similarity decides this round and is not known yet (empty:
@@ -173,7 +173,7 @@ class ChainSplit:
         xp = self.xp
         todo, found, sim = self._todo
         self._todo = None
-        if found is None:
+        if found is None or self.known is None:
             sim = xp.asarray(similarity, dtype=xp.float64)
         else:
             asked = xp.asarray(similarity, dtype=xp.float64)
@@ -355,6 +355,7 @@ class ClusterPart:
             if found is None:
                 similarity[todo] = xp.asarray(sim, dtype=xp.float64)
             else:
+                assert known is not None  # found where the pairs were looked up
                 known[~found] = xp.asarray(sim, dtype=xp.float64)
                 similarity[todo] = known
         size = xp.bincount(self.labels, minlength=int(self.labels.max()) + 1 if n else 0) if n else \
