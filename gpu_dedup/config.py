@@ -226,7 +226,10 @@ class ClusterConfig:
     # SPILL_SHARE of the worker's memory limit, in files past it.  GPU workers: true: in host memory (each kernel
     # task copies them to the device); auto: on the device until this run's texts would take more than
     # DEVICE_TEXT_SHARE of the worker's cluster.device_memory_limit, in host memory past it; false: on the device,
-    # and a run whose texts do not fit there stops with an error naming the setting
+    # and a run whose texts do not fit there stops with an error naming the setting.  One process on the CPU: true:
+    # in a file of the output directory, mapped (the OS writes its pages out and drops them when memory runs
+    # short); false: in memory; auto: in memory unless the texts are more than TEXT_SHARE of the memory
+    # available when the run starts
     spill_texts: bool | str = "auto"
     # backend gpu, local cluster: Dask-CUDA workers that share each GPU (cluster.workers of them in all, a
     # multiple of this), each with its share of the device's memory

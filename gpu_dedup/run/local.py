@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -59,8 +60,9 @@ from gpu_dedup.run.sequence import (
 from gpu_dedup.run.stagelog import StageLog
 from gpu_dedup.stages.families import Family, RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
-from gpu_dedup.stages.read import held_texts, hold_inputs, read, read_texts, text_bytes
+from gpu_dedup.stages.read import held_texts, hold_inputs, read, read_texts, spill_texts, text_bytes
 from gpu_dedup.storage.columns import text_values
+from gpu_dedup.storage.filesystems import is_url
 from gpu_dedup.stages.selection import ranks_from_keys, text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
@@ -106,7 +108,7 @@ def run_local(inputs, output_dir, cfg: Config = Config(), *, restart: bool = Fal
     with od:
         with st.cost("setup"):
             ckpt = Checkpoints(out, run_fingerprint(cfg, shards), restart) if resumable else NoCheckpoints()
-            ex = LocalExecutor(shards, cfg, job.prior, report_extra)
+            ex = LocalExecutor(shards, cfg, job.prior, report_extra, spill_dir=None if is_url(out) else out)
         return execute(replace(job, outdir=od), ex, ckpt, st)
 
 
@@ -152,9 +154,10 @@ class LocalExecutor:
     blocks_count = 1
     holds_corpus = True  # every per-row array is in this process (RunResult carries them)
 
-    def __init__(self, shards, cfg: Config, prior=None, report_extra: dict | None = None):
+    def __init__(self, shards, cfg: Config, prior=None, report_extra: dict | None = None, spill_dir=None):
         self.shards = shards
         self.cfg = cfg
+        self.spill_dir = spill_dir  # a local directory for the normalized texts' file (cluster.spill_texts)
         self.report_extra = report_extra  # keys the run's report adds (see run_local)
         self.prior = prior if prior is not None else NoPrior()
         self.backend = get_backend(cfg.backend)
@@ -206,8 +209,10 @@ class LocalExecutor:
         hook = None
         if readers.stream_normalize and family_for(cfg).uses_text:
             # each batch normalized as it is read, its raw text dropped (the memory of the stage: a few batches)
+            size = sum(text_bytes(s, cfg.input.text_column) for s in self.shards)
+            spill = self.spill_dir or tempfile.gettempdir() if spill_texts(cfg.cluster.spill_texts, size) else None
             hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None,
-                                   capacity=sum(text_bytes(s, cfg.input.text_column) for s in self.shards))
+                                   capacity=size, spill_dir=spill)
         self._normalizer = hook
         hold = readers.on_host and self.cfg.output.shards and hold_inputs(self.shards, cfg.output.hold_inputs)
         c = read(self.shards, cfg.input, score, progress=progress, readers=readers, text=hook, hold=hold)
@@ -277,9 +282,12 @@ class LocalExecutor:
             with self.st.stage("normalize", self.corpus.n) as info:
                 if self._batches is not None:  # normalized batch by batch as the read stage read them
                     assert self._normalizer is not None  # (set with the batches)
+                    spilled = self._normalizer.spilled
                     self._strings, invalid, seconds = self._normalizer.join(self._batches)
                     self._batches = self._normalizer = None
                     info.update(normalized_while_reading_seconds=round(seconds, 3))
+                    if spilled:
+                        info.update(texts_in_file=True)
                 else:
                     self._strings, invalid = self._normalize_column()
                 info.update(invalid_utf8=invalid, text_mb=round(self._strings.nbytes / 2**20, 1))

@@ -144,6 +144,10 @@ class Progress:
             self._draw()
         return self
 
+    def expect(self, n: int) -> None:
+        """``n`` more items to do (a stage whose work is known a round at a time)."""
+        self.total = (self.total or 0) + max(int(n), 0)
+
     def update(self, n: int) -> None:
         self.done += int(n)
         if not self.enabled:

@@ -80,6 +80,7 @@ from gpu_dedup.stages.components import (
 from gpu_dedup.stages.edges import (
     Edges,
     edge_counts,
+    pair_count,
     star_accept,
     star_open,
     star_outputs,
@@ -309,12 +310,15 @@ class Sequence:
 
     def _score_rounds(self, states, propose, accept, is_open, rounds: int | None = None, progress=None):
         """Rounds of ``propose`` -> score the pairs where the texts live -> ``accept`` on every partition,
-        until none is open (or ``rounds`` rounds)."""
+        until none is open (or ``rounds`` rounds).  ``progress``: a :class:`~gpu_dedup.run.progress.Progress`
+        told each round's pairs, then their scoring."""
         ex = self.ex
         r = 0
         while rounds is None or r < rounds:
             states, pairs = ex.map(propose, states, outputs=2)
-            sims = ex.score(pairs, progress=progress)
+            if progress is not None:
+                progress.expect(ex.total(pair_count, pairs)["pairs"])
+            sims = ex.score(pairs, progress=progress.update if progress is not None else None)
             states = ex.map(accept, states, sims)
             r += 1
             if ex.total(is_open, states)["open"] == 0:
@@ -423,12 +427,13 @@ class Sequence:
 
         def compute():
             method, rounds = cfg.verify.method, cfg.lsh.star_rounds
-            memberships = self.counts.get("bucket_memberships", 0)
-            with self.st.stage("verify", memberships, "pairs") as info:
+            # the pairs a round scores are known when it starts (a pair met in several buckets is scored once):
+            # the total grows by each round's (the memberships were the total, and said "6 %" when it ended)
+            with self.st.stage("verify", 0, "pairs") as info:
                 states = ex.map(star_start, self.bk, self.centres_in, threshold=cfg.verify_threshold,
                                 rounds=rounds, keep_all=method == "none")
                 states = self._score_rounds(states, star_propose, star_accept, star_open, max(rounds, 1),
-                                            progress=info.progress.update)
+                                            progress=info.progress)
                 verified, scored, centres = ex.map(star_outputs, states, outputs=3)
                 if ex.partitions > 1:  # a pair found in buckets of two partitions is one edge
                     verified = self.route(verified, frames.hash_dest, on=("src", "dst"), after=Step(unique_edges))

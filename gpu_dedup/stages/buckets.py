@@ -123,6 +123,7 @@ def _no_bitmap(band_hashes) -> None:
 # the host's bitmap pass before the sorts; a GPU sorts every row at once
 _SHARED_ROWS = ByArrays(_all_rows, host=_shared_rows_host)
 _SHARED_BANDS = ByArrays(_no_bitmap, host=maybe_shared)
+_BAND_THREADS = ByArrays(lambda: 1, host=host_threads)  # the bands sorted at once: a GPU sorts one after another
 
 
 def concat_buckets(parts: list) -> Buckets:
@@ -162,7 +163,7 @@ def buckets(band_hashes, docs=None, min_size: int = 2) -> Buckets:
         order = xp.argsort(col, kind="stable")  # rows ascend, so members ascend within a bucket
         return _runs(xp, xp.full(col.shape[0], band, dtype=xp.int32), col[order], d[order], min_size)
 
-    threads = min(host_threads(), num_bands) if xp is np else 1  # NumPy sorts without the GIL: a band a core
+    threads = min(_BAND_THREADS.pick(xp)(), num_bands)  # NumPy sorts without the GIL: a band a core
     if threads > 1:
         with ThreadPoolExecutor(threads) as pool:
             parts = list(pool.map(one_band, range(num_bands)))  # in band order

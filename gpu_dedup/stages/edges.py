@@ -262,5 +262,10 @@ def unique_edges(part: dict) -> dict:
 # (one part each: run/sequence.py maps them over the executor's parts; a Dask worker runs them)
 
 
+def pair_count(pairs: dict) -> dict:
+    """The pairs (``src``, ``dst``) one partition asks to score."""
+    return {"pairs": int(pairs["src"].shape[0])}
+
+
 def edge_counts(scored: dict, verified: dict) -> dict:
     return {"scored": int(scored["src"].shape[0]), "verified": int(verified["src"].shape[0])}

@@ -56,6 +56,8 @@ log = logging.getLogger("gpu_dedup")
 READERS = 8  # shards read at once, at most (one per core below that): each holds a couple of 32 MiB batches
 HOLD_SHARE = 0.25  # output.hold_inputs auto: the shards' columns are held when they take at most this share of
 # the memory available when the run starts
+TEXT_SHARE = 0.5  # cluster.spill_texts auto, one process: normalized texts past this share of the memory available
+# when the run starts are kept in a mapped file
 
 @dataclass
 class Corpus:
@@ -234,6 +236,15 @@ def _shard_batches(i: int, shard: Shard, cfg: InputConfig, score_column, skip: b
             yield i, "again", None
             yield i, "batch", read_columns(shard, cfg, score_column)
     yield i, "end", None
+
+
+def spill_texts(setting, text_bytes: int, share: float = TEXT_SHARE) -> bool:
+    """Whether one process keeps its normalized texts in a mapped file (``cluster.spill_texts``): ``setting``
+    true or false, or for ``auto`` when the texts (``text_bytes``, their size before normalization) are more
+    than ``share`` of the memory available now."""
+    if setting is True or setting is False:
+        return setting
+    return text_bytes > share * available_memory()
 
 
 def hold_inputs(shards, setting, share: float = HOLD_SHARE) -> bool:

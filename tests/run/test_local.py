@@ -389,3 +389,18 @@ def test_a_device_writer_writes_several_shards_at_once_unless_gpu_writer_is_pyar
     assert np.array_equal(got.kept, base.kept)
     for shard in sorted((d / "out").glob("*.parquet")):
         assert (tmp_path / "out" / shard.name).read_bytes() == shard.read_bytes()
+
+
+def test_texts_kept_in_a_mapped_file_give_the_same_outputs(planted, planted_run, tmp_path):
+    """``cluster.spill_texts: true`` in one process: the normalized texts in a mapped file of the output
+    directory (what ``auto`` does past half the memory available), every output file byte for byte the
+    in-memory run's, and no file of theirs left."""
+    d, _ = planted
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "cluster": {"spill_texts": True}})
+    result = run_dedup(d / "in", tmp_path / "out", cfg)
+    assert result.report["stages"]["normalize"]["texts_in_file"] is True
+    assert "texts_in_file" not in planted_run[0].report["stages"]["normalize"]
+    names = sorted(p.name for p in (d / "out").iterdir() if p.suffix == ".parquet")
+    assert names and names == sorted(p.name for p in (tmp_path / "out").iterdir() if p.suffix == ".parquet")
+    assert all((tmp_path / "out" / n).read_bytes() == (d / "out" / n).read_bytes() for n in names)
+    assert not [p for p in (tmp_path / "out").rglob("*") if "texts" in p.name]

@@ -1,4 +1,5 @@
 import bisect
+import mmap
 import unicodedata
 
 import pyarrow as pa
@@ -262,10 +263,12 @@ def test_property_table_is_pinned():
     assert not int(s2[int(s1[0xA0 >> 7]) * 128 + (0xA0 & 127)]) & tk.MAPPED
 
 
+@pytest.mark.parametrize("spill", [False, True], ids=["memory", "file"])
 @pytest.mark.parametrize("capacity", [0, 700, 10**6], ids=["no-capacity", "grown", "enough"])
-def test_batches_normalized_then_joined_equal_the_whole_column(capacity):
+def test_batches_normalized_then_joined_equal_the_whole_column(capacity, spill, tmp_path):
     """Whatever the buffer starts with (grown with a copy past it), and where a text grows when normalized
-    (U+023A lowercased: 2 bytes to 3, gathered from the slow path's own buffer)."""
+    (U+023A lowercased: 2 bytes to 3, gathered from the slow path's own buffer); in memory or in a mapped
+    file, which leaves nothing in its directory."""
     from gpu_dedup.backends.strings import string_buffers
     from gpu_dedup.config import NormalizeConfig
     from gpu_dedup.stages.normalize import BatchNormalizer, normalize_counted
@@ -274,7 +277,9 @@ def test_batches_normalized_then_joined_equal_the_whole_column(capacity):
              "\u023a\u023a\u023a"] * 50
     column = pa.chunked_array([pa.array(texts, pa.large_string())])
     whole, bad = normalize_counted(column, NormalizeConfig())
-    hook = BatchNormalizer(NormalizeConfig(), lengths=pc.utf8_length, capacity=capacity)
+    hook = BatchNormalizer(NormalizeConfig(), lengths=pc.utf8_length, capacity=capacity,
+                           spill_dir=tmp_path if spill else None)
+    assert hook.spilled == spill
     cuts = [0, 0, 7, 100, 101, 400]
     parts = [hook(column.slice(a, b - a)) for a, b in zip(cuts[:-1], cuts[1:])]
     assert BatchNormalizer.null(parts).tolist() == [t is None for t in texts]
@@ -284,6 +289,11 @@ def test_batches_normalized_then_joined_equal_the_whole_column(capacity):
     want = string_buffers(whole)
     assert np.array_equal(joined.offsets, want.offsets - want.offsets[0])
     assert joined.data.tobytes() == want.data[want.offsets[0]:want.offsets[-1]].tobytes()
+    assert list(tmp_path.iterdir()) == []  # the mapped file has no name
+    base = joined.data
+    while isinstance(base, (np.ndarray, memoryview)):
+        base = base.obj if isinstance(base, memoryview) else base.base
+    assert isinstance(base, mmap.mmap) == spill  # grown into a file too
 
 
 @pytest.mark.skipif(not pyarrow_composes(), reason=f"pyarrow {pa.__version__} does not compose: no oracle to check "

@@ -140,6 +140,15 @@ def test_hold_inputs_auto_holds_the_parquet_shards_when_they_fit_a_share_of_the_
     assert not rd.hold_inputs(storage.discover([tmp_path / "b.jsonl"]), True)  # JSONL is read again
 
 
+def test_one_process_spills_its_texts_past_half_the_available_memory(monkeypatch):
+    import importlib
+
+    rd = importlib.import_module("gpu_dedup.stages.read")
+    monkeypatch.setattr(rd, "available_memory", lambda: 1000)
+    assert not rd.spill_texts("auto", 500) and rd.spill_texts("auto", 501)
+    assert rd.spill_texts(True, 0) and not rd.spill_texts(False, 10**12)
+
+
 def test_head_reads_the_first_documents_and_stops(shards, monkeypatch):
     from gpu_dedup.stages.read import head
 
