@@ -210,7 +210,7 @@ class LocalExecutor:
         if readers.stream_normalize and family_for(cfg).uses_text:
             # each batch normalized as it is read, its raw text dropped (the memory of the stage: a few batches)
             size = sum(text_bytes(s, cfg.input.text_column) for s in self.shards)
-            spill = self.spill_dir or tempfile.gettempdir() if spill_texts(cfg.cluster.spill_texts, size) else None
+            spill = (self.spill_dir or tempfile.gettempdir()) if spill_texts(cfg.cluster.spill_texts, size) else None
             hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None,
                                    capacity=size, spill_dir=spill)
         self._normalizer = hook
