@@ -117,15 +117,20 @@ def bucket_part_as_buckets(d):
     return from_dict(d)
 
 
-@pytest.mark.parametrize("parts", [1, 4])
-def test_chain_splitting_over_label_partitions_equals_the_whole_graph(parts):
-    src, dst = graph(7, n=300, m=320)
-    n = 300
+def clusters(seed: int, m: int, rank_seed: int, n: int = 300) -> tuple:
+    """(src, dst, labels, ranks, rep) of a random graph's connected components: the input of chain splitting."""
+    src, dst = graph(seed, n=n, m=m)
     comp = C.local_components({"src": src, "dst": dst}, "cpu")
     labels = np.arange(n, dtype=np.int64)
     labels[comp["node"]] = comp["label"]
-    ranks = np.random.default_rng(2).permutation(n).astype(np.int64)
-    rep = np.arange(n, dtype=np.int64)
+    ranks = np.random.default_rng(rank_seed).permutation(n).astype(np.int64)
+    return src, dst, labels, ranks, np.arange(n, dtype=np.int64)
+
+
+@pytest.mark.parametrize("parts", [1, 4])
+def test_chain_splitting_over_label_partitions_equals_the_whole_graph(parts):
+    n = 300
+    src, dst, labels, ranks, rep = clusters(7, 320, 2, n)
     sim_of = np.random.default_rng(3).random((n, n))
 
     def similarity(a, b):
@@ -196,13 +201,8 @@ def test_clusters_given_their_edges_similarities_score_no_pair_twice(parts):
     """The verified edges' similarities (NaN: unknown, as an index's joining edges) are not computed again, a
     pair scored by one chain-splitting round is not scored again by the next or by the survivors' pairs, and
     the outcome is the one that scores every pair."""
-    src, dst = graph(9, n=300, m=340)
     n = 300
-    comp = C.local_components({"src": src, "dst": dst}, "cpu")
-    labels = np.arange(n, dtype=np.int64)
-    labels[comp["node"]] = comp["label"]
-    ranks = np.random.default_rng(5).permutation(n).astype(np.int64)
-    rep = np.arange(n, dtype=np.int64)
+    src, dst, labels, ranks, rep = clusters(9, 340, 5, n)
     sim_of = np.random.default_rng(6).random((n, n)) * 0.5 + 0.45
 
     def similarity(a, b):
