@@ -16,7 +16,7 @@ import platform
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import to_host
+from gpu_dedup.backends import sorted_in, to_host
 from gpu_dedup.version import __version__
 from gpu_dedup.storage import atomic_write_bytes
 
@@ -375,16 +375,17 @@ def _example_candidates(part, first_doc: int, k: int, near_k: int, closest: int,
     nears = np.bincount(pos[near], minlength=ids.shape[0])
     multi = size > 1
     order = np.lexsort((ids, -size))
-    top = [(int(ids[i]), int(size[i])) for i in order if multi[i]][:k]
+    best = order[multi[order]][:k]
+    top = list(zip(ids[best].tolist(), size[best].tolist()))
     with_near = np.flatnonzero(nears > 0)
     order = with_near[np.lexsort((ids[with_near], -size[with_near], -nears[with_near]))][:near_k]
     near_top = [(int(ids[i]), int(nears[i]), int(size[i])) for i in order]
     cand = np.flatnonzero(near)
     cand = cand[np.lexsort((row[cand], np.abs(sim[cand] - threshold)))][:closest]
     close = [(int(row[i]), float(abs(sim[i] - threshold))) for i in cand]
-    chosen = {c[0] for c in top} | {c[0] for c in near_top}
-    stats = [(int(ids[i]), int(size[i]), int(copies[i]), int(nears[i])) for i in range(ids.shape[0])
-             if int(ids[i]) in chosen]
+    chosen = np.array(sorted({c[0] for c in top} | {c[0] for c in near_top}), np.int64)
+    at = np.flatnonzero(sorted_in(ids, chosen))  # the chosen clusters, by survivor row (a few dozen)
+    stats = list(zip(ids[at].tolist(), size[at].tolist(), copies[at].tolist(), nears[at].tolist()))
     return {"top": top, "near": near_top, "close": close, "stats": stats}
 
 
@@ -393,14 +394,17 @@ def _example_members(part, first_doc: int, top, near_top, close, members: int) -
     members each (near duplicates first, least similar first, then exact copies; ties: lower row), and
     the close calls with their survivors; per row (survivor, kept, exact, similarity)."""
     row, surv, kept, exact, sim = _example_arrays(part, first_doc)
-    mine = set(row.tolist())
+    sorted_rows = np.sort(row)
+
+    def mine(wanted) -> list:  # those of a few rows that are this partition's
+        wanted = np.asarray(wanted, np.int64)
+        return wanted[sorted_in(wanted, sorted_rows)].tolist()
+
     shown = {}
     rows = set()
 
     def pick(survivors, removed, key):
-        for s in survivors:
-            if s not in mine:
-                continue
+        for s in mine(survivors):  # a few dozen clusters
             cand = np.flatnonzero((surv == s) & removed)  # the members of one chosen cluster
             cand = cand[np.lexsort((row[cand], sim[cand], exact[cand]))][:members]
             shown[(key, s)] = row[cand].tolist()
@@ -409,12 +413,11 @@ def _example_members(part, first_doc: int, top, near_top, close, members: int) -
 
     pick(top, ~kept, "top")
     pick(near_top, ~kept & ~exact, "near")
-    for r in close:
-        if r in mine:
-            rows.add(r)
-            rows.add(int(surv[np.flatnonzero(row == r)[0]]))
-    at = {int(r): i for i, r in enumerate(row.tolist()) if int(r) in rows}
-    info = {r: (int(surv[i]), bool(kept[i]), bool(exact[i]), float(sim[i])) for r, i in at.items()}
+    for r in mine(close):
+        rows.add(r)
+        rows.add(int(surv[np.flatnonzero(row == r)[0]]))
+    at = np.flatnonzero(sorted_in(row, np.array(sorted(rows), np.int64)))  # their positions: a few dozen
+    info = {int(row[i]): (int(surv[i]), bool(kept[i]), bool(exact[i]), float(sim[i])) for i in at.tolist()}
     return {"rows": info, "shown": shown}
 
 
