@@ -154,13 +154,19 @@ def distinct(a):
     return s[keep]
 
 
-def sorted_in(a, keys):
-    """Whether each value of ``a`` is in the ascending array ``keys`` (``xp.isin``, by a binary search)."""
+def sorted_find(a, keys):
+    """(found, at): whether each value of ``a`` is in the ascending array ``keys``, and its position there
+    where it is (a binary search each)."""
     xp = array_module(a, keys)
     if keys.shape[0] == 0 or a.shape[0] == 0:
-        return xp.zeros(a.shape[0], dtype=bool)
+        return xp.zeros(a.shape[0], dtype=bool), xp.zeros(a.shape[0], dtype=xp.int64)
     at = xp.minimum(xp.searchsorted(keys, a), keys.shape[0] - 1)
-    return keys[at] == a
+    return keys[at] == a, at
+
+
+def sorted_in(a, keys):
+    """Whether each value of ``a`` is in the ascending array ``keys`` (``xp.isin``, by a binary search)."""
+    return sorted_find(a, keys)[0]
 
 
 def dense_ranks(a, extra=None):

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_dedup.backends import array_module, distinct, get_backend, to_host
+from gpu_dedup.backends import array_module, distinct, get_backend, sorted_find, to_host
 from gpu_dedup.backends.arrow_arrays import arrow_array
 from gpu_dedup.config import SelectConfig
 from gpu_dedup.stages.frames import sort_by, take
@@ -107,13 +107,8 @@ class KnownPairs:
 
     def lookup(self, a, b):
         """(found, similarity): whether each pair's similarity is known, and it where it is."""
-        xp = self.xp
-        if self.keys.shape[0] == 0 or a.shape[0] == 0:
-            return xp.zeros(a.shape[0], dtype=bool), xp.zeros(a.shape[0], dtype=xp.float64)
-        key = self._key(a, b)
-        at = xp.minimum(xp.searchsorted(self.keys, key), self.keys.shape[0] - 1)
-        found = self.keys[at] == key
-        return found, xp.where(found, self.sims[at], 0.0)
+        found, at = sorted_find(self._key(a, b), self.keys)
+        return found, self.xp.where(found, self.sims[at] if self.sims.shape[0] else 0.0, 0.0)
 
 
 class ChainSplit:
