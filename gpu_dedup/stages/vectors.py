@@ -92,7 +92,8 @@ class Vectors:
 
 def status_counts(status) -> dict:
     """{status name: rows} for every status (zeros included)."""
-    c = np.bincount(np.asarray(status, np.int64), minlength=len(STATUS_NAMES))
+    xp = array_module(status)
+    c = to_host(xp.bincount(xp.asarray(status).astype(xp.int64), minlength=len(STATUS_NAMES)))
     return {name: int(c[code]) for code, name in STATUS_NAMES.items()}
 
 
