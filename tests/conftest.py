@@ -26,6 +26,25 @@ FAKE_DEVICE = "GPU_DEDUP_FAKE_DEVICE"  # with --backend gpu under the simulator:
 def pytest_addoption(parser):
     parser.addoption("--backend", default="cpu", choices=("cpu", "gpu"),
                      help="backend the kernel-level tests (fixture cpu_backend) run on; gpu needs a CUDA device")
+    parser.addoption("--failures-at-once", action="store_true",
+                     help="print each failure's traceback as it happens (a run stopped early keeps them)")
+
+
+def pytest_runtest_logreport(report):
+    """With --failures-at-once, a failed test's traceback goes out when it fails, not in the final summary."""
+    config = _CONFIG.get("config")
+    if report.failed and config is not None and config.getoption("--failures-at-once"):
+        tw = config.get_terminal_writer()
+        tw.line()
+        tw.sep("!", f"FAILED {report.nodeid} ({report.when})")
+        tw.line(report.longreprtext)
+
+
+_CONFIG: dict = {}
+
+
+def pytest_configure(config):
+    _CONFIG["config"] = config
 
 
 def gpu_unavailable() -> str | None:

@@ -63,6 +63,8 @@ E2E_CUDF_CONFIGS = ("nemo_curator", "default", "fineweb", "cosine-text")
 KIT_PINS = ("cudf-cu13", "pylibcudf-cu13", "rmm-cu13", "dask", "distributed", "dask-cuda", "dask-cudf-cu13", "numba")
 MIN_SECONDS = {"test-backend": 30, "e2e": 30, "signatures": 20}  # not started with less time than this left
 RESERVE = 10  # seconds kept for the last packing
+# seconds one test may take (pytest-timeout): the slowest gpu-marked test took 22 s on an H200 (2026-11-28)
+TEST_TIMEOUT = {"test-gpu": 60}
 ALWAYS = ("kit", "setup")  # run whatever --steps says: every other step needs them
 LEAVES = {"e2e": 100}  # seconds a step leaves to the step after it (e2e stops its configurations in time for ...)
 LEAVES_FOR = {"e2e": "test-gpu"}  # ... this one, which then runs the gpu-marked tests
@@ -334,11 +336,12 @@ class Driver:
         return self.bench_step(step, numbers, problem)
 
     def pytest(self, step: Step, args: list):
-        # -v: one line per test as it ends, so a run stopped at its cap still counts what it ran
+        # -v: one line per test as it ends, so a run stopped at its cap still counts what it ran; each failure's
+        # traceback as it happens, and a test stopped (with every thread's stack) long before the step's cap
         base = ["-m", "pytest", "-p", "no:cacheprovider", "--continue-on-collection-errors", "-v", "-rfEs",
-                "--durations=15"]
+                "--durations=15", "--failures-at-once"]
         if _has_module(self.python, "pytest_timeout", self.env):
-            base += ["--timeout", "150"]
+            base += ["--timeout", str(TEST_TIMEOUT.get(step.name, 150))]
         rc = self.run(step, self.py(*base, *args), self.cap_for(step.name))
         step.numbers = parse_pytest(self.logs / step.log)
         counts = step.numbers["counts"]

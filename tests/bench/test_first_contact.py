@@ -204,6 +204,8 @@ def test_nvvm_found_only_with_cuda_home_is_kept_for_every_later_step(tmp_path, m
             return 0 if ok else 1
         if "import gpu_dedup" in text:
             return real_run(self, step, argv, cap, env, log_name)
+        if "--target" in text:  # the carried wheels of a checkout's .whl/, where it has some
+            return 0
         seen[step.name] = env.get("CUDA_HOME")
         return 0
 
