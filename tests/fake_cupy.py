@@ -7,7 +7,8 @@ device-resident path (results left where the inputs are, copies through ``to_hos
 ``on_device`` and ``array_module`` take them for device arrays, and the simulator's kernels take them as the
 arrays a launch reads and writes.  The module keeps its own ledger of what crossed "the bus" (``moved``):
 ``.get()`` (device to host) and ``asarray`` / ``array`` / ``ascontiguousarray`` of a host array (host to
-device), whoever called them, so a test can compare it with the bytes gpu_dedup counted.
+device), whoever called them, so a test can compare it with the bytes gpu_dedup counted; and a log (``calls``)
+of the ``.get()`` copies and of what its ``cuda`` stand-ins (streams, events) were asked, with the thread that asked.
 
 Like CuPy it refuses to mix: a NumPy ufunc or function given a device array and a host array (with at least
 one element) raises CuPy's ``TypeError`` (comparing device results with host ones, the bug of several tests
@@ -21,6 +22,7 @@ takes), and ``asarray`` / ``array`` of any object that has one (a pylibcudf ``gp
 host memory, so the interface's pointer is one NumPy can read (:func:`interface_view`).
 """
 
+import threading
 import types
 
 import numpy as np
@@ -30,6 +32,7 @@ class DeviceArray(np.ndarray):
     """A NumPy array that ``gpu_dedup.backends.on_device`` takes for a CuPy array."""
 
     ledger = None  # the ``moved`` dict of the fake module that made it
+    calls = None  # the ``calls`` list of that module
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         _refuse_host(inputs + tuple(kwargs.get("out", ())))
@@ -52,10 +55,16 @@ class DeviceArray(np.ndarray):
                 "strides": None if contiguous else self.strides, "descr": [("", self.dtype.str)], "stream": None,
                 "version": 3}
 
-    def get(self):
+    def get(self, stream=None, order="C", out=None, blocking=True):
         if DeviceArray.ledger is not None:
             DeviceArray.ledger["device_to_host_bytes"] += self.nbytes
-        return np.array(self.view(np.ndarray), copy=True)
+        if DeviceArray.calls is not None:
+            DeviceArray.calls.append(("get", threading.current_thread().name, stream))
+        host = np.array(self.view(np.ndarray), copy=True, order=order)
+        if out is not None:
+            out[...] = host
+            return out
+        return host
 
 
 DeviceArray.__module__ = "cupy._core.core"  # what on_device reads: type(a).__module__
@@ -117,6 +126,61 @@ def _device(a):
     return a
 
 
+def _fake_cuda(calls: list):
+    """``cupy.cuda``'s devices, streams and events, which order nothing here (the stand-in's operations run at
+    once, on the calling thread); what is asked of them goes to ``calls`` as (what, thread name, object), with
+    ``.get()``'s copies, so a test can see on which thread and in which order they came."""
+
+    def note(what, obj):
+        calls.append((what, threading.current_thread().name, obj))
+
+    class Stream:
+        def __init__(self, null=False, non_blocking=False, ptds=False):
+            self.null, self.non_blocking = null, non_blocking
+            note("stream", self)
+
+        def wait_event(self, event):
+            note("wait_event", event)
+
+        def record(self, event=None):
+            event = event or Event()
+            event.record(self)
+            return event
+
+        def synchronize(self):
+            note("synchronize", self)
+
+    class Event:
+        def __init__(self, block=False, disable_timing=False, interprocess=False):
+            self.stream = None
+
+        def record(self, stream=None):
+            self.stream = stream
+            note("record", self)
+
+        def synchronize(self):
+            pass
+
+        done = True
+
+    class Device:
+        def __init__(self, device=None):
+            self.id = 0 if device is None else int(device)
+
+        def synchronize(self):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    null = Stream(null=True)
+    calls.clear()  # the null stream is no stream a test made
+    return types.SimpleNamespace(Device=Device, Stream=Stream, Event=Event, get_current_stream=lambda *a: null)
+
+
 def fake_cupy():
     """A fresh ``cupy`` stand-in with a zeroed ledger ``moved``."""
     mod = types.ModuleType("cupy")
@@ -137,7 +201,9 @@ def fake_cupy():
     mod.asarray = lambda a, dtype=None, order=None: upload(a, dtype, copy=False)
     mod.array = lambda a, dtype=None, copy=True, order=None: upload(a, dtype, copy=copy)
     mod.ascontiguousarray = lambda a, dtype=None: upload(a, dtype, copy=False, contiguous=True)
-    mod.cuda = types.SimpleNamespace(Device=lambda *a: types.SimpleNamespace(synchronize=lambda: None))
+    mod.calls = []
+    DeviceArray.calls = mod.calls
+    mod.cuda = _fake_cuda(mod.calls)
 
     def attribute(name):
         value = getattr(np, name)

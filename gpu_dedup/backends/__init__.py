@@ -274,8 +274,15 @@ def parquet_metadata(shard):
 # ``count_transfer``), so a run can say how many bytes crossed the bus in each
 # stage (``report.json``: ``stages.NAME.host_to_device_bytes`` /
 # ``device_to_host_bytes``).  On the CPU backend nothing is counted.
+#
+# The copies of a checkpoint's device arrays (``host_later``) are counted apart,
+# under ``checkpoint_device_to_host_bytes``: the checkpoint writer's thread makes
+# them while the next stages run, so they belong to no stage (a stage's bytes are
+# those of ``STAGE_TRANSFERS``); the report's ``gpu`` section gives their total.
 
-TRANSFERS = {"host_to_device_bytes": 0, "device_to_host_bytes": 0}
+CHECKPOINT_COPIES = "checkpoint_device_to_host_bytes"
+STAGE_TRANSFERS = ("host_to_device_bytes", "device_to_host_bytes")  # what a stage's own work moves
+TRANSFERS = {"host_to_device_bytes": 0, "device_to_host_bytes": 0, CHECKPOINT_COPIES: 0}
 
 
 def count_transfer(direction: str, nbytes: int) -> None:
@@ -310,3 +317,38 @@ def to_device(a, xp):
     a = numpy.ascontiguousarray(a)
     count_transfer("host_to_device_bytes", a.nbytes)
     return xp.asarray(a)
+
+
+def host_later(arrays: dict):
+    """``arrays`` (named arrays that nobody changes any more) for another thread to take to the host: ``arrays``
+    itself where none is a device array, else a function (to be called once, on that thread) that returns them
+    with each device array copied to the host, counted under ``checkpoint_device_to_host_bytes``.
+
+    Nothing is copied here: an event is recorded on the current CuPy stream, and the function copies on a
+    non-blocking stream of its own that waits for that event.  The current stream is the legacy default stream
+    (where CuPy's operations and numba-cuda's kernel launches go, unless a caller chose another stream), so the
+    copy waits for the work that made the arrays, and, not synchronizing with the default stream, does not hold
+    back the kernels launched after this call while it runs.  A function never called (a checkpoint dropped at
+    the commit) copies nothing; the host arrays it returns are byte for byte ``to_host``'s."""
+    if not any(on_device(a) for a in arrays.values()):
+        return arrays
+    cp = array_module(*arrays.values())
+    ready = cp.cuda.Event(disable_timing=True)
+    ready.record(cp.cuda.get_current_stream())  # after the work queued so far (kernels run later: async)
+    device = cp.cuda.Device().id  # where the event and the arrays are
+
+    def copy() -> dict:
+        with cp.cuda.Device(device):
+            stream = cp.cuda.Stream(non_blocking=True)
+            stream.wait_event(ready)
+            out = {}
+            for name, a in arrays.items():
+                if on_device(a):
+                    out[name] = a.get(stream=stream)  # C order, as to_host's; the GIL is released while it copies
+                    count_transfer(CHECKPOINT_COPIES, a.nbytes)
+                else:
+                    out[name] = a
+            stream.synchronize()
+        return out
+
+    return copy

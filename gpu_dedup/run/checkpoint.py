@@ -3,7 +3,9 @@
 After each checkpointed stage its arrays go to ``<output>/.gpu_dedup_checkpoint/<unit>.npz``
 (written to a temporary name, then renamed: a half-written file is never
 read).  Checkpoints and shard marks are written by one background thread, in
-the order they were asked for, so the next stage does not wait on the disk: a
+the order they were asked for, so the next stage does not wait on the disk (nor, on
+the GPU, on the copy of the checkpoint's device arrays to the host, which that
+thread makes too: :func:`gpu_dedup.backends.host_later`): a
 checkpoint only shortens a later resume, and one that a crash or power loss
 leaves missing or garbled is computed again (``np.load`` checks each array's
 CRC).  So checkpoints are not synced to disk; the outputs are.  A run that
@@ -203,14 +205,18 @@ class Checkpoints:
     def has(self, unit: str) -> bool:
         return self._path(unit).exists()
 
-    def save(self, unit: str, arrays: dict, meta: dict) -> None:
-        """Write ``arrays`` (host arrays, which nobody changes afterwards) and ``meta`` as unit ``unit``,
-        in the background (see the module doc)."""
+    def save(self, unit: str, arrays, meta: dict) -> None:
+        """Write ``arrays`` and ``meta`` as unit ``unit``, in the background (see the module doc).  ``arrays``:
+        host arrays, which nobody changes afterwards, or a function returning them that the writer's thread
+        calls when it writes the unit (a device copy, :func:`gpu_dedup.backends.host_later`; a unit dropped at
+        the commit never calls it)."""
         self._writer.check()  # an earlier write's error stops the run here
         text = json.dumps(meta)  # as it is now
         self._writer.submit(lambda: self._save(unit, arrays, text))
 
-    def _save(self, unit: str, arrays: dict, meta: str) -> None:
+    def _save(self, unit: str, arrays, meta: str) -> None:
+        if callable(arrays):
+            arrays = arrays()
         self._ensure()
         if is_url(self.dir):  # one upload: the store publishes it whole or not at all
             buf = io.BytesIO()
@@ -302,7 +308,7 @@ class NoCheckpoints:
     def has(self, unit: str) -> bool:
         return False
 
-    def save(self, unit: str, arrays: dict, meta: dict) -> None:
+    def save(self, unit: str, arrays, meta: dict) -> None:
         pass
 
     def wait(self, raise_errors: bool = True) -> None:

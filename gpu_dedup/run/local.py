@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpu_dedup import storage
-from gpu_dedup.backends import distinct, get_backend, to_device, to_host
+from gpu_dedup.backends import distinct, get_backend, host_later, to_device, to_host
 from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array
 from gpu_dedup.backends.placement import Placement
 from gpu_dedup.backends.strings import (
@@ -472,10 +472,14 @@ class LocalExecutor:
 
     # ---- checkpoints ---------------------------------------------------------------------
     def save(self, ckpt, unit: str, parts: dict, meta: dict) -> dict:
-        arrays = {f"{name}/{col}": to_host(v) for name, p in parts.items() if p[0] is not None
-                  for col, v in p[0].items()}
+        """Unit ``unit``'s parts to checkpoint ``ckpt``.  Device arrays are not copied here: the checkpoint
+        writer's thread copies them to the host when it writes the unit, after the kernels that made them
+        (:func:`gpu_dedup.backends.host_later`), while the next stages run.  No stage changes an array of a
+        saved part afterwards (each makes new arrays from them, on either array module: a checkpoint of NumPy
+        arrays is written later too), so the copy reads what the stage handed over."""
+        arrays = {f"{name}/{col}": v for name, p in parts.items() if p[0] is not None for col, v in p[0].items()}
         meta = {**meta, "parts": {name: p[0] is not None for name, p in parts.items()}}
-        ckpt.save(unit, arrays, meta)
+        ckpt.save(unit, host_later(arrays), meta)
         return parts
 
     def load(self, ckpt, unit: str):

@@ -289,7 +289,8 @@ class Sequence:
         self.extra.update(extra)
         meta = {"stages": {n: self.st.stages[n] for n in stages if n in self.st.stages}, "counts": counts,
                 "extra": extra}
-        with self.st.cost("checkpoints"):  # the host copy; the file is written in the background
+        # queued: the writer's thread copies device arrays to the host and writes the file while the next stages run
+        with self.st.cost("checkpoints"):
             return self.ex.save(self.ckpt, unit, parts, meta)
 
     def route(self, parts: Parts, dest, **kw) -> Parts:

@@ -8,7 +8,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from gpu_dedup.backends import transfer_totals
+from gpu_dedup.backends import STAGE_TRANSFERS, transfer_totals
 from gpu_dedup.run.clock import take_process_start
 from gpu_dedup.run.checkpoint import maybe_crash
 from gpu_dedup.run.progress import Progress
@@ -114,8 +114,10 @@ class StageLog:
         prog.finish()
         prog.close()
         seconds = time.perf_counter() - t0
-        # host<->device bytes of this stage (GPU backend only: nothing is counted on the CPU)
-        moved = {k: v - moved0[k] for k, v in transfer_totals().items() if v != moved0[k]}
+        # host<->device bytes of this stage (GPU backend only: nothing is counted on the CPU); not the checkpoint
+        # writer's copies, which its thread makes while this stage runs (counted apart: backends.host_later)
+        now = transfer_totals()
+        moved = {k: now[k] - moved0[k] for k in STAGE_TRANSFERS if k in now and now[k] != moved0[k]}
         self.stages[name] = {"seconds": round(seconds, 4), "rss_mb": round(rss_mb(), 1), **info, **moved}
         details = " ".join(f"{k}={v}" for k, v in info.items())
         counts = f": {prog.counts()}" if prog.counts() else ""

@@ -62,6 +62,67 @@ def test_stage_log_records_the_bytes_a_stage_moved(monkeypatch):
     assert st.stages["busy"]["host_to_device_bytes"] == 1000 and st.stages["busy"]["device_to_host_bytes"] == 24
 
 
+def test_a_stage_leaves_out_the_checkpoint_copies_made_while_it_runs():
+    """The checkpoint writer's thread copies a saved unit's device arrays while the next stages run: those bytes
+    are counted apart, in no stage's numbers, and the report's gpu section gives them as their own number."""
+    from types import SimpleNamespace
+
+    from gpu_dedup.backends import CHECKPOINT_COPIES
+    from gpu_dedup.backends.placement import Placement
+
+    place = Placement(SimpleNamespace(xp=np), {"resident": True}, Config())
+    st = StageLog()
+    with st.stage("buckets"):
+        count_transfer(CHECKPOINT_COPIES, 4000)  # (the writer's thread)
+        count_transfer("device_to_host_bytes", 24)
+    assert st.stages["buckets"]["device_to_host_bytes"] == 24 and CHECKPOINT_COPIES not in st.stages["buckets"]
+    gpu = place.report("pyarrow", None, None)["gpu"]
+    assert gpu[CHECKPOINT_COPIES] == 4000 and gpu["device_to_host_bytes"] == 24
+
+
+def test_host_later_leaves_host_arrays_as_they_are():
+    arrays = {"docs/row": np.arange(4), "docs/null": np.zeros(4, bool)}
+    assert backends.host_later(arrays) is arrays
+
+
+def test_host_later_copies_device_arrays_only_when_called_after_the_event_of_their_stage(monkeypatch):
+    """At the call an event is recorded on the current stream and nothing is copied; the function returned
+    copies, on the thread that calls it, each device array on a non-blocking stream that waits for that event
+    first, and counts the bytes as checkpoint copies, not as any stage's."""
+    import sys
+    import threading
+
+    from gpu_dedup.backends import CHECKPOINT_COPIES
+    from tests.fake_cupy import fake_cupy
+
+    cp = fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    dev = cp.asarray(np.arange(6, dtype=np.uint64).reshape(3, 2))
+    host = np.arange(3)
+    arrays = {"bands/band_hashes": dev, "bands/lsh_row": host, "bands/usable": cp.asarray(np.ones(3, bool))}
+    before = transfer_totals()
+    copy = backends.host_later(arrays)
+    assert callable(copy) and transfer_totals() == before
+    assert [(what, thread) for what, thread, _ in cp.calls] == [("record", threading.current_thread().name)]
+    event = cp.calls[0][2]
+    assert event.stream is cp.cuda.get_current_stream()  # after the work queued where the stages run
+    got: dict = {}
+    worker = threading.Thread(target=lambda: got.update(copy()), name="writer")
+    worker.start()
+    worker.join(30)
+    after = transfer_totals()
+    assert after[CHECKPOINT_COPIES] - before[CHECKPOINT_COPIES] == dev.nbytes + 3
+    assert after["device_to_host_bytes"] == before["device_to_host_bytes"]
+    steps = [(what, thread) for what, thread, _ in cp.calls[1:]]
+    assert steps == [("stream", "writer"), ("wait_event", "writer"), ("get", "writer"), ("get", "writer"),
+                     ("synchronize", "writer")]
+    stream = cp.calls[1][2]
+    assert stream.non_blocking and cp.calls[2][2] is event and cp.calls[3][2] is stream and cp.calls[4][2] is stream
+    assert list(got) == list(arrays) and got["bands/lsh_row"] is host
+    assert all(type(v) is np.ndarray for v in got.values())
+    assert np.array_equal(got["bands/band_hashes"], to_host(dev)) and got["bands/usable"].all()
+
+
 def test_cpu_report_counts_no_transfers(tmp_path, request):
     if request.config.getoption("--backend") == "gpu":
         pytest.skip("the CPU backend's report (under --backend gpu the name cpu runs the GPU backend)")

@@ -244,8 +244,13 @@ def test_cosine_text_run_on_the_gpu_backend_writes_what_the_cpu_run_writes(tmp_p
     before = registry.transfer_totals()
     g = run_dedup(tmp_path / "in", tmp_path / "gpu", Config.from_dict({**cfg, "backend": "gpu"}))
     counted = {k: v - before[k] for k, v in registry.transfer_totals().items()}
-    if where == "device":  # every copy back the stand-in saw was counted (whether in a stage or not)
-        assert xp.moved["device_to_host_bytes"] == counted["device_to_host_bytes"] > 0
+    if where == "device":  # every copy back the stand-in saw was counted (whether in a stage or not): the
+        # checkpoints' apart (their writer's thread copies them while the next stages run)
+        checkpoints = counted["checkpoint_device_to_host_bytes"]
+        assert xp.moved["device_to_host_bytes"] == counted["device_to_host_bytes"] + checkpoints
+        assert counted["device_to_host_bytes"] > 0 and checkpoints > 0
+        on_streams = {thread for what, thread, stream in xp.calls if what == "get" and stream is not None}
+        assert on_streams == {"gpu-dedup-checkpoints"}  # the checkpoint copies, on the writer's thread
     assert g.report["backend"].startswith("gpu") and c.report["counts"]["removed"] > 0
     assert c.report["counts"] == g.report["counts"] and c.report["counts"]["near_duplicates"] > 0
     assert np.array_equal(c.edges.similarity, registry.to_host(g.edges.similarity))

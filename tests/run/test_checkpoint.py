@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -298,3 +299,90 @@ def test_no_checkpoint_is_being_written_while_the_commit_removes_their_directory
     assert state["overlaps"] == 0 and state["writes"] >= 1
     assert not (out / CHECKPOINT_DIR).exists() and (out / "_SUCCESS").exists()
     _same_outputs(corpus / "clean", out)
+
+
+# ---------------------------------------------------------------- device arrays: copied by the writer's thread
+
+
+def _device_unit(monkeypatch):
+    """(stand-in CuPy, a unit's arrays on the device, the same on the host)."""
+    import sys
+
+    from tests.fake_cupy import fake_cupy
+
+    cp = fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    host = {"bands/lsh_row": np.arange(7, dtype=np.int64),
+            "bands/band_hashes": np.arange(28, dtype=np.uint64).reshape(7, 4) * np.uint64(0x9E3779B97F4A7C15),
+            "bands/usable": np.array([True, False] * 3 + [True]), "bands/empty": np.zeros(0, np.int32)}
+    device = {k: cp.asarray(v) for k, v in host.items()}
+    device["bands/lsh_row"] = host["bands/lsh_row"]  # a host array among them goes as it is
+    return cp, device, host
+
+
+def _members(path: Path) -> list:
+    """(name, bytes) of each array of a checkpoint file, in order (the archive's timestamps left out)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        return [(info.filename, z.read(info.filename)) for info in z.infolist()]
+
+
+def test_device_arrays_are_copied_by_the_writer_thread_into_the_file_host_arrays_make(tmp_path, monkeypatch):
+    """``save`` returns before any device array is copied (no ``.get()`` on the run's thread); the writer's thread
+    copies them, after the event recorded at the save, and writes the very arrays the host ones make."""
+    import threading
+
+    from gpu_dedup import backends
+    from gpu_dedup.run.checkpoint import Checkpoints
+
+    cp, device, host = _device_unit(monkeypatch)
+    meta = {"stages": {"bands": {"seconds": 1.0}}, "counts": {"lsh_rows": 7}}
+    plain = Checkpoints(tmp_path / "host", "fp")
+    plain.save("bands", host, meta)
+    plain.wait()
+    release, started = _blocked(monkeypatch)
+    ck = Checkpoints(tmp_path / "device", "fp")
+    ck.save("bands", backends.host_later(device), meta)
+    assert started.wait(30)  # the writer holds the job: nothing copied yet, the save has returned
+    assert [what for what, _, _ in cp.calls] == ["record"] and cp.calls[0][1] == threading.current_thread().name
+    release.set()
+    ck.wait()
+    gets = [thread for what, thread, _ in cp.calls if what == "get"]
+    assert gets == ["gpu-dedup-checkpoints"] * 3  # the three device arrays, on the writer's thread
+    assert _members(ck.dir / "bands.npz") == _members(plain.dir / "bands.npz")
+    arrays, got = ck.load("bands")
+    assert got == meta and all(np.array_equal(arrays[k], v) and arrays[k].dtype == v.dtype for k, v in host.items())
+
+
+def test_a_checkpoint_dropped_at_the_commit_copies_nothing(tmp_path, monkeypatch):
+    """A unit still queued when the run commits (``settle``) is dropped before its device arrays are copied."""
+    import threading
+    import time
+
+    from gpu_dedup import backends
+    from gpu_dedup.backends import CHECKPOINT_COPIES, transfer_totals
+    from gpu_dedup.run.checkpoint import Checkpoints
+
+    cp, device, host = _device_unit(monkeypatch)
+    release, started = _blocked(monkeypatch)
+    ck = Checkpoints(tmp_path, "fp")
+    ck.save("exact", {"docs/row": np.arange(3)}, {"stages": {}, "counts": {}})
+    assert started.wait(30)
+    before = transfer_totals()[CHECKPOINT_COPIES]
+    ck.save("bands", backends.host_later(device), {"stages": {}, "counts": {}})
+    settling = threading.Thread(target=ck.settle)
+    settling.start()
+    writer = ck._writer
+    deadline = time.monotonic() + 30
+    while True:  # until the settle has dropped the queued unit (it then waits for the one being written)
+        with writer._cv:
+            if not writer._jobs:
+                break
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    release.set()
+    settling.join(30)
+    assert not settling.is_alive() and ck.has("exact") and not ck.has("bands")
+    assert [what for what, _, _ in cp.calls] == ["record"]  # no stream made, nothing copied
+    assert transfer_totals()[CHECKPOINT_COPIES] == before

@@ -404,3 +404,47 @@ def test_texts_kept_in_a_mapped_file_give_the_same_outputs(planted, planted_run,
     assert names and names == sorted(p.name for p in (tmp_path / "out").iterdir() if p.suffix == ".parquet")
     assert all((tmp_path / "out" / n).read_bytes() == (d / "out" / n).read_bytes() for n in names)
     assert not [p for p in (tmp_path / "out").rglob("*") if "texts" in p.name]
+
+
+def test_a_saved_units_device_arrays_are_copied_while_the_next_stage_runs_and_counted_in_none(tmp_path, monkeypatch):
+    """``LocalExecutor.save`` copies no device array on the run's thread (its ``checkpoints`` cost is the queueing);
+    the writer's thread copies them while the next stage runs, and that stage's numbers leave them out: they are
+    counted as checkpoint copies.  A resumed run loads what the host arrays would have saved."""
+    import sys
+    import threading
+
+    from gpu_dedup.backends import CHECKPOINT_COPIES, transfer_totals
+    from gpu_dedup.run import checkpoint
+    from gpu_dedup.run.local import LocalExecutor
+    from gpu_dedup.run.stagelog import StageLog
+    from tests.fake_cupy import fake_cupy
+
+    cp = fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    release = threading.Event()
+    real = checkpoint.Checkpoints._save
+
+    def held(self, unit, arrays, meta):  # the writer's thread, slower than the run
+        assert release.wait(30)
+        real(self, unit, arrays, meta)
+
+    monkeypatch.setattr(checkpoint.Checkpoints, "_save", held)
+    ex = LocalExecutor([], Config.from_dict({"backend": "cpu"}))
+    ck = checkpoint.Checkpoints(tmp_path, "fp")
+    rows, hashes = np.arange(5, dtype=np.int64), np.arange(15, dtype=np.uint64).reshape(5, 3)
+    parts = {"bands": [{"lsh_row": cp.asarray(rows), "band_hashes": cp.asarray(hashes)}], "extra": [None]}
+    st = StageLog()
+    before = transfer_totals()
+    with st.cost("checkpoints"):
+        assert ex.save(ck, "bands", parts, {"stages": {}, "counts": {"lsh_rows": 5}}) is parts
+    assert not any(what == "get" for what, _, _ in cp.calls) and transfer_totals() == before
+    with st.stage("buckets"):
+        release.set()
+        ck.wait()  # the copies and the file, made by the writer's thread during this stage
+    assert {thread for what, thread, _ in cp.calls if what == "get"} == {"gpu-dedup-checkpoints"}
+    assert not any(k.endswith("_bytes") for k in st.stages["buckets"])
+    assert transfer_totals()[CHECKPOINT_COPIES] - before[CHECKPOINT_COPIES] == rows.nbytes + hashes.nbytes
+    loaded, meta = ex.load(ck, "bands")
+    assert meta["counts"] == {"lsh_rows": 5} and loaded["extra"] == [None]
+    assert np.array_equal(loaded["bands"][0]["lsh_row"], rows) and np.array_equal(loaded["bands"][0]["band_hashes"],
+                                                                                  hashes)
