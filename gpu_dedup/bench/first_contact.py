@@ -53,7 +53,7 @@ REHEARSAL = {"docs": 10, "sig_docs": 10, "smoke_docs": 10, "warmup_docs": 10, "w
              "dask_workers": "1 2", "dask_copies": 0, "dask_block_rows": 5, "profile": 0, "copies": 3}
 # step caps (seconds): a step is stopped there; the deadline caps them all
 CAPS = {"setup": 150, "env": 60, "corpus": 240, "smoke": 150, "test-gpu": 150, "signatures": 90, "e2e": 260,
-        "test-backend": 400, "kit": 240, "cudf-minhash": 120, "e2e-cudf": 240, "components": 60, "dask": 150,
+        "test-backend": 400, "kit": 240, "cudf-minhash": 120, "e2e-cudf": 240, "components": 60, "dask": 150, "write": 90,
         "scale": 150}
 # a rehearsal's caps where they differ: the dask step's GPU workers run every GPU thread in Python there
 REHEARSAL_CAPS = {"dask": 400, "signatures": 200}
@@ -142,6 +142,9 @@ class Driver:
                 Step("test-gpu", "pytest -m gpu with cuDF, RMM and Dask-CUDA: reader, writer, pool, one worker"),
                 Step("components", f"components of a {self.p['graph_nodes']:,}-node graph: cuGraph (if in the kit), "
                                    "CuPy, CPU"),
+                Step("write", f"the GPU write stage's parts, {self.p['docs']:,} documents: libcudf's write of every "
+                              "shard, the files' check and digests; KvikIO threads, libcudf's own sink, tmpfs, no "
+                              "codec"),
                 Step("dask", f"Dask-CUDA clusters started once and joined by address: {self.p['dask_workers']} "
                              f"workers on one GPU, host and device routes, device memory under pressure, vs one GPU "
                              f"process, {self.p['dask_docs']:,} documents"
@@ -297,12 +300,13 @@ class Driver:
                       "--configs", "default", "--e2e-backends", "gpu", "cpu", "--workdir", str(self.work),
                       "--deadline-seconds", soon],
             "components": ["--suite", "components", "--graph-nodes", str(self.p["graph_nodes"])],
+            "write": ["--suite", "write", "--e2e-docs", str(self.p["docs"]), "--deadline-seconds", soon],
             "dask": ["--suite", "dask", "--e2e-docs", str(self.p["dask_docs"]), "--workdir", str(self.work),
                      "--dask-workers", *str(self.p["dask_workers"]).split(), "--warmup-docs", str(self.p["warmup_docs"]),
                      "--dask-copies", str(self.p["dask_copies"]), "--deadline-seconds", soon]
                     + (["--dask-block-rows", str(self.p["dask_block_rows"])] if self.p["dask_block_rows"] else []),
         }[name]
-        if name in ("corpus", "signatures", "e2e", "cudf-minhash", "e2e-cudf", "scale", "dask"):
+        if name in ("corpus", "signatures", "e2e", "cudf-minhash", "e2e-cudf", "scale", "dask", "write"):
             args += corpus
         elif name == "smoke":
             args += self.words()
@@ -311,7 +315,7 @@ class Driver:
     def bench_step(self, step: Step, numbers, problem=None):
         """Run step's benchmark; ``numbers(json) -> dict`` for the summary, ``problem(json) -> str`` (or
         None) for a result that is wrong although the command ended well."""
-        if step.name in ("signatures", "e2e", "cudf-minhash", "e2e-cudf", "scale", "dask"):
+        if step.name in ("signatures", "e2e", "cudf-minhash", "e2e-cudf", "scale", "dask", "write"):
             self.wait_corpus(step)
         cap = self.cap_for(step.name)
         args, out = self.bench_args(step.name, cap)
@@ -413,6 +417,17 @@ class Driver:
             return bad and f"labels differ from the CPU's: {bad}"
 
         return self.bench_step(step, lambda res: {"rows": res.get("components", [])}, problem)
+
+    def step_write(self, step: Step):
+        """Tier 2: the GPU write stage's parts (bench.write_probe), a fresh process per I/O variant."""
+        def problem(res):
+            rows = res.get("write", [])
+            bad = [f"{r['variant']}: {r['error']}" for r in rows if "error" in r and not self.rehearse]
+            return ("; ".join(bad) or None) if rows else "no variant ran"
+
+        return self.bench_step(step, lambda res: {"rows": [
+            {"variant": r["variant"], **r.get("seconds", {}), "mb": round(r.get("bytes_written", 0) / 1e6, 1),
+             **({"error": r["error"][:160]} if "error" in r else {})} for r in res.get("write", [])]}, problem)
 
     def step_dask(self, step: Step):
         return self.bench_step(step, lambda res: dask_numbers(res.get("dask", [])),

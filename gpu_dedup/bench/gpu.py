@@ -884,6 +884,17 @@ def markdown_report(result: dict) -> str:
         from gpu_dedup.bench import cluster
 
         lines += cluster.markdown(result["dask"])
+    if result.get("write"):
+        parts = ("read_table", "write_first", "write", "check", "digests")
+        lines += ["## The GPU write stage's parts (every shard from the held device table)", "",
+                  "| variant | codec | " + " | ".join(parts) + " | MB written | rows ok | note |",
+                  "| --- | --- |" + " ---: |" * len(parts) + " ---: | --- | --- |"]
+        for r in result["write"]:
+            sec = r.get("seconds", {})
+            lines.append(f"| {r['variant']} | {r.get('codec', '')} | " + " | ".join(str(sec.get(k, "")) for k in parts)
+                         + f" | {round(r['bytes_written'] / 1e6, 1) if 'bytes_written' in r else ''} | "
+                         f"{r.get('rows_ok', '')} | {r.get('error', '')} |")
+        lines.append("")
     return "\n".join(lines) + "\n"
 
 
@@ -979,7 +990,7 @@ def main(argv=None) -> int:
                    help="words per planted document (log-uniform; default 60 400, about 1.6 KB)")
     p.add_argument("--out", help="write the results as JSON here (and Markdown beside it)")
     p.add_argument("--suite", nargs="+", default=["signatures"],
-                   choices=("signatures", "end-to-end", "dask", "smoke", "corpus", "components", "all"),
+                   choices=("signatures", "end-to-end", "dask", "smoke", "corpus", "components", "write", "all"),
                    help="what to measure (see above; all = signatures, end-to-end and dask)")
     p.add_argument("--e2e-docs", type=int, nargs="+", default=[1_000_000], help="corpus sizes of end-to-end and dask")
     p.add_argument("--e2e-backends", nargs="+", default=["cpu", "gpu"], choices=("cpu", "gpu", "gpu-pyarrow"),
@@ -1079,6 +1090,16 @@ def main(argv=None) -> int:
                 on_row=lambda rows: (result.__setitem__("dask", rows), save()))
         if "components" in suites:
             result["components"] = components_bench(args.graph_nodes, args.graph_nodes, args.seed)
+            save()
+        if "write" in suites:  # the GPU write stage's parts, a fresh process per I/O variant (bench.write_probe)
+            from pathlib import Path
+
+            from gpu_dedup.bench.write_probe import VARIANTS as WRITE_VARIANTS
+            from gpu_dedup.bench.write_probe import probe as write_probe
+
+            root, _, _ = planted_dir(args.corpus_dir or args.workdir or ".", max(args.e2e_docs), args.seed, words)
+            left = None if deadline is None else deadline - time.time()
+            result["write"] = write_probe(Path(root), cap=max(10.0, min(60.0, (left or 300) / len(WRITE_VARIANTS))))
             save()
         on_gpu = any(b.startswith("gpu") for b in args.e2e_backends) or bool({"dask", "smoke", "components"} & suites)
         if "dask" in suites and args.dask_backend == "cpu" and not {"end-to-end", "smoke", "components"} & suites:

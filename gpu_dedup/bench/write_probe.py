@@ -1,12 +1,21 @@
-"""Where the GPU write stage's time goes: one shard of the end-to-end corpus, step by step.
+"""Where the GPU write stage's time goes: the shards written from the device table the read stage held.
 
-On the first tier-2 call (one H100, cuDF 26.10) the write stage took 17 to 18 s for 10^6 documents in 16
-shards, one shard at a time through cuDF, against 2.2 s for pyarrow on 16 cores.  This times, on the
-device: cuDF's read of a whole shard, the filter, the write with the shard's codec, with snappy and with
-none, the SHA-256 of the output, pyarrow's read-filter-write of the same shard, and the GPU backend's
-writer on 4 shards one after the other and 4 at once.
+On one H200 (2026-11-29) the write stage took 1.21-1.35 s of a 1.9-2.6 s run for 10^6 documents in 16 shards
+(5.4 s for 10^7 in 160 shards): one libcudf write of every file from the held table, each file's schema and row
+count read back, and each file's SHA-256 on a thread per shard.  This probe times those parts apart, each in a
+fresh process per variant, since libcudf reads its I/O settings once:
 
-    python -m gpu_dedup.bench.write_probe CORPUS_DIR [--out FILE]     # CORPUS_DIR: a folder of Parquet shards
+* ``default``: as a run writes (into a folder beside the corpus);
+* ``kvikio16``: ``KVIKIO_NTHREADS=16`` (KvikIO's thread pool writes the files; one thread by default);
+* ``policy-off``: ``LIBCUDF_CUFILE_POLICY=OFF`` (libcudf's own host sink instead of KvikIO);
+* ``tmpfs``: the files into ``/dev/shm`` (the disk left out: encoding and the copy to host memory only);
+* ``uncompressed``: no compression codec (the device's compression left out).
+
+Each variant reports: the one-call read of every shard (``read_table``), the write of every shard in one libcudf
+call, twice (the first includes libcudf's first-use costs), the files' check, their digests on a thread per file,
+and the bytes written.
+
+    python -m gpu_dedup.bench.write_probe CORPUS_DIR [--out FILE] [--variants default tmpfs ...]
 """
 
 from __future__ import annotations
@@ -14,20 +23,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from gpu_dedup.backends import get_backend
-from gpu_dedup.storage.atomic import file_digest
-from gpu_dedup.storage.discovery import discover
-from gpu_dedup.storage.filter import resolve_codec
+VARIANTS = {
+    "default": {},
+    "kvikio16": {"KVIKIO_NTHREADS": "16"},
+    "policy-off": {"LIBCUDF_CUFILE_POLICY": "OFF"},
+    "tmpfs": {},
+    "uncompressed": {},
+}
+SHM = Path("/dev/shm")
 
 
 def _timed(fn, *args, **kw):
@@ -36,65 +46,94 @@ def _timed(fn, *args, **kw):
     return out, round(time.perf_counter() - t, 4)
 
 
-def probe(corpus: Path, work: Path) -> dict:
-    import cudf
+def probe_once(corpus: Path, variant: str, keep_share: float = 0.94) -> dict:
+    """One variant's timings, in this process (libcudf's I/O settings are those of its environment)."""
+    import numpy as np
+    import pyarrow.parquet as pq
 
-    from gpu_dedup.backends.gpu import CUDF_CODECS  # CUDA: imported on the device only
+    from gpu_dedup.backends import get_backend
+    from gpu_dedup.run.contract import shard_starts
+    from gpu_dedup.storage.atomic import written_digest
+    from gpu_dedup.storage.content import schema_difference
+    from gpu_dedup.storage.discovery import discover
+    from gpu_dedup.storage.filter import resolve_codec
+    from gpu_dedup.storage.parquet import footer
 
-    paths = sorted(p for p in corpus.rglob("*.parquet"))
+    paths = sorted(corpus.glob("*.parquet"))
     if not paths:
-        raise SystemExit(f"no Parquet shards under {corpus}")
-    shards = discover(paths)
-    src = str(paths[0])
-    meta = pq.ParquetFile(src).metadata
-    codec = resolve_codec("same", shards[0])
-    rows = meta.num_rows
-    keep = np.random.default_rng(0).random(rows) < 0.94
-    env = {k: v for k, v in os.environ.items() if k.startswith(("LIBCUDF", "KVIKIO", "CUFILE", "RMM", "CUDF"))}
-    res = {"shard": src, "rows": rows, "bytes": os.path.getsize(src), "codec": codec, "env": env,
-           "cudf": cudf.__version__, "steps": {}}
-    st = res["steps"]
+        raise SystemExit(f"no Parquet shards in {corpus}")
+    shards = [s.with_rows(footer(s).metadata.num_rows) for s in discover(paths)]  # as the read stage leaves them
     be = get_backend("gpu")
-    _, st["cudf_read_first"] = _timed(cudf.read_parquet, src)
-    frame, st["cudf_read"] = _timed(cudf.read_parquet, src)
-    mask = cudf.Series(keep)
-    kept, st["filter"] = _timed(lambda: frame[mask])
-    names = {"same": CUDF_CODECS.get(codec, "ZSTD"), "snappy": "snappy", "none": None}
-    for label, c in names.items():
-        dst = work / f"cudf-{label}.parquet"
-        _, st[f"cudf_write_{label}"] = _timed(kept.to_parquet, dst, compression=c, index=False)
-        res[f"bytes_{label}"] = os.path.getsize(dst)
-    _, st["sha256"] = _timed(file_digest, work / "cudf-same.parquet")
-    _, st["read_schema"] = _timed(pq.read_schema, src)
-    table, st["pyarrow_read"] = _timed(pq.read_table, src)
-    ktab, st["pyarrow_filter"] = _timed(table.filter, pa.array(keep))
-    _, st["pyarrow_write"] = _timed(pq.write_table, ktab, work / "pa.parquet", compression=codec)
-    # the backend's writer (what the write stage calls), 4 shards one after the other, then 4 at once
-    four = [str(p) for p in paths[:4]]
-    keeps = [np.random.default_rng(i).random(pq.ParquetFile(p).metadata.num_rows) < 0.94 for i, p in enumerate(four)]
+    if be.info.get("frames") != "cudf":
+        return {"variant": variant, "error": "cuDF is not installed: the device writer does not run"}
+    codec = "none" if variant == "uncompressed" else resolve_codec("same", shards[0])
+    starts = shard_starts(shards)
+    n = int(starts[-1])
+    keep = np.random.default_rng(0).random(n) < keep_share
+    held, read_s = _timed(be.read_table, shards)
+    if held is None:
+        return {"variant": variant, "error": "libcudf did not read the shards as one table"}
+    base = SHM if variant == "tmpfs" and SHM.is_dir() else corpus.parent
+    res = {"variant": variant, "env": {k: v for k, v in os.environ.items() if k.startswith(("KVIKIO", "LIBCUDF"))},
+           "shards": len(shards), "rows": n, "codec": codec, "target": str(base), "seconds": {"read_table": read_s}}
+    st = res["seconds"]
+    with tempfile.TemporaryDirectory(prefix="write-probe-", dir=base) as work:
+        for attempt in ("write_first", "write"):
+            targets = [str(Path(work) / f"{attempt}-{s.name}") for s in shards]
+            rows, st[attempt] = _timed(be.write_table, held, starts, keep, targets, codec)
+        if rows is None:
+            res["error"] = "the device writer declined these shards"
+            return res
 
-    def one(i):
-        return be.write_parquet_cudf(four[i], keeps[i], str(work / f"w{i}.parquet"), codec)
+        def check():
+            return [schema_difference(pq.read_schema(t), footer(s).schema) or pq.read_metadata(t).num_rows
+                    for t, s in zip(targets, shards)]
 
-    _, st["backend_writer_4_serial"] = _timed(lambda: [one(i) for i in range(len(four))])
-    for threads in (4, 8):
-        with ThreadPoolExecutor(threads) as pool:
-            _, st[f"backend_writer_4_threads{threads}"] = _timed(lambda: list(pool.map(one, range(len(four)))))
+        checked, st["check"] = _timed(check)
+        with ThreadPoolExecutor(max(1, min(len(targets), os.cpu_count() or 1))) as pool:
+            _, st["digests"] = _timed(lambda: list(pool.map(written_digest, targets)))
+        res["rows_ok"] = checked == rows
+        res["bytes_written"] = sum(os.path.getsize(t) for t in targets)
+        res["input_bytes"] = sum(os.path.getsize(p) for p in paths)
     return res
+
+
+def probe(corpus: Path, variants=tuple(VARIANTS), python: str = sys.executable, cap: float = 60.0,
+          log=print) -> list:
+    """Every variant in a fresh process (its environment set before libcudf loads): a row each."""
+    rows = []
+    for v in variants:
+        env = {**os.environ, **VARIANTS[v]}
+        t = time.perf_counter()
+        try:
+            done = subprocess.run([python, "-m", "gpu_dedup.bench.write_probe", str(corpus), "--one", v],
+                                  env=env, capture_output=True, text=True, timeout=cap)
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+            row = json.loads(lines[-1]) if lines else \
+                {"variant": v, "error": (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]}
+        except subprocess.TimeoutExpired:
+            row = {"variant": v, "error": f"stopped after {cap:.0f}s"}
+        row["process_seconds"] = round(time.perf_counter() - t, 2)
+        log(f"write probe {v}: " + (row["error"] if "error" in row else
+                                    " ".join(f"{k} {s:.3f}s" for k, s in row["seconds"].items())))
+        rows.append(row)
+    return rows
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("corpus", type=Path)
+    ap.add_argument("corpus", type=Path, help="a folder of Parquet shards")
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--one", choices=list(VARIANTS), help=argparse.SUPPRESS)  # a child process: one variant
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="write-probe-") as work:
-        res = probe(args.corpus, Path(work))
-    text = json.dumps(res, indent=1)
-    print(text)
+    if args.one:
+        print(json.dumps(probe_once(args.corpus, args.one)))
+        return 0
+    rows = probe(args.corpus, args.variants)
     if args.out:
-        args.out.write_text(text)
-    return 0
+        args.out.write_text(json.dumps(rows, indent=1))
+    return 0 if not any("error" in r for r in rows) else 1
 
 
 if __name__ == "__main__":

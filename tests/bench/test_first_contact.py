@@ -242,7 +242,7 @@ def test_tier2_dry_run_checks_the_kit_and_every_command(tmp_path, monkeypatch):
     assert proc.returncode == 0, {k: (v["status"], v["reason"]) for k, v in steps.items()}
     assert summary["tier"] == 2 and summary["first_contact"].startswith("dry run")
     assert list(steps) == ["kit", "setup", "corpus", "env", "e2e-cudf", "cudf-minhash", "scale", "test-gpu",
-                           "components", "dask"]
+                           "components", "write", "dask"]
     assert all(s["status"] == "passed" for s in steps.values())
     assert steps["test-gpu"]["numbers"]["collected"] >= 20 and not steps["test-gpu"]["numbers"]["collection_errors"]
     assert steps["kit"]["numbers"]["pins"]["cudf-cu13"] == "1.0"
