@@ -475,6 +475,8 @@ class GPUBackend(Backend):
             frames += f"; {pool}"
         if getattr(self, "reductions", ""):
             frames += f"; {self.reductions}"
+        if self.info.get("frames") == "cudf" and self.info.get("io_threads"):
+            frames += f"; {self.info['io_threads']}"
         comps = "cuGraph components" if self._cugraph() is not None else "CuPy components"
         return f"gpu: {where}, {frames}, {comps}"
 

@@ -67,6 +67,25 @@ def nvvm_missing() -> str | None:
     return f"{reason}: {hint}, or pip install 'numba-cuda[cu13]' (or '[cu12]') for its NVVM wheel"
 
 
+IO_THREADS_MAX = 16  # KvikIO threads a run asks for at most (its thread pool reads and writes libcudf's files)
+
+
+def io_threads(environ=os.environ, loaded=None) -> str:
+    """KvikIO's thread pool, which reads and writes libcudf's Parquet files, as wide as the host's cores (at most
+    16) rather than KvikIO's one thread: ``KVIKIO_NTHREADS`` set before cuDF loads (KvikIO reads it once).  Left
+    as it is where the user set it, or where cuDF is already loaded (then too late).  Returns what is in effect,
+    for the run's mode line."""
+    import sys
+
+    if "KVIKIO_NTHREADS" in environ:
+        return f"KvikIO threads {environ['KVIKIO_NTHREADS']} (KVIKIO_NTHREADS)"
+    if any(m in (sys.modules if loaded is None else loaded) for m in ("cudf", "pylibcudf")):
+        return ""
+    n = max(1, min(IO_THREADS_MAX, os.cpu_count() or 1))
+    environ["KVIKIO_NTHREADS"] = str(n)
+    return f"KvikIO threads {n}"
+
+
 def probe() -> dict:
     """What the GPU backend would run on; raises BackendError naming what is missing."""
     if simulator_requested():
@@ -91,7 +110,7 @@ def probe() -> dict:
     missing = nvvm_missing()
     if missing:
         raise BackendError(f"the GPU backend cannot compile its kernels: {missing}")
-    info = {"devices": count, "frames": "pyarrow"}
+    info = {"devices": count, "frames": "pyarrow", "io_threads": io_threads()}
     cudf, broken = optional_import("cudf")
     if cudf is not None:
         info["frames"] = "cudf"

@@ -5,8 +5,9 @@ On one H200 (2026-11-29) the write stage took 1.21-1.35 s of a 1.9-2.6 s run for
 count read back, and each file's SHA-256 on a thread per shard.  This probe times those parts apart, each in a
 fresh process per variant, since libcudf reads its I/O settings once:
 
-* ``default``: as a run writes (into a folder beside the corpus);
-* ``kvikio16``: ``KVIKIO_NTHREADS=16`` (KvikIO's thread pool writes the files; one thread by default);
+* ``default``: as a run writes (into a folder beside the corpus; KvikIO's thread pool, which reads and writes
+  libcudf's files, one thread per core up to 16: :func:`gpu_dedup.backends.gpu_probe.io_threads`);
+* ``kvikio1``: ``KVIKIO_NTHREADS=1`` (KvikIO's own default);
 * ``policy-off``: ``LIBCUDF_CUFILE_POLICY=OFF`` (libcudf's own host sink instead of KvikIO);
 * ``tmpfs``: the files into ``/dev/shm`` (the disk left out: encoding and the copy to host memory only);
 * ``uncompressed``: no compression codec (the device's compression left out).
@@ -32,7 +33,7 @@ from pathlib import Path
 
 VARIANTS = {
     "default": {},
-    "kvikio16": {"KVIKIO_NTHREADS": "16"},
+    "kvikio1": {"KVIKIO_NTHREADS": "1"},
     "policy-off": {"LIBCUDF_CUFILE_POLICY": "OFF"},
     "tmpfs": {},
     "uncompressed": {},

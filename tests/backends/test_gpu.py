@@ -119,12 +119,31 @@ def fake_device(monkeypatch, count=1):
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy(count=count))
     monkeypatch.setattr(cuda, "is_available", lambda: True)
     monkeypatch.delenv(gpu_probe.SIMULATOR_SWITCH, raising=False)
+    monkeypatch.setenv("KVIKIO_NTHREADS", "1")  # recorded absent (or as it was): a probe's setting is undone
+    monkeypatch.delenv("KVIKIO_NTHREADS")
     if "numba_cuda" not in sys.modules:
         try:
             import numba_cuda  # noqa: F401
         except ImportError:
             monkeypatch.setitem(sys.modules, "numba_cuda", types.ModuleType("numba_cuda"))
     return gpu_probe
+
+
+def test_kvikio_threads_are_the_cores_unless_set_or_too_late(monkeypatch):
+    """libcudf's files are read and written by KvikIO's thread pool: a run asks for one thread per core (at most
+    16) before cuDF loads, keeps the user's KVIKIO_NTHREADS, and says nothing once cuDF is loaded."""
+    from gpu_dedup.backends import gpu_probe
+
+    monkeypatch.setattr(gpu_probe.os, "cpu_count", lambda: 64)
+    env: dict = {}
+    assert gpu_probe.io_threads(env, loaded={}) == "KvikIO threads 16" and env == {"KVIKIO_NTHREADS": "16"}
+    monkeypatch.setattr(gpu_probe.os, "cpu_count", lambda: 2)
+    env = {}
+    assert gpu_probe.io_threads(env, loaded={}) == "KvikIO threads 2" and env["KVIKIO_NTHREADS"] == "2"
+    env = {"KVIKIO_NTHREADS": "4"}
+    assert gpu_probe.io_threads(env, loaded={}) == "KvikIO threads 4 (KVIKIO_NTHREADS)" and env["KVIKIO_NTHREADS"] == "4"
+    env = {}
+    assert gpu_probe.io_threads(env, loaded={"cudf": object()}) == "" and env == {}
 
 
 def test_probe_without_nvvm_names_cuda_home_and_the_wheel(monkeypatch):
