@@ -96,10 +96,9 @@ def _value_stats(part, values, threshold: float) -> dict:
 def _histogram(v, edges) -> np.ndarray:
     """``np.histogram(v, bins=edges)[0]`` (each bin holds its left edge, the last one its right edge too;
     values outside the edges and NaN in none) by one binary search each instead of a sort."""
-    at = np.searchsorted(edges, v, side="right") - 1  # the bin whose left edge is the last at or below
-    last = edges.shape[0] - 2
-    counts = np.bincount(at[(at >= 0) & (at <= last)], minlength=last + 1)
-    counts[last] += int(np.count_nonzero(v == edges[-1]))
+    above = np.bincount(np.searchsorted(edges, v, side="right"), minlength=edges.shape[0] + 1)  # edges at or below
+    counts = above[1:-1].copy()  # 0: below the first edge; len(edges): at or past the last one, NaN too
+    counts[-1] += int(np.count_nonzero(v == edges[-1]))
     return counts
 
 
