@@ -187,7 +187,7 @@ def _narrow(part, values, queries: list) -> list:
                 m = flag[b]
                 v, b = v[m], b[m]
             for j in js:
-                kept[(*prefix, (c_lo, c_hi, j))] = v[b == j]
+                kept[prefix + ((c_lo, c_hi, j),)] = v[b == j]
         return kept[chain]
 
     out = []
