@@ -16,7 +16,7 @@ import platform
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import sorted_in, to_host
+from gpu_dedup.backends import array_module, dense_ranks, sorted_in, to_host, to_module
 from gpu_dedup.version import __version__
 from gpu_dedup.storage import atomic_write_bytes
 
@@ -51,7 +51,9 @@ SIMILARITY_BINS = np.round(np.linspace(0.0, 1.0, 21), 2)
 def similarity_summary(ex, parts, fn, threshold: float) -> dict:
     """Count, how many are below ``threshold``, the 20-bin histogram and the exact quantiles (as
     ``np.quantile`` gives them) of the values ``fn(part)`` of every part, without bringing the values
-    together: order statistics are found by narrowing a histogram (see :func:`_order_statistic`)."""
+    together: order statistics are found by narrowing a histogram (see :func:`_order_statistics`); where every
+    value is in 0..1 (similarities), the first pass over the values also counts them in the first narrowing
+    bins of that range."""
     stats = ex.collect(_value_stats, parts, values=fn, threshold=threshold)
     n = sum(st["n"] for st in stats)
     hist = np.sum([st["hist"] for st in stats], axis=0) if stats else np.zeros(20, np.int64)
@@ -65,7 +67,11 @@ def similarity_summary(ex, parts, fn, threshold: float) -> dict:
         vi = q * (n - 1)
         k = int(np.floor(vi))
         ranks[q] = (vi, k, min(k + 1, n - 1))
-    found = _order_statistics(ex, parts, fn, sorted({r for _, a, b in ranks.values() for r in (a, b)}), lo, hi)
+    ks = sorted({r for _, a, b in ranks.values() for r in (a, b)})
+    if all(st["first"] is not None for st in stats):
+        found = _order_statistics(ex, parts, fn, ks, 0.0, 1.0, first=[st["first"] for st in stats])
+    else:
+        found = _order_statistics(ex, parts, fn, ks, lo, hi)
     for q, (vi, k, k1) in ranks.items():
         a, b = found[k], found[k1]
         # numpy's linear interpolation, through numpy itself: quantile gamma of the pair (a, b)
@@ -75,23 +81,38 @@ def similarity_summary(ex, parts, fn, threshold: float) -> dict:
 
 
 def _value_stats(part, values, threshold: float) -> dict:
+    """Count, how many are below ``threshold``, 20-bin histogram, min and max of one part's values; and
+    ``first``, where they are all in 0..1: what :func:`_narrow` answers for the range 0..1 (else None)."""
     v = np.asarray(values(part), np.float64)
     if v.shape[0] == 0:
-        return {"n": 0, "below": 0, "hist": np.zeros(20, np.int64), "min": 0.0, "max": 0.0}
+        return {"n": 0, "below": 0, "hist": np.zeros(20, np.int64), "min": 0.0, "max": 0.0,
+                "first": _narrow_one(v, 0.0, 1.0)}
+    lo, hi = float(v.min()), float(v.max())
     return {"n": int(v.shape[0]), "below": int(np.count_nonzero(v < threshold)),
-            "hist": np.histogram(v, bins=SIMILARITY_BINS)[0], "min": float(v.min()), "max": float(v.max())}
+            "hist": _histogram(v, SIMILARITY_BINS), "min": lo, "max": hi,
+            "first": _narrow_one(v, 0.0, 1.0) if 0.0 <= lo and hi <= 1.0 else None}
+
+
+def _histogram(v, edges) -> np.ndarray:
+    """``np.histogram(v, bins=edges)[0]`` (each bin holds its left edge, the last one its right edge too;
+    values outside the edges and NaN in none) by one binary search each instead of a sort."""
+    above = np.bincount(np.searchsorted(edges, v, side="right"), minlength=edges.shape[0] + 1)  # edges at or below
+    counts = above[1:-1].copy()  # 0: below the first edge; len(edges): at or past the last one, NaN too
+    counts[-1] += int(np.count_nonzero(v == edges[-1]))
+    return counts
 
 
 NARROW_BINS = 4096  # bins of one narrowing pass
 GATHER_AT_MOST = 4096  # values brought to the client once a range holds no more
 
 
-def _order_statistics(ex, parts, fn, ks: list, lo: float, hi: float) -> dict:
+def _order_statistics(ex, parts, fn, ks: list, lo: float, hi: float, first: list | None = None) -> dict:
     """The ``k``-th smallest (0-based) value of ``fn(part)`` over all parts, for every ``k`` of ``ks``, all
     narrowed together (one pass over the parts serves every rank).  For each rank, a pass bins the values of
     its current range into NARROW_BINS bins (per part, summed) and keeps the bin holding the rank; a value
     belongs to a range by the chain of bin formulas, so every value is in exactly one bin of each pass.  Once
-    a range holds few values (or all of them are equal) they are brought together and sorted."""
+    a range holds few values (or all of them are equal) they are brought together and sorted.  ``first``: the
+    parts' answers to the first pass (the histogram over ``lo..hi``), where they were counted already."""
     state = {k: {"chain": [], "below": 0, "lo": lo, "hi": hi, "gather": False} for k in ks}  # below: values
     found: dict[int, float] = {}  # before the range; chain: (lo, hi, bin) of each pass
     for _ in range(66):
@@ -100,7 +121,10 @@ def _order_statistics(ex, parts, fn, ks: list, lo: float, hi: float) -> dict:
             return found
         asked = {k: (tuple(state[k]["chain"]), state[k]["lo"], state[k]["hi"], state[k]["gather"]) for k in active}
         index = {q: i for i, q in enumerate(dict.fromkeys(asked.values()))}  # ranks in one range share a query
-        got = ex.collect(_narrow, parts, values=fn, queries=list(index))
+        if first is not None:  # every rank asks the first pass's one query
+            got, first = [[r] for r in first], None
+        else:
+            got = ex.collect(_narrow, parts, values=fn, queries=list(index))
         for k in active:
             s, res = state[k], [g[index[asked[k]]] for g in got]
             if s["gather"]:
@@ -127,27 +151,62 @@ def _order_statistics(ex, parts, fn, ks: list, lo: float, hi: float) -> dict:
 def _bins(v, lo: float, hi: float) -> np.ndarray:
     if hi <= lo:
         return np.zeros(v.shape[0], np.int64)
-    return np.clip(((v - lo) / (hi - lo) * NARROW_BINS).astype(np.int64), 0, NARROW_BINS - 1)
+    x = v - lo  # ((v - lo) / (hi - lo) * NARROW_BINS) computed in place
+    x /= hi - lo
+    x *= NARROW_BINS
+    b = x.astype(np.int64)
+    return np.clip(b, 0, NARROW_BINS - 1, out=b)
 
 
 def _narrow(part, values, queries: list) -> list:
     """For each query (chain, lo, hi, gather) of :func:`_order_statistics`: the values of the part in the
     query's range (gather), or their histogram over ``lo..hi`` (its non-empty bins and their counts) with
-    their count, min and max."""
+    their count, min and max.  Queries share the steps of their chains: each step bins the values its
+    prefix left once, and keeps the values of every bin asked for at once before each bin's own."""
     v_all = np.asarray(values(part), np.float64)
+    asked: dict = {}  # (prefix, lo, hi): the bins the chains keep of it
+    for chain, _, _, _ in queries:
+        for i, (c_lo, c_hi, j) in enumerate(chain):
+            asked.setdefault((tuple(chain[:i]), c_lo, c_hi), set()).add(j)
+    kept = {(): v_all}  # chain prefix: the values it leaves
+    binned: dict = {}  # (prefix, lo, hi): the bins of those values
+
+    def bins_of(prefix, lo, hi):
+        if (prefix, lo, hi) not in binned:
+            binned[(prefix, lo, hi)] = _bins(left(prefix), lo, hi)
+        return binned[(prefix, lo, hi)]
+
+    def left(chain):
+        if chain not in kept:
+            prefix, (c_lo, c_hi, _) = chain[:-1], chain[-1]
+            v, b = left(prefix), bins_of(prefix, c_lo, c_hi)
+            js = sorted(asked[(prefix, c_lo, c_hi)])
+            if len(js) > 1:  # the values of the bins asked for, then each bin's of those
+                flag = np.zeros(NARROW_BINS, bool)
+                flag[js] = True
+                m = flag[b]
+                v, b = v[m], b[m]
+            for j in js:
+                kept[prefix + ((c_lo, c_hi, j),)] = v[b == j]
+        return kept[chain]
+
     out = []
     for chain, lo, hi, gather in queries:
-        v = v_all
-        for c_lo, c_hi, j in chain:
-            v = v[_bins(v, c_lo, c_hi) == j]
+        v = left(tuple(chain))
         if gather:
             out.append({"values": v})
             continue
-        hist = np.bincount(_bins(v, lo, hi), minlength=NARROW_BINS)
-        bins = np.flatnonzero(hist)  # sparse: a narrowed range holds few of the bins
-        out.append({"bins": bins, "counts": hist[bins], "n": int(v.shape[0]),
-                    "min": float(v.min()) if v.shape[0] else 0.0, "max": float(v.max()) if v.shape[0] else 0.0})
+        out.append(_narrow_one(v, lo, hi, bins_of(tuple(chain), lo, hi)))
     return out
+
+
+def _narrow_one(v, lo: float, hi: float, bins=None) -> dict:
+    """The histogram of ``v`` over ``lo..hi`` (its non-empty bins and their counts; ``bins``: the values' bins,
+    where known) with the values' count, min and max."""
+    hist = np.bincount(_bins(v, lo, hi) if bins is None else bins, minlength=NARROW_BINS)
+    at = np.flatnonzero(hist)  # sparse: a narrowed range holds few of the bins
+    return {"bins": at, "counts": hist[at], "n": int(v.shape[0]),
+            "min": float(v.min()) if v.shape[0] else 0.0, "max": float(v.max()) if v.shape[0] else 0.0}
 
 
 def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes: dict, cluster_sizes: dict,
@@ -322,7 +381,7 @@ def examples_from_parts(ex, parts, first_doc: int, corpus, threshold: float = 1.
     if not top and not near_top and not close:
         return out
     chosen = ex.collect(_example_members, parts, first_doc=first_doc, top=[c[0] for c in top],
-                        near_top=[c[0] for c in near_top], close=[c[0] for c in close], members=members)
+                        near_top=[c[0] for c in near_top], close=[(c[0], c[2]) for c in close], members=members)
     info: dict = {}
     shown: dict = {}
     for p in chosen:  # a few dozen documents
@@ -351,61 +410,149 @@ def examples_from_parts(ex, parts, first_doc: int, corpus, threshold: float = 1.
 
     out["largest_clusters"] = [cluster(c[0], "top") for c in top]
     out["largest_near_duplicate_clusters"] = [cluster(c[0], "near") for c in near_top]
-    out["closest_to_threshold"] = [{"survivor": doc[info[r][0]], "member": doc[r]} for r, _ in close]
+    out["closest_to_threshold"] = [{"survivor": doc[info[r][0]], "member": doc[r]} for r, _, _ in close]
     return out
-
-
-def _example_arrays(part, first_doc: int):
-    """Host arrays of one partition's rows, by position: row, survivor row, kept, exact, similarity."""
-    row = np.asarray(to_host(part["node"]), np.int64) - first_doc
-    surv = np.asarray(to_host(part["survivor"]), np.int64) - first_doc
-    return row, surv, np.asarray(to_host(part["kept"]), bool), np.asarray(to_host(part["exact"]), bool), \
-        np.asarray(to_host(part["similarity"]), np.float64)
 
 
 def _example_candidates(part, first_doc: int, k: int, near_k: int, closest: int, threshold: float) -> dict:
     """One partition's best clusters by size and by near duplicates, and its removed near duplicates
-    closest to the threshold, with the numbers the client ranks them by."""
-    row, surv, kept, exact, sim = _example_arrays(part, first_doc)
-    removed = ~kept
-    near = removed & ~exact
-    ids, size = np.unique(surv, return_counts=True)
-    pos = np.searchsorted(ids, surv)
-    copies = np.bincount(pos[removed & exact], minlength=ids.shape[0])
-    nears = np.bincount(pos[near], minlength=ids.shape[0])
-    multi = size > 1
-    order = np.lexsort((ids, -size))
-    best = order[multi[order]][:k]
-    top = list(zip(ids[best].tolist(), size[best].tolist()))
-    with_near = np.flatnonzero(nears > 0)
-    order = with_near[np.lexsort((ids[with_near], -size[with_near], -nears[with_near]))][:near_k]
-    near_top = [(int(ids[i]), int(nears[i]), int(size[i])) for i in order]
-    cand = np.flatnonzero(near)
-    cand = cand[np.lexsort((row[cand], np.abs(sim[cand] - threshold)))][:closest]
-    close = [(int(row[i]), float(abs(sim[i] - threshold))) for i in cand]
-    chosen = np.array(sorted({c[0] for c in top} | {c[0] for c in near_top}), np.int64)
-    at = np.flatnonzero(sorted_in(ids, chosen))  # the chosen clusters, by survivor row (a few dozen)
-    stats = list(zip(ids[at].tolist(), size[at].tolist(), copies[at].tolist(), nears[at].tolist()))
-    return {"top": top, "near": near_top, "close": close, "stats": stats}
+    closest to the threshold (with their survivors), with the numbers the client ranks them by.  Array
+    operations on the partition's own module; only the few dozen picked come to the host."""
+    node, surv = part["node"], part["survivor"]
+    xp = array_module(node)
+    if node.shape[0] == 0:
+        return {"top": [], "near": [], "close": [], "stats": []}
+    removed = ~part["kept"]
+    exact = removed & part["exact"]
+    near = removed & ~part["exact"]
+    ids, pos, c = _clusters(surv)
+    size = xp.bincount(pos, minlength=c)
+    copies = xp.bincount(pos[exact], minlength=c)
+    nears = xp.bincount(pos[near], minlength=c)
+    top = _largest((size,), k, xp.flatnonzero(size > 1))  # ties: lower survivor
+    near_top = _largest((nears, size), near_k, xp.flatnonzero(nears > 0))
+    chosen = xp.concatenate((top, near_top))
+    got = {name: to_host(a[chosen]).tolist() for name, a in (("size", size), ("copies", copies), ("nears", nears))}
+    got["id"] = (to_host(chosen if ids is None else ids[chosen]) - first_doc).tolist()
+    stats = {i: (i, s, cp, nr) for i, s, cp, nr in zip(got["id"], got["size"], got["copies"], got["nears"])}
+    t = top.shape[0]
+    out = {"top": sorted(((i, s) for i, s in zip(got["id"][:t], got["size"][:t])), key=lambda c: (-c[1], c[0])),
+           "near": sorted(((i, nr, s) for i, nr, s in zip(got["id"][t:], got["nears"][t:], got["size"][t:])),
+                          key=lambda c: (-c[1], -c[2], c[0])),
+           "stats": [stats[i] for i in sorted(stats)]}
+    pick = _closest(xp.asarray(part["similarity"], dtype=xp.float64), threshold, near, node, closest)
+    row = to_host(node[pick]) - first_doc
+    gaps = np.abs(to_host(part["similarity"][pick]).astype(np.float64) - threshold)
+    owner = to_host(surv[pick]) - first_doc
+    order = np.lexsort((row, gaps))[:closest]
+    out["close"] = [(int(row[i]), float(gaps[i]), int(owner[i])) for i in order]
+    return out
+
+
+def _largest(keys: tuple, k: int, cand):
+    """Positions (of ``cand``, ascending) of the ``k`` largest by ``keys`` (arrays of non-negative integers,
+    compared in turn; ties: lower position), in no order: a count of each key's values finds the one that
+    the ``k``-th holds, those above it are in, and the ties go on to the next key."""
+    xp = array_module(cand)
+    out, need = [], k
+    for key in keys:
+        if cand.shape[0] <= need:
+            break
+        v = key[cand]
+        cum = xp.cumsum(xp.bincount(v)[::-1])  # how many hold each value or more, from the largest down
+        t = int(cum.shape[0]) - 1 - int(xp.count_nonzero(cum < need))  # the value of the need-th largest
+        out.append(cand[v > t])
+        need -= int(out[-1].shape[0])
+        cand = cand[v == t]
+    out.append(cand[:need])
+    return xp.concatenate(out)
+
+
+def _clusters(surv):
+    """(ids, pos, c): the clusters of a partition's rows by their survivor nodes, ``ids`` ascending, each row's
+    position among them and how many positions there are; ``ids`` None where the positions are the survivor
+    nodes themselves (no larger than a few times the rows: a run's document numbers), positions of no
+    cluster then holding none."""
+    top = int(surv.max()) + 1
+    if top <= 4 * surv.shape[0] + (1 << 20):
+        return None, surv, top
+    ids, pos = dense_ranks(surv)
+    return ids, pos, int(ids.shape[0])
+
+
+SAMPLE = 1 << 16  # values a bound on the k-th smallest is taken from
+
+
+def _closest(sim, threshold: float, among, row, k: int):
+    """Positions of the ``k`` rows ``among`` (a mask) whose ``|sim - threshold|`` is smallest (ties: lower
+    ``row``, distinct), and maybe a few more, in no order.  The ``k``-th smallest of an even sample of them
+    bounds the one of all, so a comparison keeps few rows; of those: the ones below the ``k``-th smallest
+    gap and the ties at it with the lowest rows."""
+    xp = array_module(sim)
+    if k <= 0:
+        return xp.zeros(0, dtype=xp.int64)
+    step = max(1, sim.shape[0] // SAMPLE)
+    sample = xp.abs(sim[::step][among[::step]] - threshold)
+    bound = float(xp.partition(sample, k - 1)[k - 1]) if sample.shape[0] >= k else float("nan")
+    if bound == bound:  # not NaN: at least the k smallest are within it (and a margin for rounding)
+        margin = 1e-9 * (1.0 + abs(threshold) + bound)
+        cand = xp.flatnonzero(among & (sim >= threshold - bound - margin) & (sim <= threshold + bound + margin))
+    else:
+        cand = xp.flatnonzero(among)
+    if cand.shape[0] <= k:
+        return cand
+    g = xp.abs(sim[cand] - threshold)
+    t = xp.partition(g, k - 1)[k - 1]
+    if not bool(t == t):  # NaN: fewer than k numbers, every one is picked
+        return cand
+    below, tied = cand[g < t], cand[g == t]
+    need = k - int(below.shape[0])
+    if tied.shape[0] > need:
+        r = row[tied]
+        tied = tied[r <= xp.partition(r, need - 1)[need - 1]]
+    return xp.concatenate((below, tied))
+
+
+def _among(a, keys):
+    """Whether each value of the non-negative integer array ``a`` is one of the few ascending ``keys``: a flag
+    per value up to the largest, where there are at most a few per value of ``a`` (a run's document numbers),
+    else a binary search each (:func:`~gpu_dedup.backends.sorted_in`)."""
+    xp = array_module(a)
+    if a.shape[0] == 0 or keys.shape[0] == 0:
+        return xp.zeros(a.shape[0], dtype=bool)
+    top = int(a.max()) + 1
+    if top > 4 * a.shape[0] + (1 << 20):
+        return sorted_in(a, keys)
+    flag = xp.zeros(top, dtype=bool)
+    flag[keys[keys < top]] = True
+    return flag[a]
 
 
 def _example_members(part, first_doc: int, top, near_top, close, members: int) -> dict:
     """The rows to show from one partition: the chosen clusters' survivors and up to ``members`` removed
     members each (near duplicates first, least similar first, then exact copies; ties: lower row), and
-    the close calls with their survivors; per row (survivor, kept, exact, similarity)."""
-    row, surv, kept, exact, sim = _example_arrays(part, first_doc)
-    sorted_rows = np.sort(row)
-
-    def mine(wanted) -> list:  # those of a few rows that are this partition's
-        wanted = np.asarray(wanted, np.int64)
-        return wanted[sorted_in(wanted, sorted_rows)].tolist()
-
+    the close calls (row, survivor row) with their survivors; per row (survivor, kept, exact, similarity).
+    A look-up per row finds those clusters' rows and the close calls'; only they come to the host."""
+    xp = array_module(part["node"])
+    node, surv = part["node"], part["survivor"]
+    clusters = np.unique(np.asarray(list(top) + list(near_top), np.int64)) + first_doc
+    wanted = np.unique(np.asarray([r for pair in close for r in pair], np.int64)) + first_doc
+    hit = _among(surv, to_module(clusters, xp)) | _among(node, to_module(wanted, xp))
+    at = xp.flatnonzero(hit)  # the chosen clusters' rows and the close calls': this partition's
+    row = to_host(node[at]) - first_doc
+    sv = to_host(surv[at]) - first_doc
+    kept = to_host(part["kept"][at]).astype(bool)
+    exact = to_host(part["exact"][at]).astype(bool)
+    sim = to_host(part["similarity"][at]).astype(np.float64)
+    where = {r: i for i, r in enumerate(row.tolist())}
     shown = {}
     rows = set()
 
     def pick(survivors, removed, key):
-        for s in mine(survivors):  # a few dozen clusters
-            cand = np.flatnonzero((surv == s) & removed)  # the members of one chosen cluster
+        for s in survivors:  # a few dozen clusters
+            if s not in where:
+                continue  # another partition's
+            cand = np.flatnonzero((sv == s) & removed)  # the members of one chosen cluster
             cand = cand[np.lexsort((row[cand], sim[cand], exact[cand]))][:members]
             shown[(key, s)] = row[cand].tolist()
             rows.update(shown[(key, s)])
@@ -413,11 +560,12 @@ def _example_members(part, first_doc: int, top, near_top, close, members: int) -
 
     pick(top, ~kept, "top")
     pick(near_top, ~kept & ~exact, "near")
-    for r in mine(close):
-        rows.add(r)
-        rows.add(int(surv[np.flatnonzero(row == r)[0]]))
-    at = np.flatnonzero(sorted_in(row, np.array(sorted(rows), np.int64)))  # their positions: a few dozen
-    info = {int(row[i]): (int(surv[i]), bool(kept[i]), bool(exact[i]), float(sim[i])) for i in at.tolist()}
+    for r, _ in close:
+        if r in where:
+            rows.add(r)
+            rows.add(int(sv[where[r]]))
+    info = {r: (int(sv[where[r]]), bool(kept[where[r]]), bool(exact[where[r]]), float(sim[where[r]]))
+            for r in sorted(rows)}
     return {"rows": info, "shown": shown}
 
 

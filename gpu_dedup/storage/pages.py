@@ -5,10 +5,10 @@ pyarrow, each of them costs the decompression and decoding of its whole column c
 one row group per shard (how many writers write), the texts of the whole corpus again.  Parquet
 pages are independent units, though: each page header says how many rows it holds and how many
 bytes follow it.  :func:`take_pages` walks a column chunk's page headers (a few bytes each, the page
-data skipped), copies the dictionary page and the data pages that hold the wanted rows into a small
-Parquet file of their own with a footer that describes just them, and lets pyarrow decode that file:
-every codec, encoding and page version pyarrow reads is read the same way, and no other page is
-decompressed.
+data skipped), copies the data pages that hold the wanted rows (and the dictionary page, where their
+values index it) into a small Parquet file of their own with a footer that describes just them, and
+lets pyarrow decode that file: every codec, encoding and page version pyarrow reads is read the same
+way, and no other page is decompressed.
 
 It handles what texts are stored as (a top-level, non-repeated byte-array column, nullable or not) and
 returns None for anything else (a nested column, an unreadable header, page counts that disagree with
@@ -34,6 +34,7 @@ _BYTE_ARRAY = 6
 _REQUIRED, _OPTIONAL = 0, 1
 _UTF8 = 0
 _DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3
+_DICTIONARY_ENCODINGS = {2, 8}  # PLAIN_DICTIONARY, RLE_DICTIONARY: values that are indices into the dictionary
 _CODECS = {"UNCOMPRESSED": 0, "SNAPPY": 1, "GZIP": 2, "LZO": 3, "BROTLI": 4, "LZ4": 5, "ZSTD": 6, "LZ4_RAW": 7}
 
 HEADER_BYTES = 1 << 14  # bytes read for one page header first (statistics may make it longer: then more)
@@ -273,13 +274,16 @@ def _group_values(f, pf: pq.ParquetFile, j: int, col, g: int, local: np.ndarray)
     if cc.has_dictionary_page and 0 < (cc.dictionary_page_offset or 0) < start:
         start = cc.dictionary_page_offset
     pages = _pages(f, start, cc.total_compressed_size)
-    dictionary = bool(pages) and pages[0].kind == _DICTIONARY_PAGE
+    has_dictionary = bool(pages) and pages[0].kind == _DICTIONARY_PAGE
     data = [p for p in pages if p.kind in (_DATA_PAGE, _DATA_PAGE_V2)]
     if any(p.kind == _DICTIONARY_PAGE for p in pages[1:]) or sum(p.rows for p in data) != rg.num_rows:
         raise _Refused("pages that disagree with the footer")
     ends = np.cumsum([p.rows for p in data], dtype=np.int64)
     page = np.searchsorted(ends, local, side="right")
     chosen = np.unique(page)
+    # the dictionary page only where a chosen page's values index it: a writer falls back to plain pages once the
+    # dictionary is full (texts: after a page or two), and most rows are in those
+    dictionary = has_dictionary and any(data[k].encodings & _DICTIONARY_ENCODINGS for k in chosen)
     kept = ([pages[0]] if dictionary else []) + [data[k] for k in chosen]
     body = bytearray(b"PAR1")
     for p in kept:

@@ -19,12 +19,15 @@ def values(part):
 
 
 @pytest.mark.parametrize("gather", [4096, 7])
-@pytest.mark.parametrize("kind", ["uniform", "ties", "one", "cosine"])
+@pytest.mark.parametrize("kind", ["uniform", "ties", "one", "cosine", "fractions"])
 def test_quantiles_over_parts_equal_numpy(monkeypatch, gather, kind):
+    """Values in 0..1 (the first narrowing pass counted with the first statistics) or not (cosine)."""
     monkeypatch.setattr(build, "GATHER_AT_MOST", gather)  # 7: every quantile found by narrowing
     rng = np.random.default_rng(len(kind) * 31 + gather)
+    fractions = np.array([a / b for b in range(70, 90) for a in range(56, b + 1)])  # Jaccard-like, many ties
     v = {"uniform": rng.random(20_000), "ties": np.round(rng.random(20_000), 2),
-         "one": np.array([0.83]), "cosine": rng.uniform(-1, 1, 5_000)}[kind]
+         "one": np.array([0.83]), "cosine": rng.uniform(-1, 1, 5_000),
+         "fractions": np.concatenate((rng.choice(fractions, 20_000), np.ones(15_000), np.zeros(3)))}[kind]
     parts = np.array_split(v, 6)
     got = build.similarity_summary(InProcess(), parts, values, 0.8)
     want = {f"p{int(q * 100)}": round(float(x), 4) for q, x in zip(build.QUANTILES, np.quantile(v, build.QUANTILES))}
@@ -48,6 +51,17 @@ def test_every_quantile_is_narrowed_in_the_same_passes(monkeypatch):
     got = build.similarity_summary(Counting(), np.array_split(v, 4), values, 0.8)
     assert got["quantiles"]["p50"] == round(float(np.quantile(v, 0.5)), 4)
     assert calls[0] == "_value_stats" and 1 < len(calls) <= 5, calls
+
+
+def test_histogram_is_numpys():
+    """The 20 similarity bins by a binary search each: the edges, 1.0 (in the last bin), values outside and NaN
+    (in none) as ``np.histogram`` counts them."""
+    rng = np.random.default_rng(3)
+    edges = build.SIMILARITY_BINS
+    v = np.concatenate((rng.random(5_000), edges, np.nextafter(edges, 2.0), np.nextafter(edges, -1.0),
+                        [-0.5, 1.5, np.nan, 1.0, 1.0, 0.0]))
+    assert build._histogram(v, edges).tolist() == np.histogram(v, bins=edges)[0].tolist()
+    assert build._histogram(v[:0], edges).tolist() == [0] * 20
 
 
 def test_no_values_no_quantiles():

@@ -114,6 +114,32 @@ def test_only_the_pages_holding_the_rows_are_decoded(tmp_path):
     assert take_pages(path, "text", [broken]) is None
 
 
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+def test_the_dictionary_page_is_read_only_for_pages_that_index_it(tmp_path, version):
+    """Rows in the plain pages a writer falls back to once its dictionary is full need no dictionary: corrupt
+    it and they still come back; rows of a page that indexes it are refused, never wrong."""
+    n = 3000
+    path = tmp_path / "s.parquet"
+    texts = _texts(n, seed=8)
+    pq.write_table(pa.table({"text": texts}), path, data_page_size=2048, dictionary_pagesize_limit=4096,
+                   compression="zstd", write_batch_size=64, data_page_version=version)
+    meta = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    with open(path, "rb") as f:
+        found = pages._pages(f, meta.dictionary_page_offset, meta.total_compressed_size)
+    data = [p for p in found if p.kind != 2]
+    indexed = [bool(p.encodings & pages._DICTIONARY_ENCODINGS) for p in data]
+    assert found[0].kind == 2 and indexed[0] and not indexed[-1]  # dictionary pages, then plain ones
+    ends = np.cumsum([p.rows for p in data])
+    plain = np.array([r for r in _rows(n) if not indexed[int(np.searchsorted(ends, r, side="right"))]])
+    assert plain.shape[0] > 10
+    raw = bytearray(path.read_bytes())
+    at = found[0].offset + found[0].size - 64  # inside the dictionary page's compressed data
+    raw[at : at + 32] = b"\xff" * 32
+    path.write_bytes(bytes(raw))
+    assert take_pages(path, "text", plain).to_pylist() == [texts[r] for r in plain]
+    assert take_pages(path, "text", [0]) is None
+
+
 @pytest.mark.parametrize("table, column", [
     (pa.table({"text": pa.array([["a", "b"], ["c"]] * 50)}), "text"),  # a list column
     (pa.table({"doc": pa.array([{"text": "a"}, {"text": "b"}] * 50)}), "doc.text"),  # a field of a struct
