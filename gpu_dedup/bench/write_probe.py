@@ -31,6 +31,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
+
+from gpu_dedup import backends
+from gpu_dedup.run.contract import shard_starts
+from gpu_dedup.storage.atomic import written_digest
+from gpu_dedup.storage.content import schema_difference
+from gpu_dedup.storage.discovery import discover
+from gpu_dedup.storage.filter import resolve_codec
+from gpu_dedup.storage.parquet import footer
+
 VARIANTS = {
     "default": {},
     "kvikio1": {"KVIKIO_NTHREADS": "1"},
@@ -49,22 +60,11 @@ def _timed(fn, *args, **kw):
 
 def probe_once(corpus: Path, variant: str, keep_share: float = 0.94) -> dict:
     """One variant's timings, in this process (libcudf's I/O settings are those of its environment)."""
-    import numpy as np
-    import pyarrow.parquet as pq
-
-    from gpu_dedup.backends import get_backend
-    from gpu_dedup.run.contract import shard_starts
-    from gpu_dedup.storage.atomic import written_digest
-    from gpu_dedup.storage.content import schema_difference
-    from gpu_dedup.storage.discovery import discover
-    from gpu_dedup.storage.filter import resolve_codec
-    from gpu_dedup.storage.parquet import footer
-
     paths = sorted(corpus.glob("*.parquet"))
     if not paths:
         raise SystemExit(f"no Parquet shards in {corpus}")
     shards = [s.with_rows(footer(s).metadata.num_rows) for s in discover(paths)]  # as the read stage leaves them
-    be = get_backend("gpu")
+    be = backends.get_backend("gpu")
     if be.info.get("frames") != "cudf":
         return {"variant": variant, "error": "cuDF is not installed: the device writer does not run"}
     codec = "none" if variant == "uncompressed" else resolve_codec("same", shards[0])
