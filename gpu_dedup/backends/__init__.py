@@ -169,6 +169,12 @@ def sorted_in(a, keys):
     return sorted_find(a, keys)[0]
 
 
+def flags_fit(top: int, n: int) -> bool:
+    """Whether a flag per value below ``top`` costs no more than sorting ``n`` values: values dense enough (a
+    run's document numbers) for a table indexed by value instead of a sort or a binary search."""
+    return top <= 4 * n + (1 << 20)
+
+
 def dense_ranks(a, extra=None):
     """(values, ranks): the distinct values of the non-negative integer arrays ``a`` and ``extra``, ascending,
     and the position of each of ``a``'s among them (``values[ranks] == a``).  A flag per value up to the
@@ -178,7 +184,7 @@ def dense_ranks(a, extra=None):
     if both.shape[0] == 0:
         return both.astype(xp.int64), xp.zeros(0, dtype=xp.int64)
     top = int(both.max()) + 1
-    if top > 4 * both.shape[0] + (1 << 20):  # sparse: a flag per value would cost more than the sort
+    if not flags_fit(top, both.shape[0]):  # sparse: a flag per value would cost more than the sort
         values = distinct(both)
         return values, xp.searchsorted(values, a)
     present = xp.zeros(top, dtype=bool)

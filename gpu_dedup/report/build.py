@@ -16,7 +16,7 @@ import platform
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import array_module, dense_ranks, sorted_in, to_host, to_module
+from gpu_dedup.backends import array_module, dense_ranks, flags_fit, sorted_in, to_host, to_module
 from gpu_dedup.version import __version__
 from gpu_dedup.storage import atomic_write_bytes
 
@@ -474,7 +474,7 @@ def _clusters(surv):
     nodes themselves (no larger than a few times the rows: a run's document numbers), positions of no
     cluster then holding none."""
     top = int(surv.max()) + 1
-    if top <= 4 * surv.shape[0] + (1 << 20):
+    if flags_fit(top, surv.shape[0]):
         return None, surv, top
     ids, pos = dense_ranks(surv)
     return ids, pos, int(ids.shape[0])
@@ -521,7 +521,7 @@ def _among(a, keys):
     if a.shape[0] == 0 or keys.shape[0] == 0:
         return xp.zeros(a.shape[0], dtype=bool)
     top = int(a.max()) + 1
-    if top > 4 * a.shape[0] + (1 << 20):
+    if not flags_fit(top, a.shape[0]):
         return sorted_in(a, keys)
     flag = xp.zeros(top, dtype=bool)
     flag[keys[keys < top]] = True

@@ -102,13 +102,7 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
         for k, (shard, tmp) in enumerate(zip(shards, tmps)):
             if rows is None:
                 break
-            try:
-                why = schema_difference(pq.read_schema(tmp), footer(shard).schema)
-                written = pq.read_metadata(tmp).num_rows
-                if why is None and written != rows[k]:
-                    why = f"{written} rows written, {rows[k]} kept"
-            except (OSError, pa.ArrowException) as exc:
-                why = f"its file cannot be read back ({exc})"
+            why = written_difference(tmp, shard, rows[k])
             if why is None:
                 publish(tmp, out / shard.name)
                 done.add(k)
@@ -118,6 +112,17 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
     finally:
         for tmp in tmps:
             unlink(tmp)
+
+
+def written_difference(path, shard: Shard, rows: int) -> str | None:
+    """Why the file the device wrote at ``path`` is not ``shard``'s kind with ``rows`` rows (its logical schema,
+    its row count, or a file that cannot be read back), or None."""
+    try:
+        why = schema_difference(pq.read_schema(path), footer(shard).schema)
+        written = pq.read_metadata(path).num_rows
+    except (OSError, pa.ArrowException) as exc:
+        return f"its file cannot be read back ({exc})"
+    return why if why is not None or written == rows else f"{written} rows written, {rows} kept"
 
 
 def resolve_codec(compression: str, shard: Shard):
