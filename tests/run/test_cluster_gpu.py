@@ -7,6 +7,7 @@ pandas frames), the first-contact rehearsal runs the device step's benchmark the
 runs it for real (results/gpu/README.md)."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -45,8 +46,9 @@ def test_shared_gpus_are_counted_before_anything_starts(monkeypatch):
 def test_each_worker_of_a_shared_gpu_gets_its_share_of_the_device():
     """Dask-CUDA's device_memory_limit (80 % of the share) and an RMM pool starting at half the share and, on a
     shared GPU, growing to 90 % of the share at most; RMM's async allocator instead of the pool when asked."""
-    def memory(**cluster):
-        return connection.gpu_worker_memory(Config.from_dict({"backend": "gpu", "cluster": cluster}).cluster, 80 * GiB)
+    def memory(free=80 * GiB, **cluster):
+        return connection.gpu_worker_memory(Config.from_dict({"backend": "gpu", "cluster": cluster}).cluster,
+                                            (80 * GiB, free))
 
     four = memory(workers=4, workers_per_gpu=4)
     assert four.device_memory_limit == int(0.8 * 20 * GiB)
@@ -58,6 +60,23 @@ def test_each_worker_of_a_shared_gpu_gets_its_share_of_the_device():
     assert (fast.pool_bytes, fast.pool_max_bytes, fast.rmm_async) == (None, None, True)
     unknown = connection.gpu_worker_memory(Config.from_dict({"backend": "gpu"}).cluster, None)  # no NVML
     assert (unknown.device_memory_limit, unknown.pool_bytes) == ("default", None)
+
+
+def test_a_gpu_worker_shares_what_is_free_when_another_process_holds_device_memory(caplog):
+    """A process that ran on the GPU before (a notebook, the tests) keeps its RMM pool: half the device.  A worker's
+    pool of half the whole device would not fit beside it and its start would fail; its share is of what is free."""
+    cfg = Config.from_dict({"backend": "gpu", "cluster": {"workers": 1}}).cluster
+    with caplog.at_level(logging.WARNING, logger="gpu_dedup"):
+        held = connection.gpu_worker_memory(cfg, (80 * GiB, 39 * GiB))
+    assert (held.device_memory_limit, held.pool_bytes) == (int(0.8 * 39 * GiB), 39 * GiB // 2 // 256 * 256)
+    assert "39.0 GiB of the device's 80.0 GiB are free" in caplog.text
+    shared = Config.from_dict({"backend": "gpu", "cluster": {"workers": 2, "workers_per_gpu": 2}}).cluster
+    two = connection.gpu_worker_memory(shared, (80 * GiB, 40 * GiB))
+    assert (two.pool_bytes, two.pool_max_bytes) == (10 * GiB, 18 * GiB)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="gpu_dedup"):
+        connection.gpu_worker_memory(cfg, (80 * GiB, 79 * GiB))  # the driver's own: nothing to say
+    assert caplog.text == ""
 
 
 def test_a_shared_gpu_worker_is_started_as_dask_cuda_starts_one(monkeypatch):

@@ -325,9 +325,9 @@ def gpu_devices(workers: int, per_gpu: int = 1) -> str | None:
     return ",".join(gpus[:need])
 
 
-def device_bytes(device: str) -> int | None:
-    """Total memory of GPU ``device`` (an index or a UUID, as CUDA_VISIBLE_DEVICES names it) from NVML, without a
-    CUDA context; None when NVML cannot say."""
+def device_bytes(device: str) -> tuple[int, int] | None:
+    """(total, free) memory of GPU ``device`` (an index or a UUID, as CUDA_VISIBLE_DEVICES names it) from NVML,
+    without a CUDA context; None when NVML cannot say."""
     try:
         import pynvml  # noqa: PLC0415  nvidia-ml-py, a dask-cuda dependency
 
@@ -335,7 +335,8 @@ def device_bytes(device: str) -> int | None:
         try:
             handle = (pynvml.nvmlDeviceGetHandleByIndex(int(device)) if device.isdigit()
                       else pynvml.nvmlDeviceGetHandleByUUID(device))
-            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+            info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            return int(info.total), int(info.free)
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001 - no NVML, or a device it does not know
@@ -354,14 +355,22 @@ class GPUWorkerMemory:
     rmm_async: bool
 
 
-def gpu_worker_memory(cluster_cfg, total: int | None) -> GPUWorkerMemory:
-    """The device memory of each of ``cluster.workers_per_gpu`` workers sharing a GPU of ``total`` bytes:
-    ``cluster.device_memory_limit`` (auto: 80 % of its share), an RMM pool starting at half its share and, when
-    the GPU is shared, growing to POOL_MAX_SHARE of its share at most (so one worker cannot starve the others; the
-    rest is its CUDA context and the libraries' own memory); with ``cluster.rmm_async``, RMM's asynchronous
-    allocator instead (one pool the driver shares among them)."""
+def gpu_worker_memory(cluster_cfg, memory: tuple[int, int] | None) -> GPUWorkerMemory:
+    """The device memory of each of ``cluster.workers_per_gpu`` workers sharing a GPU with ``memory`` = (total,
+    free) bytes: ``cluster.device_memory_limit`` (auto: 80 % of its share), an RMM pool starting at half its share
+    and, when the GPU is shared, growing to POOL_MAX_SHARE of its share at most (so one worker cannot starve the
+    others; the rest is its CUDA context and the libraries' own memory); with ``cluster.rmm_async``, RMM's
+    asynchronous allocator instead (one pool the driver shares among them).  A share is of the memory free as the
+    cluster starts, where another process (a notebook's own GPU run, whose RMM pool holds half the device) holds
+    some: a pool asked for beyond what is free fails the worker's start."""
     per = cluster_cfg.workers_per_gpu
-    share = total // per if total else None
+    share = None
+    if memory is not None:
+        total, free = memory
+        share = min(total, free) // per
+        if free < total // 2:
+            log.warning("GPU memory: %.1f GiB of the device's %.1f GiB are free (another process holds the rest); "
+                        "each of its %d worker(s) gets a share of what is free", free / 2**30, total / 2**30, per)
     if cluster_cfg.device_memory_limit != "auto":
         limit: int | str = parse_size(cluster_cfg.device_memory_limit)
     else:
