@@ -43,6 +43,55 @@ def pytest_runtest_logreport(report):
 _CONFIG: dict = {}
 
 
+@pytest.fixture(autouse=True)
+def _cluster_state_before_timeout(request):
+    """With --failures-at-once (the device runs) and pytest-timeout: a test still running 5 s before its timeout
+    that has a Dask client writes, to the uncaptured stderr, what the tests' own stack dump cannot show: the
+    cluster's workers, the stacks of the tasks they run and their (and their nannies') recent logs.  A worker that
+    hangs or never starts is in another process."""
+    config = request.config
+    timeout = float(config.getoption("timeout", None) or 0) if config.getoption("--failures-at-once") else 0.0
+    if timeout <= 10:
+        yield
+        return
+    import threading
+
+    timer = threading.Timer(timeout - 5, _dump_clusters, args=(request.node.nodeid,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _dump_clusters(nodeid: str) -> None:
+    import sys
+    import threading
+
+    client_module = sys.modules.get("distributed.client")
+    clients = list(getattr(client_module, "_global_clients", {}).values()) if client_module else []
+    err = sys.__stderr__
+    print(f"\n===== {nodeid}: near its timeout, {len(clients)} Dask client(s) =====", file=err, flush=True)
+    for client in clients:
+        for what, ask in (("workers", lambda c=client: list(c.scheduler_info().get("workers", {}))),
+                          ("tasks' stacks", lambda c=client: c.call_stack()),
+                          ("worker logs", lambda c=client: c.get_worker_logs(n=40)),
+                          ("nanny logs", lambda c=client: c.get_worker_logs(n=40, nanny=True))):
+            box: dict = {}
+            asker = threading.Thread(target=lambda: box.update(out=_answer(ask)), daemon=True)
+            asker.start()
+            asker.join(3)
+            print(f"--- {what}: {box.get('out', 'no answer within 3 s')}", file=err, flush=True)
+
+
+def _answer(ask):
+    try:
+        return ask()
+    except Exception as exc:  # noqa: BLE001 - a diagnostic: what went wrong is the answer
+        return f"{type(exc).__name__}: {exc}"
+
+
 def pytest_configure(config):
     _CONFIG["config"] = config
 
