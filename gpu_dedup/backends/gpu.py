@@ -33,6 +33,7 @@ import importlib
 import importlib.util
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -891,15 +892,22 @@ class GPUBackend(Backend):
         count_transfer("host_to_device_bytes", moved)
         return DeviceTable(got.tbl, list(got.column_names()), schemas, whole=columns is None)
 
-    def write_table(self, held: DeviceTable, starts, keep, targets, codec: str) -> list | None:
+    def write_table(self, held: DeviceTable, starts, keep, targets, codec: str, streams: int = 1,
+                    after=None) -> list | None:
         """The kept rows of ``held`` (shard ``k`` at rows ``starts[k]:starts[k+1]``; ``keep``: bool per row, on the
-        host) written to ``targets`` (a file per shard) in one libcudf write: filtered and compressed on the
-        device, every file with its shard's own key-value metadata (``ARROW:schema`` included, so pyarrow reads the
-        input's Arrow types back) and the input's field names and nullability; timestamps written UTC-adjusted
-        where the input's have a time zone, as they are where they have none.  Returns the rows written per file,
-        or None (nothing written) where it cannot: a codec libcudf does not write, a map column, timestamps with
-        and without a zone in one table, key-value metadata that is not text.  The caller checks each file's
-        logical schema against its shard's."""
+        host) written to ``targets`` (a file per shard): filtered and compressed on the device, every file with its
+        shard's own key-value metadata (``ARROW:schema`` included, so pyarrow reads the input's Arrow types back)
+        and the input's field names and nullability; timestamps written UTC-adjusted where the input's have a time
+        zone, as they are where they have none.  Returns the rows written per file, or None (nothing written)
+        where it cannot: a codec libcudf does not write, a map column, timestamps with and without a zone in one
+        table, key-value metadata that is not text.  The caller checks each file's logical schema against its
+        shard's.
+
+        ``streams`` 1: one libcudf write of every file (its partitions), then ``after(k, rows)`` (the caller's check
+        and digest of file ``k``) for each file, a thread per core.  More: a libcudf write per file, up to
+        ``streams`` at once (and a thread per core at most), each from a thread of its own on a CUDA stream of its
+        own, so that one file's encoding on the device overlaps others' copies to the host, writes to disk and
+        digests; ``after(k, rows)`` then runs on file ``k``'s thread as soon as it is written."""
         import pylibcudf as plc
 
         comp = {"none": "NONE", "snappy": "SNAPPY", "zstd": "ZSTD", "lz4": "LZ4"}.get(codec)
@@ -920,14 +928,35 @@ class GPUBackend(Backend):
         meta = plc.io.types.TableInputMetadata(kept)
         for i, field in enumerate(held.schemas[0]):
             _column_metadata(meta.column_metadata[i], field)
-        build = (plc.io.parquet.ParquetWriterOptions.builder(plc.io.types.SinkInfo([str(t) for t in targets]), kept)
-                 .metadata(meta).key_value_metadata(kv).compression(getattr(plc.io.types.CompressionType, comp)))
-        if zoned == {False} and hasattr(build, "utc_timestamps"):  # libcudf marks them UTC-adjusted by default
-            build = build.utc_timestamps(False)
-        opts = build.build()
-        opts.set_partitions([plc.io.types.PartitionInfo(int(firsts[k]), int(counts[k])) for k in range(len(targets))])
-        plc.io.parquet.write_parquet(opts)
-        return [int(c) for c in counts]
+
+        def options(sinks: list, kvs: list, parts: list):
+            build = (plc.io.parquet.ParquetWriterOptions.builder(plc.io.types.SinkInfo(sinks), kept)
+                     .metadata(meta).key_value_metadata(kvs).compression(getattr(plc.io.types.CompressionType, comp)))
+            if zoned == {False} and hasattr(build, "utc_timestamps"):  # libcudf marks them UTC-adjusted by default
+                build = build.utc_timestamps(False)
+            opts = build.build()
+            opts.set_partitions([plc.io.types.PartitionInfo(int(firsts[k]), int(counts[k])) for k in parts])
+            return opts
+
+        rows = [int(c) for c in counts]
+        threads = max(1, min(len(targets), os.cpu_count() or 1))
+        if streams <= 1 or len(targets) == 1:
+            plc.io.parquet.write_parquet(options([str(t) for t in targets], kv, range(len(targets))))
+            if after is not None:
+                with ThreadPoolExecutor(threads, thread_name_prefix="gpu-dedup-written") as pool:
+                    list(pool.map(after, range(len(targets)), rows))
+            return rows
+        each = [options([str(t)], [kv[k]], [k]) for k, t in enumerate(targets)]  # one partition of the kept table
+        self.xp.cuda.Device().synchronize()  # the kept table, made on the default stream, before other streams read it
+
+        def one(k: int) -> None:
+            plc.io.parquet.write_parquet(each[k], self.xp.cuda.Stream(non_blocking=True))
+            if after is not None:
+                after(k, rows[k])
+
+        with ThreadPoolExecutor(min(streams, threads), thread_name_prefix="gpu-dedup-device-write") as pool:
+            list(pool.map(one, range(len(targets))))
+        return rows
 
     @property
     def write_parquet(self):

@@ -69,6 +69,10 @@ from gpu_dedup.stages.vectors import Vectors
 log = logging.getLogger("gpu_dedup")
 
 SIGNATURE_CHUNK = 65536  # documents per signature kernel call (progress granularity)
+# the device's shard write from the table the read stage held: 1, one libcudf write of every shard (measured on
+# one H200, 2026-11-29: 1.21-1.35 s for 10^6 documents' 16 shards, with the files' check and digests); N, a write
+# per shard from N threads, each on a CUDA stream of its own (bench/write_probe.py's "streams" variant measures it)
+DEVICE_WRITE_STREAMS = 1
 
 
 def run_local(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, prior=None, sink=None,
@@ -533,12 +537,12 @@ class LocalExecutor:
         keeps = [kept[starts[i] : starts[i + 1]] for i in range(len(shards))]
         todo = [i for i, shard in enumerate(shards) if not staged(ckpt.marked(f"shard-{i}"), shard, out)]
         device_writer, table_writer = self.place.shard_writers(self.device_table)
-        on_device = set()  # shards the device wrote from the table the read stage held, in one call
+        on_device: dict = {}  # shards the device wrote from the table the read stage held: their digest records
         # device branch (tools/device_branches.py): the placement hands over the device's writer of the table the
         # read stage held; only a run that writes every shard now uses it (a resumed one writes on the host)
         if table_writer is not None and len(todo) == len(shards):
             on_device = storage.write_shards_on_device(shards, kept, starts, out, self.cfg.output.compression,
-                                                       self.device_table, table_writer)
+                                                       self.device_table, table_writer, DEVICE_WRITE_STREAMS)
             self.writers = {"cudf": len(on_device), "pyarrow": len(todo) - len(on_device)}
         self.device_table = None  # its device memory goes back
 
@@ -547,9 +551,10 @@ class LocalExecutor:
 
         def write_one(i):
             mine, held[i] = held[i], None
-            if i not in on_device:
-                storage.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,
-                                    device_writer=device_writer, held=mine)
+            if i in on_device:  # checked and digested on the thread that wrote it
+                return on_device[i]
+            storage.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,
+                                device_writer=device_writer, held=mine)
             return {"name": shards[i].name, **storage.written_digest(out / shards[i].name)}
 
         # the device writer too (gpu.writer: cudf): on one H100 the stage took 17 s for 10^6 documents' 16 shards

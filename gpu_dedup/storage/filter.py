@@ -20,7 +20,7 @@ from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array, numpy_arra
 from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.storage.ahead import ahead
 from gpu_dedup.storage.arrow import write_arrow
-from gpu_dedup.storage.atomic import atomically, publish, unlink
+from gpu_dedup.storage.atomic import atomically, publish, unlink, written_digest
 from gpu_dedup.storage.columns import VIEW_TYPES, without_views
 from gpu_dedup.storage.content import schema_difference
 from gpu_dedup.storage.discovery import Shard
@@ -70,20 +70,22 @@ def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str,
 
 
 def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, compression: str, table, writer,
-                           ) -> set:
-    """Every shard's kept rows written by the device in one call, ``writer(table, starts, keep, paths, codec)``
-    (the GPU backend's :meth:`~gpu_dedup.backends.gpu.GPUBackend.write_table`: ``table`` holds every column of
-    all ``shards``, shard ``k`` at rows ``starts[k]:starts[k+1]``), into temporary files; each file is published
-    under its shard's name when its content is the input's kind (the same logical schema and the kept row
-    count, see :mod:`gpu_dedup.storage.content`), else removed (said once per reason).  Returns the indices of
-    the shards published: the caller writes the others on the host.  Nothing is written where the shards do
-    not share one codec the writer can write, or the output is an object store."""
+                           streams: int = 1) -> dict:
+    """Every shard's kept rows written by the device, ``writer(table, starts, keep, paths, codec, streams, after)``
+    (the GPU backend's :meth:`~gpu_dedup.backends.gpu.GPUBackend.write_table`: ``table`` holds every column of all
+    ``shards``, shard ``k`` at rows ``starts[k]:starts[k+1]``; ``streams`` 1: in one call, more: a file per CUDA
+    stream, that many at once), into temporary files; each file is published under its shard's name when its
+    content is the input's kind (the same logical schema and the kept row count, see
+    :mod:`gpu_dedup.storage.content`), else removed (said once per reason).  Returns ``{k: record}`` of the
+    shards published, each with its :func:`~gpu_dedup.storage.atomic.written_digest` taken on the thread that
+    checked it: the caller writes the others on the host.  Nothing is written where the shards do not share one
+    codec the writer can write, or the output is an object store."""
     out = as_path(out_dir)
     if not shards or is_url(out) or any(s.format != "parquet" for s in shards):
-        return set()
+        return {}
     codecs = [resolve_codec(compression, s) for s in shards]  # a name, or {column: name} where columns differ
     if any(not isinstance(c, str) for c in codecs) or len(set(codecs)) != 1:
-        return set()
+        return {}
     codec = codecs[0]
     check_unchanged(shards)  # the rows to keep were decided on what was read then
     out.mkdir(parents=True, exist_ok=True)
@@ -92,23 +94,26 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
         fd, tmp = tempfile.mkstemp(prefix=f".{s.name}.", suffix=".device.tmp", dir=out)
         os.close(fd)
         tmps.append(tmp)
+    done: dict = {}
+
+    def written(k: int, rows: int) -> None:  # on the thread that wrote (or was given) file k
+        shard = shards[k]
+        why = written_difference(tmps[k], shard, rows)
+        if why is None:
+            publish(tmps[k], out / shard.name)
+            done[k] = {"name": shard.name, **written_digest(out / shard.name)}
+        else:
+            _set_aside(shard, why)
+
     try:
         try:
-            rows = writer(table, starts, keep, tmps, codec)
+            writer(table, starts, keep, tmps, codec, streams, written)
         except (MemoryError, RuntimeError, ValueError, TypeError, NotImplementedError, AttributeError) as exc:
             _set_aside(shards[0], f"cuDF could not write them ({type(exc).__name__}: {str(exc)[:200]})", every=True)
-            rows = None
-        done = set()
-        for k, (shard, tmp) in enumerate(zip(shards, tmps)):
-            if rows is None:
-                break
-            why = written_difference(tmp, shard, rows[k])
-            if why is None:
-                publish(tmp, out / shard.name)
-                done.add(k)
-            else:
-                _set_aside(shard, why)
-        return done
+            for k in list(done):  # a file another stream had published: written again on the host, as the others
+                unlink(out / shards[k].name)
+            return {}
+        return dict(sorted(done.items()))
     finally:
         for tmp in tmps:
             unlink(tmp)

@@ -196,7 +196,7 @@ def test_shards_that_differ_only_in_large_types_are_one_table_written_back_with_
     assert held is not None and held.num_rows == 5
     keep = np.array([True, False, True, True, False])
     done = storage.write_shards_on_device(shards, keep, [0, 3, 5], tmp_path / "dev", "zstd", held, be.write_table)
-    assert done == {0, 1}
+    assert set(done) == {0, 1}
     host_written(shards, keep, [0, 3, 5], tmp_path / "host", "zstd")
     for s in shards:
         assert pq.read_table(tmp_path / "dev" / s.name).equals(pq.read_table(tmp_path / "host" / s.name)), s.name
@@ -249,9 +249,15 @@ def host_written(shards, keep, starts, out, compression):
         storage.write_shard(s, keep[starts[k]:starts[k + 1]], out, compression)
 
 
-@pytest.mark.parametrize(("compression", "zone"), [("same", None), ("zstd", "Europe/Paris"), ("none", None),
-                                                    ("lz4", "UTC")])
-def test_write_table_writes_each_shards_kept_rows_as_the_host_does(be, tmp_path, compression, zone):
+@pytest.mark.parametrize(("compression", "zone", "streams"), [("same", None, 1), ("zstd", "Europe/Paris", 1),
+                                                               ("none", None, 1), ("lz4", "UTC", 1),
+                                                               ("same", None, 3), ("zstd", "Europe/Paris", 16)])
+def test_write_table_writes_each_shards_kept_rows_as_the_host_does(be, plc, tmp_path, monkeypatch, compression, zone,
+                                                                   streams):
+    """``streams`` 1: one libcudf write of every file; more: a write per file, each on a stream and thread of its
+    own, its check and digest on that thread.  The files are the same either way."""
+    import threading
+
     from gpu_dedup import storage
 
     paths = write_mixed(tmp_path / "in", sizes=(7, 0, 12, 6), zone=zone)
@@ -260,14 +266,29 @@ def test_write_table_writes_each_shards_kept_rows_as_the_host_does(be, tmp_path,
     keep = np.random.default_rng(1).random(int(starts[-1])) < 0.6
     keep[starts[3]:starts[4]] = False  # every row of the last shard removed
     held = be.read_table([s.path for s in shards])
-    calls = []
+    calls, writes = [], []
+    write_parquet = plc.io.parquet.write_parquet
+
+    def counted(options, stream=None):
+        writes.append((threading.current_thread().name, stream))
+        return write_parquet(options, stream)
+
+    monkeypatch.setattr(plc.io.parquet, "write_parquet", counted)
 
     def writer(*args):
         calls.append(args)
         return be.write_table(*args)
 
-    done = storage.write_shards_on_device(shards, keep, starts, tmp_path / "dev", compression, held, writer)
-    assert done == {0, 1, 2, 3} and len(calls) == 1  # one libcudf write, every file published
+    done = storage.write_shards_on_device(shards, keep, starts, tmp_path / "dev", compression, held, writer, streams)
+    assert list(done) == [0, 1, 2, 3] and len(calls) == 1  # every file published
+    for k, s in enumerate(shards):  # each file's digest, taken as it was published
+        assert done[k] == {"name": s.name, **storage.written_digest(tmp_path / "dev" / s.name)}
+    if streams == 1:
+        assert writes == [("MainThread", None)]  # one libcudf write
+    else:
+        assert len(writes) == 4 and all(name.startswith("gpu-dedup-device-write") for name, _ in writes)
+        assert all(stream is not None and stream.non_blocking for _, stream in writes)
+        assert len({id(stream) for _, stream in writes}) == 4  # a stream each
     host_written(shards, keep, starts, tmp_path / "host", compression)
     for k, s in enumerate(shards):
         dev, host = tmp_path / "dev" / s.name, tmp_path / "host" / s.name
@@ -286,6 +307,28 @@ def test_write_table_writes_each_shards_kept_rows_as_the_host_does(be, tmp_path,
     assert sorted(os.listdir(tmp_path / "dev")) == sorted(s.name for s in shards)  # no temporary files left
 
 
+def test_a_file_libcudf_fails_to_write_on_its_stream_leaves_every_shard_to_the_host(be, plc, tmp_path, monkeypatch):
+    """A write per stream: files other streams published before one failed are taken back, so that the host writes
+    every shard (and the run says why), as when the one write of every file fails."""
+    from gpu_dedup import storage
+
+    paths = write_mixed(tmp_path / "in", sizes=(5, 6, 4))
+    shards = shards_of(paths)
+    starts = np.cumsum([0] + [s.rows for s in shards])
+    held = be.read_table(paths)
+    write_parquet = plc.io.parquet.write_parquet
+
+    def fails_on_the_last(options, stream=None):
+        if options._sink._paths[0].startswith(str(tmp_path / "dev" / f".{shards[2].name}.")):
+            raise RuntimeError("cudaErrorMemoryAllocation out of memory")
+        return write_parquet(options, stream)
+
+    monkeypatch.setattr(plc.io.parquet, "write_parquet", fails_on_the_last)
+    done = storage.write_shards_on_device(shards, np.ones(15, bool), starts, tmp_path / "dev", "zstd", held,
+                                          be.write_table, 2)
+    assert done == {} and not os.listdir(tmp_path / "dev")
+
+
 @pytest.mark.parametrize("compression", ["gzip", "brotli"])
 def test_a_codec_libcudf_does_not_write_is_left_to_the_host(be, tmp_path, compression):
     from gpu_dedup import storage
@@ -297,7 +340,7 @@ def test_a_codec_libcudf_does_not_write_is_left_to_the_host(be, tmp_path, compre
     keep = np.ones(11, bool)
     assert be.write_table(held, starts, keep, [str(tmp_path / "x.parquet")] * 2, compression) is None
     done = storage.write_shards_on_device(shards, keep, starts, tmp_path / "dev", compression, held, be.write_table)
-    assert done == set() and not os.listdir(tmp_path / "dev")  # nothing left behind: the host writes them
+    assert done == {} and not os.listdir(tmp_path / "dev")  # nothing left behind: the host writes them
 
 
 def test_timestamps_with_and_without_a_zone_are_left_to_the_host(be, tmp_path):

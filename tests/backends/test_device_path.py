@@ -583,7 +583,7 @@ def _fake_table_writer(change=None, fail=False):
     shard ``k``'s table instead (a writer that would change its schema)."""
     calls = []
 
-    def write(table, starts, keep, targets, codec):
+    def write(table, starts, keep, targets, codec, streams=1, after=None):
         calls.append(list(targets))
         if fail:
             raise RuntimeError("CUDF failure at: parquet writer: unsupported")
@@ -597,6 +597,8 @@ def _fake_table_writer(change=None, fail=False):
                 part = change(k, part)
             pq.write_table(part, target, compression="zstd", row_group_size=50, use_dictionary=False)
             counts.append(int(firsts[k + 1] - firsts[k]))
+            if after is not None:
+                after(k, counts[-1])
         return counts
 
     write.calls = calls
