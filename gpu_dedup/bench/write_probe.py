@@ -6,15 +6,19 @@ count read back, and each file's SHA-256 on a thread per shard.  This probe time
 fresh process per variant, since libcudf reads its I/O settings once:
 
 * ``default``: as a run writes (into a folder beside the corpus; KvikIO's thread pool, which reads and writes
-  libcudf's files, one thread per core up to 16: :func:`gpu_dedup.backends.gpu_probe.io_threads`);
+  libcudf's files, one thread per core up to 16: :func:`gpu_dedup.backends.gpu_probe.io_threads`; one libcudf
+  write of every shard, ``gpu_dedup.run.local.DEVICE_WRITE_STREAMS``);
+* ``streams``: a libcudf write per shard, 16 at once, each from its own thread on its own CUDA stream, each
+  file checked and digested on its thread as soon as it is written;
 * ``kvikio1``: ``KVIKIO_NTHREADS=1`` (KvikIO's own default);
 * ``policy-off``: ``LIBCUDF_CUFILE_POLICY=OFF`` (libcudf's own host sink instead of KvikIO);
 * ``tmpfs``: the files into ``/dev/shm`` (the disk left out: encoding and the copy to host memory only);
 * ``uncompressed``: no compression codec (the device's compression left out).
 
-Each variant reports: the one-call read of every shard (``read_table``), the write of every shard in one libcudf
-call, twice (the first includes libcudf's first-use costs), the files' check, their digests on a thread per file,
-and the bytes written.
+Each variant reports: the one-call read of every shard (``read_table``), the write of every shard (libcudf's
+alone), twice (the first includes libcudf's first-use costs), the files' check, their digests on a thread per file,
+the bytes written, and ``stage``: the write, check and digests as the write stage does them
+(:func:`gpu_dedup.storage.filter.write_shards_on_device`), the sum a run waits for.
 
     python -m gpu_dedup.bench.write_probe CORPUS_DIR [--out FILE] [--variants default tmpfs ...]
 """
@@ -37,16 +41,19 @@ from gpu_dedup import backends
 from gpu_dedup.run.contract import shard_starts
 from gpu_dedup.storage.atomic import written_digest
 from gpu_dedup.storage.discovery import discover
-from gpu_dedup.storage.filter import resolve_codec, written_difference
+from gpu_dedup.run.local import DEVICE_WRITE_STREAMS
+from gpu_dedup.storage.filter import resolve_codec, write_shards_on_device, written_difference
 from gpu_dedup.storage.parquet import footer
 
-VARIANTS = {
+VARIANTS = {  # the environment each variant's process runs with
     "default": {},
+    "streams": {},
     "kvikio1": {"KVIKIO_NTHREADS": "1"},
     "policy-off": {"LIBCUDF_CUFILE_POLICY": "OFF"},
     "tmpfs": {},
     "uncompressed": {},
 }
+STREAMS = 16  # the streams variant's writes at once
 SHM = Path("/dev/shm")
 
 
@@ -76,10 +83,12 @@ def probe_once(corpus: Path, variant: str, keep_share: float = 0.94) -> dict:
     res = {"variant": variant, "env": {k: v for k, v in os.environ.items() if k.startswith(("KVIKIO", "LIBCUDF"))},
            "shards": len(shards), "rows": n, "codec": codec, "target": str(base), "seconds": {"read_table": read_s}}
     st = res["seconds"]
+    streams = STREAMS if variant == "streams" else DEVICE_WRITE_STREAMS
+    res["streams"] = streams
     with tempfile.TemporaryDirectory(prefix="write-probe-", dir=base) as work:
         for attempt in ("write_first", "write"):
             targets = [str(Path(work) / f"{attempt}-{s.name}") for s in shards]
-            rows, st[attempt] = _timed(be.write_table, held, starts, keep, targets, codec)
+            rows, st[attempt] = _timed(be.write_table, held, starts, keep, targets, codec, streams)
         if rows is None:
             res["error"] = "the device writer declined these shards"
             return res
@@ -90,6 +99,9 @@ def probe_once(corpus: Path, variant: str, keep_share: float = 0.94) -> dict:
         res["rows_ok"] = not any(checked)
         res["bytes_written"] = sum(os.path.getsize(t) for t in targets)
         res["input_bytes"] = sum(os.path.getsize(p) for p in paths)
+        published, st["stage"] = _timed(write_shards_on_device, shards, keep, starts, Path(work) / "stage", codec,
+                                        held, be.write_table, streams)
+        res["stage_published"] = len(published)
     return res
 
 

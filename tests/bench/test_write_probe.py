@@ -15,17 +15,20 @@ class _Writer:
     info = {"frames": "cudf"}
 
     def __init__(self, paths):
-        self.paths = paths
+        self.paths, self.streams = paths, []
 
     def read_table(self, shards):
         return pa.concat_tables([pq.read_table(p) for p in self.paths])
 
-    def write_table(self, held, starts, keep, targets, codec):
+    def write_table(self, held, starts, keep, targets, codec, streams=1, after=None):
+        self.streams.append(streams)
         rows = []
         for k, t in enumerate(targets):
             part = held.slice(int(starts[k]), int(starts[k + 1] - starts[k])).filter(pa.array(keep[starts[k]:starts[k + 1]]))
             pq.write_table(part, t, compression=codec)
             rows.append(part.num_rows)
+            if after is not None:
+                after(k, part.num_rows)
         return rows
 
 
@@ -40,13 +43,16 @@ def corpus(tmp_path):
     return d
 
 
-@pytest.mark.parametrize("variant", ["default", "uncompressed"])
+@pytest.mark.parametrize("variant", ["default", "uncompressed", "streams"])
 def test_one_variant_times_every_part_and_checks_the_files(corpus, monkeypatch, variant):
-    monkeypatch.setattr(backends, "get_backend", lambda name: _Writer(sorted(corpus.glob("*.parquet"))))
+    writer = _Writer(sorted(corpus.glob("*.parquet")))
+    monkeypatch.setattr(backends, "get_backend", lambda name: writer)
     row = write_probe.probe_once(corpus, variant)
     assert "error" not in row and row["rows_ok"] is True and row["shards"] == 3 and row["rows"] == 600
-    assert set(row["seconds"]) == {"read_table", "write_first", "write", "check", "digests"}
+    assert set(row["seconds"]) == {"read_table", "write_first", "write", "check", "digests", "stage"}
     assert row["codec"] == ("none" if variant == "uncompressed" else "snappy") and row["bytes_written"] > 0
+    assert row["stage_published"] == 3  # the write stage's own call: every file checked, digested and published
+    assert writer.streams == [write_probe.STREAMS if variant == "streams" else 1] * 3 == [row["streams"]] * 3
     assert not list(corpus.parent.glob("write-probe-*"))  # its files go with it
 
 
