@@ -20,6 +20,19 @@ from gpu_dedup.evaluation.sample import planted_corpus, planted_embeddings, writ
 from gpu_dedup.storage.content import file_difference
 
 VECTOR_DIM = 256
+# a corpus's marker, written last: what it holds (JSON). Named like _SUCCESS, not like a shard, so that a run over
+# the folder skips it without a warning (its first name, _planted.json, looked like a JSON shard behind a private
+# name); a marker under that name is renamed when found
+MARKER = "_PLANTED"
+LEGACY_MARKER = "_planted.json"
+
+
+def marker_of(path: Path) -> Path:
+    """The marker file of the corpus folder ``path`` (renamed from its former name where found)."""
+    marker, legacy = path / MARKER, path / LEGACY_MARKER
+    if not marker.is_file() and legacy.is_file():
+        legacy.rename(marker)
+    return marker
 
 
 def planted_dir(root, n_docs: int, seed: int = 0, words=(60, 400), shards: int = 16, kind: str = "text",
@@ -29,7 +42,7 @@ def planted_dir(root, n_docs: int, seed: int = 0, words=(60, 400), shards: int =
     finds them by their marker file (written last) and reuses them."""
     path = Path(root) / f"{kind}-{n_docs}-s{seed}-{shards}shards"
     spec = {"kind": kind, "docs": n_docs, "seed": seed, "words": list(words), "shards": shards, "dim": VECTOR_DIM}
-    marker = path / "_planted.json"
+    marker = marker_of(path)
     if marker.is_file():
         info = json.loads(marker.read_text())
         if info.get("spec") == spec:
@@ -59,10 +72,10 @@ def replicated_dir(src, copies: int, log=print) -> tuple:
     bucketed and verified.  Built from the shards in a few seconds (one shard read and ``copies`` written at
     a time on each core), not generated; reused by a later call like :func:`planted_dir`."""
     src = Path(src)
-    info = json.loads((src / "_planted.json").read_text())
+    info = json.loads(marker_of(src).read_text())
     path = src.parent / f"{src.name}-x{copies}"
     spec = {"from": info["spec"], "copies": copies}
-    marker = path / "_planted.json"
+    marker = marker_of(path)
     if marker.is_file() and json.loads(marker.read_text()).get("spec") == spec:
         got = json.loads(marker.read_text())
         return path, got["bytes"], got["rows"]

@@ -727,7 +727,7 @@ def _read_json(path: Path) -> dict:
 
 def _read_markers(root: Path) -> list:
     out = []
-    for marker in sorted(root.glob("*/_planted.json")):
+    for marker in sorted(m for name in ("_PLANTED", "_planted.json") for m in root.glob(f"*/{name}")):  # corpora
         info = _read_json(marker)
         out.append({"corpus": marker.parent.name, "bytes": info.get("bytes"), "rows": info.get("rows"),
                     "seconds": info.get("seconds")})
