@@ -653,6 +653,45 @@ def gather_segments(src_values, src, lengths, dst, dst_values):
             dst_values[d + i] = src_values[s + i]
 
 
+@cuda.jit(cache=True)
+def sort_segments(offsets, segs, values):
+    """Sort ``values[offsets[k]:offsets[k + 1]]`` in place, ascending, for each segment ``k`` of ``segs``; block per
+    segment (grid-stride): a bitonic sort in the dynamic shared array (uint64), which holds the segment's length
+    rounded up to a power of two (the caller lists only segments that fit), padded with the largest uint64."""
+    buf = cuda.shared.array(0, dtype=types.uint64)
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    top = U64(0xFFFFFFFFFFFFFFFF)
+    for i in range(cuda.blockIdx.x, segs.shape[0], cuda.gridDim.x):
+        k = segs[i]
+        lo = offsets[k]
+        n = offsets[k + 1] - lo
+        p = 1
+        while p < n:
+            p <<= 1
+        for t in range(tid, p, nt):
+            buf[t] = values[lo + t] if t < n else top
+        cuda.syncthreads()
+        size = 2
+        while size <= p:
+            stride = size >> 1
+            while stride > 0:
+                for t in range(tid, p >> 1, nt):  # the pair (a, a + stride) whose a has the stride's bit clear:
+                    a = (t << 1) - (t & (stride - 1))  # t = q * stride + r gives a = 2 q stride + r (no division)
+                    b = a + stride
+                    x = buf[a]
+                    y = buf[b]
+                    if (x > y) == ((a & size) == 0):  # ascending runs where a's size bit is clear
+                        buf[a] = y
+                        buf[b] = x
+                cuda.syncthreads()
+                stride >>= 1
+            size <<= 1
+        for t in range(tid, n, nt):
+            values[lo + t] = buf[t]
+        cuda.syncthreads()  # buf is the next segment's
+
+
 # kernels are cached on disk (NVVM takes seconds per kernel on a device); entries compiled from older sources go
 guard_cache({**globals(), **{f"minhash_warps_{p}_{w}": f for (p, w), f in WARP_KERNELS.items()}}, __file__,
             sources=("hash_scalar.py", "text_scalar.py", "twin.py", "compat_cuda.py"))

@@ -60,6 +60,9 @@ WARPS_PER_BLOCK = 4  # warp kernel: warps per block (independent; one barrier at
 SHARED_BYTES = 48 << 10  # static + dynamic shared memory a block may use without opting in
 SIGNATURE_KERNELS = ("warp", "block")  # GPU_DEDUP_SIGNATURE_KERNEL picks one; warp is the default
 ITEM_THREADS = 256  # block size of the thread-per-item kernels
+# a document's shingle values are sorted in a block's shared memory (8 bytes each) up to this many: 32 KiB, which
+# holds the char 5-grams of a 4 KB text; longer documents' values go to two sorts of all of them
+SORT_CAP = 4096
 PINNED_CHUNK = 64 << 20  # bytes a pinned staging buffer holds (host arrays of twice this or more are staged)
 CUDF_CODECS = {"none": None, "snappy": "snappy", "zstd": "ZSTD", "lz4": "LZ4"}  # cudf.DataFrame.to_parquet's names
 
@@ -200,28 +203,42 @@ def sorted_unique_segments(xp, offsets, values):
 def sorted_distinct_counts(xp, offsets, values):
     """Sort each segment ``values[offsets[k]:offsets[k+1]]``, drop repeats and count them: the CSR
     (offsets, distinct values, how many times each occurred) that the CPU's per-document sort gives.  Two
-    stable sorts (by value, then by segment) instead of a per-segment loop; ``xp`` is NumPy or CuPy."""
+    stable sorts (by value, then by segment) instead of a per-segment loop; ``xp`` is NumPy or CuPy.  (The GPU
+    backend sorts segments that fit a block's shared memory with a kernel instead:
+    :meth:`GPUBackend.sorted_distinct_counts`.)"""
     m = offsets.shape[0] - 1
-    total = values.shape[0]
-    out_offsets = xp.zeros(m + 1, dtype=xp.int64)
-    if total == 0:
-        return out_offsets, values[:0].astype(xp.uint64), xp.zeros(0, dtype=xp.int64)
-    seg = xp.searchsorted(offsets[1:], xp.arange(total, dtype=xp.int64), side="right")
+    if values.shape[0] == 0:
+        return xp.zeros(m + 1, dtype=xp.int64), values[:0].astype(xp.uint64), xp.zeros(0, dtype=xp.int64)
+    return distinct_of_sorted(xp, offsets, sorted_within(xp, offsets, values))
+
+
+def sorted_within(xp, offsets, values):
+    """``values`` with each segment ``offsets[k]:offsets[k+1]`` sorted: two stable sorts of every value, by value
+    then by segment."""
+    m = offsets.shape[0] - 1
+    seg = xp.searchsorted(offsets[1:], xp.arange(values.shape[0], dtype=xp.int64), side="right")
     if m < 2**31:
         seg = seg.astype(xp.int32)  # half the key bits for the second sort
     o1 = xp.argsort(values, kind="stable")
     o2 = xp.argsort(seg[o1], kind="stable")
-    order = o1[o2]
-    v = values[order]
-    s = seg[order]
+    return values[o1[o2]]
+
+
+def distinct_of_sorted(xp, offsets, v):
+    """The CSR (offsets, distinct values, their counts) of ``v``, whose segments ``offsets[k]:offsets[k+1]`` are
+    each sorted (at least one value)."""
+    total = v.shape[0]
     first = xp.ones(total, dtype=bool)
-    first[1:] = (v[1:] != v[:-1]) | (s[1:] != s[:-1])
+    first[1:] = v[1:] != v[:-1]
+    lengths = offsets[1:] - offsets[:-1]
+    first[offsets[:-1][lengths > 0]] = True  # a segment's first value, whatever the last one's
+    before = xp.zeros(total + 1, dtype=xp.int64)
+    before[1:] = xp.cumsum(first)
     starts = xp.flatnonzero(first)
     counts = xp.empty(starts.shape[0], dtype=xp.int64)
     counts[:-1] = starts[1:] - starts[:-1]
     counts[-1:] = total - starts[-1:]
-    out_offsets[1:] = xp.cumsum(xp.bincount(s[starts], minlength=m))
-    return out_offsets, v[starts], counts
+    return before[offsets], v[starts], counts
 
 
 def _footers(shards) -> tuple[list[str], list[pq.FileMetaData]]:
@@ -419,7 +436,7 @@ class GPUBackend(Backend):
     def __init__(self, info: dict | None = None, *, xp=None, threads: int | None = None, span: int = SPAN,
                  seg_bytes: int = SEGMENT_BYTES, item_threads: int = ITEM_THREADS, max_blocks: int | None = None,
                  perm_chunk: int = PERM_CHUNK, compact_gap: int = 1 << 20, signature_kernel: str | None = None,
-                 warp_seg_bytes: int | None = None, warps_per_block: int = WARPS_PER_BLOCK):
+                 warp_seg_bytes: int | None = None, warps_per_block: int = WARPS_PER_BLOCK, sort_cap: int = SORT_CAP):
         from numba import config as numba_config
         from numba import cuda
 
@@ -444,6 +461,7 @@ class GPUBackend(Backend):
         self.signature_kernel = signature_kernel_choice(signature_kernel)
         self.warp_seg_bytes = int(warp_seg_bytes or min(self.seg_bytes, WARP_SEGMENT_BYTES))
         self.warps_per_block = int(warps_per_block)
+        self.sort_cap = int(sort_cap)  # segments of at most this many values are sorted in shared memory
         if self.simulator:
             self.device_name = "CUDA simulator"
             self.max_blocks = int(max_blocks or 4)
@@ -734,8 +752,33 @@ class GPUBackend(Backend):
         short = xp.flatnonzero(is_short).astype(xp.int64)
         if short.shape[0]:
             raw[raw_offsets[short]] = self._short_values(data, d_start, d_end, first, short, sargs)
-        offsets, values = sorted_unique_segments(xp, raw_offsets, raw)
+        offsets, values, _ = self.sorted_distinct_counts(raw_offsets, raw)
         return self._out(offsets, device), self._out(values, device)
+
+    def sorted_distinct_counts(self, offsets, values):
+        """:func:`sorted_distinct_counts` of device arrays, ``values`` sorted in place: each segment of at most
+        ``sort_cap`` values by the ``sort_segments`` kernel, a block per segment, in shared memory; longer ones by
+        the two stable sorts of their values alone.  The same CSR, bit for bit."""
+        xp = self.xp
+        m, total = offsets.shape[0] - 1, values.shape[0]
+        if total == 0:
+            return xp.zeros(m + 1, dtype=xp.int64), values[:0].astype(xp.uint64), xp.zeros(0, dtype=xp.int64)
+        lengths = offsets[1:] - offsets[:-1]
+        small = xp.flatnonzero((lengths > 1) & (lengths <= self.sort_cap))
+        if small.shape[0]:
+            longest = int(lengths[small].max())
+            room = 1 << (longest - 1).bit_length()  # the longest one's power of two
+            threads = self.threads or max(32, min(256, room // 2))  # a thread per pair compared at each step
+            self.k.sort_segments[self._blocks(small.shape[0]), threads, 0, room * 8](offsets, small, values)
+        big = xp.flatnonzero(lengths > self.sort_cap)
+        if big.shape[0]:  # the values of the long segments, sorted together
+            sub = xp.zeros(big.shape[0] + 1, dtype=xp.int64)
+            sub[1:] = xp.cumsum(lengths[big])
+            j = xp.arange(int(sub[-1]), dtype=xp.int64)
+            which = xp.searchsorted(sub[1:], j, side="right")
+            at = offsets[big][which] + (j - sub[which])
+            values[at] = sorted_within(xp, sub, values[at])
+        return distinct_of_sorted(xp, offsets, values)
 
     def jaccard_pairs(self, set_offsets, set_values, left, right) -> np.ndarray:
         xp, e = self.xp, len(left)
@@ -1137,7 +1180,7 @@ class GPUBackend(Backend):
         raw_offsets = xp.zeros(m + 1, dtype=xp.int64)
         raw_offsets[1:] = xp.cumsum(cosine_cuda.feature_counts_device(starts, ends, data, word_mode, ngram, xp, t))
         raw = cosine_cuda.emit_features_device(starts, ends, data, word_mode, ngram, raw_offsets, xp, t)
-        offsets, feat, tf = sorted_distinct_counts(xp, raw_offsets, raw)
+        offsets, feat, tf = self.sorted_distinct_counts(raw_offsets, raw)
         return self._out(offsets, device), self._out(feat, device), self._out(tf, device)
 
     def sparse_norms(self, offsets, features, weights):

@@ -44,6 +44,7 @@ SIGNATURES = {  # the argument types GPUBackend launches each kernel with
     # text normalization (kernels/text_scalar.py): data, starts, ends, stage1, stage2, ascii actions, need, flags, out...
     "normalize_texts": [(u8, i64, i64, t.uint16[::1], u64, i64, I, B, B, B, u8, i64, i64, i64)],
     "gather_segments": [(u8, i64, i64, i64, u8)],
+    "sort_segments": [(i64, i64, u64)],
 }
 # the warp signature kernel: one variant per (minima per lane, shingle mode), made by hash_cuda.warp_kernel
 WARP_SIG = (u8, i64, i64, i64, i64, i64, I, U, U, U, u64, I, u32, u32, u32_2d, i64, i64)

@@ -355,6 +355,47 @@ def test_shingle_sets_and_jaccard_equal_cpu(cpu, gpu, kind, n):
     assert same(gpu.jaccard_pairs(co, cv, left, right), cpu.jaccard_pairs(co, cv, left, right))
 
 
+@pytest.mark.parametrize("cap", (4096, 8, 1))
+def test_segments_sorted_in_shared_memory_or_together_give_the_same_csr(cap):
+    """The GPU backend's per-segment sort: segments of at most ``cap`` values by the shared-memory kernel, longer ones
+    by two sorts of their values; the CSR of the generic two-sort function, bit for bit, the largest uint64 (the
+    kernel's padding) and repeats included, the values sorted in place."""
+    from gpu_dedup.backends.gpu import GPUBackend, sorted_distinct_counts
+
+    be = GPUBackend(threads=4, item_threads=4, max_blocks=3, sort_cap=cap)
+    rng = np.random.default_rng(cap)
+    lengths = np.array([0, 1, 2, 3, 5, 8, 9, 0, 16, 17, 1, 30, 0], np.int64)
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    top = np.uint64(2**64 - 1)
+    values = rng.choice(np.array([0, 1, 7, 2**63, 2**64 - 2, 2**64 - 1], np.uint64), offsets[-1])
+    values[offsets[4]] = top  # a segment holding the padding's value
+    want = sorted_distinct_counts(np, offsets, values.copy())
+    got = be.sorted_distinct_counts(offsets, values)
+    for w, g in zip(want, got):
+        assert same(g, w)
+    for k in range(lengths.shape[0]):
+        seg = values[offsets[k]:offsets[k + 1]]
+        assert np.all(seg[:-1] <= seg[1:])  # sorted in place
+        u, c = np.unique(seg, return_counts=True)
+        assert same(got[1][got[0][k]:got[0][k + 1]], u) and np.array_equal(got[2][got[0][k]:got[0][k + 1]], c)
+    empty = be.sorted_distinct_counts(np.zeros(3, np.int64), np.zeros(0, np.uint64))
+    assert empty[0].tolist() == [0, 0, 0] and empty[1].shape == empty[2].shape == (0,)
+
+
+def test_shingle_sets_with_long_documents_sorted_together_equal_cpu(cpu):
+    """Documents with more shingles than a block's shared sort holds (sort_cap 8 here) take the sorts of all their
+    values; the sets equal the CPU's."""
+    from gpu_dedup.backends.gpu import GPUBackend
+
+    be = GPUBackend(threads=4, span=8, seg_bytes=24, item_threads=4, max_blocks=3, sort_cap=8)
+    hp = hash_params(SEED, 4)
+    buf = buffers(DOCS)
+    for kind in ("char", "word"):
+        go, gv = be.shingle_sets(buf, hp, kind, 2)
+        co, cv = cpu.shingle_sets(buf, hp, kind, 2)
+        assert same(go, co) and same(gv, cv)
+
+
 def test_shingle_sets_docs_subset(cpu, gpu):
     hp = hash_params(SEED, 4)
     buf = buffers(DOCS)
