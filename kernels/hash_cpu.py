@@ -298,17 +298,89 @@ def _values_task(offsets, text, docs, lo, hi, word_mode, n, base, base_n1, word_
             counts[k] = total
 
 
+SMALL_RUN = 24  # a document with at most this many values is sorted by insertion alone
+LARGE_BUCKET = 64  # a bucket with more values than this (values far from uniform) is sorted by Numba's sort
+BUCKET_BITS = 16  # at most 2**BUCKET_BITS buckets per document
+
+
+@numba.njit(cache=True, inline="always")
+def _insertion_sort(x, lo, hi):
+    """Sort ``x[lo:hi]`` in place by insertion (equal values stop the shift: runs of repeats cost one step each)."""
+    for i in range(lo + 1, hi):
+        v = x[i]
+        j = i - 1
+        while j >= lo and x[j] > v:
+            x[j + 1] = x[j]
+            j -= 1
+        x[j + 1] = v
+
+
 @numba.njit(cache=True)
-def _sort_unique(values, lo, hi):
-    """Sort ``values[lo:hi]`` and move its distinct values to the front; returns their number."""
-    seg = values[lo:hi]
-    seg.sort()
+def _sort_unique(values, lo, hi, tmp, starts):
+    """Sort ``values[lo:hi]`` and move its distinct values to the front; returns their number.
+
+    Shingle values are uniform 64-bit numbers (mixed tokens, rule 2), so one counting pass on their top bits
+    (about two values per bucket) leaves buckets that insertion sorts in a step or two per value; a bucket
+    holding more than LARGE_BUCKET values is sorted by Numba's sort instead, so skewed input stays
+    O(m log m).  ``tmp`` holds at least ``hi - lo`` values, ``starts`` at least ``2**BUCKET_BITS + 1``.
+    The set of distinct values is the same whatever the order of sorting: the output is the sorted set.
+    """
+    m = hi - lo
+    if m <= SMALL_RUN:
+        _insertion_sort(values, lo, hi)
+        u = 0
+        for i in range(lo, hi):
+            if u == 0 or values[i] != values[lo + u - 1]:
+                values[lo + u] = values[i]
+                u += 1
+        return u
+    bits = 1
+    while (1 << bits) < (m >> 1) and bits < BUCKET_BITS:
+        bits += 1
+    shift = np.uint64(64 - bits)
+    nb = 1 << bits
+    for b in range(nb + 1):
+        starts[b] = 0
+    for i in range(lo, hi):
+        starts[np.int64(values[i] >> shift) + 1] += 1
+    for b in range(nb):
+        starts[b + 1] += starts[b]
+    for i in range(lo, hi):  # scatter; starts[b] ends at the end of bucket b
+        v = values[i]
+        b = np.int64(v >> shift)
+        tmp[starts[b]] = v
+        starts[b] += 1
+    first = 0
+    for b in range(nb):
+        last = starts[b]
+        if last - first > LARGE_BUCKET:
+            tmp[first:last].sort()
+        else:
+            _insertion_sort(tmp, first, last)
+        first = last
     u = 0
-    for i in range(seg.shape[0]):
-        if u == 0 or seg[i] != seg[u - 1]:
-            seg[u] = seg[i]
+    for i in range(m):
+        v = tmp[i]
+        if u == 0 or v != values[lo + u - 1]:
+            values[lo + u] = v
             u += 1
     return u
+
+
+@numba.njit(cache=True)
+def _sort_task(values, set_offsets, lo, hi, tmp, starts, counts):
+    """``_sort_unique`` of the segments ``lo .. hi - 1``; ``counts[k]``: the distinct values of segment ``k``."""
+    for k in range(lo, hi):
+        counts[k] = _sort_unique(values, set_offsets[k], set_offsets[k + 1], tmp, starts)
+
+
+@numba.njit(cache=True)
+def _longest(set_offsets, lo, hi):
+    """The longest of segments ``lo .. hi - 1``."""
+    m = 0
+    for k in range(lo, hi):
+        m = max(m, set_offsets[k + 1] - set_offsets[k])
+    return m
 
 
 @numba.njit(parallel=True, cache=True)
@@ -324,8 +396,9 @@ def shingle_values_word(offsets, data, docs, tasks, n, base, base_n1, word_base,
         _values_task(offsets, text, docs, tasks[t], tasks[t + 1], True, n, base, base_n1, word_base, word_base2,
                      ring, buf, count_only, set_offsets, vals, counts)
         if not count_only:
-            for k in range(tasks[t], tasks[t + 1]):
-                counts[k] = _sort_unique(values, set_offsets[k], set_offsets[k + 1])
+            tmp = np.empty(_longest(set_offsets, tasks[t], tasks[t + 1]), np.uint64)
+            starts = np.empty((1 << BUCKET_BITS) + 1, np.int64)
+            _sort_task(vals, set_offsets, tasks[t], tasks[t + 1], tmp, starts, counts)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -339,8 +412,9 @@ def shingle_values_char(offsets, data, docs, tasks, n, base, base_n1, word_base,
         _values_task(offsets, text, docs, tasks[t], tasks[t + 1], False, n, base, base_n1, word_base, word_base2,
                      ring, buf, count_only, set_offsets, vals, counts)
         if not count_only:
-            for k in range(tasks[t], tasks[t + 1]):
-                counts[k] = _sort_unique(values, set_offsets[k], set_offsets[k + 1])
+            tmp = np.empty(_longest(set_offsets, tasks[t], tasks[t + 1]), np.uint64)
+            starts = np.empty((1 << BUCKET_BITS) + 1, np.int64)
+            _sort_task(vals, set_offsets, tasks[t], tasks[t + 1], tmp, starts, counts)
 
 
 @numba.njit(parallel=True, cache=True)

@@ -112,6 +112,8 @@ class CPUBackend(Backend):
         kernel(strings.offsets, strings.data, docs, tasks, *args, False, raw_offsets, raw, counts)  # counts: distinct
         offsets = np.zeros(m + 1, np.int64)
         np.cumsum(counts, out=offsets[1:])
+        if offsets[-1] == raw_offsets[-1]:  # no document repeats a value: the sorted values are the sets
+            return raw_offsets, raw
         values = np.empty(int(offsets[-1]), np.uint64)
         self.k.compact_segments(raw_offsets, raw, counts, offsets, values)
         return offsets, values

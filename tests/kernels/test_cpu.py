@@ -294,6 +294,46 @@ def test_shingle_sets_docs_subset(cpu_backend):
         assert np.array_equal(sub_val[sub_off[k] : sub_off[k + 1]], values[offsets[d] : offsets[d + 1]])
 
 
+def _sort_unique_cases():
+    rng = np.random.default_rng(7)
+    top = np.uint64(0xFFFFFFFFFFFFFFFF)
+    for m in (0, 1, 2, 3, 23, 24, 25, 26, 64, 65, 200, 3000, 200_000):  # around SMALL_RUN, past 2**BUCKET_BITS buckets
+        yield rng.integers(0, 2**63, m, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, m, dtype=np.uint64)
+        yield rng.integers(0, 5, m, dtype=np.uint64)  # few values, one bucket: repeats
+        yield np.arange(m, dtype=np.uint64)[::-1].copy()  # all in the lowest bucket: Numba's sort of a large bucket
+        yield top - rng.integers(0, 3 * m + 1, m, dtype=np.uint64)  # the highest bucket
+        yield np.full(m, 42, np.uint64)
+        uniform = rng.integers(0, 2**63, m, dtype=np.uint64) << np.uint64(1)
+        yield np.concatenate((uniform, uniform[: m // 3], np.sort(uniform)[: m // 4]))  # repeats among spread values
+
+
+def test_sort_unique_kernel_equals_numpy_unique():
+    from gpu_dedup.kernels import hash_cpu
+
+    for case in _sort_unique_cases():
+        pad = np.array([7, 9], np.uint64)  # values around the segment stay untouched
+        values = np.concatenate((pad, case, pad))
+        tmp = np.empty(case.shape[0], np.uint64)
+        starts = np.empty((1 << hash_cpu.BUCKET_BITS) + 1, np.int64)
+        u = hash_cpu._sort_unique(values, 2, 2 + case.shape[0], tmp, starts)
+        want = np.unique(case)
+        assert u == want.shape[0]
+        assert np.array_equal(values[2 : 2 + u], want)
+        assert np.array_equal(values[:2], pad) and np.array_equal(values[-2:], pad)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_shingle_sets_of_many_sizes_match_reference(cpu_backend, kind):
+    """Documents of 0 to 80 words (shorter than n, one shingle, around the kernels' small-run cut), with and
+    without repeated shingles, and a batch where no document repeats a shingle."""
+    rng = random.Random(3)
+    vocab = [f"w{i}" for i in range(60)]
+    docs = [" ".join(rng.choice(vocab) for _ in range(k)) for k in range(81)]
+    docs += [" ".join(vocab[:k]) for k in range(61)]  # distinct words: no repeated shingle
+    check_shingle_sets(cpu_backend, docs, kind, 3)
+    check_shingle_sets(cpu_backend, [" ".join(vocab[:k]) for k in (0, 1, 2, 3, 30, 60)], kind, 3)
+
+
 def test_shingle_set_size_equals_reference_distinct_values(cpu_backend):
     prm = ref.params(SEED, 4)
     for kind in KINDS:
