@@ -270,34 +270,6 @@ def minhash_char(offsets, data, docs, tasks, n, base, base_n1, word_base, word_b
                         mul, add, rings, keys, sigs, rows, shingles)
 
 
-@numba.njit(cache=True, _nrt=False)
-def _values_task(offsets, text, docs, lo, hi, word_mode, n, base, base_n1, word_base, word_base2, ring, buf,
-                 count_only, set_offsets, values, counts):
-    """Shingle values (with repeats) of ``docs[lo:hi]``: their number into ``counts[k]`` if ``count_only``,
-    else the values into ``values[set_offsets[k]:]``.  Arrays are borrowed (no reference counting)."""
-    for k in range(lo, hi):
-        d = docs[k]
-        end = offsets[d + 1]
-        pos = offsets[d]
-        h = np.uint64(0)
-        count = np.int64(0)  # not the literal 0: one specialization of shingle_batch, not two
-        tail = np.int64(0)
-        at = set_offsets[k]
-        total = 0
-        done = False
-        while not done:
-            pos, h, count, tail, filled, done = _shingle_batch(
-                text, end, word_mode, n, base, base_n1, word_base, word_base2, pos, h, count, tail, ring, buf, BATCH)
-            if count_only:
-                total += filled
-            else:
-                for i in range(filled):
-                    values[at + i] = buf[i]
-                at += filled
-        if count_only:
-            counts[k] = total
-
-
 SMALL_RUN = 24  # a document with at most this many values is sorted by insertion alone
 LARGE_BUCKET = 64  # a bucket with more values than this (values far from uniform) is sorted by Numba's sort
 BUCKET_BITS = 16  # at most 2**BUCKET_BITS buckets per document
@@ -368,13 +340,6 @@ def _sort_unique(values, lo, hi, tmp, starts):
 
 
 @numba.njit(cache=True)
-def _sort_task(values, set_offsets, lo, hi, tmp, starts, counts):
-    """``_sort_unique`` of the segments ``lo .. hi - 1``; ``counts[k]``: the distinct values of segment ``k``."""
-    for k in range(lo, hi):
-        counts[k] = _sort_unique(values, set_offsets[k], set_offsets[k + 1], tmp, starts)
-
-
-@numba.njit(cache=True)
 def _longest(set_offsets, lo, hi):
     """The longest of segments ``lo .. hi - 1``."""
     m = 0
@@ -383,47 +348,86 @@ def _longest(set_offsets, lo, hi):
     return m
 
 
+@numba.njit(cache=True)
+def _sets_task(offsets, text, docs, lo, hi, word_mode, n, base, base_n1, word_base, word_base2, ring, buf, tmp,
+               starts, at, values, counts):
+    """Sorted distinct shingle values of ``docs[lo:hi]``, one document after another from ``values[at]`` on:
+    each document's values (with repeats) are rolled in after the previous document's distinct ones, then
+    sorted and deduplicated in place (``_sort_unique``); ``counts[k]`` = how many stay.  Returns the values
+    the task wrote."""
+    first = at
+    for k in range(lo, hi):
+        d = docs[k]
+        end = offsets[d + 1]
+        pos = offsets[d]
+        h = np.uint64(0)
+        count = np.int64(0)  # not the literal 0: one specialization of shingle_batch, not two
+        tail = np.int64(0)
+        start = at
+        done = False
+        while not done:
+            pos, h, count, tail, filled, done = _shingle_batch(
+                text, end, word_mode, n, base, base_n1, word_base, word_base2, pos, h, count, tail, ring, buf, BATCH)
+            for i in range(filled):
+                values[at + i] = buf[i]
+            at += filled
+        u = _sort_unique(values, start, at, tmp, starts)
+        counts[k] = u
+        at = start + u
+    return at - first
+
+
+def shingle_room(lengths, word_mode):
+    """At least the number of shingle values (with repeats) of documents of ``lengths`` bytes: a code point
+    takes one byte or more, so a document has at most ``length`` tokens, and two words at least one byte of
+    space between them, so at most ``(length + 1) // 2`` words; a document has no more shingles than
+    tokens (rule 3)."""
+    return (lengths + 1) // 2 if word_mode else lengths.copy()
+
+
 @numba.njit(parallel=True, cache=True)
-def shingle_values_word(offsets, data, docs, tasks, n, base, base_n1, word_base, word_base2, count_only, set_offsets,
-                        values, counts):
-    """Word n-gram values of each selected document, in two calls: ``count_only`` writes their number
-    (with repeats) into ``counts``; then each document's values go to ``values[set_offsets[k]:]``, sorted,
-    distinct ones first, ``counts[k]`` = how many.  (One kernel per mode, as ``minhash_word``.)"""
+def shingle_values_word(offsets, data, docs, tasks, n, base, base_n1, word_base, word_base2, room, values, counts,
+                        written):
+    """Word n-gram sets of the selected documents in one pass: task ``t`` writes the sorted distinct values
+    of its documents one after another from ``values[room[tasks[t]]]`` (``room``: prefix sums of
+    :func:`shingle_room`), ``counts[k]`` = document ``k``'s, ``written[t]`` = the task's.  (One kernel per
+    mode, as ``minhash_word``.)"""
     text, vals = _borrow(data), _borrow(values)
     for t in prange(tasks.shape[0] - 1):
+        lo, hi = tasks[t], tasks[t + 1]
         ring = np.empty(max(n, 1), np.uint64)
         buf = np.empty(BATCH, np.uint64)
-        _values_task(offsets, text, docs, tasks[t], tasks[t + 1], True, n, base, base_n1, word_base, word_base2,
-                     ring, buf, count_only, set_offsets, vals, counts)
-        if not count_only:
-            tmp = np.empty(_longest(set_offsets, tasks[t], tasks[t + 1]), np.uint64)
-            starts = np.empty((1 << BUCKET_BITS) + 1, np.int64)
-            _sort_task(vals, set_offsets, tasks[t], tasks[t + 1], tmp, starts, counts)
+        tmp = np.empty(_longest(room, lo, hi), np.uint64)
+        starts = np.empty((1 << BUCKET_BITS) + 1, np.int64)
+        written[t] = _sets_task(offsets, text, docs, lo, hi, True, n, base, base_n1, word_base, word_base2, ring, buf,
+                                tmp, starts, room[lo], vals, counts)
 
 
 @numba.njit(parallel=True, cache=True)
-def shingle_values_char(offsets, data, docs, tasks, n, base, base_n1, word_base, word_base2, count_only, set_offsets,
-                        values, counts):
+def shingle_values_char(offsets, data, docs, tasks, n, base, base_n1, word_base, word_base2, room, values, counts,
+                        written):
     """:func:`shingle_values_word` for character n-grams."""
     text, vals = _borrow(data), _borrow(values)
     for t in prange(tasks.shape[0] - 1):
+        lo, hi = tasks[t], tasks[t + 1]
         ring = np.empty(max(n, 1), np.uint64)
         buf = np.empty(BATCH, np.uint64)
-        _values_task(offsets, text, docs, tasks[t], tasks[t + 1], False, n, base, base_n1, word_base, word_base2,
-                     ring, buf, count_only, set_offsets, vals, counts)
-        if not count_only:
-            tmp = np.empty(_longest(set_offsets, tasks[t], tasks[t + 1]), np.uint64)
-            starts = np.empty((1 << BUCKET_BITS) + 1, np.int64)
-            _sort_task(vals, set_offsets, tasks[t], tasks[t + 1], tmp, starts, counts)
+        tmp = np.empty(_longest(room, lo, hi), np.uint64)
+        starts = np.empty((1 << BUCKET_BITS) + 1, np.int64)
+        written[t] = _sets_task(offsets, text, docs, lo, hi, False, n, base, base_n1, word_base, word_base2, ring, buf,
+                                tmp, starts, room[lo], vals, counts)
 
 
-@numba.njit(parallel=True, cache=True)
-def compact_segments(src_offsets, src_values, lengths, dst_offsets, dst_values):
-    """Copy the first ``lengths[k]`` values of each segment into a dense CSR."""
-    for k in prange(lengths.shape[0]):
-        s = src_offsets[k]
-        d = dst_offsets[k]
-        dst_values[d : d + lengths[k]] = src_values[s : s + lengths[k]]
+@numba.njit(cache=True)
+def pack_runs(values, src, lengths, dst):
+    """Move run ``t`` of ``values`` (``lengths[t]`` values from ``src[t]``) to ``dst[t]``, in order, where
+    ``dst[t] <= src[t]`` and the runs keep their order: each move reads only what no earlier one wrote over."""
+    for t in range(lengths.shape[0]):
+        s = src[t]
+        d = dst[t]
+        if s != d:
+            for i in range(lengths[t]):
+                values[d + i] = values[s + i]
 
 
 @numba.njit(parallel=True, cache=True)

@@ -99,24 +99,26 @@ class CPUBackend(Backend):
         return out, counts
 
     def shingle_sets(self, strings: StringBuffers, params: HashParams, shingle: str, ngram: int, docs=None):
-        """Sorted distinct shingle values of each selected document, as CSR (offsets, values)."""
+        """Sorted distinct shingle values of each selected document, as CSR (offsets, values).
+
+        One pass hashes, sorts and deduplicates: each task of documents writes its sets one after another
+        into its share of a buffer sized for every document's most possible values (``shingle_room``; the
+        pages past what a task writes are never touched), then the tasks' runs are moved together in place."""
         docs, tasks = self._select(strings, docs)
         args = self._shingle_args(params, shingle, ngram)[1:]
-        kernel = self.k.shingle_values_word if shingle == "word" else self.k.shingle_values_char
+        word = shingle == "word"
+        kernel = self.k.shingle_values_word if word else self.k.shingle_values_char
         m = docs.shape[0]
-        raw_offsets = np.zeros(m + 1, np.int64)
+        room = np.zeros(m + 1, np.int64)
+        np.cumsum(self.k.shingle_room(strings.offsets[docs + 1] - strings.offsets[docs], word), out=room[1:])
+        raw = np.empty(int(room[-1]), np.uint64)
         counts = np.empty(m, np.int64)
-        kernel(strings.offsets, strings.data, docs, tasks, *args, True, raw_offsets, np.empty(0, np.uint64), counts)
-        np.cumsum(counts, out=raw_offsets[1:])
-        raw = np.empty(int(raw_offsets[-1]), np.uint64)
-        kernel(strings.offsets, strings.data, docs, tasks, *args, False, raw_offsets, raw, counts)  # counts: distinct
+        written = np.empty(tasks.shape[0] - 1, np.int64)
+        kernel(strings.offsets, strings.data, docs, tasks, *args, room, raw, counts, written)
         offsets = np.zeros(m + 1, np.int64)
         np.cumsum(counts, out=offsets[1:])
-        if offsets[-1] == raw_offsets[-1]:  # no document repeats a value: the sorted values are the sets
-            return raw_offsets, raw
-        values = np.empty(int(offsets[-1]), np.uint64)
-        self.k.compact_segments(raw_offsets, raw, counts, offsets, values)
-        return offsets, values
+        self.k.pack_runs(raw, room[tasks[:-1]], written, offsets[tasks[:-1]])
+        return offsets, raw[: int(offsets[-1])]
 
     def jaccard_pairs(self, set_offsets, set_values, left, right) -> np.ndarray:
         out = np.empty(len(left), np.float64)

@@ -332,6 +332,9 @@ def test_shingle_sets_of_many_sizes_match_reference(cpu_backend, kind):
     docs += [" ".join(vocab[:k]) for k in range(61)]  # distinct words: no repeated shingle
     check_shingle_sets(cpu_backend, docs, kind, 3)
     check_shingle_sets(cpu_backend, [" ".join(vocab[:k]) for k in (0, 1, 2, 3, 30, 60)], kind, 3)
+    # as many shingles as the kernels' room for them: one-byte words and single spaces, one-byte code points
+    tight = ["a b c d e f g", "x", "a  b", "ab", "abcdefgh" * 40, " ".join("abcdefghij" * 20)]
+    check_shingle_sets(cpu_backend, tight, kind, 1)
 
 
 def test_shingle_set_size_equals_reference_distinct_values(cpu_backend):
