@@ -418,18 +418,6 @@ def shingle_values_char(offsets, data, docs, tasks, n, base, base_n1, word_base,
                                 tmp, starts, room[lo], vals, counts)
 
 
-@numba.njit(cache=True)
-def pack_runs(values, src, lengths, dst):
-    """Move run ``t`` of ``values`` (``lengths[t]`` values from ``src[t]``) to ``dst[t]``, in order, where
-    ``dst[t] <= src[t]`` and the runs keep their order: each move reads only what no earlier one wrote over."""
-    for t in range(lengths.shape[0]):
-        s = src[t]
-        d = dst[t]
-        if s != d:
-            for i in range(lengths[t]):
-                values[d + i] = values[s + i]
-
-
 @numba.njit(parallel=True, cache=True)
 def jaccard_pairs(set_offsets, values, left, right, out):
     """Exact Jaccard of sorted unique shingle sets for each (left, right) pair.

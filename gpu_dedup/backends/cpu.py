@@ -12,6 +12,7 @@ from gpu_dedup.backends.textnorm import normalize_counted
 from gpu_dedup.kernels import cosine_cpu as ck
 from gpu_dedup.kernels.cosine_scalar import GAUSS8
 from gpu_dedup.kernels.params import HashParams
+from gpu_dedup.kernels.text_cpu import compact_left
 
 FEATURE_GROUP = 1 << 22  # feature occurrences hashed and reduced at a time (64 MiB of them and their counts)
 
@@ -117,7 +118,7 @@ class CPUBackend(Backend):
         kernel(strings.offsets, strings.data, docs, tasks, *args, room, raw, counts, written)
         offsets = np.zeros(m + 1, np.int64)
         np.cumsum(counts, out=offsets[1:])
-        self.k.pack_runs(raw, room[tasks[:-1]], written, offsets[tasks[:-1]])
+        compact_left(raw, room[tasks[:-1]], written, offsets[tasks[:-1]])  # the tasks' runs, together
         return offsets, raw[: int(offsets[-1])]
 
     def jaccard_pairs(self, set_offsets, set_values, left, right) -> np.ndarray:
