@@ -38,6 +38,8 @@ class Backend:
         return array_module(a) is self.xp
 
     normalizes_while_reading = False  # the read stage may normalize each batch of text as it is read (on the host)
+    # the kernels may load on a thread of their own while the read stage reads: it runs none of them then
+    loads_beside_read = False
 
     def plan_memory(self, shards, cfg) -> dict | None:
         """How a one-process run fits the device (None: no device memory to plan)."""

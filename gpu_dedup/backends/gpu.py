@@ -432,6 +432,9 @@ class GPUBackend(Backend):
     """Same entry points, arguments and results as ``CPUBackend``; kernels on the device."""
 
     name = "gpu"
+    # its read stage launches no kernel (a device reader's libcudf call, or pyarrow's batches put on the device):
+    # the kernels load beside it, on the same device (see prepare)
+    loads_beside_read = True
 
     def __init__(self, info: dict | None = None, *, xp=None, threads: int | None = None, span: int = SPAN,
                  seg_bytes: int = SEGMENT_BYTES, item_threads: int = ITEM_THREADS, max_blocks: int | None = None,
@@ -468,6 +471,7 @@ class GPUBackend(Backend):
             _lock_simulated_shared_arrays()
         else:
             device = cuda.get_current_device()
+            self.device_id = int(device.id)  # the device of this process's context (prepare may run on another thread)
             name = device.name
             self.device_name = name.decode() if isinstance(name, bytes) else str(name)
             self.max_blocks = int(max_blocks or device.MULTIPROCESSOR_COUNT * 16)
@@ -503,9 +507,14 @@ class GPUBackend(Backend):
         """Compile the CUDA kernels a run with ``cfg`` launches, before the first stage (numba-cuda
         compiles a kernel at its first launch in each process), on a tiny sample; logs once when
         something compiles.  Returns the seconds spent (under the simulator nothing compiles, but the same
-        calls run, so a rehearsal exercises them)."""
-        seconds, _ = prepare_kernels(self, cfg)
-        self.synchronize()
+        calls run, so a rehearsal exercises them).  Called on another thread (beside the read stage), it
+        loads them into the same device's context: this backend's, made current on that thread first."""
+        if self.simulator:
+            seconds, _ = prepare_kernels(self, cfg)
+            return seconds
+        with self.xp.cuda.Device(self.device_id):  # its primary context, current on this thread: numba-cuda's too
+            seconds, _ = prepare_kernels(self, cfg)
+            self.synchronize()
         return seconds
 
     def synchronize(self) -> None:

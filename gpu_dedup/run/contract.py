@@ -31,6 +31,7 @@ maps over parts.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, overload
 
 import numpy as np
@@ -227,7 +228,12 @@ class Executor(Protocol):
 
     # ---- set-up and teardown
     def prepare(self, st: StageLog) -> None:
-        """Start (or join) the executor's workers and load or compile the kernels the config uses."""
+        """Start (or join) the executor's workers and load or compile the kernels the config uses (or start
+        loading them beside the read stage: :meth:`kernels_loaded` then waits for them)."""
+
+    def kernels_loaded(self) -> None:
+        """After the read stage: the kernels :meth:`prepare` started loading beside it are loaded (their error,
+        if any, raised here); at once where it loaded them itself."""
 
     def close(self) -> None: ...
 
@@ -363,6 +369,29 @@ class Ready:
 
     def result(self) -> Any:
         return self.value
+
+
+class Soon:
+    """``fn(*args, **kw)`` on a thread of its own, beside what the caller does next.  ``result()`` waits for it
+    and hands back its value or raises its error; a caller that fails first leaves it to end alone (a daemon
+    thread: it holds no process open), its error unread."""
+
+    def __init__(self, fn, args: tuple = (), kw: dict | None = None, name: str = "gpu_dedup-soon"):
+        self._box: dict = {}
+        self._thread = threading.Thread(target=self._run, args=(fn, args, kw or {}), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, fn, args, kw) -> None:
+        try:
+            self._box["value"] = fn(*args, **kw)
+        except BaseException as exc:  # noqa: BLE001 - handed to result()
+            self._box["error"] = exc
+
+    def result(self):
+        self._thread.join()
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["value"]
 
 
 def shard_starts(shards: list) -> np.ndarray:

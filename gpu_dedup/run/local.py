@@ -48,7 +48,7 @@ from gpu_dedup.run.checkpoint import (
     run_fingerprint,
     staged,
 )
-from gpu_dedup.run.contract import Ready, one_process_only, shard_starts, take_in_order
+from gpu_dedup.run.contract import Ready, Soon, one_process_only, shard_starts, take_in_order
 from gpu_dedup.run.prior import NoPrior
 from gpu_dedup.run.sequence import (
     CorpusCounts,
@@ -186,18 +186,33 @@ class LocalExecutor:
         self._bands: dict | None = None
         self._combined: dict = {}  # node payloads including a prior's documents
         self.startup_seconds = 0.0
+        self._loading: Soon | None = None  # the kernels loading beside the read stage (prepare)
+        self.loaded_beside_read = False
 
     # ---- setup ----------------------------------------------------------------
     def prepare(self, st: StageLog) -> None:
+        """Load (or, the first time after install, compile) the kernels this config uses: on a thread of its own
+        beside the read stage where the backend allows it and the read runs no kernel (the texts' read on the
+        GPU; not a cosine run's vectors, which are checked by host kernels as they are read), else now."""
         self.st = st
-        # load (or, the first time after install, compile) the kernels this config uses
-        self.startup_seconds = float(self.backend.prepare(self.cfg) or 0.0)
+        if self.backend.loads_beside_read and self.cfg.input.vector_column is None:
+            self._loading = Soon(self.backend.prepare, (self.cfg,), name="gpu_dedup-kernels")
+        else:
+            self.startup_seconds = float(self.backend.prepare(self.cfg) or 0.0)
+
+    def kernels_loaded(self) -> None:
+        if self._loading is not None:
+            loading, self._loading = self._loading, None
+            self.startup_seconds = float(loading.result() or 0.0)
+            self.loaded_beside_read = True
 
     def close(self) -> None:
         pass
 
     def report_extras(self) -> dict:
         out: dict = {"kernel_prepare_seconds": round(self.startup_seconds, 3)} if self.startup_seconds else {}
+        if self.loaded_beside_read:  # kernel_prepare_seconds then overlapped the read stage: the run waited less
+            out["kernels_loaded_beside_read"] = True
         out["inputs_skipped"] = list(getattr(self.shards, "skipped", ()))  # what directory walks left out
         out.update(self.place.report(self.reader or "pyarrow", self.writers,
                                      self.place.shard_writers(self.device_table)[0]))

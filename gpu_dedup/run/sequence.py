@@ -598,6 +598,8 @@ class Sequence:
         with self.st.cost("kernel_load"):  # the kernels this config uses (compiled the first time after install)
             self.ex.prepare(self.st)
         self.read()
+        with self.st.cost("kernel_load"):  # what the run still waits for of kernels loading beside the read stage
+            self.ex.kernels_loaded()
         self.exact()
         self.signatures_and_bands()
         self.buckets()

@@ -510,3 +510,57 @@ def test_a_removal_list_reads_the_text_alone_as_one_table_and_equals_the_cpu(be,
     same_outputs(c, g, tmp_path / "cpu", tmp_path / "gpu")
     assert sorted(os.listdir(tmp_path / "gpu")) == sorted(os.listdir(tmp_path / "cpu"))
     assert to_host(g.kept).sum() == c.report["counts"]["kept"]
+
+
+def test_the_kernels_load_beside_the_read_stage_and_the_run_books_what_it_waited(be, plc, tmp_path, monkeypatch):
+    """The GPU backend's read runs no kernel (libcudf reads the shards), so its kernels load on a thread of their
+    own meanwhile: here each side waits until the other has started, which only a load beside the read passes.
+    The run waits for what is left after the read stage and books it to kernel_load; the outputs are the CPU's."""
+    import threading
+
+    from gpu_dedup.config import Config
+    from gpu_dedup.run.entry import run_dedup
+
+    corpus(tmp_path / "in")
+    loading, reading = threading.Event(), threading.Event()
+    where = {}
+    prepare, read_table = be.prepare, be.read_table
+
+    def load(cfg):
+        where["load"] = threading.current_thread()
+        loading.set()
+        assert reading.wait(20), "the read stage did not start while the kernels loaded"
+        return prepare(cfg)
+
+    def read(shards, columns=None):
+        where["read"] = threading.current_thread()
+        reading.set()
+        assert loading.wait(20), "the kernels did not start loading before the read stage"
+        return read_table(shards, columns=columns)
+
+    monkeypatch.setattr(be, "prepare", load)
+    monkeypatch.setattr(be, "read_table", read)
+    c = run_dedup(tmp_path / "in", tmp_path / "cpu", Config.from_dict({**CFG, "backend": "cpu"}))
+    g, _, table_reads = gpu_run(be, plc, tmp_path / "in", tmp_path / "gpu", CFG)
+    assert [r[2] for r in table_reads] == [True]
+    assert where["load"] is not where["read"] and where["read"] is threading.main_thread()
+    rep = g.report
+    assert rep["kernels_loaded_beside_read"] is True and "kernels_loaded_beside_read" not in c.report
+    assert rep["kernel_prepare_seconds"] > 0 and "kernel_load" in rep["fixed_seconds"]
+    booked = rep["stage_seconds"] + sum(rep["fixed_seconds"].values())
+    assert abs(rep["wall_seconds"] - booked - rep["unbooked_seconds"]) < 0.01
+    same_outputs(c, g, tmp_path / "cpu", tmp_path / "gpu")
+
+
+def test_kernels_that_fail_to_load_beside_the_read_stage_fail_the_run_with_their_error(be, plc, tmp_path, monkeypatch):
+    """A load that fails on its thread (here: as a missing NVVM would) stops the run after the read stage with
+    that error; nothing is published."""
+    corpus(tmp_path / "in")
+
+    def fails(cfg):
+        raise RuntimeError("libNVVM cannot be found")
+
+    monkeypatch.setattr(be, "prepare", fails)
+    with pytest.raises(RuntimeError, match="libNVVM cannot be found"):
+        gpu_run(be, plc, tmp_path / "in", tmp_path / "gpu", CFG)
+    assert not (tmp_path / "gpu" / "_SUCCESS").exists() and not list((tmp_path / "gpu").glob("*.parquet"))

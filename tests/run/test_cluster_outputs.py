@@ -3,7 +3,6 @@ the duplicates table merged from per-block parts is the very file one process wr
 
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pyarrow as pa
@@ -77,26 +76,6 @@ def test_sources_tally_what_they_hand_to_a_route():
     assert rows == 10 and size == 80 + part["id"].nbytes
     assert routing.take_moved("run-a") == {"exact": [20, 2 * size]}
     assert routing.take_moved("run-a") == {} and routing.take_moved("run-b") == {"exact": [10, size]}
-
-
-def test_a_step_started_soon_runs_at_once_and_hands_back_its_value_or_its_error_when_asked():
-    started, go = threading.Event(), threading.Event()
-
-    def step(x, plus):
-        started.set()
-        go.wait(30)
-        return x + plus
-
-    pending = executor._Soon(step, (1,), {"plus": 2})
-    assert started.wait(30)  # running in its own thread before anyone asks for it
-    go.set()
-    assert pending.result() == 3
-
-    def fails():
-        raise InputError("shard 'a.parquet' has 3 rows now but had more when read")
-
-    with pytest.raises(InputError, match="had more when read"):
-        executor._Soon(fails, (), {}).result()
 
 
 def test_the_client_reorders_a_few_values_without_importing_pandas():

@@ -5,16 +5,18 @@ member of Sink.  (``mypy``, run by .ci/run, checks the same structurally where `
 from __future__ import annotations
 
 import ast
+import threading
 import inspect
 import textwrap
 import typing
 
 import pytest
 
+from gpu_dedup.errors import InputError
 from gpu_dedup.index.remote import RemoteIndex, RemoteIndexBuilder
 from gpu_dedup.index.store import Index, IndexBuilder
 from gpu_dedup.run.cluster.executor import DaskExecutor
-from gpu_dedup.run.contract import Executor, Prior, Sink
+from gpu_dedup.run.contract import Executor, Prior, Sink, Soon
 from gpu_dedup.run.local import LocalExecutor
 from gpu_dedup.run.prior import IndexPrior, NoPrior
 
@@ -153,3 +155,23 @@ def test_a_missing_member_is_named():
 
     with pytest.raises(AssertionError, match="append"):
         _check(Narrow, Sink)
+
+
+def test_a_step_started_soon_runs_at_once_and_hands_back_its_value_or_its_error_when_asked():
+    started, go = threading.Event(), threading.Event()
+
+    def step(x, plus):
+        started.set()
+        go.wait(30)
+        return x + plus
+
+    pending = Soon(step, (1,), {"plus": 2})
+    assert started.wait(30)  # running in its own thread before anyone asks for it
+    go.set()
+    assert pending.result() == 3
+
+    def fails():
+        raise InputError("shard 'a.parquet' has 3 rows now but had more when read")
+
+    with pytest.raises(InputError, match="had more when read"):
+        Soon(fails, (), {}).result()

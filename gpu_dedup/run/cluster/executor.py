@@ -41,7 +41,7 @@ from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.config import Config
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash, staged
 from gpu_dedup.run.cluster.connection import connect, quiet_teardown
-from gpu_dedup.run.contract import Step, shard_starts, take_in_order
+from gpu_dedup.run.contract import Soon, Step, shard_starts, take_in_order
 from gpu_dedup.run.prior import NoPrior
 from gpu_dedup.run.sequence import CorpusCounts
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
@@ -129,6 +129,9 @@ class DaskExecutor:
         self.client.run(_forget_saved)  # a run before this one on the same workers may have left some
         seconds = self.client.run(prepare_worker, self.cfg, own=self.cluster is not None)
         self.startup_seconds = max(seconds.values(), default=0.0)
+
+    def kernels_loaded(self) -> None:
+        """Loaded by :meth:`prepare`: each worker loads its kernels before any block is read."""
 
     def close(self) -> None:
         """Leave the workers as they were found (a joined cluster) and close what this run started.  Each step
@@ -497,8 +500,10 @@ class DaskExecutor:
                          before=Step(_tag_rows, column=column, index=True), after=Step(_take_ids, self.loaded))
         return self.route(got, _part_dest, len(parts), after=Step(_ids_in_order))
 
-    def soon(self, fn, *args, **kw) -> _Soon:
-        return _Soon(fn, args, kw)
+    def soon(self, fn, *args, **kw) -> Soon:
+        """In a thread of the client: the client mostly waits on futures, so the step's tasks run on the workers
+        beside the stages that follow."""
+        return Soon(fn, args, kw)
 
     def take(self, rows, column: str) -> pa.Array:
         """``column`` at ``rows`` (a report's few dozen documents): original texts read again from the shards
@@ -590,30 +595,6 @@ class DaskExecutor:
         self.client.submit(_merge_parts, paths, str(path), self.cfg.output.compression, pure=False).result()
         remove_tree(tmp_dir)
         return int(sum(rows))
-
-
-class _Soon:
-    """``fn(*args, **kw)`` in a thread of the client (see :meth:`DaskExecutor.soon`): the client mostly waits on
-    futures, so the step's tasks run on the workers beside the stages that follow.  ``result()`` waits for it
-    and hands back its value or raises its error; a run that fails first leaves it to end with the client
-    (a daemon thread: it holds no process open), its error unread."""
-
-    def __init__(self, fn, args: tuple, kw: dict):
-        self._box: dict = {}
-        self._thread = threading.Thread(target=self._run, args=(fn, args, kw), name="gpu_dedup-soon", daemon=True)
-        self._thread.start()
-
-    def _run(self, fn, args, kw) -> None:
-        try:
-            self._box["value"] = fn(*args, **kw)
-        except BaseException as exc:  # noqa: BLE001 - handed to result()
-            self._box["error"] = exc
-
-    def result(self):
-        self._thread.join()
-        if "error" in self._box:
-            raise self._box["error"]
-        return self._box["value"]
 
 
 # --------------------------------------------------------------------------- worker functions
