@@ -55,8 +55,10 @@ def atomically(path: Path, tmp_dir, write) -> None:
         raise
 
 
-def atomic_write_bytes(path: str | Path, payload: bytes | memoryview, tmp_dir=None) -> None:
-    """Write ``payload`` to a temporary file (in ``tmp_dir``, default beside ``path``), then rename it."""
+def atomic_write_bytes(path: str | Path, payload: bytes | memoryview, tmp_dir=None, durable: bool = True) -> None:
+    """Write ``payload`` to a temporary file (in ``tmp_dir``, default beside ``path``), then rename it;
+    ``durable``: synced to the disk first (an output; a checkpoint, which a power loss may leave garbled and a
+    resume then computes again, is not)."""
     if is_url(path):
         put_bytes(path, payload)
         return
@@ -64,8 +66,9 @@ def atomic_write_bytes(path: str | Path, payload: bytes | memoryview, tmp_dir=No
     def write(fd, tmp):
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
 
     atomically(Path(path), tmp_dir, write)
 

@@ -824,11 +824,13 @@ def _rank_range(part: dict, offset: int, keep: str) -> dict:
 
 
 def _save_part(part, path: str) -> int:
-    """One part of a finished stage, saved by the worker that holds it (an object in a store: one upload)."""
+    """One part of a finished stage, saved by the worker that holds it (an object in a store: one upload).  Not
+    synced to the disk, as no checkpoint is (:mod:`gpu_dedup.run.checkpoint`): one that a power loss garbles
+    fails its archive's CRC when read, and its unit is computed again."""
     buf = io.BytesIO()  # a part that is None (nothing to say) is saved as an empty archive
     arrays: dict[str, Any] = {k: to_host(v) for k, v in part.items()} if part is not None else {"__none__": np.zeros(0)}
     np.savez(buf, **arrays)
-    storage.atomic_write_bytes(as_path(path), buf.getbuffer())
+    storage.atomic_write_bytes(as_path(path), buf.getbuffer(), durable=False)
     _SAVED[path] = part
     return 1
 
