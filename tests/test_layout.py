@@ -167,6 +167,7 @@ LAZY_OK = {"gpu_dedup.__init__", "gpu_dedup.cli", "gpu_dedup.cli.commands", "gpu
 # modules loaded when first used anywhere: compiled kernels (Numba compiles or loads them), the CUDA backend and
 # the large Unicode tables
 LAZY_TARGETS = {"gpu_dedup.kernels", "gpu_dedup.kernels.hash_cpu", "gpu_dedup.kernels.hash_cuda", "gpu_dedup.backends.gpu",
+                "gpu_dedup.kernels.order_cpu",
                 "gpu_dedup.kernels.cosine_cuda",
                 "gpu_dedup.kernels.unicode_props", "gpu_dedup.kernels.unicode_tables"}
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_dedup.backends import ByArrays, array_module, to_host
+from gpu_dedup.backends import ByArrays, array_module, stable_order, to_host
 from gpu_dedup.kernels.buckets_cpu import host_threads, maybe_shared
 
 
@@ -99,9 +99,7 @@ def group_buckets(band, hashes, doc, min_size: int = 2) -> Buckets:
         return empty_buckets(xp)
     if min_size >= 2:  # on the host, only rows whose (band, hash) another row may share are sorted
         band, hashes, doc = _SHARED_ROWS.pick(xp)(band, hashes, doc)
-    order = xp.argsort(doc, kind="stable")
-    order = order[xp.argsort(hashes[order], kind="stable")]
-    order = order[xp.argsort(band[order], kind="stable")]
+    order = stable_order(band, hashes, doc)
     return _runs(xp, band[order], hashes[order], doc[order], min_size)
 
 
@@ -163,7 +161,10 @@ def buckets(band_hashes, docs=None, min_size: int = 2) -> Buckets:
         order = xp.argsort(col, kind="stable")  # rows ascend, so members ascend within a bucket
         return _runs(xp, xp.full(col.shape[0], band, dtype=xp.int32), col[order], d[order], min_size)
 
-    threads = min(_BAND_THREADS.pick(xp)(), num_bands)  # NumPy sorts without the GIL: a band a core
+    # a band a core: NumPy's sort of one band's 64-bit hashes beside the others' (it releases the GIL) beats the
+    # radix sort's passes of every one in turn (stable_order: 0.76-1.19 s against 0.46-0.73 s for 10^6 rows of
+    # 16 bands on 2 cores); the radix sort's Numba threads may not run from several threads at once
+    threads = min(_BAND_THREADS.pick(xp)(), num_bands)
     if threads > 1:
         with ThreadPoolExecutor(threads) as pool:
             parts = list(pool.map(one_band, range(num_bands)))  # in band order

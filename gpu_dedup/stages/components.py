@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu_dedup.backends import array_module, distinct, get_backend, to_host
+from gpu_dedup.backends import array_module, distinct, get_backend, stable_order, to_host
 from gpu_dedup.stages.edges import Edges
 from gpu_dedup.stages.frames import concat, distinct_pairs, lookup
 
@@ -58,8 +58,7 @@ def _group_min(part: dict, include_self: bool):
     x, y = part["x"], part["y"]
     if x.shape[0] == 0:
         return xp, x, y, y
-    order = xp.argsort(y, kind="stable")
-    order = order[xp.argsort(x[order], kind="stable")]
+    order = stable_order(x, y)
     x, y = x[order], y[order]
     start = xp.ones(x.shape[0], dtype=bool)
     start[1:] = x[1:] != x[:-1]
@@ -91,8 +90,7 @@ def changed_pairs(old: dict, new: dict) -> dict:
     y = xp.concatenate((old["y"], new["y"]))
     if x.shape[0] == 0:
         return {"changed": 0}
-    order = xp.argsort(y, kind="stable")
-    order = order[xp.argsort(x[order], kind="stable")]
+    order = stable_order(x, y)
     x, y = x[order], y[order]
     common = int(((x[1:] == x[:-1]) & (y[1:] == y[:-1])).sum())  # a pair of both sets sits next to its twin
     return {"changed": int(x.shape[0]) - 2 * common}
@@ -106,7 +104,7 @@ def star_labels(part: dict) -> dict:
     labels = xp.concatenate((part["y"], part["y"]))
     if nodes.shape[0] == 0:
         return {"node": nodes, "label": labels}
-    order = xp.argsort(nodes, kind="stable")
+    order = stable_order(nodes)
     nodes, labels = nodes[order], labels[order]
     keep = xp.ones(nodes.shape[0], dtype=bool)
     keep[1:] = nodes[1:] != nodes[:-1]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_dedup.backends import array_module, dense_ranks, distinct, sorted_in, to_host
+from gpu_dedup.backends import array_module, dense_ranks, distinct, sorted_in, stable_order, to_host
 from gpu_dedup.stages.buckets import Buckets
 from gpu_dedup.stages.frames import distinct_pairs
 
@@ -51,8 +51,7 @@ def unique_pairs(src, dst):
     if max(int(src.max()), int(dst.max())) < 2**31:  # pack both into one sortable key
         key = distinct((src << 32) | dst)
         return key >> 32, key & 0xFFFFFFFF
-    order = xp.argsort(dst, kind="stable")
-    order = order[xp.argsort(src[order], kind="stable")]
+    order = stable_order(src, dst)
     s, d = src[order], dst[order]
     keep = xp.ones(s.shape[0], dtype=bool)
     keep[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1])
@@ -168,7 +167,7 @@ class StarRounds:
         if unseen.shape[0]:
             s = xp.asarray(similarity, dtype=xp.float64)
             keys, sims = xp.concatenate((self.keys, unseen)), xp.concatenate((self.sims, s))
-            order = xp.argsort(keys, kind="stable")
+            order = stable_order(keys)
             self.keys, self.sims = keys[order], sims[order]
         accepted = self.keep_all | (self.sims[xp.searchsorted(self.keys, pk)] >= self.threshold)
         self.open_[members[accepted]] = False

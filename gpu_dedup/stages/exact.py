@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu_dedup.backends import array_module, distinct, get_backend, to_host
+from gpu_dedup.backends import array_module, distinct, get_backend, sorted_copy, stable_order, to_host
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.kernels.params import hash_params
 
@@ -42,18 +42,16 @@ def exact_groups(keys, ranks, eligible=None):
     if idx.shape[0] < 2:
         return rep
     first = keys[idx, 1]
-    by_first = xp.argsort(first)
+    by_first = stable_order(first)
     same = first[by_first[1:]] == first[by_first[:-1]]
     shared = xp.zeros(idx.shape[0], dtype=bool)
     shared[1:] |= same
     shared[:-1] |= same
-    idx = idx[xp.sort(by_first[shared])]  # document order, as every document sorted would keep it
+    idx = idx[sorted_copy(by_first[shared])]  # document order, as every document sorted would keep it
     if idx.shape[0] < 2:
         return rep
     k = keys[idx]
-    order = xp.argsort(ranks[idx], kind="stable")
-    for col in (2, 1, 0):  # least significant key first: a stable radix of the columns
-        order = order[xp.argsort(k[order, col], kind="stable")]
+    order = stable_order(k[:, 0], k[:, 1], k[:, 2], ranks[idx])
     sk = k[order]
     new_group = xp.ones(order.shape[0], dtype=bool)
     new_group[1:] = xp.any(sk[1:] != sk[:-1], axis=1)

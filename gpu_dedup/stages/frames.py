@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import array_module
+from gpu_dedup.backends import array_module, stable_order
 from gpu_dedup.backends.arrow_arrays import arrow_array
 
 _M1 = 0xBF58476D1CE4E5B9
@@ -109,10 +109,7 @@ def sort_by(frame: dict, *names) -> dict:
     xp = module_of(frame)
     if size(frame) == 0:
         return frame
-    order = xp.argsort(frame[names[-1]], kind="stable")
-    for name in reversed(names[:-1]):
-        order = order[xp.argsort(frame[name][order], kind="stable")]
-    return take(frame, order)
+    return take(frame, stable_order(*(frame[name] for name in names)))
 
 
 def lookup(keys, table_keys, table_values, default):
@@ -122,7 +119,7 @@ def lookup(keys, table_keys, table_values, default):
     out = xp.full(keys.shape[0], default, dtype=table_values.dtype)
     if table_keys.shape[0] == 0 or keys.shape[0] == 0:
         return out
-    order = xp.argsort(table_keys, kind="stable")
+    order = stable_order(table_keys)
     sk = table_keys[order]
     pos = xp.clip(xp.searchsorted(sk, keys), 0, sk.shape[0] - 1)
     hit = sk[pos] == keys
@@ -143,8 +140,7 @@ def distinct_pairs(part: dict, a: str, b: str) -> dict:
     xp = array_module(part[a])
     if part[a].shape[0] == 0:
         return part
-    order = xp.argsort(part[b], kind="stable")
-    order = order[xp.argsort(part[a][order], kind="stable")]
+    order = stable_order(part[a], part[b])
     x, y = part[a][order], part[b][order]
     keep = xp.ones(x.shape[0], dtype=bool)
     keep[1:] = (x[1:] != x[:-1]) | (y[1:] != y[:-1])

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends import available_memory
 from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array
 from gpu_dedup.backends.placement import Readers
 from gpu_dedup.config import InputConfig
@@ -285,21 +286,6 @@ def text_bytes(shard: Shard, text_column: str, row_groups=None) -> int:
             if col.path_in_schema == text_column or col.path_in_schema.startswith(text_column + "."):
                 total += col.total_uncompressed_size
     return total
-
-
-def available_memory() -> int:
-    """Bytes of memory available to a new allocation now (Linux: MemAvailable; else half the physical memory)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):  # pragma: no cover - non-Linux
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-    except (OSError, ValueError):  # pragma: no cover
-        return 0
 
 
 def held_texts(held: list, text_column: str, rows) -> pa.Array:

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_dedup.backends import array_module, distinct, get_backend, sorted_find, to_host
+from gpu_dedup.backends import array_module, distinct, get_backend, sorted_find, stable_order, to_host
 from gpu_dedup.backends.arrow_arrays import arrow_array
 from gpu_dedup.config import SelectConfig
 from gpu_dedup.stages.frames import sort_by, take
@@ -68,8 +68,7 @@ def survivors(labels, ranks):
     n = labels.shape[0]
     if n == 0:
         return xp.zeros(0, dtype=xp.int64)
-    order = xp.argsort(ranks, kind="stable")
-    order = order[xp.argsort(labels[order], kind="stable")]
+    order = stable_order(labels, ranks)
     sl = labels[order]
     start = xp.ones(n, dtype=bool)
     start[1:] = sl[1:] != sl[:-1]
@@ -280,7 +279,7 @@ class ClusterPart:
         self.rep_node = m["rep_node"]
         self.first_doc = first_doc
         n = self.node.shape[0]
-        by_node = xp.argsort(self.node, kind="stable")
+        by_node = stable_order(self.node)
         self._by_node, self._sorted_nodes = by_node, self.node[by_node]
         labels = xp.unique(m["label"], return_inverse=True)[1].reshape(-1).astype(xp.int64) if n else \
             xp.zeros(0, dtype=xp.int64)
@@ -383,9 +382,7 @@ class ClusterPart:
 def _sort(frame: dict, xp, *names) -> dict:
     if not frame or frame[names[0]].shape[0] == 0:
         return frame
-    order = xp.argsort(frame[names[-1]], kind="stable")
-    for name in reversed(names[:-1]):
-        order = order[xp.argsort(frame[name][order], kind="stable")]
+    order = stable_order(*(frame[name] for name in names))
     return {k: v[order] for k, v in frame.items()}
 
 

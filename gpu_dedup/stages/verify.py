@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu_dedup.backends import array_module, distinct, get_backend, to_host
+from gpu_dedup.backends import array_module, distinct, get_backend, stable_order, to_host
 from gpu_dedup.config import MinHashConfig
 from gpu_dedup.kernels.params import hash_params
 from gpu_dedup.stages.edges import Edges
@@ -53,7 +53,7 @@ def _by_chunks(left, right, texts, score, chunk_bytes: int, progress):
     if left.shape[0] == 0:
         return out
     lengths = texts.lengths
-    order = xp.argsort(left, kind="stable")
+    order = stable_order(left)
     cost = xp.cumsum(lengths[left[order]] + lengths[right[order]] + 64)
     chunk_of = cost // max(chunk_bytes, 1)
     bounds = to_host(xp.flatnonzero(xp.diff(chunk_of)) + 1)  # chunk boundaries: a few numbers

@@ -25,6 +25,7 @@ from gpu_dedup.backends import (
     get_backend,
     host_frame,
     on_device,
+    stable_order,
     to_device,
     to_host,
     traits,
@@ -664,7 +665,7 @@ def score_at_block(data, part: dict, answers: dict, payload, family, method: str
     dst_nodes, right = np.unique(to_host(part["dst"]), return_inverse=True)
     own = payload(data, {"node": dst_nodes}, column="node", first_doc=first_doc, prior=prior)["node_data"]
     src_nodes = to_host(answers["node"])  # distinct: each asked once, answered by its one block
-    order = np.argsort(src_nodes, kind="stable")
+    order = stable_order(src_nodes)
     left = order[np.searchsorted(src_nodes[order], to_host(part["src"]))]
     values = pa.concat_arrays([answers["node_data"].cast(pa.large_binary()), own.cast(pa.large_binary())])
     sim = indexed_similarity(values, left, right.reshape(-1) + src_nodes.shape[0], family, method)

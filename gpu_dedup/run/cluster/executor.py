@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 import gpu_dedup.run.cluster.blocks as B
 import gpu_dedup.run.cluster.routing as routing
 from gpu_dedup import storage
-from gpu_dedup.backends import array_module, distinct, get_backend, to_host, traits
+from gpu_dedup.backends import array_module, distinct, get_backend, stable_order, to_host, traits
 from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.config import Config
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash, staged
@@ -740,7 +740,7 @@ def _tag_rows(part: dict, column: str, part_index: int) -> dict:
 
 
 def _ids_in_order(part: dict) -> dict:
-    order = np.argsort(part["_i"], kind="stable")
+    order = stable_order(part["_i"])
     return {"id": part["id"].take(pa.array(order))}
 
 
@@ -817,7 +817,7 @@ def _range_dest(frame: dict, n: int, splitters, keep: str) -> np.ndarray:
 
 def _rank_range(part: dict, offset: int, keep: str) -> dict:
     """Ranks of one range of keys (all rows of a key are here), ties by row, as one process ranks."""
-    order = np.argsort(part["row"], kind="stable")
+    order = stable_order(part["row"])
     rows = part["row"][order]
     key = part["key"].take(pa.array(order))
     return {"row": rows, "rank": offset + ranks_from_keys(keep, rows.shape[0], length=key, ids=key, score=key)}
