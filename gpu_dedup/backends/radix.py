@@ -130,7 +130,7 @@ def _order(keys, n: int) -> np.ndarray:
 
 
 def _sorted(a: np.ndarray) -> np.ndarray:
-    from gpu_dedup.kernels.order_cpu import radix_values
+    from gpu_dedup.kernels.order_cpu import radix_pass
 
     v, bits, low = _digits(a)
     passes = _passes(bits)
@@ -140,7 +140,7 @@ def _sorted(a: np.ndarray) -> np.ndarray:
         hist = np.empty((bounds.shape[0] - 1, 1 << max(w for _, w in passes)), np.int64)
         v2 = np.empty_like(v)
         for shift, width in passes:
-            radix_values(v, v2, np.uint64(shift), np.uint64((1 << width) - 1), bounds, hist)
+            radix_pass(v, v, v2, v2, np.uint64(shift), np.uint64((1 << width) - 1), bounds, hist)  # values alone
             v, v2 = v2, v
     u = v.astype(np.uint64, copy=False)
     u += low
@@ -151,13 +151,12 @@ def _sorted(a: np.ndarray) -> np.ndarray:
 
 
 def warm() -> None:
-    """Load (or compile) the radix passes with the argument types a run gives them."""
-    from gpu_dedup.kernels.order_cpu import radix_pass, radix_values
+    """Load (or compile) the radix pass with the argument types a run gives it."""
+    from gpu_dedup.kernels.order_cpu import radix_pass
 
     bounds, hist = np.array([0, 2], np.int64), np.zeros((1, 2), np.int64)
-    rows = np.arange(2, dtype=np.uint32)
+    shift, mask = np.uint64(0), np.uint64(1)
     for dtype in (np.uint32, np.uint64):
         v = np.array([1, 0], dtype)
-        one = np.uint64(1)
-        radix_pass(v, rows, np.empty_like(v), np.empty_like(rows), np.uint64(0), one, bounds, hist)
-        radix_values(v, np.empty_like(v), np.uint64(0), one, bounds, hist)
+        for rows in (np.arange(2, dtype=np.uint32), v):  # (value, row) pairs; values alone
+            radix_pass(v, rows, np.empty_like(v), np.empty_like(rows), shift, mask, bounds, hist)
