@@ -376,18 +376,18 @@ class Soon:
     and hands back its value or raises its error; a caller that fails first leaves it to end alone (a daemon
     thread: it holds no process open), its error unread."""
 
-    def __init__(self, fn, args: tuple = (), kw: dict | None = None, name: str = "gpu_dedup-soon"):
+    def __init__(self, fn: Callable, args: tuple = (), kw: dict | None = None, name: str = "gpu_dedup-soon") -> None:
         self._box: dict = {}
         self._thread = threading.Thread(target=self._run, args=(fn, args, kw or {}), name=name, daemon=True)
         self._thread.start()
 
-    def _run(self, fn, args, kw) -> None:
+    def _run(self, fn: Callable, args: tuple, kw: dict) -> None:
         try:
             self._box["value"] = fn(*args, **kw)
         except BaseException as exc:  # noqa: BLE001 - handed to result()
             self._box["error"] = exc
 
-    def result(self):
+    def result(self) -> Any:
         self._thread.join()
         if "error" in self._box:
             raise self._box["error"]
