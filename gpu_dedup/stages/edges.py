@@ -130,16 +130,23 @@ class StarRounds:
         if forced is not None:
             at = forced.round == r
             fc[forced.bucket[at]] = xp.searchsorted(self.nodes, forced.doc[at])
-        idx = xp.flatnonzero(self.open_)
-        if idx.shape[0] == 0:
-            self.done = True
-            return empty, empty
-        bk = self.member_bucket[idx]
-        first = xp.ones(idx.shape[0], dtype=bool)
-        first[1:] = bk[1:] != bk[:-1]
-        group = xp.cumsum(first) - 1
-        group_first = idx[first]
-        gb = self.member_bucket[group_first]
+        if r == 0 and self._buckets_whole():  # every membership open: its groups are the buckets, in order
+            idx = xp.arange(self.open_.shape[0], dtype=xp.int64)
+            group, group_first = self.member_bucket, b.offsets[:-1]
+            first = xp.zeros(idx.shape[0], dtype=bool)
+            first[group_first] = True
+            gb = xp.arange(len(b), dtype=xp.int64)
+        else:  # the open memberships, grouped by bucket
+            idx = xp.flatnonzero(self.open_)
+            if idx.shape[0] == 0:
+                self.done = True
+                return empty, empty
+            bk = self.member_bucket[idx]
+            first = xp.ones(idx.shape[0], dtype=bool)
+            first[1:] = bk[1:] != bk[:-1]
+            group = xp.cumsum(first) - 1
+            group_first = idx[first]
+            gb = self.member_bucket[group_first]
         own = fc[gb] < 0  # buckets whose centre is their smallest open member
         if r > 0:
             self.rec_b.append(gb[own])
@@ -156,6 +163,11 @@ class StarRounds:
         unseen = uniq[~sorted_in(uniq, self.keys)]
         self._pending = (idx[~is_centre], pk, unseen)
         return self.nodes[unseen >> 32], self.nodes[unseen & 0xFFFFFFFF]
+
+    def _buckets_whole(self) -> bool:
+        """Some membership, and every bucket with one (the groups of a round with every membership open)."""
+        offsets = self.b.offsets
+        return self.open_.shape[0] > 0 and bool((offsets[1:] > offsets[:-1]).all())
 
     def accept(self, similarity) -> None:
         """The similarity of the pairs :meth:`propose` returned, in that order."""
