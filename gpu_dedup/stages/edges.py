@@ -154,14 +154,16 @@ class StarRounds:
             self.rec_d.append(self.nodes[self.local[group_first[own]]])
         centre = xp.where(own, self.local[group_first], fc[gb])[group]
         is_centre = first & own[group]
-        src, dst = centre[~is_centre], self.local[idx[~is_centre]]
+        others = ~is_centre
+        members = idx[others]  # the open memberships this round compares with their centre
+        src, dst = centre[others], self.local[members]
         self.open_[idx[is_centre]] = False
         if src.shape[0] == 0:
             return empty, empty
         pk = (xp.minimum(src, dst) << 32) | xp.maximum(src, dst)
         uniq = distinct(pk)
         unseen = uniq[~sorted_in(uniq, self.keys)]
-        self._pending = (idx[~is_centre], pk, unseen)
+        self._pending = (members, pk, unseen)
         return self.nodes[unseen >> 32], self.nodes[unseen & 0xFFFFFFFF]
 
     def _buckets_whole(self) -> bool:
