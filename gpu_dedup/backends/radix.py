@@ -94,20 +94,25 @@ def _narrow(v: np.ndarray, bits: int) -> np.ndarray:
     return v.astype(np.uint32) if bits <= 32 else v
 
 
-def _sort_pairs(v: np.ndarray, rows: np.ndarray, bits: int) -> np.ndarray:
-    """``rows`` reordered by ``v`` (stable): the radix passes over its ``bits`` low bits."""
+def _radix(v: np.ndarray, rows: np.ndarray | None, bits: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """``v`` and ``rows`` (None: the values alone) reordered by ``v``, stably: the radix passes over its ``bits``
+    low bits.  The values alone move as their own rows, into one buffer (each place written twice, one value)."""
     from gpu_dedup.kernels.order_cpu import radix_pass
 
     passes = _passes(bits)
     if not passes:
-        return rows
+        return v, rows
     bounds = _slices(v.shape[0])
     hist = np.empty((bounds.shape[0] - 1, 1 << max(w for _, w in passes)), np.int64)
-    v2, r2 = np.empty_like(v), np.empty_like(rows)
+    v2 = np.empty_like(v)
+    r2 = v2 if rows is None else np.empty_like(rows)
     for shift, width in passes:
-        radix_pass(v, rows, v2, r2, np.uint64(shift), np.uint64((1 << width) - 1), bounds, hist)
-        v, v2, rows, r2 = v2, v, r2, rows
-    return rows
+        src, dst = (v, v2) if rows is None else (rows, r2)
+        radix_pass(v, src, v2, dst, np.uint64(shift), np.uint64((1 << width) - 1), bounds, hist)
+        v, v2 = v2, v
+        if rows is not None:
+            rows, r2 = r2, rows
+    return v, rows
 
 
 def _order(keys, n: int) -> np.ndarray:
@@ -121,27 +126,17 @@ def _order(keys, n: int) -> np.ndarray:
                 packed <<= np.uint64(b)
                 packed |= v
         digits.clear()  # their memory goes back before the sort's buffers are made
-        rows = _sort_pairs(_narrow(packed, total), rows, total)
+        rows = _radix(_narrow(packed, total), rows, total)[1]
     else:  # from the least significant key up, each sort stable
         for i, (v, b) in enumerate(reversed(digits)):
             v = v if i == 0 else v[rows]
-            rows = _sort_pairs(_narrow(v, b), rows, b)
+            rows = _radix(_narrow(v, b), rows, b)[1]
     return rows.astype(np.int64)
 
 
 def _sorted(a: np.ndarray) -> np.ndarray:
-    from gpu_dedup.kernels.order_cpu import radix_pass
-
     v, bits, low = _digits(a)
-    passes = _passes(bits)
-    v = _narrow(v, bits)
-    if passes:
-        bounds = _slices(v.shape[0])
-        hist = np.empty((bounds.shape[0] - 1, 1 << max(w for _, w in passes)), np.int64)
-        v2 = np.empty_like(v)
-        for shift, width in passes:
-            radix_pass(v, v, v2, v2, np.uint64(shift), np.uint64((1 << width) - 1), bounds, hist)  # values alone
-            v, v2 = v2, v
+    v = _radix(_narrow(v, bits), None, bits)[0]
     u = v.astype(np.uint64, copy=False)
     u += low
     if a.dtype.kind == "i":

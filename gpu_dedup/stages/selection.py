@@ -262,7 +262,7 @@ class ClusterPart:
 
     def __init__(self, members: dict, edges: dict, threshold: float, split: bool, components, first_doc: int):
         xp = self.xp = array_module(members["node"])
-        m = _sort(members, xp, "label", "node")
+        m = sort_by(members, "label", "node")
         if m["node"].shape[0]:
             keep = xp.ones(m["node"].shape[0], dtype=bool)
             keep[1:] = m["node"][1:] != m["node"][:-1]
@@ -377,13 +377,6 @@ class ClusterPart:
         size = to_host(xp.bincount(self.labels))
         values, counts = np.unique(size[size > 1], return_counts=True)
         return {int(v): int(c) for v, c in zip(values, counts)}
-
-
-def _sort(frame: dict, xp, *names) -> dict:
-    if not frame or frame[names[0]].shape[0] == 0:
-        return frame
-    order = stable_order(*(frame[name] for name in names))
-    return {k: v[order] for k, v in frame.items()}
 
 
 # ---------------------------------------------------------------------------- per part, for the stage sequence
