@@ -227,7 +227,8 @@ def _joined(path, out: Path, settings: dict, single) -> dict:
            "blocks": c.get("blocks"), "routes": c.get("routes"), "device_routes": c.get("device_routes"),
            "shuffled_rows": c.get("shuffled_rows"), "shuffle_mb": c.get("shuffle_mb"),
            "shuffle_mb_by_stage": c.get("shuffle_mb_by_stage"), "spilled_text_blocks": c.get("spilled_text_blocks"),
-           "worker_peak_rss_mb": max((c.get("worker_peak_rss_mb") or {}).values(), default=None)}
+           "worker_peak_rss_mb": max((c.get("worker_peak_rss_mb") or {}).values(), default=None),
+           "write_threads": sorted((c.get("write_threads") or {}).values())}
     if single is not None:
         row.update(compared(single[0], out))
         row["vs_one_process"] = round(sec / single[1], 3) if single[1] else None

@@ -203,6 +203,41 @@ def test_blocks_are_spread_by_rows_over_the_workers():
     homes = spread_blocks(rows, ["a", "b"])
     assert [sum(r for r, h in zip(rows, homes) if h == w) for w in "ab"] == [250, 250]
     assert spread_blocks([5], []) == [None]
+    # weighed by threads: a worker of three threads takes three times the rows of a worker of one
+    rows = [10] * 8
+    homes = spread_blocks(rows, ["a", "b"], {"a": 3, "b": 1})
+    assert [homes.count(w) for w in "ab"] == [6, 2]
+
+
+def test_a_worker_writes_its_shards_on_its_share_of_the_cores():
+    from gpu_dedup.run.cluster.executor import write_shares
+
+    everything = tuple(range(8))
+    seen = {"a": ("h1", everything, 8), "b": ("h1", everything, 8),  # two workers on one host's 8 cores
+            "c": ("h1", (0, 1), 2),  # one whose affinity is two cores of its own (a GPU worker's NUMA node)
+            "d": ("h2", everything, 3),  # a cgroup quota of 3 cores
+            "e": ("h3", (0,), 1), "f": ("h3", (0,), 1)}  # more workers than cores: one thread each
+    assert write_shares(seen) == {"a": 4, "b": 4, "c": 2, "d": 3, "e": 1, "f": 1}
+
+
+def test_a_workers_share_of_the_shards_is_written_at_once_in_order(monkeypatch):
+    import threading
+
+    import gpu_dedup.run.cluster.executor as E
+
+    together = threading.Barrier(3, timeout=20)  # three shards written at once, or the barrier breaks
+
+    def write(shard, start, removed, out, compression):
+        together.wait()
+        return {"name": shard, "rows": start}
+
+    monkeypatch.setattr(E, "_write_shard", write)
+    got = E._write_shards(["s0", "s1", "s2"], [0, 1, 2], [[], [], []], "out", "same", threads=3)
+    assert got == [{"name": f"s{k}", "rows": k} for k in range(3)]
+    threads = set()
+    monkeypatch.setattr(E, "_write_shard", lambda shard, *a: threads.add(threading.get_ident()) or {"name": shard})
+    one = E._write_shards(["s0", "s1"], [0, 1], [[], []], "out", "same", threads=1)  # one thread: the task's own
+    assert [r["name"] for r in one] == ["s0", "s1"] and threads == {threading.get_ident()}
 
 
 @pytest.mark.parametrize("backend", ["cpu", "gpu"])

@@ -69,6 +69,9 @@ def test_one_worker_runs_the_whole_run_with_one_process_outputs(corpus, one_work
                                                   "block_rows": 300}})
     rep = run_dedup(corpus / "in", tmp_path / "blocks", blocks).report
     assert rep["cluster"]["blocks"] > 1 and "handoff" not in rep["fixed_seconds"]
+    from dask.system import cpu_count
+
+    assert list(rep["cluster"]["write_threads"].values()) == [cpu_count()]  # the worker's one thread, and the rest
     for name in names:
         assert (tmp_path / "single" / name).read_bytes() == (tmp_path / "blocks" / name).read_bytes(), name
 

@@ -141,14 +141,14 @@ def _same_schema(a, b) -> bool:
     return a is not None and b is not None and a.equals(b)
 
 
-def spread_blocks(rows: list, workers: list) -> list:
+def spread_blocks(rows: list, workers: list, capacity: dict | None = None) -> list:
     """The worker each block is read on: the largest blocks first, each to the worker with the fewest rows so
     far (ties: the first), so every worker holds about its share of the corpus, whatever order the workers
-    become free in."""
+    become free in.  ``capacity``: the threads of each worker (its rows so far are weighed per thread)."""
     load = dict.fromkeys(workers, 0)
     homes: list = [None] * len(rows)
     for k in sorted(range(len(rows)), key=lambda k: -rows[k]):  # stable: equal blocks in order
-        w = min(load, key=lambda v: load[v]) if load else None
+        w = min(load, key=lambda v: load[v] / (capacity[v] if capacity else 1)) if load else None
         if w is not None:
             load[w] += rows[k]
         homes[k] = w

@@ -22,10 +22,12 @@ import io
 import logging
 import operator
 import os
+import socket
 import sys
 import tempfile
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +117,7 @@ class DaskExecutor:
         self.vector_dim = None  # the corpus's vector length (input.vector_column)
         self.run_key = uuid.uuid4().hex  # the workers tally what this run's routes move under it
         self.moved_totals: dict = {}  # stage -> [rows, bytes] the routes moved (routing.take_moved)
+        self.write_threads: dict = {}  # worker -> the threads its shards were written on (write_shards)
 
     # ---- setup ----------------------------------------------------------------
     def connect(self) -> None:
@@ -178,6 +181,7 @@ class DaskExecutor:
             "shuffled_rows": int(sum(m[0] for m in moved.values())),
             "shuffle_mb": round(sum(float(m[1]) for m in moved.values()) / 2**20, 2),
             "shuffle_mb_by_stage": {k: round(float(m[1]) / 2**20, 2) for k, m in moved.items()},
+            "write_threads": self.write_threads,
         }}
 
     # ---- read / normalize -------------------------------------------------------
@@ -531,7 +535,11 @@ class DaskExecutor:
 
     def write_shards(self, removed: list, out: Path, ckpt, progress=None) -> int:
         """Each shard written by a worker from the removed rows of the blocks that read it (consecutive blocks;
-        a block of several small shards hands its removed rows to each of them)."""
+        a block of several small shards hands its removed rows to each of them).  One task per worker writes its
+        share of the shards, several at once on its share of its host's cores (:meth:`_write_threads`): a task
+        per shard ran one shard at a time on a worker of one thread, so a GPU worker (Dask-CUDA gives it one)
+        wrote on one core of an otherwise idle host, and a cluster joined with fewer workers than cores left
+        the others idle.  Shards go to workers by rows, weighed by those threads."""
         shards = self.corpus.shards
         by_shard: dict[int, list] = {}
         for b, fut in zip(self.blocks, removed):
@@ -539,24 +547,41 @@ class DaskExecutor:
                 by_shard.setdefault(i, []).append(fut)
         starts = shard_starts(shards)
         written = 0
-        futures = {}
+        todo = []
         for i, shard in enumerate(shards):
             rec = ckpt.marked(f"shard-{i}")
             if staged(rec, shard, out, needs=("rows",)):  # written and digested by an earlier, resumed run
                 written += rec["rows"]
-                continue
-            futures[i] = self.client.submit(_write_shard, shard, int(starts[i]), by_shard.get(i, []), str(out),
-                                            self.cfg.output.compression, pure=False)
-        for i in sorted(futures):  # marks in shard order
-            record = futures[i].result()
-            written += record["rows"]
-            ckpt.mark(f"shard-{i}", record)
-            maybe_crash("write:first-shard")
-            if progress is not None:
-                progress(1)
-        if progress is not None and len(futures) < len(shards):
-            progress(len(shards) - len(futures))
+            else:
+                todo.append(i)
+        threads = self._write_threads() if todo else {}
+        homes = B.spread_blocks([shards[i].rows for i in todo], sorted(threads), threads)
+        groups = []
+        for w in sorted(threads):
+            mine = [i for i, home in zip(todo, homes) if home == w]
+            if mine:
+                groups.append((mine, self.client.submit(
+                    _write_shards, [shards[i] for i in mine], [int(starts[i]) for i in mine],
+                    [by_shard.get(i, []) for i in mine], str(out), self.cfg.output.compression, threads[w],
+                    pure=False, **routing.placed([w]))))
+        for mine, fut in groups:  # marks in shard order within each worker's share
+            for i, record in zip(mine, fut.result()):
+                written += record["rows"]
+                ckpt.mark(f"shard-{i}", record)
+                maybe_crash("write:first-shard")
+                if progress is not None:
+                    progress(1)
+        if progress is not None and len(todo) < len(shards):
+            progress(len(shards) - len(todo))
         return written
+
+    def _write_threads(self) -> dict:
+        """Threads each worker writes shards on: the cores it may run on (its CPU affinity, within its cgroup's
+        quota), shared among the workers of its host that may run on the same cores (a local CPU cluster's
+        workers share every core; a Dask-CUDA worker's are its GPU's NUMA node's, shared with that GPU's other
+        workers), at least one."""
+        self.write_threads = write_shares(self.client.run(_host_cores))
+        return self.write_threads
 
     def append_index(self, sink, docs: list, keys: list | None, bands: list, centres: list, dup: list,
                      first_doc: int, layout) -> None:
@@ -864,6 +889,37 @@ def _load_part(path: str, backend) -> dict | None:
 
 def _present(part) -> int:
     return 1
+
+
+def _write_shards(shards: list, starts: list, removed: list, out: str, compression: str, threads: int) -> list:
+    """A worker's share of the shards, ``threads`` at a time (pyarrow and hashlib release the GIL): their records,
+    in order."""
+    def one(k: int) -> dict:
+        return _write_shard(shards[k], starts[k], removed[k], out, compression)
+
+    if threads <= 1 or len(shards) == 1:
+        return [one(k) for k in range(len(shards))]
+    with ThreadPoolExecutor(min(threads, len(shards)), thread_name_prefix="gpu-dedup-write") as pool:
+        return list(pool.map(one, range(len(shards))))
+
+
+def write_shares(seen: dict) -> dict:
+    """Threads of each worker from ``seen`` (worker -> :func:`_host_cores`): the cores it may use, divided among the
+    workers of the same host with the same cores, at least one."""
+    sharing: dict = {}
+    for where in seen.values():
+        sharing[where] = sharing.get(where, 0) + 1
+    return {w: max(1, min(len(where[1]), where[2]) // sharing[where]) for w, where in seen.items()}
+
+
+def _host_cores() -> tuple:
+    """Where this worker runs: its host, the cores it may run on, and how many it may use (Dask's count: the
+    affinity within its cgroup's CPU quota)."""
+    from dask.system import cpu_count
+
+    cores = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else \
+        tuple(range(os.cpu_count() or 1))
+    return socket.gethostname(), cores, cpu_count()
 
 
 def _write_shard(shard, start: int, removed: list, out: str, compression: str) -> dict:
