@@ -41,24 +41,26 @@ KIT_ON_CPU = ("dask", "distributed")
 # test selection by directory and marker (the files inside may move)
 BACKEND_TESTS = ("tests/stages", "tests/backends", "tests/run", "tests/test_api.py")
 CONFIGS = ("default", "nemo_curator", "cosine-vectors", "fineweb", "cosine-text")  # most wanted first
+# tier 2's end-to-end configurations (the one-GPU targets), each with its shards and its removal list
+# (FC_CUDF_CONFIGS picks others)
+E2E_CUDF_CONFIGS = ("nemo_curator", "default", "fineweb", "cosine-text")
 MAX_LOG_BYTES = 6 << 20  # a longer log keeps its first 1 MiB and its last 5 MiB in the tarball
 
 # device defaults; a rehearsal uses REHEARSAL instead; FC_* variables override either
 DEVICE = {"docs": 1_000_000, "sig_docs": 1_000_000, "smoke_docs": 5000, "warmup_docs": 2000, "words": "60 400",
           "sig_perms": "128 260", "configs": " ".join(CONFIGS), "deadline": 470, "graph_nodes": 1_000_000,
           "dask_docs": 1_000_000, "dask_workers": "1 2 4", "dask_copies": 10, "dask_block_rows": 0, "profile": 0,
-          "copies": 10}
+          "copies": 10, "cudf_configs": " ".join(E2E_CUDF_CONFIGS)}
 REHEARSAL = {"docs": 10, "sig_docs": 10, "smoke_docs": 10, "warmup_docs": 10, "words": "5 15", "sig_perms": "16",
              "configs": "default cosine-vectors", "deadline": 400, "graph_nodes": 300, "dask_docs": 12,
-             "dask_workers": "1 2", "dask_copies": 0, "dask_block_rows": 5, "profile": 0, "copies": 3}
+             "dask_workers": "1 2", "dask_copies": 0, "dask_block_rows": 5, "profile": 0, "copies": 3,
+             "cudf_configs": " ".join(E2E_CUDF_CONFIGS)}
 # step caps (seconds): a step is stopped there; the deadline caps them all
 CAPS = {"setup": 150, "env": 60, "corpus": 240, "smoke": 150, "test-gpu": 150, "signatures": 90, "e2e": 260,
         "test-backend": 400, "kit": 240, "cudf-minhash": 120, "e2e-cudf": 240, "components": 60, "dask": 150, "write": 90,
         "scale": 150}
 # a rehearsal's caps where they differ: the dask step's GPU workers run every GPU thread in Python there
 REHEARSAL_CAPS = {"dask": 400, "signatures": 200}
-# tier 2's end-to-end configurations (the one-GPU targets), each with its shards and its removal list
-E2E_CUDF_CONFIGS = ("nemo_curator", "default", "fineweb", "cosine-text")
 # tier 2 needs the RAPIDS kit (cuDF, RMM, Dask-CUDA): these its wheels must pin
 KIT_PINS = ("cudf-cu13", "pylibcudf-cu13", "rmm-cu13", "dask", "distributed", "dask-cuda", "dask-cudf-cu13", "numba")
 MIN_SECONDS = {"test-backend": 30, "e2e": 30, "signatures": 20}  # not started with less time than this left
@@ -131,7 +133,8 @@ class Driver:
             self.steps = [
                 Step("kit", "the RAPIDS wheels (cuDF, RMM, Dask-CUDA) installed into /tmp/site from the carried parts"),
                 setup, corpus, env,  # then the targets first: end to end, the kernel, 10^7; then the tests
-                Step("e2e-cudf", f"end to end, {self.p['docs']:,} documents, {', '.join(E2E_CUDF_CONFIGS)}: CPU (all "
+                Step("e2e-cudf", f"end to end, {self.p['docs']:,} documents, "
+                                 f"{', '.join(self.p['cudf_configs'].split())}: CPU (all "
                                  "cores) vs GPU (cuDF reads and writes), shards and the removal list, every second "
                                  "booked, outputs compared by content"),
                 Step("cudf-minhash", f"the warp and block signature kernels vs cuDF str.minhash (MurmurHash3), "
@@ -278,7 +281,7 @@ class Driver:
         corpus = ["--corpus-dir", str(self.corpus), *self.words()]
         args = {
             "corpus": ["--suite", "corpus", "--e2e-docs", str(self.p["docs"]), "--configs",
-                       *(self.p["configs"].split() if self.tier == 1 else E2E_CUDF_CONFIGS)],
+                       *(self.p["configs"] if self.tier == 1 else self.p["cudf_configs"]).split()],
             "smoke": ["--suite", "smoke", "--smoke-docs", str(self.p["smoke_docs"])],
             "signatures": ["--suite", "signatures", "--docs", str(self.p["sig_docs"]), "--perms",
                            *self.p["sig_perms"].split(), "--shingles", "char:5", "char:24", "word:5", "--backends",
@@ -292,7 +295,8 @@ class Driver:
             "cudf-minhash": ["--suite", "signatures", "--docs", str(self.p["sig_docs"]), "--cases", "char:24x260",
                              "char:5x128", "word:5x128", "--backends", "cpu", "gpu", "gpu-block", "cudf",
                              "--deadline-seconds", soon],
-            "e2e-cudf": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--configs", *E2E_CUDF_CONFIGS,
+            "e2e-cudf": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--configs",
+                         *self.p["cudf_configs"].split(),
                          "--e2e-backends", "cpu", "gpu", "--e2e-modes", "shards", "list", "--warmup-docs",
                          str(self.p["warmup_docs"]), "--workdir", str(self.work), "--deadline-seconds", soon],
             # 10^7: the GPU first (the target), then the CPU once if the deadline allows
