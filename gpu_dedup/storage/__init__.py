@@ -52,7 +52,7 @@ from gpu_dedup.storage.discovery import (
     memory_shard,
 )
 from gpu_dedup.storage.filesystems import RemotePath, as_path, is_url, source
-from gpu_dedup.storage.filter import write_shard, write_shards_on_device
+from gpu_dedup.storage.filter import concurrent_writes, write_memory, write_shard, write_shards_on_device
 from gpu_dedup.storage.identity import check_unchanged, shard_identity
 from gpu_dedup.storage.jsonl import ReadWhole
 from gpu_dedup.storage.parquet import device_readable, parquet_metadata, parquet_schema
@@ -62,6 +62,7 @@ __all__ = [
     "COMPRESSED_EXT", "shard_identity", "check_unchanged", "read_columns", "iter_columns", "ReadWhole", "read_rows",
     "rows_only", "check_id_type", "without_views", "VIEW_TYPES", "id_column_type", "auto_id_column", "id_kind",
     "shard_id_kind", "device_readable", "parquet_schema", "parquet_metadata", "write_shard", "write_shards_on_device",
+    "write_memory", "concurrent_writes",
     "atomic_write_bytes", "atomic_write_parquet", "file_digest", "known_digest", "written_digest", "RemotePath",
     "as_path", "is_url", "source",
 ]

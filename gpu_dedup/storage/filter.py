@@ -221,6 +221,35 @@ def _unreadable(shard: Shard, exc: BaseException) -> Exception:
 
 
 ROW_GROUP_ROWS = 1024 * 1024  # pyarrow's default rows per written row group
+WRITE_COPIES = 3  # copies of one written row group's bytes a Parquet shard's write holds at its peak (2.65 measured)
+STREAMED_WRITE_BYTES = 64 << 20  # what a JSONL or Arrow shard's write holds: a block or a batch at a time
+
+
+def write_memory(shard: Shard) -> int:
+    """About the most memory :func:`write_shard` takes for ``shard`` (from its footer): a Parquet shard's write
+    holds a batch or two read, the kept rows of one output row group and their copy into one array per column
+    (:func:`_write_parquet`): :data:`WRITE_COPIES` times the bytes of one row group of its rows."""
+    if shard.format != "parquet":
+        return STREAMED_WRITE_BYTES
+    try:
+        meta = footer(shard).metadata
+    except (OSError, pa.ArrowException, MemoryError):  # the write itself says what is wrong with the shard
+        return STREAMED_WRITE_BYTES
+    rows = meta.num_rows
+    total = sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+    return WRITE_COPIES * total * min(rows, ROW_GROUP_ROWS) // rows if rows else STREAMED_WRITE_BYTES
+
+
+def concurrent_writes(needs: list, threads: int, available: int, share: float = 0.5) -> int:
+    """How many shard writes of peak memory ``needs`` (:func:`write_memory`) to run at once: at most ``threads``,
+    and only as many as fit together in ``share`` of the ``available`` memory should the largest run together;
+    one at least.  A shard per core at once wrote shards of a row group of 10^6 rows (gigabytes each) as many
+    at a time as the machine had cores."""
+    k = max(1, min(threads, len(needs)))
+    largest = sorted(needs, reverse=True)
+    while k > 1 and sum(largest[:k]) > share * available:
+        k -= 1
+    return k
 
 
 def _write_parquet(shard: Shard, keep: np.ndarray, target: Path, codec, held: list | None = None) -> int:

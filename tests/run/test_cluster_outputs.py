@@ -222,22 +222,29 @@ def test_a_worker_writes_its_shards_on_its_share_of_the_cores():
 
 def test_a_workers_share_of_the_shards_is_written_at_once_in_order(monkeypatch):
     import threading
+    import types
 
     import gpu_dedup.run.cluster.executor as E
 
+    shards = [types.SimpleNamespace(name=f"s{k}", format="jsonl") for k in range(3)]  # 64 MiB each to write
     together = threading.Barrier(3, timeout=20)  # three shards written at once, or the barrier breaks
 
     def write(shard, start, removed, out, compression):
         together.wait()
-        return {"name": shard, "rows": start}
+        return {"name": shard.name, "rows": start}
 
     monkeypatch.setattr(E, "_write_shard", write)
-    got = E._write_shards(["s0", "s1", "s2"], [0, 1, 2], [[], [], []], "out", "same", threads=3)
+    monkeypatch.setattr(E, "_worker_budget", lambda: 1 << 40)
+    got = E._write_shards(shards, [0, 1, 2], [[], [], []], "out", "same", threads=3)
     assert got == [{"name": f"s{k}", "rows": k} for k in range(3)]
     threads = set()
-    monkeypatch.setattr(E, "_write_shard", lambda shard, *a: threads.add(threading.get_ident()) or {"name": shard})
-    one = E._write_shards(["s0", "s1"], [0, 1], [[], []], "out", "same", threads=1)  # one thread: the task's own
+    monkeypatch.setattr(E, "_write_shard", lambda shard, *a: threads.add(threading.get_ident()) or {"name": shard.name})
+    one = E._write_shards(shards[:2], [0, 1], [[], []], "out", "same", threads=1)  # one thread: the task's own
     assert [r["name"] for r in one] == ["s0", "s1"] and threads == {threading.get_ident()}
+    monkeypatch.setattr(E, "_worker_budget", lambda: 100 << 20)  # room for one shard's write: one at a time
+    threads.clear()
+    assert [r["name"] for r in E._write_shards(shards, [0, 1, 2], [[]] * 3, "out", "same", threads=3)] == \
+        ["s0", "s1", "s2"] and threads == {threading.get_ident()}
 
 
 @pytest.mark.parametrize("backend", ["cpu", "gpu"])

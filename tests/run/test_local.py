@@ -1,6 +1,7 @@
 """End-to-end runs on planted-cluster corpora, checked against the reference oracle."""
 
 import json
+import os
 import unicodedata
 
 import numpy as np
@@ -136,6 +137,30 @@ def test_rerun_is_byte_identical(planted, planted_run, tmp_path):
         assert (d / "out" / name).read_bytes() == (tmp_path / "out2" / name).read_bytes()
     assert again.report["counts"] == result.report["counts"]
     assert_accounted(again, [pq.read_table(p) for p in sorted((d / "in").glob("*.parquet"))])
+
+
+def test_shards_are_written_at_once_only_as_far_as_memory_allows(planted, planted_run, tmp_path, monkeypatch):
+    import gpu_dedup.run.local as local
+
+    d, _ = planted
+    result, cfg = planted_run
+    pools = []
+    real = local.ThreadPoolExecutor
+
+    def pool(workers, *a, **kw):
+        if kw.get("thread_name_prefix") == "gpu-dedup-write":  # the write stage's
+            pools.append(workers)
+        return real(workers, *a, **kw)
+
+    monkeypatch.setattr(local, "ThreadPoolExecutor", pool)
+    monkeypatch.setattr(local, "available_memory", lambda: 1 << 20)  # room for none: one shard at a time
+    run_dedup(d / "in", tmp_path / "one", cfg)
+    assert pools == [1]
+    for name in ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]:
+        assert (d / "out" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
+    monkeypatch.setattr(local, "available_memory", lambda: 1 << 40)
+    run_dedup(d / "in", tmp_path / "all", cfg)
+    assert pools == [1, min(3, os.cpu_count() or 1)]
 
 
 @pytest.mark.parametrize("method", ["signature", "none"])

@@ -288,3 +288,26 @@ def test_explicit_null_texts_are_streamed(tmp_path, monkeypatch):
     cfg = InputConfig(id_column="id")
     parts = list(storage.iter_columns(shard, cfg))
     assert len(parts) > 3 and pa.concat_tables(parts).equals(storage.read_columns(shard, cfg))
+
+
+def test_a_shards_write_memory_is_a_few_copies_of_one_written_row_group(tmp_path, monkeypatch):
+    table = _table(3000)
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=500)
+    shard = storage.discover([str(tmp_path / "a.parquet")], "parquet")[0]
+    meta = pq.ParquetFile(tmp_path / "a.parquet").metadata
+    total = sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+    assert filt.write_memory(shard) == filt.WRITE_COPIES * total  # every row in one written row group
+    monkeypatch.setattr(filt, "ROW_GROUP_ROWS", 1000)  # row groups of a third of the rows: a third of the memory
+    assert filt.write_memory(shard) == filt.WRITE_COPIES * total // 3
+    (tmp_path / "b.jsonl").write_text('{"text": "a"}\n')
+    assert filt.write_memory(storage.discover([str(tmp_path / "b.jsonl")], "jsonl")[0]) == filt.STREAMED_WRITE_BYTES
+
+
+def test_as_many_shards_are_written_at_once_as_fit_in_half_the_memory():
+    mb = 1 << 20
+    assert filt.concurrent_writes([100 * mb] * 16, 16, 10_000 * mb) == 16  # room for all
+    assert filt.concurrent_writes([100 * mb] * 16, 4, 10_000 * mb) == 4  # the threads bound it
+    assert filt.concurrent_writes([100 * mb] * 16, 16, 1000 * mb) == 5  # 5 x 100 MB <= half of 1000 MB
+    assert filt.concurrent_writes([480 * mb, 20 * mb, 20 * mb], 3, 1000 * mb) == 2  # the largest together
+    assert filt.concurrent_writes([900 * mb], 8, 100 * mb) == 1  # one at least
+    assert filt.concurrent_writes([], 8, 0) == 1

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 import gpu_dedup.run.cluster.blocks as B
 import gpu_dedup.run.cluster.routing as routing
 from gpu_dedup import storage
-from gpu_dedup.backends import array_module, distinct, get_backend, stable_order, to_host, traits
+from gpu_dedup.backends import array_module, available_memory, distinct, get_backend, stable_order, to_host, traits
 from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.config import Config
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash, staged
@@ -892,8 +892,10 @@ def _present(part) -> int:
 
 
 def _write_shards(shards: list, starts: list, removed: list, out: str, compression: str, threads: int) -> list:
-    """A worker's share of the shards, ``threads`` at a time (pyarrow and hashlib release the GIL): their records,
-    in order."""
+    """A worker's share of the shards, ``threads`` at a time (pyarrow and hashlib release the GIL) as its memory
+    allows (:func:`~gpu_dedup.storage.concurrent_writes`): their records, in order."""
+    threads = storage.concurrent_writes([storage.write_memory(s) for s in shards], threads, _worker_budget())
+
     def one(k: int) -> dict:
         return _write_shard(shards[k], starts[k], removed[k], out, compression)
 
@@ -901,6 +903,25 @@ def _write_shards(shards: list, starts: list, removed: list, out: str, compressi
         return [one(k) for k in range(len(shards))]
     with ThreadPoolExecutor(min(threads, len(shards)), thread_name_prefix="gpu-dedup-write") as pool:
         return list(pool.map(one, range(len(shards))))
+
+
+def _worker_budget() -> int:
+    """Memory this worker may still take: what the machine has available, and within its own limit what it has
+    left before Dask pauses it (``distributed.worker.memory.pause``, 80 % by default)."""
+    import dask
+    import psutil  # noqa: PLC0415  a Dask dependency: the workers have it
+
+    free = available_memory()
+    try:
+        from distributed import get_worker  # noqa: PLC0415  the Dask executor's workers only
+
+        limit = get_worker().memory_manager.memory_limit
+    except (ImportError, ValueError, AttributeError):
+        limit = None
+    if limit:
+        pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 0.95
+        free = min(free, int(pause * limit) - psutil.Process().memory_info().rss)
+    return max(0, free)
 
 
 def write_shares(seen: dict) -> dict:
