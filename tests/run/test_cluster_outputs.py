@@ -236,15 +236,16 @@ def test_a_workers_share_of_the_shards_is_written_at_once_in_order(monkeypatch):
     monkeypatch.setattr(E, "_write_shard", write)
     monkeypatch.setattr(E, "_worker_budget", lambda: 1 << 40)
     got = E._write_shards(shards, [0, 1, 2], [[], [], []], "out", "same", threads=3)
-    assert got == [{"name": f"s{k}", "rows": k} for k in range(3)]
+    assert got == {"threads": 3, "records": [{"name": f"s{k}", "rows": k} for k in range(3)]}
     threads = set()
     monkeypatch.setattr(E, "_write_shard", lambda shard, *a: threads.add(threading.get_ident()) or {"name": shard.name})
     one = E._write_shards(shards[:2], [0, 1], [[], []], "out", "same", threads=1)  # one thread: the task's own
-    assert [r["name"] for r in one] == ["s0", "s1"] and threads == {threading.get_ident()}
+    assert [r["name"] for r in one["records"]] == ["s0", "s1"] and threads == {threading.get_ident()}
     monkeypatch.setattr(E, "_worker_budget", lambda: 100 << 20)  # room for one shard's write: one at a time
     threads.clear()
-    assert [r["name"] for r in E._write_shards(shards, [0, 1, 2], [[]] * 3, "out", "same", threads=3)] == \
-        ["s0", "s1", "s2"] and threads == {threading.get_ident()}
+    got = E._write_shards(shards, [0, 1, 2], [[]] * 3, "out", "same", threads=3)
+    assert got["threads"] == 1 and [r["name"] for r in got["records"]] == ["s0", "s1", "s2"]
+    assert threads == {threading.get_ident()}
 
 
 @pytest.mark.parametrize("backend", ["cpu", "gpu"])

@@ -71,7 +71,8 @@ def test_one_worker_runs_the_whole_run_with_one_process_outputs(corpus, one_work
     assert rep["cluster"]["blocks"] > 1 and "handoff" not in rep["fixed_seconds"]
     from dask.system import cpu_count
 
-    assert list(rep["cluster"]["write_threads"].values()) == [cpu_count()]  # the worker's one thread, and the rest
+    # its 3 shards written at once on the host's cores, not one at a time on the worker's one thread
+    assert list(rep["cluster"]["write_threads"].values()) == [min(cpu_count(), 3)]
     for name in names:
         assert (tmp_path / "single" / name).read_bytes() == (tmp_path / "blocks" / name).read_bytes(), name
 

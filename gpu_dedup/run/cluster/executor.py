@@ -117,7 +117,7 @@ class DaskExecutor:
         self.vector_dim = None  # the corpus's vector length (input.vector_column)
         self.run_key = uuid.uuid4().hex  # the workers tally what this run's routes move under it
         self.moved_totals: dict = {}  # stage -> [rows, bytes] the routes moved (routing.take_moved)
-        self.write_threads: dict = {}  # worker -> the threads its shards were written on (write_shards)
+        self.write_threads: dict = {}  # worker -> how many shards it wrote at once (write_shards)
 
     # ---- setup ----------------------------------------------------------------
     def connect(self) -> None:
@@ -536,7 +536,8 @@ class DaskExecutor:
     def write_shards(self, removed: list, out: Path, ckpt, progress=None) -> int:
         """Each shard written by a worker from the removed rows of the blocks that read it (consecutive blocks;
         a block of several small shards hands its removed rows to each of them).  One task per worker writes its
-        share of the shards, several at once on its share of its host's cores (:meth:`_write_threads`): a task
+        share of the shards, several at once on its share of its host's cores (:func:`write_shares`) as its
+        memory allows (``cluster.write_threads`` in the report: how many each took): a task
         per shard ran one shard at a time on a worker of one thread, so a GPU worker (Dask-CUDA gives it one)
         wrote on one core of an otherwise idle host, and a cluster joined with fewer workers than cores left
         the others idle.  Shards go to workers by rows, weighed by those threads."""
@@ -554,18 +555,20 @@ class DaskExecutor:
                 written += rec["rows"]
             else:
                 todo.append(i)
-        threads = self._write_threads() if todo else {}
+        threads = write_shares(self.client.run(_host_cores)) if todo else {}
         homes = B.spread_blocks([shards[i].rows for i in todo], sorted(threads), threads)
         groups = []
         for w in sorted(threads):
             mine = [i for i, home in zip(todo, homes) if home == w]
             if mine:
-                groups.append((mine, self.client.submit(
+                groups.append((w, mine, self.client.submit(
                     _write_shards, [shards[i] for i in mine], [int(starts[i]) for i in mine],
                     [by_shard.get(i, []) for i in mine], str(out), self.cfg.output.compression, threads[w],
                     pure=False, **routing.placed([w]))))
-        for mine, fut in groups:  # marks in shard order within each worker's share
-            for i, record in zip(mine, fut.result()):
+        for w, mine, fut in groups:  # marks in shard order within each worker's share
+            got = fut.result()
+            self.write_threads[w] = got["threads"]
+            for i, record in zip(mine, got["records"]):
                 written += record["rows"]
                 ckpt.mark(f"shard-{i}", record)
                 maybe_crash("write:first-shard")
@@ -574,14 +577,6 @@ class DaskExecutor:
         if progress is not None and len(todo) < len(shards):
             progress(len(shards) - len(todo))
         return written
-
-    def _write_threads(self) -> dict:
-        """Threads each worker writes shards on: the cores it may run on (its CPU affinity, within its cgroup's
-        quota), shared among the workers of its host that may run on the same cores (a local CPU cluster's
-        workers share every core; a Dask-CUDA worker's are its GPU's NUMA node's, shared with that GPU's other
-        workers), at least one."""
-        self.write_threads = write_shares(self.client.run(_host_cores))
-        return self.write_threads
 
     def append_index(self, sink, docs: list, keys: list | None, bands: list, centres: list, dup: list,
                      first_doc: int, layout) -> None:
@@ -891,24 +886,25 @@ def _present(part) -> int:
     return 1
 
 
-def _write_shards(shards: list, starts: list, removed: list, out: str, compression: str, threads: int) -> list:
-    """A worker's share of the shards, ``threads`` at a time (pyarrow and hashlib release the GIL) as its memory
-    allows (:func:`~gpu_dedup.storage.concurrent_writes`): their records, in order."""
+def _write_shards(shards: list, starts: list, removed: list, out: str, compression: str, threads: int) -> dict:
+    """A worker's share of the shards, up to ``threads`` at a time (pyarrow and hashlib release the GIL) as its
+    memory allows (:func:`~gpu_dedup.storage.concurrent_writes`): ``records``, in order, and the ``threads``
+    it took."""
     threads = storage.concurrent_writes([storage.write_memory(s) for s in shards], threads, _worker_budget())
 
     def one(k: int) -> dict:
         return _write_shard(shards[k], starts[k], removed[k], out, compression)
 
-    if threads <= 1 or len(shards) == 1:
-        return [one(k) for k in range(len(shards))]
-    with ThreadPoolExecutor(min(threads, len(shards)), thread_name_prefix="gpu-dedup-write") as pool:
-        return list(pool.map(one, range(len(shards))))
+    if threads <= 1:
+        return {"threads": 1, "records": [one(k) for k in range(len(shards))]}
+    with ThreadPoolExecutor(threads, thread_name_prefix="gpu-dedup-write") as pool:
+        return {"threads": threads, "records": list(pool.map(one, range(len(shards))))}
 
 
 def _worker_budget() -> int:
     """Memory this worker may still take: what the machine has available, and within its own limit what it has
     left before Dask pauses it (``distributed.worker.memory.pause``, 80 % by default)."""
-    import dask
+    import dask  # noqa: PLC0415  the Dask executor's workers only
     import psutil  # noqa: PLC0415  a Dask dependency: the workers have it
 
     free = available_memory()
@@ -925,8 +921,10 @@ def _worker_budget() -> int:
 
 
 def write_shares(seen: dict) -> dict:
-    """Threads of each worker from ``seen`` (worker -> :func:`_host_cores`): the cores it may use, divided among the
-    workers of the same host with the same cores, at least one."""
+    """Threads each worker may write shards on, from ``seen`` (worker -> :func:`_host_cores`): the cores it may run
+    on (its CPU affinity, within its cgroup's quota), divided among the workers of its host that may run on the
+    same cores (a local CPU cluster's workers share every core; a Dask-CUDA worker's are its GPU's NUMA node's,
+    shared with that GPU's other workers), at least one."""
     sharing: dict = {}
     for where in seen.values():
         sharing[where] = sharing.get(where, 0) + 1
