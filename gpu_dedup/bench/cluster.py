@@ -330,8 +330,8 @@ def markdown(rows: list) -> list:
     """Markdown lines: the runs (one process, joined runs, memory probes), then each cluster's fixed costs."""
     lines = ["## Runs joining a running cluster, beside one process", "",
              ("| configuration | docs | route | seconds | x one process | same bytes | same content | shuffle MiB | "
-              "device routes | texts off the device | note |"),
-             "| --- | ---: | --- | ---: | ---: | --- | --- | ---: | ---: | ---: | --- |"]
+              "device routes | texts off the device | write s | shards at once | note |"),
+             "| --- | ---: | --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | --- | --- |"]
     yes = {True: "yes", False: "NO", None: ""}
     for r in rows:
         if r.get("cluster"):
@@ -342,7 +342,8 @@ def markdown(rows: list) -> list:
         lines.append(f"| {r.get('config')} | {r.get('docs', 0):,} | {r.get('shuffle', '')} | {r.get('seconds', '')} | "
                      f"{r.get('vs_one_process', '')} | {yes[r.get('identical')]} | {yes[r.get('content_identical')]} | "
                      f"{r.get('shuffle_mb', '')} | {r.get('device_routes', '')} | "
-                     f"{r.get('spilled_text_blocks', '')} | {str(note)[:160].replace('|', '/')} |")
+                     f"{r.get('spilled_text_blocks', '')} | {(r.get('stage_seconds') or {}).get('write', '')} | "
+                     f"{' '.join(map(str, r.get('write_threads') or []))} | {str(note)[:160].replace('|', '/')} |")
     fixed = [r for r in rows if r.get("cluster")]
     if fixed:
         lines += ["", "Each cluster's fixed costs (seconds), paid once, not by the runs that join it:", "",

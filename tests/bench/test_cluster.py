@@ -52,11 +52,12 @@ def test_markdown_books_runs_fixed_costs_and_what_moved():
             {"config": "2 CPU workers", "workers": 2, "docs": 1000, "shuffle": "host", "seconds": 3.0,
              "vs_one_process": 2.0, "identical": True, "content_identical": True, "shuffle_mb": 0.5,
              "device_routes": 0, "spilled_text_blocks": 0, "shuffled_rows": 1200,
-             "shuffle_mb_by_stage": {"buckets": 0.4, "verify": 0.1}},
+             "shuffle_mb_by_stage": {"buckets": 0.4, "verify": 0.1}, "stage_seconds": {"write": 0.7},
+             "write_threads": [1, 2]},
             {"config": "2 CPU workers", "workers": 2, "cluster": "fixed costs", "start_seconds": 2.0,
              "kernel_load_seconds": 1.0, "warmup_seconds": 3.0, "close_seconds": 0.5}]
     md = "\n".join(cluster.markdown(rows))
-    assert "| 2 CPU workers | 1,000 | host | 3.0 | 2.0 | yes | yes | 0.5 | 0 | 0 |  |" in md
+    assert "| 2 CPU workers | 1,000 | host | 3.0 | 2.0 | yes | yes | 0.5 | 0 | 0 | 0.7 | 1 2 |  |" in md
     assert "| 2 CPU workers | 2.0 | 1.0 | 3.0 | 0.5 |" in md
     assert "| 2 CPU workers | 1,000 | host | 0.4 | 0.1 | 1,200 |" in md
 
