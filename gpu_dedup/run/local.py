@@ -574,9 +574,8 @@ class LocalExecutor:
 
         # the device writer too (gpu.writer: cudf): on one H100 the stage took 17 s for 10^6 documents' 16 shards
         # one at a time, 4.0 s from 16 threads (pyarrow wrote every shard again there: see storage.filter)
-        threads = max(1, min(len(todo), os.cpu_count() or 1))  # every core: a shard each, as memory allows
-        threads = storage.concurrent_writes([storage.write_memory(shards[i]) for i in todo if i not in on_device],
-                                            threads, available_memory())
+        needs = [storage.write_memory(shards[i]) for i in todo if i not in on_device]
+        threads = storage.concurrent_writes(needs, os.cpu_count() or 1, available_memory())  # a shard a core
         with ThreadPoolExecutor(threads, thread_name_prefix="gpu-dedup-write") as pool:
             for i, record in zip(todo, pool.map(write_one, todo)):  # in shard order
                 ckpt.mark(f"shard-{i}", record)

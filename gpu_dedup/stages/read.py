@@ -50,6 +50,7 @@ from gpu_dedup.storage import (
     read_rows,
 )
 from gpu_dedup.storage.ahead import ahead_each
+from gpu_dedup.storage.parquet import input_bytes
 from gpu_dedup.storage.columns import iter_columns_held, text_values
 from gpu_dedup.storage.pages import take_pages
 
@@ -260,15 +261,6 @@ def hold_inputs(shards, setting, share: float = HOLD_SHARE) -> bool:
     if setting is True:
         return True
     return sum(input_bytes(s) for s in parquet) <= share * available_memory()
-
-
-def input_bytes(shard: Shard) -> int:
-    """How many bytes ``shard``'s columns take in memory: a Parquet shard's uncompressed size (its footer only),
-    any other shard's bytes on disk."""
-    if shard.format != "parquet":
-        return shard.size or 0
-    meta = parquet_metadata(shard)
-    return sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
 
 
 def text_bytes(shard: Shard, text_column: str, row_groups=None) -> int:

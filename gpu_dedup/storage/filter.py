@@ -27,7 +27,7 @@ from gpu_dedup.storage.discovery import Shard
 from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes
 from gpu_dedup.storage.identity import check_unchanged
 from gpu_dedup.storage.jsonl import codec_of, gather_lines_of, jsonl_blocks, nonblank_lines
-from gpu_dedup.storage.parquet import footer, iter_parquet, shard_codec
+from gpu_dedup.storage.parquet import footer, input_bytes, iter_parquet, parquet_metadata, shard_codec
 
 log = logging.getLogger("gpu_dedup")
 
@@ -232,11 +232,9 @@ def write_memory(shard: Shard) -> int:
     if shard.format != "parquet":
         return STREAMED_WRITE_BYTES
     try:
-        meta = footer(shard).metadata
-    except (OSError, pa.ArrowException, MemoryError):  # the write itself says what is wrong with the shard
+        rows, total = parquet_metadata(shard).num_rows, input_bytes(shard)
+    except InputError:  # the write itself says what is wrong with the shard
         return STREAMED_WRITE_BYTES
-    rows = meta.num_rows
-    total = sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
     return WRITE_COPIES * total * min(rows, ROW_GROUP_ROWS) // rows if rows else STREAMED_WRITE_BYTES
 
 

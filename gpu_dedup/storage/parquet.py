@@ -210,6 +210,15 @@ def parquet_metadata(shard: Shard) -> pq.FileMetaData:
 register_footer_reader(parquet_metadata)  # the GPU backend's device readers take the same footers
 
 
+def input_bytes(shard: Shard) -> int:
+    """How many bytes ``shard``'s columns take in memory: a Parquet shard's uncompressed size (its footer only),
+    any other shard's bytes on disk."""
+    if shard.format != "parquet":
+        return shard.size or 0
+    meta = parquet_metadata(shard)
+    return sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+
+
 def open_parquet(shard: Shard, **options) -> pq.ParquetFile:
     """The shard opened by ``pq.ParquetFile`` with its footer read once per process (see the module); a shard
     that cannot be opened is one error naming it.  ``options``: how to read (``buffer_size``, ``pre_buffer``),

@@ -472,13 +472,17 @@ def _worker_memory() -> float:
     """The memory limit of the worker running this task (the machine's memory where it has none)."""
     import psutil  # noqa: PLC0415  a Dask dependency: the workers have it
 
+    return float(worker_memory_limit() or psutil.virtual_memory().total)
+
+
+def worker_memory_limit() -> int | None:
+    """The Dask memory limit of the worker running this task; None where it has none (or no worker runs it)."""
     try:
         from distributed import get_worker  # noqa: PLC0415  the Dask executor's workers only
 
-        limit = get_worker().memory_manager.memory_limit
+        return get_worker().memory_manager.memory_limit or None
     except (ImportError, ValueError, AttributeError):
-        limit = None
-    return float(limit or psutil.virtual_memory().total)
+        return None
 
 
 def text_dir(run: str, worker=None) -> str:

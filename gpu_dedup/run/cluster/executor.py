@@ -908,12 +908,7 @@ def _worker_budget() -> int:
     import psutil  # noqa: PLC0415  a Dask dependency: the workers have it
 
     free = available_memory()
-    try:
-        from distributed import get_worker  # noqa: PLC0415  the Dask executor's workers only
-
-        limit = get_worker().memory_manager.memory_limit
-    except (ImportError, ValueError, AttributeError):
-        limit = None
+    limit = B.worker_memory_limit()
     if limit:
         pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 0.95
         free = min(free, int(pause * limit) - psutil.Process().memory_info().rss)

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from gpu_dedup.config import Config
 from gpu_dedup.run.local import run_local
-from gpu_dedup.stages.read import input_bytes
+from gpu_dedup.storage.parquet import input_bytes
 
 log = logging.getLogger("gpu_dedup")
 
@@ -66,7 +66,7 @@ def _whole_run_worker(client, cfg: Config, shards, job) -> tuple[str | None, str
 
 
 def corpus_bytes(shards) -> int:
-    """The inputs' size in memory (:func:`gpu_dedup.stages.read.input_bytes` of each)."""
+    """The inputs' size in memory (:func:`gpu_dedup.storage.parquet.input_bytes` of each)."""
     return sum(input_bytes(s) for s in shards)
 
 
