@@ -653,7 +653,7 @@ def test_an_interrupted_dask_run_is_one_line_without_tracebacks(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "gpu_dedup", "run", str(tmp_path / "in"), "-o", str(tmp_path / "out"),
                           "--workers", "2", "--backend", "cpu", "--set", "cluster.block_rows=2000"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    exact = tmp_path / "out" / ".gpu_dedup_checkpoint" / "exact.npz"  # a batch log says nothing of short stages
+    exact = tmp_path / "out" / ".gpu_dedup_checkpoint" / "exact.arrays"  # a batch log says nothing of short stages
     try:
         deadline = time.time() + 300
         while not exact.exists() and p.poll() is None and time.time() < deadline:

@@ -71,7 +71,7 @@ def test_killed_run_resumes_to_identical_outputs(corpus, tmp_path, fault, resume
     killed = _cli(corpus / "in", out, fault=fault)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert not (out / "_SUCCESS").exists()  # nothing vouches for a killed run
-    assert not list(out.rglob("*.npz")) or (out / CHECKPOINT_DIR).is_dir()
+    assert not list(out.rglob("*.arrays")) or (out / CHECKPOINT_DIR).is_dir()
     again = _cli(corpus / "in", out)
     assert again.returncode == 0, again.stderr
     assert (out / "_SUCCESS").exists() and not (out / CHECKPOINT_DIR).exists()
@@ -158,8 +158,8 @@ def test_run_killed_during_its_commit_is_completed_by_the_next(corpus, tmp_path,
 def test_truncated_checkpoint_is_discarded_and_recomputed(corpus, tmp_path):
     out = tmp_path / "out"
     assert _cli(corpus / "in", out, fault="components").returncode == -signal.SIGKILL
-    npz = out / CHECKPOINT_DIR / "verify.npz"
-    npz.write_bytes(npz.read_bytes()[: npz.stat().st_size // 2])  # truncated (a full disk, a copy cut short)
+    unit = out / CHECKPOINT_DIR / "verify.arrays"
+    unit.write_bytes(unit.read_bytes()[: unit.stat().st_size // 2])  # truncated (a full disk, a copy cut short)
     again = _cli(corpus / "in", out, quiet=False)  # the warning: -q shows errors only
     assert again.returncode == 0, again.stderr
     assert "unreadable" in again.stderr and "Traceback" not in again.stderr
@@ -249,14 +249,14 @@ def test_a_failed_background_save_stops_the_run_at_its_next_save(tmp_path, monke
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checkpoint.np, "savez", full)
+    monkeypatch.setattr(checkpoint, "dump_arrays", full)
     ck = checkpoint.Checkpoints(tmp_path, "fp")
     ck.save("exact", {"a/b": np.arange(2)}, {"stages": {}, "counts": {}})
     ck.wait(raise_errors=False)  # the write failed on the writer thread: the error waits for the run
     with pytest.raises(ResourceError, match="disk full"):
         ck.save("bands", {"a/b": np.arange(2)}, {"stages": {}, "counts": {}})
     ck.wait()  # raised once
-    assert not list(ck.dir.glob("*.npz*")) and not list(ck.dir.glob(".*.tmp"))
+    assert not list(ck.dir.glob("*.arrays*")) and not list(ck.dir.glob(".*.tmp"))
 
 
 def test_no_checkpoint_is_being_written_while_the_commit_removes_their_directory(corpus, tmp_path, monkeypatch):
@@ -320,14 +320,6 @@ def _device_unit(monkeypatch):
     return cp, device, host
 
 
-def _members(path: Path) -> list:
-    """(name, bytes) of each array of a checkpoint file, in order (the archive's timestamps left out)."""
-    import zipfile
-
-    with zipfile.ZipFile(path) as z:
-        return [(info.filename, z.read(info.filename)) for info in z.infolist()]
-
-
 def test_device_arrays_are_copied_by_the_writer_thread_into_the_file_host_arrays_make(tmp_path, monkeypatch):
     """``save`` returns before any device array is copied (no ``.get()`` on the run's thread); the writer's thread
     copies them, after the event recorded at the save, and writes the very arrays the host ones make."""
@@ -350,7 +342,7 @@ def test_device_arrays_are_copied_by_the_writer_thread_into_the_file_host_arrays
     ck.wait()
     gets = [thread for what, thread, _ in cp.calls if what == "get"]
     assert gets == ["gpu-dedup-checkpoints"] * 3  # the three device arrays, on the writer's thread
-    assert _members(ck.dir / "bands.npz") == _members(plain.dir / "bands.npz")
+    assert (ck.dir / "bands.arrays").read_bytes() == (plain.dir / "bands.arrays").read_bytes()
     arrays, got = ck.load("bands")
     assert got == meta and all(np.array_equal(arrays[k], v) and arrays[k].dtype == v.dtype for k, v in host.items())
 
@@ -386,3 +378,35 @@ def test_a_checkpoint_dropped_at_the_commit_copies_nothing(tmp_path, monkeypatch
     assert not settling.is_alive() and ck.has("exact") and not ck.has("bands")
     assert [what for what, _, _ in cp.calls] == ["record"]  # no stream made, nothing copied
     assert transfer_totals()[CHECKPOINT_COPIES] == before
+
+
+def test_arrays_files_give_back_every_array_bit_for_bit_and_refuse_garbled_ones(tmp_path):
+    """A checkpoint file (``dump_arrays``) gives back each array's dtype, shape and bytes (0-d, empty, strided,
+    bool, float, text), writable as ``np.load`` gave them; truncated, flipped or foreign bytes are refused
+    (ValueError), whichever array they hit."""
+    from gpu_dedup.run.checkpoint import ALIGN, MAGIC, arrays_bytes, dump_arrays, load_arrays
+
+    rng = np.random.default_rng(5)
+    arrays = {"a/u64": rng.integers(0, 2**63, 1000, dtype=np.uint64), "a/zero_d": np.array(7, np.int32),
+              "b/empty": np.zeros(0, np.float64), "b/strided": np.arange(40, dtype=np.int16).reshape(8, 5)[::2, 1:4],
+              "b/bool": rng.random(33) < 0.5, "c/f8": rng.random((3, 4)), "c/text": np.array(["x", "yz"])}
+    path = tmp_path / "u.arrays"
+    with open(path, "wb") as f:
+        dump_arrays(f, arrays, "meta ü")
+    assert path.read_bytes() == bytes(arrays_bytes(arrays, "meta ü"))  # to a file or to memory: the same bytes
+    for source in (path, path.read_bytes()):
+        got, meta = load_arrays(source)
+        assert meta == "meta ü" and list(got) == list(arrays)
+        for k, v in arrays.items():
+            assert got[k].dtype == v.dtype and got[k].shape == v.shape and got[k].tobytes() == v.tobytes(), k
+            assert got[k].flags.writeable
+    data = path.read_bytes()
+    assert len(data) % ALIGN == 0
+    at = data.index(arrays["a/u64"].tobytes()) + 4000  # a bit of the first array's values
+    flipped = data[:at] + bytes([data[at] ^ 1]) + data[at + 1:]
+    for bad in (data[: len(data) - ALIGN], data[:40], b"PK\x03\x04" + data[4:], flipped,
+                data[: len(MAGIC) + 8] + b"x" + data[len(MAGIC) + 9:]):
+        with pytest.raises(ValueError):
+            load_arrays(bad)
+    with pytest.raises(TypeError, match="dtype object"):
+        dump_arrays(open(tmp_path / "o", "wb"), {"o": np.array([None])})

@@ -538,7 +538,7 @@ def test_saved_parts_go_on_without_the_tasks_that_computed_them(cluster2, tmp_pa
                 break
             time.sleep(0.05)
         assert left == []
-        path = tmp_path / ".gpu_dedup_checkpoint" / "unit" / "p-00001.npz"
+        path = tmp_path / ".gpu_dedup_checkpoint" / "unit" / "p-00001.arrays"
         assert _reuse_or_load(str(path), "cpu")["a"].tolist() == got[1]["a"].tolist()  # no frame here: the file
     finally:
         ex.close()

@@ -18,7 +18,6 @@ host arrays (:func:`gpu_dedup.backends.host_frame`), as on CPU workers.
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import operator
 import os
@@ -41,7 +40,7 @@ from gpu_dedup import storage
 from gpu_dedup.backends import array_module, available_memory, distinct, get_backend, stable_order, to_host, traits
 from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.config import Config
-from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash, staged
+from gpu_dedup.run.checkpoint import SUFFIX, CheckpointUnreadable, arrays_bytes, dump_arrays, load_arrays, maybe_crash, staged
 from gpu_dedup.run.cluster.connection import connect, quiet_teardown
 from gpu_dedup.run.contract import Soon, Step, shard_starts, take_in_order
 from gpu_dedup.run.prior import NoPrior
@@ -462,7 +461,7 @@ class DaskExecutor:
             return parts
         directory = ckpt.dir / unit
         named = {name: p for name, p in parts.items() if p is not None}
-        paths = {name: [str(directory / f"{name}-{k:05d}.npz") for k in range(len(p))] for name, p in named.items()}
+        paths = {name: [str(directory / f"{name}-{k:05d}{SUFFIX}") for k in range(len(p))] for name, p in named.items()}
         everything = [f for p in named.values() for f in p]
         # every part of the unit saved at once, and where they are asked once: two round trips a unit
         self.client.gather(self.client.map(_save_part, everything, [x for n in named for x in paths[n]], pure=False))
@@ -486,7 +485,7 @@ class DaskExecutor:
         directory = ckpt.dir / unit
         parts = {}
         for name, count in meta.get("parts", {}).items():
-            paths = [str(directory / f"{name}-{k:05d}.npz") for k in range(count)]
+            paths = [str(directory / f"{name}-{k:05d}{SUFFIX}") for k in range(count)]
             futs = self.client.map(_load_part, paths, backend=self.part_backend, pure=False)
             try:
                 self.client.gather(self.client.map(_present, futs, pure=False))
@@ -846,11 +845,18 @@ def _rank_range(part: dict, offset: int, keep: str) -> dict:
 def _save_part(part, path: str) -> int:
     """One part of a finished stage, saved by the worker that holds it (an object in a store: one upload).  Not
     synced to the disk, as no checkpoint is (:mod:`gpu_dedup.run.checkpoint`): one that a power loss garbles
-    fails its archive's CRC when read, and its unit is computed again."""
-    buf = io.BytesIO()  # a part that is None (nothing to say) is saved as an empty archive
+    fails its arrays' CRC when read, and its unit is computed again."""
+    # a part that is None (nothing to say) is saved as one empty array
     arrays: dict[str, Any] = {k: to_host(v) for k, v in part.items()} if part is not None else {"__none__": np.zeros(0)}
-    np.savez(buf, **arrays)
-    storage.atomic_write_bytes(as_path(path), buf.getbuffer(), durable=False)
+    where = as_path(path)
+    if is_url(where):
+        storage.atomic_write_bytes(where, arrays_bytes(arrays), durable=False)
+    else:
+        def write(fd, tmp):
+            with os.fdopen(fd, "wb") as f:
+                dump_arrays(f, arrays)
+
+        atomically(where, None, write)
     _SAVED[path] = part
     return 1
 
@@ -874,8 +880,7 @@ def _forget_saved() -> int:
 
 def _load_part(path: str, backend) -> dict | None:
     where = as_path(path)
-    with np.load(io.BytesIO(where.read_bytes()) if is_url(where) else where, allow_pickle=False) as z:
-        part = {k: z[k] for k in z.files}
+    part, _ = load_arrays(where.read_bytes() if is_url(where) else where)
     if "__none__" in part:
         return None
     xp = get_backend(backend).xp
