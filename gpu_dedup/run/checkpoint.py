@@ -77,7 +77,7 @@ def dump_arrays(f, arrays: dict, meta: str = "") -> None:
             raise TypeError(f"checkpoint array {name!r} has dtype {a.dtype}: only plain dtypes are saved")
         raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)  # a copy only where a is not C-contiguous
         entries.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "offset": offset,
-                        "nbytes": int(raw.shape[0]), "crc32": zlib.crc32(raw)})
+                        "nbytes": int(raw.shape[0]), "crc32": zlib.crc32(raw.data)})
         bufs.append(raw)
         offset += -(-raw.shape[0] // ALIGN) * ALIGN
     head = json.dumps({"meta": meta, "arrays": entries}).encode()
@@ -120,7 +120,7 @@ def load_arrays(source) -> tuple[dict, str]:
         if lo + size > len(data):
             raise ValueError(f"array {e['name']!r} truncated")
         raw = np.frombuffer(view[lo:lo + size], np.uint8)
-        if zlib.crc32(raw) != e["crc32"]:
+        if zlib.crc32(raw.data) != e["crc32"]:
             raise ValueError(f"array {e['name']!r} fails its CRC")
         arrays[e["name"]] = raw.view(np.dtype(e["dtype"])).reshape(e["shape"])
     return arrays, head["meta"]
