@@ -79,8 +79,19 @@ def table_codec(compression: str) -> str | None:
     return {"same": "zstd", "none": None}.get(compression, compression)
 
 
-def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd") -> None:
-    """``table`` written to ``path`` with ``compression`` (see :func:`table_codec`)."""
+def sync_file(path) -> None:
+    """``path``'s data on the disk (an output, before it is published: a power loss must not leave a file that
+    ``_SUCCESS`` vouches for with its blocks never written)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd", durable: bool = True) -> None:
+    """``table`` written to ``path`` with ``compression`` (see :func:`table_codec`); ``durable``: synced to the disk
+    before it is renamed into place (an output; not a part file that is merged and removed)."""
     codec = table_codec(compression)
     if is_url(path):
         put_bytes(path, table_bytes(lambda sink: pq.write_table(table, sink, compression=codec)))
@@ -89,6 +100,8 @@ def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "
     def write(fd, tmp):
         os.close(fd)
         pq.write_table(table, tmp, compression=codec)
+        if durable:
+            sync_file(tmp)
 
     atomically(Path(path), None, write)
 

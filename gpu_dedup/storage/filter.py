@@ -20,7 +20,7 @@ from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array, numpy_arra
 from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.storage.ahead import ahead
 from gpu_dedup.storage.arrow import write_arrow
-from gpu_dedup.storage.atomic import atomically, publish, unlink, written_digest
+from gpu_dedup.storage.atomic import atomically, publish, sync_file, unlink, written_digest
 from gpu_dedup.storage.columns import VIEW_TYPES, without_views
 from gpu_dedup.storage.content import schema_difference
 from gpu_dedup.storage.discovery import Shard
@@ -62,6 +62,7 @@ def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str,
                 _set_aside(shard, why)
             unlink(tmp)
             return None
+        sync_file(tmp)
         publish(tmp, target)
         return rows
     except BaseException:
@@ -100,6 +101,7 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
         shard = shards[k]
         why = written_difference(tmps[k], shard, rows)
         if why is None:
+            sync_file(tmps[k])
             publish(tmps[k], out / shard.name)
             done[k] = {"name": shard.name, **written_digest(out / shard.name)}
         else:
@@ -178,26 +180,21 @@ def write_arrow_shard(shard: Shard, keep: np.ndarray, target: Path) -> int:
     def write(fd, tmp):
         os.close(fd)
         write_arrow(shard, keep, tmp)
-        _synced(tmp)
 
     _published(target, write)
     return int(np.count_nonzero(keep))
 
 
-def _synced(path) -> None:
-    """``path`` on disk before it is published, as every written file."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _published(target, write) -> None:
-    """``write(fd, tmp)`` fills a temporary file that becomes ``target``: renamed into place, or for a URL
-    uploaded as one object (from a local temporary file, removed afterwards)."""
+    """``write(fd, tmp)`` fills a temporary file that becomes ``target``: synced to the disk and renamed into
+    place (a power loss must not leave a shard that ``_SUCCESS`` vouches for with its blocks never written), or
+    for a URL uploaded as one object (from a local temporary file, removed afterwards)."""
     if not is_url(target):
-        atomically(target, None, write)
+        def durable(fd, tmp):
+            write(fd, tmp)
+            sync_file(tmp)
+
+        atomically(target, None, durable)
         return
     fd, tmp = tempfile.mkstemp(prefix=".gpu-dedup-upload.", suffix=".tmp")
     try:
@@ -410,7 +407,6 @@ def write_jsonl_shard(shard: Shard, keep: np.ndarray, target: Path) -> int:
                         out.write(gather_lines_of(data, starts[mine], ends[mine]))
         if seen != keep.shape[0]:
             raise _changed(shard, keep.shape[0], seen, "records")
-        _synced(tmp)
 
     _published(target, write)
     return int(np.count_nonzero(keep))

@@ -61,7 +61,7 @@ from gpu_dedup.stages.components import (
 from gpu_dedup.stages.edges import unique_edges
 from gpu_dedup.stages.families import Family, family_for
 from gpu_dedup.stages.selection import ranks_from_keys
-from gpu_dedup.storage.atomic import atomically, table_codec
+from gpu_dedup.storage.atomic import atomically, sync_file, table_codec
 from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes, remove_tree, source
 
 log = logging.getLogger("gpu_dedup")
@@ -951,7 +951,7 @@ def _write_shard(shard, start: int, removed: list, out: str, compression: str) -
 
 
 def _write_part(table: pa.Table, path: str) -> int:
-    storage.atomic_write_parquet(as_path(path), table, "none")
+    storage.atomic_write_parquet(as_path(path), table, "none", durable=False)  # merged, then removed
     return table.num_rows
 
 
@@ -981,6 +981,8 @@ def _merge_parts(paths: list, path: str, compression: str) -> None:
             if count or not written:  # the rest; an empty table is one empty row group, as write_table writes
                 whole = pa.concat_tables(pending) if pending else schema.empty_table()
                 w.write_table(whole.combine_chunks(), row_group_size=ROW_GROUP)
+        if not is_url(path):  # an output: on the disk before it is renamed into place
+            sync_file(tmp)
 
     if not is_url(path):
         atomically(Path(path), None, write)
