@@ -98,6 +98,7 @@ from gpu_dedup.run.outdir import check_output_path, release_lock, take_lock
 from gpu_dedup.stages.families import NO_KEY, family_for
 from gpu_dedup.stages.vectors import Vectors
 from gpu_dedup.storage import atomic_write_bytes, file_digest
+from gpu_dedup.storage.atomic import sync_file
 
 log = logging.getLogger("gpu_dedup")
 
@@ -745,6 +746,8 @@ def write_segment(directory: Path, first: int, *, ids, kept, survivor, keys, tex
     write_ipc(directory / "centers.arrow", pa.table({
         "band": pa.array(cb[corder].astype(np.int32)), "hash": pa.array(ch[corder].astype(np.uint64)),
         "round": pa.array(cr[corder].astype(np.int32)), "doc": pa.array(cd[corder].astype(np.int64))}))
+    for f in SEGMENT_FILES:  # on the disk before the manifest that names them is
+        sync_file(directory / f)
     return {f: file_digest(directory / f) for f in SEGMENT_FILES}
 
 

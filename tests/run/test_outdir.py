@@ -331,12 +331,12 @@ def test_a_staged_shard_changed_after_it_was_written_is_never_published(corpus, 
     assert not (out / "_SUCCESS").exists() and not (out / "part-00001.parquet").exists()
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "index"])
 def test_every_output_is_on_the_disk_before_it_is_renamed_into_place(corpus, tmp_path, monkeypatch, fmt):
     """Each file a run publishes (shards, duplicates.parquet, reports, manifest, _SUCCESS) was fsynced before the
     rename that made it an output: a power loss after ``_SUCCESS`` must not leave a file it vouches for with its
-    blocks never written (Parquet shards and duplicates.parquet were renamed unsynced).  Checkpoints, whose loss
-    only costs a recomputation, are not synced."""
+    blocks never written (Parquet shards and duplicates.parquet were renamed unsynced).  An index's segment files
+    are synced before its manifest names them.  Checkpoints, whose loss only costs a recomputation, are not."""
     import threading
 
     inp = corpus / "in"
@@ -361,11 +361,15 @@ def test_every_output_is_on_the_disk_before_it_is_renamed_into_place(corpus, tmp
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
     out = tmp_path / "out"
-    run_dedup(inp, out, CFG)
+    run_dedup(inp, out, CFG, index_out=tmp_path / "index" if fmt == "index" else None)
+    if fmt == "index":
+        segments = sorted(p.name for p in (tmp_path / "index").rglob("*.arrow"))  # written in a folder then renamed
+        assert segments == sorted(os.path.basename(s) for s in synced if s.startswith(str(tmp_path / "index"))
+                                  and s.endswith(".arrow"))
     fresh = [(s, d) for s, d in renamed if os.path.basename(s).startswith(".") and CHECKPOINT_DIR + "/" not in d
              or "/staged/" in d]  # a new file becoming an output (or a staged one); not a staged one's move
     published = {os.path.basename(d) for _, d in fresh}
-    suffix = ".parquet" if fmt == "parquet" else ".jsonl"
+    suffix = ".jsonl" if fmt == "jsonl" else ".parquet"
     assert {f"part-0000{i}{suffix}" for i in range(3)} | {"duplicates.parquet", "report.json", "_SUCCESS"} <= published
-    assert [(s, d) for s, d in fresh if s not in synced] == []
+    assert [(s, d) for s, d in fresh if s not in synced and not os.path.isdir(d)] == []  # a segment: its files
     assert not any(s.endswith(".arrays.tmp") and s in synced for s, _ in renamed)  # checkpoints: not synced
