@@ -577,6 +577,8 @@ def _end_to_end_group(name, n, payload, kind, settings, mode, backends, inputs, 
                "publish_seconds": round(sec - rep.get("wall_seconds", sec), 3),
                "kernel_prepare_seconds": rep.get("kernel_prepare_seconds", 0.0),
                "transfers": _moved(rep), "removed": rep["counts"]["removed"], "counts": rep["counts"]}
+        if stages.get("verify", {}).get("round_seconds"):  # where verify's time went: each star round's parts
+            row["verify_rounds"] = stages["verify"]["round_seconds"]
         if warm is not None:
             row["warmup_seconds"] = round(warm, 3)
             row["warmup_docs"] = warmup_docs

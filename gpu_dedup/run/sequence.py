@@ -28,6 +28,7 @@ prior's documents below ``first_doc``, input row ``r`` as ``first_doc + r``.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -309,20 +310,34 @@ class Sequence:
                             after=Step(join_values, table, on=key, value=value, out=out))
         return self.ex.route(there, part_dest, len(parts), after=Step(untag_part))
 
-    def _score_rounds(self, states, propose, accept, is_open, rounds: int | None = None, progress=None):
+    def _score_rounds(self, states, propose, accept, is_open, rounds: int | None = None, progress=None,
+                      times: list | None = None):
         """Rounds of ``propose`` -> score the pairs where the texts live -> ``accept`` on every partition,
         until none is open (or ``rounds`` rounds).  ``progress``: a :class:`~gpu_dedup.run.progress.Progress`
-        told each round's pairs, then their scoring."""
+        told each round's pairs, then their scoring.  ``times``: given, each round's pairs and seconds are
+        appended to it (``propose``, ``score``, ``accept``: the round's pairs made, scored, taken in; on the
+        GPU a part's kernels may still run as the next part starts, and the round ends when the count of open
+        states comes back)."""
         ex = self.ex
         r = 0
         while rounds is None or r < rounds:
+            t0 = time.perf_counter()
             states, pairs = ex.map(propose, states, outputs=2)
+            n = None
             if progress is not None:
-                progress.expect(ex.total(pair_count, pairs)["pairs"])
+                n = ex.total(pair_count, pairs)["pairs"]
+                progress.expect(n)
+            t1 = time.perf_counter()
             sims = ex.score(pairs, progress=progress.update if progress is not None else None)
+            t2 = time.perf_counter()
             states = ex.map(accept, states, sims)
             r += 1
-            if ex.total(is_open, states)["open"] == 0:
+            still_open = ex.total(is_open, states)["open"]
+            if times is not None:
+                t3 = time.perf_counter()
+                times.append({"pairs": n, "propose": round(t1 - t0, 4), "score": round(t2 - t1, 4),
+                              "accept": round(t3 - t2, 4)})
+            if still_open == 0:
                 break
         return states
 
@@ -433,15 +448,16 @@ class Sequence:
             with self.st.stage("verify", 0, "pairs") as info:
                 states = ex.map(star_start, self.bk, self.centres_in, threshold=cfg.verify_threshold,
                                 rounds=rounds, keep_all=method == "none")
+                times: list = []
                 states = self._score_rounds(states, star_propose, star_accept, star_open, max(rounds, 1),
-                                            progress=info.progress)
+                                            progress=info.progress, times=times)
                 verified, scored, centres = ex.map(star_outputs, states, outputs=3)
                 if ex.partitions > 1:  # a pair found in buckets of two partitions is one edge
                     verified = self.route(verified, frames.hash_dest, on=("src", "dst"), after=Step(unique_edges))
                     scored = self.route(scored, frames.hash_dest, on=("src", "dst"), after=Step(unique_edges))
                 c = ex.total(edge_counts, scored, verified)  # both counts in one round trip
                 s, v = c["scored"], c["verified"]
-                info.update(method=method, star_rounds=rounds, candidate_edges=s, verified_edges=v)
+                info.update(method=method, star_rounds=rounds, candidate_edges=s, verified_edges=v, round_seconds=times)
             return ({"verified": verified, "scored": scored, "centres": centres},
                     {"candidate_edges": s, "verified_edges": v}, {})
 

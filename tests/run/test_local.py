@@ -473,3 +473,15 @@ def test_a_saved_units_device_arrays_are_copied_while_the_next_stage_runs_and_co
     assert meta["counts"] == {"lsh_rows": 5} and loaded["extra"] == [None]
     assert np.array_equal(loaded["bands"][0]["lsh_row"], rows) and np.array_equal(loaded["bands"][0]["band_hashes"],
                                                                                   hashes)
+
+
+def test_the_verify_stage_says_where_its_seconds_went_round_by_round(planted_run):
+    """``stages.verify.round_seconds``: each star round's pairs (those scored for the first time: together the
+    candidate edges) and its seconds making them, scoring them and taking their answers in, within the stage's."""
+    result, _ = planted_run
+    verify = result.report["stages"]["verify"]
+    rounds = verify["round_seconds"]
+    assert 1 <= len(rounds) <= verify["star_rounds"]
+    assert sum(r["pairs"] for r in rounds) == verify["candidate_edges"] > 0
+    assert all(r[k] >= 0 for r in rounds for k in ("propose", "score", "accept"))
+    assert sum(r["propose"] + r["score"] + r["accept"] for r in rounds) <= verify["seconds"]
