@@ -11,7 +11,8 @@ kernels of ``verify.method``.  Numba then loads each kernel from its on-disk
 cache, or compiles it the first time after an install (or an upgrade of the
 kernel sources).  Nothing else is compiled: a word-shingle run never builds
 the char kernel, a signature-verified run never builds the shingle-set ones.  The host's radix sort
-(``kernels/order_cpu.py``), with which every stage groups rows on the host, is loaded too.
+(``kernels/order_cpu.py``), with which every stage groups rows on the host, and the host's star round
+(``kernels/edges_cpu.py``) are loaded too.
 
 The text goes through ``backend.normalize_column`` (on the GPU backend: the
 normalization kernel), so nothing compiles inside the normalize stage either.
@@ -40,7 +41,7 @@ import pyarrow as pa
 from numba.core import event
 
 from gpu_dedup.backends import array_module, radix, to_host
-from gpu_dedup.kernels import cosine_cpu
+from gpu_dedup.kernels import cosine_cpu, edges_cpu
 from gpu_dedup.kernels.buckets_cpu import maybe_shared
 from gpu_dedup.kernels.params import hash_params
 
@@ -120,6 +121,7 @@ def prepare(backend, cfg) -> tuple[float, bool]:
             except ValueError:  # a kind this numba-cuda version does not define
                 continue
         radix.warm()  # the host's radix sort (every stage groups rows by sorting)
+        edges_cpu.warm()  # a star round's pairs on the host (verify's rounds, whatever the family)
         mh = cfg.minhash
         params = hash_params(mh.seed, mh.num_perm)
         if cfg.similarity == "cosine":

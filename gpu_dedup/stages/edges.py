@@ -14,8 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_dedup.backends import array_module, dense_ranks, distinct, sorted_in, stable_order, to_host
+from gpu_dedup.kernels.edges_cpu import star_pairs
 from gpu_dedup.stages.buckets import Buckets
 from gpu_dedup.stages.frames import distinct_pairs
+
+
+HOST_PASS = True  # host arrays: a round's pairs by kernels/edges_cpu.py (False: the array code, as on the device)
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,8 @@ class StarRounds:
         if forced is not None:
             at = forced.round == r
             fc[forced.bucket[at]] = xp.searchsorted(self.nodes, forced.doc[at])
+        if xp is np and HOST_PASS:  # the host: one pass (kernels/edges_cpu.py), the array code's pairs
+            return self._propose_host(r, fc, empty)
         if r == 0 and self._buckets_whole():  # every membership open: its groups are the buckets, in order
             idx = xp.arange(self.open_.shape[0], dtype=xp.int64)
             group, group_first = self.member_bucket, b.offsets[:-1]
@@ -149,9 +155,7 @@ class StarRounds:
             gb = self.member_bucket[group_first]
         own = fc[gb] < 0  # buckets whose centre is their smallest open member
         if r > 0:
-            self.rec_b.append(gb[own])
-            self.rec_r.append(xp.full(int(own.sum()), r, dtype=xp.int64))
-            self.rec_d.append(self.nodes[self.local[group_first[own]]])
+            self._record(gb[own], r, group_first[own])
         centre = xp.where(own, self.local[group_first], fc[gb])[group]
         is_centre = first & own[group]
         others = ~is_centre
@@ -161,6 +165,39 @@ class StarRounds:
         if src.shape[0] == 0:
             return empty, empty
         pk = (xp.minimum(src, dst) << 32) | xp.maximum(src, dst)
+        return self._unseen(members, pk)
+
+    def _propose_host(self, r: int, fc, empty):
+        """:meth:`propose`'s round ``r`` on host arrays: the groups' bounds, then every pair in one pass."""
+        b = self.b
+        if r == 0 and self._buckets_whole():
+            idx, starts = empty, b.offsets.astype(np.int64, copy=False)
+        else:
+            idx = np.flatnonzero(self.open_)
+            if idx.shape[0] == 0:
+                self.done = True
+                return empty, empty
+            bk = self.member_bucket[idx]
+            first = np.ones(idx.shape[0], dtype=bool)
+            first[1:] = bk[1:] != bk[:-1]
+            starts = np.append(np.flatnonzero(first), idx.shape[0])
+        members, pk, own = star_pairs(idx, starts, self.member_bucket.astype(np.int64, copy=False),
+                                      self.local.astype(np.int64, copy=False), fc, self.open_)
+        if r > 0:
+            group_first = idx[starts[:-1]]
+            self._record(self.member_bucket[group_first][own], r, group_first[own])
+        if pk.shape[0] == 0:
+            return empty, empty
+        return self._unseen(members, pk)
+
+    def _record(self, buckets, r: int, first_members) -> None:
+        """The centres a round ``r`` >= 1 chose among the members: their buckets and documents."""
+        self.rec_b.append(buckets)
+        self.rec_r.append(self.xp.full(buckets.shape[0], r, dtype=self.xp.int64))
+        self.rec_d.append(self.nodes[self.local[first_members]])
+
+    def _unseen(self, members, pk):
+        """The round's pairs not scored before, as (src, dst) documents; the round's state kept for accept."""
         uniq = distinct(pk)
         unseen = uniq[~sorted_in(uniq, self.keys)]
         self._pending = (members, pk, unseen)
