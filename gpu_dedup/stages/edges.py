@@ -14,12 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_dedup.backends import array_module, dense_ranks, distinct, sorted_in, stable_order, to_host
-from gpu_dedup.kernels.edges_cpu import star_pairs
+from gpu_dedup.kernels.edges_cpu import close_accepted, star_pairs
 from gpu_dedup.stages.buckets import Buckets
 from gpu_dedup.stages.frames import distinct_pairs
 
 
-HOST_PASS = True  # host arrays: a round's pairs by kernels/edges_cpu.py (False: the array code, as on the device)
+HOST_PASS = True  # host arrays: a round's pairs and answers by kernels/edges_cpu.py (False: the array code, as on
+#                   the device)
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,10 @@ class StarRounds:
             keys, sims = xp.concatenate((self.keys, unseen)), xp.concatenate((self.sims, s))
             order = stable_order(keys)
             self.keys, self.sims = keys[order], sims[order]
+        if xp is np and HOST_PASS:  # one pass (kernels/edges_cpu.py)
+            close_accepted(self.keys, self.sims, pk, members, float(self.threshold), bool(self.keep_all), self.open_,
+                           self.nodes.shape[0])
+            return
         accepted = self.keep_all | (self.sims[xp.searchsorted(self.keys, pk)] >= self.threshold)
         self.open_[members[accepted]] = False
 

@@ -1,6 +1,7 @@
 """The host's one-pass star round (kernels/edges_cpu.py) against the array code it replaces on the host: the same
-pairs in the same order, the same centres closed and recorded, round after round, with and without forced
-centres, through whole runs of star rounds."""
+pairs in the same order, the same memberships closed (centres, and those whose pair reached the threshold), the
+same centres recorded, round after round, with and without forced centres or verification, through whole runs
+of star rounds."""
 
 import importlib
 
@@ -34,9 +35,9 @@ def _forced(seed: int, b: Buckets, rounds: int) -> Centres:
     return Centres(at.astype(np.int64), rng.integers(0, rounds, at.shape[0]).astype(np.int64), doc.astype(np.int64))
 
 
-def _rounds(b, forced, rounds, sim, monkeypatch, host: bool):
+def _rounds(b, forced, rounds, sim, monkeypatch, host: bool, keep_all: bool = False):
     monkeypatch.setattr(edges, "HOST_PASS", host)
-    state = StarRounds(b, 0.5, rounds, forced=forced)
+    state = StarRounds(b, 0.5, rounds, keep_all=keep_all, forced=forced)
     seen = []
     for _ in range(rounds):
         src, dst = state.propose()
@@ -47,20 +48,21 @@ def _rounds(b, forced, rounds, sim, monkeypatch, host: bool):
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("forced", [False, True])
-def test_host_rounds_propose_what_the_array_code_proposes(seed, forced, monkeypatch):
+@pytest.mark.parametrize("keep_all", [False, True])
+def test_host_rounds_propose_and_close_what_the_array_code_does(seed, forced, keep_all, monkeypatch):
     b = _buckets(seed, empty=seed % 3 == 2)
     rounds = 3
     f = _forced(seed, b, rounds) if forced else None
-    table = np.random.default_rng(seed).random((10**6 + 50, 1), dtype=np.float32)[:, 0]
+    table = np.random.default_rng(seed).integers(0, 5, 10**6 + 50) / 4
 
-    def sim(src, dst):  # a similarity of the pair, symmetric, below and above the threshold
+    def sim(src, dst):  # a similarity of the pair, symmetric: below, at and above the threshold
         return (table[src] + table[dst]) / 2
 
-    host = _rounds(b, f, rounds, sim, monkeypatch, True)
-    array = _rounds(b, f, rounds, sim, monkeypatch, False)
+    host = _rounds(b, f, rounds, sim, monkeypatch, True, keep_all)
+    array = _rounds(b, f, rounds, sim, monkeypatch, False, keep_all)
     for (hs, hd, ho), (as_, ad, ao) in zip(host[0], array[0]):
         assert np.array_equal(hs, as_) and np.array_equal(hd, ad) and np.array_equal(ho, ao)
-    assert sum(s.shape[0] for s, _, _ in host[0][1:]) > 0  # later rounds re-star what round 0 left open
+    assert sum(s.shape[0] for s, _, _ in host[0][1:]) > 0 or keep_all  # later rounds re-star what round 0 left
     hr, ar = host[1], array[1]
     for a, c in ((hr.verified, ar.verified), (hr.scored, ar.scored)):
         assert np.array_equal(a.src, c.src) and np.array_equal(a.dst, c.dst)
