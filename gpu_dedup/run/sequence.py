@@ -315,9 +315,9 @@ class Sequence:
         """Rounds of ``propose`` -> score the pairs where the texts live -> ``accept`` on every partition,
         until none is open (or ``rounds`` rounds).  ``progress``: a :class:`~gpu_dedup.run.progress.Progress`
         told each round's pairs, then their scoring.  ``times``: given, each round's pairs and seconds are
-        appended to it (``propose``, ``score``, ``accept``: the round's pairs made, scored, taken in; on the
-        GPU a part's kernels may still run as the next part starts, and the round ends when the count of open
-        states comes back)."""
+        appended to it (``propose``, ``score``, ``accept``: the round's pairs made, scored, taken in; where work
+        runs asynchronously, a GPU's kernels or a cluster's tasks, a part's may still run as the next part
+        starts, and the round ends when the count of open states comes back)."""
         ex = self.ex
         r = 0
         while rounds is None or r < rounds:

@@ -40,7 +40,9 @@ from gpu_dedup import storage
 from gpu_dedup.backends import array_module, available_memory, distinct, get_backend, stable_order, to_host, traits
 from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.config import Config
-from gpu_dedup.run.checkpoint import SUFFIX, CheckpointUnreadable, arrays_bytes, dump_arrays, load_arrays, maybe_crash, staged
+from gpu_dedup.run.checkpoint import (
+    SUFFIX, CheckpointUnreadable, arrays_bytes, dump_arrays, load_arrays, maybe_crash, staged,
+)
 from gpu_dedup.run.cluster.connection import connect, quiet_teardown
 from gpu_dedup.run.contract import Soon, Step, shard_starts, take_in_order
 from gpu_dedup.run.prior import NoPrior
