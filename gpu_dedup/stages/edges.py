@@ -144,13 +144,10 @@ class StarRounds:
             first[group_first] = True
             gb = xp.arange(len(b), dtype=xp.int64)
         else:  # the open memberships, grouped by bucket
-            idx = xp.flatnonzero(self.open_)
-            if idx.shape[0] == 0:
-                self.done = True
+            found = self._open_groups()
+            if found is None:
                 return empty, empty
-            bk = self.member_bucket[idx]
-            first = xp.ones(idx.shape[0], dtype=bool)
-            first[1:] = bk[1:] != bk[:-1]
+            idx, first = found
             group = xp.cumsum(first) - 1
             group_first = idx[first]
             gb = self.member_bucket[group_first]
@@ -174,13 +171,10 @@ class StarRounds:
         if r == 0 and self._buckets_whole():
             idx, starts = empty, b.offsets.astype(np.int64, copy=False)
         else:
-            idx = np.flatnonzero(self.open_)
-            if idx.shape[0] == 0:
-                self.done = True
+            found = self._open_groups()
+            if found is None:
                 return empty, empty
-            bk = self.member_bucket[idx]
-            first = np.ones(idx.shape[0], dtype=bool)
-            first[1:] = bk[1:] != bk[:-1]
+            idx, first = found
             starts = np.append(np.flatnonzero(first), idx.shape[0])
         members, pk, own = star_pairs(idx, starts, self.member_bucket.astype(np.int64, copy=False),
                                       self.local.astype(np.int64, copy=False), fc, self.open_)
@@ -190,6 +184,19 @@ class StarRounds:
         if pk.shape[0] == 0:
             return empty, empty
         return self._unseen(members, pk)
+
+    def _open_groups(self):
+        """The open memberships (ascending) and whether each is its bucket's first open one; None, the rounds
+        done, where none is open."""
+        xp = self.xp
+        idx = xp.flatnonzero(self.open_)
+        if idx.shape[0] == 0:
+            self.done = True
+            return None
+        bk = self.member_bucket[idx]
+        first = xp.ones(idx.shape[0], dtype=bool)
+        first[1:] = bk[1:] != bk[:-1]
+        return idx, first
 
     def _record(self, buckets, r: int, first_members) -> None:
         """The centres a round ``r`` >= 1 chose among the members: their buckets and documents."""
