@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_dedup.backends import array_module, dense_ranks, distinct, sorted_in, stable_order, to_host
+from gpu_dedup.backends import ByArrays, array_module, dense_ranks, distinct, sorted_in, stable_order, to_host
 from gpu_dedup.kernels.edges_cpu import close_accepted, star_pairs
 from gpu_dedup.stages.buckets import Buckets
 from gpu_dedup.stages.frames import distinct_pairs
 
 
-HOST_PASS = True  # host arrays: a round's pairs and answers by kernels/edges_cpu.py (False: the array code, as on
-#                   the device)
+HOST_PASS: bool | None = None  # a round's pairs and answers: kernels/edges_cpu.py on host arrays (None), or the
+#                                array code (False: the device's, which NumPy runs too; tests compare the two)
 
 
 @dataclass(frozen=True)
@@ -135,8 +135,11 @@ class StarRounds:
         if forced is not None:
             at = forced.round == r
             fc[forced.bucket[at]] = xp.searchsorted(self.nodes, forced.doc[at])
-        if xp is np and HOST_PASS:  # the host: one pass (kernels/edges_cpu.py), the array code's pairs
-            return self._propose_host(r, fc, empty)
+        return _PROPOSE.pick(xp, HOST_PASS)(self, r, fc, empty)
+
+    def _propose_lines(self, r: int, fc, empty):
+        """:meth:`propose`'s round ``r`` as array code (the device's; NumPy runs it too)."""
+        xp, b = self.xp, self.b
         if r == 0 and self._buckets_whole():  # every membership open: its groups are the buckets, in order
             idx = xp.arange(self.open_.shape[0], dtype=xp.int64)
             group, group_first = self.member_bucket, b.offsets[:-1]
@@ -228,12 +231,17 @@ class StarRounds:
             keys, sims = xp.concatenate((self.keys, unseen)), xp.concatenate((self.sims, s))
             order = stable_order(keys)
             self.keys, self.sims = keys[order], sims[order]
-        if xp is np and HOST_PASS:  # one pass (kernels/edges_cpu.py)
-            close_accepted(self.keys, self.sims, pk, members, float(self.threshold), bool(self.keep_all), self.open_,
-                           self.nodes.shape[0])
-            return
-        accepted = self.keep_all | (self.sims[xp.searchsorted(self.keys, pk)] >= self.threshold)
+        _ACCEPT.pick(xp, HOST_PASS)(self, members, pk)
+
+    def _accept_lines(self, members, pk) -> None:
+        """Close the memberships whose pair reached the threshold, as array code (the device's)."""
+        accepted = self.keep_all | (self.sims[self.xp.searchsorted(self.keys, pk)] >= self.threshold)
         self.open_[members[accepted]] = False
+
+    def _accept_host(self, members, pk) -> None:
+        """:meth:`_accept_lines` in one pass on the host (kernels/edges_cpu.py)."""
+        close_accepted(self.keys, self.sims, pk, members, float(self.threshold), bool(self.keep_all), self.open_,
+                       self.nodes.shape[0])
 
     def result(self) -> StarResult:
         xp = self.xp
@@ -245,6 +253,10 @@ class StarRounds:
         src_all, dst_all = self.nodes[self.keys >> 32], self.nodes[self.keys & 0xFFFFFFFF]
         return StarResult(Edges(src_all[keep], dst_all[keep], self.sims[keep]), Edges(src_all, dst_all, self.sims),
                           Centres(cat(self.rec_b), cat(self.rec_r), cat(self.rec_d)))
+
+
+_PROPOSE = ByArrays(StarRounds._propose_lines, host=StarRounds._propose_host)  # a round's pairs
+_ACCEPT = ByArrays(StarRounds._accept_lines, host=StarRounds._accept_host)  # a round's answers taken in
 
 
 def star_rounds(b: Buckets, similarity, threshold: float, rounds: int = 1, keep_all: bool = False,
