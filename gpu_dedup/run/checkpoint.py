@@ -49,10 +49,10 @@ from pathlib import Path
 import numpy as np
 
 from gpu_dedup.version import __version__
-from gpu_dedup.errors import write_error
 from gpu_dedup.kernels.params import HASH_FAMILY_NAME
 from gpu_dedup.kernels.twin import kernel_digest
 from gpu_dedup.storage import atomic_write_bytes, file_digest, shard_identity
+from gpu_dedup.storage.atomic import atomically
 from gpu_dedup.storage.filesystems import as_path, is_url, remove_tree
 
 log = logging.getLogger("gpu_dedup")
@@ -94,6 +94,26 @@ def arrays_bytes(arrays: dict, meta: str = "") -> memoryview:
     buf = io.BytesIO()
     dump_arrays(buf, arrays, meta)
     return buf.getbuffer()
+
+
+def save_arrays(path, arrays: dict, meta: str = "", written=None) -> None:
+    """:func:`dump_arrays` into ``path`` whole or not at all, not synced (a checkpoint): a temporary file renamed
+    into place, or for a URL one upload; ``written()``, where given, runs once the bytes are made, before they
+    are published (a fault point)."""
+    if is_url(path):  # one upload: the store publishes it whole or not at all
+        payload = arrays_bytes(arrays, meta)
+        if written is not None:
+            written()
+        atomic_write_bytes(path, payload, durable=False)
+        return
+
+    def write(fd, tmp):
+        with os.fdopen(fd, "wb") as f:
+            dump_arrays(f, arrays, meta)
+        if written is not None:
+            written()
+
+    atomically(as_path(path), None, write)
 
 
 def load_arrays(source) -> tuple[dict, str]:
@@ -285,20 +305,7 @@ class Checkpoints:
         if callable(arrays):
             arrays = arrays()
         self._ensure()
-        if is_url(self.dir):  # one upload: the store publishes it whole or not at all
-            payload = arrays_bytes(arrays, meta)
-            maybe_crash(f"save:{unit}")
-            atomic_write_bytes(self._path(unit), payload)
-            return
-        tmp = self.dir / f".{unit}{SUFFIX}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                dump_arrays(f, arrays, meta)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise write_error(tmp, exc) from None
-        maybe_crash(f"save:{unit}")
-        os.replace(tmp, self._path(unit))
+        save_arrays(self._path(unit), arrays, meta, written=lambda: maybe_crash(f"save:{unit}"))
 
     def load(self, unit: str) -> tuple[dict, dict]:
         """The arrays and metadata of ``unit``; CheckpointUnreadable (after deleting it) when it is garbled."""

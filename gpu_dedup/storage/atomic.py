@@ -41,12 +41,16 @@ def _mkstemp(path: Path, tmp_dir) -> tuple[int, str]:
         raise write_error(path, exc) from None
 
 
-def atomically(path: Path, tmp_dir, write) -> None:
+def atomically(path: Path, tmp_dir, write, durable: bool = False) -> None:
     """``write(fd, tmp)`` fills a temporary file (in ``tmp_dir``, default beside ``path``), which is then
-    renamed to ``path``; on any failure the temporary file is removed and an OS error becomes one message."""
+    renamed to ``path``; ``durable``: synced to the disk first (an output: a power loss must not leave a file
+    that ``_SUCCESS`` vouches for with its blocks never written; not a checkpoint, whose loss costs a
+    recomputation).  On any failure the temporary file is removed and an OS error becomes one message."""
     fd, tmp = _mkstemp(path, tmp_dir)
     try:
         write(fd, tmp)
+        if durable:
+            sync_file(tmp)
         publish(tmp, path)
     except BaseException as exc:
         unlink(tmp)
@@ -57,8 +61,7 @@ def atomically(path: Path, tmp_dir, write) -> None:
 
 def atomic_write_bytes(path: str | Path, payload: bytes | memoryview, tmp_dir=None, durable: bool = True) -> None:
     """Write ``payload`` to a temporary file (in ``tmp_dir``, default beside ``path``), then rename it;
-    ``durable``: synced to the disk first (an output; a checkpoint, which a power loss may leave garbled and a
-    resume then computes again, is not)."""
+    ``durable``: synced to the disk first (see :func:`atomically`)."""
     if is_url(path):
         put_bytes(path, payload)
         return
@@ -66,11 +69,8 @@ def atomic_write_bytes(path: str | Path, payload: bytes | memoryview, tmp_dir=No
     def write(fd, tmp):
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
 
-    atomically(Path(path), tmp_dir, write)
+    atomically(Path(path), tmp_dir, write, durable)
 
 
 def table_codec(compression: str) -> str | None:
@@ -80,8 +80,7 @@ def table_codec(compression: str) -> str | None:
 
 
 def sync_file(path) -> None:
-    """``path``'s data on the disk (an output, before it is published: a power loss must not leave a file that
-    ``_SUCCESS`` vouches for with its blocks never written)."""
+    """``path``'s data on the disk (an output before it is published: :func:`atomically`)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -91,7 +90,7 @@ def sync_file(path) -> None:
 
 def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd", durable: bool = True) -> None:
     """``table`` written to ``path`` with ``compression`` (see :func:`table_codec`); ``durable``: synced to the disk
-    before it is renamed into place (an output; not a part file that is merged and removed)."""
+    before it is renamed into place (an output; not a part file that is merged and removed: :func:`atomically`)."""
     codec = table_codec(compression)
     if is_url(path):
         put_bytes(path, table_bytes(lambda sink: pq.write_table(table, sink, compression=codec)))
@@ -100,10 +99,8 @@ def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "
     def write(fd, tmp):
         os.close(fd)
         pq.write_table(table, tmp, compression=codec)
-        if durable:
-            sync_file(tmp)
 
-    atomically(Path(path), None, write)
+    atomically(Path(path), None, write, durable)
 
 
 def file_digest(path) -> dict:

@@ -190,11 +190,7 @@ def _published(target, write) -> None:
     place (a power loss must not leave a shard that ``_SUCCESS`` vouches for with its blocks never written), or
     for a URL uploaded as one object (from a local temporary file, removed afterwards)."""
     if not is_url(target):
-        def durable(fd, tmp):
-            write(fd, tmp)
-            sync_file(tmp)
-
-        atomically(target, None, durable)
+        atomically(target, None, write, durable=True)
         return
     fd, tmp = tempfile.mkstemp(prefix=".gpu-dedup-upload.", suffix=".tmp")
     try:

@@ -41,7 +41,7 @@ from gpu_dedup.backends import array_module, available_memory, distinct, get_bac
 from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.config import Config
 from gpu_dedup.run.checkpoint import (
-    SUFFIX, CheckpointUnreadable, arrays_bytes, dump_arrays, load_arrays, maybe_crash, staged,
+    SUFFIX, CheckpointUnreadable, load_arrays, maybe_crash, save_arrays, staged,
 )
 from gpu_dedup.run.cluster.connection import connect, quiet_teardown
 from gpu_dedup.run.contract import Soon, Step, shard_starts, take_in_order
@@ -63,7 +63,7 @@ from gpu_dedup.stages.components import (
 from gpu_dedup.stages.edges import unique_edges
 from gpu_dedup.stages.families import Family, family_for
 from gpu_dedup.stages.selection import ranks_from_keys
-from gpu_dedup.storage.atomic import atomically, sync_file, table_codec
+from gpu_dedup.storage.atomic import atomically, table_codec
 from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes, remove_tree, source
 
 log = logging.getLogger("gpu_dedup")
@@ -850,15 +850,7 @@ def _save_part(part, path: str) -> int:
     fails its arrays' CRC when read, and its unit is computed again."""
     # a part that is None (nothing to say) is saved as one empty array
     arrays: dict[str, Any] = {k: to_host(v) for k, v in part.items()} if part is not None else {"__none__": np.zeros(0)}
-    where = as_path(path)
-    if is_url(where):
-        storage.atomic_write_bytes(where, arrays_bytes(arrays), durable=False)
-    else:
-        def write(fd, tmp):
-            with os.fdopen(fd, "wb") as f:
-                dump_arrays(f, arrays)
-
-        atomically(where, None, write)
+    save_arrays(as_path(path), arrays)
     _SAVED[path] = part
     return 1
 
@@ -983,11 +975,9 @@ def _merge_parts(paths: list, path: str, compression: str) -> None:
             if count or not written:  # the rest; an empty table is one empty row group, as write_table writes
                 whole = pa.concat_tables(pending) if pending else schema.empty_table()
                 w.write_table(whole.combine_chunks(), row_group_size=ROW_GROUP)
-        if not is_url(path):  # an output: on the disk before it is renamed into place
-            sync_file(tmp)
 
     if not is_url(path):
-        atomically(Path(path), None, write)
+        atomically(Path(path), None, write, durable=True)  # an output
         return
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / "merged.parquet"
