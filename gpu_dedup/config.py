@@ -350,8 +350,8 @@ class GPUConfig:
     ``writer``: ``pyarrow`` writes the deduplicated Parquet shards on the host, one shard per core
     at once; ``cudf`` writes them on the device: from the held columns, every shard in one call
     (filtered and compressed there, each file with its shard's schema metadata), else each shard
-    read, filtered and written there; ``auto`` (the default): cuDF from the held columns, pyarrow
-    otherwise.  A file cuDF wrote is kept when its content is the input's kind (the same logical
+    read, filtered and written there (on a cluster, by the GPU worker that writes the shard); ``auto``
+    (the default): cuDF from the held columns, pyarrow otherwise.  A file cuDF wrote is kept when its content is the input's kind (the same logical
     schema: see :mod:`gpu_dedup.storage.content`), else pyarrow writes that shard (the log says
     why, once per reason).  Files of the two writers have the same content, not the same bytes.
     """

@@ -179,7 +179,7 @@ class Placement:
         them, else None."""
         writer = self.cfg.gpu.writer
         whole = device_table is not None and device_table.whole  # not a removal list's text alone
-        one = self.backend.write_parquet if writer == "cudf" and not whole else None
+        one = shard_writer(self.backend, writer) if not whole else None
         table = self.backend.write_table if whole and writer != "pyarrow" else None
         return one, table
 
@@ -191,6 +191,12 @@ class Placement:
         moved = {k: v - self._transfers0[k] for k, v in transfer_totals().items()}
         return {"gpu": {**self.plan, "reader": reader,
                         "writer": writers or ("pyarrow" if device_writer is None else "cudf"), **moved}}
+
+
+def shard_writer(backend: Any, setting: str) -> Callable | None:
+    """The device's writer of one shard's kept rows, which reads the shard again (``backend.write_parquet``: cuDF's
+    on a GPU, None on the CPU), where ``gpu.writer`` (``setting``) asks for it; else None (pyarrow writes)."""
+    return backend.write_parquet if setting == "cudf" else None
 
 
 def byte_batches(offsets: np.ndarray, batch_bytes: int, max_rows: int | None = None) -> list:

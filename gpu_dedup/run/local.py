@@ -177,7 +177,7 @@ class LocalExecutor:
         self._texts: Any = None  # where the read texts are until normalized (backends/placement.py)
         self.held: list | None = None  # per shard its batches as read (every column), for the write stage
         self.device_table: Any = None  # every column of every shard in device memory (a GPU read stage's), until written
-        self.writers: dict | None = None  # shards each writer wrote ({"cudf": n, "pyarrow": m}) from a device table
+        self.writers: dict | None = None  # Parquet shards each writer wrote ({"cudf": n, "pyarrow": m}) on a device
         self._batches: list | None = None  # normalized batches of the read stage (see BatchNormalizer), until joined
         self._normalizer: BatchNormalizer | None = None  # what normalized them (and holds their bytes)
         self.reader: str | None = None  # "cudf" when a device reader read the text columns, else "pyarrow"
@@ -555,10 +555,11 @@ class LocalExecutor:
         on_device: dict = {}  # shards the device wrote from the table the read stage held: their digest records
         # device branch (tools/device_branches.py): the placement hands over the device's writer of the table the
         # read stage held; only a run that writes every shard now uses it (a resumed one writes on the host)
+        wrote: list = []  # the writer of each shard the device was offered (cudf, or pyarrow where it declined)
         if table_writer is not None and len(todo) == len(shards):
             on_device = storage.write_shards_on_device(shards, kept, starts, out, self.cfg.output.compression,
                                                        self.device_table, table_writer, DEVICE_WRITE_STREAMS)
-            self.writers = {"cudf": len(on_device), "pyarrow": len(todo) - len(on_device)}
+            wrote += ["cudf"] * len(on_device) + ["pyarrow"] * (len(todo) - len(on_device))
         self.device_table = None  # its device memory goes back
 
         held = self.held or [None] * len(shards)
@@ -569,7 +570,7 @@ class LocalExecutor:
             if i in on_device:  # checked and digested on the thread that wrote it
                 return on_device[i]
             storage.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,
-                                device_writer=device_writer, held=mine)
+                                device_writer=device_writer, held=mine, wrote=wrote)
             return {"name": shards[i].name, **storage.written_digest(out / shards[i].name)}
 
         # the device writer too (gpu.writer: cudf): on one H100 the stage took 17 s for 10^6 documents' 16 shards
@@ -584,6 +585,8 @@ class LocalExecutor:
                     progress(1)
         if progress is not None and len(todo) < len(shards):
             progress(len(shards) - len(todo))  # written by an earlier, resumed run
+        if wrote:  # the device was offered shards: which writer wrote each (the threads appended to it)
+            self.writers = {name: wrote.count(name) for name in ("cudf", "pyarrow")}
         return int(sum(int(k.sum()) for k in keeps))
 
     def write_table(self, parts: list, path: Path) -> int:

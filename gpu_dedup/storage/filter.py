@@ -144,7 +144,7 @@ def resolve_codec(compression: str, shard: Shard):
 
 
 def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression: str = "same",
-                device_writer=None, held: list | None = None) -> int:
+                device_writer=None, held: list | None = None, wrote: list | None = None) -> int:
     """Write the kept rows of one input shard under its name in ``out_dir``; return rows written.
 
     ``compression``: the Parquet codec, or ``same`` (the input shard's; JSONL keeps its own
@@ -153,7 +153,9 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
     backend's Parquet writer (cuDF), tried first for Parquet shards; returns the rows written
     or None where it cannot keep the codec or schema (pyarrow writes the shard then).  ``held``: the
     shard's batches as the read stage read them (every column; a list, emptied by this call): the kept rows
-    are taken from them, and the shard is not read again (the same bytes are written)."""
+    are taken from them, and the shard is not read again (the same bytes are written).  ``wrote``: a list that
+    the writer of a Parquet shard offered to ``device_writer`` is appended to (``cudf``, or ``pyarrow`` where the
+    device declined it)."""
     if shard.format == "memory":
         return int(np.count_nonzero(keep))
     check_unchanged([shard])  # the rows to keep were decided on what was read then
@@ -165,6 +167,8 @@ def write_shard(shard: Shard, keep: np.ndarray, out_dir: str | Path, compression
         if device_writer is not None and isinstance(codec, str) and not is_url(target):
             target.parent.mkdir(parents=True, exist_ok=True)
             rows = _write_parquet_on_device(shard, keep, target, codec, device_writer)
+            if wrote is not None:
+                wrote.append("pyarrow" if rows is None else "cudf")
             if rows is not None:
                 return rows
         return _write_parquet(shard, keep, target, codec, held)

@@ -2,6 +2,7 @@
 several shards read, asked for its original texts and written back."""
 
 import importlib
+import types
 
 import numpy as np
 import pyarrow as pa
@@ -183,6 +184,47 @@ def test_each_shard_is_written_from_the_removed_rows_of_the_blocks_that_read_it(
         assert rec["rows"] == len(got)
         kept += got
     assert kept == [d for i, d in enumerate(ids) if i not in (1, 8, 9, 20)]
+
+
+def test_a_gpu_workers_shards_go_to_its_device_writer_first_and_each_writer_is_counted(three_shards, monkeypatch,
+                                                                                        tmp_path_factory):
+    """``gpu.writer: cudf`` on a cluster: each of a worker's Parquet shards is offered to its backend's device
+    writer (cuDF's on a GPU worker); a shard it declines goes to pyarrow, and the task counts what each wrote.
+    The stand-in writes with pyarrow, so both files hold the kept rows whichever wrote them."""
+    import gpu_dedup.run.cluster.executor as E
+    from gpu_dedup.run.contract import shard_starts
+
+    _, shards, _, ids, _ = three_shards
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    shards, _ = _plan(shards, cfg, 100)
+    offered = []
+
+    def device_writer(shard, keep, dst, codec):  # writes the first shard, declines the others
+        offered.append((shard.name, codec))
+        if shard.name != "part-0.parquet":
+            return None
+        kept = pq.read_table(shard.path).filter(pa.array(keep))
+        pq.write_table(kept, dst, compression=codec)
+        return kept.num_rows
+
+    real = E.get_backend
+    monkeypatch.setattr(E, "get_backend", lambda name: types.SimpleNamespace(write_parquet=device_writer)
+                        if name == "gpu" else real(name))
+    monkeypatch.setattr(E, "_worker_budget", lambda: 1 << 40)
+    out = tmp_path_factory.mktemp("out")
+    removed = {"row": np.array([1, 8, 9, 20], np.int64)}
+    starts = [int(s) for s in shard_starts(shards)[:-1]]
+    got = E._write_shards(shards, starts, [[removed]] * 3, str(out), "zstd", 2, "gpu", "cudf")
+    assert sorted(offered) == [(s.name, "zstd") for s in shards]
+    assert got["writers"] == {"cudf": 1, "pyarrow": 2}
+    kept = [i for s in shards for i in pq.read_table(out / s.name).column("id").to_pylist()]
+    assert kept == [d for i, d in enumerate(ids) if i not in (1, 8, 9, 20)]
+    assert [r["rows"] for r in got["records"]] == [7, 2, 10]
+    offered.clear()
+    for backend, setting in [("gpu", "auto"), ("gpu", "pyarrow"), ("cpu", "cudf")]:  # the device is not offered any
+        host = E._write_shards(shards, starts, [[removed]] * 3, str(tmp_path_factory.mktemp("host")), "zstd", 1,
+                               backend, setting)
+        assert host["writers"] == {} and offered == [] and [r["rows"] for r in host["records"]] == [7, 2, 10]
 
 
 class _DeviceArray:

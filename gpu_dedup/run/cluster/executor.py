@@ -39,6 +39,7 @@ import gpu_dedup.run.cluster.routing as routing
 from gpu_dedup import storage
 from gpu_dedup.backends import array_module, available_memory, distinct, get_backend, stable_order, to_host, traits
 from gpu_dedup.backends.arrow_arrays import numpy_array
+from gpu_dedup.backends.placement import shard_writer
 from gpu_dedup.config import Config
 from gpu_dedup.run.checkpoint import (
     SUFFIX, CheckpointUnreadable, load_arrays, maybe_crash, save_arrays, staged,
@@ -119,6 +120,7 @@ class DaskExecutor:
         self.run_key = uuid.uuid4().hex  # the workers tally what this run's routes move under it
         self.moved_totals: dict = {}  # stage -> [rows, bytes] the routes moved (routing.take_moved)
         self.write_threads: dict = {}  # worker -> how many shards it wrote at once (write_shards)
+        self.writers: dict = {}  # which wrote the shards: {"cudf": shards, "pyarrow": shards} (write_shards)
 
     # ---- setup ----------------------------------------------------------------
     def connect(self) -> None:
@@ -183,6 +185,7 @@ class DaskExecutor:
             "shuffle_mb": round(sum(float(m[1]) for m in moved.values()) / 2**20, 2),
             "shuffle_mb_by_stage": {k: round(float(m[1]) / 2**20, 2) for k, m in moved.items()},
             "write_threads": self.write_threads,
+            "writers": self.writers,
         }}
 
     # ---- read / normalize -------------------------------------------------------
@@ -541,7 +544,10 @@ class DaskExecutor:
         memory allows (``cluster.write_threads`` in the report: how many each took): a task
         per shard ran one shard at a time on a worker of one thread, so a GPU worker (Dask-CUDA gives it one)
         wrote on one core of an otherwise idle host, and a cluster joined with fewer workers than cores left
-        the others idle.  Shards go to workers by rows, weighed by those threads."""
+        the others idle.  Shards go to workers by rows, weighed by those threads.  With ``gpu.writer: cudf`` a
+        GPU worker writes each of its shards on its device (read, filtered and written by cuDF), as one process
+        does without the read stage's device table; a shard cuDF cannot write goes to pyarrow, and
+        ``cluster.writers`` in the report counts each."""
         shards = self.corpus.shards
         by_shard: dict[int, list] = {}
         for b, fut in zip(self.blocks, removed):
@@ -565,10 +571,12 @@ class DaskExecutor:
                 groups.append((w, mine, self.client.submit(
                     _write_shards, [shards[i] for i in mine], [int(starts[i]) for i in mine],
                     [by_shard.get(i, []) for i in mine], str(out), self.cfg.output.compression, threads[w],
-                    pure=False, **routing.placed([w]))))
+                    self.part_backend, self.cfg.gpu.writer, pure=False, **routing.placed([w]))))
         for w, mine, fut in groups:  # marks in shard order within each worker's share
             got = fut.result()
             self.write_threads[w] = got["threads"]
+            for name, count in got["writers"].items():
+                self.writers[name] = self.writers.get(name, 0) + count
             for i, record in zip(mine, got["records"]):
                 written += record["rows"]
                 ckpt.mark(f"shard-{i}", record)
@@ -885,19 +893,27 @@ def _present(part) -> int:
     return 1
 
 
-def _write_shards(shards: list, starts: list, removed: list, out: str, compression: str, threads: int) -> dict:
+def _write_shards(shards: list, starts: list, removed: list, out: str, compression: str, threads: int,
+                  backend: str = "cpu", writer_setting: str = "auto") -> dict:
     """A worker's share of the shards, up to ``threads`` at a time (pyarrow and hashlib release the GIL) as its
-    memory allows (:func:`~gpu_dedup.storage.concurrent_writes`): ``records``, in order, and the ``threads``
-    it took."""
+    memory allows (:func:`~gpu_dedup.storage.concurrent_writes`): ``records``, in order, the ``threads`` it
+    took, and ``writers``: how many of the Parquet shards offered to the device each writer wrote.  The run's
+    ``backend`` and its ``gpu.writer`` (``writer_setting``) say whether each Parquet shard goes to the worker's
+    device writer first (:func:`~gpu_dedup.backends.placement.shard_writer`: cuDF's on a GPU worker)."""
     threads = storage.concurrent_writes([storage.write_memory(s) for s in shards], threads, _worker_budget())
+    writer = shard_writer(get_backend(backend), writer_setting)
+    wrote: list = []  # the writer of each shard the device was offered (list.append is atomic: threads share it)
 
     def one(k: int) -> dict:
-        return _write_shard(shards[k], starts[k], removed[k], out, compression)
+        return _write_shard(shards[k], starts[k], removed[k], out, compression, writer, wrote)
 
     if threads <= 1:
-        return {"threads": 1, "records": [one(k) for k in range(len(shards))]}
-    with ThreadPoolExecutor(threads, thread_name_prefix="gpu-dedup-write") as pool:
-        return {"threads": threads, "records": list(pool.map(one, range(len(shards))))}
+        records = [one(k) for k in range(len(shards))]
+    else:
+        with ThreadPoolExecutor(threads, thread_name_prefix="gpu-dedup-write") as pool:
+            records = list(pool.map(one, range(len(shards))))
+    return {"threads": max(1, threads), "records": records,
+            "writers": {name: wrote.count(name) for name in sorted(set(wrote))}}
 
 
 def _worker_budget() -> int:
@@ -935,12 +951,13 @@ def _host_cores() -> tuple:
     return socket.gethostname(), cores, cpu_count()
 
 
-def _write_shard(shard, start: int, removed: list, out: str, compression: str) -> dict:
+def _write_shard(shard, start: int, removed: list, out: str, compression: str, device_writer=None,
+                 wrote: list | None = None) -> dict:
     keep = np.ones(shard.rows, bool)
     for part in removed:  # the removed rows of the blocks reading this shard (of other shards too)
         rows = to_host(part["row"]) - start
         keep[rows[(rows >= 0) & (rows < shard.rows)]] = False
-    rows = storage.write_shard(shard, keep, out, compression)
+    rows = storage.write_shard(shard, keep, out, compression, device_writer=device_writer, wrote=wrote)
     return {"name": shard.name, "rows": rows, **storage.written_digest(as_path(out) / shard.name)}
 
 
