@@ -579,6 +579,9 @@ def _end_to_end_group(name, n, payload, kind, settings, mode, backends, inputs, 
                "transfers": _moved(rep), "removed": rep["counts"]["removed"], "counts": rep["counts"]}
         if stages.get("verify", {}).get("round_seconds"):  # where verify's time went: each star round's parts
             row["verify_rounds"] = stages["verify"]["round_seconds"]
+        write_parts = {k: v for k, v in stages.get("write", {}).items() if k.endswith("_seconds") and k != "seconds"}
+        if write_parts:  # where the write stage's time went: the device's write, the files' checks, syncs, digests
+            row["write_parts"] = write_parts
         if warm is not None:
             row["warmup_seconds"] = round(warm, 3)
             row["warmup_docs"] = warmup_docs

@@ -346,6 +346,10 @@ class Executor(Protocol):
         """Every shard's kept rows under its name (``removed``: block-aligned frames ``row`` of the rows it
         removes), each marked in ``ckpt`` once written; the rows written."""
 
+    def write_details(self) -> dict:
+        """Where the last :meth:`write_shards` spent its seconds (the write stage's report adds them): named
+        parts in seconds, and ``*_thread_seconds`` summed over the threads that did them."""
+
     def write_table(self, parts: Parts, path: Any) -> int:
         """The Arrow tables of ``parts`` (in order) as one Parquet file at ``path``, the same file one process
         writes; its rows."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -177,6 +178,7 @@ class LocalExecutor:
         self._texts: Any = None  # where the read texts are until normalized (backends/placement.py)
         self.held: list | None = None  # per shard its batches as read (every column), for the write stage
         self.device_table: Any = None  # every column of every shard in device memory (a GPU read stage's), until written
+        self.write_seconds: dict = {}  # where the write stage's seconds went (write_details)
         self.writers: dict | None = None  # Parquet shards each writer wrote ({"cudf": n, "pyarrow": m}) on a device
         self._batches: list | None = None  # normalized batches of the read stage (see BatchNormalizer), until joined
         self._normalizer: BatchNormalizer | None = None  # what normalized them (and holds their bytes)
@@ -553,12 +555,13 @@ class LocalExecutor:
         todo = [i for i, shard in enumerate(shards) if not staged(ckpt.marked(f"shard-{i}"), shard, out)]
         device_writer, table_writer = self.place.shard_writers(self.device_table)
         on_device: dict = {}  # shards the device wrote from the table the read stage held: their digest records
+        wrote: list = []  # the writer of each shard the device was offered (cudf, or pyarrow where it declined)
+        busy, times = storage.busy_seconds(), dict[str, float]()  # where the stage's seconds go (write_details)
         # device branch (tools/device_branches.py): the placement hands over the device's writer of the table the
         # read stage held; only a run that writes every shard now uses it (a resumed one writes on the host)
-        wrote: list = []  # the writer of each shard the device was offered (cudf, or pyarrow where it declined)
         if table_writer is not None and len(todo) == len(shards):
             on_device = storage.write_shards_on_device(shards, kept, starts, out, self.cfg.output.compression,
-                                                       self.device_table, table_writer, DEVICE_WRITE_STREAMS)
+                                                       self.device_table, table_writer, DEVICE_WRITE_STREAMS, times)
             wrote += ["cudf"] * len(on_device) + ["pyarrow"] * (len(todo) - len(on_device))
         self.device_table = None  # its device memory goes back
 
@@ -577,6 +580,7 @@ class LocalExecutor:
         # one at a time, 4.0 s from 16 threads (pyarrow wrote every shard again there: see storage.filter)
         needs = [storage.write_memory(shards[i]) for i in todo if i not in on_device]
         threads = storage.concurrent_writes(needs, os.cpu_count() or 1, available_memory())  # a shard a core
+        t0 = time.perf_counter()
         with ThreadPoolExecutor(threads, thread_name_prefix="gpu-dedup-write") as pool:
             for i, record in zip(todo, pool.map(write_one, todo)):  # in shard order
                 ckpt.mark(f"shard-{i}", record)
@@ -587,7 +591,16 @@ class LocalExecutor:
             progress(len(shards) - len(todo))  # written by an earlier, resumed run
         if wrote:  # the device was offered shards: which writer wrote each (the threads appended to it)
             self.writers = {name: wrote.count(name) for name in ("cudf", "pyarrow")}
+        self.write_seconds = {**{f"{k}_seconds": v for k, v in times.items()},
+                              "host_shards_seconds": round(time.perf_counter() - t0, 4),
+                              **storage.busy_since(busy)}
         return int(sum(int(k.sum()) for k in keeps))
+
+    def write_details(self) -> dict:
+        """Where the write stage's seconds went (:meth:`write`): the device's write of the held table and what
+        followed it (``device_write_seconds``, ``device_files_seconds``), the shards written on the host
+        (``host_shards_seconds``), and the seconds threads spent syncing and digesting the files."""
+        return dict(self.write_seconds)
 
     def write_table(self, parts: list, path: Path) -> int:
         storage.atomic_write_parquet(path, parts[0], self.cfg.output.compression)

@@ -543,16 +543,21 @@ class Sequence:
                             names=names, id_column=corpus.id_column, prior=self.prior)
             written = 0  # rows in deduplicated shards: none in memory or with output.shards false
             target = self.job.target
+            details: dict = {}  # where the stage's seconds went (the frames before the shards: the rest)
             if target is not None and self.job.write_shards:
                 if not self.index.reads_texts:  # nothing reads the normalized texts any more
                     ex.release_texts()
+                t0 = time.perf_counter()
                 written = ex.write_shards(ex.map(removed_rows, dup), target, self.ckpt, progress=info.progress.update)
+                details.update(shards_seconds=round(time.perf_counter() - t0, 4), **ex.write_details())
                 if written != self.counts["kept"]:  # pragma: no cover - guarded by tests
                     raise RuntimeError(f"accounting error: {written} rows written but {self.counts['kept']} kept")
             rows = ex.total(table_rows, tables)["rows"]
             if cfg.output.duplicates_table and target is not None:
+                t0 = time.perf_counter()
                 ex.write_table(tables, target / DUPLICATES_NAME)
-            info.update(rows_written=written, duplicates_rows=rows)
+                details["duplicates_table_seconds"] = round(time.perf_counter() - t0, 4)
+            info.update(rows_written=written, duplicates_rows=rows, **details)
         self.dup, self.tables, self.duplicates_rows = dup, tables, rows
 
     def _survivor_ids(self, dup):

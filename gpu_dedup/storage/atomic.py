@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +21,30 @@ import pyarrow.parquet as pq
 
 from gpu_dedup.errors import write_error
 from gpu_dedup.storage.filesystems import digest, is_url, put_bytes, table_bytes
+
+
+_BUSY = {"sync": 0.0, "digest": 0.0}  # seconds this process's threads spent syncing and digesting output files
+_BUSY_LOCK = threading.Lock()
+
+
+def _busy(kind: str, since: float) -> None:
+    with _BUSY_LOCK:
+        _BUSY[kind] += time.perf_counter() - since
+
+
+def busy_seconds() -> dict:
+    """Seconds this process's threads have spent syncing output files to the disk (``sync``) and digesting them
+    (``digest``), summed over the threads (take two and subtract: one stage's; several threads at once count
+    each)."""
+    with _BUSY_LOCK:
+        return dict(_BUSY)
+
+
+def busy_since(before: dict) -> dict:
+    """The seconds of :func:`busy_seconds` since ``before`` (one of its answers), as a stage reports them:
+    ``sync_thread_seconds`` and ``digest_thread_seconds``."""
+    now = busy_seconds()
+    return {f"{k}_thread_seconds": round(now[k] - before[k], 4) for k in now}
 
 
 def _umask() -> int:
@@ -81,11 +107,13 @@ def table_codec(compression: str) -> str | None:
 
 def sync_file(path) -> None:
     """``path``'s data on the disk (an output before it is published: :func:`atomically`)."""
+    t0 = time.perf_counter()
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+        _busy("sync", t0)
 
 
 def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd", durable: bool = True) -> None:
@@ -107,11 +135,15 @@ def file_digest(path) -> dict:
     """Size and SHA-256 of a file (what the output manifest records and ``_SUCCESS`` vouches for)."""
     if is_url(path):
         return digest(path)
+    t0 = time.perf_counter()
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return {"size": os.path.getsize(path), "sha256": h.hexdigest()}
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        return {"size": os.path.getsize(path), "sha256": h.hexdigest()}
+    finally:
+        _busy("digest", t0)
 
 
 def file_stamp(path) -> dict:

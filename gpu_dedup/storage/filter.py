@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str,
 
 
 def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, compression: str, table, writer,
-                           streams: int = 1) -> dict:
+                           streams: int = 1, times: dict | None = None) -> dict:
     """Every shard's kept rows written by the device, ``writer(table, starts, keep, paths, codec, streams, after)``
     (the GPU backend's :meth:`~gpu_dedup.backends.gpu.GPUBackend.write_table`: ``table`` holds every column of all
     ``shards``, shard ``k`` at rows ``starts[k]:starts[k+1]``; ``streams`` 1: in one call, more: a file per CUDA
@@ -80,7 +81,9 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
     :mod:`gpu_dedup.storage.content`), else removed (said once per reason).  Returns ``{k: record}`` of the
     shards published, each with its :func:`~gpu_dedup.storage.atomic.written_digest` taken on the thread that
     checked it: the caller writes the others on the host.  Nothing is written where the shards do not share one
-    codec the writer can write, or the output is an object store."""
+    codec the writer can write, or the output is an object store.  ``times``: given, it gets ``device_write``, the
+    seconds until the writer handed over its first file (with ``streams`` 1: libcudf's write of every file), and
+    ``device_files``, the seconds after that until the last file was checked, synced and digested."""
     out = as_path(out_dir)
     if not shards or is_url(out) or any(s.format != "parquet" for s in shards):
         return {}
@@ -96,8 +99,11 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
         os.close(fd)
         tmps.append(tmp)
     done: dict = {}
+    first: list = []  # when the writer handed over its first file
 
     def written(k: int, rows: int) -> None:  # on the thread that wrote (or was given) file k
+        if not first:
+            first.append(time.perf_counter())
         shard = shards[k]
         why = written_difference(tmps[k], shard, rows)
         if why is None:
@@ -107,9 +113,14 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
         else:
             _set_aside(shard, why)
 
+    t0 = time.perf_counter()
     try:
         try:
             writer(table, starts, keep, tmps, codec, streams, written)
+            if times is not None:
+                t1 = time.perf_counter()
+                handed = first[0] if first else t1
+                times.update(device_write=round(handed - t0, 4), device_files=round(t1 - handed, 4))
         except (MemoryError, RuntimeError, ValueError, TypeError, NotImplementedError, AttributeError) as exc:
             _set_aside(shards[0], f"cuDF could not write them ({type(exc).__name__}: {str(exc)[:200]})", every=True)
             for k in list(done):  # a file another stream had published: written again on the host, as the others

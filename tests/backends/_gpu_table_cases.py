@@ -455,6 +455,10 @@ def test_a_gpu_run_reads_and_writes_every_shard_through_libcudf_and_equals_the_c
     g, shard_reads, table_reads = gpu_run(be, plc, tmp_path / "in", tmp_path / "gpu", cfg)
     assert shard_reads == [] and table_reads == [([str(s.path) for s in g.shards], None, True)]
     assert g.report["gpu"]["reader"] == "cudf" and g.report["gpu"]["writer"] == {"cudf": 3, "pyarrow": 0}
+    write = g.report["stages"]["write"]  # libcudf's write of every file, then each file checked, synced, digested
+    assert write["device_write_seconds"] > 0 and write["device_files_seconds"] > 0
+    assert write["device_write_seconds"] + write["device_files_seconds"] <= write["shards_seconds"] + 1e-3
+    assert write["sync_thread_seconds"] > 0 and write["digest_thread_seconds"] > 0
     same_outputs(c, g, tmp_path / "cpu", tmp_path / "gpu")
     for s in c.shards:
         assert file_difference(tmp_path / "cpu" / s.name, tmp_path / "gpu" / s.name) is None, s.name

@@ -236,7 +236,8 @@ def test_a_workers_share_of_the_shards_is_written_at_once_in_order(monkeypatch):
     monkeypatch.setattr(E, "_write_shard", write)
     monkeypatch.setattr(E, "_worker_budget", lambda: 1 << 40)
     got = E._write_shards(shards, [0, 1, 2], [[], [], []], "out", "same", threads=3)
-    assert got == {"threads": 3, "records": [{"name": f"s{k}", "rows": k} for k in range(3)], "writers": {}}
+    assert got == {"threads": 3, "records": [{"name": f"s{k}", "rows": k} for k in range(3)], "writers": {},
+                   "busy": {"sync_thread_seconds": 0.0, "digest_thread_seconds": 0.0}}
     threads = set()
     monkeypatch.setattr(E, "_write_shard", lambda shard, *a: threads.add(threading.get_ident()) or {"name": shard.name})
     one = E._write_shards(shards[:2], [0, 1], [[], []], "out", "same", threads=1)  # one thread: the task's own

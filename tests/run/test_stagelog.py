@@ -72,3 +72,18 @@ def test_a_fixed_cost_adds_up_over_its_calls():
     assert st.fixed["checkpoints"] >= 0.03
     acc = st.accounts()
     assert acc["fixed_seconds"] == st.fixed and acc["stage_seconds"] == 0
+
+
+def test_the_write_stage_says_where_its_seconds_went(shards, tmp_path):
+    """The shards and the duplicates table, each within the stage; the seconds the write threads spent syncing and
+    digesting the shards (every shard is both), which a single thread's share of the shards cannot exceed."""
+    run_dedup(shards, tmp_path / "out", Config.from_dict({"backend": "cpu"}))
+    write = json.loads((tmp_path / "out" / "report.json").read_text())["stages"]["write"]
+    parts = write["shards_seconds"] + write["duplicates_table_seconds"]
+    assert 0 < parts <= write["seconds"] + 1e-3
+    assert 0 < write["host_shards_seconds"] <= write["shards_seconds"] + 1e-3
+    assert write["sync_thread_seconds"] > 0 and write["digest_thread_seconds"] > 0
+    assert "device_write_seconds" not in write  # the device wrote nothing
+    removal_list = run_dedup(shards, tmp_path / "list", Config.from_dict({"backend": "cpu", "output": {"shards": False}}))
+    listed = removal_list.report["stages"]["write"]
+    assert "shards_seconds" not in listed and listed["duplicates_table_seconds"] > 0

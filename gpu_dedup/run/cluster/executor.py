@@ -121,6 +121,7 @@ class DaskExecutor:
         self.moved_totals: dict = {}  # stage -> [rows, bytes] the routes moved (routing.take_moved)
         self.write_threads: dict = {}  # worker -> how many shards it wrote at once (write_shards)
         self.writers: dict = {}  # which wrote the shards: {"cudf": shards, "pyarrow": shards} (write_shards)
+        self.write_busy: dict = {}  # the workers' seconds syncing and digesting the shards (write_details)
 
     # ---- setup ----------------------------------------------------------------
     def connect(self) -> None:
@@ -577,6 +578,8 @@ class DaskExecutor:
             self.write_threads[w] = got["threads"]
             for name, count in got["writers"].items():
                 self.writers[name] = self.writers.get(name, 0) + count
+            for name, seconds in got["busy"].items():
+                self.write_busy[name] = round(self.write_busy.get(name, 0.0) + seconds, 4)
             for i, record in zip(mine, got["records"]):
                 written += record["rows"]
                 ckpt.mark(f"shard-{i}", record)
@@ -586,6 +589,10 @@ class DaskExecutor:
         if progress is not None and len(todo) < len(shards):
             progress(len(shards) - len(todo))
         return written
+
+    def write_details(self) -> dict:
+        """The seconds the workers' threads spent syncing and digesting the shards they wrote."""
+        return dict(self.write_busy)
 
     def append_index(self, sink, docs: list, keys: list | None, bands: list, centres: list, dup: list,
                      first_doc: int, layout) -> None:
@@ -897,11 +904,13 @@ def _write_shards(shards: list, starts: list, removed: list, out: str, compressi
                   backend: str = "cpu", writer_setting: str = "auto") -> dict:
     """A worker's share of the shards, up to ``threads`` at a time (pyarrow and hashlib release the GIL) as its
     memory allows (:func:`~gpu_dedup.storage.concurrent_writes`): ``records``, in order, the ``threads`` it
-    took, and ``writers``: how many of the Parquet shards offered to the device each writer wrote.  The run's
+    took, ``writers``: how many of the Parquet shards offered to the device each writer wrote, and ``busy``: the
+    seconds its threads spent syncing and digesting them (:func:`~gpu_dedup.storage.busy_since`).  The run's
     ``backend`` and its ``gpu.writer`` (``writer_setting``) say whether each Parquet shard goes to the worker's
     device writer first (:func:`~gpu_dedup.backends.placement.shard_writer`: cuDF's on a GPU worker)."""
     threads = storage.concurrent_writes([storage.write_memory(s) for s in shards], threads, _worker_budget())
     writer = shard_writer(get_backend(backend), writer_setting)
+    busy = storage.busy_seconds()
     wrote: list = []  # the writer of each shard the device was offered (list.append is atomic: threads share it)
 
     def one(k: int) -> dict:
@@ -912,7 +921,7 @@ def _write_shards(shards: list, starts: list, removed: list, out: str, compressi
     else:
         with ThreadPoolExecutor(threads, thread_name_prefix="gpu-dedup-write") as pool:
             records = list(pool.map(one, range(len(shards))))
-    return {"threads": max(1, threads), "records": records,
+    return {"threads": max(1, threads), "records": records, "busy": storage.busy_since(busy),
             "writers": {name: wrote.count(name) for name in sorted(set(wrote))}}
 
 
