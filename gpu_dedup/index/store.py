@@ -98,7 +98,7 @@ from gpu_dedup.run.outdir import check_output_path, release_lock, take_lock
 from gpu_dedup.stages.families import NO_KEY, family_for
 from gpu_dedup.stages.vectors import Vectors
 from gpu_dedup.storage import atomic_write_bytes, file_digest
-from gpu_dedup.storage.atomic import sync_file
+from gpu_dedup.storage.atomic import sync_dir, sync_file
 
 log = logging.getLogger("gpu_dedup")
 
@@ -556,6 +556,8 @@ class Index:
         try:
             for p in staged["plan"]:  # whole segments under their names, then the manifest that lists them
                 os.replace(p["tmp"], p["dir"])
+            if staged["plan"]:
+                sync_dir(self.path)  # the segments' renames on the disk before the manifest names them
             maybe_crash("index:before-manifest")
             self._write_manifest(self.path, manifest)
         except BaseException:
@@ -748,6 +750,7 @@ def write_segment(directory: Path, first: int, *, ids, kept, survivor, keys, tex
         "round": pa.array(cr[corder].astype(np.int32)), "doc": pa.array(cd[corder].astype(np.int64))}))
     for f in SEGMENT_FILES:  # on the disk before the manifest that names them is
         sync_file(directory / f)
+    sync_dir(directory)  # and the folder's entries
     return {f: file_digest(directory / f) for f in SEGMENT_FILES}
 
 

@@ -8,7 +8,7 @@ the GPU, on the copy of the checkpoint's device arrays to the host, which that
 thread makes too: :func:`gpu_dedup.backends.host_later`): a
 checkpoint only shortens a later resume, and one that a crash or power loss
 leaves missing or garbled is computed again (:func:`load_arrays` checks each
-array's CRC).  So checkpoints are not synced to disk; the outputs are.  A run that
+array's CRC).  So checkpoints, their marks and manifest are not synced to disk; the outputs are.  A run that
 reaches its commit drops the checkpoints still queued (it removes the
 directory next), and an error of a background write (a full disk) is raised
 by the next call that saves, marks or removes.
@@ -60,17 +60,17 @@ log = logging.getLogger("gpu_dedup")
 CHECKPOINT_DIR = ".gpu_dedup_checkpoint"
 MANIFEST = "manifest.json"
 SUFFIX = ".arrays"  # a checkpoint file: dump_arrays
-MAGIC = b"GPU_DEDUP-ARRAYS"  # the first 16 bytes of one (format 1)
+MAGIC = b"GPU_DEDUP-ARRAY2"  # the first 16 bytes of one (format 2: the header has a CRC of its own)
 ALIGN = 64  # each array's bytes start at a multiple of this
 
 
 def dump_arrays(f, arrays: dict, meta: str = "") -> None:
     """Named host arrays (not of objects) and a text ``meta`` into binary file ``f``: MAGIC, the header's length
-    (8 bytes, little-endian), the header (JSON: ``meta``, then each array's name, dtype, shape, offset, bytes and
-    CRC-32), then each array's bytes as they are in memory, ALIGN-aligned.  An array is written straight from its
-    buffer and its CRC is one pass over it (about 7 GB/s), where ``np.savez`` copied every array into a zip
-    member 16 MiB at a time with the GIL held (results/bench/host-costs: a 1.8 GB unit 0.58 s against 0.63-0.77 s
-    alone, 0.69-2.27 s against 1.92-2.48 s beside a thread running Python)."""
+    (8 bytes, little-endian) and CRC-32 (4 bytes), the header (JSON: ``meta``, then each array's name, dtype,
+    shape, offset, bytes and CRC-32), then each array's bytes as they are in memory, ALIGN-aligned.  An array is
+    written straight from its buffer and its CRC is one pass over it (about 7 GB/s), where ``np.savez`` copied
+    every array into a zip member 16 MiB at a time with the GIL held (results/bench/host-costs: a 1.8 GB unit
+    0.58 s against 0.63-0.77 s alone, 0.69-2.27 s against 1.92-2.48 s beside a thread running Python)."""
     bufs, entries, offset = [], [], 0
     for name, a in arrays.items():
         a = np.asarray(a)
@@ -82,11 +82,15 @@ def dump_arrays(f, arrays: dict, meta: str = "") -> None:
         bufs.append(raw)
         offset += -(-raw.shape[0] // ALIGN) * ALIGN
     head = json.dumps({"meta": meta, "arrays": entries}).encode()
-    start = len(MAGIC) + 8 + len(head)
-    f.write(MAGIC + len(head).to_bytes(8, "little") + head + bytes(-start % ALIGN))
+    start = _PREFIX + len(head)
+    f.write(MAGIC + len(head).to_bytes(8, "little") + zlib.crc32(head).to_bytes(4, "little") + head
+            + bytes(-start % ALIGN))
     for raw in bufs:
         f.write(raw)  # from the array's own buffer; the GIL is released while the OS copies it
         f.write(bytes(-raw.shape[0] % ALIGN))
+
+
+_PREFIX = len(MAGIC) + 8 + 4  # MAGIC, the header's length and its CRC-32
 
 
 def arrays_bytes(arrays: dict, meta: str = "") -> memoryview:
@@ -117,30 +121,46 @@ def save_arrays(path, arrays: dict, meta: str = "", written=None) -> None:
 
 
 def load_arrays(source) -> tuple[dict, str]:
-    """The arrays and meta of a :func:`dump_arrays` file (a path, or its bytes), each array checked against its
-    size and CRC-32; ValueError where the file is truncated, garbled or of another format."""
+    """The arrays and meta of a :func:`dump_arrays` file (a path, or its bytes), the header and each array
+    checked against its size and CRC-32; ValueError where the file is truncated, garbled or of another format.
+    Each array gets a buffer of its own (writable, as ``np.load`` gave): one kept does not keep the others."""
     if isinstance(source, (str, Path)):
         with open(source, "rb") as f:
-            data = bytearray(os.fstat(f.fileno()).st_size)  # writable arrays, as np.load gave
-            if f.readinto(data) != len(data):
-                raise ValueError("the file changed while it was read")
-    else:
-        data = bytearray(source)
-    if data[:len(MAGIC)] != MAGIC:
+            return _load(lambda lo, size: _read_at(f, lo, size), os.fstat(f.fileno()).st_size)
+    data = memoryview(source)
+    return _load(lambda lo, size: np.frombuffer(data[lo:lo + size], np.uint8).copy(), len(data))
+
+
+def _read_at(f, lo: int, size: int) -> np.ndarray:
+    out = np.empty(size, np.uint8)
+    f.seek(lo)
+    if size and f.readinto(out) != size:
+        raise ValueError("the file changed while it was read")
+    return out
+
+
+def _load(read, length: int) -> tuple[dict, str]:
+    """:func:`load_arrays` of a file of ``length`` bytes that ``read(offset, size)`` reads (a new uint8 array)."""
+    if length < _PREFIX:
         raise ValueError("not a gpu_dedup checkpoint file")
-    n = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
-    start = len(MAGIC) + 8 + n
-    if start > len(data):
+    prefix = bytes(read(0, _PREFIX))
+    if prefix[:len(MAGIC)] != MAGIC:
+        raise ValueError("not a gpu_dedup checkpoint file of this format")
+    n = int.from_bytes(prefix[len(MAGIC):len(MAGIC) + 8], "little")
+    start = _PREFIX + n
+    if start > length:
         raise ValueError("truncated header")
-    head = json.loads(bytes(data[len(MAGIC) + 8:start]))
+    raw_head = bytes(read(_PREFIX, n))
+    if zlib.crc32(raw_head) != int.from_bytes(prefix[len(MAGIC) + 8:], "little"):
+        raise ValueError("the header fails its CRC")
+    head = json.loads(raw_head)
     base = start + (-start % ALIGN)
-    view = memoryview(data)
     arrays = {}
     for e in head["arrays"]:
         lo, size = base + e["offset"], e["nbytes"]
-        if lo + size > len(data):
+        if lo + size > length:
             raise ValueError(f"array {e['name']!r} truncated")
-        raw = np.frombuffer(view[lo:lo + size], np.uint8)
+        raw = read(lo, size)
         if zlib.crc32(raw.data) != e["crc32"]:
             raise ValueError(f"array {e['name']!r} fails its CRC")
         arrays[e["name"]] = raw.view(np.dtype(e["dtype"])).reshape(e["shape"])
@@ -283,7 +303,7 @@ class Checkpoints:
         manifest = self.dir / MANIFEST
         if not manifest.exists():
             self.dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(manifest, json.dumps({"fingerprint": self.fingerprint}).encode())
+            atomic_write_bytes(manifest, json.dumps({"fingerprint": self.fingerprint}).encode(), durable=False)
         self._ensured = True
 
     def _path(self, unit: str) -> Path:
@@ -331,7 +351,7 @@ class Checkpoints:
 
         def write():
             self._ensure()
-            atomic_write_bytes(self.dir / f"{name}.done", payload, tmp_dir=self.dir)
+            atomic_write_bytes(self.dir / f"{name}.done", payload, tmp_dir=self.dir, durable=False)
 
         self._writer.submit(write)
 

@@ -556,7 +556,7 @@ class LocalExecutor:
         device_writer, table_writer = self.place.shard_writers(self.device_table)
         on_device: dict = {}  # shards the device wrote from the table the read stage held: their digest records
         wrote: list = []  # the writer of each shard the device was offered (cudf, or pyarrow where it declined)
-        busy, times = storage.busy_seconds(), dict[str, float]()  # where the stage's seconds go (write_details)
+        times = storage.no_busy()  # where the stage's seconds go (write_details)
         # device branch (tools/device_branches.py): the placement hands over the device's writer of the table the
         # read stage held; only a run that writes every shard now uses it (a resumed one writes on the host)
         if table_writer is not None and len(todo) == len(shards):
@@ -572,9 +572,10 @@ class LocalExecutor:
             mine, held[i] = held[i], None
             if i in on_device:  # checked and digested on the thread that wrote it
                 return on_device[i]
-            storage.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,
-                                device_writer=device_writer, held=mine, wrote=wrote)
-            return {"name": shards[i].name, **storage.written_digest(out / shards[i].name)}
+            with storage.busy_into(times):
+                storage.write_shard(shards[i], keeps[i], out, self.cfg.output.compression,
+                                    device_writer=device_writer, held=mine, wrote=wrote)
+                return {"name": shards[i].name, **storage.written_digest(out / shards[i].name)}
 
         # the device writer too (gpu.writer: cudf): on one H100 the stage took 17 s for 10^6 documents' 16 shards
         # one at a time, 4.0 s from 16 threads (pyarrow wrote every shard again there: see storage.filter)
@@ -591,9 +592,7 @@ class LocalExecutor:
             progress(len(shards) - len(todo))  # written by an earlier, resumed run
         if wrote:  # the device was offered shards: which writer wrote each (the threads appended to it)
             self.writers = {name: wrote.count(name) for name in ("cudf", "pyarrow")}
-        self.write_seconds = {**{f"{k}_seconds": v for k, v in times.items()},
-                              "host_shards_seconds": round(time.perf_counter() - t0, 4),
-                              **storage.busy_since(busy)}
+        self.write_seconds = {**times, "host_shards_seconds": round(time.perf_counter() - t0, 4)}
         return int(sum(int(k.sum()) for k in keeps))
 
     def write_details(self) -> dict:

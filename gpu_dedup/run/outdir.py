@@ -59,7 +59,7 @@ from gpu_dedup.storage import (
     file_digest,
     known_digest,
 )
-from gpu_dedup.storage.atomic import file_stamp
+from gpu_dedup.storage.atomic import file_stamp, sync_dir
 
 log = logging.getLogger("gpu_dedup")
 
@@ -361,6 +361,8 @@ class OutputDir:
         if self.work.exists():
             shutil.rmtree(self.work)
         self._write_manifest({"state": "complete", "fingerprint": plan["fingerprint"], "files": files})
+        for folder in sorted({(self.out / name).parent for name in files} | {self.out}):
+            sync_dir(folder)  # the renames above on the disk before _SUCCESS vouches for them
         maybe_crash("commit:before-success")
         atomic_write_bytes(self.out / SUCCESS_NAME, f"{plan['fingerprint']}\n".encode())
         return files

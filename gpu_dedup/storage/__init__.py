@@ -24,10 +24,10 @@ from gpu_dedup.storage.ahead import ahead
 from gpu_dedup.storage.atomic import (
     atomic_write_bytes,
     atomic_write_parquet,
-    busy_seconds,
-    busy_since,
+    busy_into,
     file_digest,
     known_digest,
+    no_busy,
     written_digest,
 )
 from gpu_dedup.storage.columns import (
@@ -60,8 +60,8 @@ from gpu_dedup.storage.jsonl import ReadWhole
 from gpu_dedup.storage.parquet import device_readable, parquet_metadata, parquet_schema
 
 __all__ = [
-    "busy_seconds",
-    "busy_since",
+    "busy_into",
+    "no_busy",
     "ahead", "Shard", "Shards", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT",
     "COMPRESSED_EXT", "shard_identity", "check_unchanged", "read_columns", "iter_columns", "ReadWhole", "read_rows",
     "rows_only", "check_id_type", "without_views", "VIEW_TYPES", "id_column_type", "auto_id_column", "id_kind",

@@ -14,6 +14,7 @@ import os
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,34 +24,64 @@ from gpu_dedup.errors import write_error
 from gpu_dedup.storage.filesystems import digest, is_url, put_bytes, table_bytes
 
 
-_BUSY = {"sync": 0.0, "digest": 0.0}  # seconds this process's threads spent syncing and digesting output files
 _BUSY_LOCK = threading.Lock()
+_THREAD = threading.local()  # .busy: seconds this thread spent syncing and digesting output files
 
 
 def _busy(kind: str, since: float) -> None:
-    with _BUSY_LOCK:
-        _BUSY[kind] += time.perf_counter() - since
+    _thread_busy()[kind] += time.perf_counter() - since
 
 
-def busy_seconds() -> dict:
-    """Seconds this process's threads have spent syncing output files to the disk (``sync``) and digesting them
-    (``digest``), summed over the threads (take two and subtract: one stage's; several threads at once count
-    each)."""
-    with _BUSY_LOCK:
-        return dict(_BUSY)
+def _thread_busy() -> dict:
+    mine = getattr(_THREAD, "busy", None)
+    if mine is None:
+        mine = _THREAD.busy = {"sync": 0.0, "digest": 0.0}
+    return mine
 
 
-def busy_since(before: dict) -> dict:
-    """The seconds of :func:`busy_seconds` since ``before`` (one of its answers), as a stage reports them:
-    ``sync_thread_seconds`` and ``digest_thread_seconds``."""
-    now = busy_seconds()
-    return {f"{k}_thread_seconds": round(now[k] - before[k], 4) for k in now}
+def no_busy() -> dict:
+    """A :func:`busy_into` total of nothing yet."""
+    return {"sync_thread_seconds": 0.0, "digest_thread_seconds": 0.0}
+
+
+@contextmanager
+def busy_into(total: dict):
+    """Adds to ``total`` (:func:`no_busy`; threads may share one) the seconds this thread spends inside the block
+    syncing output files to the disk (``sync_thread_seconds``) and digesting them (``digest_thread_seconds``): a
+    thread's own seconds, so neither another thread of the process (a checkpoint's, another task's) nor another
+    worker in the same process counts."""
+    mine = _thread_busy()
+    before = dict(mine)
+    try:
+        yield
+    finally:
+        with _BUSY_LOCK:
+            for k, v in mine.items():
+                key = f"{k}_thread_seconds"
+                total[key] = round(total.get(key, 0.0) + v - before[k], 4)
 
 
 def _umask() -> int:
-    mask = os.umask(0)
+    """The process's umask, read without setting it: ``os.umask`` can only be read by setting it, which for a
+    moment gives every other thread a umask of 0 (a directory the write stage makes beside a checkpoint's publish
+    came out 0777); Linux says it in /proc (4.7 and later).  Elsewhere the umask the process had on import."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return _UMASK_ON_IMPORT
+
+
+def _umask_on_import() -> int:
+    mask = os.umask(0)  # on import, before the run's threads exist
     os.umask(mask)
     return mask
+
+
+_UMASK_ON_IMPORT = _umask_on_import()
 
 
 def publish(tmp: str, path: Path) -> None:
@@ -114,6 +145,22 @@ def sync_file(path) -> None:
     finally:
         os.close(fd)
         _busy("sync", t0)
+
+
+def sync_dir(path) -> None:
+    """The entries of directory ``path`` on the disk: the renames into it (and out of it) survive a power loss
+    (POSIX asks for this after a rename; some file systems journal renames in order, others do not).  Where the
+    system refuses (a directory without ``O_DIRECTORY``, a file system that cannot sync one), nothing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd", durable: bool = True) -> None:

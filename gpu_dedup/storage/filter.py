@@ -21,7 +21,15 @@ from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array, numpy_arra
 from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.storage.ahead import ahead
 from gpu_dedup.storage.arrow import write_arrow
-from gpu_dedup.storage.atomic import atomically, publish, sync_file, unlink, written_digest
+from gpu_dedup.storage.atomic import (
+    atomically,
+    busy_into,
+    no_busy,
+    publish,
+    sync_file,
+    unlink,
+    written_digest,
+)
 from gpu_dedup.storage.columns import VIEW_TYPES, without_views
 from gpu_dedup.storage.content import schema_difference
 from gpu_dedup.storage.discovery import Shard
@@ -81,9 +89,11 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
     :mod:`gpu_dedup.storage.content`), else removed (said once per reason).  Returns ``{k: record}`` of the
     shards published, each with its :func:`~gpu_dedup.storage.atomic.written_digest` taken on the thread that
     checked it: the caller writes the others on the host.  Nothing is written where the shards do not share one
-    codec the writer can write, or the output is an object store.  ``times``: given, it gets ``device_write``, the
-    seconds until the writer handed over its first file (with ``streams`` 1: libcudf's write of every file), and
-    ``device_files``, the seconds after that until the last file was checked, synced and digested."""
+    codec the writer can write, or the output is an object store.  ``times``: given (a :func:`~gpu_dedup.storage.
+    no_busy`), it gets ``device_write_seconds``, the seconds until the writer handed over its first file (with
+    ``streams`` 1: libcudf's write of every file), ``device_files_seconds``, the seconds after that until the last
+    file was checked, synced and digested, and the threads' seconds syncing and digesting them added
+    (:func:`~gpu_dedup.storage.busy_into`)."""
     out = as_path(out_dir)
     if not shards or is_url(out) or any(s.format != "parquet" for s in shards):
         return {}
@@ -101,15 +111,18 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
     done: dict = {}
     first: list = []  # when the writer handed over its first file
 
+    busy = times if times is not None else no_busy()
+
     def written(k: int, rows: int) -> None:  # on the thread that wrote (or was given) file k
         if not first:
             first.append(time.perf_counter())
         shard = shards[k]
         why = written_difference(tmps[k], shard, rows)
         if why is None:
-            sync_file(tmps[k])
-            publish(tmps[k], out / shard.name)
-            done[k] = {"name": shard.name, **written_digest(out / shard.name)}
+            with busy_into(busy):
+                sync_file(tmps[k])
+                publish(tmps[k], out / shard.name)
+                done[k] = {"name": shard.name, **written_digest(out / shard.name)}
         else:
             _set_aside(shard, why)
 
@@ -120,7 +133,8 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
             if times is not None:
                 t1 = time.perf_counter()
                 handed = first[0] if first else t1
-                times.update(device_write=round(handed - t0, 4), device_files=round(t1 - handed, 4))
+                times.update(device_write_seconds=round(handed - t0, 4),
+                             device_files_seconds=round(t1 - handed, 4))
         except (MemoryError, RuntimeError, ValueError, TypeError, NotImplementedError, AttributeError) as exc:
             _set_aside(shards[0], f"cuDF could not write them ({type(exc).__name__}: {str(exc)[:200]})", every=True)
             for k in list(done):  # a file another stream had published: written again on the host, as the others

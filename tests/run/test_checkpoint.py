@@ -271,13 +271,13 @@ def test_no_checkpoint_is_being_written_while_the_commit_removes_their_directory
     state = {"committing": False, "in_flight": 0, "overlaps": 0, "writes": 0}
     lock = threading.Lock()
 
-    def slow(path, payload, tmp_dir=None):
+    def slow(path, payload, tmp_dir=None, durable=True):
         with lock:
             state["in_flight"] += 1
             state["overlaps"] += state["committing"]
         time.sleep(0.2)
         try:
-            real_write(path, payload, tmp_dir)
+            real_write(path, payload, tmp_dir, durable)
         finally:
             with lock:
                 state["in_flight"] -= 1
@@ -402,11 +402,28 @@ def test_arrays_files_give_back_every_array_bit_for_bit_and_refuse_garbled_ones(
             assert got[k].flags.writeable
     data = path.read_bytes()
     assert len(data) % ALIGN == 0
+
+    def flip(at: int, bit: int = 1) -> bytes:
+        return data[:at] + bytes([data[at] ^ bit]) + data[at + 1:]
+
     at = data.index(arrays["a/u64"].tobytes()) + 4000  # a bit of the first array's values
-    flipped = data[:at] + bytes([data[at] ^ 1]) + data[at + 1:]
-    for bad in (data[: len(data) - ALIGN], data[:40], b"PK\x03\x04" + data[4:], flipped,
-                data[: len(MAGIC) + 8] + b"x" + data[len(MAGIC) + 9:]):
+    # one bit of the header that would still parse: a dtype's byte order ('<u8' as '>u8') or a digit of the meta
+    order = data.index(b'"<u8"') + 1
+    with_digit = arrays_bytes(arrays, '{"docs": 1000}')
+    digit = with_digit.tobytes().index(b"1000")
+    for bad in (data[: len(data) - ALIGN], data[:40], b"PK\x03\x04" + data[4:], flip(at), flip(order, 0x02),
+                data[: len(MAGIC) + 8] + b"x" + data[len(MAGIC) + 9:],
+                with_digit[:digit + 3].tobytes() + b"1" + with_digit[digit + 4:].tobytes()):
         with pytest.raises(ValueError):
             load_arrays(bad)
+    assert load_arrays(with_digit)[1] == '{"docs": 1000}'
+
+    def held(a) -> int:  # the bytes of the buffer ``a`` keeps alive
+        while isinstance(a.base, np.ndarray):
+            a = a.base
+        return a.nbytes if a.base is None else len(getattr(a.base, "obj", a.base))
+
+    for source in (path, data):  # every array has a buffer of its own: keeping a small one keeps only it
+        assert all(held(v) == v.nbytes for v in load_arrays(source)[0].values())
     with pytest.raises(TypeError, match="dtype object"):
         dump_arrays(open(tmp_path / "o", "wb"), {"o": np.array([None])})

@@ -348,15 +348,24 @@ def test_every_output_is_on_the_disk_before_it_is_renamed_into_place(corpus, tmp
     synced, renamed, lock = set(), [], threading.Lock()
     real_fsync, real_replace = os.fsync, os.replace
 
+    synced_dirs, events = {}, []  # a directory's last sync, as a position among the renames
+
     def fsync(fd):
         with lock:
-            synced.add(os.readlink(f"/proc/self/fd/{fd}"))
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            synced.add(target)
+            if os.path.isdir(target):
+                synced_dirs[target] = len(events)
         real_fsync(fd)
 
     def replace(src, dst, *a, **k):
         with lock:
             renamed.append((str(src), str(dst)))
+            events.append(str(dst))
         real_replace(src, dst, *a, **k)
+
+    def last_rename_into(folder, but):  # the position of the last rename into ``folder`` other than ``but``
+        return max(i for i, d in enumerate(events) if os.path.dirname(d) == folder and os.path.basename(d) != but)
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
@@ -374,3 +383,8 @@ def test_every_output_is_on_the_disk_before_it_is_renamed_into_place(corpus, tmp
     assert [(s, d) for s, d in fresh if s not in synced and not os.path.isdir(d)] == []  # a segment: its files
     saves = [s for s, d in renamed if d.endswith(".arrays")]
     assert (saves or fmt == "index") and not any(s in synced for s in saves)  # checkpoints (an index run has none)
+    # the renames themselves: the output directory synced after its last rename and before _SUCCESS's
+    assert str(out) in synced_dirs and synced_dirs[str(out)] > last_rename_into(str(out), "_SUCCESS")
+    if fmt == "index":  # each segment's folder, and the index's after the segments' renames into it
+        assert str(tmp_path / "index") in synced_dirs
+        assert any(d.startswith(str(tmp_path / "index") + "/") for d in synced_dirs)

@@ -163,6 +163,25 @@ def test_outputs_get_the_umask_mode_not_mkstemp_0600(tmp_path):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644
 
 
+def test_publishing_a_file_never_changes_the_umask_other_threads_create_files_with(tmp_path, monkeypatch):
+    """Reading the umask with os.umask sets it (to 0, for a moment, process-wide): a directory another thread made
+    then came out 0777.  A publish reads it without setting it."""
+    import os
+    import stat
+
+    old = os.umask(0o027)
+    try:
+        def refuse(mask):
+            raise AssertionError(f"os.umask({mask:o}) called while publishing")
+
+        monkeypatch.setattr(os, "umask", refuse)
+        storage.atomic_write_bytes(tmp_path / "a.json", b"{}")
+        monkeypatch.undo()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o640
+
+
 # ----------------------------------------------------------------------------- JSONL: only the wanted fields
 
 
@@ -265,3 +284,33 @@ def test_read_rows_reads_only_the_row_groups_of_the_rows(tmp_path, fmt, monkeypa
     assert got.column("id").to_pylist() == rows.tolist()
     if fmt == "parquet":
         assert read == [[0, 4, 9]]  # 3 of the 10 row groups
+
+
+def test_a_threads_sync_and_digest_seconds_are_its_own(tmp_path, monkeypatch):
+    """What a write stage reports as its threads' seconds syncing and digesting outputs: each thread adds its own
+    (threads may share the total); a sync on another thread (a checkpoint's, another worker's in one process)
+    adds nothing to it."""
+    import os
+    import threading
+    import time
+
+    from gpu_dedup.storage.atomic import busy_into, file_digest, no_busy, sync_file
+
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: time.sleep(0.2) or real(fd))
+    (tmp_path / "f").write_bytes(b"x" * 1000)
+    total = no_busy()
+    other = threading.Thread(target=sync_file, args=(tmp_path / "f",))  # outside any total
+
+    def mine():
+        with busy_into(total):
+            sync_file(tmp_path / "f")
+            file_digest(tmp_path / "f")
+
+    threads = [threading.Thread(target=mine) for _ in range(2)]
+    for t in [other, *threads]:
+        t.start()
+    for t in [other, *threads]:
+        t.join()
+    assert 0.4 <= total["sync_thread_seconds"] < 0.55  # the two threads' own syncs, not the third one's
+    assert 0 < total["digest_thread_seconds"] < 0.1

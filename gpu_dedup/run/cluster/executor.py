@@ -905,23 +905,24 @@ def _write_shards(shards: list, starts: list, removed: list, out: str, compressi
     """A worker's share of the shards, up to ``threads`` at a time (pyarrow and hashlib release the GIL) as its
     memory allows (:func:`~gpu_dedup.storage.concurrent_writes`): ``records``, in order, the ``threads`` it
     took, ``writers``: how many of the Parquet shards offered to the device each writer wrote, and ``busy``: the
-    seconds its threads spent syncing and digesting them (:func:`~gpu_dedup.storage.busy_since`).  The run's
+    seconds its threads spent syncing and digesting them (:func:`~gpu_dedup.storage.busy_into`).  The run's
     ``backend`` and its ``gpu.writer`` (``writer_setting``) say whether each Parquet shard goes to the worker's
     device writer first (:func:`~gpu_dedup.backends.placement.shard_writer`: cuDF's on a GPU worker)."""
     threads = storage.concurrent_writes([storage.write_memory(s) for s in shards], threads, _worker_budget())
     writer = shard_writer(get_backend(backend), writer_setting)
-    busy = storage.busy_seconds()
+    busy = storage.no_busy()
     wrote: list = []  # the writer of each shard the device was offered (list.append is atomic: threads share it)
 
     def one(k: int) -> dict:
-        return _write_shard(shards[k], starts[k], removed[k], out, compression, writer, wrote)
+        with storage.busy_into(busy):
+            return _write_shard(shards[k], starts[k], removed[k], out, compression, writer, wrote)
 
     if threads <= 1:
         records = [one(k) for k in range(len(shards))]
     else:
         with ThreadPoolExecutor(threads, thread_name_prefix="gpu-dedup-write") as pool:
             records = list(pool.map(one, range(len(shards))))
-    return {"threads": max(1, threads), "records": records, "busy": storage.busy_since(busy),
+    return {"threads": max(1, threads), "records": records, "busy": busy,
             "writers": {name: wrote.count(name) for name in sorted(set(wrote))}}
 
 
