@@ -70,3 +70,40 @@ def numpy_array(values) -> np.ndarray:
 def null_mask(column) -> np.ndarray:
     """Which rows of an Arrow array or chunked array are null, as a NumPy bool array (``column.is_null()``)."""
     return numpy_array(column.is_null())
+
+
+VIEWS = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}  # the same bytes, not as views
+
+
+def plain_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with every view type in it (string_view, binary_view, at any depth) as the large type of the same
+    values: Arrow's filter and take have no kernels for views (pyarrow 26)."""
+    if t in VIEWS:
+        return VIEWS[t]
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        inner = plain_type(t.value_type)
+        if inner == t.value_type:
+            return t
+        field = t.value_field.with_type(inner)
+        if pa.types.is_fixed_size_list(t):
+            return pa.list_(field, t.list_size)
+        return pa.large_list(field) if pa.types.is_large_list(t) else pa.list_(field)
+    if pa.types.is_struct(t):
+        fields = [t.field(i) for i in range(t.num_fields)]
+        plain = [f.with_type(plain_type(f.type)) for f in fields]
+        return t if plain == fields else pa.struct(plain)
+    if pa.types.is_map(t):
+        key, item = plain_type(t.key_type), plain_type(t.item_type)
+        return t if (key, item) == (t.key_type, t.item_type) else pa.map_(key, item, t.keys_sorted)
+    return t
+
+
+def filter_rows(data, mask: pa.Array):
+    """``data.filter(mask)`` of a table or record batch, also where columns hold view types: those are filtered as
+    their large types and cast back, so the kept rows keep the schema."""
+    plain = [plain_type(f.type) for f in data.schema]
+    if all(p == f.type for p, f in zip(plain, data.schema)):
+        return data.filter(mask)
+    cols = [c.filter(mask) if p == c.type else c.cast(p).filter(mask).cast(c.type) for c, p in zip(data.columns, plain)]
+    make = pa.RecordBatch.from_arrays if isinstance(data, pa.RecordBatch) else pa.Table.from_arrays
+    return make(cols, schema=data.schema)

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpu_dedup.backends import on_device
+from gpu_dedup.backends.arrow_arrays import filter_rows
 from gpu_dedup.errors import InputError
 
 
@@ -33,7 +34,7 @@ class ArrowKind:
         return frame.select(cols)
 
     def take(self, frame, kept: np.ndarray):
-        return frame.filter(pa.array(kept, pa.bool_()))
+        return filter_rows(frame, pa.array(kept, pa.bool_()))  # view columns too
 
     def from_arrow(self, table: pa.Table):
         return table

@@ -23,7 +23,7 @@ from gpu_dedup.report.build import summary, write_report
 from gpu_dedup.report.page import render, write_html
 from gpu_dedup.stages.edges import Edges
 from gpu_dedup.stages.write import ROW
-from gpu_dedup.storage import Shard, memory_shard, rows_only
+from gpu_dedup.storage import Shard, memory_shard, rows_only, without_views
 
 # keyword shortcuts for the most used config keys (any dotted key works too: **{"lsh.threshold": 0.7})
 ALIASES = {
@@ -105,7 +105,7 @@ def _text_column(col) -> pa.ChunkedArray:
         col = pa.chunked_array([col])
     if pa.types.is_dictionary(col.type):  # categorical text: decode
         col = col.cast(col.type.value_type)
-    return col
+    return without_views(col)  # string_view / binary_view: the same bytes as large strings (Arrow's kernels lack views)
 
 
 def config_of(config, text: str, id, overrides: dict) -> Config:

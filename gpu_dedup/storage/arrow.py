@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends.arrow_arrays import arrow_array
+from gpu_dedup.backends.arrow_arrays import arrow_array, filter_rows
 from gpu_dedup.errors import InputError, read_error
 from gpu_dedup.storage.discovery import Shard
 from gpu_dedup.storage.filesystems import is_url, source
@@ -113,7 +113,7 @@ def write_arrow(shard: Shard, keep: np.ndarray, path: str) -> int:
             if mine.all():
                 writer.write_batch(batch)
             elif mine.any():
-                writer.write_batch(batch.filter(arrow_array(mine, pa.bool_())))
+                writer.write_batch(filter_rows(batch, arrow_array(mine, pa.bool_())))
     opened.close()
     if seen != keep.shape[0]:
         raise InputError(f"shard {shard.path!r} had {keep.shape[0]} rows when read and {seen} now; inputs must not "
