@@ -69,7 +69,16 @@ SAMPLE_BYTES = 1 << 20  # lines read first to learn the wanted fields' types
 
 
 def _parse_json(body, parse_options=None) -> pa.Table:
-    return pajson.read_json(pa.BufferReader(body), read_options=pajson.ReadOptions(block_size=JSON_BLOCK),
+    try:
+        return pajson.read_json(pa.BufferReader(body), read_options=pajson.ReadOptions(block_size=JSON_BLOCK),
+                                parse_options=parse_options)
+    except pa.ArrowInvalid as exc:
+        if "straddl" not in str(exc):
+            raise
+    # a line longer than a block (pyarrow refuses an object across more than two blocks): the body as one block,
+    # parsed on one thread (a valid 50 MB document is a document, not an error)
+    size = pa.py_buffer(body).size
+    return pajson.read_json(pa.BufferReader(body), read_options=pajson.ReadOptions(block_size=min(size + 1, 2**31 - 1)),
                             parse_options=parse_options)
 
 

@@ -311,3 +311,32 @@ def test_as_many_shards_are_written_at_once_as_fit_in_half_the_memory():
     assert filt.concurrent_writes([480 * mb, 20 * mb, 20 * mb], 3, 1000 * mb) == 2  # the largest together
     assert filt.concurrent_writes([900 * mb], 8, 100 * mb) == 1  # one at least
     assert filt.concurrent_writes([], 8, 0) == 1
+
+
+def test_a_jsonl_line_longer_than_a_parse_block_is_a_document_not_an_error(tmp_path, monkeypatch):
+    """pyarrow refuses an object that spans more than two of its parse blocks ("straddling object"): a valid line
+    longer than two blocks (a 50 MB document at the real block size) is read, whole and streamed, with the lines
+    around it, and the write stage keeps it byte for byte; an invalid line is still named."""
+    monkeypatch.setattr(storage.jsonl, "JSON_BLOCK", 1024)
+    monkeypatch.setattr(storage.jsonl, "STREAM_BLOCK", 4096)
+    monkeypatch.setattr(storage.jsonl, "SAMPLE_BYTES", 1000)
+    long_text = " ".join(f"w{i}" for i in range(2000))  # about 11 KB: ten blocks
+    rows = [{"id": i, "text": long_text if i == 40 else f"document {i}"} for i in range(100)]
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shard = storage.discover([path])[0]
+    cfg = InputConfig(id_column="id")
+    whole = storage.read_columns(shard, cfg)
+    assert whole.column("text").to_pylist() == [r["text"] for r in rows]
+    assert pa.concat_tables(list(storage.iter_columns(shard, cfg))).equals(whole)
+    keep = np.ones(100, bool)
+    keep[3] = False
+    storage.write_shard(shard, keep, tmp_path / "out")
+    assert (tmp_path / "out" / "a.jsonl").read_text() == "".join(json.dumps(r) + "\n" for r in rows if r["id"] != 3)
+    from gpu_dedup.stages.read import read
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "b.jsonl").write_text(json.dumps(rows[40]) + "\n" + '{"text": "unterminated}\n')
+    with pytest.raises(InputError, match=r"b.jsonl.*not valid JSON Lines: line 2: .*fix or remove that line"):
+        read(storage.discover([bad / "b.jsonl"]), cfg)
