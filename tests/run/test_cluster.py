@@ -178,6 +178,30 @@ def test_workers_killed_by_memory_name_the_settings_to_change(corpus, tmp_path, 
     assert not (tmp_path / "out" / "_SUCCESS").exists()
 
 
+def test_a_task_placed_on_a_worker_runs_on_its_successor_when_every_worker_restarted(tmp_path):
+    """A task placed loosely on a worker (routing.placed) waits in no-worker while no worker is left, and Dask
+    gave it to a new worker only if its restrictions named it: a restarted worker has a new address, so a run
+    whose workers all restarted for memory waited forever.  The runs' scheduler plugin lets it run."""
+    import time
+
+    from distributed import LocalCluster
+
+    from gpu_dedup.run.cluster import connection
+    from gpu_dedup.run.cluster.routing import placed
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        client = distributed.Client(cluster)
+        connection.register_plugins(client)
+        assert "gpu-dedup-loose-restrictions" in client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.plugins))
+        old = list(client.scheduler_info()["workers"])[0]
+        fut = client.submit(time.sleep, 2, pure=False, **placed([old]))
+        time.sleep(0.5)
+        client.restart_workers([old])  # the only worker: the task is left with none
+        fut.result(timeout=30)
+        assert old not in client.scheduler_info()["workers"]
+        client.close()
+
+
 # ------------------------------------------------------------------ GPU workers: one per visible GPU
 
 

@@ -78,11 +78,12 @@ def run_cluster(inputs, output_dir, cfg: Config, *, restart: bool = False, prior
             raise
         limit = cfg.cluster.memory_limit or "the cluster's default"
         largest = max((b.rows for b in ex.blocks), default=0)
+        smaller = max(1, min(cfg.cluster.block_rows, largest or cfg.cluster.block_rows) // 4)  # than the largest block
         raise ResourceError(
             f"Dask workers died running a task ({exc.args[0] if exc.args else exc}); most often a block does not "
             f"fit a worker's memory (memory limit {limit}, cluster.block_rows = {cfg.cluster.block_rows:,}, largest "
             f"block {largest:,} rows; a block holds whole Parquet row groups): lower cluster.block_rows (e.g. "
-            f"--set cluster.block_rows={max(1, cfg.cluster.block_rows // 4)}), write the shards with smaller row "
+            f"--set cluster.block_rows={smaller}), write the shards with smaller row "
             "groups, or raise cluster.memory_limit"
         ) from None
     finally:

@@ -49,7 +49,21 @@ def connect(cfg: Config):
             cluster = local_cluster(workers, c.memory_limit, {"NUMBA_NUM_THREADS": str(worker_threads(workers))})
             client = Client(cluster)
     log.info("Dask dashboard: %s (%d workers)", client.dashboard_link, len(client.scheduler_info()["workers"]))
+    register_plugins(client)
     return client, cluster
+
+
+def register_plugins(client) -> None:
+    """The runs' scheduler plugin (:class:`~gpu_dedup.run.cluster.plugins.LooseRestrictions`: tasks placed on a
+    worker that is gone run elsewhere even after every worker was gone at once).  A scheduler that cannot load it
+    (a joined one without gpu_dedup installed) goes without, and the log says what that risks."""
+    from gpu_dedup.run.cluster.plugins import LooseRestrictions
+
+    try:
+        client.register_plugin(LooseRestrictions())
+    except Exception as exc:  # noqa: BLE001 - the scheduler's own error, whatever it is
+        log.warning("the scheduler did not take gpu_dedup's plugin (%s: %s): should every worker be lost at once, "
+                    "the run may wait for them; install gpu_dedup where the scheduler runs", type(exc).__name__, exc)
 
 
 def quiet_teardown(client) -> None:
