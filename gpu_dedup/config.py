@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpu_dedup.curves import cosine_layout, cosine_min_rows, optimal_layout
+from gpu_dedup.curves import cosine_layout, cosine_min_rows, optimal_layout, s_curve
 from gpu_dedup.errors import ConfigError
 
 SHINGLE_KINDS = ("word", "char")
@@ -545,6 +545,23 @@ class Config:
     @property
     def verify_threshold(self) -> float:
         return self.verify.threshold if self.verify.threshold is not None else self.lsh.threshold
+
+    @property
+    def layout_warning(self) -> str | None:
+        """What a (bands, rows) that the config fixes (a preset's, or lsh.bands / lsh.rows) misses at this run's
+        threshold, where a pair at the threshold becomes a candidate with probability below one half; None where
+        the layout is derived from the threshold (or the similarity is cosine, whose layout has its own rule)."""
+        if self.similarity != "jaccard" or (self.lsh.bands is None and self.lsh.rows is None):
+            return None
+        b, r = self.layout
+        t = self.verify_threshold
+        p = float(s_curve(t, b, r))
+        if p >= 0.5:
+            return None
+        suits = (1.0 - 0.5 ** (1.0 / b)) ** (1.0 / r)  # where this layout finds half the pairs
+        return (f"the layout lsh.bands x lsh.rows = {b} x {r} (set by the config) makes a pair at similarity {t} a "
+                f"candidate with probability {p:.2g}, so most such pairs are missed (it suits a threshold near "
+                f"{suits:.2f}); to derive one for {t}, unset them: --set lsh.bands=null --set lsh.rows=null")
 
     @property
     def signature_perms(self) -> int:

@@ -223,3 +223,19 @@ def test_device_shuffle_device_memory_limit_and_rmm_async_are_checked():
         Config().with_overrides({"cluster.device_memory_limit": 5})
     with pytest.raises(ConfigError, match=r"cluster.rmm_async"):
         Config().with_overrides({"cluster.rmm_async": "yes"})
+
+
+def test_a_fixed_layout_used_far_below_its_threshold_is_named_with_the_fix():
+    """A preset fixes (bands, rows) for its own threshold: with --threshold 0.5, nemo_curator's 20 x 13 finds a pair
+    at 0.5 with probability 0.0024.  The run says so, and how to derive a layout for 0.5; a derived layout, or a
+    fixed one at its own threshold, says nothing."""
+    nc = Config.from_yaml("nemo_curator")
+    assert nc.layout_warning is None
+    low = nc.with_overrides({"lsh.threshold": 0.5})
+    assert low.layout_warning is not None
+    assert "20 x 13" in low.layout_warning and "probability 0.0024" in low.layout_warning
+    assert "--set lsh.bands=null --set lsh.rows=null" in low.layout_warning
+    fixed = low.with_overrides({"lsh.bands": None, "lsh.rows": None})
+    assert fixed.layout_warning is None and fixed.layout == (53, 4)  # derived for 0.5 from its 260 permutations
+    assert Config().with_overrides({"lsh.threshold": 0.5}).layout_warning is None
+    assert Config.from_yaml("fineweb").with_overrides({"lsh.threshold": 0.5}).layout_warning is not None

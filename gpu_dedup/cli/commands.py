@@ -319,6 +319,8 @@ def cmd_config(args) -> int:
     print(cfg.to_yaml(), end="")
     print(f"# derived: bands={bands} rows={rows} permutations_computed={cfg.signature_perms} "
           f"verify_threshold={cfg.verify_threshold} fingerprint={cfg.fingerprint}")
+    if cfg.layout_warning:
+        print(f"# warning: {cfg.layout_warning}")
     return 0
 
 

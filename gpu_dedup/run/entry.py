@@ -47,6 +47,8 @@ def run_dedup(inputs, output_dir, cfg: Config = Config(), *, restart: bool = Fal
                           "(--against DIR --update-index appends to the existing index)")
     if update_index and against is None:
         raise ConfigError("--update-index appends to the index given by --against; add --against DIR")
+    if cfg.layout_warning:  # a preset's layout with another threshold
+        log.warning(cfg.layout_warning)
     if cfg.cluster.enabled:
         _check_cluster_index(index_out, against if update_index else None)
     index_dir = index_out if index_out is not None else (against.path if isinstance(against, Index) else against)
