@@ -493,6 +493,7 @@ def check_output_path(out, inputs, read_back: str, what: str = "output directory
     if out.exists() and not out.is_dir():
         raise OutputError(f"{what} {str(out)!r} exists and is not a directory; {flag} names a directory: choose "
                           "another path or move the file away")
+    _check_neighbours(out, what, flag)
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else (inputs or ())
     real = out.resolve()
     for item in items:
@@ -500,6 +501,22 @@ def check_output_path(out, inputs, read_back: str, what: str = "output directory
             raise OutputError(f"{what} {str(out)!r} is inside the input directory {os.fspath(item)!r}: a later run "
                               f"would read {read_back}; choose {'an' if what[0] in 'aeiou' else 'a'} {what} outside "
                               "the inputs")
+
+
+def _check_neighbours(out: Path, what: str, flag: str) -> None:
+    """Refuse a run's outputs in a directory that holds an index, and an index in one that holds a run's outputs:
+    each in the other's directory made both unreadable (a run reading it took the index's manifest.json for a
+    shard)."""
+    from gpu_dedup.index.format import is_index_manifest  # noqa: PLC0415  the index package imports this one
+
+    if not out.is_dir():
+        return
+    if what != "index directory" and is_index_manifest(out / "manifest.json"):
+        raise OutputError(f"{what} {str(out)!r} holds an index (its manifest.json); outputs beside it would make "
+                          f"both unreadable: choose another {flag}")
+    if what == "index directory" and any((out / name).exists() for name in (SUCCESS_NAME, MANIFEST_NAME)):
+        raise OutputError(f"{what} {str(out)!r} holds a run's outputs (its {SUCCESS_NAME}); an index beside them "
+                          f"would make both unreadable: choose another {flag}")
 
 
 def _check_name_lengths(out: Path, what: str, flag: str) -> None:

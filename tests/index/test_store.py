@@ -737,3 +737,21 @@ def test_a_full_disk_under_the_index_publishes_nothing_or_says_what_was_publishe
     monkeypatch.undo()
     assert main(args) == 0  # the rerun the message asks for
     assert Index.open(tmp_path / "ix").documents == 1600
+
+
+def test_an_index_and_a_runs_outputs_never_share_a_directory(batches, tmp_path):
+    """Each in the other's directory made both unreadable (a run of the directory took the index's manifest.json
+    for a shard): a run's -o that holds an index and an --index-out that holds a run's outputs are refused
+    before anything is written."""
+    from gpu_dedup.errors import OutputError
+
+    cfg = Config.from_dict({"backend": "cpu"})
+    run_dedup(batches / "a", tmp_path / "out", cfg)
+    with pytest.raises(OutputError, match=r"holds a run's outputs \(its _SUCCESS\).*choose another --index-out"):
+        run_dedup(batches / "a", tmp_path / "work", cfg, index_out=tmp_path / "out", write_shards=False)
+    run_dedup(batches / "a", tmp_path / "work2", cfg, index_out=tmp_path / "index", write_shards=False)
+    listed = sorted(p.name for p in (tmp_path / "index").iterdir())
+    with pytest.raises(OutputError, match=r"output directory .* holds an index \(its manifest.json\).*another -o"):
+        run_dedup(batches / "a", tmp_path / "index", cfg)
+    assert sorted(p.name for p in (tmp_path / "index").iterdir()) == listed
+    run_dedup(batches / "a", tmp_path / "out", cfg)  # a run again into its own outputs: as before
