@@ -521,12 +521,20 @@ def test_no_shards_and_no_duplicates_table_is_a_config_error(tmp_path, capsys):
 def test_a_scheduler_address_that_is_not_one_is_a_usage_error(tmp_path, capsys):
     pytest.importorskip("distributed")
     inp = _small_corpus(tmp_path / "in")
-    for address in ("nonsense", "tcp://:", "foo://host:1"):
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    for address in ("nonsense", "tcp://:", "foo://host:1", closed):
+        t0 = time.perf_counter()
         rc = main(["run", str(inp), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q", "--scheduler", address])
         err = capsys.readouterr().err
         assert rc == 2, err
         assert f"cannot connect to the Dask scheduler {address!r}" in err and "tcp://HOST:PORT" in err
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert address != closed or ("connection refused" in err and time.perf_counter() - t0 < 10)  # not 30 s
     assert not (tmp_path / "out").exists()
 
 

@@ -185,6 +185,12 @@ INTERRUPTED = {
     "cmd_config": "interrupted" + _READS,
     "cmd_report": "interrupted; the page was not written (report.json and any earlier page are as they were): run "
                   "it again",
+    # they write their results at their end, each file whole or not at all; nothing resumes
+    "cmd_evaluate": "interrupted before the evaluation's results were written (any earlier ones are as they were): "
+                    "run it again",
+    "cmd_tune": "interrupted before the comparison's results were written (any earlier ones are as they were): run "
+                "it again",
+    "cmd_dataset": "interrupted before the dataset's file was written (an earlier one is as it was): run it again",
 }
 
 

@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpu_dedup.errors import InputError
+from gpu_dedup.storage.atomic import atomically
 
 DOC_ROOT = "/usr/share/doc"
 MAN_ROOT = "/usr/share/man"
@@ -228,10 +229,12 @@ def build(name: str, path, **kwargs) -> dict:
         raise InputError(f"unknown dataset {name!r}; choose one of {', '.join(LOADERS)}")
     table = LOADERS[name](**kwargs)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+
+    def write(fd, tmp):
+        os.close(fd)
+        pq.write_table(table, tmp)
+
+    atomically(path, None, write, durable=True)  # whole or not at all: an interrupted build leaves nothing
     ids = table.column("id").to_pylist()
     return {
         "dataset": name,

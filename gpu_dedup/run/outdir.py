@@ -94,6 +94,7 @@ class OutputDir:
     def __init__(self, out, shards, inputs=(), *, duplicates: bool = True, shards_written: bool = True):
         self.out = Path(out)
         self.shards = list(shards)
+        self._had_previous = True  # a previous run's outputs are there (commit() knows)
         if isinstance(inputs, (str, os.PathLike)):
             inputs = [inputs]
         self.inputs = [i for i in (inputs or ()) if isinstance(i, (str, os.PathLike))]  # paths, dirs, globs
@@ -315,6 +316,7 @@ class OutputDir:
         self.verify(expected_rows, recorded, todo)
         files = {n: {k: self._verified[n][k] for k in ("size", "sha256")} for n in names}
         previous = self._owned(self._manifest())
+        self._had_previous = bool(previous)  # what an interrupted publication leaves beside the new outputs
         plan = {"state": "committing", "fingerprint": fingerprint, "files": files,
                 "previous": {k: v for k, v in previous.items() if k not in files}}
         self._write_manifest(plan)
@@ -334,9 +336,11 @@ class OutputDir:
         except KeyboardInterrupt as exc:
             if isinstance(exc, Interrupted):
                 raise
-            raise Interrupted(f"interrupted while publishing the outputs in {str(self.out)!r}: it holds part of the "
-                              "new outputs and part of the previous ones, without _SUCCESS; rerun the same command "
-                              "(any run on that directory first completes the commit)") from exc
+            held = "part of the new outputs and part of the previous ones" if self._had_previous else \
+                "part of the new outputs"
+            raise Interrupted(f"interrupted while publishing the outputs in {str(self.out)!r}: it holds {held}, "
+                              "without _SUCCESS; rerun the same command (any run on that directory first completes "
+                              "the commit)") from exc
 
     def _publish(self, plan: dict) -> dict:
         (self.out / SUCCESS_NAME).unlink(missing_ok=True)

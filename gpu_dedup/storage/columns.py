@@ -377,25 +377,25 @@ def auto_id_column(shards, name: str) -> str | None:
             found[s.path] = id_column_type(s, name)
     if not found:
         return None
-    fix = ("or pass --no-id-column to name every document by its row number (duplicates.parquet's 'row', "
+    fix = ("pass --no-id-column to name every document by its row number (duplicates.parquet's 'row', "
            "'shard' and 'shard_row'), or --id-column COLUMN for another column")
     first = next(iter(found))
     if absent:
         more = f" and {len(absent) - 1} other shard(s)" if len(absent) > 1 else ""
         raise InputError(f"input column {name!r} names the documents of shard {first!r} (ids found by themselves) "
                          f"but shard {absent[0]!r}{more} has no such column, so some documents would have no id: "
-                         f"add the column to every shard, {fix}")
+                         f"add the column to every shard, or {fix}")
     for path, t in found.items():
         if t in ("struct", "list", "null") or t.startswith(("struct<", "list<", "large_list<", "fixed_size_list<",
                                                              "map<", "dense_union", "sparse_union")):
             raise InputError(f"input column {name!r} of shard {path!r} has type {t}, which cannot name documents "
-                             f"(ids must be scalars: integers, strings, ...): {fix}")
+                             f"(ids must be scalars: integers, strings, ...); {fix}")
     typed = {path: t for path, t in found.items() if t != "any"}
     if len(set(typed.values())) > 1:
         a, ta = next(iter(typed.items()))
         b, tb = next((p, t) for p, t in typed.items() if t != ta)
         raise InputError(f"input column {name!r} (ids found by themselves) has type {ta} in shard {a!r} but {tb} "
-                         f"in shard {b!r}; make it one type in every shard, {fix}")
+                         f"in shard {b!r}; make it one type in every shard, or {fix}")
     return name
 
 

@@ -263,6 +263,12 @@ def _client_within(Client, address: str, timeout: float):
     (Dask's own timeout does not bound the handshake: a port that accepts connections but speaks another
     protocol, e.g. the dashboard's HTTP, made it wait forever or read a length of exabytes)."""
     box = {}
+    fix = ("give its address as tcp://HOST:PORT (--scheduler, cluster.scheduler; a scheduler listens on port 8786 "
+           "unless told otherwise, its dashboard on 8787) and check that it runs, or use --workers N for a local "
+           "cluster")
+    if _refused(address):  # nothing listens there: said at once, where Dask retries until its timeout (30 s)
+        raise BackendError(f"cannot connect to the Dask scheduler {address!r} (nothing listens there: connection "
+                           f"refused); {fix}")
 
     def go():
         try:
@@ -273,9 +279,6 @@ def _client_within(Client, address: str, timeout: float):
     thread = threading.Thread(target=go, name="gpu_dedup-connect", daemon=True)
     thread.start()
     thread.join(timeout + 5)
-    fix = ("give its address as tcp://HOST:PORT (--scheduler, cluster.scheduler; a scheduler listens on port 8786 "
-           "unless told otherwise, its dashboard on 8787) and check that it runs, or use --workers N for a local "
-           "cluster")
     if thread.is_alive():  # it stays behind as a daemon thread; the process ends with the error
         raise BackendError(f"no Dask scheduler answered at {address!r} within {timeout + 5:.0f} s (a port that is "
                            f"not a scheduler's, e.g. an HTTP server?); {fix}")
@@ -289,6 +292,25 @@ def _client_within(Client, address: str, timeout: float):
     if exc is not None:
         raise exc
     return box["client"]
+
+
+def _refused(address: str) -> bool:
+    """Whether a TCP connection to ``address`` (``tcp://HOST:PORT`` or ``HOST:PORT``) is refused at once: nothing
+    listens on that port.  Anything else (a name that does not resolve, a slow or filtered host, another scheme)
+    is left to Dask's client, which says it."""
+    import socket  # noqa: PLC0415
+
+    rest = address[len("tcp://"):] if address.startswith("tcp://") else address
+    host, sep, port = rest.rpartition(":")
+    if "://" in rest or not sep or not host or not port.isdigit():
+        return False
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=2):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
 
 
 def visible_gpus() -> list | None:
