@@ -39,7 +39,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpu_dedup.errors import InputError
-from gpu_dedup.storage.atomic import atomically
 
 DOC_ROOT = "/usr/share/doc"
 MAN_ROOT = "/usr/share/man"
@@ -228,6 +227,8 @@ def build(name: str, path, **kwargs) -> dict:
     if name not in LOADERS:
         raise InputError(f"unknown dataset {name!r}; choose one of {', '.join(LOADERS)}")
     table = LOADERS[name](**kwargs)
+    from gpu_dedup.storage.atomic import atomically  # noqa: PLC0415  the command line reads DATASETS before Numba loads
+
     path = Path(path)
 
     def write(fd, tmp):
