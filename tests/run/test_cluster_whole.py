@@ -138,3 +138,49 @@ def test_the_clients_stop_interrupts_the_task_on_the_worker():
         Event("stop-test", client=client).set()
         worker.join(timeout=30)
         assert seen.get("ended") == "interrupted"
+
+
+@pytest.mark.timeout(300)
+def test_the_whole_run_goes_on_on_the_worker_that_replaces_a_dead_one(corpus, tmp_path, monkeypatch):
+    """The only worker killed in the middle of the whole run: its nanny starts another at a new address, and the
+    task, placed on the first loosely, runs there, resuming from the checkpoints; the outputs are one process's.
+    Pinned to the dead worker's address, it waited forever.  A worker that dies every time ends the run with exit
+    5's one message."""
+    import os
+    import signal
+
+    from distributed import Client, LocalCluster
+
+    from gpu_dedup.errors import ResourceError
+
+    single = run_dedup(corpus / "in", tmp_path / "single", Config.from_dict(BASE))
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      env={"NUMBA_NUM_THREADS": "1"}) as cluster:
+        cfg = Config.from_dict({**BASE, "cluster": {"scheduler": cluster.scheduler_address}})
+        with Client(cluster) as watcher:
+            first = watcher.run(os.getpid)
+
+            box: list = []
+
+            def killed():  # the worker, killed once its run has checkpointed a stage
+                while not box:
+                    time.sleep(0.05)
+                    if list((tmp_path / "whole").glob(".gpu_dedup_checkpoint/*.arrays")):
+                        pid = next(iter(first.values()))
+                        os.kill(pid, signal.SIGKILL)
+                        box.append(pid)
+            killer = threading.Thread(target=killed, daemon=True)
+            killer.start()
+            res = run_dedup(corpus / "in", tmp_path / "whole", cfg)
+            killer.join(timeout=1)
+            assert not killer.is_alive()
+            assert watcher.run(os.getpid) != first  # a new worker ran it
+        for name in _files(tmp_path / "single"):
+            assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "single" / name).read_bytes(), name
+        assert res.report["counts"] == single.report["counts"]
+    monkeypatch.setenv("GPU_DEDUP_FAULT", "select")  # the workers inherit it: each dies at the select stage
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+        cfg = Config.from_dict({**BASE, "cluster": {"scheduler": cluster.scheduler_address}})
+        with pytest.raises(ResourceError, match=r"the Dask worker died running the whole run as one task.*"
+                                                r"cluster.whole_on_one_worker=false"):
+            run_dedup(corpus / "in", tmp_path / "dying", cfg)

@@ -55,6 +55,7 @@ def run_cluster(inputs, output_dir, cfg: Config, *, restart: bool = False, prior
     ckpt: Checkpoints | NoCheckpoints = NoCheckpoints()
     out = job.out
     resumable = out is not None and not job.prior.active
+    whole = False  # the run went to the only worker as one task
     try:
         with st.cost("cluster_start"):  # started, or joined; its workers' kernels load in kernel_load
             ex.connect()  # first: a cluster that cannot start leaves no output directory behind
@@ -64,6 +65,7 @@ def run_cluster(inputs, output_dir, cfg: Config, *, restart: bool = False, prior
             booked = dict(st.fixed)  # what this process spent so far, the glue between its costs as setup
             glue = time.perf_counter() - st.started - sum(booked.values())
             booked["setup"] = round(booked.get("setup", 0.0) + max(0.0, glue), 4)
+            whole = True
             return run_on_worker(ex.client, address, inputs, output_dir, cfg, restart, job.write_shards, booked)
         if out is not None:
             with st.cost("setup"):
@@ -77,6 +79,12 @@ def run_cluster(inputs, output_dir, cfg: Config, *, restart: bool = False, prior
         if type(exc).__name__ != "KilledWorker":
             raise
         limit = cfg.cluster.memory_limit or "the cluster's default"
+        if whole:  # the whole run as one task on the only worker (run/cluster/whole.py)
+            raise ResourceError(
+                f"the Dask worker died running the whole run as one task ({exc.args[0] if exc.args else exc}; Dask "
+                f"tried it on the workers that replaced it too); most often the run does not fit the worker's memory "
+                f"(memory limit {limit}): raise cluster.memory_limit, or run block by block on more workers "
+                "(--workers N, or --set cluster.whole_on_one_worker=false)") from None
         largest = max((b.rows for b in ex.blocks), default=0)
         smaller = max(1, min(cfg.cluster.block_rows, largest or cfg.cluster.block_rows) // 4)  # than the largest block
         raise ResourceError(

@@ -20,6 +20,7 @@ import time
 from dataclasses import replace
 
 from gpu_dedup.config import Config
+from gpu_dedup.run.cluster.routing import placed
 from gpu_dedup.run.local import run_local
 from gpu_dedup.storage.parquet import input_bytes
 
@@ -98,8 +99,10 @@ def run_on_worker(client, address: str, inputs, output_dir, cfg: Config, restart
     up to a minute, for it to end as an interrupted run ends) before it goes on."""
     sent = time.time()
     extra = {"cluster": {"workers": 1, "worker": address, "run": "whole, as one task on the only worker"}}
+    # placed on the worker, loosely: should it die, Dask runs the task again on the worker that replaces it (its
+    # nanny's), which resumes from the checkpoints; a task pinned to the dead worker's address waited forever
     future = client.submit(run_whole, inputs, output_dir, cfg, restart, write_shards, booked, sent, extra,
-                           workers=[address], allow_other_workers=False, pure=False)
+                           pure=False, **placed([address]))
     try:
         return future.result()
     except KeyboardInterrupt:
