@@ -22,6 +22,7 @@ from pathlib import Path
 from gpu_dedup import storage
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError, InputError, OutputError
+from gpu_dedup.index.format import SOURCES
 from gpu_dedup.index.remote import index_builder, open_index
 from gpu_dedup.index.store import Index
 from gpu_dedup.run.checkpoint import run_fingerprint
@@ -78,11 +79,17 @@ def run_dedup(inputs, output_dir, cfg: Config = Config(), *, restart: bool = Fal
                                 "against the index as it was before, and not appending them again", prior.path, done)
                     prior, sink = prior.before(done), None
         elif index_out is not None:
+            source = _source(cfg, inputs)
+            if _built_already(index_out, source):  # the same build, killed after its index was published
+                log.warning("the index in %s was built from these inputs and config already (by this command, "
+                            "interrupted after the index was written, or run again): it is not built again",
+                            index_out)
+                return _executor(cfg)(inputs, output_dir, cfg, restart=restart, write_shards=write_shards)
             if not is_url(index_out):  # an index in an object store: see gpu_dedup/index/remote.py
                 check_output_path(index_out, inputs, "its manifest.json as an input shard", "index directory",
                                   "--index-out")
             sink = held.enter_context(index_builder(index_out, cfg))
-            sink.source = _source(cfg, inputs)
+            sink.source = source
         return _executor(cfg)(inputs, output_dir, cfg, restart=restart, prior=prior, sink=sink,
                               write_shards=write_shards)
 
@@ -106,6 +113,19 @@ def _check_cluster_index(index_out, updated) -> None:
             f"{option} {url!r}: a cluster run (--workers / --scheduler) writes an index with its workers, into a "
             "directory every worker sees, not into an object store; write it to a shared directory and copy that "
             "to the store, or run in one process (drop --workers / --scheduler), which uploads the index itself")
+
+
+def _built_already(index_out, source: str | None) -> bool:
+    """Whether ``index_out`` holds an index that a build of these inputs and config wrote whole (every segment
+    records ``source``): a build killed between its index's manifest and its end, or the same build run again."""
+    if source is None or (not is_url(index_out) and not (Path(index_out) / "manifest.json").exists()):
+        return False
+    try:
+        index = open_index(index_out)
+    except (InputError, OSError):  # not an index: the builder says what is there
+        return False
+    segments, sources = index.manifest.get("segments", []), index.manifest.get(SOURCES, {})
+    return bool(segments) and all(sources.get(name) == source for name in segments)
 
 
 def _source(cfg: Config, inputs) -> str | None:

@@ -106,8 +106,8 @@ def test_config_must_match_the_index(batches, tmp_path):
         run_dedup(batches / "b", tmp_path / "out_b", other, against=tmp_path / "index")
     with pytest.raises(InputError, match="not a gpu_dedup index"):
         Index.open(tmp_path / "out")
-    with pytest.raises(InputError, match="an index already exists"):
-        run_dedup(batches / "a", tmp_path / "out2", cfg, index_out=tmp_path / "index")
+    with pytest.raises(InputError, match="an index already exists"):  # of other inputs
+        run_dedup(batches / "b", tmp_path / "out2", cfg, index_out=tmp_path / "index")
 
 
 def test_index_does_not_depend_on_the_backend_setting(batches, tmp_path):
@@ -755,3 +755,21 @@ def test_an_index_and_a_runs_outputs_never_share_a_directory(batches, tmp_path):
         run_dedup(batches / "a", tmp_path / "index", cfg)
     assert sorted(p.name for p in (tmp_path / "index").iterdir()) == listed
     run_dedup(batches / "a", tmp_path / "out", cfg)  # a run again into its own outputs: as before
+
+
+def test_a_build_killed_after_its_index_was_written_is_done_when_run_again(batches, tmp_path, caplog):
+    """Killed between the index's manifest and its end, a build leaves a whole index (its lock too): the same
+    command again (the documented fix for an interrupt) finds the index these inputs and config built and does
+    not build it again; other inputs or another config are still refused."""
+    import logging
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    manifest = (tmp_path / "index" / "manifest.json").read_bytes()
+    with caplog.at_level(logging.WARNING, logger="gpu_dedup"):
+        again = run_dedup(batches / "a", tmp_path / "out", cfg, index_out=tmp_path / "index")
+    assert "was built from these inputs and config already" in caplog.text
+    assert (tmp_path / "index" / "manifest.json").read_bytes() == manifest and again.report["counts"]["kept"] > 0
+    with pytest.raises(InputError, match="an index already exists"):
+        run_dedup(batches / "a", tmp_path / "out3", cfg.with_overrides({"lsh.threshold": 0.7}),
+                  index_out=tmp_path / "index")
