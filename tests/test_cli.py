@@ -345,14 +345,19 @@ def test_dask_chatter_is_silenced_unless_verbose(tmp_path):
     for chatter in ("Shuffle", "Nanny", "Scheduler", "Start worker", "Remove worker", "Lost all workers"):
         assert chatter not in proc.stderr, chatter
     assert proc.stderr.count("Dask dashboard") == 1 and "Dask dashboard" not in proc.stdout  # once
+    # -q: nothing but errors, the P2P shuffle's lines in the local scheduler's own process included
+    proc = subprocess.run([sys.executable, "-m", "gpu_dedup", "run", str(inp), "-o", str(tmp_path / "p2p"),
+                           "--backend", "cpu", "--workers", "2", "-q", "--set", "cluster.block_rows=100",
+                           "--set", "cluster.shuffle=p2p"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
 
 def test_shuffle_chatter_filter_drops_only_the_routine_lines():
     import logging
 
-    from gpu_dedup.cli import _ShuffleChatter  # noqa: F401
+    from gpu_dedup.run.quiet import ShuffleChatter
 
-    f = _ShuffleChatter()
+    f = ShuffleChatter()
 
     def rec(msg, *args):
         return logging.LogRecord("distributed.shuffle._scheduler_plugin", logging.WARNING, "x", 1, msg, args, None)

@@ -29,17 +29,6 @@ from gpu_dedup.errors import (
 log = logging.getLogger("gpu_dedup")
 
 
-class _ShuffleChatter(logging.Filter):
-    """Drops the two lines Dask's P2P shuffle logs at WARNING for every shuffle it starts and ends
-    (normal operation: ``Shuffle <id> initialized by task ...`` and ``... deactivated due to stimulus``;
-    18 of them in a two-worker run).  Every other shuffle message, its errors included, passes."""
-
-    ROUTINE = ("Shuffle %s initialized by task", "Shuffle %s deactivated due to stimulus")
-
-    def filter(self, record) -> bool:
-        return not (isinstance(record.msg, str) and record.msg.startswith(self.ROUTINE))
-
-
 class _AbandonedGather(logging.Filter):
     """Drops asyncio's "Task exception was never retrieved" for Dask's ``AllExit``: the client's gather
     raises it in the waiting tasks it abandons when the main thread stops waiting (Ctrl-C, SIGTERM, an
@@ -74,10 +63,11 @@ def _setup_logging(verbosity: int, quiet: bool) -> None:
     if verbosity == 0:
         # Dask sets its loggers' levels when it is imported (by --workers / --scheduler runs, later): ask it for
         # WARNING there, in this process and in the worker processes, which inherit the environment; -v shows all
-        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
-        shuffle = logging.getLogger("distributed.shuffle._scheduler_plugin")
-        if not any(isinstance(f, _ShuffleChatter) for f in shuffle.filters):
-            shuffle.addFilter(_ShuffleChatter())
+        # (-q: ERROR); a local cluster's workers and scheduler log at that level too (run/cluster/connection.py)
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error" if quiet else "warning")
+        from gpu_dedup.run.quiet import quiet_shuffles
+
+        quiet_shuffles()
 
 
 def _fail(message: str, code: int) -> int:

@@ -161,13 +161,15 @@ def local_cluster(workers: int, memory_limit, env: dict):
     from distributed import Nanny, SpecCluster
 
     env = worker_environment(env)  # their Arrow memory pool: as the command's own (storage.pool)
+    # the command's -q asks Dask for errors only (DASK_LOGGING__DISTRIBUTED); otherwise warnings and up
+    silence = logging.ERROR if os.environ.get("DASK_LOGGING__DISTRIBUTED", "").lower() == "error" else logging.WARN
     worker = {"cls": Nanny, "options": {"host": "127.0.0.1", "nthreads": 1, "memory_limit": memory_limit,
-                                         "env": env, "silence_logs": logging.WARN, "preload": [WORKER_SETUP]}}
+                                         "env": env, "silence_logs": silence, "preload": [WORKER_SETUP]}}
     scheduler = {"cls": _scheduler_process_class(),
                  "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": ":0", "config": LOCAL_SCHEDULER}}
     with dask.config.set(KEEP_GLIBC_DEFAULTS):
         return SpecCluster(scheduler=scheduler, workers={i: worker for i in range(workers)},
-                           silence_logs=logging.WARN, name="gpu_dedup")
+                           silence_logs=silence, name="gpu_dedup")
 
 
 # Loaded by each worker process of a local CPU cluster as it starts (Dask's preload): its own process group and
@@ -190,7 +192,10 @@ def _serve_scheduler(options: dict, config: dict, address) -> None:
     import dask
     from distributed import Scheduler
 
+    from gpu_dedup.run.quiet import quiet_shuffles
+
     dask.config.set(config)
+    quiet_shuffles()  # the P2P shuffle's routine lines, logged here (the scheduler's)
 
     async def serve():
         async with Scheduler(**options) as scheduler:
