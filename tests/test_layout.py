@@ -169,7 +169,8 @@ LAZY_OK = {"gpu_dedup.__init__", "gpu_dedup.cli", "gpu_dedup.cli.commands", "gpu
 LAZY_TARGETS = {"gpu_dedup.kernels", "gpu_dedup.kernels.hash_cpu", "gpu_dedup.kernels.hash_cuda", "gpu_dedup.backends.gpu",
                 "gpu_dedup.kernels.order_cpu",
                 "gpu_dedup.kernels.cosine_cuda",
-                "gpu_dedup.kernels.unicode_props", "gpu_dedup.kernels.unicode_tables"}
+                "gpu_dedup.kernels.unicode_props", "gpu_dedup.kernels.unicode_tables",
+                "gpu_dedup.run.cluster.plugins"}  # a scheduler plugin: Dask's class, imported only with Dask
 
 
 def test_no_package_import_inside_a_function():

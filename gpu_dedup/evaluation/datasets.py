@@ -227,15 +227,15 @@ def build(name: str, path, **kwargs) -> dict:
     if name not in LOADERS:
         raise InputError(f"unknown dataset {name!r}; choose one of {', '.join(LOADERS)}")
     table = LOADERS[name](**kwargs)
-    from gpu_dedup.storage.atomic import atomically  # noqa: PLC0415  the command line reads DATASETS before Numba loads
-
     path = Path(path)
-
-    def write(fd, tmp):
-        os.close(fd)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")  # whole or not at all: an interrupted build leaves nothing
+    try:  # (not storage.atomic: the command line reads DATASETS before the storage layer, and Numba, may load)
         pq.write_table(table, tmp)
-
-    atomically(path, None, write, durable=True)  # whole or not at all: an interrupted build leaves nothing
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     ids = table.column("id").to_pylist()
     return {
         "dataset": name,

@@ -22,7 +22,7 @@ from pathlib import Path
 from gpu_dedup import storage
 from gpu_dedup.config import Config
 from gpu_dedup.errors import ConfigError, InputError, OutputError
-from gpu_dedup.index.format import SOURCES
+from gpu_dedup.index.format import SOURCES, is_index_manifest
 from gpu_dedup.index.remote import index_builder, open_index
 from gpu_dedup.index.store import Index
 from gpu_dedup.run.checkpoint import run_fingerprint
@@ -52,6 +52,9 @@ def run_dedup(inputs, output_dir, cfg: Config = Config(), *, restart: bool = Fal
         log.warning(cfg.layout_warning)
     if cfg.cluster.enabled:
         _check_cluster_index(index_out, against if update_index else None)
+    if output_dir is not None and not is_url(output_dir) and is_index_manifest(Path(output_dir) / "manifest.json"):
+        raise OutputError(f"output directory {str(output_dir)!r} holds an index (its manifest.json); outputs beside it "
+                          "would make both unreadable: choose another -o")
     index_dir = index_out if index_out is not None else (against.path if isinstance(against, Index) else against)
     if index_dir is not None and output_dir is not None and _inside(Path(output_dir), Path(index_dir)):
         raise OutputError(f"the output directory {str(output_dir)!r} is inside the index directory "

@@ -508,17 +508,10 @@ def check_output_path(out, inputs, read_back: str, what: str = "output directory
 
 
 def _check_neighbours(out: Path, what: str, flag: str) -> None:
-    """Refuse a run's outputs in a directory that holds an index, and an index in one that holds a run's outputs:
-    each in the other's directory made both unreadable (a run reading it took the index's manifest.json for a
-    shard)."""
-    from gpu_dedup.index.format import is_index_manifest  # noqa: PLC0415  the index package imports this one
-
-    if not out.is_dir():
-        return
-    if what != "index directory" and is_index_manifest(out / "manifest.json"):
-        raise OutputError(f"{what} {str(out)!r} holds an index (its manifest.json); outputs beside it would make "
-                          f"both unreadable: choose another {flag}")
-    if what == "index directory" and any((out / name).exists() for name in (SUCCESS_NAME, MANIFEST_NAME)):
+    """Refuse an index in a directory that holds a run's outputs: each in the other's directory made both
+    unreadable (a run reading it took the index's manifest.json for a shard).  The other way round, a run's -o
+    that holds an index, is refused where the run starts (run/entry.py: the run does not know the index's files)."""
+    if what == "index directory" and out.is_dir() and any((out / n).exists() for n in (SUCCESS_NAME, MANIFEST_NAME)):
         raise OutputError(f"{what} {str(out)!r} holds a run's outputs (its {SUCCESS_NAME}); an index beside them "
                           f"would make both unreadable: choose another {flag}")
 

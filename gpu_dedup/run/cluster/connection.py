@@ -17,6 +17,7 @@ from typing import Any
 from gpu_dedup.backends import traits
 from gpu_dedup.backends.gpu_probe import simulator_requested
 from gpu_dedup.config import Config, parse_size
+from gpu_dedup.run.quiet import quiet_shuffles
 from gpu_dedup.errors import BackendError, ConfigError
 from gpu_dedup.storage.pool import worker_environment
 
@@ -191,8 +192,6 @@ def _serve_scheduler(options: dict, config: dict, address) -> None:
     own_process_group()
     import dask
     from distributed import Scheduler
-
-    from gpu_dedup.run.quiet import quiet_shuffles
 
     dask.config.set(config)
     quiet_shuffles()  # the P2P shuffle's routine lines, logged here (the scheduler's)
