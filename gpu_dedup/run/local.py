@@ -599,7 +599,7 @@ class LocalExecutor:
         """Where the write stage's seconds went (:meth:`write`): the device's write of the held table and what
         followed it (``device_write_seconds``, ``device_files_seconds``), the shards written on the host
         (``host_shards_seconds``), and the seconds threads spent syncing and digesting the files."""
-        return dict(self.write_seconds)
+        return {k: round(v, 4) for k, v in self.write_seconds.items()}
 
     def write_table(self, parts: list, path: Path) -> int:
         storage.atomic_write_parquet(path, parts[0], self.cfg.output.compression)

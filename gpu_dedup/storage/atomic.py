@@ -58,7 +58,7 @@ def busy_into(total: dict):
         with _BUSY_LOCK:
             for k, v in mine.items():
                 key = f"{k}_thread_seconds"
-                total[key] = round(total.get(key, 0.0) + v - before[k], 4)
+                total[key] = total.get(key, 0.0) + v - before[k]  # rounded where it is reported
 
 
 def _umask() -> int:
