@@ -308,8 +308,11 @@ def test_an_index_in_the_store_is_built_used_updated_and_queried(s3_server, buck
     index_run(first, tmp_path / "l1", CFG, index_out=tmp_path / "local-ix")
     assert sorted(k.split("/", 1)[1] for k in _keys(s3_server, bucket, "ix/")) == \
         ["manifest.json", "seg-00000/bands.arrow", "seg-00000/centers.arrow", "seg-00000/docs.arrow"]
-    with pytest.raises(InputError, match="an index already exists"):
-        index_run(first, tmp_path / "o1b", CFG, index_out=url)
+    with pytest.raises(InputError, match="an index already exists"):  # of other inputs
+        index_run(second, tmp_path / "o1b", CFG, index_out=url)
+    keys = _keys(s3_server, bucket, "ix/")
+    index_run(first, tmp_path / "o1c", CFG, index_out=url)  # the same build again: found built, not built again
+    assert _keys(s3_server, bucket, "ix/") == keys
     remote = index_run(second, tmp_path / "o2", CFG, against=url, update_index=True)
     local = index_run(second, tmp_path / "l2", CFG, against=tmp_path / "local-ix", update_index=True)
     assert (tmp_path / "o2" / "duplicates.parquet").read_bytes() == (tmp_path / "l2" / "duplicates.parquet").read_bytes()
