@@ -31,7 +31,6 @@ from gpu_dedup.storage.atomic import (
     written_digest,
 )
 from gpu_dedup.storage.columns import (
-    VIEW_TYPES,
     auto_id_column,
     check_id_type,
     id_column_type,
@@ -64,7 +63,7 @@ __all__ = [
     "no_busy",
     "ahead", "Shard", "Shards", "discover", "memory_shard", "MEMORY_PATH", "PARQUET_EXT", "JSONL_EXT",
     "COMPRESSED_EXT", "shard_identity", "check_unchanged", "read_columns", "iter_columns", "ReadWhole", "read_rows",
-    "rows_only", "check_id_type", "without_views", "VIEW_TYPES", "id_column_type", "auto_id_column", "id_kind",
+    "rows_only", "check_id_type", "without_views", "id_column_type", "auto_id_column", "id_kind",
     "shard_id_kind", "device_readable", "parquet_schema", "parquet_metadata", "write_shard", "write_shards_on_device",
     "write_memory", "concurrent_writes",
     "atomic_write_bytes", "atomic_write_parquet", "file_digest", "known_digest", "written_digest", "RemotePath",

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_dedup.backends.arrow_arrays import arrow_array
+from gpu_dedup.backends.arrow_arrays import arrow_array, plain_type
 from gpu_dedup.backends.strings import arrow_column
 from gpu_dedup.config import InputConfig
 from gpu_dedup.errors import InputError
@@ -27,14 +27,12 @@ from gpu_dedup.storage.parquet import (
     read_parquet,
 )
 
-VIEW_TYPES = {"string_view": pa.large_string(), "binary_view": pa.large_binary()}  # Arrow's views -> the same bytes
-
-
 def without_views(col):
-    """A column of an Arrow view type (string_view, binary_view), which many Arrow kernels (take, filter,
-    count) lack, as the large string / binary of the same values; any other column as it is."""
-    plain = VIEW_TYPES.get(str(col.type))
-    return col if plain is None else col.cast(plain)
+    """A column of an Arrow view type (string_view, binary_view, also inside lists and structs), which many Arrow
+    kernels (take, filter, count) lack, as the large string / binary of the same values
+    (:func:`~gpu_dedup.backends.arrow_arrays.plain_type`); any other column as it is."""
+    plain = plain_type(col.type)
+    return col if plain == col.type else col.cast(plain)
 
 
 def read_rows(shard: Shard, cfg: InputConfig, rows) -> pa.Table:
@@ -316,13 +314,13 @@ def _peek_id(shard: Shard, name: str):
             schema = parquet_schema(shard)
             if name not in schema.names:
                 return _ABSENT
-            t = VIEW_TYPES.get(str(schema.field(name).type), schema.field(name).type)
+            t = plain_type(schema.field(name).type)
             return t.value_type if pa.types.is_dictionary(t) else t
         if shard.format == "arrow":
             schema = arrow_schema(shard)
             if name not in schema.names:
                 return _ABSENT
-            t = VIEW_TYPES.get(str(schema.field(name).type), schema.field(name).type)
+            t = plain_type(schema.field(name).type)
             return t.value_type if pa.types.is_dictionary(t) else t
         if shard.format == "jsonl":
             with open_stream(shard.path) as f:

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array, numpy_array
+from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array, filter_rows, numpy_array
 from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.storage.ahead import ahead
 from gpu_dedup.storage.arrow import write_arrow
@@ -30,7 +30,6 @@ from gpu_dedup.storage.atomic import (
     unlink,
     written_digest,
 )
-from gpu_dedup.storage.columns import VIEW_TYPES, without_views
 from gpu_dedup.storage.content import schema_difference
 from gpu_dedup.storage.discovery import Shard
 from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes
@@ -438,22 +437,18 @@ def write_jsonl_shard(shard: Shard, keep: np.ndarray, target: Path) -> int:
 
 
 def _filter_rows(table: pa.Table, mask: pa.Array, path: str) -> pa.Table:
-    """``table.filter(mask)``, also for columns of Arrow's view types (string_view, binary_view), which
-    Arrow cannot filter: they are filtered as large strings / binaries and cast back, so the shard keeps
-    its schema."""
+    """``table.filter(mask)``, view types too (:func:`~gpu_dedup.backends.arrow_arrays.filter_rows`: filtered as
+    large strings / binaries and cast back, so the shard keeps its schema); a column of a type whose rows Arrow
+    cannot select at all is named in one error."""
     try:
-        return table.filter(mask)
-    except pa.ArrowNotImplementedError:
-        pass
-    columns = []
-    for field, col in zip(table.schema, table.columns):
-        try:
-            columns.append(col.filter(mask))
-        except pa.ArrowNotImplementedError as exc:
-            if str(field.type) not in VIEW_TYPES:
+        return filter_rows(table, mask)
+    except pa.ArrowNotImplementedError as exc:
+        for field, col in zip(table.schema, table.columns):
+            try:
+                filter_rows(pa.Table.from_arrays([col.slice(0, 0)], schema=pa.schema([field])), mask.slice(0, 0))
+            except pa.ArrowNotImplementedError:
                 raise InputError(f"column {field.name!r} of shard {path!r} has type {field.type}, whose rows Arrow "
                                  f"cannot select ({exc}); rewrite the shard with that column in a plain type") from None
-            columns.append(without_views(col).filter(mask).cast(field.type))
-    return pa.Table.from_arrays(columns, schema=table.schema)
+        raise
 
 
