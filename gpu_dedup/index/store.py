@@ -94,7 +94,8 @@ from gpu_dedup.index.format import (
 from gpu_dedup.index.query import query
 from gpu_dedup.kernels.params import HASH_FAMILY_NAME
 from gpu_dedup.run.checkpoint import maybe_crash
-from gpu_dedup.run.outdir import check_output_path, release_lock, take_lock
+from gpu_dedup.run.outdir import MANIFEST_NAME as OUTPUT_MANIFEST
+from gpu_dedup.run.outdir import SUCCESS_NAME, check_output_path, release_lock, take_lock
 from gpu_dedup.stages.families import NO_KEY, family_for
 from gpu_dedup.stages.vectors import Vectors
 from gpu_dedup.storage import atomic_write_bytes, file_digest
@@ -784,6 +785,9 @@ class IndexBuilder:
             if not _leftover_segment(p / name):
                 raise OutputError(f"{str(p / name)!r} exists, and building an index in {str(p)!r} would overwrite "
                                   "it; choose a new or empty directory for the index")
+        if any((p / name).exists() for name in (SUCCESS_NAME, OUTPUT_MANIFEST)):  # a run's outputs
+            raise OutputError(f"index directory {str(p)!r} holds a run's outputs (its {SUCCESS_NAME}); an index beside "
+                              "them would make both unreadable: choose another --index-out (index build -o)")
 
     def __enter__(self) -> "IndexBuilder":
         p = self.path

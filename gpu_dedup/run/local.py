@@ -592,7 +592,7 @@ class LocalExecutor:
             progress(len(shards) - len(todo))  # written by an earlier, resumed run
         if wrote:  # the device was offered shards: which writer wrote each (the threads appended to it)
             self.writers = {name: wrote.count(name) for name in ("cudf", "pyarrow")}
-        self.write_seconds = {**times, "host_shards_seconds": round(time.perf_counter() - t0, 4)}
+        self.write_seconds = {**times, "host_shards_seconds": time.perf_counter() - t0}  # rounded in write_details
         return int(sum(int(k.sum()) for k in keeps))
 
     def write_details(self) -> dict:

@@ -497,7 +497,6 @@ def check_output_path(out, inputs, read_back: str, what: str = "output directory
     if out.exists() and not out.is_dir():
         raise OutputError(f"{what} {str(out)!r} exists and is not a directory; {flag} names a directory: choose "
                           "another path or move the file away")
-    _check_neighbours(out, what, flag)
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else (inputs or ())
     real = out.resolve()
     for item in items:
@@ -505,15 +504,6 @@ def check_output_path(out, inputs, read_back: str, what: str = "output directory
             raise OutputError(f"{what} {str(out)!r} is inside the input directory {os.fspath(item)!r}: a later run "
                               f"would read {read_back}; choose {'an' if what[0] in 'aeiou' else 'a'} {what} outside "
                               "the inputs")
-
-
-def _check_neighbours(out: Path, what: str, flag: str) -> None:
-    """Refuse an index in a directory that holds a run's outputs: each in the other's directory made both
-    unreadable (a run reading it took the index's manifest.json for a shard).  The other way round, a run's -o
-    that holds an index, is refused where the run starts (run/entry.py: the run does not know the index's files)."""
-    if what == "index directory" and out.is_dir() and any((out / n).exists() for n in (SUCCESS_NAME, MANIFEST_NAME)):
-        raise OutputError(f"{what} {str(out)!r} holds a run's outputs (its {SUCCESS_NAME}); an index beside them "
-                          f"would make both unreadable: choose another {flag}")
 
 
 def _check_name_lengths(out: Path, what: str, flag: str) -> None:

@@ -139,11 +139,9 @@ def table_codec(compression: str) -> str | None:
 def sync_file(path) -> None:
     """``path``'s data on the disk (an output before it is published: :func:`atomically`)."""
     t0 = time.perf_counter()
-    fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        _fsync(path)
     finally:
-        os.close(fd)
         _busy("sync", t0)
 
 
@@ -152,13 +150,15 @@ def sync_dir(path) -> None:
     (POSIX asks for this after a rename; some file systems journal renames in order, others do not).  Where the
     system refuses (a directory without ``O_DIRECTORY``, a file system that cannot sync one), nothing."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
+        _fsync(path, getattr(os, "O_DIRECTORY", 0))
     except OSError:
         pass
+
+
+def _fsync(path, flags: int = 0) -> None:
+    fd = os.open(path, os.O_RDONLY | flags)
+    try:
+        os.fsync(fd)
     finally:
         os.close(fd)
 
