@@ -4,6 +4,7 @@ stages -> backends -> kernels), with no cycle anywhere, and every package is shi
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,6 +160,34 @@ def test_no_module_named_like_the_standard_library():
     names = {p.stem for p in PKG.rglob("*.py")} | {p.name for p in PKG.rglob("*") if p.is_dir()}
     clash = sorted(n for n in names if n in sys.stdlib_module_names)
     assert not clash, f"modules named like the standard library: {clash}"
+
+
+
+# modules that import an optional extra at their top: the wheel check in .ci/run imports every other module in a
+# venv holding only the core dependencies
+NEEDS_AN_EXTRA = {"gpu_dedup.run.cluster.plugins": "distributed"}
+
+
+def test_only_the_listed_modules_import_an_optional_extra_at_their_top():
+    import sys
+
+    import pytest
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = {re.split(r"[<>=\[ ]", d)[0].lower() for d in project["dependencies"]} | {"yaml", "llvmlite"}
+    found = {}
+    for path in PKG.rglob("*.py"):
+        name = ".".join(path.relative_to(PKG.parent).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.parse(path.read_text()).body:
+            roots = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            for root in (r.split(".")[0] for r in roots):
+                if root not in core and root not in sys.stdlib_module_names and root != "gpu_dedup":
+                    found[name] = root
+    assert found == NEEDS_AN_EXTRA, f"top-level imports of optional packages: {found}"
+    wheel_check = (ROOT / ".ci" / "run").read_text()
+    assert all(f'"{m}"' in wheel_check for m in NEEDS_AN_EXTRA), ".ci/run's wheel check must skip " + str(NEEDS_AN_EXTRA)
 
 
 # entry points that import their commands on demand, so `gpu-dedup --help` and `import gpu_dedup` stay fast, and
