@@ -128,9 +128,10 @@ def below_index_threshold(index, threshold: float) -> str:
     right where it is not empty; it is not complete.  (Two lines of at most 120 characters.)"""
     layout, own = index.manifest["config"], index.config().lsh.threshold
     p, p_own = candidate_probability(index, threshold), candidate_probability(index, own)
+    missed = "most such pairs are missed" if p < 0.5 else f"{1 - p:.0%} of such pairs are missed"
     return (f"query threshold {threshold} is below the index's {own}: with its {layout['bands']} bands x "
             f"{layout['rows']} rows a pair at similarity {threshold}\n  is found with probability {p:.2g} "
-            f"({p_own:.2f} at {own}), so most such pairs are missed; to find them, index at --threshold {threshold}")
+            f"({p_own:.2f} at {own}), so {missed}; to find them, index at --threshold {threshold}")
 
 
 def _new_doc_arrays(rows: RowData, family, backend) -> dict:
