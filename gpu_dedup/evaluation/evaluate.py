@@ -969,9 +969,13 @@ def summary(report: dict) -> str:
     if over:
         dev = [(abs(m - e), lo) for m, e, lo, c in zip(over["mean"], over["s_curve_mean"], over["bin_lo"],
                                                        over["distinct_text_pairs"]) if m is not None and c >= 100]
-        worst = max(dev) if dev else (0.0, 0.0)
-        lines.append(f"candidate rate over {len(over['seeds'])} {family} seeds: the mean is within {worst[0]:.4f} of "
-                     f"the S-curve in every bin with >= 100 pairs (largest gap in the bin from {worst[1]:.2f})")
+        if dev:
+            worst = max(dev)
+            lines.append(f"candidate rate over {len(over['seeds'])} {family} seeds: the mean is within {worst[0]:.4f} "
+                         f"of the S-curve in every bin with >= 100 pairs (largest gap in the bin from {worst[1]:.2f})")
+        else:
+            lines.append(f"candidate rate over {len(over['seeds'])} {family} seeds: no similarity bin has >= 100 pairs "
+                         "to compare with the S-curve (each bin's rate is in evaluation.json)")
     for name, r in report["runs"].items():
         p, v, m, cl = r["pairs"], r["verified_edges"], r["misses"], r["clusters"]
         t = p["threshold"]

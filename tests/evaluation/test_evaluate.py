@@ -468,3 +468,20 @@ def test_bad_evaluate_arguments_are_configuration_errors(planted_eval, capsys):
         assert main(["evaluate", str(d / "in"), "-o", str(d / "bad"), "--backend", "cpu", "-q", *extra]) == 2
         err = capsys.readouterr().err
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_summary_of_seeds_without_a_bin_of_100_pairs_claims_no_gap():
+    """On a small sample no similarity bin holds 100 pairs: the summary said "the mean is within 0.0000 of the
+    S-curve in every bin with >= 100 pairs (largest gap in the bin from 0.00)", a gap of no bin; it says there
+    is none to compare instead."""
+    corpus = {"sample": 3000, "documents": 3000, "seed": 0, "exact_pairs_at_or_above_floor": 1045, "floor": 0.3,
+              "seconds": {"all_pairs": 0.1}}
+    over = {"seeds": [42, 43], "bin_lo": [0.5, 0.8], "distinct_text_pairs": [36, 68], "mean": [0.3, 0.9],
+            "s_curve_mean": [0.09, 0.97]}
+    text = " ".join(summary({"corpus": corpus, "candidate_rate_over_seeds": over, "runs": {}}).split())
+    assert "within 0.0000" not in text and "every bin with >= 100 pairs" not in text
+    assert "candidate rate over 2 MinHash seeds: no similarity bin has >= 100 pairs" in text
+    over["distinct_text_pairs"] = [136, 168]
+    text = " ".join(summary({"corpus": corpus, "candidate_rate_over_seeds": over, "runs": {}}).split())
+    assert "the mean is within 0.2100 of the S-curve in every bin with >= 100 pairs (largest gap in the bin from 0.50)" \
+        in text
