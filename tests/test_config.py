@@ -239,3 +239,21 @@ def test_a_fixed_layout_used_far_below_its_threshold_is_named_with_the_fix():
     assert fixed.layout_warning is None and fixed.layout == (53, 4)  # derived for 0.5 from its 260 permutations
     assert Config().with_overrides({"lsh.threshold": 0.5}).layout_warning is None
     assert Config.from_yaml("fineweb").with_overrides({"lsh.threshold": 0.5}).layout_warning is not None
+
+
+def test_the_default_preset_spells_out_every_key():
+    """README: configs/default.yaml spells out the keys. It lacked the cosine section, similarity,
+    input.vector_column and four cluster keys; every setting of the tree is there, at its default."""
+    import yaml
+
+    from gpu_dedup.config import _leaf_keys, _presets_dir
+
+    def leaves(d, prefix=""):
+        out = []
+        for k, v in d.items():
+            out += leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+        return out
+
+    data = yaml.safe_load((_presets_dir() / "default.yaml").read_text())
+    assert sorted(leaves(data)) == sorted(_leaf_keys(Config))
+    assert Config.from_yaml("default") == Config()
