@@ -159,25 +159,26 @@ KINDS = {k.name: k for k in (ArrowKind(), PandasKind(), CudfKind(), DatasetsKind
 
 # what other objects of the datasets library are, and what to give instead
 _DATASETS_HINTS = {
-    "DatasetDict": "a DatasetDict holds splits: deduplicate one, e.g. dedup(ds['train']), or concatenate them "
+    "DatasetDict": "a DatasetDict holds splits: deduplicate one, e.g. {call}(ds['train']), or concatenate them "
                    "first (datasets.concatenate_datasets)",
     "IterableDatasetDict": "a streaming DatasetDict has no Arrow table to read in place: load it without "
-                           "streaming=True and pass one split, e.g. dedup(ds['train'])",
+                           "streaming=True and pass one split, e.g. {call}(ds['train'])",
     "IterableDataset": "a streaming dataset has no Arrow table to read in place: load it without streaming=True, "
                        "or run gpu-dedup run on its files (hf://datasets/... paths are read as shards)",
 }
 
 
-def kind_of(frame):
-    """The registered kind of a user's frame; one clear error for anything else."""
+def kind_of(frame, call: str = "dedup"):
+    """The registered kind of a user's frame; one clear error for anything else, naming ``call``, the function
+    the user called (``dedup``, ``Index.add``)."""
     for kind in KINDS.values():
         if kind.matches(frame):
             return kind
     name = type(frame).__name__
     if (type(frame).__module__ or "").split(".")[0] == "datasets" and name in _DATASETS_HINTS:
-        raise InputError(f"dedup() got a datasets.{name}; {_DATASETS_HINTS[name]}")
+        raise InputError(f"{call}() got a datasets.{name}; {_DATASETS_HINTS[name].format(call=call)}")
     raise InputError(
-        f"dedup() takes a pandas DataFrame, a pyarrow Table, a cuDF DataFrame or a Hugging Face datasets.Dataset, "
+        f"{call}() takes a pandas DataFrame, a pyarrow Table, a cuDF DataFrame or a Hugging Face datasets.Dataset, "
         f"not {type(frame).__module__}.{name}; convert it first (e.g. .to_pandas() or pyarrow.table(...))")
 
 

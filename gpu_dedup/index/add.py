@@ -22,7 +22,7 @@ def add(index, frame, text: str = "text", id: str | None = None, config=None, **
     row is appended, removed ones included.  Returns an :class:`AddResult`.
     """
 
-    kind = frames.frame_kind(frame)
+    kind = frames.frame_kind(frame, "Index.add")
     cfg = frames.config_of(index.config() if config is None else config, text, id, overrides)
     if cfg.cluster.enabled:
         raise one_process_only("Index.add()")

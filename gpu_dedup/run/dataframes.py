@@ -86,9 +86,10 @@ class DedupResult:
                 f"(exact {c['exact_duplicates']:,}, near {c['near_duplicates']:,}), clusters={c['clusters']:,})")
 
 
-def frame_kind(frame) -> str:
-    """``pandas``, ``arrow``, ``cudf`` or ``datasets`` (the registered kinds of backends/frame_kinds.py)."""
-    return kind_of(frame).name
+def frame_kind(frame, call: str = "dedup") -> str:
+    """``pandas``, ``arrow``, ``cudf`` or ``datasets`` (the registered kinds of backends/frame_kinds.py); an
+    error for anything else names ``call``, the function the user called."""
+    return kind_of(frame, call).name
 
 
 def _columns(frame, kind: str) -> list[str]:
