@@ -37,6 +37,20 @@ def test_config_prints_derived_values(capsys):
     assert "num_perm: 112" in out and "bands=14 rows=8" in out
 
 
+def test_config_prints_the_cosine_layout_under_similarity_cosine(capsys):
+    """``config --similarity cosine`` printed MinHash's derived bands, rows and permutations (9 x 14 of 126 at
+    0.9), which a cosine run never uses; it prints the cosine layout, or where it comes from."""
+    assert main(["config", "--similarity", "cosine", "--threshold", "0.9"]) == 0
+    derived = capsys.readouterr().out.splitlines()[-1]
+    assert derived.startswith("# derived: cosine bands and rows from the run's number of rows")
+    assert "permutations_computed" not in derived and "verify_threshold=0.9" in derived
+    assert main(["config", "--similarity", "cosine", "--threshold", "0.9", "--set", "cosine.min_rows=25"]) == 0
+    derived = capsys.readouterr().out.splitlines()[-1]
+    assert derived.startswith("# derived: bands=40 rows=25 of 1024 cosine bits")  # as tune --documents 1000000
+    assert main(["config", "--similarity", "cosine", "--set", "cosine.rows=16"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("# derived: bands=64 rows=16 of 1024 cosine bits")
+
+
 def test_demo_reports_recall(tmp_path):
     cmd = [sys.executable, "-m", "gpu_dedup", "demo", "--docs", "1200", "--backend", "cpu"]
     quiet = subprocess.run(cmd + ["-o", str(tmp_path / "quiet"), "-q"], capture_output=True, text=True, timeout=600)

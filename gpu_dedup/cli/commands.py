@@ -315,10 +315,19 @@ def cmd_bench_own_parser(args) -> int:
 
 def cmd_config(args) -> int:
     cfg = _config_from_args(args)
-    bands, rows = cfg.layout
     print(cfg.to_yaml(), end="")
-    print(f"# derived: bands={bands} rows={rows} permutations_computed={cfg.signature_perms} "
-          f"verify_threshold={cfg.verify_threshold} fingerprint={cfg.fingerprint}")
+    if cfg.similarity == "cosine":  # the cosine signature's layout, not MinHash's (which a cosine run never uses)
+        c = cfg.cosine
+        if c.bands is None and c.rows is None and c.min_rows is None:
+            layout = ("cosine bands and rows from the run's number of rows (gpu-dedup tune --similarity cosine "
+                      "--documents N shows them);")
+        else:
+            bands, rows = cfg.cosine_layout
+            layout = f"bands={bands} rows={rows} of {c.bits} cosine bits"
+    else:
+        bands, rows = cfg.layout
+        layout = f"bands={bands} rows={rows} permutations_computed={cfg.signature_perms}"
+    print(f"# derived: {layout} verify_threshold={cfg.verify_threshold} fingerprint={cfg.fingerprint}")
     if cfg.layout_warning:
         print(f"# warning: {cfg.layout_warning}")
     return 0
