@@ -37,6 +37,19 @@ def test_config_prints_derived_values(capsys):
     assert "num_perm: 112" in out and "bands=14 rows=8" in out
 
 
+def test_run_help_names_every_input_the_readme_lists(capsys):
+    """README: a directory of .parquet / .jsonl[.gz|.bz2|.zst] / .arrow, a dataset saved with save_to_disk, an
+    hf:// repository. ``gpu-dedup --help`` said "deduplicate Parquet / JSONL shards" and run's inputs named none
+    of the rest."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "deduplicate Parquet / JSONL / Arrow shards" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for named in (".parquet", ".jsonl[.gz|.bz2|.zst]", ".arrow", "save_to_disk", "hf://datasets/"):
+        assert named in text, named
+
 def test_config_prints_the_cosine_layout_under_similarity_cosine(capsys):
     """``config --similarity cosine`` printed MinHash's derived bands, rows and permutations (9 x 14 of 126 at
     0.9), which a cosine run never uses; it prints the cosine layout, or where it comes from."""

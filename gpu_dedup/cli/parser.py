@@ -212,9 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__import__('gpu_dedup').__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("run", help="deduplicate Parquet / JSONL shards")
-    p.add_argument("inputs", nargs="+", help="shard files, directories or glob patterns, local or object-store URLs "
-                   "(s3://bucket/crawl/, gs://...; docs/object-storage.md)")
+    p = sub.add_parser("run", help="deduplicate Parquet / JSONL / Arrow shards")
+    p.add_argument("inputs", nargs="+", help="shard files (.parquet, .jsonl[.gz|.bz2|.zst], .arrow), directories "
+                   "(one saved with datasets' save_to_disk too) or glob patterns, local or object-store URLs "
+                   "(s3://bucket/crawl/, gs://..., hf://datasets/OWNER/NAME/...; docs/object-storage.md)")
     p.add_argument("-o", "--output", required=True, help="output directory, or an object-store prefix (s3://bucket/out/)")
     p.add_argument("--restart", action="store_true",
                    help="ignore checkpoints of an interrupted run in the output directory and start over")
