@@ -318,8 +318,19 @@ def _bad_line(data, starts, ends, exc) -> str:
             hi = mid
         elif fails(mid, hi) is not None:
             lo = mid
-        else:
-            return f"{exc}; fields must keep one type across lines"
+        else:  # each half parses, together they do not: the first line whose types disagree with the lines before
+            first, last = 1, hi  # pyarrow's row number counts records of its parse block, not lines of the file
+            while last > first:
+                k = (first + last) // 2
+                if fails(0, k) is not None:
+                    last = k
+                else:
+                    first = k + 1
+            err = fails(0, last)
+            reason = re.sub(r"\.? in row \d+$", "", str(err or exc).strip())
+            line = int(np.count_nonzero(data[: starts[last - 1]] == 0x0A)) + 1
+            return f"line {line}: {reason} (a field of another type than in the lines before it); " \
+                   "fields must keep one type across lines"
     err = fails(lo, hi)  # the one line left (a shard without lines returns before parsing)
     if err is None:
         return str(exc)
