@@ -267,6 +267,10 @@ def _check_objects(shard: Shard, data, starts, ends) -> None:
     if starts[0] == 0 and ends[0] > 3 and bytes(data[:3]) == b"\xef\xbb\xbf":  # a UTF-8 byte order mark
         first[0] = first_nonblank(data, starts[:1] + 3, ends[:1])[0]
     bad = np.flatnonzero(first != ord("{"))
+    head = bytes(data[starts[0]:min(ends[0], starts[0] + 4)])
+    if bad.shape[0] and head[:2] in (b"\xff\xfe", b"\xfe\xff", b"{\x00", b"\x00{"):  # a byte order mark, or none
+        raise InputError(f"shard {shard.path!r} is UTF-16 text (it starts with {head!r}), not UTF-8: JSON Lines must be "
+                         f"UTF-8; convert it, e.g. iconv -f UTF-16 -t UTF-8 {os.path.basename(shard.path)} > NEW.jsonl")
     if bad.shape[0]:
         k = int(bad[0])
         text = bytes(data[starts[k]:min(ends[k], starts[k] + 40)]).decode("utf-8", "replace").strip()

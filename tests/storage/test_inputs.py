@@ -317,6 +317,20 @@ def test_jsonl_with_an_upper_case_extension_or_a_byte_order_mark_is_read(tmp_pat
     assert {id_column_type(s, "id") for s in discover(tmp_path / "in")} == {"any"}  # the CLI finds the id column
 
 
+def test_a_utf16_jsonl_shard_is_named_as_utf16_with_the_conversion(tmp_path):
+    """PowerShell's ``>`` writes UTF-16 (with a byte order mark); other tools without one. Such a shard was refused
+    as "line 1 ... is '\ufffd\ufffd{\\x00\"\\x00t...', not a JSON object": the message names the encoding and the fix."""
+    lines = "".join(f'{{"id": "d{i}", "text": "document number {i}"}}\r\n' for i in range(3))
+    for name, body in [("bom.jsonl", b"\xff\xfe" + lines.encode("utf-16-le")), ("le.jsonl", lines.encode("utf-16-le")),
+                       ("be.jsonl", lines.encode("utf-16-be"))]:
+        (tmp_path / name).write_bytes(body)
+        with pytest.raises(InputError, match=rf"{name}' is UTF-16 text .*must be UTF-8; convert it, e.g. iconv -f UTF-16"):
+            read(discover(tmp_path / name), InputConfig(id_column="id"))
+    (tmp_path / "nul.jsonl").write_bytes(b"\x00\x00" + lines.encode())  # not UTF-16: the line is named as before
+    with pytest.raises(InputError, match=r"line 1 of shard .*nul.jsonl.* not a JSON object"):
+        read(discover(tmp_path / "nul.jsonl"))
+
+
 def test_a_runs_output_directory_inside_the_inputs_is_never_read_as_more_input(tmp_path, caplog):
     """``run 'in/*.parquet' -o in/out`` then ``run 'in/**/*.parquet' -o out3`` read the first run's output
     shards as more input (the copies sorted first and survived).  A directory holding a run's manifest, or
