@@ -55,6 +55,9 @@ class InputConfig:
         _choice("input", "format", self.format, FORMATS)
         if not self.text_column:
             raise ConfigError("input.text_column is empty; name the column that holds the document text")
+        if self.id_column is not None and not self.id_column:
+            raise ConfigError("input.id_column is empty; name the column that holds the document ids, or leave it "
+                              "unset (--no-id-column: documents are named by row)")
         if self.vector_column is not None and not self.vector_column:
             raise ConfigError("input.vector_column is empty; name the embedding column, or null to build "
                               "vectors from the text")

@@ -584,6 +584,17 @@ def test_an_empty_output_path_is_refused_instead_of_writing_into_the_current_dir
     assert list(cwd.iterdir()) == []
 
 
+def test_an_empty_id_column_is_refused_instead_of_naming_a_column_of_row_numbers_with_no_name(tmp_path, capsys):
+    """``--id-column "$ID"`` with ID unset ran, and duplicates.parquet's id column was named '' and held row
+    numbers; an empty text column was already refused."""
+    inp = _small_corpus(tmp_path / "in")
+    for argv in (["run", str(inp), "-o", str(tmp_path / "out"), "--backend", "cpu", "--id-column", ""],
+                 ["run", str(inp), "-o", str(tmp_path / "out"), "--backend", "cpu", "--set", "input.id_column=''"]):
+        assert main(argv) == 2, argv
+        assert "input.id_column is empty" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_yaml_syntax_error_is_one_line_and_a_directory_is_not_called_missing(tmp_path, capsys):
     (tmp_path / "c.yaml").write_text("lsh: {threshold: 0.7\n")
     assert main(["config", "-c", str(tmp_path / "c.yaml")]) == 2
