@@ -190,6 +190,10 @@ def saved_dataset_files(directory: str) -> list[str] | None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{state!r} is not the state.json of a dataset saved with save_to_disk ({exc!r}); save "
                          "the dataset again, or move the file away to read the directory's shards") from None
+    outside = [name for name in listed if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/")]
+    if outside:  # its kept rows would be written outside the output directory, under the same relative name
+        raise InputError(f"the saved dataset in {directory!r} lists {outside[0]!r} in its state.json, a file outside "
+                         "its directory; save the dataset again (Dataset.save_to_disk), or name its files as inputs")
     missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
         raise InputError(f"the saved dataset in {directory!r} lists {missing[0]!r} in its state.json, and it is not "

@@ -86,6 +86,21 @@ def test_a_saved_dataset_missing_a_listed_file_is_refused(table, tmp_path, capsy
     assert not (tmp_path / "out").exists()
 
 
+def test_a_saved_dataset_listing_a_file_outside_its_directory_is_refused(table, tmp_path, capsys):
+    """A state.json listing '../other/data.arrow' had its kept rows written to '<out>/../other/data.arrow', outside
+    the output directory (an absolute name: at that very path)."""
+    datasets.Dataset(table).save_to_disk(str(tmp_path / "other"))
+    datasets.Dataset(table).save_to_disk(str(tmp_path / "ds"))
+    state = json.loads((tmp_path / "ds" / "state.json").read_text())
+    for name in ("../other/data-00000-of-00001.arrow", str(tmp_path / "other" / "data-00000-of-00001.arrow")):
+        state["_data_files"] = [{"filename": name}]
+        (tmp_path / "ds" / "state.json").write_text(json.dumps(state))
+        assert main(["run", str(tmp_path / "ds"), "-o", str(tmp_path / "w" / "out"), "--backend", "cpu"]) == 3
+        err = capsys.readouterr().err
+        assert f"lists {name!r} in its state.json, a file outside its directory" in err
+        assert not (tmp_path / "w").exists()
+
+
 def test_an_arrow_ipc_file_keeps_its_flavour_and_a_corrupt_one_is_named(table, parquet_run, tmp_path, capsys):
     t = table.replace_schema_metadata({"source": "unit test"})
     (tmp_path / "in").mkdir()
