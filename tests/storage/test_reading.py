@@ -139,6 +139,26 @@ def test_a_field_whose_type_changes_far_into_a_jsonl_shard_is_named_by_its_line(
         read([tmp_path / "u.jsonl"])
 
 
+def test_int8_dictionary_columns_with_their_own_categories_per_row_group_are_written_back_readable(tmp_path):
+    """pandas writes a categorical with int8 codes; a shard written a chunk at a time has each row group's own
+    categories, 300 in all.  Joining the kept rows of several row groups into one output row group failed
+    ("These dictionaries cannot be combined", exit 1); they are written as the input's row groups were."""
+    batches = [pa.record_batch({"text": [f"doc {g} {i}" for i in range(100)],
+                                "domain": pa.array([f"site{g}-{i}.example" for i in range(100)]).dictionary_encode()
+                               .cast(pa.dictionary(pa.int8(), pa.string()))}) for g in range(3)]
+    src = tmp_path / "in" / "c.parquet"
+    src.parent.mkdir()
+    pq.write_table(pa.Table.from_batches(batches), src, row_group_size=100)
+    shard = read([src]).shards[0]
+    keep = np.arange(300) % 3 != 0
+    assert storage.write_shard(shard, keep, tmp_path / "out") == 200
+    out = pq.read_table(tmp_path / "out" / "c.parquet")
+    assert out.schema.equals(pq.read_schema(src))
+    want = pq.read_table(src).filter(pa.array(keep))
+    assert out.column("domain").cast(pa.string()).equals(want.column("domain").cast(pa.string()))
+    assert out.column("text").equals(want.column("text"))
+
+
 def test_parquet_write_keeps_schema_and_metadata(tmp_path):
     table = pa.table({"text": ["a", "b", "c"], "n": pa.array([1, 2, 3], pa.int16())})
     table = table.replace_schema_metadata({"origin": "crawl-7"})
