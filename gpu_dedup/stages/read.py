@@ -287,7 +287,8 @@ def held_texts(held: list, text_column: str, rows) -> pa.Array:
     rows = arrow_array(rows, pa.int64())
     try:
         return text_values(col.take(rows)).combine_chunks()  # a few dozen texts cast
-    except pa.ArrowNotImplementedError:  # a view or dictionary type Arrow cannot take from: the column cast first
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a view or dictionary type Arrow cannot take from (or
+        # whose batches' dictionaries do not fit one of its index type together): the column cast first
         return text_values(col).take(rows).combine_chunks()
 
 

@@ -123,6 +123,15 @@ def test_shards_read_at_once_come_in_order(shards, monkeypatch, readers):
     assert c.table.column("row").to_pylist() == list(range(18000))
 
 
+def test_held_texts_of_int8_dictionary_batches_with_their_own_categories_are_taken():
+    """The report's sample texts from held batches whose int8 dictionaries hold 300 values in all: Arrow's take
+    unifies them and failed ("requires a larger index type", exit 1 after every stage had run)."""
+    held = [pa.table({"text": pa.array([f"doc {g} {i}" for i in range(100)]).dictionary_encode()
+                      .cast(pa.dictionary(pa.int8(), pa.string()))}) for g in range(3)]
+    got = read_module.held_texts(held, "text", np.array([250, 5, 120]))
+    assert got.to_pylist() == ["doc 2 50", "doc 0 5", "doc 1 20"]
+
+
 def test_hold_inputs_auto_holds_the_parquet_shards_when_they_fit_a_share_of_the_available_memory(tmp_path,
                                                                                                   monkeypatch):
     import importlib
