@@ -306,6 +306,25 @@ def test_ranks_with_string_ids_nulls_and_ties_equal_single_process(cluster2, tmp
         _identical(tmp_path / f"single-{name}", tmp_path / f"two-{name}", _names(tmp_path / f"single-{name}"))
 
 
+def test_inputs_without_rows_but_with_an_id_column_equal_single_process(cluster2, tmp_path):
+    """Zero documents with an id column (an empty Parquet shard with 'id' found by itself, an empty JSON Lines
+    shard with --id-column): the empty block had no id column and the write stage failed on workers
+    (KeyError 'Field "id" does not exist in schema', exit 1); one process wrote a complete run."""
+    import pyarrow as pa
+
+    (tmp_path / "pq").mkdir()
+    pq.write_table(pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())}),
+                   tmp_path / "pq" / "empty.parquet")
+    (tmp_path / "jl").mkdir()
+    (tmp_path / "jl" / "empty.jsonl").write_text("")
+    for name in ("pq", "jl"):
+        cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+        single = run_dedup(tmp_path / name, tmp_path / f"single-{name}", cfg)
+        two = run_dedup(tmp_path / name, tmp_path / f"two-{name}", cfg.with_overrides({"cluster.scheduler": cluster2}))
+        assert single.report["counts"]["documents_read"] == two.report["counts"]["documents_read"] == 0
+        _identical(tmp_path / f"single-{name}", tmp_path / f"two-{name}", _names(tmp_path / f"single-{name}"))
+
+
 def test_run_against_an_index_on_workers_equals_one_process(corpus, cluster2, tmp_path):
     from gpu_dedup.run.entry import run_dedup as index_run
 

@@ -222,7 +222,7 @@ class DaskExecutor:
                 self.loaded[k] = fut  # rows of another length: an error, or kept as bad_length (cosine.bad_vectors)
             client.gather([self.loaded[k] for k in redo])
         if not self.loaded:  # no rows: one empty block keeps every table one partition wide
-            self.loaded = [client.submit(_empty_block, cfg, pure=False)]
+            self.loaded = [client.submit(_empty_block, cfg, first[0] if first else None, pure=False)]
             self.homes = [None]
             streamed = False  # normalized below, as a loaded block is
         if streamed:
@@ -702,9 +702,11 @@ def _call_with_index(fn, part_index: int, *args, **kw):
     return fn(*args, part_index=part_index, **kw)
 
 
-def _empty_block(cfg: Config):
+def _empty_block(cfg: Config, id_type=None):
     b = B.Block(0, 0, 0, ())
     table = pa.table({"text": pa.array([], pa.large_string())})
+    if cfg.input.id_column:  # the shards' id type (they have no rows; none: int64, as one process reads them)
+        table = table.append_column("id", pa.array([], id_type or pa.int64()))
     data = B.BlockData(b, table)
     data.null = np.zeros(0, bool)
     return data
