@@ -49,7 +49,17 @@ def read_bytes(path: str):
         with open_stream(path) as f:
             return f.read_buffer()
     except (OSError, pa.ArrowException, MemoryError) as exc:
-        raise read_error(path, exc, f"cannot read shard {path!r}: {exc}") from None
+        raise read_error(path, exc, _unreadable(path, exc)) from None
+
+
+def _unreadable(path: str, exc: BaseException) -> str:
+    """The message for a shard that cannot be read: what failed and what to do about it."""
+    codec = codec_of(path)
+    if codec is None or getattr(exc, "errno", None) is not None:  # e.g. permission denied
+        return f"cannot read shard {path!r}: {exc}; fix its permissions, or replace or remove it"
+    tool = {"gzip": "gzip", "bz2": "bzip2", "zstd": "zstd"}[codec]
+    return (f"cannot read shard {path!r}: {exc}; it is not valid {codec} data as its name says (truncated, padded, "
+            f"or compressed another way): test it with {tool} -t, then replace or remove it")
 
 
 def jsonl_lines(raw):
@@ -206,7 +216,7 @@ def jsonl_blocks(path: str, block_bytes: int | None = None, first_bytes: int = 0
                 yield memoryview(buf)[:cut]
                 carry = buf[cut:]
     except (OSError, pa.ArrowException, MemoryError) as exc:
-        raise read_error(path, exc, f"cannot read shard {path!r}: {exc}") from None
+        raise read_error(path, exc, _unreadable(path, exc)) from None
 
 
 STREAM_BLOCK = 1 << 25  # bytes of whole lines per streamed block (32 MiB)

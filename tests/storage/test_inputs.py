@@ -331,6 +331,21 @@ def test_a_utf16_jsonl_shard_is_named_as_utf16_with_the_conversion(tmp_path):
         read(discover(tmp_path / "nul.jsonl"))
 
 
+def test_a_damaged_compressed_jsonl_shard_is_named_with_a_fix(tmp_path):
+    """A truncated, zero-padded or mis-named compressed shard said only "cannot read shard …: zlib inflate
+    failed: unknown compression method": the message now says what to check and do."""
+    import bz2
+    import gzip
+
+    body = "".join(f'{{"text": "document number {i}"}}\n' for i in range(50)).encode()
+    for name, data, tool in [("pad.jsonl.gz", gzip.compress(body) + b"\0" * 512, "gzip -t"),
+                             ("plain.jsonl.gz", body, "gzip -t"), ("cut.jsonl.bz2", bz2.compress(body)[:60], "bzip2 -t")]:
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(InputError, match=rf"cannot read shard .*{name}'.*; it is not valid .* data as its name says "
+                                             rf".*test it with {tool}, then replace or remove it"):
+            read(discover(tmp_path / name))
+
+
 def test_a_runs_output_directory_inside_the_inputs_is_never_read_as_more_input(tmp_path, caplog):
     """``run 'in/*.parquet' -o in/out`` then ``run 'in/**/*.parquet' -o out3`` read the first run's output
     shards as more input (the copies sorted first and survived).  A directory holding a run's manifest, or
