@@ -350,6 +350,10 @@ def _bad_line(data, starts, ends, exc) -> str:
         return str(exc)
     line = int(np.count_nonzero(data[: starts[lo]] == 0x0A)) + 1
     reason = re.sub(r"\.? in row \d+$", "", str(err).strip())
+    control = re.search(rb"[\x00-\x1f]", bytes(data[starts[lo]:ends[lo]]).rstrip(b"\r"))
+    if control is not None and "Invalid encoding" in reason:  # what the parser says of a raw tab in a string
+        reason += (f" (a raw control character, byte {control.group()[0]:#04x} at byte {control.start() + 1} of the "
+                   "line: JSON strings must escape them, e.g. \\t for a tab)")
     return f"line {line}: {reason}; fix or remove that line"
 
 

@@ -159,6 +159,19 @@ def test_int8_dictionary_columns_with_their_own_categories_per_row_group_are_wri
     assert out.column("text").equals(want.column("text"))
 
 
+def test_a_raw_tab_inside_a_json_string_is_named_as_such(tmp_path):
+    """pyarrow calls an unescaped tab (or other control character) in a string "Invalid encoding in string",
+    which sent one looking for an encoding problem: the byte and the fix are named."""
+    (tmp_path / "t.jsonl").write_bytes(b'{"text": "fine"}\n{"text": "raw\ttab"}\n')
+    with pytest.raises(InputError, match=r"t.jsonl.*line 2: .*a raw control character, byte 0x09 at byte 14 of the "
+                                         r"line: JSON strings must escape them"):
+        read([tmp_path / "t.jsonl"])
+    (tmp_path / "u.jsonl").write_bytes(b'{"text": "fine"}\r\n{"text": "unterminated}\r\n')  # CRLF: not named
+    with pytest.raises(InputError, match=r"u.jsonl.*line 2: ") as err:
+        read([tmp_path / "u.jsonl"])
+    assert "control character" not in str(err.value)
+
+
 def test_parquet_write_keeps_schema_and_metadata(tmp_path):
     table = pa.table({"text": ["a", "b", "c"], "n": pa.array([1, 2, 3], pa.int16())})
     table = table.replace_schema_metadata({"origin": "crawl-7"})
