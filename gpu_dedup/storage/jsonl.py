@@ -284,9 +284,16 @@ def _check_objects(shard: Shard, data, starts, ends) -> None:
     if bad.shape[0]:
         k = int(bad[0])
         text = bytes(data[starts[k]:min(ends[k], starts[k] + 40)]).decode("utf-8", "replace").strip()
+        name = os.path.basename(shard.path)
+        if int(first[0]) == ord("["):  # an exported array of documents (a .json file), not JSON Lines
+            fix = f"the file looks like one JSON array, not JSON Lines: convert it, e.g. jq -c '.[]' {name} > NEW.jsonl"
+        elif bytes(data[starts[0]:ends[0]]).strip().removeprefix(b"\xef\xbb\xbf") == b"{":  # pretty-printed
+            fix = f"the file looks like indented JSON, a document over several lines: write one document a line, " \
+                  f"e.g. jq -c . {name} > NEW.jsonl"
+        else:
+            fix = "each line must hold one document as a JSON object: fix or remove those lines"
         raise InputError(f"line {_line_number(data, starts[k])} of shard {shard.path!r} is {text!r}, not a JSON "
-                         f"object ({bad.shape[0]} such line(s)); each line must hold one document as a JSON object: "
-                         "fix or remove those lines")
+                         f"object ({bad.shape[0]} such line(s)); {fix}")
 
 
 MISSING_SAMPLE = 10_000  # lines with a null text checked for a missing text field (a warning's evidence)

@@ -1,5 +1,6 @@
 """What a run reads: directory policy, non-regular files, links, names, column types, identity, memory."""
 
+import json
 import os
 import re
 import threading
@@ -251,6 +252,21 @@ def test_a_json_line_that_is_not_an_object_is_refused_naming_its_line(tmp_path):
         with pytest.raises(InputError, match=rf"line 3 of shard .*a.jsonl.* is .{re.escape(value.strip())}., not a JSON "
                                              r"object \(1 such line\(s\)\)"):
             read(discover(str(path)))
+
+
+def test_a_json_array_or_indented_json_file_is_named_with_the_conversion(tmp_path):
+    """A .json file is read as JSON Lines; an exported array of documents, or indented JSON, was refused as
+    "line 1 … is '[{…', not a JSON object … fix or remove those lines": the message says what the file is and how
+    to convert it."""
+    docs = [{"text": "document one"}, {"text": "document two"}]
+    (tmp_path / "array.json").write_text(json.dumps(docs))
+    (tmp_path / "lines.json").write_text(json.dumps(docs, indent=1))
+    (tmp_path / "pretty.json").write_text("\n".join(json.dumps(d, indent=2) for d in docs))
+    for name, fix in [("array.json", r"looks like one JSON array, not JSON Lines: convert it, e.g. jq -c '\.\[\]' "),
+                      ("lines.json", r"looks like one JSON array"),
+                      ("pretty.json", r"looks like indented JSON, a document over several lines: .* jq -c \. ")]:
+        with pytest.raises(InputError, match=rf"{name}.* not a JSON object .*; the file {fix}"):
+            read(discover(str(tmp_path / name)))
 
 
 def test_integer_ids_mixed_with_fractions_are_refused_naming_both_lines(tmp_path):
