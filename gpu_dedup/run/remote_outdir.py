@@ -219,7 +219,8 @@ class RemoteOutputDir(OutputDir):
                 copy(staged, final)
                 maybe_crash("commit:renamed")
             got = _info(final)
-            if got is None or int(got.get("size") or -1) != rec["size"] or \
+            size = None if got is None else got.get("size")  # 0: an empty shard (every line removed)
+            if size is None or int(size) != rec["size"] or \
                     (name not in staged_now and digest(final)["sha256"] != rec["sha256"]):
                 return self._abandon(plan)
             rec["token"] = _token(got)
@@ -305,7 +306,8 @@ def _token(info: dict) -> str:
 
 def _same(info: dict, rec: dict) -> bool:
     """An object is as the manifest recorded it: same size and ETag (generation)."""
-    return int(info.get("size") or -1) == rec.get("size") and _token(info) == rec.get("token")
+    size = info.get("size")  # 0: an empty shard
+    return size is not None and int(size) == rec.get("size") and _token(info) == rec.get("token")
 
 
 def _info(path: RemotePath):

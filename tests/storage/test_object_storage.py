@@ -371,6 +371,24 @@ def test_compressed_json_lines_in_the_store(s3_server, bucket, tmp_path):
         gzip.decompress((tmp_path / "out" / "a.jsonl.gz").read_bytes())
 
 
+def test_an_output_shard_left_empty_is_published_and_the_rerun_is_welcome(s3_server, bucket, tmp_path):
+    """A JSON Lines shard whose every line is removed has an empty output object: its size 0 was taken for a
+    missing size, the commit was abandoned after the first objects (no duplicates.parquet, reports or _SUCCESS)
+    and the run still exited 0; a rerun then refused the empty object as changed since (exit 4)."""
+    text = "the quick brown fox jumps over the lazy dog and then runs away into the forest where nobody sees it"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text(json.dumps({"id": "a", "text": text}) + "\n")
+    (tmp_path / "in" / "b.jsonl").write_text(json.dumps({"id": "b", "text": text}) + "\n")  # removed: b.jsonl empty
+    _upload(s3_server, bucket, tmp_path / "in", "crawl")
+    for _ in range(2):  # the run, then the same command again
+        proc = _cli("run", f"s3://{bucket}/crawl/", "-o", f"s3://{bucket}/out/", "--backend", "cpu", "-q")
+        assert proc.returncode == 0, proc.stderr
+        names = {k[len("out/"):] for k in _keys(s3_server, bucket, "out/")}
+        assert names == {"a.jsonl", "b.jsonl", "duplicates.parquet", "report.json", "report.html", "_SUCCESS",
+                         ".gpu_dedup_manifest.json"}, names
+        assert _get(s3_server, bucket, "out/b.jsonl") == b""
+
+
 def test_an_earlier_runs_output_prefix_inside_the_inputs_is_never_read(s3_server, bucket, corpus):
     """``-o s3://b/crawl/sub/`` of a glob of ``crawl/``, then ``run s3://b/crawl/``: the second run read the
     first run's outputs as more shards (and failed on its duplicates.parquet).  A prefix holding a run's
