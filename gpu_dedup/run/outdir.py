@@ -322,6 +322,10 @@ class OutputDir:
         self._write_manifest(plan)
         maybe_crash("commit:planned")
         files = self._apply(plan)
+        if plan["files"] and not files:  # abandoned: one of this run's own staged outputs was gone or differed
+            raise OutputError(f"publishing the outputs in {str(self.out)!r} failed: an output this run staged and "
+                              "verified was gone or differed when it was moved into place (did something else change "
+                              "the output directory?); no _SUCCESS was written: rerun the same command")
         self.committed = True
         COMMITTED.outputs = str(self.out)
         maybe_crash("commit:done")

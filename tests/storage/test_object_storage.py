@@ -389,6 +389,24 @@ def test_an_output_shard_left_empty_is_published_and_the_rerun_is_welcome(s3_ser
         assert _get(s3_server, bucket, "out/b.jsonl") == b""
 
 
+def test_a_commit_that_cannot_publish_its_own_outputs_fails(s3_server, bucket, corpus, monkeypatch):
+    """A staged object that does not arrive at its name (the store lost the copy): the commit is abandoned, and the
+    run said "outputs in …" and exited 0 without duplicates.parquet, reports or _SUCCESS; it is now an error."""
+    from gpu_dedup.run import remote_outdir
+
+    _upload(s3_server, bucket, corpus / "in", "crawl")
+    real = remote_outdir.copy
+    monkeypatch.setattr(remote_outdir, "copy", lambda src, dst: None if str(dst).endswith("duplicates.parquet")
+                        else real(src, dst))
+    with pytest.raises(OutputError, match=r"publishing the outputs in .* failed: an output this run staged and "
+                                          r"verified was gone or differed .* no _SUCCESS was written: rerun"):
+        run_dedup(f"s3://{bucket}/crawl/", f"s3://{bucket}/out", CFG)
+    assert "out/_SUCCESS" not in _keys(s3_server, bucket, "out/")
+    monkeypatch.setattr(remote_outdir, "copy", real)
+    run_dedup(f"s3://{bucket}/crawl/", f"s3://{bucket}/out", CFG)  # the rerun publishes everything
+    _same_as_local(s3_server, bucket, "out", corpus / "local")
+
+
 def test_an_earlier_runs_output_prefix_inside_the_inputs_is_never_read(s3_server, bucket, corpus):
     """``-o s3://b/crawl/sub/`` of a glob of ``crawl/``, then ``run s3://b/crawl/``: the second run read the
     first run's outputs as more shards (and failed on its duplicates.parquet).  A prefix holding a run's
