@@ -628,7 +628,7 @@ def copy(src, dst) -> None:
     fs, skey = filesystem(str(src))
     _, dkey = filesystem(str(dst))
     try:
-        fs.copy(skey, dkey)
+        fs.cp_file(skey, dkey)  # one object: copy() would expand a name holding [, * or ? as a pattern
     except _store_errors() as exc:
         raise _write_failure(str(dst), exc) from None
 

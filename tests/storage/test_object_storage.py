@@ -407,6 +407,22 @@ def test_a_commit_that_cannot_publish_its_own_outputs_fails(s3_server, bucket, c
     _same_as_local(s3_server, bucket, "out", corpus / "local")
 
 
+def test_shards_named_with_pattern_characters_are_published(s3_server, bucket, tmp_path):
+    """A shard named '[x].jsonl' was read, staged and verified, then the commit's copy took its name for a pattern
+    (matching 'x.jsonl', which is not there): "upload … failed …: check the network and the store", exit 4."""
+    (tmp_path / "in").mkdir()
+    names = ["[x].jsonl", "b?x.jsonl", "c*.jsonl", "plain.jsonl"]
+    for i, name in enumerate(names):
+        (tmp_path / "in" / name).write_text(json.dumps({"id": f"d{i}", "text": f"document {i} " * 8}) + "\n")
+    _upload(s3_server, bucket, tmp_path / "in", "crawl")
+    proc = _cli("run", f"s3://{bucket}/crawl/", "-o", f"s3://{bucket}/out/", "--backend", "cpu", "-q")
+    assert proc.returncode == 0, proc.stderr
+    keys = _keys(s3_server, bucket, "out/")
+    assert {f"out/{n}" for n in names} | {"out/_SUCCESS", "out/duplicates.parquet"} <= set(keys), keys
+    for name in names:
+        assert _get(s3_server, bucket, f"out/{name}") == (tmp_path / "in" / name).read_bytes()
+
+
 def test_an_earlier_runs_output_prefix_inside_the_inputs_is_never_read(s3_server, bucket, corpus):
     """``-o s3://b/crawl/sub/`` of a glob of ``crawl/``, then ``run s3://b/crawl/``: the second run read the
     first run's outputs as more shards (and failed on its duplicates.parquet).  A prefix holding a run's
