@@ -325,6 +325,25 @@ def test_inputs_without_rows_but_with_an_id_column_equal_single_process(cluster2
         _identical(tmp_path / f"single-{name}", tmp_path / f"two-{name}", _names(tmp_path / f"single-{name}"))
 
 
+@pytest.mark.timeout(600)
+def test_two_thousand_small_shards_on_workers_equal_single_process(cluster2, tmp_path):
+    """The write stage passes every shard's name to its tasks; past 100 kB of names (about 1,500 shards) Client.map
+    put them in the graph under the keyword's name, without a priority: the scheduler failed on that task
+    ("assert ts.priority") and the run waited forever.  One process took 11 s."""
+    import pyarrow as pa
+
+    sample = planted_corpus(n_docs=2000, n_clusters=100, words=(10, 30), edit_rate=(0, 0.05), seed=8)
+    table = sample.table.select(["id", "text"])
+    (tmp_path / "in").mkdir()
+    for i in range(2000):
+        pq.write_table(table.slice(i, 1), tmp_path / "in" / f"part-with-a-long-name-{i:05d}.parquet")
+    cfg = Config.from_dict(BASE)
+    single = run_dedup(tmp_path / "in", tmp_path / "single", cfg)
+    two = run_dedup(tmp_path / "in", tmp_path / "two", cfg.with_overrides({"cluster.scheduler": cluster2}))
+    assert single.report["counts"]["removed"] > 0 and two.report["counts"] == single.report["counts"]
+    _identical(tmp_path / "single", tmp_path / "two", _names(tmp_path / "single"))
+
+
 def test_run_against_an_index_on_workers_equals_one_process(corpus, cluster2, tmp_path):
     from gpu_dedup.run.entry import run_dedup as index_run
 

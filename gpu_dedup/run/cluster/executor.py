@@ -320,6 +320,12 @@ class DaskExecutor:
             fn, args = _call_with_index, [[fn] * n, range(n), *args]
         homes = self._block_homes(parts)
         if homes is None:
+            # Client.map puts a keyword value over 100 kB (the shard names of 2,000 shards) in the graph under the
+            # keyword's own name, a task without the priority the others get: the scheduler failed on it and the
+            # run waited forever.  Such a value goes to the workers once, as a future.
+            from dask.sizeof import sizeof
+
+            kw = {k: self.client.scatter([v])[0] if sizeof(v) > 1e5 else v for k, v in kw.items()}
             futures = self.client.map(fn, *args, pure=False, priority=first, **kw)
         else:  # a task that reads a block runs where the block is: the block never travels
             futures = [self.client.submit(fn, *a, pure=False, priority=first, **routing.placed(home), **kw)
