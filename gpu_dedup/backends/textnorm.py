@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numba
 import numpy as np
@@ -95,6 +96,27 @@ def _chunks(texts) -> list[pa.Array]:
 
 def _threads() -> int:
     return max(1, numba.get_num_threads())
+
+
+SMALL_BATCH = 1 << 17  # bytes of text below which a batch's kernels run on the calling thread alone
+
+
+@contextmanager
+def threads_for(nbytes: int):
+    """Numba's threads for the kernels of a batch of ``nbytes`` of text: the calling thread alone below
+    SMALL_BATCH (a few microseconds of work), else all.  A parallel kernel wakes every thread of Numba's
+    pool and waits for the last; beside the read stage's busy reader threads that took about a millisecond a
+    call, so a corpus of thousands of one-document shards spent most of its read stage starting kernels.
+    ``numba.set_num_threads`` holds for the calling thread only."""
+    threads = numba.get_num_threads()
+    if nbytes >= SMALL_BATCH or threads == 1:
+        yield
+        return
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(threads)
 
 
 def _kernel(data, starts, ends, form, lowercase, punctuation, whitespace, out, out_start, lengths, status):

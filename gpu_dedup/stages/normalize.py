@@ -41,6 +41,7 @@ from gpu_dedup.backends.textnorm import (
     normalize_segments,
     raw_buffers,
     repair_utf8,
+    threads_for,
 )
 from gpu_dedup.kernels.text_cpu import byte_tasks, gather_segments
 
@@ -104,6 +105,10 @@ class BatchNormalizer:
 
     def __call__(self, column: pa.ChunkedArray) -> Batch:
         t0 = time.perf_counter()
+        with threads_for(column.nbytes):
+            return self._add(column, t0)
+
+    def _add(self, column: pa.ChunkedArray, t0: float) -> Batch:
         buffer, start, length, invalid = normalize_segments(column, self.cfg, scratch=self._scratch_of)
         total = int(length.sum())
         if self._used + total > self._data.shape[0]:  # past the capacity: grown, with a copy

@@ -320,3 +320,38 @@ def test_composing_fallback_for_a_pyarrow_that_does_not_compose(form, monkeypatc
         textnorm._unicodedata.cache_clear()
     assert got.equals(want)
     assert "does not compose" in caplog.text
+
+
+def test_a_small_batch_is_normalized_on_the_calling_thread_alone_and_a_large_one_on_all(monkeypatch):
+    """Numba's whole pool woken for a batch of a few bytes cost about a millisecond beside busy reader threads:
+    a read of thousands of one-document shards spent most of its time there."""
+    import sys
+
+    import numba
+
+    from gpu_dedup.stages.normalize import BatchNormalizer
+
+    stage = sys.modules["gpu_dedup.stages.normalize"]  # the package's name ``normalize`` is the function
+
+    threads = numba.get_num_threads()
+    if threads == 1:
+        pytest.skip("Numba runs one thread here")
+    seen = []
+    real = stage.normalize_segments
+
+    def recording(column, cfg, **kw):
+        seen.append(numba.get_num_threads())
+        return real(column, cfg, **kw)
+
+    monkeypatch.setattr(stage, "normalize_segments", recording)
+    cfg = NormalizeConfig()
+    small = pa.chunked_array([pa.array(["a few words"], pa.large_string())])
+    large = pa.chunked_array([pa.array(["word " * 1000] * 40, pa.large_string())])  # 200 KB
+    batches = BatchNormalizer(cfg)
+    got = [batches(small), batches(large), batches(small)]
+    assert seen == [1, threads, 1]
+    assert numba.get_num_threads() == threads  # restored
+    monkeypatch.setattr(stage, "normalize_segments", real)
+    texts = batches.join(got)[0]
+    assert bytes(texts.data[texts.offsets[0]:texts.offsets[-1]]) == \
+        (b"a few words" + b" ".join([b"word"] * 1000) * 40 + b"a few words")
