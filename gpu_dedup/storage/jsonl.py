@@ -176,9 +176,12 @@ def read_jsonl(shard: Shard, wanted: dict | None = None) -> pa.Table | None:
             raise InputError(f"shard {shard.path!r} is not valid JSON Lines: {_bad_line(data, starts, ends, exc)}") \
                 from None
     if table.num_rows != starts.shape[0]:
-        raise InputError(
-            f"shard {shard.path!r}: {starts.shape[0]} non-blank lines but {table.num_rows} JSON records; "
+        cr_only = starts.shape[0] == 1 and table.num_rows > 1 and b"\r" in bytes(data[starts[0]:ends[0]])
+        fix = ("its lines end with a carriage return alone (classic Mac OS line ends): convert them to \\n, e.g. "
+               f"tr '\\r' '\\n' < {os.path.basename(shard.path)} > NEW.jsonl") if cr_only else \
             "each line must hold exactly one JSON object"
+        raise InputError(
+            f"shard {shard.path!r}: {starts.shape[0]} non-blank lines but {table.num_rows} JSON records; {fix}"
         )
     if wanted and wanted.get("id") in table.column_names and pa.types.is_floating(table.column(wanted["id"]).type):
         check_json_float_ids(shard, wanted["id"], table.column(wanted["id"]), data)

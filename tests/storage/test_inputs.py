@@ -269,6 +269,18 @@ def test_a_json_array_or_indented_json_file_is_named_with_the_conversion(tmp_pat
             read(discover(str(tmp_path / name)))
 
 
+
+def test_a_shard_with_carriage_return_line_ends_is_named_with_the_conversion(tmp_path):
+    """Lines ended by a carriage return alone are one line to the line scanner and several records to the JSON
+    parser: "1 non-blank lines but 3 JSON records" said nothing of why."""
+    path = tmp_path / "mac.jsonl"
+    path.write_bytes(b'{"text": "a b c"}\r{"text": "d e f"}\r{"text": "g h i"}\r')
+    with pytest.raises(InputError, match=r"1 non-blank lines but 3 JSON records; its lines end with a carriage "
+                                         r"return alone .* tr '\\r' '\\n' < mac\.jsonl > NEW\.jsonl"):
+        read(discover(str(path)))
+    path.write_bytes(b'{"text": "a b c"}\r\n{"text": "d e f"}\r\n')  # CRLF: read as it is
+    assert read(discover(str(path))).table.num_rows == 2
+
 def test_integer_ids_mixed_with_fractions_are_refused_naming_both_lines(tmp_path):
     path = tmp_path / "a.jsonl"
     path.write_text('{"id": 1, "text": "a"}\n{"id": 4.5, "text": "b"}\n{"text": "c", "id": 4}\n')
