@@ -34,7 +34,7 @@ from gpu_dedup.storage.content import schema_difference
 from gpu_dedup.storage.discovery import Shard
 from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes
 from gpu_dedup.storage.identity import check_unchanged
-from gpu_dedup.storage.jsonl import codec_of, gather_lines_of, jsonl_blocks, nonblank_lines
+from gpu_dedup.storage.jsonl import STREAM_BLOCK, codec_of, gather_lines_of, jsonl_blocks, nonblank_lines
 from gpu_dedup.storage.parquet import footer, input_bytes, iter_parquet, parquet_metadata, shard_codec
 
 log = logging.getLogger("gpu_dedup")
@@ -438,7 +438,10 @@ def write_jsonl_shard(shard: Shard, keep: np.ndarray, target: Path) -> int:
         with pa.PythonFile(os.fdopen(fd, "wb"), mode="w") as raw:
             out = pa.CompressedOutputStream(raw, codec) if codec else raw
             with out:
-                with closing(ahead(jsonl_blocks(shard.path))) as blocks:  # read errors: InputError / ResourceError
+                blocks = jsonl_blocks(shard.path)  # read errors: InputError / ResourceError
+                if shard.size > STREAM_BLOCK // 8:  # the next block read and decompressed while this one is written
+                    blocks = ahead(blocks)  # (a smaller file is one block: a thread to start for nothing)
+                with closing(blocks) as blocks:
                     for block in blocks:
                         data = np.frombuffer(block, np.uint8)
                         starts, ends = nonblank_lines(data)

@@ -362,3 +362,28 @@ def test_a_threads_sync_and_digest_seconds_are_its_own(tmp_path, monkeypatch):
         t.join()
     assert 0.4 <= total["sync_thread_seconds"] < 0.55  # the two threads' own syncs, not the third one's
     assert 0 < total["digest_thread_seconds"] < 0.1
+
+
+def test_a_small_jsonl_shard_is_written_without_a_reader_thread_and_a_large_one_with_the_same_bytes(tmp_path,
+                                                                                                    monkeypatch):
+    """A shard of one block needs no thread reading ahead (starting one per shard cost 3,000 one-line shards
+    about a second); a larger one reads its next block while this one is written.  Both write the same bytes."""
+    from gpu_dedup.storage import filter as shard_filter
+
+    src = tmp_path / "a.jsonl.gz"
+    lines = [json.dumps({"id": i, "text": f"document {i} " * (i % 7 + 1)}) for i in range(2000)]
+    src.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    shard = storage.discover(str(src))[0]
+    keep = np.arange(2000) % 3 != 1
+
+    def no_thread(items, depth=2):
+        raise AssertionError("a thread started to read a shard of one block ahead")
+
+    monkeypatch.setattr(shard_filter, "ahead", no_thread)
+    assert shard_filter.write_jsonl_shard(shard, keep, tmp_path / "small.jsonl.gz") == int(keep.sum())
+    monkeypatch.undo()
+    monkeypatch.setattr(shard_filter, "STREAM_BLOCK", 0)  # every shard read ahead
+    shard_filter.write_jsonl_shard(shard, keep, tmp_path / "ahead.jsonl.gz")
+    kept = gzip.decompress((tmp_path / "small.jsonl.gz").read_bytes())
+    assert kept == gzip.decompress((tmp_path / "ahead.jsonl.gz").read_bytes())
+    assert kept.decode().splitlines() == [x for x, k in zip(lines, keep) if k]
