@@ -39,3 +39,18 @@ def test_the_readme_names_the_notebook_cell_for_your_own_shards():
     assert "**Or your own shards**" in README
     for name in ("SHARDS", "LIMIT", "MAX_PAIRS"):
         assert f"`{name}`" in README and f"{name} = " in cells[heading + 1]
+
+
+def test_every_test_the_reliability_matrix_names_exists():
+    """docs/reliability.md names the test that checks each row (``path.py::test_name``, or ``::test_name`` in the
+    file named before it): a renamed or removed test leaves a row that nothing checks."""
+    text = (ROOT / "docs" / "reliability.md").read_text()
+    named, missing, last = 0, [], None
+    for ref in re.findall(r"`([\w/]*\.py)?::(\w+)`", text):
+        path, name = ref
+        last = path or last
+        named += 1
+        source = ROOT / "tests" / last if last else None
+        if source is None or not source.is_file() or not re.search(rf"def {name}\(", source.read_text()):
+            missing.append(f"{last}::{name}")
+    assert named > 100 and not missing, f"tests the reliability matrix names that do not exist: {missing}"
