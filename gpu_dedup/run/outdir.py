@@ -95,6 +95,7 @@ class OutputDir:
         self.out = Path(out)
         self.shards = list(shards)
         self._had_previous = True  # a previous run's outputs are there (commit() knows)
+        self._own_commit = False  # publishing this run's outputs (else an earlier run's interrupted commit)
         if isinstance(inputs, (str, os.PathLike)):
             inputs = [inputs]
         self.inputs = [i for i in (inputs or ()) if isinstance(i, (str, os.PathLike))]  # paths, dirs, globs
@@ -321,7 +322,11 @@ class OutputDir:
                 "previous": {k: v for k, v in previous.items() if k not in files}}
         self._write_manifest(plan)
         maybe_crash("commit:planned")
-        files = self._apply(plan)
+        self._own_commit = True
+        try:
+            files = self._apply(plan)
+        finally:
+            self._own_commit = False
         if plan["files"] and not files:  # abandoned: one of this run's own staged outputs was gone or differed
             raise OutputError(f"publishing the outputs in {str(self.out)!r} failed: an output this run staged and "
                               "verified was gone or differed when it was moved into place (did something else change "
@@ -376,8 +381,9 @@ class OutputDir:
         return files
 
     def _abandon(self, plan: dict) -> dict:
-        log.warning("an interrupted commit in %s cannot be completed (a staged output is gone); its files are "
-                    "kept as gpu_dedup's and the next run writes them again", self.out)
+        if not self._own_commit:  # this run's own fails with its error (commit)
+            log.warning("an interrupted commit in %s cannot be completed (a staged output is gone); its files are "
+                        "kept as gpu_dedup's and the next run writes them again", self.out)
         owned = dict(plan["previous"])
         for name, rec in plan["files"].items():
             stamp = self._stamp(name)

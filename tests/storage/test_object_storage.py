@@ -389,7 +389,7 @@ def test_an_output_shard_left_empty_is_published_and_the_rerun_is_welcome(s3_ser
         assert _get(s3_server, bucket, "out/b.jsonl") == b""
 
 
-def test_a_commit_that_cannot_publish_its_own_outputs_fails(s3_server, bucket, corpus, monkeypatch):
+def test_a_commit_that_cannot_publish_its_own_outputs_fails(s3_server, bucket, corpus, monkeypatch, caplog):
     """A staged object that does not arrive at its name (the store lost the copy): the commit is abandoned, and the
     run said "outputs in …" and exited 0 without duplicates.parquet, reports or _SUCCESS; it is now an error."""
     from gpu_dedup.run import remote_outdir
@@ -402,6 +402,7 @@ def test_a_commit_that_cannot_publish_its_own_outputs_fails(s3_server, bucket, c
                                           r"verified was gone or differed .* no _SUCCESS was written: rerun"):
         run_dedup(f"s3://{bucket}/crawl/", f"s3://{bucket}/out", CFG)
     assert "out/_SUCCESS" not in _keys(s3_server, bucket, "out/")
+    assert "interrupted commit" not in caplog.text  # the run's own commit failed: no earlier run's is to blame
     monkeypatch.setattr(remote_outdir, "copy", real)
     run_dedup(f"s3://{bucket}/crawl/", f"s3://{bucket}/out", CFG)  # the rerun publishes everything
     _same_as_local(s3_server, bucket, "out", corpus / "local")
