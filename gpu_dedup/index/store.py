@@ -293,6 +293,12 @@ class Index:
             diffs.append(f"vectors from: index {theirs.get('source')}, this run {mine.get('source')} "
                          "(input.vector_column)")
         prefix = "cosine" if self.similarity == "cosine" else "lsh"
+        layout_differs = any(mine[k] != theirs[k] for k in ("bands", "rows"))
+        if (layout_differs and prefix == "lsh" and cfg.lsh.bands is None and cfg.lsh.rows is None
+                and "threshold" in self.manifest and cfg.lsh.threshold != self.manifest["threshold"]):
+            # the run's (bands, rows) were derived from its threshold: name the setting the user changed
+            diffs.append(f"lsh.threshold: index {self.manifest['threshold']!r}, this run {cfg.lsh.threshold!r}, "
+                         "from which this run derives its lsh.bands and lsh.rows")
         for k in ("bands", "rows"):
             if mine[k] != theirs[k]:
                 diffs.append(f"{prefix}.{k}: index {theirs[k]}, this run {mine[k]}")

@@ -773,3 +773,19 @@ def test_a_build_killed_after_its_index_was_written_is_done_when_run_again(batch
     with pytest.raises(InputError, match="an index already exists"):
         run_dedup(batches / "a", tmp_path / "out3", cfg.with_overrides({"lsh.threshold": 0.7}),
                   index_out=tmp_path / "index")
+
+
+def test_a_run_at_another_threshold_is_refused_naming_the_threshold(batches, tmp_path, capsys):
+    """--threshold 0.7 against an index built at 0.8: the refusal names lsh.threshold, the setting the user
+    changed (it named only the lsh.bands / lsh.rows the run derived from it)."""
+    from gpu_dedup.cli import main
+
+    ix = str(tmp_path / "ix")
+    flags = ["--id-column", "id", "--backend", "cpu", "-q", "--no-shards"]
+    assert main(["run", str(batches / "a"), "-o", str(tmp_path / "out_a"), "--index-out", ix] + flags) == 0
+    capsys.readouterr()
+    rc = main(["run", str(batches / "b"), "-o", str(tmp_path / "out_b"), "--against", ix, "--update-index",
+               "--threshold", "0.7"] + flags)
+    err = capsys.readouterr().err
+    assert rc == 2 and "lsh.threshold: index 0.8, this run 0.7" in err and "Traceback" not in err
+    assert Index.open(ix).documents == 800
