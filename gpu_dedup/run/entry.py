@@ -144,7 +144,14 @@ def _check_id_kind(prior: Index, inputs, cfg: Config) -> None:
     """A run against an index names its documents' survivors by the index's ids: ids of another kind (int64
     against an index of strings) are refused before anything runs (the shards' schemas say)."""
     theirs = prior.id_type
-    if theirs is None or cfg.input.id_column is None:
+    if theirs is None:
+        return
+    if cfg.input.id_column is None:  # --no-id-column: the documents are named by row number (integers)
+        if storage.id_kind(theirs) != "integer":
+            raise InputError(
+                f"this run names documents by row number (--no-id-column), but the index in {str(prior.path)!r} "
+                f"holds {storage.id_kind(theirs)} ids in column {prior.id_column!r}; a run against an index names "
+                f"documents by ids of the index's kind: give --id-column with {storage.id_kind(theirs)} ids")
         return
     for shard in storage.discover(inputs, cfg.input.format, warn=False):  # one schema read per shard
         if shard.format == "memory":
@@ -156,8 +163,9 @@ def _check_id_kind(prior: Index, inputs, cfg: Config) -> None:
             raise InputError(
                 f"column {cfg.input.id_column!r} of shard {shard.path!r} holds {kind} ids, but the index in "
                 f"{str(prior.path)!r} holds {storage.id_kind(theirs)} ids {named}; a run against an index names "
-                "documents by ids of the index's kind: convert them, choose another --id-column, or use "
-                "--no-id-column")
+                "documents by ids of the index's kind: convert them" + (
+                    ", choose another --id-column, or use --no-id-column" if storage.id_kind(theirs) == "integer"
+                    else " or choose another --id-column"))
 
 
 def _inside(path: Path, parent: Path) -> bool:

@@ -667,7 +667,7 @@ def test_runs_against_an_index_refuse_ids_of_another_kind_and_outputs_inside_it(
         else:
             args = [str(tmp_path / "int_ids.parquet")]
         with pytest.raises(InputError, match=r"holds (integer|string) ids, but the index in .* holds (string|integer) "
-                                             r"ids.*--no-id-column"):
+                                             r"ids.*--id-column"):
             run_dedup(args, tmp_path / f"out_{ix}", cfg, against=tmp_path / ix, update_index=True)
     assert Index.open(tmp_path / "ix").documents == 800
     for out, kw in ((tmp_path / "ix" / "out", {"against": tmp_path / "ix"}),
@@ -789,3 +789,24 @@ def test_a_run_at_another_threshold_is_refused_naming_the_threshold(batches, tmp
     err = capsys.readouterr().err
     assert rc == 2 and "lsh.threshold: index 0.8, this run 0.7" in err and "Traceback" not in err
     assert Index.open(ix).documents == 800
+
+
+def test_no_id_column_against_an_index_of_string_ids_is_refused_before_it_runs(batches, tmp_path, capsys):
+    """Integer ids against an index of string ids were told "or use --no-id-column", which then failed after
+    the whole run with "ids of type int64 cannot join an index whose ids are large_string"."""
+    from gpu_dedup.cli import main
+
+    ix = str(tmp_path / "ix")
+    flags = ["--backend", "cpu", "-q", "--no-shards"]
+    assert main(["index", "build", str(batches / "a"), "-o", ix, "--id-column", "id", "-q"]) == 0
+    t = pq.read_table(batches / "b")
+    pq.write_table(t.set_column(0, "id", pa.array(np.arange(t.num_rows))), tmp_path / "int_ids.parquet")
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "int_ids.parquet"), "-o", str(tmp_path / "o1"), "--against", ix,
+                 "--update-index", "--id-column", "id"] + flags) == 3
+    assert "--no-id-column" not in capsys.readouterr().err  # not a fix for an index of string ids
+    assert main(["run", str(batches / "b"), "-o", str(tmp_path / "o2"), "--against", ix, "--update-index",
+                 "--no-id-column"] + flags) == 3
+    err = capsys.readouterr().err
+    assert "names documents by row number (--no-id-column)" in err and "holds string ids in column 'id'" in err
+    assert not (tmp_path / "o2").exists() and Index.open(ix).documents == 800
