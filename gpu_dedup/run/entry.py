@@ -164,7 +164,7 @@ def _check_id_kind(prior: Index, inputs, cfg: Config) -> None:
                 f"column {cfg.input.id_column!r} of shard {shard.path!r} holds {kind} ids, but the index in "
                 f"{str(prior.path)!r} holds {storage.id_kind(theirs)} ids {named}; a run against an index names "
                 "documents by ids of the index's kind: convert them" + (
-                    ", choose another --id-column, or use --no-id-column" if storage.id_kind(theirs) == "integer"
+                    ", choose another --id-column, or use --no-id-column" if prior.id_column is None
                     else " or choose another --id-column"))
 
 

@@ -805,6 +805,13 @@ def test_no_id_column_against_an_index_of_string_ids_is_refused_before_it_runs(b
     assert main(["run", str(tmp_path / "int_ids.parquet"), "-o", str(tmp_path / "o1"), "--against", ix,
                  "--update-index", "--id-column", "id"] + flags) == 3
     assert "--no-id-column" not in capsys.readouterr().err  # not a fix for an index of string ids
+    ints = str(tmp_path / "ints")
+    assert main(["index", "build", str(tmp_path / "int_ids.parquet"), "-o", ints, "--id-column", "id", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(batches / "b"), "-o", str(tmp_path / "o3"), "--against", ints, "--update-index",
+                 "--id-column", "id"] + flags) == 3
+    # row numbers would be mixed, unmarked, into the index's own integer ids
+    assert "--no-id-column" not in capsys.readouterr().err
     assert main(["run", str(batches / "b"), "-o", str(tmp_path / "o2"), "--against", ix, "--update-index",
                  "--no-id-column"] + flags) == 3
     err = capsys.readouterr().err
