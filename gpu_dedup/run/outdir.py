@@ -443,8 +443,12 @@ def take_lock(path: Path, busy) -> int:
     decides (a dead pid on this host is stale)."""
     for _ in range(10):  # the holder may unlink the file between our open and flock: retry on a new file
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # O_NOFOLLOW: a link at the lock's name is never written through (its target is not ours)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OutputError(f"the lock file {str(path)!r} is a symbolic link; gpu_dedup keeps its own lock file "
+                                  "there while it writes and never writes through a link: remove the link") from None
             mapped = write_error(path, exc)
             if mapped is exc:  # e.g. a directory in its place
                 raise OutputError(f"cannot open the lock file {str(path)!r} ({exc.strerror}); gpu_dedup keeps a lock "

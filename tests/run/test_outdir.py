@@ -388,3 +388,17 @@ def test_every_output_is_on_the_disk_before_it_is_renamed_into_place(corpus, tmp
     if fmt == "index":  # each segment's folder, and the index's after the segments' renames into it
         assert str(tmp_path / "index") in synced_dirs
         assert any(d.startswith(str(tmp_path / "index") + "/") for d in synced_dirs)
+
+
+def test_a_symbolic_link_at_the_lock_files_name_is_never_written_through(corpus, tmp_path, capsys):
+    """``out/.gpu_dedup.lock`` a link to a user's file: the run opened the lock through the link and wrote its
+    holder line over the user's file (then removed the link)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's data\n")
+    (out / LOCK_NAME).symlink_to(victim)
+    assert main(["run", str(corpus / "in"), "-o", str(out), "--backend", "cpu", "-q"]) == 4
+    assert "Traceback" not in capsys.readouterr().err
+    assert victim.read_text() == "the user's data\n"
+    assert (out / LOCK_NAME).is_symlink()
