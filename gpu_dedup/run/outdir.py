@@ -191,6 +191,20 @@ class OutputDir:
             if _inside(path, real / CHECKPOINT_DIR):
                 raise OutputError(f"input shard {s.path!r} lies in gpu_dedup's work directory of {str(out)!r}; "
                                   "give the input shards themselves")
+        self._check_inner_links()
+
+    def _check_inner_links(self) -> None:
+        """A symbolic link inside the output directory where the run writes below it (a shard's subdirectory,
+        the work directory): the run would write (and delete) through it, outside the directory it owns."""
+        dirs = {CHECKPOINT_DIR}
+        for name in self.names + self.published:
+            parts = Path(name).parts[:-1]
+            dirs.update(str(Path(*parts[:i + 1])) for i in range(len(parts)))
+        for d in sorted(dirs):
+            if os.path.islink(self.out / d):
+                raise OutputError(f"{str(self.out / d)!r} is a symbolic link to {os.readlink(self.out / d)!r} where "
+                                  "gpu_dedup writes its files; it never writes through a link: remove the link or "
+                                  "choose another -o")
 
     def _owned(self, manifest: dict) -> dict:
         files = dict(manifest.get("previous", {}))

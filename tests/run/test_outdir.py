@@ -402,3 +402,23 @@ def test_a_symbolic_link_at_the_lock_files_name_is_never_written_through(corpus,
     assert "Traceback" not in capsys.readouterr().err
     assert victim.read_text() == "the user's data\n"
     assert (out / LOCK_NAME).is_symlink()
+
+
+@pytest.mark.parametrize("link", ["sub", CHECKPOINT_DIR])
+def test_a_symbolic_link_to_a_directory_inside_the_output_is_never_written_through(tmp_path, capsys, link):
+    """``out/sub`` a link to another directory, with an input shard ``sub/b.jsonl``: the run wrote ``b.jsonl``
+    into the link's target.  ``out/.gpu_dedup_checkpoint`` a link: the run wrote its checkpoints there, then
+    failed with a traceback (exit 1) removing it."""
+    (tmp_path / "in" / "sub").mkdir(parents=True)
+    (tmp_path / "in" / "a.jsonl").write_text(json.dumps({"id": "a", "text": "one document " * 8}) + "\n")
+    (tmp_path / "in" / "sub" / "b.jsonl").write_text(json.dumps({"id": "b", "text": "another one " * 8}) + "\n")
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "precious").write_text("x")
+    (out / link).symlink_to(elsewhere)
+    assert main(["run", str(tmp_path / "in"), "-o", str(out), "--backend", "cpu", "-q"]) == 4
+    err = capsys.readouterr().err
+    assert "symbolic link" in err and "Traceback" not in err, err
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["precious"]
+    assert (out / link).is_symlink() and sorted(p.name for p in out.iterdir()) == [link]
