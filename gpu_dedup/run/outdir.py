@@ -195,7 +195,8 @@ class OutputDir:
 
     def _check_inner_links(self) -> None:
         """A symbolic link inside the output directory where the run writes below it (a shard's subdirectory,
-        the work directory): the run would write (and delete) through it, outside the directory it owns."""
+        the work directory): the run would write (and delete) through it, outside the directory it owns; a file
+        there: the commit could not make the directory."""
         dirs = {CHECKPOINT_DIR}
         for name in self.names + self.published:
             parts = Path(name).parts[:-1]
@@ -205,6 +206,9 @@ class OutputDir:
                 raise OutputError(f"{str(self.out / d)!r} is a symbolic link to {os.readlink(self.out / d)!r} where "
                                   "gpu_dedup writes its files; it never writes through a link: remove the link or "
                                   "choose another -o")
+            if os.path.lexists(self.out / d) and not os.path.isdir(self.out / d):
+                raise OutputError(f"{str(self.out / d)!r} is a file where gpu_dedup would make a directory for its "
+                                  "output files; move it away or choose another -o")
 
     def _owned(self, manifest: dict) -> dict:
         files = dict(manifest.get("previous", {}))

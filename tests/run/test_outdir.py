@@ -422,3 +422,20 @@ def test_a_symbolic_link_to_a_directory_inside_the_output_is_never_written_throu
     assert "symbolic link" in err and "Traceback" not in err, err
     assert sorted(p.name for p in elsewhere.iterdir()) == ["precious"]
     assert (out / link).is_symlink() and sorted(p.name for p in out.iterdir()) == [link]
+
+
+def test_a_file_where_a_shards_subdirectory_goes_is_refused_before_anything_is_written(tmp_path, capsys):
+    """``out/sub`` a user's file, with an input shard ``sub/b.jsonl``: the commit failed with a traceback
+    (FileExistsError, exit 1) after publishing part of the outputs, and every rerun failed the same way finishing
+    that commit."""
+    (tmp_path / "in" / "sub").mkdir(parents=True)
+    (tmp_path / "in" / "a.jsonl").write_text(json.dumps({"id": "a", "text": "one document " * 8}) + "\n")
+    (tmp_path / "in" / "sub" / "b.jsonl").write_text(json.dumps({"id": "b", "text": "another one " * 8}) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sub").write_text("the user's file")
+    for _ in range(2):
+        assert main(["run", str(tmp_path / "in"), "-o", str(out), "--backend", "cpu", "-q"]) == 4
+        err = capsys.readouterr().err
+        assert "is a file where gpu_dedup would make a directory" in err and "Traceback" not in err, err
+        assert sorted(p.name for p in out.iterdir()) == ["sub"] and (out / "sub").read_text() == "the user's file"
