@@ -384,7 +384,10 @@ class OutputDir:
         for name, rec in plan["previous"].items():
             if name in files or name == SUCCESS_NAME:
                 continue
-            if self._unchanged(name, rec):
+            if self._through_link(name):  # a directory the user replaced with a link: not ours to delete in
+                log.warning("%s was written by an earlier run but lies behind a symbolic link now; left in place",
+                            self.out / name)
+            elif self._unchanged(name, rec):
                 (self.out / name).unlink()
                 self._prune_dirs(name)
             elif os.path.lexists(self.out / name):
@@ -422,6 +425,11 @@ class OutputDir:
     def _roll_forward(self, manifest: dict) -> None:
         log.warning("finishing the interrupted commit of an earlier run in %s", self.out)
         self._apply(manifest)
+
+    def _through_link(self, name: str) -> bool:
+        """Whether a directory on the way from the output directory to ``name`` is a symbolic link."""
+        parts = Path(name).parts[:-1]
+        return any(os.path.islink(self.out / Path(*parts[:i + 1])) for i in range(len(parts)))
 
     def _prune_dirs(self, name: str) -> None:
         parent = (self.out / name).parent

@@ -439,3 +439,22 @@ def test_a_file_where_a_shards_subdirectory_goes_is_refused_before_anything_is_w
         err = capsys.readouterr().err
         assert "is a file where gpu_dedup would make a directory" in err and "Traceback" not in err, err
         assert sorted(p.name for p in out.iterdir()) == ["sub"] and (out / "sub").read_text() == "the user's file"
+
+
+def test_a_stale_output_behind_a_directory_the_user_replaced_with_a_link_is_left_in_place(tmp_path):
+    """Run 1 writes ``out/sub/b.jsonl``; the user moves ``out/sub`` to another disk and links it back; run 2
+    (without ``sub/b.jsonl``) deleted the moved file through the link, in the link's target."""
+    (tmp_path / "in" / "sub").mkdir(parents=True)
+    (tmp_path / "in" / "a.jsonl").write_text(json.dumps({"id": "a", "text": "one document " * 8}) + "\n")
+    (tmp_path / "in" / "sub" / "b.jsonl").write_text(json.dumps({"id": "b", "text": "another one " * 8}) + "\n")
+    out, moved = tmp_path / "out", tmp_path / "data" / "sub"
+    args = ["run", str(tmp_path / "in"), "-o", str(out), "--backend", "cpu", "-q"]
+    assert main(args) == 0
+    moved.parent.mkdir()
+    os.rename(out / "sub", moved)
+    (out / "sub").symlink_to(moved)
+    (tmp_path / "in" / "sub" / "b.jsonl").unlink()
+    (tmp_path / "in" / "sub").rmdir()
+    assert main(args) == 0
+    assert sorted(p.name for p in moved.iterdir()) == ["b.jsonl"]
+    assert (out / "sub").is_symlink()
