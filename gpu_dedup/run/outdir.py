@@ -337,7 +337,10 @@ class OutputDir:
         previous = self._owned(self._manifest())
         self._had_previous = bool(previous)  # what an interrupted publication leaves beside the new outputs
         plan = {"state": "committing", "fingerprint": fingerprint, "files": files,
-                "previous": {k: v for k, v in previous.items() if k not in files}}
+                "previous": {k: v for k, v in previous.items() if k not in files},
+                # what each output name holds now (the earlier run's file): a later run finishing this commit
+                # replaces only that, never a file put there meanwhile
+                "replaced": {k: v for k, v in previous.items() if k in files}}
         self._write_manifest(plan)
         maybe_crash("commit:planned")
         self._own_commit = True
@@ -424,7 +427,21 @@ class OutputDir:
 
     def _roll_forward(self, manifest: dict) -> None:
         log.warning("finishing the interrupted commit of an earlier run in %s", self.out)
+        if "replaced" in manifest:  # (a plan written before this record: as before)
+            for name, rec in manifest["files"].items():
+                if self._staged_exists(name) and self._stamp(name) is not None and \
+                        not self._as_recorded(name, manifest["replaced"].get(name), rec):
+                    raise OutputError(
+                        f"{str(self.out / name)!r} was put there after an interrupted run began publishing its "
+                        f"outputs; finishing that commit would overwrite it: move it away, then rerun")
         self._apply(manifest)
+
+    def _staged_exists(self, name: str) -> bool:
+        return (self.staging / name).is_file()
+
+    def _as_recorded(self, name: str, old: dict | None, new: dict) -> bool:
+        """Whether output ``name`` is the earlier run's file ``old`` (or, moved already, the new one)."""
+        return old is not None and self._unchanged(name, old)
 
     def _through_link(self, name: str) -> bool:
         """Whether a directory on the way from the output directory to ``name`` is a symbolic link."""

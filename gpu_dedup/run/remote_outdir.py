@@ -239,6 +239,18 @@ class RemoteOutputDir(OutputDir):
         put_bytes(self.out / SUCCESS_NAME, f"{plan['fingerprint']}\n".encode())
         return files
 
+    def _staged_exists(self, name: str) -> bool:
+        return _info(self.staging / name) is not None
+
+    def _as_recorded(self, name: str, old: dict | None, new: dict) -> bool:
+        """Whether object ``name`` is the earlier run's ``old``, or already the copy of this commit's ``new``."""
+        got = _info(self.out / name)
+        if got is None:
+            return True
+        if old is not None and _same(got, old):
+            return True
+        return digest(self.out / name) == {"size": new["size"], "sha256": new["sha256"]}
+
     def _stamp(self, name: str) -> dict | None:
         """Size and ETag (generation) of the object ``name``, or None when there is none."""
         got = _info(self.out / name)

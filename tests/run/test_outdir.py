@@ -458,3 +458,25 @@ def test_a_stale_output_behind_a_directory_the_user_replaced_with_a_link_is_left
     assert main(args) == 0
     assert sorted(p.name for p in moved.iterdir()) == ["b.jsonl"]
     assert (out / "sub").is_symlink()
+
+
+def test_a_file_put_at_an_output_name_during_an_interrupted_commit_is_not_overwritten_by_the_next_run(tmp_path,
+                                                                                                     capsys):
+    """A run killed after moving its first output; the user writes a file at another output name; the next run
+    finished the commit over it (exit 0, the user's file gone)."""
+    (tmp_path / "in").mkdir()
+    for n in "abc":
+        (tmp_path / "in" / f"{n}.jsonl").write_text(json.dumps({"id": n, "text": f"document {n} " * 8}) + "\n")
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "gpu_dedup", "run", str(tmp_path / "in"), "-o", str(out), "--backend", "cpu", "-q"]
+    env = dict(os.environ, GPU_DEDUP_FAULT="commit:renamed")
+    assert subprocess.run(args, env=env).returncode == -9
+    assert not (out / "c.jsonl").exists()
+    (out / "c.jsonl").write_text("the user's file")
+    assert main(args[3:]) == 4
+    err = capsys.readouterr().err
+    assert "c.jsonl" in err and "Traceback" not in err, err
+    assert (out / "c.jsonl").read_text() == "the user's file"
+    (out / "c.jsonl").unlink()  # moved away: the next run finishes the commit
+    assert main(args[3:]) == 0
+    assert (out / "c.jsonl").read_text() == (tmp_path / "in" / "c.jsonl").read_text()

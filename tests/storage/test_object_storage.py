@@ -509,3 +509,24 @@ def test_a_damaged_local_copy_of_a_healthy_index_is_copied_again(s3_server, buck
     put_bytes(f"{url}/seg-00000/docs.arrow", bytes(data))  # now the store's own file is damaged
     with pytest.raises(InputError, match=rf"the index at '{url}' is damaged .*also in a fresh copy"):
         open_index(url, CFG)
+
+
+def test_an_object_put_at_an_output_name_during_an_interrupted_commit_is_not_overwritten(s3_server, bucket, corpus):
+    """A run killed after copying its first output; the user puts an object at another output name; the next run
+    finished the commit over it (exit 0, the user's object gone).  A rerun over an earlier run's complete output,
+    killed the same way, is still finished by the next run."""
+    _upload(s3_server, bucket, corpus / "in", "crawl")
+    args = ("run", f"s3://{bucket}/crawl/", "-o", f"s3://{bucket}/out", "--backend", "cpu", "--id-column", "id")
+    assert _cli(*args, fault="commit:renamed").returncode == -signal.SIGKILL
+    assert "out/report.json" not in _keys(s3_server, bucket, "out/")
+    put_bytes(RemotePath(f"s3://{bucket}/out/report.json"), b"the user's object")
+    refused = _cli(*args)
+    assert refused.returncode == 4 and "report.json" in refused.stderr, refused.stderr
+    assert _get(s3_server, bucket, "out/report.json") == b"the user's object"
+    s3_server.client().delete_object(Bucket=bucket, Key="out/report.json")
+    assert _cli(*args).returncode == 0
+    _same_as_local(s3_server, bucket, "out", corpus / "local")
+    assert _cli(*args, fault="commit:renamed").returncode == -signal.SIGKILL  # over its own complete output
+    again = _cli(*args)
+    assert again.returncode == 0, again.stderr
+    _same_as_local(s3_server, bucket, "out", corpus / "local")
