@@ -240,7 +240,7 @@ class RemoteOutputDir(OutputDir):
         return files
 
     def _staged_exists(self, name: str) -> bool:
-        return _info(self.staging / name) is not None
+        return _info(RemotePath(str(self.staging / name))) is not None  # (staging is typed as a local Path)
 
     def _as_recorded(self, name: str, old: dict | None, new: dict) -> bool:
         """Whether object ``name`` is the earlier run's ``old``, or already the copy of this commit's ``new``."""
