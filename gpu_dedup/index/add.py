@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpu_dedup.errors import InputError
 from gpu_dedup.run import dataframes as frames
 from gpu_dedup.run.contract import one_process_only
 from gpu_dedup.run.dataframes import DedupResult
@@ -31,6 +32,10 @@ def add(index, frame, text: str = "text", id: str | None = None, config=None, **
     shard = frames.frame_shard(frame, kind, text, id, cfg)
     with index.writing():  # one writer at a time; what another writer appended meanwhile is matched too
         first = index.documents
+        if id is None and first and index.id_column is not None:  # row numbers stored among its ids
+            raise InputError(f"Index.add() without id= names the rows by number, but the index in "
+                             f"{str(index.path)!r} holds ids from column {index.id_column!r}; give id= the frame's "
+                             "column of those ids")
         if first == 0:  # the first documents name the index's id column
             index.manifest = {**index.manifest, "id_column": id}
         result = run_local([shard], None, cfg, prior=index, sink=index)

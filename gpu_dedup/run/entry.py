@@ -69,7 +69,7 @@ def run_dedup(inputs, output_dir, cfg: Config = Config(), *, restart: bool = Fal
                 held.enter_context(prior.writing())
             prior.check(cfg)
             cfg = prior.pinned(cfg)  # a cosine index's (bands, rows), not this run's own
-            _check_id_kind(prior, inputs, cfg)
+            _check_id_kind(prior, inputs, cfg, update_index)
             sink = prior if update_index else None
             if update_index:
                 source = _source(cfg, inputs)
@@ -140,18 +140,20 @@ def _source(cfg: Config, inputs) -> str | None:
     return run_fingerprint(cfg, shards)
 
 
-def _check_id_kind(prior: Index, inputs, cfg: Config) -> None:
+def _check_id_kind(prior: Index, inputs, cfg: Config, update_index: bool = False) -> None:
     """A run against an index names its documents' survivors by the index's ids: ids of another kind (int64
-    against an index of strings) are refused before anything runs (the shards' schemas say)."""
+    against an index of strings) are refused before anything runs (the shards' schemas say); so are row numbers
+    appended to an index of ids from a column (they would be stored among its ids, nothing telling them apart)."""
     theirs = prior.id_type
     if theirs is None:
         return
     if cfg.input.id_column is None:  # --no-id-column: the documents are named by row number (integers)
-        if storage.id_kind(theirs) != "integer":
+        if storage.id_kind(theirs) != "integer" or (update_index and prior.id_column is not None):
             raise InputError(
                 f"this run names documents by row number (--no-id-column), but the index in {str(prior.path)!r} "
-                f"holds {storage.id_kind(theirs)} ids in column {prior.id_column!r}; a run against an index names "
-                f"documents by ids of the index's kind: give --id-column with {storage.id_kind(theirs)} ids")
+                f"holds {storage.id_kind(theirs)} ids in column {prior.id_column!r}; a run "
+                f"{'appending to' if update_index else 'against'} an index names documents by ids of the index's "
+                f"kind: give --id-column with {storage.id_kind(theirs)} ids")
         return
     for shard in storage.discover(inputs, cfg.input.format, warn=False):  # one schema read per shard
         if shard.format == "memory":

@@ -20,3 +20,22 @@ def test_a_datasetdict_is_refused_naming_index_add():
     dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a b c"]})})
     with pytest.raises(InputError, match=r"^Index.add\(\) got a datasets.DatasetDict; .* e.g. Index.add\(ds\['train'\]\)"):
         add(object(), dd)
+
+
+def test_rows_without_ids_are_not_appended_among_an_indexs_ids(tmp_path):
+    """``Index.add(frame)`` without ``id=`` on an index of ids from a column stored the rows' numbers among those
+    ids, nothing telling them apart (or, for string ids, failed after the whole dedup)."""
+    import pandas as pd
+
+    from gpu_dedup.config import Config
+    from gpu_dedup.index import Index
+
+    docs = [f"document number {i} about a subject of its own, words {i} {i + 1} {i + 2}" for i in range(40)]
+    index = Index.create(tmp_path / "ix", Config())
+    index.add(pd.DataFrame({"id": range(1000, 1040), "text": docs}), id="id")
+    with pytest.raises(InputError, match=r"^Index.add\(\) without id= names the rows by number, but the index .* "
+                                         r"holds ids from column 'id'; give id="):
+        index.add(pd.DataFrame({"text": ["a new document of some words here"]}))
+    assert Index.open(tmp_path / "ix").documents == 40
+    assert index.add(pd.DataFrame({"id": [5000], "text": ["a new document of some words here"]}), id="id").kept.all()
+    assert Index.open(tmp_path / "ix").documents == 41

@@ -817,3 +817,10 @@ def test_no_id_column_against_an_index_of_string_ids_is_refused_before_it_runs(b
     err = capsys.readouterr().err
     assert "names documents by row number (--no-id-column)" in err and "holds string ids in column 'id'" in err
     assert not (tmp_path / "o2").exists() and Index.open(ix).documents == 800
+    before = Index.open(ints).documents  # row numbers appended among an index's integer ids: refused too
+    assert main(["run", str(batches / "b"), "-o", str(tmp_path / "o4"), "--against", ints, "--update-index",
+                 "--no-id-column"] + flags) == 3
+    assert "holds integer ids in column 'id'" in capsys.readouterr().err
+    assert not (tmp_path / "o4").exists() and Index.open(ints).documents == before
+    assert main(["run", str(batches / "b"), "-o", str(tmp_path / "o5"), "--against", ints,  # read only: allowed
+                 "--no-id-column"] + flags) == 0
