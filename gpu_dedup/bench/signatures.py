@@ -182,7 +182,16 @@ def permutation_families(keys: int = 1 << 20, num_perm: int = 128, repeats: int 
 
 
 def signature_stage(corpus: Path, num_perm: int = 128, shingle: str = "word", ngram: int = 5, repeats: int = 5) -> dict:
+    """Each tool's signatures of the corpus on one thread (Numba's threads of the calling thread set back after)."""
+    threads = numba.get_num_threads()
     numba.set_num_threads(1)
+    try:
+        return _signature_stage(corpus, num_perm, shingle, ngram, repeats)
+    finally:
+        numba.set_num_threads(threads)
+
+
+def _signature_stage(corpus: Path, num_perm: int, shingle: str, ngram: int, repeats: int) -> dict:
     cfg = Config(backend="cpu")
     texts = _read_corpus(corpus).column("text")
     strings = string_buffers(normalize(texts, cfg.normalize))

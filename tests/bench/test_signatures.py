@@ -15,7 +15,11 @@ def test_permutation_families_agree_on_their_definition():
 
 def test_tiny_run_writes_tables(tmp_path):
     pytest.importorskip("rensa")
+    import numba
+
+    threads = numba.get_num_threads()
     payload = signatures.bench_signatures(docs=300, repeats=1, results=tmp_path, workdir=tmp_path)
+    assert numba.get_num_threads() == threads  # the one-thread timing leaves the caller's threads as they were
     s = payload["signatures"]
     assert s["documents"] == 300 and s["num_perm"] == 128 and s["shingle"] == "word:5"
     ours, rensa = s["tools"]["gpu_dedup"], s["tools"]["rensa"]
