@@ -59,7 +59,7 @@ from gpu_dedup.run.sequence import (
     plan_run,
 )
 from gpu_dedup.run.stagelog import StageLog
-from gpu_dedup.stages.exact import NO_KEY
+from gpu_dedup.stages.exact import stored_keys
 from gpu_dedup.stages.families import Family, RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
 from gpu_dedup.stages.read import held_texts, hold_inputs, read, read_texts, spill_texts, text_bytes
@@ -634,8 +634,7 @@ class LocalExecutor:
         survivor[rows] = to_host(d["cluster"])
         c = centres[0]
         own = to_host(c["doc"]) >= first_doc  # centres among this run's documents
-        key = np.column_stack([to_host(k["k0"]), to_host(k["k1"]), to_host(k["k2"])])
-        key[np.asarray(to_host(docs[0]["null"]), bool), 0] = NO_KEY  # a null matches nothing (its key is "")
+        key = stored_keys(k, docs[0]["null"])
         return {"ids": self.ids([{"row": np.arange(n, dtype=np.int64)}])[0]["id"] if self.corpus.id_column else
                 arrow_array(first_doc + np.arange(n, dtype=np.int64)),
                 "kept": kept, "survivor": survivor,

@@ -17,6 +17,15 @@ from gpu_dedup.kernels.params import hash_params
 NO_KEY = np.uint64(2**64 - 1)  # exact-key length of a row that matches nothing (a vector without a direction)
 
 
+def stored_keys(keys: dict, null) -> np.ndarray:
+    """The exact keys an index stores (n x 3, host): ``keys``' k0, k1, k2, with a null row's (``null``: bool per
+    row, or None) set to match nothing: its key is the empty text's, which a dedup never matches to a null."""
+    key = np.column_stack([to_host(keys["k0"]), to_host(keys["k1"]), to_host(keys["k2"])])
+    if null is not None:
+        key[np.asarray(to_host(null), bool), 0] = NO_KEY
+    return key
+
+
 def exact_keys(texts, seed: int = 42, backend="cpu") -> np.ndarray:
     """(n, 3) uint64 keys: byte length, hash 1, hash 2."""
     params = hash_params(seed, 0)

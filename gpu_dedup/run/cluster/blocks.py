@@ -34,7 +34,7 @@ from gpu_dedup.backends.strings import StringBuffers, arrow_strings, string_buff
 from gpu_dedup.config import Config, parse_size
 from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.stages import frames
-from gpu_dedup.stages.exact import NO_KEY, exact_keys
+from gpu_dedup.stages.exact import exact_keys, stored_keys
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
 from gpu_dedup.stages.projections import NULL_ROW
@@ -742,9 +742,7 @@ def write_index_segment(data: BlockData, keys: dict, bands: dict, dup: dict, cen
         id_values = pa.array(first_doc + row0 + np.arange(n, dtype=np.int64), pa.int64())
     else:
         id_values = data.table.column("id").combine_chunks() if n else pa.array([], id_type)
-    key = np.column_stack([to_host(keys["k0"]), to_host(keys["k1"]), to_host(keys["k2"])])
-    if data.null is not None:
-        key[np.asarray(data.null, bool), 0] = NO_KEY  # a null matches nothing (its key is the empty text's)
+    key = stored_keys(keys, data.null)
     return writer(
         plan, ids=id_values, kept=kept, survivor=survivor,
         keys=key,
