@@ -347,31 +347,37 @@ def _codec_arg(codec):
 def _write_group(writer, pieces: list) -> None:
     """One row group of the rows of ``pieces`` (tables, emptied by this call), each column one array."""
     schema = pieces[0].schema
-    if not _dictionaries_fit(schema, pieces):  # each record batch its own row group, as the input's row groups were
+    dictionaries = _joined_dictionaries(schema, pieces)
+    if dictionaries is None:  # each record batch its own row group, as the input's row groups were
         for batch in (b for t in pieces for b in t.to_batches()):
             writer.write_batch(batch)
         pieces.clear()
         return
-    columns = [[c for t in pieces for c in t.column(i).chunks] for i in range(len(schema))]
+    columns = [[c for t in pieces for c in t.column(i).chunks] if i not in dictionaries else None
+               for i in range(len(schema))]
     pieces.clear()
     arrays = []
     for i, field in enumerate(schema):  # one step per column
+        if i in dictionaries:
+            arrays.append(dictionaries.pop(i))
+            continue
         chunks, columns[i] = columns[i], None
         arrays.append(_one_array(chunks, field.type))
     writer.write_table(pa.Table.from_arrays(arrays, schema=schema), row_group_size=max(1, len(arrays[0])))
 
 
-def _dictionaries_fit(schema: pa.Schema, pieces: list) -> bool:
-    """Whether the values of each dictionary column of ``pieces`` fit its index type together: a row group is
-    read back as one dictionary of that type (pandas' int8 codes, each batch written with its own categories,
-    can hold more values in all than 127)."""
+def _joined_dictionaries(schema: pa.Schema, pieces: list) -> dict | None:
+    """Each dictionary column of ``pieces`` as one array, by column number; None where the values of one do not
+    fit its index type together: a row group is read back as one dictionary of that type (pandas' int8 codes,
+    each batch written with its own categories, can hold more values in all than 127)."""
+    joined = {}
     for i, field in enumerate(schema):
         if pa.types.is_dictionary(field.type):
             try:
-                pa.concat_arrays([c for t in pieces for c in t.column(i).chunks])
+                joined[i] = pa.concat_arrays([c for t in pieces for c in t.column(i).chunks])
             except pa.ArrowInvalid:
-                return False
-    return True
+                return None
+    return joined
 
 
 def _one_array(chunks: list, type_: pa.DataType) -> pa.Array:
