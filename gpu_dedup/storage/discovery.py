@@ -411,7 +411,7 @@ def discover(inputs, fmt: str = "auto", warn: bool = True) -> Shards:
             )
         if name in names:
             continue  # the same file named twice
-        real = os.path.realpath(path)
+        real = path if is_url(path) else os.path.realpath(path)  # a key is exact: realpath would fold '//'
         if real in reals:  # one file reached twice (e.g. through a link to its directory): read once
             skipped.append({"path": path, "reason": f"the same file as {reals[real]!r}, which is read"})
             continue

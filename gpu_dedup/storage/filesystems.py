@@ -119,7 +119,7 @@ def filesystem(url: str):
 
 
 def _join(url: str, name: str) -> str:
-    return url.rstrip("/") + "/" + name.lstrip("/")
+    return url + "/" + name
 
 
 @dataclass(frozen=True)
@@ -131,16 +131,31 @@ class RemoteStat:
 
 class RemotePath:
     """A URL with the pathlib methods gpu_dedup uses on output and checkpoint paths (see the module doc).
-    An object store has no directories: a "directory" is the prefix of the objects under it."""
+    An object store has no directories: a "directory" is the prefix of the objects under it.
+
+    **Keys are exact.**  An object store's key may hold ``//`` (``crawl//part-0.parquet``) or start with
+    ``/``; such a key is another object than the one without, so a URL is never normalized: only one
+    trailing ``/`` is dropped (``s3://b/out/`` is the prefix ``out``, as a local ``out/`` is the
+    directory ``out``).  A URL that still ends in ``/`` after that (``s3://b/out//``: the prefix whose
+    last component is empty) is refused (ConfigError): ``str()`` could not give it back, and it is
+    almost always a typo for ``s3://b/out/``.  ``parent`` skips empty components (the parent of
+    ``crawl//x`` is ``crawl``), as a local path's does; ``/`` and :meth:`relative_to` are exact."""
 
     __slots__ = ("url",)
-    url: str  # the normalized URL (set once, in __init__)
+    url: str  # the URL, exactly as given less one trailing slash (set once, in __init__)
 
     def __init__(self, url: str):
-        url = str(url)
+        url = url.url if isinstance(url, RemotePath) else str(url)
         proto = protocol(url)
         rest = url[len(proto) + 3:]
-        rest = re.sub("/+", "/", rest).rstrip("/")
+        if rest.endswith("/"):
+            rest = rest[:-1]
+        if rest.endswith("/"):
+            fixed = f"{proto}://{rest.rstrip('/')}/"
+            raise ConfigError(f"{url!r} ends in '//': it would name the prefix {rest!r} whose last path component "
+                              f"is empty (object keys are used exactly as given, '//' included), which gpu_dedup "
+                              f"cannot use as a directory; write it with one trailing slash ({fixed!r}) or name a "
+                              "prefix below it")
         object.__setattr__(self, "url", f"{proto}://{rest}")
 
     def __setattr__(self, *_):  # immutable, as pathlib paths are
@@ -173,7 +188,7 @@ class RemotePath:
     @property
     def parent(self) -> "RemotePath":
         proto, rest = self.url.split("://", 1)
-        head = posixpath.dirname(rest)
+        head = rest.rsplit("/", 1)[0].rstrip("/") if "/" in rest else ""  # empty components skipped
         return RemotePath(f"{proto}://{head or rest}")
 
     @property
@@ -218,10 +233,7 @@ class RemotePath:
 
     def is_dir(self) -> bool:
         """Whether objects lie under this prefix (an object store's directory)."""
-        try:
-            return bool(self.fs.ls(self.key, detail=False))
-        except (FileNotFoundError, NotADirectoryError):
-            return False
+        return bool(list_objects(self.url + "/"))
 
     def is_symlink(self) -> bool:
         return False
@@ -233,13 +245,11 @@ class RemotePath:
         return _stat(info)
 
     def glob(self, pattern: str) -> list:
-        """Objects directly under this prefix whose names match ``pattern`` (no ``**``)."""
-        try:
-            names = self.fs.ls(self.key, detail=False)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        return [self / posixpath.basename(n) for n in sorted(names)
-                if fnmatch.fnmatchcase(posixpath.basename(n.rstrip("/")), pattern)]
+        """Objects and prefixes directly under this prefix (keys exactly: ``crawl//x`` is under the prefix
+        ``crawl/``'s empty-named one, not under ``crawl``) whose names match ``pattern`` (no ``**``)."""
+        root = self.key + "/"
+        names = sorted({k[len(root):].split("/", 1)[0] for k in list_objects(self.url + "/")})
+        return [self / n for n in names if n and fnmatch.fnmatchcase(n, pattern)]
 
     def iterdir(self) -> list:
         return self.glob("*")
@@ -387,13 +397,55 @@ def input_size(url: str, shown: str) -> int:
     return int(got.get("size") or 0)
 
 
+def list_objects(prefix: str) -> dict:
+    """Every object whose key starts with ``prefix`` exactly (a URL; ``s3://b/crawl/`` lists ``crawl/x`` and
+    ``crawl//y``, ``s3://b/crawl//`` only ``crawl//y``): path in the file system (``bucket/key``) -> the store's
+    info.  fsspec's listings drop a path's trailing and (S3) leading slashes, so a prefix holding ``//`` would
+    list other keys: S3 is listed by its exact prefix, other stores from the prefix less its trailing slashes,
+    and every store's answer is kept to the keys that start with ``prefix``."""
+    fs, stripped = filesystem(prefix)
+    proto = protocol(prefix)
+    exact = stripped + prefix[len(prefix.rstrip("/")):]  # the trailing slashes _strip_protocol took
+    try:
+        if proto in ("s3", "s3a") and "/" in exact:
+            bucket, _, sub = exact.partition("/")
+            found = fs.find(bucket, prefix=sub, detail=True) if sub else fs.find(bucket, detail=True)
+        else:
+            found = fs.find(exact.rstrip("/") or exact, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {k: v for k, v in found.items() if k.startswith(exact) and v.get("type") == "file"}
+
+
+def output_name(rel: str) -> str:
+    """The output name of a shard found at key ``rel`` below an input prefix: its path components less the empty
+    ones (``//`` in a key), so that it is a relative path in any output directory, local or not (a leading
+    ``/`` would make a local output path absolute).  Two keys that give one name are refused by discovery."""
+    return "/".join(p for p in rel.split("/") if p)
+
+
+def _glob_match(parts: list, pats: list) -> bool:
+    """Whether key components ``parts`` match pattern components ``pats`` (``**``: any number of components,
+    none too; an empty component is a component, as the store has it)."""
+    if not pats:
+        return not parts
+    if pats[0] == "**":
+        return any(_glob_match(parts[i:], pats[1:]) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], pats[0]) and _glob_match(parts[1:], pats[1:])
+
+
 def remote_inputs(item: str, is_shard_name, skipped, skipped_list=None, run_markers=None) -> list[tuple[str, str]]:
     """(URL, relative output name) of the shards an input URL names: the object itself; every shard
     object under a prefix (names starting with ``.`` or ``_`` skipped at any level); or a glob's
     matches (relative to the pattern's static prefix).  ``run_markers`` (manifest name, work directory
     name, reason, a run's own files, their reason): a prefix below the one given that holds a gpu_dedup
     run's outputs is skipped and appended to ``skipped_list`` with the reason, and so are, in the prefix
-    given when it is one, the run's own files."""
+    given when it is one, the run's own files.
+
+    Keys are used exactly as the store has them (``//`` and a leading ``/`` included, see
+    :class:`RemotePath`): ``s3://b/crawl`` and ``s3://b/crawl/`` are the prefix ``crawl/``,
+    ``s3://b/crawl//`` the prefix ``crawl//``; a pattern's components match the key's, ``**`` any number
+    of them.  Output names are the keys below the prefix less empty components (:func:`output_name`)."""
     fs, key = filesystem(item)
     proto = protocol(item)
     skipped_list = [] if skipped_list is None else skipped_list
@@ -402,16 +454,16 @@ def remote_inputs(item: str, is_shard_name, skipped, skipped_list=None, run_mark
         return f"{proto}://{k.lstrip('/')}"
 
     def outside_runs(keys: list, base: str, runs: set) -> list:
-        """``keys`` less those below a run's output prefix under ``base`` (listed once each) and, when ``base``
-        is one, less its own tables."""
+        """``keys`` less those below a run's output prefix under ``base`` (a directory's key, no trailing
+        slash; listed once each) and, when ``base`` is one, less its own tables."""
         if run_markers is None:
             return keys
         reason, own = run_markers[2], run_markers[3]
         kept, named = [], set()
         for k in keys:
-            parts = posixpath.relpath(k, base).split("/")
-            under = next((posixpath.join(base, *parts[:i]) for i in range(1, len(parts))
-                          if posixpath.join(base, *parts[:i]) in runs), None)
+            parts = k[len(base) + 1:].split("/")
+            under = next((base + "/" + "/".join(parts[:i]) for i in range(1, len(parts))
+                          if base + "/" + "/".join(parts[:i]) in runs), None)
             if under is not None:
                 if under not in named:
                     named.add(under)
@@ -437,36 +489,31 @@ def remote_inputs(item: str, is_shard_name, skipped, skipped_list=None, run_mark
                 found.add("/".join(parts[:-1]))
         return found
 
+    def shown(k: str, base: str) -> bool:
+        return not any(skipped(p) for p in k[len(base) + 1:].split("/"))
+
     try:
         if _glob.has_magic(key):
             static = key[: min(key.index(c) for c in "*?[" if c in key)]
-            base = static if static.endswith("/") else posixpath.dirname(static)
-            base = base.rstrip("/")
-            try:
-                hits = fs.glob(key, detail=True)
-            except ValueError as exc:  # e.g. '**' inside a path component
-                raise InputError(f"input pattern {item!r} is not a pattern the store can expand ({exc}); write "
-                                 "'**' as a whole path component, e.g. s3://bucket/crawl/**/*.parquet") from None
-            files = sorted(k for k, v in hits.items() if v.get("type") == "file"
-                           and not any(skipped(p) for p in posixpath.relpath(k, base).split("/")))
-            if run_markers is not None and files:  # which directories on the way hold a run's outputs
-                dirs = {base} | {posixpath.join(base, *posixpath.relpath(k, base).split("/")[:i])
-                                 for k in files for i in range(1, len(posixpath.relpath(k, base).split("/")))}
-                runs = {d for d in sorted(dirs) if any(_info_or_none(fs, posixpath.join(d, m)) is not None
-                                                       for m in run_markers[:2])}
-                files = outside_runs(files, base, runs)
+            base = static[: static.rfind("/")]  # the directory the pattern's matches are named from
+            pats = key[len(base) + 1:].split("/")
+            if any("**" in p and p != "**" for p in pats):  # as fsspec's glob refused it
+                raise InputError(f"input pattern {item!r} is not a pattern the store can expand ('**' inside a path "
+                                 "component); write '**' as a whole path component, e.g. "
+                                 "s3://bucket/crawl/**/*.parquet")
+            found = list_objects(f"{proto}://{base}/")
+            files = sorted(k for k in found if _glob_match(k[len(base) + 1:].split("/"), pats) and shown(k, base))
+            files = outside_runs(files, base, runs_in(found))
             if not files:
                 raise InputError(f"input pattern {item!r} matches no objects (names starting with . or _ are "
                                  "skipped, as are the outputs of gpu_dedup runs)")
-            return [(url(k), posixpath.relpath(k, base)) for k in files]
+            return [(url(k), output_name(k[len(base) + 1:])) for k in files]
         got = _info_or_none(fs, key)
         if got is not None and got.get("type") == "file" and not item.endswith("/"):
             return [(url(key), posixpath.basename(key))]
-        root = key.rstrip("/")
-        found = fs.find(root, detail=False)
-        files = sorted(k for k in found
-                       if is_shard_name(posixpath.basename(k))
-                       and not any(skipped(p) for p in posixpath.relpath(k, root).split("/")))
+        root = key + item[len(item.rstrip("/")):][1:]  # s3://b/crawl/ -> b/crawl, s3://b/crawl// -> b/crawl/
+        found = list_objects(f"{proto}://{root}/")
+        files = sorted(k for k in found if is_shard_name(posixpath.basename(k)) and shown(k, root))
         files = outside_runs(files, root, runs_in(found))
         if not files:
             if not found and got is None:
@@ -475,11 +522,21 @@ def remote_inputs(item: str, is_shard_name, skipped, skipped_list=None, run_mark
                                  "URL")
             raise InputError(f"input prefix {item!r} holds no .parquet, .jsonl[.gz] or .arrow objects (nor .pq, "
                              ".json, .ndjson; names starting with . or _ are skipped); point at the shard prefix")
-        return [(url(k), posixpath.relpath(k, root)) for k in files]
+        return [(url(k), output_name(k[len(root) + 1:])) for k in files]
     except InputError:
         raise
     except _store_errors() as exc:
         raise remote_error(item, exc, reading=True) from None
+
+
+def input_prefix(item: str) -> str:
+    """The exact key prefix (a URL ending in ``/``) of the objects an input URL may read: ``s3://b/crawl`` and
+    ``s3://b/crawl/`` -> ``s3://b/crawl/``, ``s3://b/crawl//`` -> ``s3://b/crawl//`` (see :func:`remote_inputs`;
+    a glob's static part up to its last ``/``)."""
+    if _glob.has_magic(item):
+        static = item[: min(item.index(c) for c in "*?[" if c in item)]
+        return static[: static.rfind("/") + 1]
+    return item if item.endswith("/") else item + "/"
 
 
 def _info_or_none(fs, key):
@@ -645,10 +702,21 @@ def remove_tree(path, missing_ok: bool = True) -> None:
             if not missing_ok:
                 raise
         return
-    fs, key = filesystem(str(path))
+    url = str(RemotePath(str(path)))
+    fs, _ = filesystem(url)
     try:
-        if fs.find(key.rstrip("/") + "/", detail=False):
-            fs.rm(key.rstrip("/") + "/", recursive=True)
+        keys = sorted(list_objects(url + "/"))  # exactly the keys under it: fsspec's rm(recursive) would drop
+        if protocol(url) in ("s3", "s3a"):       # a leading / (S3) and so delete another prefix's objects
+            for lo in range(0, len(keys), 1000):  # one request per 1000 objects, each key exactly
+                bucket = keys[lo].split("/", 1)[0]
+                batch = [{"Key": k.split("/", 1)[1]} for k in keys[lo: lo + 1000]]
+                got = fs.call_s3("delete_objects", Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+                if got.get("Errors"):
+                    e = got["Errors"][0]
+                    raise OSError(f"{e.get('Code')}: {e.get('Message')} ({e.get('Key')})")
+        else:
+            for k in keys:
+                fs.rm_file(k)
     except FileNotFoundError:
         pass
     except _store_errors() as exc:
@@ -680,6 +748,6 @@ def table_bytes(write) -> pa.Buffer:
     return sink.getvalue()
 
 
-__all__ = ["is_url", "as_path", "local_path", "RemotePath", "RemoteStat", "filesystem", "source", "read_buffer",
+__all__ = ["list_objects", "output_name", "input_prefix", "is_url", "as_path", "local_path", "RemotePath", "RemoteStat", "filesystem", "source", "read_buffer",
            "put_bytes", "put_exclusive", "digest", "copy", "remove_tree", "abort_uploads", "remote_inputs",
            "input_size", "remote_error", "info", "read_range", "table_bytes", "open_stream"]
