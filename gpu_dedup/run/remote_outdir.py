@@ -67,7 +67,9 @@ from gpu_dedup.storage.filesystems import (
     copy,
     digest,
     filesystem,
+    input_prefix,
     is_url,
+    list_objects,
     protocol,
     put_bytes,
     put_exclusive,
@@ -129,11 +131,13 @@ class RemoteOutputDir(OutputDir):
         except Exception as exc:  # noqa: BLE001 - a missing bucket, denied access: one message
             raise remote_error(out.url, exc, reading=False) from None
         for item in map(str, self.inputs):  # strings here (see __init__)
-            if is_url(item) and not any(c in item for c in "*?["):
-                prefix = RemotePath(item)
-                if out == prefix or out.url.startswith(prefix.url + "/"):
-                    raise OutputError(f"output directory {out.url!r} is inside the input prefix {item!r}: a later run "
-                                      "would read its outputs as inputs; choose an output outside the inputs")
+            # keys are exact (no '//' folded): the output's objects are read back by a later run of this input
+            # when their keys start with the key prefix the input lists (s3://b/crawl/ lists crawl//x too;
+            # s3://b/crawl// does not list crawl/out/).  A glob is not checked: what it matches is its own
+            # (a run's outputs below it are skipped by discovery, as they are below a prefix)
+            if is_url(item) and not any(c in item for c in "*?[") and (out.url + "/").startswith(input_prefix(item)):
+                raise OutputError(f"output directory {out.url!r} is inside the input prefix {item!r}: a later run "
+                                  "would read its outputs as inputs; choose an output outside the inputs")
         reserved = set(self.published) | set(BOOKKEEPING)
         for s in self.shards:
             if s.format == "memory":
@@ -332,10 +336,5 @@ def _info(path: RemotePath):
 
 def _listing_under(prefix: RemotePath) -> dict:
     """The objects under ``prefix``: name relative to it -> the store's info."""
-    fs, key = filesystem(prefix.url)
-    root = key.rstrip("/") + "/"
-    try:
-        found = fs.find(root, detail=True)
-    except FileNotFoundError:
-        return {}
-    return {k[len(root):]: v for k, v in found.items() if k.startswith(root) and v.get("type") == "file"}
+    root = prefix.key + "/"  # exactly: an output prefix s3://b/x//o lists x//o/..., never x/o/...
+    return {k[len(root):]: v for k, v in list_objects(prefix.url + "/").items()}
