@@ -66,3 +66,33 @@ def test_hub_paths_without_huggingface_hub_name_the_install(tmp_path, monkeypatc
     assert "hf://datasets/user/corpus/" in err and "pip install huggingface_hub" in err, err
     assert "pip install 'gpu_dedup[hf]'" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_remote_path_keys_are_kept_exactly():
+    """An object store's key may hold '//' or start with '/': another object than the one without.  RemotePath
+    folded runs of slashes (re.sub('/+', '/')), so such an input was read as a missing key and an output
+    prefix s3://b/x//o/ was written to x/o/.  Only one trailing slash is dropped (the prefix)."""
+    from gpu_dedup.errors import ConfigError
+    from gpu_dedup.storage.filesystems import RemotePath
+
+    p = RemotePath("s3://bkt/crawl//part-0.parquet")
+    assert str(p) == "s3://bkt/crawl//part-0.parquet" and p.key == "bkt/crawl//part-0.parquet"
+    assert p != RemotePath("s3://bkt/crawl/part-0.parquet") and p.name == "part-0.parquet"
+    assert str(RemotePath("s3://bkt//lead/")) == "s3://bkt//lead" and RemotePath("s3://bkt//lead").key == "bkt//lead"
+    assert RemotePath("s3://bkt/out/") == RemotePath("s3://bkt/out") == RemotePath(RemotePath("s3://bkt/out/"))
+    x = RemotePath("s3://bkt/x//o")
+    assert str(x / "a/b.parquet") == "s3://bkt/x//o/a/b.parquet" and RemotePath(str(x)) == x  # round trip
+    assert (x / "a.parquet").relative_to(x) == "a.parquet"
+    assert RemotePath("s3://bkt/crawl//a").relative_to(RemotePath("s3://bkt/crawl")) == "/a"
+    with pytest.raises(ValueError):  # /lead/a is not under the prefix lead
+        RemotePath("s3://bkt//lead/a").relative_to(RemotePath("s3://bkt/lead"))
+    assert (x / "a.parquet").parent == x and RemotePath("s3://bkt/crawl//a").parent == RemotePath("s3://bkt/crawl")
+    with pytest.raises(ConfigError, match=r"ends in '//'.*'s3://bkt/out/'"):  # problem, value, fix
+        RemotePath("s3://bkt/out//")
+    # what an input URL lists, and the output name of a key below it
+    from gpu_dedup.storage.filesystems import input_prefix, output_name
+
+    assert input_prefix("s3://bkt/crawl") == input_prefix("s3://bkt/crawl/") == "s3://bkt/crawl/"
+    assert input_prefix("s3://bkt/crawl//") == "s3://bkt/crawl//"
+    assert input_prefix("s3://bkt/crawl//*.parquet") == "s3://bkt/crawl//"
+    assert output_name("/a.parquet") == "a.parquet" and output_name("sub//b.jsonl") == "sub/b.jsonl"
