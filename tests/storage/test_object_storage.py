@@ -530,3 +530,109 @@ def test_an_object_put_at_an_output_name_during_an_interrupted_commit_is_not_ove
     again = _cli(*args)
     assert again.returncode == 0, again.stderr
     _same_as_local(s3_server, bucket, "out", corpus / "local")
+
+
+def _kept_and_duplicates(where) -> tuple:
+    """The kept rows of each output shard and the duplicates table of a run's outputs (a local directory or a
+    prefix URL)."""
+    from gpu_dedup.storage.filesystems import source
+
+    def read(name):
+        if isinstance(where, Path):
+            return (where / name).read_bytes() if name.endswith(".jsonl") else pq.read_table(where / name)
+        url = f"{where}/{name}"
+        return filesystems.read_buffer(url).to_pybytes() if name.endswith(".jsonl") else pq.read_table(source(url))
+
+    return tuple(read(n) for n in OUTPUTS)
+
+
+def test_keys_holding_double_slashes_are_read_as_the_store_has_them(s3_server, bucket, corpus):
+    """Keys crawl//part-0.parquet (and /lead/..., a key starting with '/') were folded to crawl/part-0.parquet,
+    a missing key: the run stopped (exit 3, "does not exist").  Given as a prefix, a glob or one by one, and
+    written to an output prefix holding '//', the outputs are those of the same corpus under plain keys."""
+    _upload(s3_server, bucket, corpus / "in", "crawl/")  # keys crawl//extra.jsonl, crawl//part-00000.parquet, ...
+    _upload(s3_server, bucket, corpus / "in", "/lead")  # keys /lead/extra.jsonl, ...
+    assert _keys(s3_server, bucket, "crawl/")[0] == "crawl//extra.jsonl"
+    reference = _kept_and_duplicates(corpus / "local")
+    names = ("extra.jsonl", "part-00000.parquet", "part-00001.parquet")
+    for given in ([f"s3://{bucket}/crawl/"], [f"s3://{bucket}/crawl//"], [f"s3://{bucket}/crawl//*"],
+                  [f"s3://{bucket}/crawl//{n}" for n in names], [f"s3://{bucket}//lead/"]):
+        got = run_dedup(given, corpus / "slashes", CFG)
+        assert sorted(s.path for s in got.shards) == sorted(
+            f"s3://{bucket}/{'/lead/' if 'lead' in given[0] else 'crawl//'}{n}" for n in names), given
+        out = _kept_and_duplicates(corpus / "slashes")
+        for name, a, b in zip(OUTPUTS, out, reference):
+            assert a == b if isinstance(a, bytes) else a.equals(b), (given, name)
+    # an output prefix holding '//' is used exactly: its objects are x//o/..., nothing is written to x/o/
+    run_dedup(f"s3://{bucket}/crawl/", f"s3://{bucket}/x//o/", CFG)
+    assert _keys(s3_server, bucket, "x/o") == []
+    assert {k for k in _keys(s3_server, bucket, "x//o/")} >= {f"x//o/{n}" for n in (*OUTPUTS, "_SUCCESS")}
+    for name, a, b in zip(OUTPUTS, _kept_and_duplicates(f"s3://{bucket}/x//o"), reference):
+        assert a == b if isinstance(a, bytes) else a.equals(b), name
+    assert not [k for k in _keys(s3_server, bucket, "x//o/") if ".gpu_dedup_checkpoint" in k]  # staged: removed
+    with pytest.raises(ConfigError, match="ends in '//'"):  # the prefix whose last component is empty: refused
+        run_dedup(f"s3://{bucket}/crawl/", f"s3://{bucket}/out//", CFG)
+    assert _keys(s3_server, bucket, "out/") == []
+
+
+def test_discovery_lists_keys_holding_double_slashes_exactly(s3_server, bucket):
+    for key in ("c//a.parquet", "c/b.parquet", "c//sub//d.jsonl", "c/x//f.parquet", "/c/e.parquet",
+                "c//_tmp/y.parquet"):
+        put_bytes(f"s3://{bucket}/{key}", b"{}\n" if key.endswith("jsonl") else b"PAR1")
+    u = f"s3://{bucket}/"
+
+    def found(given):
+        return [(s.name, s.path[len(u):]) for s in discover(given)]
+
+    assert found(u + "c/") == found(u + "c") == [  # in key order
+        ("a.parquet", "c//a.parquet"), ("sub/d.jsonl", "c//sub//d.jsonl"), ("b.parquet", "c/b.parquet"),
+        ("x/f.parquet", "c/x//f.parquet")]
+    assert found(u + "c//") == [("a.parquet", "c//a.parquet"), ("sub/d.jsonl", "c//sub//d.jsonl")]
+    assert found(u + "/c/") == [("e.parquet", "/c/e.parquet")]  # a key starting with '/' is not c/e.parquet
+    assert found(u + "c//*.parquet") == [("a.parquet", "c//a.parquet")]
+    assert found(u + "c/*.parquet") == [("b.parquet", "c/b.parquet")]
+    assert found(u + "c/**/*.parquet") == [("a.parquet", "c//a.parquet"), ("b.parquet", "c/b.parquet"),
+                                           ("x/f.parquet", "c/x//f.parquet")]
+    assert found(u + "c//a.parquet") == [("a.parquet", "c//a.parquet")]
+    with pytest.raises(InputError, match="does not exist"):
+        discover(u + "c/a.parquet")
+    # two keys that differ by '//' only would be written under one name: refused, never one read for the other
+    put_bytes(f"s3://{bucket}/c/a.parquet", b"PAR1")
+    with pytest.raises(InputError, match="under the same name 'a.parquet'"):
+        discover(u + "c/")
+    assert found(u + "c/a.parquet") == [("a.parquet", "c/a.parquet")]
+    assert found([u + "c/a.parquet", u + "c//sub//d.jsonl"]) == [("a.parquet", "c/a.parquet"),
+                                                                 ("d.jsonl", "c//sub//d.jsonl")]
+
+
+def test_prefixes_that_differ_by_double_slashes_overlap_only_as_their_keys_do(s3_server, bucket, corpus):
+    """'The output must not be inside the input' and 'a run owns only what it creates' on exact keys: folding
+    '//' made s3://b/crawl// (keys crawl//...) hold s3://b/crawl/out, and s3://b/x//o the prefix s3://b/x/o
+    whose manifest (of another run) made x/o's objects its own."""
+    _upload(s3_server, bucket, corpus / "in", "crawl/")  # crawl//...
+    _upload(s3_server, bucket, corpus / "in", "plain")
+    # overlapping though spelled differently: crawl/ lists crawl//out/...
+    with pytest.raises(OutputError, match="inside the input prefix"):
+        run_dedup(f"s3://{bucket}/crawl/", f"s3://{bucket}/crawl//out", CFG)
+    # not overlapping though they fold to one: crawl// does not list crawl/out/
+    run_dedup(f"s3://{bucket}/crawl//", f"s3://{bucket}/crawl/out", CFG)
+    assert [s.path for s in discover(f"s3://{bucket}/crawl//")] == [
+        f"s3://{bucket}/crawl//{n}" for n in ("extra.jsonl", "part-00000.parquet", "part-00001.parquet")]
+    # a run in x/o does not own x//o: an object there it did not write stops the run, untouched
+    run_dedup(f"s3://{bucket}/plain/", f"s3://{bucket}/x/o", CFG)
+    put_bytes(f"s3://{bucket}/x//o/duplicates.parquet", b"someone else's")
+    with pytest.raises(OutputError, match="was not written by gpu_dedup"):
+        run_dedup(f"s3://{bucket}/plain/", f"s3://{bucket}/x//o", CFG)
+    assert _get(s3_server, bucket, "x//o/duplicates.parquet") == b"someone else's"
+    # and a run in //lead/o (keys /lead/o/...) neither refuses nor touches lead/o's objects
+    put_bytes(f"s3://{bucket}/lead/o/duplicates.parquet", b"someone else's")
+    put_bytes(f"s3://{bucket}/lead/o/.gpu_dedup_checkpoint/keep", b"someone else's")
+    run_dedup(f"s3://{bucket}/plain/", f"s3://{bucket}//lead/o", CFG)
+    assert _keys(s3_server, bucket, "lead/") == ["lead/o/.gpu_dedup_checkpoint/keep", "lead/o/duplicates.parquet"]
+    assert "/lead/o/_SUCCESS" in _keys(s3_server, bucket, "/lead/")
+    # removing a prefix removes exactly its keys (fsspec's rm would strip the leading '/': lead/o/...)
+    filesystems.remove_tree(f"s3://{bucket}//lead/o/.gpu_dedup_checkpoint")
+    put_bytes(f"s3://{bucket}//lead/o/.gpu_dedup_checkpoint/x", b"ours")
+    filesystems.remove_tree(f"s3://{bucket}//lead/o/.gpu_dedup_checkpoint")
+    assert _keys(s3_server, bucket, "/lead/o/.gpu_dedup_checkpoint/") == []
+    assert _get(s3_server, bucket, "lead/o/.gpu_dedup_checkpoint/keep") == b"someone else's"
