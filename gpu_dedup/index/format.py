@@ -25,6 +25,8 @@ LOCK = ".gpu_dedup_index.lock"  # held (flock) by the one process that writes th
 MANIFEST_DIGEST = "manifest_sha256"  # SHA-256 of the manifest's other keys (canonical JSON)
 CHECKSUMS = "checksums"  # segment -> file -> {"size", "sha256"}, recorded when the segment was written
 SOURCES = "sources"  # segment -> run fingerprint of the inputs and config that appended it
+SPLIT_CHAINS = "split_chains"  # select.split_chains of the runs that decided the index's documents (absent: an
+# index written before it was recorded; its first append records it)
 SEGMENT_NAME = re.compile(r"seg-\d{5}")
 
 
@@ -70,6 +72,8 @@ def check_manifest(manifest: dict) -> None:
     for key in ("id_column", "vector_column"):
         if manifest.get(key) is not None and not isinstance(manifest[key], str):
             raise ValueError(f"{key} = {manifest[key]!r} is not a column name")
+    if SPLIT_CHAINS in manifest and not isinstance(manifest[SPLIT_CHAINS], bool):
+        raise ValueError(f"{SPLIT_CHAINS} = {manifest[SPLIT_CHAINS]!r} is not true or false")
     t = manifest.get("threshold", 0.5)
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
         raise ValueError(f"threshold = {t!r} is not a number in (0, 1]")

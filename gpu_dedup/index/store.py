@@ -2,9 +2,10 @@
 
 Layout of an index directory (format ``gpu_dedup-index``, version 2)::
 
-    manifest.json          format, format_version, fingerprint, config, documents, segments,
-                           checksums (size + SHA-256 of every segment file), sources (the run
-                           fingerprint of the inputs that appended each segment), manifest_sha256
+    manifest.json          format, format_version, fingerprint, config, threshold, split_chains,
+                           documents, segments, checksums (size + SHA-256 of every segment file),
+                           sources (the run fingerprint of the inputs that appended each segment),
+                           manifest_sha256
     .gpu_dedup_index.lock  held (flock) by the one run that appends to or builds the index
     seg-00000/docs.arrow   doc, id, kept, survivor, key_len, key_h1, key_h2, text[, signature]
     seg-00000/bands.arrow  band, hash, doc   (sorted by band, hash, doc)
@@ -35,6 +36,14 @@ as a full dedup of everything would (see ``tests/test_index.py``).
 
 The fingerprint covers what changes hash values and matching (normalize,
 minhash, bands x rows); an index opened with another config fails at once.
+``split_chains`` records ``select.split_chains``, how the index's clusters were
+decided: a run with the other value would remove by another rule than the one
+the index's documents were removed by (the combined result follows neither;
+``tools/index_settings_experiment.py``), so it is refused too.  An index written
+before it was recorded is run against with a warning, and its first append
+records the appending run's value.  ``select.keep`` is not recorded: a run with
+another policy ranks its new documents by it, indexed documents first, which
+is one ranking of all the documents (what ``keep: score`` gives with such a score).
 
 An index of ``similarity: cosine`` (the manifest's ``similarity``; absent:
 ``jaccard``) holds, instead of MinHash values, the packed random-projection
@@ -75,6 +84,7 @@ from gpu_dedup.index.format import (
     SEGMENT_FILES,
     SEGMENT_NAME,
     SOURCES,
+    SPLIT_CHAINS,
     IndexMismatchError,
     Segment,
     check_indexable,
@@ -120,6 +130,7 @@ class Index:
         self.source: str | None = None  # what the next append records as its segment's source (see appended_from)
         self._hold = False  # appends write their segments and keep the manifest write for publish_staged()
         self._staged = None  # what a held append publishes: its manifest and segment names
+        self._split_chains = None  # an index recording none: the value check() saw, which an append records
 
     # ---- lifecycle ----------------------------------------------------------
     @classmethod
@@ -136,7 +147,8 @@ class Index:
         config = index_config(cfg, layout)
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "hash_family": HASH_FAMILY_NAME,
                     "similarity": cfg.similarity, "fingerprint": fingerprint_of(config),
-                    "config": config, "threshold": cfg.lsh.threshold, "id_column": cfg.input.id_column,
+                    "config": config, "threshold": cfg.lsh.threshold, SPLIT_CHAINS: cfg.select.split_chains,
+                    "id_column": cfg.input.id_column,
                     "vector_column": cfg.input.vector_column,
                     "documents": 0, "segments": [], CHECKSUMS: {},
                     "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
@@ -281,7 +293,15 @@ class Index:
         layout = (theirs["bands"], theirs["rows"]) if self.similarity == "cosine" else None
         if cfg.similarity == "cosine" and (cfg.cosine.bands, cfg.cosine.rows) not in ((None, None), layout):
             layout = (cfg.cosine.bands, cfg.cosine.rows)  # given explicitly: must be the index's
+        split = self._split_chains_differs(cfg)
         if index_fingerprint(cfg, layout) == self.manifest["fingerprint"]:
+            if split:
+                raise IndexMismatchError(
+                    f"the config does not match the index in {str(self.path)!r} ({split}): the index's documents "
+                    f"were removed {_split_rule(not cfg.select.split_chains)}, and this run's would be removed "
+                    f"{_split_rule(cfg.select.split_chains)}, so together they would follow neither rule; rerun "
+                    f"with --set select.split_chains={_yaml(not cfg.select.split_chains)} (the index's value), or "
+                    "build a new index with this run's (--index-out NEW_INDEX_DIR)")
             return
         mine = index_config(cfg, layout)
         diffs = []
@@ -302,10 +322,29 @@ class Index:
         for k in ("bands", "rows"):
             if mine[k] != theirs[k]:
                 diffs.append(f"{prefix}.{k}: index {theirs[k]}, this run {mine[k]}")
+        if split:
+            diffs.append(split)
         raise IndexMismatchError(
             f"the config does not match the index in {str(self.path)!r} ({'; '.join(diffs)}); "
             f"run with the index's settings (`gpu-dedup index info {self.path}` prints them) or build a new index"
         )
+
+    def _split_chains_differs(self, cfg: Config) -> str | None:
+        """``select.split_chains: index X, this run Y`` when the run's value is not the one the index records.
+        An index that records none (written before it was recorded) cannot be checked: a warning says so, and
+        the next append records the run's value (:meth:`append_segments`)."""
+        mine = cfg.select.split_chains
+        if SPLIT_CHAINS not in self.manifest:
+            self._split_chains = mine
+            log.warning("the index in %s was written by an earlier gpu_dedup and does not record select.split_chains, "
+                        "so this run's value (%s) cannot be checked against the runs that built it: make sure it is "
+                        "theirs (a run with the other value removes by another rule). The next run that appends to "
+                        "the index records its value, and later runs must match it", self.path, _yaml(mine))
+            return None
+        theirs = self.manifest[SPLIT_CHAINS]
+        if theirs == mine:
+            return None
+        return f"select.split_chains: index {_yaml(theirs)}, this run {_yaml(mine)}"
 
     def config(self, base: Config = Config()) -> Config:
         """``base`` with the index's settings: normalize, minhash and (bands, rows); for a cosine
@@ -314,6 +353,8 @@ class Index:
         d = base.to_dict()
         if "threshold" in self.manifest and base == Config():  # the threshold the index was built with
             d["lsh"]["threshold"] = self.manifest["threshold"]
+        if SPLIT_CHAINS in self.manifest and base == Config():  # how its chains were decided
+            d["select"]["split_chains"] = self.manifest[SPLIT_CHAINS]
         if self.similarity == "cosine":
             d["similarity"] = "cosine"
             d["cosine"].update(c["cosine"], bands=c["bands"], rows=c["rows"])
@@ -535,6 +576,8 @@ class Index:
         manifest["segments"] = list(self.manifest["segments"]) + names
         manifest["documents"] = int(starts[-1])
         manifest[CHECKSUMS] = {**self.manifest.get(CHECKSUMS, {}), **dict(zip(names, sums))}
+        if SPLIT_CHAINS not in manifest and self._split_chains is not None:  # an index that recorded none
+            manifest[SPLIT_CHAINS] = self._split_chains
         if self.source is not None:
             manifest[SOURCES] = {**self.manifest.get(SOURCES, {}), **{name: self.source for name in names}}
         manifest.pop(MANIFEST_DIGEST, None)
@@ -624,7 +667,8 @@ class Index:
         return {"path": str(self.path), "documents": self.documents, "id_column": self.id_column,
                 "segments": len(self.segments),
                 "bytes": size, "kept": int(sum(pc.sum(s.docs.column("kept")).as_py() or 0 for s in self.segments)),
-                "fingerprint": self.manifest["fingerprint"], "config": self.manifest["config"]}
+                "fingerprint": self.manifest["fingerprint"], "config": self.manifest["config"],
+                "threshold": self.manifest.get("threshold"), "split_chains": self.manifest.get(SPLIT_CHAINS)}
 
     # ---- online use ---------------------------------------------------------
     def query(self, texts=None, threshold: float | None = None, members: int = 8, backend="cpu",
@@ -759,6 +803,16 @@ def write_segment(directory: Path, first: int, *, ids, kept, survivor, keys, tex
         sync_file(directory / f)
     sync_dir(directory)  # and the folder's entries
     return {f: file_digest(directory / f) for f in SEGMENT_FILES}
+
+
+def _yaml(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _split_rule(split: bool) -> str:
+    """How documents are removed under ``select.split_chains = split``."""
+    return ("with chains split (each at or above the threshold to its survivor)" if split else
+            "by plain connected components (chains remove documents below the threshold)")
 
 
 class IndexBuilder:
