@@ -636,6 +636,7 @@ def test_an_index_without_checksums_still_opens_with_a_warning_and_its_values_ar
     assert "without checksums" in caplog.text
     for key, value, said in (("id_column", 5, "id_column = 5 is not a column name"),
                              ("threshold", "high", "threshold = 'high'"),
+                             ("split_chains", "yes", "split_chains = 'yes' is not true or false"),
                              ("segments", ["../../etc"], "seg-NNNNN"),
                              ("documents", -1, "documents = -1"),
                              ("fingerprint", "0" * 16, "does not match its fingerprint")):
@@ -789,6 +790,91 @@ def test_a_run_at_another_threshold_is_refused_naming_the_threshold(batches, tmp
     err = capsys.readouterr().err
     assert rc == 2 and "lsh.threshold: index 0.8, this run 0.7" in err and "Traceback" not in err
     assert Index.open(ix).documents == 800
+
+
+def test_a_run_with_another_split_chains_is_refused_before_it_runs(batches, tmp_path, capsys):
+    """select.split_chains false against an index built with it true (and the other way round) was accepted:
+    the run removed by components, the index's documents had been removed with chains split, and together they
+    followed neither rule (tools/index_settings_experiment.py).  Refused like another threshold: exit 2 before
+    anything is written, naming both values and the fixes; Index.add too, and with the threshold as well."""
+    from gpu_dedup.cli import main
+
+    ix = str(tmp_path / "ix")
+    flags = ["--id-column", "id", "--backend", "cpu", "-q", "--no-shards"]
+    assert main(["run", str(batches / "a"), "-o", str(tmp_path / "out_a"), "--index-out", ix] + flags) == 0
+    assert json.loads((tmp_path / "ix" / "manifest.json").read_text())["split_chains"] is True
+    capsys.readouterr()
+    rc = main(["run", str(batches / "b"), "-o", str(tmp_path / "out_b"), "--against", ix, "--update-index",
+               "--set", "select.split_chains=false"] + flags)
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and err.count("\n") == 1, err
+    assert "select.split_chains: index true, this run false" in err
+    assert "--set select.split_chains=true (the index's value)" in err and "build a new index" in err
+    assert not (tmp_path / "out_b").exists() and Index.open(ix).documents == 800
+    rc = main(["run", str(batches / "b"), "-o", str(tmp_path / "out_b"), "--against", ix, "--threshold", "0.7",
+               "--set", "select.split_chains=false"] + flags)  # one error naming both
+    err = capsys.readouterr().err
+    assert rc == 2 and "lsh.threshold: index 0.8, this run 0.7" in err
+    assert "select.split_chains: index true, this run false" in err
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    frame = pq.read_table(batches / "b")
+    with pytest.raises(IndexMismatchError, match="select.split_chains: index true, this run false"):
+        Index.open(ix).add(frame, id="id", split_chains=False)
+    with pytest.raises(IndexMismatchError, match="select.split_chains"):
+        run_dedup(batches / "b", tmp_path / "out_c", cfg.with_overrides({"select.split_chains": False}), against=ix)
+    assert Index.open(ix).documents == 800
+    # an index built with split_chains false: Index.add without a config uses its value; true is refused
+    run_dedup(batches / "a", tmp_path / "out_f", cfg.with_overrides(
+        {"select.split_chains": False}), index_out=tmp_path / "ixf")
+    assert Index.open(tmp_path / "ixf").add(frame, id="id").report["config"]["select"]["split_chains"] is False
+    with pytest.raises(IndexMismatchError, match="select.split_chains: index false, this run true"):
+        run_dedup(batches / "c", tmp_path / "out_g", cfg, against=tmp_path / "ixf")
+    assert json.loads(subprocess.run([sys.executable, "-m", "gpu_dedup", "index", "info", str(tmp_path / "ixf")],
+                                     capture_output=True, text=True, check=True).stdout)["split_chains"] is False
+
+
+def test_a_run_with_another_keep_policy_is_accepted(batches, tmp_path):
+    """select.keep is not part of an index's contract: a run with another policy ranks its new documents by it,
+    indexed documents first, which is one ranking of all the documents (tools/index_settings_experiment.py: the
+    result is exactly keep = score with such a score); so it is accepted, and the index's survivors stay."""
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run_dedup(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    b = run_dedup(batches / "b", tmp_path / "out_b", cfg.with_overrides({"select.keep": "longest"}),
+                  against=tmp_path / "ix", update_index=True)
+    assert b.report["counts"]["removed_against_index"] > 0 and Index.open(tmp_path / "ix").documents == 1600
+
+
+def test_an_index_recording_no_split_chains_is_accepted_with_a_warning_and_its_first_append_records_it(
+        batches, tmp_path, caplog, capsys):
+    """An index written before select.split_chains was recorded (its manifest without the key): a run with
+    either value is accepted, warned that it cannot be checked; the first append records its value, which
+    later runs must then match."""
+    import logging
+
+    from gpu_dedup.cli import main
+    from gpu_dedup.index.format import sealed
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "select": {"split_chains": False}})
+    run_dedup(batches / "a", tmp_path / "out_a", cfg, index_out=tmp_path / "ix")
+    path = tmp_path / "ix" / "manifest.json"
+    m = json.loads(path.read_text())
+    old = sealed({k: v for k, v in m.items() if k not in ("split_chains", "manifest_sha256")})
+    path.write_text(json.dumps(old))
+    assert Index.open(tmp_path / "ix").info()["split_chains"] is None
+    with caplog.at_level(logging.WARNING, logger="gpu_dedup"):
+        r = run_dedup(batches / "b", tmp_path / "out_b", cfg.with_overrides({"select.split_chains": True}),
+                      against=tmp_path / "ix")  # read only: nothing recorded
+    assert "does not record select.split_chains" in caplog.text and "(true)" in caplog.text
+    assert r.report["counts"]["kept"] > 0 and "split_chains" not in json.loads(path.read_text())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="gpu_dedup"):
+        run_dedup(batches / "b", tmp_path / "out_b2", cfg, against=tmp_path / "ix", update_index=True)
+    assert "does not record select.split_chains" in caplog.text
+    assert json.loads(path.read_text())["split_chains"] is False and Index.open(tmp_path / "ix").documents == 1600
+    capsys.readouterr()
+    assert main(["run", str(batches / "c"), "-o", str(tmp_path / "out_c"), "--against", str(tmp_path / "ix"),
+                 "--id-column", "id", "--backend", "cpu", "-q", "--no-shards"]) == 2
+    assert "select.split_chains: index false, this run true" in capsys.readouterr().err
 
 
 def test_no_id_column_against_an_index_of_string_ids_is_refused_before_it_runs(batches, tmp_path, capsys):

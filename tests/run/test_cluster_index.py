@@ -207,6 +207,19 @@ def test_a_cluster_index_in_an_object_store_is_one_clear_error(corpus, tmp_path)
     assert not (tmp_path / "out").exists()
 
 
+def test_a_cluster_run_with_another_split_chains_is_refused_before_it_reaches_the_scheduler(corpus, tmp_path):
+    """A cluster run against an index is held to the index's select.split_chains as a one-process run is
+    (tests/index/test_store.py::test_a_run_with_another_split_chains_is_refused_before_it_runs): refused before
+    it connects (the scheduler here does not exist), the index unchanged."""
+    from gpu_dedup.index.format import IndexMismatchError
+
+    index_run(corpus / "a", tmp_path / "out_a", Config.from_dict(BASE), index_out=tmp_path / "ix")
+    cfg = _on(Config.from_dict({**BASE, "select": {"split_chains": False}}), "tcp://127.0.0.1:1")
+    with pytest.raises(IndexMismatchError, match="select.split_chains: index true, this run false"):
+        index_run(corpus / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix", update_index=True)
+    assert not (tmp_path / "out_b").exists() and Index.open(tmp_path / "ix").documents == 800
+
+
 def test_a_killed_cluster_index_build_resumes_from_its_checkpoints(corpus, tmp_path):
     """SIGKILL after the verify stage of a --workers --index-out run; the same command resumes from the workers'
     checkpoints and builds the index one process builds."""
