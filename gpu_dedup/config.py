@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import numbers
 import re
 import types
@@ -318,7 +319,7 @@ def parse_size(text) -> int:
     if isinstance(text, bool):
         raise ValueError(text)
     if isinstance(text, (int, float)):
-        if text < 0:
+        if not 0 <= text < math.inf:  # NaN and infinity are no size (int() of them raises another error)
             raise ValueError(text)
         return int(text)
     s = str(text).strip().lower().replace(" ", "")
@@ -326,10 +327,10 @@ def parse_size(text) -> int:
     unit = s[len(num):]
     if not num or unit not in _SIZE_UNITS:
         raise ValueError(text)
-    value = float(num)
-    if value < 0:
+    value = float(num) * _SIZE_UNITS[unit]
+    if not 0 <= value < math.inf:  # "-1GiB", "infGiB", "1e400": no size (int(inf) would be an OverflowError)
         raise ValueError(text)
-    return int(value * _SIZE_UNITS[unit])
+    return int(value)
 
 
 @dataclass(frozen=True)

@@ -257,3 +257,12 @@ def test_the_default_preset_spells_out_every_key():
     data = yaml.safe_load((_presets_dir() / "default.yaml").read_text())
     assert sorted(leaves(data)) == sorted(_leaf_keys(Config))
     assert Config.from_yaml("default") == Config()
+
+
+@pytest.mark.parametrize("key", ["cluster.memory_limit", "gpu.memory_limit", "cluster.device_memory_limit"])
+@pytest.mark.parametrize("size", ["infGiB", "1e400", "1e300TiB", "-infGiB"])
+def test_an_infinite_size_is_a_config_error_not_an_overflow(key, size):
+    """``--set gpu.memory_limit=1e400`` (or ``infGiB``) ended in ``OverflowError: cannot convert float infinity to
+    integer``, exit 1 with a traceback: the size parser turned the number into an int unchecked."""
+    with pytest.raises(ConfigError, match=rf"{key} = '{size}' is not a size"):
+        Config().with_overrides({key: size})
