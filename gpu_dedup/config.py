@@ -135,7 +135,12 @@ class LSHConfig:
             if value is not None and not 1 <= value <= MAX_NUM_PERM:
                 raise ConfigError(f"lsh.{name} = {value} must be in [1, {MAX_NUM_PERM}] (and bands * rows <= "
                                   "minhash.num_perm)")
-        if self.fp_weight < 0 or self.fn_weight < 0 or self.fp_weight + self.fn_weight <= 0:
+        for name in ("fp_weight", "fn_weight"):  # NaN and infinity made every area NaN: the layout was 1 x 1
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:
+                raise ConfigError(f"lsh.{name} = {value} must be a finite number >= 0 (weights of the false-positive "
+                                  "and false-negative areas under the S-curve; defaults 0.05 and 0.95)")
+        if self.fp_weight + self.fn_weight <= 0:
             raise ConfigError(
                 f"lsh.fp_weight = {self.fp_weight}, lsh.fn_weight = {self.fn_weight}: "
                 "weights must be >= 0 and not both 0"

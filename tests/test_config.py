@@ -266,3 +266,21 @@ def test_an_infinite_size_is_a_config_error_not_an_overflow(key, size):
     integer``, exit 1 with a traceback: the size parser turned the number into an int unchecked."""
     with pytest.raises(ConfigError, match=rf"{key} = '{size}' is not a size"):
         Config().with_overrides({key: size})
+
+
+@pytest.mark.parametrize("key", ["lsh.fp_weight", "lsh.fn_weight"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), ".nan", ".inf"])
+def test_a_nan_or_infinite_layout_weight_is_refused_instead_of_a_one_by_one_layout(key, value, capsys):
+    """``--set lsh.fp_weight=.nan`` (or ``.inf``) was accepted: every area under the S-curve was NaN and the derived
+    layout 1 band x 1 row, which makes nearly every pair of documents a candidate (and, with verify.method none,
+    a duplicate)."""
+    from gpu_dedup.cli import main
+
+    if isinstance(value, str):
+        assert main(["config", "--set", f"{key}={value}"]) == 2
+        err = capsys.readouterr().err
+        assert f"{key} = " in err and "must be a finite number >= 0" in err and "Traceback" not in err
+        return
+    with pytest.raises(ConfigError, match=rf"{key} = (nan|inf) must be a finite number >= 0"):
+        Config().with_overrides({key: value})
+    assert Config().with_overrides({key: 10.0}).layout != (1, 1)  # large finite weights still derive a layout
