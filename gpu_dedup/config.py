@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
 import math
@@ -53,6 +54,7 @@ class InputConfig:
     # embeddings (float16/32/64); None: vectors are built from the text (see cosine.text)
 
     def __post_init__(self):
+        _check_fields(self)
         _choice("input", "format", self.format, FORMATS)
         if not self.text_column:
             raise ConfigError("input.text_column is empty; name the column that holds the document text")
@@ -72,6 +74,7 @@ class NormalizeConfig:
     whitespace: bool = True  # collapse whitespace runs to one space and trim
 
     def __post_init__(self):
+        _check_fields(self)
         _choice("normalize", "unicode", self.unicode, UNICODE_FORMS)
 
 
@@ -83,6 +86,7 @@ class MinHashConfig:
     seed: int = 42
 
     def __post_init__(self):
+        _check_fields(self)
         if not 1 <= self.num_perm <= MAX_NUM_PERM:
             raise ConfigError(f"minhash.num_perm = {self.num_perm} must be in [1, {MAX_NUM_PERM}] (typical: 64..512)")
         if not 1 <= self.ngram <= MAX_NGRAM:
@@ -125,6 +129,7 @@ class LSHConfig:
     # exact verification removes false candidates, nothing recovers a missed one)
 
     def __post_init__(self):
+        _check_fields(self)
         if not 0.0 < self.threshold <= 1.0:
             raise ConfigError(f"lsh.threshold = {self.threshold} must be in (0, 1]; e.g. 0.8")
         if not 1 <= self.star_rounds <= MAX_STAR_ROUNDS:
@@ -158,6 +163,7 @@ class VerifyConfig:
     threshold: float | None = None  # None: lsh.threshold
 
     def __post_init__(self):
+        _check_fields(self)
         _choice("verify", "method", self.method, VERIFY_METHODS)
         if self.threshold is not None and not 0.0 < self.threshold <= 1.0:
             raise ConfigError(f"verify.threshold = {self.threshold} must be in (0, 1] or null")
@@ -173,6 +179,7 @@ class SelectConfig:
     # documents down to well below the threshold; what FineWeb and NeMo Curator do)
 
     def __post_init__(self):
+        _check_fields(self)
         _choice("select", "keep", self.keep, KEEP_POLICIES)
         if self.keep == "score" and not self.score_column:
             raise ConfigError("select.keep = 'score' needs select.score_column (the column to maximise)")
@@ -196,6 +203,7 @@ class OutputConfig:
     hold_inputs: bool | str = "auto"
 
     def __post_init__(self):
+        _check_fields(self)
         _choice("output", "compression", self.compression, ("same", "zstd", "snappy", "gzip", "lz4", "brotli", "none"))
         if self.hold_inputs not in (True, False, "auto"):
             raise ConfigError(f"output.hold_inputs = {self.hold_inputs!r} must be true, false or auto")
@@ -257,6 +265,7 @@ class ClusterConfig:
     whole_on_one_worker: bool | str = "auto"
 
     def __post_init__(self):
+        _check_fields(self)
         if self.workers is not None and self.workers < 1:
             raise ConfigError(f"cluster.workers = {self.workers} must be >= 1 (or null for one process)")
         if self.workers is not None and self.scheduler:
@@ -370,6 +379,7 @@ class GPUConfig:
     writer: str = "auto"  # deduplicated Parquet shards: cudf (on the device), pyarrow (on the host) or auto
 
     def __post_init__(self):
+        _check_fields(self)
         _choice("gpu", "reader", self.reader, ("cudf", "pyarrow"))
         _choice("gpu", "writer", self.writer, ("auto", "cudf", "pyarrow"))
         if self.memory_limit != "auto":
@@ -405,6 +415,7 @@ class TextVectorConfig:
     idf_bits: int = 20  # document-frequency table of 2**idf_bits buckets (8 bytes each)
 
     def __post_init__(self):
+        _check_fields(self)
         _choice("cosine.text", "shingle", self.shingle, SHINGLE_KINDS)
         _choice("cosine.text", "weighting", self.weighting, TEXT_WEIGHTINGS)
         if not 1 <= self.ngram <= 64:
@@ -442,6 +453,7 @@ class CosineConfig:
     text: TextVectorConfig = field(default_factory=TextVectorConfig)
 
     def __post_init__(self):
+        _check_fields(self)
         if self.bits < 64 or self.bits > COSINE_MAX_BITS or self.bits % 64:
             raise ConfigError(f"cosine.bits = {self.bits} must be a multiple of 64 in [64, {COSINE_MAX_BITS}] "
                               "(typical: 256..1024)")
@@ -500,6 +512,7 @@ class Config:
     cosine: CosineConfig = field(default_factory=CosineConfig)
 
     def __post_init__(self):
+        _check_fields(self)
         _choice("", "backend", self.backend, BACKENDS)
         # device branch (tools/device_branches.py): a setting only Dask-CUDA workers have, refused on any other
         # backend when the configuration is read; the config sits below the backends and cannot ask their traits
@@ -726,6 +739,34 @@ def _sections() -> list[str]:
     return [f.name for f in dataclasses.fields(Config) if f.default_factory is not dataclasses.MISSING]
 
 
+
+@functools.cache
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _check_fields(obj) -> None:
+    """Every field of a config section built directly (``Config(lsh={"threshold": 0.7})``,
+    ``MinHashConfig(num_perm="128")``) checked as a YAML value is: the wrong type is a ConfigError naming the key
+    (was a TypeError / AttributeError from the range checks, or a truthy string such as exact_dedup="no" taken
+    as true), a dict for a section is built into it, NumPy numbers are stored as Python numbers."""
+    prefix = SECTION_OF[type(obj)]
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        where = f"{prefix}.{f.name}" if prefix else f.name
+        hint = _hints(type(obj))[f.name]
+        if dataclasses.is_dataclass(hint):
+            if isinstance(value, hint):
+                continue
+            if value is not None and not isinstance(value, dict):
+                raise ConfigError(f"{where} = {value!r} must be a {hint.__name__} or a dict of its keys")
+            checked = _build_section(hint, value or {}, where)
+        else:
+            checked = _check_type(where, value, hint)
+        if checked is not value:
+            object.__setattr__(obj, f.name, checked)
+
+
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
@@ -749,6 +790,8 @@ def _check_type(where: str, value, hint):
     if hint is bool:
         if isinstance(value, bool):
             return value
+        if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
+            return bool(value)  # np.bool_(True), e.g. from a frame's cell; stored as bool
     elif hint is int:  # numbers.Integral: also NumPy integers (np.int64(64)), stored as int
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
@@ -858,3 +901,18 @@ def _build(cls, data, prefix: str):
         else:
             kwargs[name] = _check_type(where, value, hint)
     return cls(**kwargs)
+
+
+def _build_section(cls, data: dict, prefix: str):
+    """A section given as a dict: its unknown keys named with the likely ones, then built like a YAML one."""
+    unknown = _unknown_keys(cls, data, prefix)
+    if unknown:
+        names = ", ".join(f"{k!r} (did you mean {h!r}?)" if h else repr(k) for k, h, _, _ in sorted(unknown))
+        valid = ", ".join(f.name for f in dataclasses.fields(cls))
+        raise ConfigError(f"unknown config key(s) {names} in section {prefix!r}; valid keys: {valid}")
+    return _build(cls, data, prefix)
+
+
+SECTION_OF = {InputConfig: "input", NormalizeConfig: "normalize", MinHashConfig: "minhash", LSHConfig: "lsh",
+              VerifyConfig: "verify", SelectConfig: "select", OutputConfig: "output", ClusterConfig: "cluster",
+              GPUConfig: "gpu", TextVectorConfig: "cosine.text", CosineConfig: "cosine", Config: ""}

@@ -284,3 +284,29 @@ def test_a_nan_or_infinite_layout_weight_is_refused_instead_of_a_one_by_one_layo
     with pytest.raises(ConfigError, match=rf"{key} = (nan|inf) must be a finite number >= 0"):
         Config().with_overrides({key: value})
     assert Config().with_overrides({key: 10.0}).layout != (1, 1)  # large finite weights still derive a layout
+
+
+def test_a_config_built_directly_checks_its_types_like_a_yaml_one():
+    """``gpu_dedup.Config(...)`` in a notebook skipped the YAML type checks: ``Config(lsh={"threshold": 0.7})`` was an
+    AttributeError ('dict' object has no attribute 'bands'), ``MinHashConfig(num_perm="128")`` a TypeError from the
+    range check, and ``Config(exact_dedup="no")`` was accepted, a truthy string that ran exact dedup."""
+    import numpy as np
+
+    from gpu_dedup.config import NormalizeConfig
+
+    cfg = Config(lsh={"threshold": 0.7}, minhash={"num_perm": np.int64(64)})
+    assert cfg == Config.from_dict({"lsh": {"threshold": 0.7}, "minhash": {"num_perm": 64}})
+    assert type(cfg.minhash.num_perm) is int and isinstance(cfg.lsh, LSHConfig)
+    with pytest.raises(ConfigError, match=r"exact_dedup = 'no' has the wrong type; expected bool"):
+        Config(exact_dedup="no")
+    with pytest.raises(ConfigError, match=r"minhash.num_perm = '128' has the wrong type; expected int"):
+        MinHashConfig(num_perm="128")
+    with pytest.raises(ConfigError, match=r"minhash.num_perm = 1.5 has the wrong type; expected int"):
+        Config(minhash=MinHashConfig(num_perm=1.5))
+    with pytest.raises(ConfigError, match=r"backend = 1 has the wrong type; expected str"):
+        Config(backend=1)
+    with pytest.raises(ConfigError, match=r"'lsh.treshold' \(did you mean 'lsh.threshold'\?\)"):
+        Config(lsh={"treshold": 0.7})
+    with pytest.raises(ConfigError, match=r"lsh = 0.7 must be a LSHConfig or a dict of its keys"):
+        Config(lsh=0.7)
+    assert NormalizeConfig(lowercase=np.bool_(False)).lowercase is False
