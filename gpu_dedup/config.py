@@ -521,6 +521,10 @@ class Config:
                               f"Dask-CUDA workers, but backend is {self.backend!r}: use --backend gpu, or drop "
                               "cluster.workers_per_gpu (CPU workers: --workers N alone)")
         _choice("", "similarity", self.similarity, SIMILARITIES)
+        if self.similarity != "cosine" and self.input.vector_column is not None:
+            raise ConfigError(f"input.vector_column = {self.input.vector_column!r} holds embeddings for similarity "
+                              f"cosine, but similarity is {self.similarity!r} (MinHash of the text): add --similarity "
+                              "cosine (similarity='cosine'), or drop the vector column")
         if self.similarity == "cosine" and not 0.0 < self.lsh.threshold < 1.0:
             raise ConfigError(f"lsh.threshold = {self.lsh.threshold} must be in (0, 1) as a cosine threshold "
                               "(similarity: cosine; 1 would keep only identical directions); e.g. 0.9")

@@ -310,3 +310,23 @@ def test_a_config_built_directly_checks_its_types_like_a_yaml_one():
     with pytest.raises(ConfigError, match=r"lsh = 0.7 must be a LSHConfig or a dict of its keys"):
         Config(lsh=0.7)
     assert NormalizeConfig(lowercase=np.bool_(False)).lowercase is False
+
+
+def test_a_vector_column_under_jaccard_is_a_config_error(tmp_path, capsys):
+    """``run --vector-column emb`` (or ``dedup(df, vector_column="emb")``) without ``--similarity cosine`` ended in
+    ``AttributeError: 'Jaccard' object has no attribute 'load_vectors'``, exit 1 with a traceback."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gpu_dedup.cli import main
+
+    with pytest.raises(ConfigError, match=r"input.vector_column = 'emb' holds embeddings for similarity cosine, but "
+                                          r"similarity is 'jaccard'.*--similarity cosine"):
+        Config.from_dict({"input": {"vector_column": "emb"}})
+    assert Config.from_dict({"similarity": "cosine", "lsh": {"threshold": 0.9},
+                             "input": {"vector_column": "emb"}}).input.vector_column == "emb"
+    pq.write_table(pa.table({"text": ["a b c", "a b c"], "emb": [[1.0, 2.0], [1.0, 2.0]]}), tmp_path / "v.parquet")
+    assert main(["run", str(tmp_path / "v.parquet"), "-o", str(tmp_path / "out"), "--backend", "cpu",
+                 "--vector-column", "emb"]) == 2
+    err = capsys.readouterr().err
+    assert "input.vector_column = 'emb'" in err and "Traceback" not in err and not (tmp_path / "out").exists()
