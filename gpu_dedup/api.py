@@ -37,12 +37,12 @@ from gpu_dedup.run.entry import run_dedup
 __all__ = ["DedupResult", "dedup"]
 
 
-def dedup(frame, text: str = "text", id: str | None = None, config=None, **overrides) -> DedupResult:
+def dedup(frame, text: str | None = None, id: str | None = None, config=None, **overrides) -> DedupResult:
     """Deduplicate the rows of ``frame`` (pandas, pyarrow Table, cuDF or a Hugging Face ``datasets.Dataset``)
-    by the column ``text``.
+    by the column ``text`` (None: the config's ``input.text_column``, ``text`` by default).
 
     ``id``: a column kept verbatim in ``duplicates`` (under its own name, and
-    ``survivor_id``); every document is named by its position in the frame,
+    ``survivor_id``; None: the config's ``input.id_column``, none by default); every document is named by its position in the frame,
     ``row``, either way (``clusters`` holds the survivor's position).  ``config``: a Config, a dict,
     a YAML path or a preset name (``fineweb``); ``overrides``: shortcuts
     (``threshold``, ``num_perm``, ``ngram``, ``shingle``, ``bands``, ``rows``,
@@ -55,7 +55,8 @@ def dedup(frame, text: str = "text", id: str | None = None, config=None, **overr
     in memory: nothing is written.  Returns a :class:`DedupResult`.
     """
     kind = frame_kind(frame)
-    cfg = config_of(config, text, id, overrides)
+    cfg = config_of(config, text, id, overrides, columns_from_config=True)
+    text, id = cfg.input.text_column, cfg.input.id_column  # a config's own columns unless text= / id= name others
     if cfg.cluster.enabled:
         raise one_process_only("dedup()", "gpu-dedup run --workers runs shards on a Dask cluster")
     result = run_dedup([frame_shard(frame, kind, text, id, cfg)], None, cfg)

@@ -384,3 +384,23 @@ def test_a_missing_score_column_names_the_argument_and_save_report_refuses_a_fil
     with pytest.raises(OutputError, match="exists and is not a directory"):
         res.save_report(tmp_path / "file")
     assert (tmp_path / "file").read_text() == "mine\n"
+
+
+def test_a_configs_text_and_id_columns_are_read_unless_text_or_id_name_others(tmp_path):
+    """``dedup(df, config="mine.yaml")`` with ``input: {text_column: body, id_column: url}`` read neither: the
+    keyword defaults (text="text", id=None) replaced them, so the run stopped with "text column 'text' is not in the
+    frame", and a config naming only an id column lost its ids from ``duplicates`` without a word."""
+    words = " ".join(f"w{i}" for i in range(40))
+    df = pd.DataFrame({"url": ["u0", "u1", "u2"], "body": [words, words, "something else entirely"]})
+    (tmp_path / "mine.yaml").write_text("backend: cpu\ninput:\n  text_column: body\n  id_column: url\n")
+    for config in (tmp_path / "mine.yaml", {"backend": "cpu", "input": {"text_column": "body", "id_column": "url"}},
+                   Config.from_yaml(tmp_path / "mine.yaml")):
+        res = gpu_dedup.dedup(df, config=config)
+        assert res.kept.tolist() == [True, False, True]
+        assert res.duplicates["url"].tolist() == ["u0", "u1"] and res.duplicates["survivor_id"].tolist() == ["u0"] * 2
+        assert res.report["config"]["input"]["text_column"] == "body"
+    both = df.rename(columns={"body": "text", "url": "key"})  # text= / id= still name other columns
+    res = gpu_dedup.dedup(both.assign(body="x"), text="text", id="key", config=tmp_path / "mine.yaml")
+    assert res.kept.tolist() == [True, False, True] and res.duplicates["key"].tolist() == ["u0", "u1"]
+    plain = gpu_dedup.dedup(both, backend="cpu")  # no config: the column text, documents named by row only
+    assert list(plain.duplicates.columns) == ["row", "cluster_id", "kept", "similarity", "match"]

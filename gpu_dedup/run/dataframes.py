@@ -109,7 +109,10 @@ def _text_column(col) -> pa.ChunkedArray:
     return without_views(col)  # string_view / binary_view: the same bytes as large strings (Arrow's kernels lack views)
 
 
-def config_of(config, text: str, id, overrides: dict) -> Config:
+def config_of(config, text: str | None, id, overrides: dict, columns_from_config: bool = False) -> Config:
+    """The run's config: ``config`` (a Config, dict, YAML path or preset name) with ``text`` / ``id`` as its input
+    columns and the keyword ``overrides``.  ``columns_from_config``: a ``text`` or ``id`` of None keeps the
+    config's own ``input.text_column`` / ``input.id_column`` (:func:`gpu_dedup.dedup`)."""
     if config is None:
         cfg = Config()
     elif isinstance(config, Config):
@@ -121,6 +124,8 @@ def config_of(config, text: str, id, overrides: dict) -> Config:
     else:
         raise ConfigError(f"config = {config!r} is not a Config, a dict, a YAML path or a preset name")
     dotted = {"input.text_column": text, "input.id_column": id}
+    if columns_from_config:
+        dotted = {k: v for k, v in dotted.items() if v is not None}
     for key, value in overrides.items():
         if key in ALIASES:
             dotted[ALIASES[key]] = value
