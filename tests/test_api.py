@@ -404,3 +404,17 @@ def test_a_configs_text_and_id_columns_are_read_unless_text_or_id_name_others(tm
     assert res.kept.tolist() == [True, False, True] and res.duplicates["key"].tolist() == ["u0", "u1"]
     plain = gpu_dedup.dedup(both, backend="cpu")  # no config: the column text, documents named by row only
     assert list(plain.duplicates.columns) == ["row", "cluster_id", "kept", "similarity", "match"]
+
+
+def test_a_column_name_given_twice_is_one_input_error():
+    """A pandas frame or Arrow table with two columns named ``text`` (a concat or a join gone wrong) ended in a
+    ``KeyError: 0`` from pandas (pyarrow: 'Field "text" exists 2 times in schema'), with a traceback."""
+    words = " ".join(f"w{i}" for i in range(40))
+    df = pd.DataFrame([[words, words, "u"]] * 2, columns=["text", "text", "url"])
+    with pytest.raises(InputError, match=r"the frame has 2 columns named 'text' \(the text column\); rename or drop"):
+        gpu_dedup.dedup(df, backend="cpu")
+    table = pa.table([pa.array([words] * 2), pa.array(["a", "b"]), pa.array(["c", "d"])], names=["text", "id", "id"])
+    with pytest.raises(InputError, match=r"the frame has 2 columns named 'id' \(the id column\)"):
+        gpu_dedup.dedup(table, id="id", backend="cpu")
+    res = gpu_dedup.dedup(table, backend="cpu")  # a name given twice among the columns not read is no problem
+    assert res.kept.tolist() == [True, False] and res.deduplicated.column_names == ["text", "id", "id"]

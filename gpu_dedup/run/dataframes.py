@@ -170,6 +170,10 @@ def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config, skip_t
         if col is not None and col not in names:
             raise InputError(f"{what} column {col!r} is not in the frame; its columns are: "
                              f"{', '.join(map(repr, names)) or '(none)'}. Pass one of them as {arg[what]}")
+    for what, col in wanted.items():  # frame[col] of a name given twice is a frame, not a column
+        if col is not None and names.count(col) > 1:
+            raise InputError(f"the frame has {names.count(col)} columns named {col!r} (the {what} column); "
+                             f"rename or drop all but one of them, e.g. df = df.loc[:, ~df.columns.duplicated()]")
     cols = list(dict.fromkeys(c for k, c in wanted.items() if c is not None and not (skip_text and k == "text")))
     table = _to_arrow(frame, kind, cols) if cols else rows_only(len(frame))
     columns = {c: table.column(c) for c in cols}
