@@ -418,3 +418,18 @@ def test_a_column_name_given_twice_is_one_input_error():
         gpu_dedup.dedup(table, id="id", backend="cpu")
     res = gpu_dedup.dedup(table, backend="cpu")  # a name given twice among the columns not read is no problem
     assert res.kept.tolist() == [True, False] and res.deduplicated.column_names == ["text", "id", "id"]
+
+
+def test_a_lone_surrogate_in_a_pandas_text_column_is_one_input_error_naming_the_row():
+    """A Python str holding a lone surrogate (bytes decoded with surrogateescape, e.g. file names or a log read with
+    errors="surrogateescape") in an object column ended in ``UnicodeEncodeError: 'utf-8' codec can't encode
+    character '\\udc80'`` from pyarrow, with a traceback; the fix the message gives runs."""
+    words = " ".join(f"w{i}" for i in range(40))
+    df = pd.DataFrame({"text": pd.Series(["fine", words + "\udc80", words + "\udc80"], dtype=object, index=list("abc"))})
+    with pytest.raises(InputError) as exc:
+        gpu_dedup.dedup(df, backend="cpu")
+    msg = str(exc.value)
+    assert msg.startswith("column 'text' row 1 (index 'b') holds '\\udc80' at character 149: a lone surrogate")
+    assert "str.encode('utf-8', 'surrogateescape')" in msg
+    df["text"] = df["text"].str.encode("utf-8", "surrogateescape")  # the fix: the original bytes
+    assert gpu_dedup.dedup(df, backend="cpu").kept.tolist() == [True, True, False]

@@ -59,6 +59,8 @@ class PandasKind:
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 raise InputError(f"column {c!r} cannot be converted to Arrow ({exc}); give it one type, e.g. "
                                  f"df[{c!r}].astype(str)") from None
+            except UnicodeEncodeError as exc:  # a str holding a lone surrogate (text decoded with surrogateescape)
+                raise _surrogate_error(frame[c], c, exc) from None
         return pa.table(arrays)
 
     def take(self, frame, kept: np.ndarray):
@@ -90,6 +92,24 @@ class PandasKind:
             else:
                 out[c] = col.to_numpy()
         return out
+
+
+def _surrogate_error(col, name, exc: UnicodeEncodeError) -> InputError:
+    """The error for a pandas column of Python strings that UTF-8 cannot encode: the first such row, named by its
+    position and index label, the character, and how to pass the text on."""
+    where = ""
+    for pos, value in enumerate(col.array):
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as bad:
+                where = (f" row {pos} (index {col.index[pos]!r}) holds {bad.object[bad.start:bad.end]!r} at "
+                         f"character {bad.start}:")
+                break
+    return InputError(f"column {name!r}{where} a lone surrogate ({exc.reason}), which is not Unicode text (bytes decoded "
+                      "with errors='surrogateescape', e.g. by os.fsdecode); pass the bytes instead, read as UTF-8 with "
+                      f"invalid bytes replaced: df[{name!r}] = df[{name!r}].str.encode('utf-8', 'surrogateescape'), "
+                      f"or replace the surrogates: .str.encode('utf-8', 'replace').str.decode('utf-8')")
 
 
 class CudfKind:
