@@ -433,3 +433,19 @@ def test_a_lone_surrogate_in_a_pandas_text_column_is_one_input_error_naming_the_
     assert "str.encode('utf-8', 'surrogateescape')" in msg
     df["text"] = df["text"].str.encode("utf-8", "surrogateescape")  # the fix: the original bytes
     assert gpu_dedup.dedup(df, backend="cpu").kept.tolist() == [True, True, False]
+
+
+def test_an_empty_or_all_missing_text_column_of_any_type_is_null_text():
+    """``dedup(pd.DataFrame({"text": []}))``, the empty frame a notebook filter leaves, was refused with "text column
+    'text' has type double; it must hold strings": pandas makes an empty (or all-NaN) column float64.  With no text
+    at all there is nothing to refuse: every row is a null text, kept, as in an all-None object column."""
+    empty = gpu_dedup.dedup(pd.DataFrame({"text": [], "x": []}), backend="cpu")
+    assert empty.kept.shape == (0,) and empty.deduplicated.shape == (0, 2)
+    assert empty.report["counts"]["documents_read"] == 0
+    missing = gpu_dedup.dedup(pd.DataFrame({"text": [np.nan, np.nan, np.nan]}, index=[7, 8, 9]), backend="cpu")
+    none = gpu_dedup.dedup(pd.DataFrame({"text": [None, None, None]}, dtype=object), backend="cpu")
+    assert missing.kept.tolist() == none.kept.tolist() == [True] * 3
+    assert missing.report["counts"]["null_text"] == none.report["counts"]["null_text"] == 3
+    assert missing.deduplicated.index.tolist() == [7, 8, 9]
+    with pytest.raises(InputError, match=r"text column 'text' has type double; it must hold strings"):
+        gpu_dedup.dedup(pd.DataFrame({"text": [1.5, np.nan]}), backend="cpu")  # numbers are still refused

@@ -181,6 +181,11 @@ def frame_table(frame, kind: str, text: str, id: str | None, cfg: Config, skip_t
         return pa.table(columns) if columns else table
     columns[text] = _text_column(columns[text])
     ttype = columns[text].type
+    if columns[text].null_count == len(columns[text]) and not pa.types.is_null(ttype):
+        # no text at all, whatever the type: pandas makes an empty or all-missing column float64
+        # (pd.DataFrame({"text": []})), like an all-None one of type null: every row is a null text, kept
+        columns[text] = pa.chunked_array([pa.nulls(len(columns[text]), pa.string())])
+        ttype = columns[text].type
     if not (pa.types.is_string(ttype) or pa.types.is_large_string(ttype) or pa.types.is_binary(ttype)
             or pa.types.is_large_binary(ttype) or pa.types.is_null(ttype)):
         raise InputError(f"text column {text!r} has type {ttype}; it must hold strings: convert it "
