@@ -1045,3 +1045,65 @@ def test_an_interrupted_query_says_it_only_reads(tmp_path):
         err = err.decode()
         assert p.returncode == 130 and "it only reads" in err and "checkpoint" not in err, (sig, err)
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+SET_KEYS = ["lsh.threshold", "lsh.bands", "lsh.rows", "lsh.fp_weight", "lsh.fn_weight", "lsh.star_rounds",
+            "minhash.num_perm", "minhash.ngram", "minhash.shingle", "minhash.seed", "verify.method", "verify.threshold",
+            "select.keep", "select.split_chains", "exact_dedup", "normalize.unicode", "normalize.lowercase",
+            "similarity", "cosine.bits", "cosine.bands", "input.vector_column", "gpu.memory_limit",
+            "cluster.memory_limit", "output.compression", "lsh", "lsh.threshold.x", "lsj.threshold", ""]
+SET_VALUES = ["null", "true", "0", "-1", "1", "2", "4", "8", "64", "1e400", ".nan", ".inf", "0.5", "0.9", "1.0", "abc",
+              "[1]", "{a: 1}", "infGiB", "12GiB", "exact", "none", "char", "lowest_id", "cosine", "emb", "zstd"]
+
+
+def test_any_set_is_a_run_or_one_line_exit_2(tmp_path):
+    """Hypothesis: ``gpu-dedup run --set KEY=VALUE`` (one to three, odd keys and values) on a tiny corpus exits 0
+    with every row accounted for and the pairs at the threshold found as the oracle finds them, or exits 2 with one
+    line and no traceback (``infGiB`` / ``1e400`` sizes were exit 1 with a traceback, ``.nan`` weights exit 0 with a
+    1 x 1 layout, ``--vector-column`` under jaccard exit 1)."""
+    import contextlib
+    import io
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from tests import reference as ref
+
+    words = " ".join(f"w{i}" for i in range(40))
+    texts = [words, words + " tail", "something else entirely here", words.upper(), "x y"]
+    pq.write_table(pa.table({"id": list("abcde"), "text": texts, "emb": [[1.0, 0.0]] * 5}), tmp_path / "c.parquet")
+    runs = iter(range(10**6))
+
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.tuples(st.sampled_from(SET_KEYS), st.sampled_from(SET_VALUES)), min_size=1, max_size=3))
+    def check(pairs):
+        out = tmp_path / f"o{next(runs)}"
+        args = ["run", str(tmp_path / "c.parquet"), "-o", str(out), "--backend", "cpu", "-q"]
+        for key, value in pairs:
+            args += ["--set", f"{key}={value}"]
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            rc = main(args)
+        lines = err.getvalue().strip().splitlines()
+        assert rc in (0, 2), (pairs, rc, err.getvalue())
+        if rc == 2:
+            assert len(lines) == 1 and lines[0].startswith("gpu-dedup: error: ") and not out.exists(), pairs
+            return
+        report = json.loads((out / "report.json").read_text())
+        kept = pq.read_table(out / "c.parquet").column("id").to_pylist()
+        dup = pq.read_table(out / "duplicates.parquet")
+        removed = [i for i, k in zip(dup.column("id").to_pylist(), dup.column("kept").to_pylist()) if not k]
+        assert sorted(kept + removed) == list("abcde")
+        cfg = report["config"]
+        if cfg["similarity"] == "jaccard" and cfg["verify"]["method"] == "exact" and cfg["minhash"]["num_perm"] >= 64:
+            # the oracle: documents 0 and 1 (lower case already) at the oracle's Jaccard j; a derived layout finds a
+            # pair at its threshold, and exact verification keeps it when j reaches the verify threshold
+            j = ref.jaccard(texts[0], texts[1], cfg["minhash"]["shingle"], cfg["minhash"]["ngram"])
+            at = cfg["verify"]["threshold"] or cfg["lsh"]["threshold"]
+            if cfg["lsh"]["threshold"] <= j and at <= j and cfg["lsh"]["bands"] is None and cfg["lsh"]["rows"] is None:
+                assert "b" in removed, (pairs, j)
+            if at > j:
+                assert "b" not in removed, (pairs, j)
+
+    check()

@@ -330,3 +330,42 @@ def test_a_vector_column_under_jaccard_is_a_config_error(tmp_path, capsys):
                  "--vector-column", "emb"]) == 2
     err = capsys.readouterr().err
     assert "input.vector_column = 'emb'" in err and "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+ODD_VALUES = [None, True, False, 0, -1, 1, 3, 64, 2**64, 10**30, 0.0, -0.0, 0.5, 1.0, 1.5, 1e-300, 1e308,
+              float("nan"), float("inf"), -float("inf"), "", "abc", "auto", "1e-3", "infGiB", "nanGiB", "1e400", "12GiB",
+              "-5GiB", [], [1], {}, {"a": 1}]
+
+
+def test_any_value_for_any_key_is_a_config_or_a_config_error():
+    """Hypothesis: every key of the config set to odd values (wrong types, NaN, infinity, negatives, huge numbers, a
+    size of infinity), one to three at once: the config is built and its derived values (layout, fingerprint,
+    warnings) compute, or one ConfigError; nothing else (an OverflowError, a TypeError and a 1 x 1 layout were)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from gpu_dedup.config import _leaf_keys
+
+    keys = _leaf_keys(Config)
+
+    @settings(max_examples=1000, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(st.dictionaries(st.sampled_from(keys), st.sampled_from(ODD_VALUES), min_size=1, max_size=3))
+    def check(overrides):
+        try:
+            cfg = Config().with_overrides(overrides)
+        except ConfigError as exc:
+            assert "\n" not in str(exc)
+            return
+        if cfg.similarity == "jaccard":
+            b, r = cfg.layout
+            assert b * r <= cfg.minhash.num_perm
+            if cfg.lsh.bands is None and cfg.lsh.rows is None and cfg.minhash.num_perm >= 16:
+                assert (b, r) != (1, 1), overrides  # a derived layout is never one band of one row at 0.8
+        else:
+            b, r = cfg.cosine_layout
+            assert b * r <= cfg.cosine.bits
+        assert cfg.fingerprint and cfg.layout_warning is None or isinstance(cfg.layout_warning, str)
+        assert Config.from_dict(cfg.to_dict()) == cfg
+
+    check()
