@@ -8,6 +8,7 @@ naming the shard, the column and the setting to change.
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +27,9 @@ from gpu_dedup.storage.parquet import (
     parquet_schema,
     read_parquet,
 )
+
+log = logging.getLogger(__name__)
+
 
 def without_views(col):
     """A column of an Arrow view type (string_view, binary_view, also inside lists and structs), which many Arrow
@@ -221,10 +225,29 @@ def _validated(shard: Shard, cfg: InputConfig, table: pa.Table, wanted: dict, sc
             raise InputError(
                 f"score column {score_column!r} of shard {shard.path!r} has type {score.type}; it must be numeric"
             )
-        cols["score"] = pc.cast(score, pa.float64())
+        cols["score"] = _float_scores(score, score_column, shard)
     if cfg.vector_column:
         cols["vector"] = table.column(cfg.vector_column)
     return pa.table(cols) if cols else rows_only(table.num_rows)
+
+
+EXACT_IN_FLOAT64 = 2 ** 53  # integers of larger magnitude are not all float64 values
+
+
+def _float_scores(score: pa.ChunkedArray, name: str, shard: Shard) -> pa.ChunkedArray:
+    """A numeric score column as float64, the type every shard's scores are ranked in.  Integers beyond 2**53 in
+    magnitude (nanosecond timestamps, hashes) become the nearest float64: scores that differ by less than its
+    spacing (256 at 2**61) tie, and ties go to the earlier row; one warning says so (Arrow's checked cast refused
+    them)."""
+    if pa.types.is_integer(score.type) and score.length() - score.null_count:
+        lo, hi = (v.as_py() for v in pc.min_max(score).values())
+        if max(abs(lo), abs(hi)) > EXACT_IN_FLOAT64:
+            log.warning("score column %r of shard %r holds integers beyond 2**53 (from %d to %d), which are ranked "
+                        "by their nearest float64: scores closer than its spacing tie, and ties go to the earlier "
+                        "row; scale the column (e.g. nanoseconds to seconds) for an exact order", name, shard.path,
+                        lo, hi)
+            return pc.cast(score, pa.float64(), safe=False)
+    return pc.cast(score, pa.float64())
 
 
 def id_type(t: pa.DataType) -> pa.DataType:

@@ -413,3 +413,34 @@ def test_a_runs_output_directory_inside_the_inputs_is_never_read_as_more_input(t
     assert {os.path.basename(s["path"]) for s in shards.skipped} >= {"duplicates.parquet", "report.json"}
     assert not [r for r in caplog.records if "not read as shards" in r.getMessage()]  # its own files: no warning
     assert sorted(s.name for s in discover(str(inp / "out" / "*.parquet"))) == ["a.parquet", "b.parquet"]
+
+
+def test_integer_scores_beyond_two_to_the_53_rank_by_their_nearest_float_with_a_warning(tmp_path, caplog):
+    """Nanosecond timestamps and uint64 hashes as select.score_column: Arrow's checked cast to float64 refused
+    them (a raw ArrowInvalid, exit 1).  They rank by their nearest float64; closer than its spacing, they tie
+    and the earlier row wins."""
+    import logging
+
+    import numpy as np
+
+    from gpu_dedup.config import Config
+    from gpu_dedup.run.entry import run_dedup
+
+    words = [" ".join(f"w{k}-{i}" for i in range(40)) for k in range(3)]
+    text = [words[0], words[0], words[1], words[1], words[2], words[2]]
+    ns = 1_700_000_000_000_000_000  # 2023 in nanoseconds since 1970, beyond 2**53
+    cases = {
+        "int64": pa.array([ns, ns + 10**12, ns + 10**12, ns, ns + 1, ns], pa.int64()),
+        "uint64": pa.array([2**63, 2**63 + 2**20, 2**63 + 2**20, 2**63, 2**63 + 1, 2**63], pa.uint64()),
+    }
+    for name, score in cases.items():
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table({"text": text, "score": score}), path)
+        cfg = Config.from_dict({"select": {"keep": "score", "score_column": "score"}, "backend": "cpu"})
+        with caplog.at_level(logging.WARNING, logger="gpu_dedup.storage.columns"):
+            caplog.clear()
+            res = run_dedup([str(path)], None, cfg)
+        assert any("beyond 2**53" in r.getMessage() and "'score'" in r.getMessage() for r in caplog.records), name
+        # the higher score survives where the scores are far apart; the last pair is closer than float64's
+        # spacing there (1 against 256 or 2048): a tie, which the earlier row wins
+        assert np.asarray(res.cluster).tolist() == [1, 1, 2, 2, 4, 4], name
