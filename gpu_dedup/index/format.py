@@ -27,6 +27,9 @@ CHECKSUMS = "checksums"  # segment -> file -> {"size", "sha256"}, recorded when 
 SOURCES = "sources"  # segment -> run fingerprint of the inputs and config that appended it
 SPLIT_CHAINS = "split_chains"  # select.split_chains of the runs that decided the index's documents (absent: an
 # index written before it was recorded; its first append records it)
+VERIFY_THRESHOLD = "verify_threshold"  # the threshold the index's documents were verified (removed) at: the
+# runs' verify.threshold, or lsh.threshold where that is null (absent: an index written before it was recorded,
+# whose lsh.threshold, ``threshold``, stands for it; its first append records it)
 SEGMENT_NAME = re.compile(r"seg-\d{5}")
 
 
@@ -74,9 +77,10 @@ def check_manifest(manifest: dict) -> None:
             raise ValueError(f"{key} = {manifest[key]!r} is not a column name")
     if SPLIT_CHAINS in manifest and not isinstance(manifest[SPLIT_CHAINS], bool):
         raise ValueError(f"{SPLIT_CHAINS} = {manifest[SPLIT_CHAINS]!r} is not true or false")
-    t = manifest.get("threshold", 0.5)
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
-        raise ValueError(f"threshold = {t!r} is not a number in (0, 1]")
+    for key in ("threshold", VERIFY_THRESHOLD):
+        t = manifest.get(key, 0.5)
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
+            raise ValueError(f"{key} = {t!r} is not a number in (0, 1]")
     sums = manifest.get(CHECKSUMS, {})
     if not isinstance(sums, dict) or not all(
             isinstance(files, dict) and set(files) == set(SEGMENT_FILES) and all(

@@ -2,7 +2,7 @@
 
 Layout of an index directory (format ``gpu_dedup-index``, version 2)::
 
-    manifest.json          format, format_version, fingerprint, config, threshold, split_chains,
+    manifest.json          format, format_version, fingerprint, config, threshold, verify_threshold, split_chains,
                            documents, segments, checksums (size + SHA-256 of every segment file),
                            sources (the run fingerprint of the inputs that appended each segment),
                            manifest_sha256
@@ -36,6 +36,13 @@ as a full dedup of everything would (see ``tests/test_index.py``).
 
 The fingerprint covers what changes hash values and matching (normalize,
 minhash, bands x rows); an index opened with another config fails at once.
+``verify_threshold`` records the threshold the index's documents were verified
+(removed) at (``verify.threshold``, or ``lsh.threshold`` where that is null): a
+run at another is refused whatever its layout (with ``lsh.bands`` and
+``lsh.rows`` given, or a threshold that derives the index's layout, the
+fingerprint alone does not tell them apart); an index written before it was
+recorded stands for it by its ``threshold`` (lsh.threshold), and its first
+append records it.  A query's own threshold is a read-only lookup, not checked.
 ``split_chains`` records ``select.split_chains``, how the index's clusters were
 decided: a run with the other value would remove by another rule than the one
 the index's documents were removed by (the combined result follows neither;
@@ -85,6 +92,7 @@ from gpu_dedup.index.format import (
     SEGMENT_NAME,
     SOURCES,
     SPLIT_CHAINS,
+    VERIFY_THRESHOLD,
     IndexMismatchError,
     Segment,
     check_indexable,
@@ -131,6 +139,7 @@ class Index:
         self._hold = False  # appends write their segments and keep the manifest write for publish_staged()
         self._staged = None  # what a held append publishes: its manifest and segment names
         self._split_chains = None  # an index recording none: the value check() saw, which an append records
+        self._verify_threshold = None  # likewise for an index recording no verify threshold
 
     # ---- lifecycle ----------------------------------------------------------
     @classmethod
@@ -147,7 +156,8 @@ class Index:
         config = index_config(cfg, layout)
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "hash_family": HASH_FAMILY_NAME,
                     "similarity": cfg.similarity, "fingerprint": fingerprint_of(config),
-                    "config": config, "threshold": cfg.lsh.threshold, SPLIT_CHAINS: cfg.select.split_chains,
+                    "config": config, "threshold": cfg.lsh.threshold,
+                    VERIFY_THRESHOLD: cfg.verify_threshold, SPLIT_CHAINS: cfg.select.split_chains,
                     "id_column": cfg.input.id_column,
                     "vector_column": cfg.input.vector_column,
                     "documents": 0, "segments": [], CHECKSUMS: {},
@@ -278,9 +288,10 @@ class Index:
     def check(self, cfg: Config) -> None:
         theirs = self.manifest["config"]
         lacking = [s.name for s in self.segments if "signature" not in s.docs.schema.names]
-        if cfg.verify.method == "signature" and self.similarity == "jaccard" and lacking:
+        if cfg.verify.method in ("signature", "none") and self.similarity == "jaccard" and lacking:
             raise IndexMismatchError(
-                f"--verify signature compares MinHash signatures, but the index in {str(self.path)!r} stores none "
+                f"--verify {cfg.verify.method} {'compares' if cfg.verify.method == 'signature' else 'scores pairs by'} "
+                f"MinHash signatures, but the index in {str(self.path)!r} stores none "
                 f"for {', '.join(lacking)} (written by runs with verify.method exact, which keep the normalized "
                 "texts instead); run with --verify exact (the default, which compares the texts), or build the index "
                 "with --verify signature")
@@ -294,14 +305,16 @@ class Index:
         if cfg.similarity == "cosine" and (cfg.cosine.bands, cfg.cosine.rows) not in ((None, None), layout):
             layout = (cfg.cosine.bands, cfg.cosine.rows)  # given explicitly: must be the index's
         split = self._split_chains_differs(cfg)
+        threshold = self._threshold_differs(cfg)
         if index_fingerprint(cfg, layout) == self.manifest["fingerprint"]:
-            if split:
+            if threshold or split:  # whatever the layout: one given explicitly, or one both thresholds derive
+                found = [x for x in (threshold, split) if x is not None]
+                diffs, why, fixes = ([x[k] for x in found] for k in range(3))
                 raise IndexMismatchError(
-                    f"the config does not match the index in {str(self.path)!r} ({split}): the index's documents "
-                    f"were removed {_split_rule(not cfg.select.split_chains)}, and this run's would be removed "
-                    f"{_split_rule(cfg.select.split_chains)}, so together they would follow neither rule; rerun "
-                    f"with --set select.split_chains={_yaml(not cfg.select.split_chains)} (the index's value), or "
-                    "build a new index with this run's (--index-out NEW_INDEX_DIR)")
+                    f"the config does not match the index in {str(self.path)!r} ({'; '.join(diffs)}): "
+                    f"{'; and '.join(why)}; rerun with {' '.join(fixes)} (the index's "
+                    f"value{'s' if len(fixes) > 1 else ''}), or build a new index with this run's "
+                    "(--index-out NEW_INDEX_DIR)")
             return
         mine = index_config(cfg, layout)
         diffs = []
@@ -314,23 +327,53 @@ class Index:
                          "(input.vector_column)")
         prefix = "cosine" if self.similarity == "cosine" else "lsh"
         layout_differs = any(mine[k] != theirs[k] for k in ("bands", "rows"))
-        if (layout_differs and prefix == "lsh" and cfg.lsh.bands is None and cfg.lsh.rows is None
-                and "threshold" in self.manifest and cfg.lsh.threshold != self.manifest["threshold"]):
-            # the run's (bands, rows) were derived from its threshold: name the setting the user changed
+        derived = (layout_differs and prefix == "lsh" and cfg.lsh.bands is None and cfg.lsh.rows is None
+                   and "threshold" in self.manifest and cfg.lsh.threshold != self.manifest["threshold"])
+        if threshold:
+            diffs.append(threshold[0] + (", from which this run derives its lsh.bands and lsh.rows"
+                                         if derived and threshold[0].startswith("lsh.threshold") else ""))
+        elif derived:  # the run's (bands, rows) were derived from its threshold: name the setting the user changed
             diffs.append(f"lsh.threshold: index {self.manifest['threshold']!r}, this run {cfg.lsh.threshold!r}, "
                          "from which this run derives its lsh.bands and lsh.rows")
         for k in ("bands", "rows"):
             if mine[k] != theirs[k]:
                 diffs.append(f"{prefix}.{k}: index {theirs[k]}, this run {mine[k]}")
         if split:
-            diffs.append(split)
+            diffs.append(split[0])
         raise IndexMismatchError(
             f"the config does not match the index in {str(self.path)!r} ({'; '.join(diffs)}); "
             f"run with the index's settings (`gpu-dedup index info {self.path}` prints them) or build a new index"
         )
 
-    def _split_chains_differs(self, cfg: Config) -> str | None:
-        """``select.split_chains: index X, this run Y`` when the run's value is not the one the index records.
+    def _threshold_differs(self, cfg: Config) -> tuple[str, str, str] | None:
+        """(what differs, why it matters, the fix) when the run would verify (remove) at another threshold than
+        the index's documents were: its ``verify_threshold`` (the runs' verify.threshold, or their lsh.threshold);
+        an index that records none (written before it was recorded) stands for it by its lsh.threshold, and its
+        next append records it.  Checked whatever the layout: with lsh.bands and lsh.rows given (or a threshold
+        that derives the index's layout), the fingerprint is the index's and only this check tells them apart."""
+        m = self.manifest
+        if VERIFY_THRESHOLD in m:
+            theirs = m[VERIFY_THRESHOLD]
+        elif "threshold" in m:
+            theirs = m["threshold"]
+            self._verify_threshold = cfg.verify_threshold  # what an append records once the check passed
+        else:  # pragma: no cover - every index written since the threshold was recorded says it
+            return None
+        mine = cfg.verify_threshold
+        if mine == theirs:
+            return None
+        lsh = cfg.verify.threshold is None and theirs == m.get("threshold")  # both the runs' lsh.threshold
+        what = (f"lsh.threshold: index {theirs!r}, this run {mine!r}" if lsh else
+                f"verify threshold: index {theirs!r}, this run {mine!r} "
+                f"({'verify.threshold' if cfg.verify.threshold is not None else 'lsh.threshold'})")
+        why = (f"the index's documents were removed at similarity {theirs} or above to their survivor, and this "
+               f"run's would be removed at {mine}, so together they would follow neither threshold")
+        fix = f"--threshold {theirs}" if lsh else f"--set verify.threshold={theirs}"
+        return what, why, fix
+
+    def _split_chains_differs(self, cfg: Config) -> tuple[str, str, str] | None:
+        """(``select.split_chains: index X, this run Y``, why it matters, the fix) when the run's value is not
+        the one the index records.
         An index that records none (written before it was recorded) cannot be checked: a warning says so, and
         the next append records the run's value (:meth:`append_segments`)."""
         mine = cfg.select.split_chains
@@ -344,7 +387,10 @@ class Index:
         theirs = self.manifest[SPLIT_CHAINS]
         if theirs == mine:
             return None
-        return f"select.split_chains: index {_yaml(theirs)}, this run {_yaml(mine)}"
+        return (f"select.split_chains: index {_yaml(theirs)}, this run {_yaml(mine)}",
+                f"the index's documents were removed {_split_rule(theirs)}, and this run's would be removed "
+                f"{_split_rule(mine)}, so together they would follow neither rule",
+                f"--set select.split_chains={_yaml(theirs)}")
 
     def config(self, base: Config = Config()) -> Config:
         """``base`` with the index's settings: normalize, minhash and (bands, rows); for a cosine
@@ -353,6 +399,8 @@ class Index:
         d = base.to_dict()
         if "threshold" in self.manifest and base == Config():  # the threshold the index was built with
             d["lsh"]["threshold"] = self.manifest["threshold"]
+            if self.manifest.get(VERIFY_THRESHOLD, self.manifest["threshold"]) != self.manifest["threshold"]:
+                d["verify"]["threshold"] = self.manifest[VERIFY_THRESHOLD]  # and the one it verified at
         if SPLIT_CHAINS in self.manifest and base == Config():  # how its chains were decided
             d["select"]["split_chains"] = self.manifest[SPLIT_CHAINS]
         if self.similarity == "cosine":
@@ -578,6 +626,8 @@ class Index:
         manifest[CHECKSUMS] = {**self.manifest.get(CHECKSUMS, {}), **dict(zip(names, sums))}
         if SPLIT_CHAINS not in manifest and self._split_chains is not None:  # an index that recorded none
             manifest[SPLIT_CHAINS] = self._split_chains
+        if VERIFY_THRESHOLD not in manifest and self._verify_threshold is not None:  # likewise
+            manifest[VERIFY_THRESHOLD] = self._verify_threshold
         if self.source is not None:
             manifest[SOURCES] = {**self.manifest.get(SOURCES, {}), **{name: self.source for name in names}}
         manifest.pop(MANIFEST_DIGEST, None)
@@ -668,7 +718,9 @@ class Index:
                 "segments": len(self.segments),
                 "bytes": size, "kept": int(sum(pc.sum(s.docs.column("kept")).as_py() or 0 for s in self.segments)),
                 "fingerprint": self.manifest["fingerprint"], "config": self.manifest["config"],
-                "threshold": self.manifest.get("threshold"), "split_chains": self.manifest.get(SPLIT_CHAINS)}
+                "threshold": self.manifest.get("threshold"),
+                "verify_threshold": self.manifest.get(VERIFY_THRESHOLD, self.manifest.get("threshold")),
+                "split_chains": self.manifest.get(SPLIT_CHAINS)}
 
     # ---- online use ---------------------------------------------------------
     def query(self, texts=None, threshold: float | None = None, members: int = 8, backend="cpu",
