@@ -792,6 +792,96 @@ def test_a_run_at_another_threshold_is_refused_naming_the_threshold(batches, tmp
     assert Index.open(ix).documents == 800
 
 
+def test_a_run_at_another_threshold_is_refused_whatever_the_layout(batches, tmp_path, capsys):
+    """With lsh.bands and lsh.rows given (--bands 16 --rows 8), --threshold 0.6 against an index built at 0.8 was
+    accepted with only a layout warning: the threshold is not in the fingerprint, and it was compared only where the
+    run derived another layout from it (so --threshold 0.79, which derives the index's 16 x 8, and
+    --set verify.threshold=0.6 passed too).  The run would remove at 0.6 what the index's documents were kept at
+    0.8: refused on every path (CLI, run_dedup, Index.add), exit 2 before anything is written, naming both values
+    and the fix.  Another lsh.threshold that changes nothing (the layout given, the verify threshold the index's)
+    is accepted; a query with its own threshold (read-only) still is."""
+    from gpu_dedup.cli import main
+
+    ix = str(tmp_path / "ix")
+    layout = ["--bands", "16", "--rows", "8"]
+    flags = ["--id-column", "id", "--backend", "cpu", "-q", "--no-shards"]
+    assert main(["run", str(batches / "a"), "-o", str(tmp_path / "out_a"), "--index-out", ix] + flags + layout) == 0
+    assert json.loads((tmp_path / "ix" / "manifest.json").read_text())["verify_threshold"] == 0.8
+    for extra, said in ((["--threshold", "0.6"] + layout, "lsh.threshold: index 0.8, this run 0.6"),
+                        (["--threshold", "0.79"], "lsh.threshold: index 0.8, this run 0.79"),
+                        (["--set", "verify.threshold=0.6"] + layout,
+                         "verify threshold: index 0.8, this run 0.6 (verify.threshold)")):
+        capsys.readouterr()
+        rc = main(["run", str(batches / "b"), "-o", str(tmp_path / "out_b"), "--against", ix, "--update-index"]
+                  + flags + extra)
+        err = capsys.readouterr().err
+        assert rc == 2 and "Traceback" not in err and err.count("\n") == 1, (extra, err)
+        assert said in err and "(the index's value)" in err and "build a new index" in err, err
+        assert not (tmp_path / "out_b").exists() and Index.open(ix).documents == 800
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "lsh": {"bands": 16, "rows": 8}})
+    frame = pq.read_table(batches / "b")
+    with pytest.raises(IndexMismatchError, match="lsh.threshold: index 0.8, this run 0.6"):
+        run_dedup(batches / "b", tmp_path / "out_c", cfg.with_overrides({"lsh.threshold": 0.6}), against=ix)
+    with pytest.raises(IndexMismatchError, match="lsh.threshold: index 0.8, this run 0.6"):
+        Index.open(ix).add(frame, id="id", threshold=0.6, bands=16, rows=8)
+    assert Index.open(ix).documents == 800 and not (tmp_path / "out_c").exists()
+    # the same verify threshold: lsh.threshold alone moves nothing with the layout given (accepted)
+    same = cfg.with_overrides({"lsh.threshold": 0.6, "verify.threshold": 0.8})
+    assert run_dedup(batches / "b", None, same, against=ix).report["counts"]["removed_against_index"] > 0
+    # a query is a read-only lookup: its own threshold stays allowed (below the index's: with a warning)
+    assert main(["query", ix, str(_query_file(batches, tmp_path)), "--threshold", "0.6", "-q"]) == 0
+
+
+def test_an_index_verified_at_its_own_threshold_is_run_against_at_it_and_old_indexes_by_their_threshold(
+        batches, tmp_path):
+    """An index built with verify.threshold 0.7 (lsh.threshold 0.8) records 0.7; Index.add without a config runs at
+    it, a run at 0.8 is refused.  An index written before the verify threshold was recorded stands for it by its
+    lsh.threshold (refused at another), and its first append records it."""
+    from gpu_dedup.index.format import sealed
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    run_dedup(batches / "a", tmp_path / "o7", cfg.with_overrides({"verify.threshold": 0.7}),
+              index_out=tmp_path / "ix7")
+    frame = pq.read_table(batches / "b")
+    index = Index.open(tmp_path / "ix7")
+    assert index.info()["verify_threshold"] == 0.7 and index.config().verify_threshold == 0.7
+    with pytest.raises(IndexMismatchError, match=r"verify threshold: index 0.7, this run 0.8 \(lsh.threshold\)"):
+        run_dedup(batches / "b", None, cfg, against=tmp_path / "ix7")
+    assert index.add(frame, id="id").report["config"]["verify"]["threshold"] == 0.7
+    run_dedup(batches / "a", tmp_path / "oa", cfg, index_out=tmp_path / "ix")
+    path = tmp_path / "ix" / "manifest.json"
+    m = json.loads(path.read_text())
+    path.write_text(json.dumps(sealed({k: v for k, v in m.items() if k not in ("verify_threshold", "manifest_sha256")})))
+    with pytest.raises(IndexMismatchError, match="lsh.threshold: index 0.8, this run 0.6"):
+        run_dedup(batches / "b", None, cfg.with_overrides({"lsh.threshold": 0.6, "lsh.bands": 16, "lsh.rows": 8}),
+                  against=tmp_path / "ix")
+    run_dedup(batches / "b", tmp_path / "ob", cfg, against=tmp_path / "ix", update_index=True)
+    assert json.loads(path.read_text())["verify_threshold"] == 0.8
+
+
+def test_verify_none_against_an_index_without_signatures_is_refused_before_it_runs(batches, tmp_path, capsys):
+    """--verify none scores candidate pairs by their MinHash signatures, which an index built with verify exact does
+    not store: the run failed with a KeyError traceback (exit 1) once it reached the index; refused as --verify
+    signature is (exit 2, before it runs)."""
+    from gpu_dedup.cli import main
+
+    ix = str(tmp_path / "ix")
+    flags = ["--id-column", "id", "--backend", "cpu", "-q", "--no-shards"]
+    assert main(["run", str(batches / "a"), "-o", str(tmp_path / "out_a"), "--index-out", ix] + flags) == 0
+    capsys.readouterr()
+    rc = main(["run", str(batches / "b"), "-o", str(tmp_path / "out_b"), "--against", ix, "--verify", "none"]
+              + flags)
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and "--verify none scores pairs by MinHash signatures" in err, err
+    assert not (tmp_path / "out_b").exists()
+
+
+def _query_file(batches, tmp_path):
+    q = tmp_path / "q.txt"
+    q.write_text("\n".join(pq.read_table(batches / "b").column("text").to_pylist()[:5]) + "\n")
+    return q
+
+
 def test_a_run_with_another_split_chains_is_refused_before_it_runs(batches, tmp_path, capsys):
     """select.split_chains false against an index built with it true (and the other way round) was accepted:
     the run removed by components, the index's documents had been removed with chains split, and together they

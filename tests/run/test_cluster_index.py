@@ -220,6 +220,21 @@ def test_a_cluster_run_with_another_split_chains_is_refused_before_it_reaches_th
     assert not (tmp_path / "out_b").exists() and Index.open(tmp_path / "ix").documents == 800
 
 
+def test_a_cluster_run_at_another_threshold_is_refused_whatever_the_layout(corpus, tmp_path):
+    """With lsh.bands and lsh.rows given, a cluster run at --threshold 0.6 against an index built at 0.8 reached the
+    scheduler (the threshold was compared only where the run derived another layout from it); it is refused before
+    it connects, as a one-process run is
+    (tests/index/test_store.py::test_a_run_at_another_threshold_is_refused_whatever_the_layout)."""
+    from gpu_dedup.index.format import IndexMismatchError
+
+    fixed = {**BASE, "lsh": {"bands": 16, "rows": 8}}
+    index_run(corpus / "a", tmp_path / "out_a", Config.from_dict(fixed), index_out=tmp_path / "ix")
+    cfg = _on(Config.from_dict({**BASE, "lsh": {"bands": 16, "rows": 8, "threshold": 0.6}}), "tcp://127.0.0.1:1")
+    with pytest.raises(IndexMismatchError, match="lsh.threshold: index 0.8, this run 0.6"):
+        index_run(corpus / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix", update_index=True)
+    assert not (tmp_path / "out_b").exists() and Index.open(tmp_path / "ix").documents == 800
+
+
 def test_a_killed_cluster_index_build_resumes_from_its_checkpoints(corpus, tmp_path):
     """SIGKILL after the verify stage of a --workers --index-out run; the same command resumes from the workers'
     checkpoints and builds the index one process builds."""
