@@ -30,6 +30,12 @@ SPLIT_CHAINS = "split_chains"  # select.split_chains of the runs that decided th
 VERIFY_THRESHOLD = "verify_threshold"  # the threshold the index's documents were verified (removed) at: the
 # runs' verify.threshold, or lsh.threshold where that is null (absent: an index written before it was recorded,
 # whose lsh.threshold, ``threshold``, stands for it; its first append records it)
+# Other settings that decide which documents are removed, recorded like split_chains (absent: an index written
+# before they were recorded, run against with a warning; its first append records them): manifest key ->
+# (dotted setting, its values).  A run with another value would decide its documents by other candidates
+# (star_rounds: the index replays the centres its own rounds chose) or another similarity estimate (verify.method)
+# than the index's documents were decided by (tools/index_settings_experiment.py).
+RECORDED = {"star_rounds": ("lsh.star_rounds", int), "verify_method": ("verify.method", str)}
 SEGMENT_NAME = re.compile(r"seg-\d{5}")
 
 
@@ -75,6 +81,9 @@ def check_manifest(manifest: dict) -> None:
     for key in ("id_column", "vector_column"):
         if manifest.get(key) is not None and not isinstance(manifest[key], str):
             raise ValueError(f"{key} = {manifest[key]!r} is not a column name")
+    for key, (_, kind) in RECORDED.items():
+        if key in manifest and (isinstance(manifest[key], bool) or not isinstance(manifest[key], kind)):
+            raise ValueError(f"{key} = {manifest[key]!r} is not a{'n integer' if kind is int else ' name'}")
     if SPLIT_CHAINS in manifest and not isinstance(manifest[SPLIT_CHAINS], bool):
         raise ValueError(f"{SPLIT_CHAINS} = {manifest[SPLIT_CHAINS]!r} is not true or false")
     for key in ("threshold", VERIFY_THRESHOLD):

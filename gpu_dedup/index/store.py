@@ -91,6 +91,7 @@ from gpu_dedup.index.format import (
     SEGMENT_FILES,
     SEGMENT_NAME,
     SOURCES,
+    RECORDED,
     SPLIT_CHAINS,
     VERIFY_THRESHOLD,
     IndexMismatchError,
@@ -140,6 +141,7 @@ class Index:
         self._staged = None  # what a held append publishes: its manifest and segment names
         self._split_chains = None  # an index recording none: the value check() saw, which an append records
         self._verify_threshold = None  # likewise for an index recording no verify threshold
+        self._recorded: dict = {}  # likewise for the RECORDED settings it records none of
 
     # ---- lifecycle ----------------------------------------------------------
     @classmethod
@@ -158,6 +160,7 @@ class Index:
                     "similarity": cfg.similarity, "fingerprint": fingerprint_of(config),
                     "config": config, "threshold": cfg.lsh.threshold,
                     VERIFY_THRESHOLD: cfg.verify_threshold, SPLIT_CHAINS: cfg.select.split_chains,
+                    **{key: _setting(cfg, dotted) for key, (dotted, _) in RECORDED.items()},
                     "id_column": cfg.input.id_column,
                     "vector_column": cfg.input.vector_column,
                     "documents": 0, "segments": [], CHECKSUMS: {},
@@ -306,9 +309,10 @@ class Index:
             layout = (cfg.cosine.bands, cfg.cosine.rows)  # given explicitly: must be the index's
         split = self._split_chains_differs(cfg)
         threshold = self._threshold_differs(cfg)
+        recorded = self._recorded_differ(cfg)
         if index_fingerprint(cfg, layout) == self.manifest["fingerprint"]:
-            if threshold or split:  # whatever the layout: one given explicitly, or one both thresholds derive
-                found = [x for x in (threshold, split) if x is not None]
+            if threshold or split or recorded:  # whatever the layout: one given, or one both thresholds derive
+                found = [x for x in (threshold, split, *recorded) if x is not None]
                 diffs, why, fixes = ([x[k] for x in found] for k in range(3))
                 raise IndexMismatchError(
                     f"the config does not match the index in {str(self.path)!r} ({'; '.join(diffs)}): "
@@ -340,6 +344,7 @@ class Index:
                 diffs.append(f"{prefix}.{k}: index {theirs[k]}, this run {mine[k]}")
         if split:
             diffs.append(split[0])
+        diffs += [what for what, _, _ in recorded]
         raise IndexMismatchError(
             f"the config does not match the index in {str(self.path)!r} ({'; '.join(diffs)}); "
             f"run with the index's settings (`gpu-dedup index info {self.path}` prints them) or build a new index"
@@ -370,6 +375,28 @@ class Index:
                f"run's would be removed at {mine}, so together they would follow neither threshold")
         fix = f"--threshold {theirs}" if lsh else f"--set verify.threshold={theirs}"
         return what, why, fix
+
+    def _recorded_differ(self, cfg: Config) -> list:
+        """(what differs, why it matters, the fix) for each :data:`RECORDED` setting whose value in the run is not
+        the index's.  One the index records none of (written before it was recorded) cannot be checked: a warning
+        says so, and the next append records the run's value."""
+        out = []
+        for key, (dotted, _) in RECORDED.items():
+            mine = _setting(cfg, dotted)
+            if key not in self.manifest:
+                self._recorded[key] = mine
+                log.warning("the index in %s was written by an earlier gpu_dedup and does not record %s, so this "
+                            "run's value (%s) cannot be checked against the runs that built it: make sure it is "
+                            "theirs. The next run that appends to the index records its value, and later runs must "
+                            "match it", self.path, dotted, mine)
+                continue
+            theirs = self.manifest[key]
+            if theirs != mine:
+                out.append((f"{dotted}: index {theirs}, this run {mine}",
+                            f"the index's documents were decided with {dotted} {theirs}, and this run's would be with "
+                            f"{mine}, which {_RECORDED_WHY[key]}, so together they would follow neither",
+                            f"--set {dotted}={theirs}"))
+        return out
 
     def _split_chains_differs(self, cfg: Config) -> tuple[str, str, str] | None:
         """(``select.split_chains: index X, this run Y``, why it matters, the fix) when the run's value is not
@@ -403,6 +430,10 @@ class Index:
                 d["verify"]["threshold"] = self.manifest[VERIFY_THRESHOLD]  # and the one it verified at
         if SPLIT_CHAINS in self.manifest and base == Config():  # how its chains were decided
             d["select"]["split_chains"] = self.manifest[SPLIT_CHAINS]
+        for key, (dotted, _) in RECORDED.items():  # and its other recorded settings
+            if key in self.manifest and base == Config():
+                section, name = dotted.split(".")
+                d[section][name] = self.manifest[key]
         if self.similarity == "cosine":
             d["similarity"] = "cosine"
             d["cosine"].update(c["cosine"], bands=c["bands"], rows=c["rows"])
@@ -628,6 +659,8 @@ class Index:
             manifest[SPLIT_CHAINS] = self._split_chains
         if VERIFY_THRESHOLD not in manifest and self._verify_threshold is not None:  # likewise
             manifest[VERIFY_THRESHOLD] = self._verify_threshold
+        for key, value in self._recorded.items():  # likewise
+            manifest.setdefault(key, value)
         if self.source is not None:
             manifest[SOURCES] = {**self.manifest.get(SOURCES, {}), **{name: self.source for name in names}}
         manifest.pop(MANIFEST_DIGEST, None)
@@ -720,7 +753,8 @@ class Index:
                 "fingerprint": self.manifest["fingerprint"], "config": self.manifest["config"],
                 "threshold": self.manifest.get("threshold"),
                 "verify_threshold": self.manifest.get(VERIFY_THRESHOLD, self.manifest.get("threshold")),
-                "split_chains": self.manifest.get(SPLIT_CHAINS)}
+                "split_chains": self.manifest.get(SPLIT_CHAINS),
+                **{key: self.manifest.get(key) for key in RECORDED}}
 
     # ---- online use ---------------------------------------------------------
     def query(self, texts=None, threshold: float | None = None, members: int = 8, backend="cpu",
@@ -855,6 +889,18 @@ def write_segment(directory: Path, first: int, *, ids, kept, survivor, keys, tex
         sync_file(directory / f)
     sync_dir(directory)  # and the folder's entries
     return {f: file_digest(directory / f) for f in SEGMENT_FILES}
+
+
+def _setting(cfg: Config, dotted: str):
+    """The value of setting ``dotted`` (``lsh.star_rounds``) in ``cfg``."""
+    section, name = dotted.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+_RECORDED_WHY = {  # what another value of each RECORDED setting changes
+    "star_rounds": "finds other candidates (the index replays the centres its own rounds chose)",
+    "verify_method": "estimates the similarity another way",
+}
 
 
 def _yaml(value: bool) -> str:
