@@ -876,6 +876,52 @@ def test_verify_none_against_an_index_without_signatures_is_refused_before_it_ru
     assert not (tmp_path / "out_b").exists()
 
 
+def test_a_run_with_another_star_rounds_or_verify_method_is_refused_and_old_indexes_record_them(
+        batches, tmp_path, capsys, caplog):
+    """lsh.star_rounds and verify.method decide which documents are removed, and a change of either between runs
+    against one index gave removals that neither value gives throughout (tools/index_settings_experiment.py): they
+    were accepted silently.  An index records both; another value is refused (CLI, run_dedup, Index.add) naming
+    both values and the fix; Index.add without a config uses the index's.  An index recording neither (written
+    before) is run against with a warning, and its first append records the run's values."""
+    import logging
+
+    from gpu_dedup.cli import main
+    from gpu_dedup.index.format import sealed
+
+    ix = str(tmp_path / "ix")
+    flags = ["--id-column", "id", "--backend", "cpu", "-q", "--no-shards"]
+    assert main(["run", str(batches / "a"), "-o", str(tmp_path / "out_a"), "--index-out", ix, "--verify",
+                 "signature", "--set", "lsh.star_rounds=2"] + flags) == 0
+    m = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    assert (m["star_rounds"], m["verify_method"]) == (2, "signature")
+    for extra, said in ((["--verify", "signature"], "lsh.star_rounds: index 2, this run 3"),
+                        (["--set", "lsh.star_rounds=2"], "verify.method: index signature, this run exact")):
+        capsys.readouterr()
+        rc = main(["run", str(batches / "b"), "-o", str(tmp_path / "out_b"), "--against", ix, "--update-index"]
+                  + flags + extra)
+        err = capsys.readouterr().err
+        assert rc == 2 and "Traceback" not in err and err.count("\n") == 1 and said in err, err
+        assert "(the index's value)" in err and not (tmp_path / "out_b").exists()
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "verify": {"method": "signature"}})
+    with pytest.raises(IndexMismatchError, match="lsh.star_rounds: index 2, this run 3"):
+        run_dedup(batches / "b", tmp_path / "out_c", cfg, against=ix)
+    frame = pq.read_table(batches / "b")
+    with pytest.raises(IndexMismatchError, match="lsh.star_rounds: index 2, this run 1"):
+        Index.open(ix).add(frame, id="id", star_rounds=1)
+    assert Index.open(ix).documents == 800
+    assert Index.open(ix).add(frame, id="id").report["config"]["lsh"]["star_rounds"] == 2
+    # an index written before they were recorded: a warning, and its first append records them
+    path = tmp_path / "ix" / "manifest.json"
+    m = json.loads(path.read_text())
+    path.write_text(json.dumps(sealed({k: v for k, v in m.items()
+                                       if k not in ("star_rounds", "verify_method", "manifest_sha256")})))
+    with caplog.at_level(logging.WARNING, logger="gpu_dedup"):
+        run_dedup(batches / "c", tmp_path / "out_d", cfg, against=ix, update_index=True)
+    assert "does not record lsh.star_rounds" in caplog.text and "does not record verify.method" in caplog.text
+    m = json.loads(path.read_text())
+    assert (m["star_rounds"], m["verify_method"]) == (3, "signature")
+
+
 def _query_file(batches, tmp_path):
     q = tmp_path / "q.txt"
     q.write_text("\n".join(pq.read_table(batches / "b").column("text").to_pylist()[:5]) + "\n")

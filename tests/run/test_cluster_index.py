@@ -235,6 +235,18 @@ def test_a_cluster_run_at_another_threshold_is_refused_whatever_the_layout(corpu
     assert not (tmp_path / "out_b").exists() and Index.open(tmp_path / "ix").documents == 800
 
 
+def test_a_cluster_run_with_another_star_rounds_is_refused_before_it_reaches_the_scheduler(corpus, tmp_path):
+    """A cluster run with another lsh.star_rounds than its index's reached the scheduler; refused before it connects
+    (tests/index/test_store.py::test_a_run_with_another_star_rounds_or_verify_method_is_refused_and_old_indexes_record_them)."""
+    from gpu_dedup.index.format import IndexMismatchError
+
+    index_run(corpus / "a", tmp_path / "out_a", Config.from_dict(BASE), index_out=tmp_path / "ix")
+    cfg = _on(Config.from_dict({**BASE, "lsh": {"star_rounds": 1}}), "tcp://127.0.0.1:1")
+    with pytest.raises(IndexMismatchError, match="lsh.star_rounds: index 3, this run 1"):
+        index_run(corpus / "b", tmp_path / "out_b", cfg, against=tmp_path / "ix", update_index=True)
+    assert not (tmp_path / "out_b").exists() and Index.open(tmp_path / "ix").documents == 800
+
+
 def test_a_killed_cluster_index_build_resumes_from_its_checkpoints(corpus, tmp_path):
     """SIGKILL after the verify stage of a --workers --index-out run; the same command resumes from the workers'
     checkpoints and builds the index one process builds."""
