@@ -24,18 +24,39 @@ Run from the repository root:  PYTHONPATH=. python tools/index_settings_experime
 
 So a change of keep is meaningful but consistent (accepted), and a change of split_chains gives results that
 follow neither value's rule (an index records it and refuses another value).
+
+Other settings (--settings=star_rounds,star_rounds_wide,star_rounds_wide8,threshold,verify_threshold,
+verify_method,exact_dedup; see OTHER): each mixed pair is compared, whole decisions (kept, survivor), with each
+value throughout, incremental and full.  Seeds 0-2 (0-4 for star_rounds_wide*, exact_dedup) gave:
+
+- lsh.threshold 0.8 <-> 0.7 with the layout given (16 x 8), and verify.threshold 0.8 -> 0.7: the removed set
+  differs from the nearer value's by 21-31 documents (part 1 decided at its threshold, part 0 at the index's):
+  no single threshold gives it (refused; the index records verify_threshold).
+- lsh.star_rounds 1 <-> 3, 2 <-> 4 with 16 x 8 (the default) and 32 x 2: every value removes the same documents
+  (another band links what a centre rejects).  With 4 x 1 and 8 x 2: 16 of the 20 runs mixing 1 and 3 removed a
+  set neither value removes throughout, 1-11 documents off the nearer one (2 <-> 4: 6 of 20, 1-2): refused.
+- verify.method signature -> exact (and none -> exact, which with split_chains decides as signature does): 5-13
+  documents off the nearer value's set: refused.  exact -> signature or none: refused already (the index has no
+  signatures; none crashed with a KeyError before).
+- exact_dedup true <-> false (a corpus with 20% exact copies, half differing in case and punctuation): the same
+  decisions as every value throughout (exact copies are near duplicates at similarity 1): accepted.
 """
 import random, shutil, sys, tempfile, json
 from pathlib import Path
 import pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from gpu_dedup.config import Config
+from gpu_dedup.index.store import Index
 from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.stages.normalize import normalize
 from tests import reference as ref
 
 NGRAM, T = 3, 0.8
 
-def corpus(seed, chains=40):
+# The mixed runs are what an index refuses (another split_chains, threshold, ...): the experiment measures what they
+# would give, so it skips the check (Index.check) that refuses them.
+Index.check = lambda self, cfg: None
+
+def corpus(seed, chains=40, copies=0.0):
     rng = random.Random(seed); vocab = [f"w{i}" for i in range(400)]; texts = []
     for _ in range(chains):
         words = [rng.choice(vocab) for _ in range(rng.randint(30, 60))]
@@ -48,6 +69,9 @@ def corpus(seed, chains=40):
                     elif op < 0.75: words.insert(rng.randrange(len(words) + 1), rng.choice(vocab))
                     elif len(words) > 5: del words[rng.randrange(len(words))]
             texts.append(" ".join(words))
+    for d in range(int(len(texts) * copies)):  # exact copies (some differ only in case and punctuation)
+        t = texts[rng.randrange(len(texts))]
+        texts.append(t.upper() + "!" if d % 2 else t)
     order = list(range(len(texts))); rng.shuffle(order)
     part = {d: i % 2 for i, d in enumerate(order)}
     return texts, part
@@ -68,6 +92,10 @@ def write(root, texts, part):
 def cfg(**sel):
     return Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "minhash": {"ngram": NGRAM},
                              "lsh": {"threshold": T}, "select": sel})
+
+def cfg_of(dotted):
+    """cfg() with dotted overrides ({"lsh.star_rounds": 1})."""
+    return cfg().with_overrides(dotted)
 
 def dec(r):
     d = r.duplicates.to_pydict()
@@ -116,9 +144,82 @@ def false_contract(root, d, part, n):
 def below_parts(d, norm, part):
     return [below({i: v for i, v in d.items() if part[i] == k}, norm)[1] for k in (0, 1)]
 
-def main(seeds):
+# Other settings that decide which documents are removed, changed between part 0 and part 1 (--settings NAME,...):
+# dotted overrides of each pair.  lsh.threshold is changed with the layout fixed (16 x 8): the run's layout stays
+# the index's, only the verification threshold moves.
+OTHER = {
+    "star_rounds": [({"lsh.star_rounds": 1}, {"lsh.star_rounds": 3}), ({"lsh.star_rounds": 3}, {"lsh.star_rounds": 1}),
+                    ({"lsh.star_rounds": 2}, {"lsh.star_rounds": 4})],
+    "threshold": [({"lsh.bands": 16, "lsh.rows": 8}, {"lsh.bands": 16, "lsh.rows": 8, "lsh.threshold": 0.7}),
+                  ({"lsh.bands": 16, "lsh.rows": 8, "lsh.threshold": 0.7}, {"lsh.bands": 16, "lsh.rows": 8})],
+    "verify_threshold": [({}, {"verify.threshold": 0.7})],
+    "verify_method": [({"verify.method": "signature"}, {"verify.method": "exact"}),
+                      ({}, {"verify.method": "none"}), ({"verify.method": "none"}, {})],
+    "exact_dedup": [({}, {"exact_dedup": False}), ({"exact_dedup": False}, {})],
+}
+# star_rounds matters where a bucket's centre rejects members and no other band links them: a layout of few bands
+# and rows (4 x 1, 8 x 2) fills a few buckets with documents well below the threshold to each other (with 16 x 8 or
+# 32 x 2, one value or another removes the same documents: another band links what a centre rejects)
+for tag, lay in (("wide", {"lsh.bands": 4, "lsh.rows": 1}), ("wide8", {"lsh.bands": 8, "lsh.rows": 2})):
+    OTHER[f"star_rounds_{tag}"] = [({**lay, "lsh.star_rounds": a}, {**lay, "lsh.star_rounds": b})
+                                   for a, b in ((1, 3), (3, 1), (2, 4), (4, 2))]
+COPIES = {"exact_dedup": 0.2}  # the corpus of a setting: its fraction of exact copies added
+
+
+def decided(d, n):
+    """Every document's (kept, survivor): documents not in duplicates.parquet are kept, their own survivor."""
+    return {i: d.get(i, (True, i)) for i in range(n)}
+
+
+def below_at(d, norm, part, t):
+    """Removed documents of each part below the threshold of that part (t[k]) to their survivor."""
+    return [sum(1 for i, (k, s) in d.items() if not k and part[i] == p
+                and ref.jaccard(norm[i], norm[s], "word", NGRAM) < t[p] - 1e-9) for p in (0, 1)]
+
+
+def other(root, seed, name, a, b, texts, part, norm):
+    """One mixed pair of another setting: the mixed run against both values throughout (incremental and full)."""
+    A, B = cfg_of(a), cfg_of(b)
+    n = len(texts)
+    try:
+        mixed = decided(incremental(root, A, B, "mix"), n)
+    except Exception as exc:  # refused, or failed: say so
+        shutil.rmtree(root / "ix-mix", ignore_errors=True)
+        shutil.rmtree(root / "o1-mix", ignore_errors=True); shutil.rmtree(root / "o0-mix", ignore_errors=True)
+        return {"seed": seed, "setting": name, "part0": a, "part1": b, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    shutil.rmtree(root / "ix-mix")
+    incA = decided(incremental(root, A, A, "a"), n); shutil.rmtree(root / "ix-a")
+    incB = decided(incremental(root, B, B, "b"), n); shutil.rmtree(root / "ix-b")
+    fullA = decided(dec(run_dedup(root / "all", None, A)), n)
+    fullB = decided(dec(run_dedup(root / "all", None, B)), n)
+    m = removed(mixed)
+    t = [A.verify_threshold, B.verify_threshold]
+    return {"seed": seed, "setting": name, "part0": a, "part1": b, "docs": n,
+            "removed_mixed,incA,incB,fullA,fullB": [len(m)] + [len(removed(x)) for x in (incA, incB, fullA, fullB)],
+            "mixed_equals_incA,incB,fullA,fullB": [mixed == x for x in (incA, incB, fullA, fullB)],
+            "removed_set_diff_vs_incA,incB,fullA,fullB": [len(m ^ removed(x)) for x in (incA, incB, fullA, fullB)],
+            "removed_set_diff_per_part_vs_incA,incB": [[len({i for i in m ^ removed(x) if part[i] == p})
+                                                        for p in (0, 1)] for x in (incA, incB)],
+            "below_own_part_threshold_mixed,incA,incB": [below_at(mixed, norm, part, t), below_at(incA, norm, part, [t[0]] * 2),
+                                                         below_at(incB, norm, part, [t[1]] * 2)]}
+
+
+def main(seeds, settings=("keep", "split_chains")):
     rows = []
     for seed in seeds:
+        if [s for s in settings if s not in ("keep", "split_chains")]:
+            for name in settings:
+                if name not in OTHER:
+                    continue
+                root = Path(tempfile.mkdtemp(prefix=f"exp{seed}-"))
+                texts, part = corpus(seed, copies=COPIES.get(name, 0.0)); write(root, texts, part)
+                norm = normalize(pa.array(texts, pa.large_string())).to_pylist()
+                for a, b in OTHER[name]:
+                    row = other(root, seed, name, a, b, texts, part, norm)
+                    rows.append(row); print(json.dumps(row), flush=True)
+                shutil.rmtree(root)
+        if not {"keep", "split_chains"} & set(settings):
+            continue
         root = Path(tempfile.mkdtemp(prefix=f"exp{seed}-"))
         texts, part = corpus(seed); write(root, texts, part)
         norm = normalize(pa.array(texts, pa.large_string())).to_pylist()
@@ -126,6 +227,8 @@ def main(seeds):
                            ("keep", {"keep": "longest"}, {"keep": "first"}),
                            ("split_chains", {"split_chains": True}, {"split_chains": False}),
                            ("split_chains", {"split_chains": False}, {"split_chains": True})):
+            if name not in settings:
+                continue
             A, B = cfg(**a), cfg(**b)
             mixed = incremental(root, A, B, "mix"); shutil.rmtree(root / "ix-mix")
             incA = incremental(root, A, A, "a"); shutil.rmtree(root / "ix-a")
@@ -155,4 +258,6 @@ def main(seeds):
         shutil.rmtree(root)
 
 if __name__ == "__main__":
-    main([int(s) for s in sys.argv[1:]] or [0])
+    args = [a for a in sys.argv[1:] if not a.startswith("--settings=")]
+    chosen = [a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--settings=")]
+    main([int(s) for s in args] or [0], *(chosen[-1:] or []))
