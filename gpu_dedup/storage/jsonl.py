@@ -159,6 +159,7 @@ def read_jsonl(shard: Shard, wanted: dict | None = None) -> pa.Table | None:
     if starts.shape[0] == 0:
         return None
     _check_objects(shard, data, starts, ends)
+    _check_depth(shard, data, starts, ends)
     body = raw
     table = None
     if wanted:
@@ -240,6 +241,8 @@ def iter_jsonl(shard: Shard, wanted: dict, block_bytes: int | None = None):
         if starts.shape[0] == 0:
             continue
         first = first_nonblank(data, starts, ends)
+        if deep_lines(data, starts, ends)[0].shape[0]:  # nesting the parser cannot take: the whole read names it
+            raise ReadWhole(shard.path)
         if schema is None:  # the first lines: the sample read_jsonl takes, whole in this block
             if not wanted or (ahead is not None and
                               np.searchsorted(starts, starts[0] + SAMPLE_BYTES) >= starts.shape[0]):
@@ -267,6 +270,100 @@ def iter_jsonl(shard: Shard, wanted: dict, block_bytes: int | None = None):
                 _missing_field(text, table.column(text), data, starts, ends)[1]:
             raise ReadWhole(shard.path)  # lines without the text field: the whole read tells which (a warning)
         yield table
+
+
+DEPTH_LIMIT = 512  # arrays / objects nested deeper than this in a line are refused (see _check_depth)
+_DEPTH_WINDOW = 1 << 16  # bytes per window of the prefilter's bracket counts
+_DEPTH_CHUNK = 1 << 20  # bytes compared at a time (in cache)
+
+
+def _opens_per_window(data: np.ndarray) -> np.ndarray:
+    """The number of ``[`` and ``{`` bytes in each _DEPTH_WINDOW bytes of ``data`` (a vectorized pass a MiB at
+    a time: about 3 ms for 32 MiB, strings not told apart)."""
+    n = data.shape[0]
+    counts = np.empty(-(-n // _DEPTH_WINDOW), np.int64)
+    scratch = np.empty(min(n, _DEPTH_CHUNK), np.uint8)
+    k = 0
+    for off in range(0, n, _DEPTH_CHUNK):  # one step per MiB
+        part = scratch[:min(_DEPTH_CHUNK, n - off)]
+        np.bitwise_or(data[off:off + part.shape[0]], 0x20, out=part)  # [ (0x5B) and { (0x7B) both 0x7B, alone
+        hit = part.view(np.bool_)
+        np.equal(part, 0x7B, out=hit)
+        for w in range(0, part.shape[0], _DEPTH_WINDOW):
+            counts[k] = np.count_nonzero(hit[w:w + _DEPTH_WINDOW])
+            k += 1
+    return counts
+
+
+def _bracket_bounds(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per line, the greatest nesting of its brackets counted as if no string held any (an upper bound of its
+    depth when brackets in strings are balanced or few; vectorized over the given lines)."""
+    bounds = np.zeros(starts.shape[0], np.int64)
+    body = gather_lines_of(data, starts, ends, newline=False)
+    folded = body | np.uint8(0x20)  # [ and { as 0x7B, ] and } as 0x7D
+    opens = folded == 0x7B
+    pos = np.flatnonzero(opens | (folded == 0x7D))
+    if pos.shape[0] == 0:
+        return bounds
+    depth = np.cumsum(np.where(opens[pos], 1, -1))
+    line_starts = np.concatenate(([0], np.cumsum(ends - starts)[:-1]))
+    first = np.searchsorted(pos, line_starts)  # each line's brackets: pos[first[k]:first[k + 1]]
+    last = np.append(first[1:], pos.shape[0])
+    some = np.flatnonzero(first < last)
+    before = np.where(first[some] > 0, depth[np.maximum(first[some] - 1, 0)], 0)  # the running count a line starts at
+    bounds[some] = np.maximum.reduceat(depth, first[some]) - before
+    return bounds
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+
+
+def json_depth(line: bytes) -> int:
+    """The greatest nesting of arrays and objects in one JSON text (brackets in strings not counted; from an
+    unterminated string on, nothing is)."""
+    bare = _JSON_STRING.sub(b"", line)
+    quote = bare.find(b'"')  # a string that does not end: the rest of the line is in it
+    folded = np.frombuffer(bare if quote < 0 else bare[:quote], np.uint8) | np.uint8(0x20)
+    steps = (folded == 0x7B).astype(np.int64) - (folded == 0x7D)
+    return int(max(np.cumsum(steps).max(initial=0), 0))
+
+
+def deep_lines(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, limit: int = DEPTH_LIMIT) -> tuple:
+    """(indices, depths) of the lines whose arrays / objects nest deeper than ``limit``.  Three sieves, each
+    on what the one before leaves: ``[``/``{`` counts per 64 KiB window (a line can be no deeper than the
+    brackets of the windows it spans: on usual data no line is left, the whole cost), then per line the
+    nesting of its brackets ignoring strings, then the exact depth of the lines left (text holding many
+    brackets of its own)."""
+    none = np.empty(0, np.int64), np.empty(0, np.int64)
+    if starts.shape[0] == 0:
+        return none
+    per_window = np.concatenate(([0], np.cumsum(_opens_per_window(data))))
+    if per_window[-1] <= limit:
+        return none
+    spans = per_window[(ends - 1) // _DEPTH_WINDOW + 1] - per_window[starts // _DEPTH_WINDOW]
+    suspects = np.flatnonzero(spans > limit)
+    if suspects.shape[0] == 0:
+        return none
+    suspects = suspects[_bracket_bounds(data, starts[suspects], ends[suspects]) > limit]
+    depths = np.array([json_depth(bytes(data[starts[k]:ends[k]])) for k in suspects], np.int64)  # a few lines
+    deep = depths > limit
+    return suspects[deep], depths[deep]
+
+
+def _check_depth(shard: Shard, data, starts, ends) -> None:
+    """A line whose arrays / objects nest deeper than DEPTH_LIMIT is refused, naming it: pyarrow's JSON parser
+    recurses once per level and overflows its thread's stack (a segmentation fault, no error) at about
+    16,000 levels with an 8 MiB stack (fewer with a smaller one), and takes time growing as the square of
+    the depth before that."""
+    deep, depths = deep_lines(data, starts, ends)
+    if deep.shape[0]:
+        k = int(deep[0])
+        name = os.path.basename(shard.path)
+        raise InputError(
+            f"line {_line_number(data, starts[k])} of shard {shard.path!r} nests arrays/objects {int(depths[0])} "
+            f"levels deep ({deep.shape[0]} such line(s)), beyond the {DEPTH_LIMIT} levels the JSON reader takes "
+            f"(deeper nesting overflows its parser's stack); flatten or drop the deep field, e.g. jq -c "
+            f"'del(.FIELD)' {name} > NEW.jsonl, or remove the line")
 
 
 def _line_number(data, pos: int) -> int:

@@ -444,3 +444,99 @@ def test_integer_scores_beyond_two_to_the_53_rank_by_their_nearest_float_with_a_
         # the higher score survives where the scores are far apart; the last pair is closer than float64's
         # spacing there (1 against 256 or 2048): a tie, which the earlier row wins
         assert np.asarray(res.cluster).tolist() == [1, 1, 2, 2, 4, 4], name
+
+
+# ---------------------------------------------------------------- JSON Lines nested deeper than the parser takes
+
+
+def _deep_line(depth: int, kind: str) -> bytes:
+    """A document whose field ``m`` nests arrays (``[[[…]]]``) or objects (``{"a":{"a":…}}``) ``depth`` levels
+    deep under the line's own object (``depth + 1`` levels in all)."""
+    if kind == "arrays":
+        return b'{"text": "deep doc", "m": ' + b"[" * depth + b"]" * depth + b"}"
+    return b'{"text": "deep doc", "m": ' + b'{"a":' * depth + b"1" + b"}" * depth + b"}"
+
+
+def _run_cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "gpu_dedup", *map(str, args)], capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.parametrize("kind,name,depth", [("arrays", "deep.jsonl", 50_000), ("objects", "deep.jsonl", 50_000),
+                                             ("arrays", "deep.jsonl.gz", 50_000)])
+def test_a_deeply_nested_json_line_is_refused_naming_its_line_not_crashing(tmp_path, kind, name, depth):
+    """A line nesting arrays or objects 50,000 levels deep crashed pyarrow's JSON parser (it recurses per level
+    and overflows its thread's stack: a segmentation fault, exit 139, at about 16,000 levels with an 8 MiB
+    stack). Run as the CLI in a process of its own, so that a crash shows as one."""
+    import gzip
+
+    body = b'{"text": "first doc"}\n\n' + _deep_line(depth, kind) + b'\n{"text": "last doc"}\n'
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / name).write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+    proc = _run_cli("run", tmp_path / "in", "-o", tmp_path / "out", "--backend", "cpu", "-q")
+    assert proc.returncode == 3, (proc.returncode, proc.stderr[-2000:])  # input error, not -11 (SIGSEGV)
+    err = proc.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert re.search(rf"line 3 of shard .*{re.escape(name)}.* nests arrays/objects {depth + 1} levels deep \(1 such "
+                     r"line\(s\)\), beyond the 512 levels the JSON reader takes .*; flatten or drop the deep field, "
+                     rf"e\.g\. jq -c 'del\(\.FIELD\)' {re.escape(name)} > NEW\.jsonl, or remove the line", err), err
+
+
+def test_json_nesting_is_refused_from_one_level_beyond_the_limit(tmp_path):
+    """512 levels are read (Python's json, which reads some lines too, takes about 1,000; pyarrow crashes at
+    about 4,000 with 2 MiB thread stacks); 513 are refused, naming the line."""
+    DEPTH_LIMIT = 512
+    path = tmp_path / "a.jsonl"
+    for kind in ("arrays", "objects"):
+        path.write_bytes(b'{"text": "one"}\n' + _deep_line(DEPTH_LIMIT - 1, kind) + b"\n")  # the limit itself: read
+        assert read(discover(str(path))).table.num_rows == 2
+        path.write_bytes(b'{"text": "one"}\n' + _deep_line(DEPTH_LIMIT, kind) + b"\n")
+        with pytest.raises(InputError, match=rf"line 2 of shard .* nests arrays/objects {DEPTH_LIMIT + 1} levels deep"):
+            read(discover(str(path)))
+
+
+def test_a_deep_line_in_a_later_block_of_a_streamed_shard_is_refused_not_crashing(tmp_path):
+    """The streamed reader parses a block of lines at a time with the types its first lines fixed, skipping
+    other fields: a deep line past the first block was read without a word there, though the whole read (types
+    inferred) crashed on it. It is refused wherever it lies: the whole read the streamed one falls back to
+    names it (in a process of its own, so that a crash shows as one)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "a.jsonl"
+    lines = [json.dumps({"id": f"d{i}", "text": f"document number {i} " * 20}).encode() for i in range(20_000)]
+    lines.insert(15_000, _deep_line(50_000, "arrays").replace(b'{"text"', b'{"id": "deep", "text"'))
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    script = ("import sys\nfrom gpu_dedup.config import InputConfig\nfrom gpu_dedup.errors import InputError\n"
+              "from gpu_dedup.storage import ReadWhole, discover, iter_columns, read_columns\n"
+              "shard = discover([sys.argv[1]])[0]\ncfg = InputConfig(id_column='id')\ntables = 0\n"
+              "try:\n    for t in iter_columns(shard, cfg, batch_bytes=1 << 20):\n        tables += 1\n"
+              "except ReadWhole:\n    print('whole after', tables)\n"
+              "    try:\n        read_columns(shard, cfg)\n    except InputError as e:\n        print(e)\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    said = proc.stdout.splitlines()
+    assert len(said) == 2, said
+    assert said[0].startswith("whole after ") and int(said[0].split()[-1]) > 0, said  # blocks before it streamed
+    assert re.search(r"line 15001 of shard .*a.jsonl.* nests arrays/objects 50001 levels deep", said[1]), said
+
+
+def test_brackets_inside_json_strings_do_not_count_as_nesting(tmp_path):
+    """A page whose text holds 10,000 ``[`` or ``{`` (escaped quotes and backslashes among them) is no deep
+    document: it is read and deduplicated as any other."""
+    page = "see [" * 10_000 + ' a \\" quote { and a \\\\ backslash ' + "{" * 10_000 + "]] [1] " * 3000
+    docs = [{"id": "p1", "text": page}, {"id": "p2", "text": page}, {"id": "p3", "text": "[" * 600 + "other"},
+            {"id": "q", "text": "a plain short document about nothing in particular"}]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "pages.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    proc = _run_cli("run", tmp_path / "in", "-o", tmp_path / "out", "--backend", "cpu", "--id-column", "id", "-q")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kept = [json.loads(line)["id"] for line in (tmp_path / "out" / "pages.jsonl").read_text().splitlines()]
+    assert kept == ["p1", "p3", "q"]  # p2 is p1's duplicate
+    from gpu_dedup.storage.jsonl import json_depth
+
+    assert json_depth(json.dumps({"t": "x\\", "m": [[["[[[", "\\\"]]"]]]}).encode()) == 4
+    assert json_depth(b'{"t": "not closed [[[[[[') == 1  # the parser names this line's own fault
