@@ -359,7 +359,7 @@ def _peek_id(shard: Shard, name: str):
                     continue
                 try:
                     record = json.loads(line.decode("utf-8", "replace"))
-                except ValueError:
+                except (ValueError, RecursionError):  # nested deeper than Python's json takes: the read names it
                     continue  # the read names a line that is not JSON
                 seen = True
                 if isinstance(record, dict) and name in record:

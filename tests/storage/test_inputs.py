@@ -466,11 +466,12 @@ def _run_cli(*args):
 
 
 @pytest.mark.parametrize("kind,name,depth", [("arrays", "deep.jsonl", 50_000), ("objects", "deep.jsonl", 50_000),
-                                             ("arrays", "deep.jsonl.gz", 50_000)])
+                                             ("arrays", "deep.jsonl.gz", 50_000), ("objects", "deep.jsonl", 5_000)])
 def test_a_deeply_nested_json_line_is_refused_naming_its_line_not_crashing(tmp_path, kind, name, depth):
     """A line nesting arrays or objects 50,000 levels deep crashed pyarrow's JSON parser (it recurses per level
     and overflows its thread's stack: a segmentation fault, exit 139, at about 16,000 levels with an 8 MiB
-    stack). Run as the CLI in a process of its own, so that a crash shows as one."""
+    stack); one 5,000 deep, in a shard's first 64 KiB, ended in a RecursionError traceback from the look for an
+    id column. Run as the CLI in a process of its own, so that a crash shows as one."""
     import gzip
 
     body = b'{"text": "first doc"}\n\n' + _deep_line(depth, kind) + b'\n{"text": "last doc"}\n'
