@@ -273,7 +273,13 @@ def iter_jsonl(shard: Shard, wanted: dict, block_bytes: int | None = None):
         yield table
 
 
-DEPTH_LIMIT = 512  # arrays / objects nested deeper than this in a line are refused (see _check_depth)
+# Arrays / objects nested deeper than this in a line are refused (see _check_depth).  pyarrow 26's JSON parser
+# crashes from about 16,400 levels with 8 MiB thread stacks, 8,200 with 4 MiB, 4,100 with the 2 MiB glibc gives
+# threads under `ulimit -s unlimited`, 2,100 with 1 MiB (about 500 bytes of stack a level); Python's json, which
+# reads some lines too, raises RecursionError from about 1,000; nested arrays take time growing as the square of
+# the depth (12 s for one line 8,000 deep).  512 stays under all of them with room (a 256 KiB stack would do),
+# and far above what documents hold.
+DEPTH_LIMIT = 512
 _DEPTH_WINDOW = 1 << 16  # bytes per window of the prefilter's bracket counts
 _DEPTH_CHUNK = 1 << 20  # bytes compared at a time (in cache)
 
