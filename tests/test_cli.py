@@ -618,6 +618,11 @@ def test_query_options_and_non_string_jsonl_texts_are_user_errors(tmp_path, caps
         assert main(["query", str(tmp_path / "ix"), *extra]) == code, extra
         err = capsys.readouterr().err
         assert text in err and "Traceback" not in err
+    deep = '{"text": "q", "m": ' + "[" * 5000 + "]" * 5000 + "}"  # deeper than Python's json takes
+    monkeypatch.setattr(sys, "stdin", io.StringIO("{\"text\": \"fine\"}\n" + deep + "\n"))
+    assert main(["query", str(tmp_path / "ix"), "--jsonl"]) == 3
+    err = capsys.readouterr().err
+    assert "line 2 of '-' nests arrays/objects deeper than" in err and "Traceback" not in err
 
 
 def test_a_damaged_index_is_one_error_naming_it(tmp_path, capsys, monkeypatch):

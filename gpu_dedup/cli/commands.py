@@ -270,6 +270,9 @@ def _jsonl_texts(lines: list[str], column: str, source: str) -> list:
         except ValueError as exc:
             raise InputError(f"line {number} of {source!r} is not valid JSON ({exc}); give one JSON object per "
                              "line, or drop --jsonl for plain text (one query per line)") from None
+        except RecursionError:  # Python's json takes about 1,000 levels
+            raise InputError(f"line {number} of {source!r} nests arrays/objects deeper than the JSON reader takes; "
+                             "flatten or drop the deep field, or remove the line") from None
         if not isinstance(record, dict) or column not in record:
             raise InputError(f"line {number} of {source!r} has no {column!r} field; name the text field with "
                              "--text-column")
