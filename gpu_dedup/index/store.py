@@ -307,9 +307,17 @@ class Index:
         layout = (theirs["bands"], theirs["rows"]) if self.similarity == "cosine" else None
         if cfg.similarity == "cosine" and (cfg.cosine.bands, cfg.cosine.rows) not in ((None, None), layout):
             layout = (cfg.cosine.bands, cfg.cosine.rows)  # given explicitly: must be the index's
-        split = self._split_chains_differs(cfg)
+        unchecked: list[str] = []  # settings an index written before they were recorded cannot be checked for
+        split = self._split_chains_differs(cfg, unchecked)
         threshold = self._threshold_differs(cfg)
-        recorded = self._recorded_differ(cfg)
+        recorded = self._recorded_differ(cfg, unchecked)
+        if unchecked:
+            log.warning("the index in %s was written by an earlier gpu_dedup and does not record %s, so this run's "
+                        "value%s cannot be checked against the runs that built it: make sure %s theirs (a run with "
+                        "another value decides its documents by another rule). The next run that appends to the "
+                        "index records %s, and later runs must match", self.path, _listed(unchecked),
+                        "s" if len(unchecked) > 1 else "", "they are" if len(unchecked) > 1 else "it is",
+                        "them" if len(unchecked) > 1 else "it")
         if index_fingerprint(cfg, layout) == self.manifest["fingerprint"]:
             if threshold or split or recorded:  # whatever the layout: one given, or one both thresholds derive
                 found = [x for x in (threshold, split, *recorded) if x is not None]
@@ -376,19 +384,16 @@ class Index:
         fix = f"--threshold {theirs}" if lsh else f"--set verify.threshold={theirs}"
         return what, why, fix
 
-    def _recorded_differ(self, cfg: Config) -> list:
+    def _recorded_differ(self, cfg: Config, unchecked: list) -> list:
         """(what differs, why it matters, the fix) for each :data:`RECORDED` setting whose value in the run is not
-        the index's.  One the index records none of (written before it was recorded) cannot be checked: a warning
-        says so, and the next append records the run's value."""
+        the index's.  One the index records none of (written before it was recorded) cannot be checked: it goes
+        to ``unchecked`` (one warning names them all), and the next append records the run's value."""
         out = []
         for key, (dotted, _) in RECORDED.items():
             mine = _setting(cfg, dotted)
             if key not in self.manifest:
                 self._recorded[key] = mine
-                log.warning("the index in %s was written by an earlier gpu_dedup and does not record %s, so this "
-                            "run's value (%s) cannot be checked against the runs that built it: make sure it is "
-                            "theirs. The next run that appends to the index records its value, and later runs must "
-                            "match it", self.path, dotted, mine)
+                unchecked.append(f"{dotted} ({mine})")
                 continue
             theirs = self.manifest[key]
             if theirs != mine:
@@ -398,18 +403,15 @@ class Index:
                             f"--set {dotted}={theirs}"))
         return out
 
-    def _split_chains_differs(self, cfg: Config) -> tuple[str, str, str] | None:
+    def _split_chains_differs(self, cfg: Config, unchecked: list) -> tuple[str, str, str] | None:
         """(``select.split_chains: index X, this run Y``, why it matters, the fix) when the run's value is not
         the one the index records.
-        An index that records none (written before it was recorded) cannot be checked: a warning says so, and
+        An index that records none (written before it was recorded) cannot be checked: it goes to ``unchecked`` (one warning), and
         the next append records the run's value (:meth:`append_segments`)."""
         mine = cfg.select.split_chains
         if SPLIT_CHAINS not in self.manifest:
             self._split_chains = mine
-            log.warning("the index in %s was written by an earlier gpu_dedup and does not record select.split_chains, "
-                        "so this run's value (%s) cannot be checked against the runs that built it: make sure it is "
-                        "theirs (a run with the other value removes by another rule). The next run that appends to "
-                        "the index records its value, and later runs must match it", self.path, _yaml(mine))
+            unchecked.append(f"select.split_chains ({_yaml(mine)})")
             return None
         theirs = self.manifest[SPLIT_CHAINS]
         if theirs == mine:
@@ -901,6 +903,11 @@ _RECORDED_WHY = {  # what another value of each RECORDED setting changes
     "star_rounds": "finds other candidates (the index replays the centres its own rounds chose)",
     "verify_method": "estimates the similarity another way",
 }
+
+
+def _listed(names: list) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def _yaml(value: bool) -> str:
