@@ -46,6 +46,9 @@ def size_counts(counts: dict) -> dict[str, list[int]]:
 
 QUANTILES = (0.0, 0.01, 0.05, 0.25, 0.5, 0.75, 1.0)
 SIMILARITY_BINS = np.round(np.linspace(0.0, 1.0, 21), 2)
+# every value is counted over -1..1 (cosine similarity to a survivor reached through a chain can be below 0):
+# the report shows the 0..1 half (SIMILARITY_BINS) where nothing is below 0, else the whole range
+WIDE_BINS = np.round(np.linspace(-1.0, 1.0, 41), 2)
 
 
 def similarity_summary(ex, parts, fn, threshold: float) -> dict:
@@ -56,8 +59,11 @@ def similarity_summary(ex, parts, fn, threshold: float) -> dict:
     bins of that range."""
     stats = ex.collect(_value_stats, parts, values=fn, threshold=threshold)
     n = sum(st["n"] for st in stats)
-    hist = np.sum([st["hist"] for st in stats], axis=0) if stats else np.zeros(20, np.int64)
-    out = {"n": n, "below": sum(st["below"] for st in stats), "hist": [int(h) for h in hist], "quantiles": {}}
+    hist = np.sum([st["hist"] for st in stats], axis=0) if stats else np.zeros(40, np.int64)
+    edges = SIMILARITY_BINS if not hist[:20].any() else WIDE_BINS
+    hist = hist[-(edges.shape[0] - 1):]
+    out = {"n": n, "below": sum(st["below"] for st in stats), "hist": [int(h) for h in hist],
+           "edges": edges.tolist(), "quantiles": {}}
     if n == 0:
         return out
     lo = min(st["min"] for st in stats if st["n"])
@@ -85,11 +91,11 @@ def _value_stats(part, values, threshold: float) -> dict:
     ``first``, where they are all in 0..1: what :func:`_narrow` answers for the range 0..1 (else None)."""
     v = np.asarray(values(part), np.float64)
     if v.shape[0] == 0:
-        return {"n": 0, "below": 0, "hist": np.zeros(20, np.int64), "min": 0.0, "max": 0.0,
+        return {"n": 0, "below": 0, "hist": np.zeros(40, np.int64), "min": 0.0, "max": 0.0,
                 "first": _narrow_one(v, 0.0, 1.0)}
     lo, hi = float(v.min()), float(v.max())
     return {"n": int(v.shape[0]), "below": int(np.count_nonzero(v < threshold)),
-            "hist": _histogram(v, SIMILARITY_BINS), "min": lo, "max": hi,
+            "hist": _histogram(np.clip(v, -1.0, 1.0), WIDE_BINS), "min": lo, "max": hi,
             "first": _narrow_one(v, 0.0, 1.0) if 0.0 <= lo and hi <= 1.0 else None}
 
 
@@ -242,7 +248,8 @@ def build_report(*, cfg, backend, shards, counts, stages, bucket_sizes: dict, cl
             "below_threshold_to_survivor": below,
             "fraction_below_threshold": round(below / near, 6),
             "similarity_to_survivor": sim["quantiles"],
-            "similarity_to_survivor_histogram": {"edges": SIMILARITY_BINS.tolist(), "counts": sim["hist"]},
+            "similarity_to_survivor_histogram": {"edges": sim.get("edges", SIMILARITY_BINS.tolist()),
+                                                 "counts": sim["hist"]},
             "note": "clusters are connected components, so a member can join through an intermediate "
                     "document and be less similar to the survivor than the threshold",
         },

@@ -33,7 +33,21 @@ def test_quantiles_over_parts_equal_numpy(monkeypatch, gather, kind):
     want = {f"p{int(q * 100)}": round(float(x), 4) for q, x in zip(build.QUANTILES, np.quantile(v, build.QUANTILES))}
     assert got["quantiles"] == want
     assert got["n"] == v.shape[0] and got["below"] == int((v < 0.8).sum())
-    assert got["hist"] == np.histogram(v, bins=build.SIMILARITY_BINS)[0].tolist()
+    assert got["hist"] == np.histogram(v, bins=got["edges"])[0].tolist() and sum(got["hist"]) == v.shape[0]
+    assert got["edges"] == (build.WIDE_BINS if kind == "cosine" else build.SIMILARITY_BINS).tolist()
+
+
+def test_the_similarity_histogram_counts_every_removed_document():
+    """Cosine similarity to a survivor reached through a chain can be below 0: the histogram had bins over
+    0..1 only and dropped those documents, so the report's chaining figure showed 14 of 32 removed near
+    duplicates (a cosine run with verify.method none).  Every value is counted: where some are below 0 the
+    bins cover -1..1, else 0..1 as before (values a rounding past 1 go in the last bin)."""
+    v = np.array([-0.0766, -0.0766, -0.3, -1.0, 0.0, 0.48, 0.87, 1.0, 1.0000001])
+    got = build.similarity_summary(InProcess(), np.array_split(v, 3), values, 0.5)
+    assert sum(got["hist"]) == got["n"] == 9 and got["edges"][0] == -1.0 and len(got["hist"]) == 40
+    assert got["hist"][0] == 1 and got["hist"][18] == 2 and got["hist"][-1] == 2
+    jaccard = build.similarity_summary(InProcess(), [v[v >= 0]], values, 0.5)
+    assert jaccard["edges"] == build.SIMILARITY_BINS.tolist() and sum(jaccard["hist"]) == 5
 
 
 def test_every_quantile_is_narrowed_in_the_same_passes(monkeypatch):
@@ -66,7 +80,7 @@ def test_histogram_is_numpys():
 
 def test_no_values_no_quantiles():
     got = build.similarity_summary(InProcess(), [np.zeros(0), np.zeros(0)], values, 0.8)
-    assert got == {"n": 0, "below": 0, "hist": [0] * 20, "quantiles": {}}
+    assert got == {"n": 0, "below": 0, "hist": [0] * 20, "edges": build.SIMILARITY_BINS.tolist(), "quantiles": {}}
 
 
 def test_size_histograms_from_counts():
