@@ -600,4 +600,7 @@ def _display_texts(texts, chars: int) -> list[tuple]:
 
 
 def _json_safe(v):
+    """An id as report.json can hold it: NaN and infinite floats (not JSON) and other types in words."""
+    if isinstance(v, float) and not np.isfinite(v):
+        return str(v)
     return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)

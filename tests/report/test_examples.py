@@ -128,3 +128,31 @@ def test_no_rows_no_samples():
     empty = [{k: v[:0] for k, v in rows.items() if k != "cluster"}]
     got = build.examples_from_parts(InProcess(), empty, first_doc, Corpus(n), THRESHOLD)
     assert got == {"largest_clusters": [], "largest_near_duplicate_clusters": [], "closest_to_threshold": []}
+
+
+def test_float_ids_that_are_not_numbers_keep_report_json_strict(tmp_path):
+    """A float64 id column holding NaN or infinity (a missing value written as NaN) wrote ``"id": NaN`` and
+    ``Infinity`` into report.json's sample clusters: not JSON (``JSON.parse``, ``jq`` and strict parsers
+    refuse the file).  Such ids are shown as the words ``nan`` / ``inf``; the outputs keep the values."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from gpu_dedup.config import Config
+    from gpu_dedup.run.entry import run_dedup
+
+    words = " ".join(f"w{i}" for i in range(60))
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"text": [words, words + " more", words + " more2"],
+                             "id": pa.array([float("nan"), float("inf"), -float("inf")], pa.float64())}),
+                   tmp_path / "in" / "a.parquet")
+    run_dedup(tmp_path / "in", tmp_path / "out", Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}}))
+
+    def refuse(constant):
+        raise ValueError(f"report.json holds {constant}, which is not JSON")
+
+    report = json.loads((tmp_path / "out" / "report.json").read_text(), parse_constant=refuse)
+    cluster = report["largest_clusters"][0]
+    assert [cluster["survivor"]["id"]] + [m["id"] for m in cluster["members"]] == ["nan", "inf", "-inf"]
+    assert pq.read_table(tmp_path / "out" / "duplicates.parquet").column("id").to_pylist()[1:] == [
+        float("inf"), -float("inf")]
