@@ -155,6 +155,22 @@ _TOKEN = re.compile(r"\S+|\s+")
 _KEY = re.compile(r"[\W_]+", re.UNICODE)
 
 
+_NONCHARACTERS = "".join(chr(p | 0xFFFE) + chr(p | 0xFFFF) for p in range(0, 0x110000, 0x10000))
+_UNSHOWABLE = re.compile(f"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef{_NONCHARACTERS}]")
+
+
+def _shown(m: re.Match) -> str:
+    c = ord(m.group())
+    return chr(0x2400 + c) if c < 0x20 else "\u2421" if c == 0x7F else "\ufffd"
+
+
+def _esc(s: str) -> str:
+    """``s`` escaped for HTML text or an attribute, and its characters HTML forbids in a page (C0 and C1
+    controls but tab, newlines and form feed; noncharacters) shown: C0 controls and DEL as their control
+    pictures (U+2400..), the others as U+FFFD."""
+    return html.escape(_UNSHOWABLE.sub(_shown, s))
+
+
 def diff_words(base: str | None, other: str | None) -> str:
     """``other`` as HTML with the words it adds to ``base`` in <ins> and the words of
     ``base`` it lacks in <del>.  Words compare ignoring case and punctuation, as the
@@ -162,7 +178,7 @@ def diff_words(base: str | None, other: str | None) -> str:
     if other is None:
         return "<em>(null text)</em>"
     if base is None:
-        return html.escape(other)
+        return _esc(other)
     a = [w for w in _TOKEN.findall(base) if not w.isspace()]
     btok = _TOKEN.findall(other)
     bwords = [i for i, w in enumerate(btok) if not w.isspace()]
@@ -179,22 +195,22 @@ def diff_words(base: str | None, other: str | None) -> str:
         if not chunk:
             return
         if tag is None:
-            out.append(html.escape("".join(chunk)))
+            out.append(_esc("".join(chunk)))
         else:  # whitespace before the first word stays outside the mark
             lead = chunk[0] if chunk[0].isspace() else ""
-            out.append(html.escape(lead) + f"<{tag}>" + html.escape("".join(chunk[1 if lead else 0:])) + f"</{tag}>")
+            out.append(_esc(lead) + f"<{tag}>" + _esc("".join(chunk[1 if lead else 0:])) + f"</{tag}>")
 
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ka, kb, autojunk=False).get_opcodes():
         if op in ("replace", "delete"):
             if pos < len(btok) and btok[pos].isspace():  # the space before the gap goes first
-                out.append(html.escape(btok[pos]))
+                out.append(_esc(btok[pos]))
                 pos += 1
-            out.append("<del>" + html.escape(" ".join(a[i1:i2])) + "</del> ")
+            out.append("<del>" + _esc(" ".join(a[i1:i2])) + "</del> ")
         if op == "equal":
             emit_until(j2 - 1, None)
         elif op in ("replace", "insert"):
             emit_until(j2 - 1, "ins")
-    out.append(html.escape("".join(btok[pos:])))
+    out.append(_esc("".join(btok[pos:])))
     return "".join(out)
 
 
@@ -202,7 +218,7 @@ def diff_words(base: str | None, other: str | None) -> str:
 
 
 def _e(v) -> str:
-    return html.escape(str(v))
+    return _esc(str(v))
 
 
 def _num(v) -> str:
@@ -245,8 +261,8 @@ def _doc_html(d: dict, body: str, label: str) -> str:
     sim = "" if d["match"] == "kept" else f" · similarity {d['similarity']:.3f}"
     cut = f" · first {len(d['text'] or ''):,} of {d['characters']:,} characters" if d.get("truncated") else ""
     return (f'<div class="doc"><div class="meta"><span class="tag {_e(d["match"])}">{_e(label)}</span> '
-            f'{"id " + _e(d["id"]) + " · " if "id" in d else ""}row {d["row"]} · '
-            f'{_e(d["shard"])}:{d["shard_row"]}{sim}{cut}</div>'
+            f'{"id <bdi>" + _e(d["id"]) + "</bdi> · " if "id" in d else ""}row {d["row"]} · '
+            f'<bdi>{_e(d["shard"])}</bdi>:{d["shard_row"]}{sim}{cut}</div>'
             f"<p>{body}</p></div>")
 
 

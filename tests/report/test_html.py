@@ -314,3 +314,24 @@ def test_evaluate_figure_names_the_similarity_not_a_run(monkeypatch, tmp_path):
     texts = [fig._suptitle.get_text()] + [ax.get_xlabel() for ax in fig.axes]
     assert all("split_chains" not in t and "default" not in t for t in texts), texts
     assert "with Jaccard >=" in texts[0] and "exact Jaccard similarity to the cluster's survivor" in texts
+
+
+def test_control_characters_and_direction_overrides_in_texts_and_ids_stay_inside_their_place(tmp_path):
+    """Web text and ids hold NUL, other C0 and C1 controls, DEL and noncharacters (binary columns, mojibake):
+    they went into the page as they were, which HTML forbids (a parser drops or replaces them).  They are shown
+    as control pictures or U+FFFD; a right-to-left override in an id no longer turns the row and shard numbers
+    after it around (the id and shard name are isolated in ``<bdi>``)."""
+    import pyarrow.parquet as pq
+
+    words = " ".join(f"w{i}" for i in range(60))
+    bad = "\x00\x01\x07\x0b\x1b\x7f\x85\x9f\ufdd0\ufffe\uffff\U0010ffff"
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"text": [f"{bad} {words}", f"{bad} {words} extra"],
+                             "id": [f"\u202e{bad}<i>a</i>", "\u202eb\u2067"]}), tmp_path / "in" / "x\u202e.parquet")
+    run_dedup(tmp_path / "in", tmp_path / "out", CFG)
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    forbidden = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef\ufffe\uffff\U0010ffff]")
+    assert not forbidden.findall(page)
+    assert "\u2400\u2401\u2407\u240b\u241b\u2421\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd w0" in page
+    assert "id <bdi>\u202e\u2400" in page and "&lt;i&gt;a&lt;/i&gt;</bdi> · row 0 · <bdi>x\u202e.parquet</bdi>:0" in page
+    assert "id <bdi>\u202eb\u2067</bdi> · row 1" in page
