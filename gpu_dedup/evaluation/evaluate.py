@@ -417,6 +417,17 @@ def exact_truth(texts, cfg: Config, floor: float = 0.3, labels=None, backend="cp
                   "all_pairs": round(t2 - t1, 3)}, rows)
 
 
+def _label_message(text: str) -> str:
+    """An error of reading the label column as the id column, in the label column's words: the options it
+    names are --label-column's (the id column's fixes, --id-column and --no-id-column, do not apply)."""
+    for old, new in ((", or pass --no-id-column to name documents by row number", ""),
+                     (", or --no-id-column to name documents by row", ""), (", or --no-id-column", ""),
+                     ("input.id_column (--id-column)", "--label-column"), ("--id-column", "--label-column"),
+                     ("the id column", "the label column"), ("id column", "label column"), ("ids must", "labels must")):
+        text = text.replace(old, new)
+    return text
+
+
 def label_codes(labels) -> np.ndarray:
     """Integer codes of a label column; nulls (and NaN) become singletons."""
     arr = pa.chunked_array([labels]) if isinstance(labels, pa.Array) else labels
@@ -796,8 +807,7 @@ class Evaluation:
             try:
                 lab = read(shards, replace(cfg.input, id_column=label_column)).table.column("id")
             except InputError as exc:  # read as the id column: name the option the user gave
-                raise InputError(str(exc).replace("id column", "label column", 1).replace(
-                    "input.id_column (--id-column)", "--label-column").replace("ids must", "labels must")) from None
+                raise InputError(_label_message(str(exc))) from None
             labels = label_codes(lab.take(pa.array(rows)))
         self.sample_dir = self.workdir / "sample"
         self.sample_dir.mkdir(parents=True, exist_ok=True)

@@ -485,3 +485,26 @@ def test_the_summary_of_seeds_without_a_bin_of_100_pairs_claims_no_gap():
     text = " ".join(summary({"corpus": corpus, "candidate_rate_over_seeds": over, "runs": {}}).split())
     assert "the mean is within 0.2100 of the S-curve in every bin with >= 100 pairs (largest gap in the bin from 0.50)" \
         in text
+
+
+@pytest.mark.parametrize("shards", [
+    [{"label": [[1], [2], None]}],  # nested labels
+    [{"label": [1, 2, 3]}, {"label": ["a", "b", "c"]}],  # two types across shards
+])
+def test_a_wrong_label_column_names_label_column_not_the_id_options(tmp_path, capsys, shards):
+    """The label column is read as the id column; its errors were translated in part: a nested or mixed-type
+    label column said "choose another --id-column, or --no-id-column to name documents by row" or "make the id
+    column one type ... or pass --no-id-column", options that do not apply to evaluate --label-column."""
+    import pyarrow.parquet as pq
+
+    from gpu_dedup.cli import main
+
+    words = " ".join(f"w{i}" for i in range(40))
+    for i, cols in enumerate(shards):
+        (tmp_path / "in").mkdir(exist_ok=True)
+        pq.write_table(pa.table({"text": [words, words + " x", f"other {i}"], **cols}), tmp_path / "in" / f"{i}.parquet")
+    code = main(["evaluate", str(tmp_path / "in"), "-o", str(tmp_path / "ev"), "--no-plot", "--backend", "cpu",
+                 "--label-column", "label"])
+    err = capsys.readouterr().err
+    assert code == 3 and "label column 'label'" in err and "Traceback" not in err, err
+    assert "--id-column" not in err and "--no-id-column" not in err and "id column" not in err, err
