@@ -231,6 +231,15 @@ def _num(v) -> str:
     return _e(v)
 
 
+def _detail(v) -> str:
+    """A stage detail as HTML: a number as :func:`_num` writes it, lists and objects as compact JSON."""
+    if isinstance(v, (list, dict)):
+        import json
+
+        return _e(json.dumps(v, separators=(", ", ": "), default=str))
+    return _num(v)
+
+
 def _count(n: int, one: str, many: str | None = None) -> str:
     """``1 exact copy``, ``2 exact copies``: the count with the word in the number it needs."""
     return f"{n:,} {one if n == 1 else (many or one + 's')}"
@@ -348,7 +357,8 @@ def render(report: dict, figs: dict | None | bool = True) -> str:
     stage_rows = []
     total = sum(float(v.get("seconds", 0)) for v in report.get("stages", {}).values()) or 1.0
     for name, v in report.get("stages", {}).items():
-        details = ", ".join(f"{k}={_num(x)}" for k, x in v.items() if k not in ("seconds", "rss_mb", "resumed"))
+        details = _Raw(", ".join(f"{_e(k)}={_detail(x)}" for k, x in v.items()
+                                 if k not in ("seconds", "rss_mb", "resumed")))  # escaped once, here
         stage_rows.append([name, float(v.get("seconds", 0)), f"{100 * float(v.get('seconds', 0)) / total:.1f}%",
                            v.get("rss_mb", ""), "yes" if v.get("resumed") else "", details])
     items = list(c.items())

@@ -335,3 +335,17 @@ def test_control_characters_and_direction_overrides_in_texts_and_ids_stay_inside
     assert "\u2400\u2401\u2407\u240b\u241b\u2421\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd w0" in page
     assert "id <bdi>\u202e\u2400" in page and "&lt;i&gt;a&lt;/i&gt;</bdi> · row 0 · <bdi>x\u202e.parquet</bdi>:0" in page
     assert "id <bdi>\u202eb\u2067</bdi> · row 1" in page
+
+
+def test_stage_details_are_escaped_once():
+    """The stage table's details were escaped, then escaped again as a table cell: verify's round_seconds showed
+    as ``{&amp;#x27;pairs&amp;#x27;: 13, ...}`` on the page (the text ``{&#x27;pairs&#x27;...``).  Each detail is
+    escaped once; lists and objects are shown as JSON."""
+    report = {"counts": {"documents_read": 2, "kept": 1, "removed": 1},
+              "lsh": {"bands": 2, "rows": 2, "threshold": 0.5, "false_positive_area": 0.1, "false_negative_area": 0.1},
+              "stages": {"verify": {"seconds": 0.5, "round_seconds": [{"pairs": 13, "score": 0.09}],
+                                    "method": "<exact>", "a&b": 1}}}
+    page = render(report, figs=None)
+    assert '<td>round_seconds=[{&quot;pairs&quot;: 13, &quot;score&quot;: 0.09}], method=&lt;exact&gt;, a&amp;b=1</td>' \
+        in page
+    assert "&amp;#x27;" not in page and "&amp;quot;" not in page and "&amp;lt;" not in page
