@@ -299,7 +299,8 @@ def summary(report: dict) -> str:
         + (f"{lsh['num_perm']} permutations, " if "num_perm" in lsh else f"{lsh.get('bits')} bits, ") +
         f"threshold {lsh['threshold']}; {c['candidate_edges']:,} candidate edges, "
         f"{c['verified_edges']:,} verified ({report['config']['verify']['method']})",
-        "seconds: " + ", ".join(f"{k} {v['seconds']:.2f}" for k, v in report["stages"].items())
+        "seconds: " + ", ".join(f"{k} resumed" if v.get("resumed") else f"{k} {v['seconds']:.2f}"
+                                for k, v in report["stages"].items())  # a resumed stage's are an earlier run's
         + fixed + f"; total {report['wall_seconds']:.2f}s, peak RSS {report['peak_rss_mb']:.0f} MiB",
         f"backend: {report['backend']}",
     ]

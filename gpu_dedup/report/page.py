@@ -355,11 +355,13 @@ def render(report: dict, figs: dict | None | bool = True) -> str:
     ]
     removed_pct = 100.0 * c["removed"] / c["documents_read"] if c["documents_read"] else 0.0
     stage_rows = []
-    total = sum(float(v.get("seconds", 0)) for v in report.get("stages", {}).values()) or 1.0
+    # shares of this run's stage seconds: a resumed stage's seconds are the earlier run's, not in wall_seconds
+    total = sum(float(v.get("seconds", 0)) for v in report.get("stages", {}).values() if not v.get("resumed")) or 1.0
     for name, v in report.get("stages", {}).items():
         details = _Raw(", ".join(f"{_e(k)}={_detail(x)}" for k, x in v.items()
                                  if k not in ("seconds", "rss_mb", "resumed")))  # escaped once, here
-        stage_rows.append([name, float(v.get("seconds", 0)), f"{100 * float(v.get('seconds', 0)) / total:.1f}%",
+        share = "" if v.get("resumed") else f"{100 * float(v.get('seconds', 0)) / total:.1f}%"
+        stage_rows.append([name, float(v.get("seconds", 0)), share,
                            v.get("rss_mb", ""), "yes" if v.get("resumed") else "", details])
     items = list(c.items())
     half = (len(items) + 1) // 2  # two count/value pairs per table row

@@ -88,3 +88,26 @@ def test_size_histograms_from_counts():
     counts = dict(zip(*np.unique(sizes, return_counts=True)))
     assert build.log2_histogram(counts) == {"2": 3, "3-4": 2, "5-8": 1, "9-16": 1, "17-32": 1}
     assert build.size_counts({"3": 1, 2: 3}) == {"sizes": [2, 3], "counts": [3, 1]}  # JSON keys read back
+
+
+def test_a_resumed_runs_seconds_add_up_in_the_summary_and_the_page():
+    """A resumed run's report keeps the earlier run's seconds of the stages it resumed (``resumed: true``), which
+    are not in its wall time: the summary listed them as this run's ("verify 0.18, ...; total 0.10s") and the page
+    gave them a share of a total that mixed both runs (verify 50.8%).  The summary says ``resumed`` for them, the
+    page leaves their share empty, and the shares of this run's stages add up to 100%."""
+    import re
+
+    from gpu_dedup.report.page import render
+
+    report = {"counts": {"documents_read": 4, "kept": 3, "removed": 1, "exact_duplicates": 0, "near_duplicates": 1,
+                         "clusters": 1, "candidate_edges": 1, "verified_edges": 1},
+              "lsh": {"bands": 2, "rows": 2, "threshold": 0.5, "false_positive_area": 0.1, "false_negative_area": 0.1},
+              "inputs": [], "config": {"verify": {"method": "exact"}}, "backend": "cpu", "peak_rss_mb": 1.0,
+              "stages": {"read": {"seconds": 0.25}, "verify": {"seconds": 9.0, "resumed": True},
+                         "write": {"seconds": 0.75}},
+              "fixed_seconds": {"setup": 0.5}, "unbooked_seconds": 0.0, "wall_seconds": 1.5}
+    text = build.summary(report)
+    assert "read 0.25, verify resumed, write 0.75" in text and "9.00" not in text
+    page = render(report, figs=None)
+    shares = re.findall(r'<td>(\w+)</td><td class="n">[\d.]+</td><td class="n">([\d.]*)%?</td>', page)
+    assert shares == [("read", "25.0"), ("verify", ""), ("write", "75.0")], shares
