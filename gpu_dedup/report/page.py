@@ -315,7 +315,7 @@ def _clusters_body(clusters, near: bool = False, shown_above: bool = False) -> s
         hidden = f", {_count(more, 'more member')} not shown" if more > 0 else ""
         # the id as duplicates.parquet holds it (no thousands separators: search for it there)
         parts.append(
-            f'<div class="cluster"><h3>cluster_id {c["cluster_id"]}: {_count(c["size"], "document")} '
+            f'<div class="cluster"><h3>cluster_id {_e(c["cluster_id"])}: {_count(c["size"], "document")} '
             f'({_count(c["exact_copies"], "exact copy", "exact copies")}{nears}){hidden}'
             f'</h3><div class="docs" style="--cols:{min(len(docs), 4)}">{"".join(docs)}</div></div>')
     return "".join(parts)

@@ -349,3 +349,15 @@ def test_stage_details_are_escaped_once():
     assert '<td>round_seconds=[{&quot;pairs&quot;: 13, &quot;score&quot;: 0.09}], method=&lt;exact&gt;, a&amp;b=1</td>' \
         in page
     assert "&amp;#x27;" not in page and "&amp;quot;" not in page and "&amp;lt;" not in page
+
+
+def test_a_cluster_id_of_an_edited_report_is_escaped():
+    """``gpu-dedup report`` draws pages of report.json files it did not write; the schema takes a string
+    cluster_id, which went into the page unescaped: ``"cluster_id": "<script>alert(1)</script>"`` ran."""
+    doc = {"row": 0, "shard": "s", "shard_row": 0, "match": "kept", "text": "a b", "similarity": 1.0}
+    report = {"counts": {"documents_read": 2, "kept": 1, "removed": 1},
+              "lsh": {"bands": 2, "rows": 2, "threshold": 0.5, "false_positive_area": 0.1, "false_negative_area": 0.1},
+              "largest_clusters": [{"cluster_id": "<script>alert(1)</script>", "size": 2, "exact_copies": 1,
+                                    "survivor": doc, "members": [{**doc, "row": 1, "match": "exact"}]}]}
+    page = render(report, figs=None)
+    assert "<script" not in page and "cluster_id &lt;script&gt;alert(1)&lt;/script&gt;: 2 documents" in page
