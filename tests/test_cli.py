@@ -1112,3 +1112,14 @@ def test_any_set_is_a_run_or_one_line_exit_2(tmp_path):
                 assert "b" not in removed, (pairs, j)
 
     check()
+
+
+def test_report_of_a_json_nested_too_deeply_is_one_error(tmp_path, capsys):
+    """``gpu-dedup report`` of a file holding arrays nested 200,000 deep (a garbled or hostile report.json) was
+    a RecursionError: exit 1 "internal error" with a traceback.  It is exit 3 naming the file, nothing written."""
+    src = tmp_path / "report.json"
+    src.write_text("[" * 200_000 + "]" * 200_000)
+    assert main(["report", str(src), "-o", str(tmp_path / "page.html")]) == 3
+    err = capsys.readouterr().err
+    assert "nested too deeply" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "page.html").exists()

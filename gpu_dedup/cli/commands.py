@@ -433,6 +433,9 @@ def cmd_report(args) -> int:
                          "of a run") from None
     except ValueError as exc:
         raise InputError(f"{str(src)!r} is not valid JSON ({exc}); give the report.json a run wrote") from None
+    except RecursionError:  # arrays or objects nested deeper than Python's json takes
+        raise InputError(f"{str(src)!r} is nested too deeply to be a report.json; give the report.json a run "
+                         "wrote") from None
     try:
         schema.check(report)
     except schema.ReportShapeError as exc:
