@@ -221,6 +221,8 @@ def _validated(shard: Shard, cfg: InputConfig, table: pa.Table, wanted: dict, sc
         cols["id"] = id_values(without_views(ids))
     if score_column:
         score = _decoded(table.column(score_column))
+        if pa.types.is_null(score.type):  # no value at all (a shard of no rows, a JSON field always null): ranked last
+            score = pa.chunked_array([pa.nulls(len(score), pa.float64())])
         if not (pa.types.is_integer(score.type) or pa.types.is_floating(score.type)):
             raise InputError(
                 f"score column {score_column!r} of shard {shard.path!r} has type {score.type}; it must be numeric"

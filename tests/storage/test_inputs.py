@@ -541,3 +541,22 @@ def test_brackets_inside_json_strings_do_not_count_as_nesting(tmp_path):
 
     assert json_depth(json.dumps({"t": "x\\", "m": [[["[[[", "\\\"]]"]]]}).encode()) == 4
     assert json_depth(b'{"t": "not closed [[[[[[') == 1  # the parser names this line's own fault
+
+
+def test_a_score_column_of_no_values_is_null_scores_ranked_last(tmp_path):
+    """A writer gives a shard of no rows, or a JSON field that is always null, the type null: it was refused as
+    'has type null; it must be numeric'.  Its scores are nulls, which rank last."""
+    import numpy as np
+
+    from gpu_dedup.config import Config
+    from gpu_dedup.run.entry import run_dedup
+
+    words = " ".join(f"w{i}" for i in range(40))
+    pq.write_table(pa.table({"text": pa.array([], pa.string()), "score": pa.array([], pa.null())}),
+                   tmp_path / "a-empty.parquet")
+    pq.write_table(pa.table({"text": [words, words], "score": pa.array([None, None], pa.null())}),
+                   tmp_path / "b-nulls.parquet")
+    pq.write_table(pa.table({"text": [words], "score": [0.5]}), tmp_path / "c-scored.parquet")
+    cfg = Config.from_dict({"select": {"keep": "score", "score_column": "score"}, "backend": "cpu"})
+    res = run_dedup([str(tmp_path)], None, cfg)
+    assert np.asarray(res.cluster).tolist() == [2, 2, 2]  # the one scored document survives
