@@ -233,7 +233,7 @@ class RemotePath:
 
     def is_dir(self) -> bool:
         """Whether objects lie under this prefix (an object store's directory)."""
-        return bool(list_objects(self.url + "/"))
+        return any(list_level(self.url + "/"))  # one level listed, not the subtree
 
     def is_symlink(self) -> bool:
         return False
@@ -248,7 +248,8 @@ class RemotePath:
         """Objects and prefixes directly under this prefix (keys exactly: ``crawl//x`` is under the prefix
         ``crawl/``'s empty-named one, not under ``crawl``) whose names match ``pattern`` (no ``**``)."""
         root = self.key + "/"
-        names = sorted({k[len(root):].split("/", 1)[0] for k in list_objects(self.url + "/")})
+        files, dirs = list_level(self.url + "/")  # one level listed, not the subtree
+        names = sorted({k[len(root):] for k in (*files, *dirs)})
         return [self / n for n in names if n and fnmatch.fnmatchcase(n, pattern)]
 
     def iterdir(self) -> list:
@@ -417,6 +418,51 @@ def list_objects(prefix: str) -> dict:
     return {k: v for k, v in found.items() if k.startswith(exact) and v.get("type") == "file"}
 
 
+def list_level(prefix: str) -> tuple[dict, set]:
+    """The objects directly under ``prefix`` (a URL ending in ``/``; keys exactly, as :func:`list_objects`) and
+    the prefixes one level below it (``bucket/key`` without their trailing ``/``): one listing of that level,
+    where :func:`list_objects` lists the whole subtree (a one-level glob over a prefix holding a million
+    deeper objects listed them all).  S3: one delimited ListObjectsV2 of the exact prefix; other stores:
+    their ``ls``, or the whole subtree cut to one level where the key holds ``//`` (their listings fold it)."""
+    fs, stripped = filesystem(prefix)
+    proto = protocol(prefix)
+    exact = stripped + prefix[len(prefix.rstrip("/")):]
+    files: dict = {}
+    dirs: set = set()
+    try:
+        if proto in ("s3", "s3a") and "/" in exact:
+            bucket, _, sub = exact.partition("/")
+            kwargs = {"Bucket": bucket, "Prefix": sub, "Delimiter": "/"}
+            while True:
+                page = fs.call_s3("list_objects_v2", **kwargs)
+                dirs.update(f"{bucket}/{p['Prefix'][:-1]}" for p in page.get("CommonPrefixes", []))
+                for o in page.get("Contents", []):
+                    name = f"{bucket}/{o['Key']}"
+                    files[name] = {**o, "name": name, "type": "file", "size": o.get("Size", 0)}
+                if not page.get("IsTruncated"):
+                    break
+                kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        elif "//" in exact:
+            for k, v in list_objects(prefix).items():
+                rel = k[len(exact):]
+                if "/" in rel:
+                    dirs.add(exact + rel.split("/", 1)[0])
+                else:
+                    files[k] = v
+        else:
+            for v in fs.ls(exact.rstrip("/") or exact, detail=True):
+                name = v["name"].rstrip("/")
+                if not name.startswith(exact) or "/" in name[len(exact):]:
+                    continue
+                if v.get("type") == "file":
+                    files[name] = v
+                else:
+                    dirs.add(name)
+    except FileNotFoundError:
+        return {}, set()
+    return files, dirs
+
+
 def output_name(rel: str) -> str:
     """The output name of a shard found at key ``rel`` below an input prefix: its path components less the empty
     ones (``//`` in a key), so that it is a relative path in any output directory, local or not (a leading
@@ -501,9 +547,15 @@ def remote_inputs(item: str, is_shard_name, skipped, skipped_list=None, run_mark
                 raise InputError(f"input pattern {item!r} is not a pattern the store can expand ('**' inside a path "
                                  "component); write '**' as a whole path component, e.g. "
                                  "s3://bucket/crawl/**/*.parquet")
-            found = list_objects(f"{proto}://{base}/")
+            if len(pats) == 1 and pats[0] != "**":  # one level (crawl/*.parquet): that level is listed, not the
+                found, below = list_level(f"{proto}://{base}/")  # subtree (a run's work prefix shows as one)
+                runs = runs_in(found) | ({base} if run_markers is not None and f"{base}/{run_markers[1]}" in below
+                                         else set())
+            else:
+                found = list_objects(f"{proto}://{base}/")
+                runs = runs_in(found)
             files = sorted(k for k in found if _glob_match(k[len(base) + 1:].split("/"), pats) and shown(k, base))
-            files = outside_runs(files, base, runs_in(found))
+            files = outside_runs(files, base, runs)
             if not files:
                 raise InputError(f"input pattern {item!r} matches no objects (names starting with . or _ are "
                                  "skipped, as are the outputs of gpu_dedup runs)")
@@ -748,6 +800,6 @@ def table_bytes(write) -> pa.Buffer:
     return sink.getvalue()
 
 
-__all__ = ["list_objects", "output_name", "input_prefix", "is_url", "as_path", "local_path", "RemotePath", "RemoteStat", "filesystem", "source", "read_buffer",
+__all__ = ["list_objects", "list_level", "output_name", "input_prefix", "is_url", "as_path", "local_path", "RemotePath", "RemoteStat", "filesystem", "source", "read_buffer",
            "put_bytes", "put_exclusive", "digest", "copy", "remove_tree", "abort_uploads", "remote_inputs",
            "input_size", "remote_error", "info", "read_range", "table_bytes", "open_stream"]

@@ -636,3 +636,44 @@ def test_prefixes_that_differ_by_double_slashes_overlap_only_as_their_keys_do(s3
     filesystems.remove_tree(f"s3://{bucket}//lead/o/.gpu_dedup_checkpoint")
     assert _keys(s3_server, bucket, "/lead/o/.gpu_dedup_checkpoint/") == []
     assert _get(s3_server, bucket, "lead/o/.gpu_dedup_checkpoint/keep") == b"someone else's"
+
+
+def test_a_one_level_glob_lists_its_level_not_the_whole_prefix(s3_server, bucket, monkeypatch):
+    """Since keys are used exactly, a glob's matches came from a listing of everything under its static prefix:
+    ``s3://b/crawl/*.parquet`` over a crawl whose deeper prefixes hold many objects (other partitions, runs'
+    outputs) listed all of them (5,000 deeper objects: 6 list requests and ~1 s on moto, where fsspec's glob
+    listed that level only: ~40 ms).  A pattern of one path component lists its level, one delimited request,
+    keys exact; a run's own files in that level are still skipped, by its manifest or its work prefix."""
+    import aiobotocore.client
+
+    c = s3_server.client()
+    deeper = [f"crawl/deep/{i:03d}/x.parquet" for i in range(60)]
+    for key in ("crawl/a.parquet", "crawl/b.parquet", "crawl//c.parquet", "crawl/_tmp.parquet", *deeper,
+                "run/part-0.parquet", "run/duplicates.parquet", "run/.gpu_dedup_checkpoint/x.ckpt"):
+        c.put_object(Bucket=bucket, Key=key, Body=b"PAR1")
+    listed = collections.Counter()
+    call = aiobotocore.client.AioBaseClient._make_api_call
+
+    async def counting(self, operation, params):
+        out = await call(self, operation, params)
+        if operation.startswith("ListObject"):
+            listed["requests"] += 1
+            listed["keys"] += len(out.get("Contents", []))
+        return out
+
+    monkeypatch.setattr(aiobotocore.client.AioBaseClient, "_make_api_call", counting)
+    u = f"s3://{bucket}/"
+    assert [(s.name, s.path) for s in discover(u + "crawl/*.parquet")] == [
+        ("a.parquet", u + "crawl/a.parquet"), ("b.parquet", u + "crawl/b.parquet")]
+    assert listed == {"requests": 1, "keys": 3}, listed  # crawl/'s own level: a, b, _tmp (skipped), nothing deeper
+    assert [s.path for s in discover(u + "crawl//*.parquet")] == [u + "crawl//c.parquet"]  # the exact '//' level
+    shards = discover(u + "run/*.parquet")  # a killed run's output prefix (its work prefix, no manifest yet)
+    assert [s.name for s in shards] == ["part-0.parquet"]
+    assert [s["path"] for s in shards.skipped] == [u + "run/duplicates.parquet"]
+    assert len(discover(u + "crawl/deep/*/x.parquet")) == 60  # deeper patterns: the subtree, as before
+    listed.clear()  # an output or checkpoint prefix's glob and is_dir: one level too
+    assert RemotePath(u + "crawl").glob("[a-z].parquet") == [RemotePath(u + "crawl/a.parquet"),
+                                                              RemotePath(u + "crawl/b.parquet")]
+    assert RemotePath(u + "crawl").is_dir() and RemotePath(u + "crawl/deep").is_dir()
+    assert not RemotePath(u + "nothing").is_dir()
+    assert listed["requests"] == 4 and listed["keys"] <= 6, listed
