@@ -11,20 +11,22 @@ from gpu_dedup.run.dataframes import DedupResult
 from gpu_dedup.run.local import run_local
 
 
-def add(index, frame, text: str = "text", id: str | None = None, config=None, **overrides) -> "AddResult":
+def add(index, frame, text: str | None = None, id: str | None = None, config=None, **overrides) -> "AddResult":
     """Deduplicate the rows of ``frame`` against the index, then append all of them.
 
     What ``gpu-dedup run NEW --against INDEX --update-index`` does, for a
     pandas DataFrame, a pyarrow Table or a cuDF DataFrame, with the
     conventions of :func:`gpu_dedup.dedup` (``text``, ``id``, ``config``,
-    ``overrides``).  Without ``config`` the index's own settings are used;
+    ``overrides``; ``text`` / ``id`` of None: the config's ``input.text_column`` /
+    ``input.id_column``).  Without ``config`` the index's own settings are used;
     a config that changes hashes or matching fails with
     :class:`IndexMismatchError`.  Indexed documents always survive; every
     row is appended, removed ones included.  Returns an :class:`AddResult`.
     """
 
     kind = frames.frame_kind(frame, "Index.add")
-    cfg = frames.config_of(index.config() if config is None else config, text, id, overrides)
+    cfg = frames.config_of(index.config() if config is None else config, text, id, overrides, columns_from_config=True)
+    text, id = cfg.input.text_column, cfg.input.id_column  # a config's own columns unless text= / id= name others
     if cfg.cluster.enabled:
         raise one_process_only("Index.add()")
     index.check(cfg)

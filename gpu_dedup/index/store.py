@@ -742,7 +742,7 @@ class Index:
         log.warning("removing %s: a segment an interrupted append left unlisted in the index manifest", seg)
         shutil.rmtree(seg)
 
-    def add(self, frame, text: str = "text", id: str | None = None, config=None, **overrides) -> AddResult:
+    def add(self, frame, text: str | None = None, id: str | None = None, config=None, **overrides) -> AddResult:
         """Deduplicate the rows of ``frame`` against the index, then append all of them (see
         :func:`gpu_dedup.index.add.add`)."""
         return add(self, frame, text, id, config, **overrides)
