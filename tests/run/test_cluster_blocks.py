@@ -268,3 +268,32 @@ def test_what_a_gpu_workers_block_task_returns_is_on_the_host(monkeypatch):
     assert type(signed["bands"]["band_hashes"]) is np.ndarray and signed["bands"]["band_hashes"].tolist() == [[7, 8],
                                                                                                            [9, 10]]
     assert all(type(v) is np.ndarray for part in (signed, signed["bands"]) for k, v in part.items() if k != "bands")
+
+
+@pytest.mark.parametrize("keep", ["first", "longest"])
+def test_a_block_of_pieces_with_no_column_but_their_texts_or_vectors_keeps_its_rows(tmp_path, keep):
+    """Shards with only a text column (or only a vector column): once the texts are normalized (or the vectors
+    taken out), each piece's table has no column left, and Arrow concatenates such tables into one of 0 rows.  A
+    block of several pieces lost its rows: keep longest failed on workers (ArrowInvalid "Expected length 0 but got
+    length 7", exit 1) where one process wrote a complete run."""
+    for k, lo in enumerate(range(0, 12, 4)):  # 3 shards of 4 rows, row groups of 1: several pieces a block
+        pq.write_table(pa.table({"text": [f"text number {i}" for i in range(lo, lo + 4)]}),
+                       tmp_path / f"s{k}.parquet", row_group_size=1)
+        (tmp_path / "vec").mkdir(exist_ok=True)
+        pq.write_table(pa.table({"emb": pa.array([[float(i), 1.0] for i in range(lo, lo + 4)], pa.list_(pa.float32()))}),
+                       tmp_path / "vec" / f"v{k}.parquet", row_group_size=1)
+    shards = discover(sorted(tmp_path.glob("*.parquet")))
+    cfg = Config.from_dict({"backend": "cpu", "select": {"keep": keep}})
+    shards, blocks = _plan(shards, cfg, 7)
+    assert max(len(b.pieces) for b in blocks) > 1
+    for b in blocks:
+        mine = [shards[i] for i in b.shard_indices]
+        data = B.read_block(b, mine, cfg)
+        assert data.table.num_rows == b.rows
+        assert keep == "first" or len(B.block_rank_key(data, keep)) == b.rows
+        assert data.norm.to_pylist() == [f"text number {i}" for i in range(b.row0, b.row0 + b.rows)]
+    vec = Config.from_dict({"backend": "cpu", "similarity": "cosine", "input": {"vector_column": "emb"}})
+    shards, blocks = _plan(discover(sorted((tmp_path / "vec").glob("*.parquet"))), vec, 7)
+    for b in blocks:
+        data = B.load_block(b, [shards[i] for i in b.shard_indices], vec)
+        assert data.table.num_rows == len(data.vectors) == b.rows

@@ -218,6 +218,16 @@ def _changed(shard, got: int, expected: int) -> InputError:
                       "inputs must not change during a run")
 
 
+def concat_rows(tables: list) -> pa.Table:
+    """The pieces' tables as one, with all their rows: pieces without a column left (their texts normalized,
+    their vectors taken out, and no id or score column) are concatenated by Arrow into a table of 0 rows."""
+    if len(tables) == 1:
+        return tables[0]
+    if tables and not tables[0].num_columns:
+        return pa.table({"_": pa.nulls(sum(t.num_rows for t in tables))}).drop_columns(["_"])
+    return pa.concat_tables(tables)
+
+
 def load_block(block: Block, shards: list, cfg: Config, dim: int | None = None) -> BlockData:
     """A block read from ``shards`` (the shard of each of its pieces)."""
     tables = [read_piece(p, shard, cfg) for p, shard in zip(block.pieces, shards)]
@@ -225,7 +235,7 @@ def load_block(block: Block, shards: list, cfg: Config, dim: int | None = None) 
     if cfg.input.vector_column:
         vecs = _block_vectors(family_for(cfg), [t.column("vector") for t in tables], block.pieces, shards, dim)
         tables = [t.drop_columns(["vector"]) for t in tables]
-    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    table = concat_rows(tables)
     data = BlockData(block, table, vectors=vecs)
     data.null = np.asarray(family_for(cfg).null_rows(table, vecs), bool)
     return data
@@ -342,7 +352,7 @@ def read_block(block: Block, shards: list, cfg: Config, run: str | None = None) 
             rows += table.num_rows
         if rows != piece.rows:
             raise _changed(shard, rows, piece.rows)
-    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    table = concat_rows(tables)
     null = BatchNormalizer.null(parts)
     if cfg.select.keep == "longest":
         table = table.append_column(LENGTH, BatchNormalizer.lengths(parts).combine_chunks())
