@@ -297,3 +297,17 @@ def test_a_block_of_pieces_with_no_column_but_their_texts_or_vectors_keeps_its_r
     for b in blocks:
         data = B.load_block(b, [shards[i] for i in b.shard_indices], vec)
         assert data.table.num_rows == len(data.vectors) == b.rows
+
+
+def test_lowest_id_without_an_id_column_ranks_a_block_by_its_row_numbers(three_shards):
+    """keep lowest_id with no id column: one process ranks by the row numbers (its table's 'id' is the row); a
+    block has no 'id' column and the rank stage failed on workers (KeyError 'Field "id" does not exist in
+    schema', exit 1)."""
+    _, shards, _, _, _ = three_shards
+    cfg = Config.from_dict({"backend": "cpu", "select": {"keep": "lowest_id"}})  # the 'id' column is not read
+    shards, blocks = _plan(shards, cfg, 14)
+    assert len(blocks) == 2
+    for b in blocks:
+        data = B.read_block(b, [shards[i] for i in b.shard_indices], cfg)
+        assert "id" not in data.table.schema.names
+        assert B.block_rank_key(data, "lowest_id").to_pylist() == list(range(b.row0, b.row0 + b.rows))

@@ -769,6 +769,8 @@ def block_rank_key(data: BlockData, keep: str) -> pa.Array:
     if keep == "longest":
         lengths = text_lengths(t.column("text"))
         return lengths.combine_chunks() if isinstance(lengths, pa.ChunkedArray) else lengths
+    if keep == "lowest_id" and "id" not in t.schema.names:  # no id column: one process ranks by the row numbers
+        return pa.array(np.arange(data.block.row0, data.block.row0 + data.block.rows, dtype=np.int64))
     if keep == "lowest_id":
         return t.column("id").combine_chunks()
     return t.column("score").combine_chunks()
