@@ -325,6 +325,29 @@ def test_inputs_without_rows_but_with_an_id_column_equal_single_process(cluster2
         _identical(tmp_path / f"single-{name}", tmp_path / f"two-{name}", _names(tmp_path / f"single-{name}"))
 
 
+@pytest.mark.parametrize("extra", [
+    {"select": {"keep": "score", "score_column": "score"}},
+    {"similarity": "cosine", "input": {"id_column": "id", "vector_column": "emb"}, "lsh": {"threshold": 0.9}},
+], ids=["keep-score", "cosine-vectors"])
+def test_inputs_without_rows_with_a_score_or_vector_column_equal_single_process(cluster2, tmp_path, extra):
+    """Zero documents under keep score, or with a vector column: the one empty block a cluster run makes had no
+    score column and no vectors, and the rank stage (KeyError 'Field "score" does not exist in schema') or the
+    exact stage (AttributeError "'NoneType' object has no attribute 'matrix'") failed on the workers, exit 1;
+    one process wrote a complete run."""
+    import pyarrow as pa
+
+    (tmp_path / "in").mkdir()
+    for name in ("a", "b"):
+        pq.write_table(pa.table({"id": pa.array([], pa.int64()), "text": pa.array([], pa.string()),
+                                 "score": pa.array([], pa.float64()),
+                                 "emb": pa.array([], pa.list_(pa.float32()))}), tmp_path / "in" / f"{name}.parquet")
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, **extra})
+    single = run_dedup(tmp_path / "in", tmp_path / "single", cfg)
+    two = run_dedup(tmp_path / "in", tmp_path / "two", cfg.with_overrides({"cluster.scheduler": cluster2}))
+    assert single.report["counts"]["documents_read"] == two.report["counts"]["documents_read"] == 0
+    _identical(tmp_path / "single", tmp_path / "two", _names(tmp_path / "single"))
+
+
 @pytest.mark.timeout(600)
 def test_two_thousand_small_shards_on_workers_equal_single_process(cluster2, tmp_path):
     """The write stage passes every shard's name to its tasks; past 100 kB of names (about 1,500 shards) Client.map

@@ -64,6 +64,7 @@ from gpu_dedup.stages.components import (
 from gpu_dedup.stages.edges import unique_edges
 from gpu_dedup.stages.families import Family, family_for
 from gpu_dedup.stages.selection import ranks_from_keys
+from gpu_dedup.stages.vectors import Vectors
 from gpu_dedup.storage.atomic import atomically, table_codec
 from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes, remove_tree, source
 
@@ -713,7 +714,10 @@ def _empty_block(cfg: Config, id_type=None):
     table = pa.table({"text": pa.array([], pa.large_string())})
     if cfg.input.id_column:  # the shards' id type (they have no rows; none: int64, as one process reads them)
         table = table.append_column("id", pa.array([], id_type or pa.int64()))
-    data = B.BlockData(b, table)
+    if cfg.select.score_read:  # keep score ranks by it (float64, as every shard's scores are read)
+        table = table.append_column("score", pa.array([], pa.float64()))
+    vectors = Vectors(np.zeros((0, 1), np.float32), np.zeros(0, np.int8)) if cfg.input.vector_column else None
+    data = B.BlockData(b, table, vectors=vectors)
     data.null = np.zeros(0, bool)
     return data
 
