@@ -271,17 +271,14 @@ def test_what_a_gpu_workers_block_task_returns_is_on_the_host(monkeypatch):
 
 
 @pytest.mark.parametrize("keep", ["first", "longest"])
-def test_a_block_of_pieces_with_no_column_but_their_texts_or_vectors_keeps_its_rows(tmp_path, keep):
-    """Shards with only a text column (or only a vector column): once the texts are normalized (or the vectors
-    taken out), each piece's table has no column left, and Arrow concatenates such tables into one of 0 rows.  A
-    block of several pieces lost its rows: keep longest failed on workers (ArrowInvalid "Expected length 0 but got
-    length 7", exit 1) where one process wrote a complete run."""
+def test_a_block_of_pieces_with_no_column_but_their_texts_keeps_its_rows(tmp_path, keep):
+    """Shards with only a text column: once the texts are normalized, each piece's table has no column left, and
+    Arrow concatenates such tables into one of 0 rows.  A block of several pieces lost its rows: keep longest
+    failed on workers (ArrowInvalid "Expected length 0 but got length 7", exit 1) where one process wrote a
+    complete run."""
     for k, lo in enumerate(range(0, 12, 4)):  # 3 shards of 4 rows, row groups of 1: several pieces a block
         pq.write_table(pa.table({"text": [f"text number {i}" for i in range(lo, lo + 4)]}),
                        tmp_path / f"s{k}.parquet", row_group_size=1)
-        (tmp_path / "vec").mkdir(exist_ok=True)
-        pq.write_table(pa.table({"emb": pa.array([[float(i), 1.0] for i in range(lo, lo + 4)], pa.list_(pa.float32()))}),
-                       tmp_path / "vec" / f"v{k}.parquet", row_group_size=1)
     shards = discover(sorted(tmp_path.glob("*.parquet")))
     cfg = Config.from_dict({"backend": "cpu", "select": {"keep": keep}})
     shards, blocks = _plan(shards, cfg, 7)
@@ -292,11 +289,6 @@ def test_a_block_of_pieces_with_no_column_but_their_texts_or_vectors_keeps_its_r
         assert data.table.num_rows == b.rows
         assert keep == "first" or len(B.block_rank_key(data, keep)) == b.rows
         assert data.norm.to_pylist() == [f"text number {i}" for i in range(b.row0, b.row0 + b.rows)]
-    vec = Config.from_dict({"backend": "cpu", "similarity": "cosine", "input": {"vector_column": "emb"}})
-    shards, blocks = _plan(discover(sorted((tmp_path / "vec").glob("*.parquet"))), vec, 7)
-    for b in blocks:
-        data = B.load_block(b, [shards[i] for i in b.shard_indices], vec)
-        assert data.table.num_rows == len(data.vectors) == b.rows
 
 
 def test_lowest_id_without_an_id_column_ranks_a_block_by_its_row_numbers(three_shards):

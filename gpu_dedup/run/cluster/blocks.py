@@ -219,8 +219,8 @@ def _changed(shard, got: int, expected: int) -> InputError:
 
 
 def concat_rows(tables: list) -> pa.Table:
-    """The pieces' tables as one, with all their rows: pieces without a column left (their texts normalized,
-    their vectors taken out, and no id or score column) are concatenated by Arrow into a table of 0 rows."""
+    """The pieces' tables as one, with all their rows: pieces without a column left (their texts normalized, and
+    no id or score column) are concatenated by Arrow into a table of 0 rows."""
     if len(tables) == 1:
         return tables[0]
     if tables and not tables[0].num_columns:
