@@ -3,7 +3,7 @@
 
     pytest -m slow tests/run/test_cluster_search.py
 
-GPU_DEDUP_SEARCH_SEEDS=FIRST:LAST runs other cases (default 0:40, about 8 minutes on 2 loaded cores); a failing
+GPU_DEDUP_SEARCH_SEEDS=FIRST:LAST runs other cases (default 0:40, about 4 minutes on 2 loaded cores); a failing
 case leaves its inputs and both outputs under the test's tmp_path, and its message names its seed."""
 
 import json
