@@ -183,8 +183,6 @@ class SelectConfig:
         _choice("select", "keep", self.keep, KEEP_POLICIES)
         if self.keep == "score" and not self.score_column:
             raise ConfigError("select.keep = 'score' needs select.score_column (the column to maximise)")
-        if not isinstance(self.split_chains, bool):
-            raise ConfigError(f"select.split_chains = {self.split_chains!r} must be true or false")
 
     @property
     def score_read(self) -> str | None:
@@ -299,8 +297,6 @@ class ClusterConfig:
             if not size:
                 raise ConfigError(f"cluster.device_memory_limit = {self.device_memory_limit!r} is not a size above 0; "
                                   "write e.g. 20GiB (per GPU worker), or auto (80 % of its share of the GPU)")
-        if not isinstance(self.rmm_async, bool):
-            raise ConfigError(f"cluster.rmm_async = {self.rmm_async!r} must be true or false")
         if self.whole_on_one_worker not in ("auto", False):
             raise ConfigError(f"cluster.whole_on_one_worker = {self.whole_on_one_worker!r} must be auto or false")
         for key in ("components_gathered_edges", "small_route_rows"):
