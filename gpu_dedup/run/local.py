@@ -269,9 +269,12 @@ class LocalExecutor:
 
     def _load_vectors(self, parts, shards, n) -> Vectors:
         """The vector column of every shard (bad rows raise or are kept, per cosine.bad_vectors)."""
-        mats, stats, dim = [], [], None
+        mats, stats = [], []
+        dim = self.prior.vector_dim()  # an index's vectors fix the dimension, else the first shard's first vector
+        source = "the dimension of the index's vectors" if dim is not None else None
         for i, _, column in parts:  # one step per shard (rows in messages count from the shard's first)
-            v = self.family.load_vectors(column, shards[i].path, 0, dim)  # type: ignore[attr-defined]  # cosine
+            v = self.family.load_vectors(column, shards[i].path, 0, dim,  # type: ignore[attr-defined]  # cosine
+                                         dim_source=source)
             if len(v) and dim is None and (v.status != 3).any():
                 dim = v.dim
             mats.append(v.matrix)

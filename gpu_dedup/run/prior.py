@@ -78,6 +78,10 @@ class NoPrior:
         _none(docs)
         return Vectors(np.zeros((0, 0), np.float32), np.zeros(0, np.int8))
 
+    def vector_dim(self) -> int | None:
+        """The dimension the indexed vectors fix for the run's: none without an index."""
+        return None
+
 
 def _none(docs: Any) -> np.ndarray:
     """``docs`` as doc numbers of a run without a prior: there are none."""
@@ -160,3 +164,10 @@ class IndexPrior:
 
     def vectors(self, docs: Any) -> Vectors:
         return self.index.vectors(np.asarray(docs, np.int64))
+
+    def vector_dim(self) -> int | None:
+        """The indexed vectors' dimension (None: an index of texts, or of no documents yet): the run's vectors
+        must have it, whatever the length of the run's first vector."""
+        if self.index.similarity != "cosine" or self.index.manifest["config"].get("source") != "vectors":
+            return None
+        return self.index._vector_dim()

@@ -268,10 +268,13 @@ class Cosine(Family):
         return True  # packed bits are small (bits / 8 bytes a row): kept for the index and estimates
 
     # ---- rows
-    def load_vectors(self, column, shard: str | None, row_offset: int, dim: int | None = None) -> vectors.Vectors:
-        """Vectors of one shard's ``vector`` column (bad rows per ``cosine.bad_vectors``, named by shard and row)."""
+    def load_vectors(self, column, shard: str | None, row_offset: int, dim: int | None = None,
+                     dim_source: str | None = None) -> vectors.Vectors:
+        """Vectors of one shard's ``vector`` column (bad rows per ``cosine.bad_vectors``, named by shard and row);
+        ``dim_source`` says where a given ``dim`` comes from (messages)."""
         return vectors.from_arrow(column, shard=shard, row_offset=row_offset, bad_vectors=self.cfg.cosine.bad_vectors,
-                                  name=f"vector column {self.cfg.input.vector_column!r}", dim=dim)
+                                  name=f"vector column {self.cfg.input.vector_column!r}", dim=dim,
+                                  dim_source=dim_source)
 
     def stats(self, data, backend="cpu"):
         """Document frequencies of the hashed features of a block (tf-idf weighting only), counted where

@@ -102,12 +102,12 @@ def _where(shard, row: int) -> str:
 
 
 def from_arrow(column, *, shard: str | None = None, row_offset: int = 0, bad_vectors: str = "error",
-               name: str = "vector column", dim: int | None = None) -> Vectors:
+               name: str = "vector column", dim: int | None = None, dim_source: str | None = None) -> Vectors:
     """Vectors of an Arrow list/fixed_size_list<float> column (Array or ChunkedArray); see the module doc.
 
     ``row_offset`` is added to row numbers in messages (the pipeline passes the
     row of the column's first value within its shard); ``dim`` fixes the expected length (default: the first
-    non-null row's).
+    non-null row's), ``dim_source`` says where it comes from in messages (default: the first vector).
     """
     if bad_vectors not in ("error", "keep"):
         raise ValueError(f"bad_vectors = {bad_vectors!r}; choose error or keep")
@@ -147,7 +147,7 @@ def from_arrow(column, *, shard: str | None = None, row_offset: int = 0, bad_vec
         cpu.check_rows(matrix, raw)
         status[found] = np.where(raw == 2, NON_FINITE, np.where(raw == 1, ZERO_VECTOR, OK))[found]
     if bad_vectors == "error":
-        _raise_first_bad(status, matrix, dim, shard, row_offset, name, chunks)
+        _raise_first_bad(status, matrix, dim, shard, row_offset, name, chunks, dim_source)
     return Vectors(matrix, status, zero_copy)
 
 
@@ -221,7 +221,7 @@ def _chunk(chunk, dim):
     return matrix, status, zc
 
 
-def _raise_first_bad(status, matrix, dim, shard, row_offset, name, chunks):
+def _raise_first_bad(status, matrix, dim, shard, row_offset, name, chunks, dim_source=None):
     bad = np.flatnonzero((status == NON_FINITE) | (status == BAD_LENGTH))
     if bad.shape[0] == 0:
         return
@@ -231,7 +231,7 @@ def _raise_first_bad(status, matrix, dim, shard, row_offset, name, chunks):
     if status[i] == BAD_LENGTH:
         length = _row_length(chunks, i)
         raise InputError(f"{name}: {_where(shard, row_offset + i)} has {length} values, expected {dim} "
-                         f"(the dimension of the first vector){more}; {fix}")
+                         f"({dim_source or 'the dimension of the first vector'}){more}; {fix}")
     raise InputError(f"{name}: {_where(shard, row_offset + i)} holds NaN, infinity, a null value or a value beyond "
                      f"the float32 range{more}; {fix}")
 

@@ -314,3 +314,28 @@ def test_a_jaccard_index_is_not_used_as_a_cosine_one(corpus, tmp_path):
     assert out.returncode != 0 and "similarity 'jaccard'" in out.stderr and "Traceback" not in out.stderr
     with pytest.raises(ConfigError, match="weighting: tf"):
         index_run(d / "in", tmp_path / "o4", _cfg(**{"input.vector_column": None}), index_out=tmp_path / "tidx")
+
+
+def test_a_run_against_an_index_takes_the_indexed_vector_dimension(tmp_path):
+    """The index fixes the vectors' dimension: a run whose first vector has another length (kept as bad_length)
+    still finds its copies of indexed vectors, as the full run does; vectors of another dimension than the
+    index's are one clear error (or kept as bad_length), never silently unmatched."""
+    x = np.random.default_rng(7).normal(size=(20, 8)).astype(np.float32)
+
+    def shard(name, rows):
+        pq.write_table(pa.table({"id": pa.array([f"{name}{i}" for i in range(len(rows))]),
+                                 "emb": pa.array(rows, pa.list_(pa.float32()))}), tmp_path / f"{name}.parquet")
+        return tmp_path / f"{name}.parquet"
+
+    a = shard("a", x.tolist())
+    b = shard("b", [[1.0] * 7] + x[:10].tolist())  # a first row of another length, then copies of indexed rows
+    c = shard("c", np.ones((3, 16), np.float32).tolist())
+    keep = _cfg(**{"cosine.bad_vectors": "keep"})
+    index_run([a], tmp_path / "o1", keep, index_out=tmp_path / "idx")
+    inc = index_run([b], tmp_path / "o2", keep, against=tmp_path / "idx")
+    assert inc.report["counts"]["unsigned_bad_length"] == 1
+    assert not inc.kept[1:].any() and inc.kept[0]  # every copy removed against the index
+    with pytest.raises(InputError, match=r"row 0 of shard .*c\.parquet has 16 values, expected 8 .*index"):
+        index_run([c], tmp_path / "o3", _cfg(), against=tmp_path / "idx")
+    kept = index_run([c], tmp_path / "o4", keep, against=tmp_path / "idx")
+    assert kept.report["counts"]["unsigned_bad_length"] == 3 and kept.kept.all()
