@@ -111,6 +111,12 @@ def from_arrow(column, *, shard: str | None = None, row_offset: int = 0, bad_vec
     """
     if bad_vectors not in ("error", "keep"):
         raise ValueError(f"bad_vectors = {bad_vectors!r}; choose error or keep")
+    if pa.types.is_null(column.type):  # no vector at all (a JSON field always null, an all-None column)
+        column = pa.chunked_array(column.chunks if isinstance(column, pa.ChunkedArray) else [column])
+        column = pa.chunked_array([pa.nulls(len(c), pa.list_(pa.float32())) for c in column.chunks],
+                                  pa.list_(pa.float32()))
+    elif _is_list(column.type) and pa.types.is_null(column.type.value_type):  # lists of nulls only (or empty)
+        column = column.cast(_with_values(column.type, pa.float32()))
     if isinstance(column, pa.ChunkedArray):
         chunks = column.chunks
         typ = column.type
@@ -151,8 +157,19 @@ def from_arrow(column, *, shard: str | None = None, row_offset: int = 0, bad_vec
     return Vectors(matrix, status, zero_copy)
 
 
+def _is_list(typ) -> bool:
+    return pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ)
+
+
+def _with_values(typ, value_type):
+    """The list type ``typ`` (list, large_list or fixed_size_list) with values of ``value_type``."""
+    if pa.types.is_fixed_size_list(typ):
+        return pa.list_(value_type, typ.list_size)
+    return pa.large_list(value_type) if pa.types.is_large_list(typ) else pa.list_(value_type)
+
+
 def _check_type(typ, name, shard):
-    if not (pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ)):
+    if not _is_list(typ):
         raise InputError(f"{name} has Arrow type {typ}" + (f" in shard {shard}" if shard else "")
                          + "; expected list<float> or fixed_size_list<float> (float16/32/64) of embeddings")
     if typ.value_type not in FLOAT_TYPES:

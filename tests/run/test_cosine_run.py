@@ -339,3 +339,19 @@ def test_a_run_against_an_index_takes_the_indexed_vector_dimension(tmp_path):
         index_run([c], tmp_path / "o3", _cfg(), against=tmp_path / "idx")
     kept = index_run([c], tmp_path / "o4", keep, against=tmp_path / "idx")
     assert kept.report["counts"]["unsigned_bad_length"] == 3 and kept.kept.all()
+
+
+def test_a_shard_without_any_vector_is_null_rows(tmp_path):
+    """A JSON Lines shard whose vector field is always null (Arrow type null) and a Parquet shard of an
+    all-None column: their rows are null vectors (kept, counted as null_text) beside the other shards'."""
+    x = np.random.default_rng(3).normal(size=(6, 32)).astype(np.float32)
+    d = tmp_path / "in"
+    d.mkdir()
+    pq.write_table(pa.table({"id": pa.array([f"a{i}" for i in range(12)]),
+                             "emb": pa.array(np.concatenate([x, x]).tolist(), pa.list_(pa.float32()))}),
+                   d / "a.parquet")
+    (d / "b.jsonl").write_text("".join(json.dumps({"id": f"b{i}", "emb": None}) + "\n" for i in range(3)))
+    pq.write_table(pa.table({"id": pa.array(["c0", "c1"]), "emb": pa.nulls(2)}), d / "c.parquet")
+    res = run_dedup(d, tmp_path / "out", _cfg())
+    c = res.report["counts"]
+    assert c["null_text"] == 5 and c["removed"] == 6 and res.kept[12:].all()

@@ -271,3 +271,20 @@ def test_features_and_simhash_property(docs, mode):
             assert [int(w) for w in sig.bits[i]] == ref.pack(ref.simhash(vec, 64, 5))
         else:
             assert sig.status[i] == pj.EMPTY_TEXT
+
+
+def test_a_column_of_null_type_is_null_rows_and_lists_of_nulls_are_judged_by_their_values():
+    """A column holding no vector at all (Arrow type null: a JSON field always null, an all-None pandas column)
+    is null rows, as nulls in a list column are; lists whose values are all null (list<null>) follow the rules
+    of null values and lengths, not a type error."""
+    v = vx.from_arrow(pa.nulls(3), shard="s.jsonl")
+    assert v.status.tolist() == [pj.NULL_ROW] * 3 and len(v) == 3
+    assert vx.from_arrow(pa.chunked_array([pa.nulls(2), pa.nulls(1)])).status.tolist() == [pj.NULL_ROW] * 3
+    assert vx.from_arrow(pa.nulls(2), dim=4).matrix.shape == (2, 4)
+    nulls_inside = pa.array([None, [None, None], [None, None]], pa.list_(pa.null()))
+    with pytest.raises(InputError, match="row 1 of shard s.jsonl holds NaN, infinity, a null value"):
+        vx.from_arrow(nulls_inside, shard="s.jsonl")
+    assert vx.from_arrow(nulls_inside, bad_vectors="keep").status.tolist() == [pj.NULL_ROW, pj.NON_FINITE,
+                                                                                pj.NON_FINITE]
+    assert vx.from_arrow(nulls_inside, bad_vectors="keep", dim=3).status.tolist() == [pj.NULL_ROW, pj.BAD_LENGTH,
+                                                                                       pj.BAD_LENGTH]
