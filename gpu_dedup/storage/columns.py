@@ -229,8 +229,22 @@ def _validated(shard: Shard, cfg: InputConfig, table: pa.Table, wanted: dict, sc
             )
         cols["score"] = _float_scores(score, score_column, shard)
     if cfg.vector_column:
-        cols["vector"] = table.column(cfg.vector_column)
+        vector = table.column(cfg.vector_column)
+        if shard.format == "jsonl":
+            vector = json_vectors(vector)
+        cols["vector"] = vector
     return pa.table(cols) if cols else rows_only(table.num_rows)
+
+
+def json_vectors(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A JSON Lines vector column as float vectors: JSON has one number type, so embeddings written as whole
+    numbers (``[1, 0, 2]``) are inferred as integer lists; they become float64 lists (the nearest float64 beyond
+    2**53, as every value becomes a float32 anyway).  Any other column as it is (the vector stage checks it)."""
+    t = column.type
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type):
+        return pc.cast(column, pa.large_list(pa.float64()) if pa.types.is_large_list(t) else pa.list_(pa.float64()),
+                       safe=False)
+    return column
 
 
 EXACT_IN_FLOAT64 = 2 ** 53  # integers of larger magnitude are not all float64 values

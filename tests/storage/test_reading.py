@@ -387,3 +387,15 @@ def test_a_small_jsonl_shard_is_written_without_a_reader_thread_and_a_large_one_
     kept = gzip.decompress((tmp_path / "small.jsonl.gz").read_bytes())
     assert kept == gzip.decompress((tmp_path / "ahead.jsonl.gz").read_bytes())
     assert kept.decode().splitlines() == [x for x, k in zip(lines, keep) if k]
+
+
+def test_jsonl_vectors_of_whole_numbers_are_read_as_floats(tmp_path):
+    """JSON has one number type: a JSON Lines shard whose embeddings are all written as whole numbers
+    (``[1, 0, 2]``, as JavaScript writes 1.0) is read as float vectors, not refused for holding int64 values
+    with a fix ("cast the embeddings to float32") no JSON file can follow."""
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"id": i, "emb": [1, 0, i % 3]}) + "\n" for i in range(4)))
+    (tmp_path / "b.jsonl").write_text(json.dumps({"id": 9, "emb": [1.5, 0.25, 2]}) + "\n")
+    c = read([tmp_path], InputConfig(id_column="id", vector_column="emb"))
+    (_, _, a), (_, _, b) = c.vectors
+    assert pa.types.is_floating(a.type.value_type) and a.to_pylist() == [[1, 0, 0], [1, 0, 1], [1, 0, 2], [1, 0, 0]]
+    assert b.to_pylist() == [[1.5, 0.25, 2.0]]
