@@ -59,6 +59,7 @@ from gpu_dedup.kernels import cosine_cpu as cpu
 from gpu_dedup.stages.projections import (
     BAD_LENGTH,
     EMPTY_TEXT,
+    MAX_DIM,
     NON_FINITE,
     NULL_ROW,
     OK,
@@ -126,6 +127,7 @@ def from_arrow(column, *, shard: str | None = None, row_offset: int = 0, bad_vec
     _check_type(typ, name, shard)
     if dim is None:
         dim = _first_length(chunks)
+    _check_dim(dim, name, shard)
     if dim is None or dim < 1:  # no non-null row, or only empty lists
         n = sum(len(c) for c in chunks)
         status = np.full(n, NULL_ROW, np.int8)
@@ -175,6 +177,14 @@ def _check_type(typ, name, shard):
     if typ.value_type not in FLOAT_TYPES:
         raise InputError(f"{name} holds {typ.value_type} values" + (f" in shard {shard}" if shard else "")
                          + "; expected float16, float32 or float64 (cast the embeddings to float32)")
+
+
+def _check_dim(dim: int | None, name: str, shard) -> None:
+    """The vectors' dimension within what signatures support (:data:`projections.MAX_DIM`)."""
+    if dim is not None and dim > MAX_DIM:
+        raise InputError(f"{name}" + (f" in shard {shard}" if shard else "") + f" has {dim:,} dimensions; at most "
+                         f"{MAX_DIM:,} are supported: reduce the embeddings' dimension (e.g. a random projection or "
+                         "PCA to 1,024) or leave out input.vector_column to compare tf-idf vectors of the text")
 
 
 def _first_length(chunks) -> int | None:
@@ -270,6 +280,7 @@ def from_numpy(matrix, *, shard: str | None = None, row_offset: int = 0, bad_vec
     m = np.asarray(matrix)
     if m.ndim != 2:
         raise InputError(f"{name} must be a 2-d (rows, dimensions) array, got shape {m.shape}")
+    _check_dim(m.shape[1], name, shard)
     m = np.ascontiguousarray(m, dtype=np.float32)
     raw = np.empty(m.shape[0], np.int8)
     cpu.check_rows(m, raw)

@@ -288,3 +288,17 @@ def test_a_column_of_null_type_is_null_rows_and_lists_of_nulls_are_judged_by_the
                                                                                 pj.NON_FINITE]
     assert vx.from_arrow(nulls_inside, bad_vectors="keep", dim=3).status.tolist() == [pj.NULL_ROW, pj.BAD_LENGTH,
                                                                                        pj.BAD_LENGTH]
+
+
+def test_more_dimensions_than_supported_are_one_input_error():
+    """Vectors longer than projections.MAX_DIM are refused where they are read, naming the shard, the length, the
+    limit and the fix (was a ValueError from the signature stage: exit 1 with a traceback)."""
+    d = pj.MAX_DIM + 1
+    col = pa.FixedSizeListArray.from_arrays(pa.array(np.ones(d, np.float32)), d)
+    for bad in ("error", "keep"):
+        with pytest.raises(InputError, match=rf"shard s.parquet has {d:,} dimensions; at most {pj.MAX_DIM:,}.*reduce"):
+            vx.from_arrow(col, shard="s.parquet", bad_vectors=bad)
+    with pytest.raises(InputError, match=f"has {d:,} dimensions"):
+        vx.from_numpy(np.ones((1, d), np.float32))
+    assert vx.from_arrow(pa.FixedSizeListArray.from_arrays(pa.array(np.ones(pj.MAX_DIM, np.float32)),
+                                                           pj.MAX_DIM)).dim == pj.MAX_DIM
