@@ -277,11 +277,25 @@ def _row_length(chunks, i: int) -> int:
 def from_numpy(matrix, *, shard: str | None = None, row_offset: int = 0, bad_vectors: str = "error",
                name: str = "vectors") -> Vectors:
     """Vectors of an in-memory (n, d) float array (the DataFrame API): statuses as in :func:`from_arrow`."""
-    m = np.asarray(matrix)
+    try:
+        m = np.asarray(matrix)
+    except ValueError:  # rows of different lengths (NumPy refuses a ragged array)
+        lengths = [len(r) if hasattr(r, "__len__") else 1 for r in matrix]
+        row = next((i for i, n in enumerate(lengths) if n != lengths[0]), 0)
+        if not row:
+            raise InputError(f"{name} must be a 2-d (rows, dimensions) array of numbers; convert the vectors, e.g. "
+                             "np.asarray(vectors, np.float32)") from None
+        raise InputError(f"{name} must be rows of numbers of one length: row 0 has {lengths[0]} values, row {row} "
+                         f"has {lengths[row]}; give every row the embedding's dimension") from None
     if m.ndim != 2:
         raise InputError(f"{name} must be a 2-d (rows, dimensions) array, got shape {m.shape}")
     _check_dim(m.shape[1], name, shard)
-    m = np.ascontiguousarray(m, dtype=np.float32)
+    try:
+        m = np.ascontiguousarray(m, dtype=np.float32)
+    except (TypeError, ValueError):
+        bad = next((v for v in m.ravel() if not isinstance(v, (int, float, np.number))), m.ravel()[0])
+        raise InputError(f"{name} must hold numbers; found {bad!r:.40} ({type(bad).__name__}): convert the "
+                         "vectors to floats, e.g. np.asarray(vectors, np.float32)") from None
     raw = np.empty(m.shape[0], np.int8)
     cpu.check_rows(m, raw)
     status = np.where(raw == 2, NON_FINITE, np.where(raw == 1, ZERO_VECTOR, OK)).astype(np.int8)

@@ -302,3 +302,14 @@ def test_more_dimensions_than_supported_are_one_input_error():
         vx.from_numpy(np.ones((1, d), np.float32))
     assert vx.from_arrow(pa.FixedSizeListArray.from_arrays(pa.array(np.ones(pj.MAX_DIM, np.float32)),
                                                            pj.MAX_DIM)).dim == pj.MAX_DIM
+
+
+def test_vectors_that_are_no_matrix_of_numbers_are_one_input_error():
+    """In-memory vectors (Index.query(vectors=...), the DataFrame API's matrices) of rows of different lengths or
+    of non-numbers: one InputError naming the problem and the fix (were NumPy's ValueErrors, "setting an array
+    element with a sequence", "could not convert string to float")."""
+    with pytest.raises(InputError, match=r"query vectors .*one length.*row 1 has 2"):
+        vx.from_numpy([[1.0, 2.0, 3.0], [1.0, 2.0]], name="query vectors")
+    with pytest.raises(InputError, match=r"query vectors .*numbers.*'a'"):
+        vx.from_numpy([["a", "b"]], name="query vectors")
+    assert vx.from_numpy([[1, 2], [3, 4]]).matrix.dtype == np.float32
