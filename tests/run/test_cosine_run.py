@@ -355,3 +355,20 @@ def test_a_shard_without_any_vector_is_null_rows(tmp_path):
     res = run_dedup(d, tmp_path / "out", _cfg())
     c = res.report["counts"]
     assert c["null_text"] == 5 and c["removed"] == 6 and res.kept[12:].all()
+
+
+def test_a_cluster_run_against_an_index_takes_the_indexed_vector_dimension(tmp_path):
+    """As one process: Dask workers take the index's dimension, not the first block's first vector's."""
+    pytest.importorskip("distributed")  # its Dask part: a machine without Dask (the GPU image) skips
+    x = np.random.default_rng(7).normal(size=(20, 8)).astype(np.float32)
+    for name, rows in (("a", x.tolist()), ("b", [[1.0] * 7] + x[:10].tolist())):
+        pq.write_table(pa.table({"id": pa.array([f"{name}{i}" for i in range(len(rows))]),
+                                 "emb": pa.array(rows, pa.list_(pa.float32()))}), tmp_path / f"{name}.parquet")
+    keep = _cfg(**{"cosine.bad_vectors": "keep"})
+    index_run([tmp_path / "a.parquet"], tmp_path / "o1", keep, index_out=tmp_path / "idx")
+    out = _cli("run", tmp_path / "b.parquet", "-o", tmp_path / "o2", "--against", tmp_path / "idx", "--similarity",
+               "cosine", "--vector-column", "emb", "--threshold", "0.9", "--id-column", "id", "--backend", "cpu",
+               "--set", "cosine.bad_vectors=keep", "--workers", "2", "-q")
+    assert out.returncode == 0, out.stderr
+    counts = json.loads((tmp_path / "o2" / "report.json").read_text())["counts"]
+    assert counts["unsigned_bad_length"] == 1 and counts["removed_against_index"] == 10

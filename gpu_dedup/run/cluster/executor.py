@@ -117,7 +117,7 @@ class DaskExecutor:
         self.routes = 0
         self.device_routes = 0  # routes that moved device frames (cluster.shuffle: device)
         self.expected_rows: int | None = None  # what later routes move at most (expect_rows); None: unknown
-        self.vector_dim = None  # the corpus's vector length (input.vector_column)
+        self.vector_dim: int | None = None  # the corpus's vector length (input.vector_column)
         self.run_key = uuid.uuid4().hex  # the workers tally what this run's routes move under it
         self.moved_totals: dict = {}  # stage -> [rows, bytes] the routes moved (routing.take_moved)
         self.write_threads: dict = {}  # worker -> how many shards it wrote at once (write_shards)
@@ -214,9 +214,9 @@ class DaskExecutor:
                                      **({"run": self.run_key} if streamed else {}),
                                      **routing.placed([home] if home else None))
                        for b, shard, home in zip(self.blocks, block_shards, self.homes)]
-        if cfg.input.vector_column:  # one vector length for the whole corpus: the first block's with vectors
+        if cfg.input.vector_column:  # one vector length for the whole corpus: an index's, else the first block's
             dims = client.gather(client.map(B.block_dim, self.loaded, pure=False))
-            dim = self.vector_dim = next((d for d in dims if d is not None), None)
+            dim = self.vector_dim = self.prior.vector_dim() or next((d for d in dims if d is not None), None)
             redo = [k for k, d in enumerate(dims) if d is not None and d != dim]
             for k, fut in zip(redo, client.map(B.load_block, [self.blocks[k] for k in redo],
                                                 [block_shards[k] for k in redo], cfg=cfg, dim=dim, pure=False)):
