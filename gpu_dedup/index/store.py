@@ -765,8 +765,13 @@ class Index:
         return query(self, texts, threshold, members, backend, vectors)
 
     def _vector_dim(self) -> int | None:
-        for seg in self.segments:  # the first segment says
-            return seg.docs.schema.field("vector").type.list_size
+        """The indexed vectors' dimension: the first segment's that holds a vector with a direction (a segment
+        of null, zero or unusable vectors only stores zeros, of the width its run happened to take); None when
+        no segment holds one."""
+        for seg in self.segments:  # the first segment with a vector says (usually the first)
+            col = seg.docs.column("vector")
+            if any(np.count_nonzero(np.asarray(chunk.flatten())) for chunk in col.chunks):
+                return col.type.list_size
         return None
 
 

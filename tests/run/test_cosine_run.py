@@ -372,3 +372,18 @@ def test_a_cluster_run_against_an_index_takes_the_indexed_vector_dimension(tmp_p
     assert out.returncode == 0, out.stderr
     counts = json.loads((tmp_path / "o2" / "report.json").read_text())["counts"]
     assert counts["unsigned_bad_length"] == 1 and counts["removed_against_index"] == 10
+
+
+def test_an_index_of_null_vectors_fixes_no_dimension(tmp_path):
+    """An index whose documents have no vector with a direction (null vectors only: stored as zeros one wide)
+    leaves the dimension to the run's vectors, and to queries'."""
+    x = np.random.default_rng(0).normal(size=(6, 8)).astype(np.float32)
+    pq.write_table(pa.table({"id": pa.array(["n0", "n1"]), "emb": pa.array([None, None], pa.list_(pa.float32()))}),
+                   tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": pa.array([f"b{i}" for i in range(12)]),
+                             "emb": pa.array(np.concatenate([x, x]).tolist(), pa.list_(pa.float32()))}),
+                   tmp_path / "b.parquet")
+    index_run([tmp_path / "a.parquet"], tmp_path / "o1", _cfg(), index_out=tmp_path / "idx")
+    res = index_run([tmp_path / "b.parquet"], tmp_path / "o2", _cfg(), against=tmp_path / "idx")
+    assert res.report["counts"]["removed"] == 6 and res.report["counts"]["unsigned_bad_length"] == 0
+    assert len(Index.open(tmp_path / "idx").query(vectors=x[:1])) == 0
