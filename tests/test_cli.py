@@ -1123,3 +1123,20 @@ def test_report_of_a_json_nested_too_deeply_is_one_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "nested too deeply" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "page.html").exists()
+
+
+def test_evaluate_and_tune_with_workers_score_the_sample_in_one_process(tmp_path, capsys, caplog):
+    """``evaluate --workers 2`` (or a config with cluster.workers) ended in an AttributeError and a traceback, exit 1:
+    a cluster run keeps no scored edges to score; the sample is run in one process, and the log says so."""
+    import logging
+
+    inp = _planted_dir(tmp_path, 200)
+    with caplog.at_level(logging.INFO, logger="gpu_dedup"):
+        rc = main(["evaluate", str(inp), "-o", str(tmp_path / "ev"), "--sample", "0", "--backend", "cpu",
+                   "--workers", "2", "--no-plot", "-q"])
+    assert rc == 0, capsys.readouterr().err
+    assert "recall:" in capsys.readouterr().out and "runs the sample in one process" in caplog.text
+    assert (tmp_path / "ev" / "evaluation.json").exists()
+    rc = main(["tune", "-o", str(tmp_path / "tune"), "--sample-corpus", str(inp), "--confirm", "1",
+               "--backend", "cpu", "--set", "cluster.workers=2", "--no-plot", "-q"])
+    assert rc == 0 and "measured on 200 of 200 documents" in capsys.readouterr().out

@@ -22,6 +22,7 @@ are compared with is the family's.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,6 +52,8 @@ from gpu_dedup.stages.projections import OK
 from gpu_dedup.stages.read import read
 from gpu_dedup.stages.verify import cosine_similarity, vector_norms
 from gpu_dedup.storage import atomic_write_bytes
+
+log = logging.getLogger("gpu_dedup")
 
 
 def cluster_pairs(labels, ignore=None, max_pairs: int = 50_000_000):
@@ -837,6 +840,14 @@ class Evaluation:
             over["input.vector_column"] = "vector"
         if cfg.select.keep == "score":
             over["select.score_column"] = "score"
+        if cfg.cluster.workers is not None or cfg.cluster.scheduler:
+            # scoring needs the run's scored edges, which only one process keeps; a Dask run gives the same
+            # outputs (byte-identical), so the sample runs in this process whatever the config says
+            if not getattr(self, "_said_one_process", False):
+                self._said_one_process = True
+                log.info("the evaluation runs the sample in one process (cluster.workers / cluster.scheduler are "
+                         "not used: a cluster run gives the same result)")
+            over |= {"cluster.workers": None, "cluster.scheduler": None, "cluster.workers_per_gpu": 1}
         return cfg.with_overrides(over)
 
     def run(self, cfg: Config | None = None, name: str = "run") -> dict:
