@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.config import Config
 from gpu_dedup.evaluation.evaluate import cluster_pairs, pair_precision, pair_recall
-from gpu_dedup.evaluation.sample import planted_corpus, write_shards
+from gpu_dedup.evaluation.sample import planted_corpus
 from gpu_dedup.report.build import summary
 from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.stages.normalize import normalize
@@ -25,16 +25,69 @@ from gpu_dedup.stages.verify import exact_similarity
 DEMO_SEED = 2026
 
 
+MIN_DOCS = 20  # one planted cluster per 20 documents
+DEMO_MARK = b"gpu_dedup_demo"  # Parquet schema metadata key of the files the demo writes (what it may overwrite)
+SHARD_NAME = "part-{:05d}.parquet"
+TRUTH_NAME = "planted_truth.parquet"
+
+
 def make_sample(directory: Path, docs: int = 3000, shards: int = 4):
-    """Write the demo sample; returns the PlantedCorpus."""
+    """Write the demo sample (each file whole or not at all, marked as the demo's); returns the PlantedCorpus."""
+    from gpu_dedup.storage import atomic_write_parquet
+
     sample = planted_corpus(n_docs=docs, n_clusters=max(docs // 20, 1), cluster_size=(2, 6), words=(60, 400),
                             edit_rate=(0.0, 0.05), seed=DEMO_SEED)
-    write_shards(sample.table.select(["id", "text"]), directory / "input", shards=shards)
-    pq.write_table(sample.table.select(["id", "cluster", "variant_of"]), directory / "planted_truth.parquet")
+    mark = {DEMO_MARK: str(DEMO_SEED).encode()}
+    table = sample.table.select(["id", "text"]).replace_schema_metadata(mark)
+    (directory / "input").mkdir(parents=True, exist_ok=True)
+    bounds = np.linspace(0, table.num_rows, shards + 1).astype(int)
+    for i in range(shards):
+        atomic_write_parquet(directory / "input" / SHARD_NAME.format(i), table.slice(bounds[i], bounds[i + 1] - bounds[i]))
+    truth = sample.table.select(["id", "cluster", "variant_of"]).replace_schema_metadata(mark)
+    atomic_write_parquet(directory / TRUTH_NAME, truth)
     return sample
 
 
+def _ours(path: Path) -> bool:
+    """Whether ``path`` is a Parquet file the demo wrote (its schema carries the demo's mark)."""
+    try:
+        return DEMO_MARK in (pq.read_schema(path).metadata or {})
+    except Exception:  # not Parquet, unreadable, a directory: not the demo's
+        return False
+
+
+def check_demo_dir(out: Path) -> None:
+    """Refuse (exit 4, before anything is written) an ``-o`` the demo would write over or read from wrongly: a file,
+    or a directory whose ``input/`` or ``planted_truth.parquet`` holds anything the demo did not write (the run
+    reads every shard in ``input/``, and the demo rewrites its files there)."""
+    import os
+
+    from gpu_dedup.errors import OutputError
+
+    fix = "choose another -o (a new directory) or move it away"
+    if os.path.lexists(out) and not out.is_dir():
+        raise OutputError(f"demo output {str(out)!r} exists and is not a directory; -o names the demo's directory: "
+                          f"{fix}")
+    truth = out / TRUTH_NAME
+    if os.path.lexists(truth) and not _ours(truth):
+        raise OutputError(f"{str(truth)!r} was not written by the demo; it is not overwritten: {fix}")
+    inp = out / "input"
+    if os.path.lexists(inp) and not inp.is_dir():
+        raise OutputError(f"{str(inp)!r} exists and is not a directory (the demo writes its shards there): {fix}")
+    if inp.is_dir():
+        for entry in sorted(inp.iterdir()):
+            if not _ours(entry):
+                raise OutputError(f"{str(entry)!r} was not written by the demo, which writes its shards in "
+                                  f"{str(inp)!r} and deduplicates everything there: {fix}")
+
+
 def run_demo(out: Path, cfg: Config, docs: int = 3000, quiet: bool = False) -> int:
+    from gpu_dedup.errors import ConfigError
+
+    if docs < MIN_DOCS:
+        raise ConfigError(f"--docs {docs} is too few: the demo plants one near-duplicate cluster per {MIN_DOCS} "
+                          f"documents; give --docs {MIN_DOCS} or more (default 3000)")
+    check_demo_dir(out)
     sample = make_sample(out, docs)
     if cfg.input.id_column is None:
         cfg = cfg.with_overrides({"input.id_column": "id"})

@@ -1140,3 +1140,38 @@ def test_evaluate_and_tune_with_workers_score_the_sample_in_one_process(tmp_path
     rc = main(["tune", "-o", str(tmp_path / "tune"), "--sample-corpus", str(inp), "--confirm", "1",
                "--backend", "cpu", "--set", "cluster.workers=2", "--no-plot", "-q"])
     assert rc == 0 and "measured on 200 of 200 documents" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("docs", ["0", "-5", "1", "19"])
+def test_demo_with_too_few_documents_is_one_line_exit_2(tmp_path, capsys, docs):
+    """``demo --docs 0`` (or -5, 1) ended in a ValueError from the sample generator and a traceback, exit 1."""
+    rc = main(["demo", "--docs", docs, "-o", str(tmp_path / "demo"), "--backend", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--docs {docs} is too few" in err and "--docs 20 or more" in err
+    assert not (tmp_path / "demo").exists()
+
+
+def test_demo_owns_only_what_it_writes(tmp_path, capsys):
+    """An existing ``gpu-dedup-demo/`` holding other files: the demo overwrote the user's ``input/part-00000.parquet``
+    and ``planted_truth.parquet`` and read their ``input/mine.parquet`` as part of the sample (then an IndexError
+    scoring it, exit 1). ``-o`` naming a file was exit 3 "Not a directory". Both are exit 4 before anything is
+    written; the demo's own files are rewritten by the next demo."""
+    demo = tmp_path / "demo"
+    assert main(["demo", "--docs", "60", "-o", str(demo), "--backend", "cpu", "-q"]) == 0
+    assert main(["demo", "--docs", "80", "-o", str(demo), "--backend", "cpu", "-q"]) == 0  # its own: rewritten
+    assert pq.read_table(demo / "planted_truth.parquet").num_rows == 80
+    user = pa.table({"id": ["u1"], "text": ["a text of the user's"]})
+    for name in ("input/mine.parquet", "input/part-00000.parquet", "planted_truth.parquet"):
+        d = tmp_path / name.replace("/", "_")
+        assert main(["demo", "--docs", "60", "-o", str(d), "--backend", "cpu", "-q"]) == 0
+        pq.write_table(user, d / name)
+        before = {p: p.read_bytes() for p in d.rglob("*") if p.is_file()}
+        capsys.readouterr()
+        rc = main(["demo", "--docs", "60", "-o", str(d), "--backend", "cpu", "-q"])
+        err = capsys.readouterr().err
+        assert rc == 4 and "was not written by the demo" in err and name.split("/")[-1] in err, err
+        assert {p: p.read_bytes() for p in d.rglob("*") if p.is_file()} == before
+    (tmp_path / "afile").write_text("mine")
+    rc = main(["demo", "--docs", "60", "-o", str(tmp_path / "afile"), "--backend", "cpu", "-q"])
+    assert rc == 4 and "exists and is not a directory" in capsys.readouterr().err
+    assert (tmp_path / "afile").read_text() == "mine"
