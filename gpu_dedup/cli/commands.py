@@ -403,8 +403,9 @@ def _tune_cosine(cfg, args) -> int:
 
 
 def cmd_dataset(args) -> int:
-    from gpu_dedup.evaluation.datasets import build
+    from gpu_dedup.evaluation.datasets import build, check_outputs
 
+    check_outputs(args.output, args.info)  # before the dataset is read: nothing overwritten that it did not write
     info = build(args.name, args.output)
     print(f"{info['dataset']}: {info['documents']:,} documents, {info['text_mb']} MB of text -> {info['path']}")
     if args.info:

@@ -222,16 +222,69 @@ def debian_man(root: str = MAN_ROOT) -> pa.Table:
 LOADERS = {"debian-copyright": debian_copyright, "debian-licenses": debian_licenses, "debian-man": debian_man}
 
 
+DATASET_MARK = b"gpu_dedup_dataset"  # Parquet schema metadata key of the files `dataset` writes (what it overwrites)
+INFO_KEYS = ("dataset", "source_fingerprint", "documents")  # what marks a --info file `dataset` wrote
+
+
+def _our_parquet(path: Path) -> bool:
+    try:
+        return DATASET_MARK in (pq.read_schema(path).metadata or {})
+    except Exception:  # not Parquet, unreadable: not ours
+        return False
+
+
+def _our_info(path: Path) -> bool:
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(1 << 20))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and all(k in data for k in INFO_KEYS)
+
+
+def check_outputs(path, info=None) -> None:
+    """Refuse, before the dataset is read (seconds to minutes), an ``-o`` or ``--info`` that would overwrite a file
+    ``dataset`` did not write, that is a directory, or two options naming one file (exit 4 / 2)."""
+    from gpu_dedup.errors import ConfigError, OutputError
+
+    if info is not None and os.path.abspath(info) == os.path.abspath(path):
+        raise ConfigError(f"-o and --info both name {str(path)!r}; give the description another name (e.g. "
+                          f"{str(Path(path).with_suffix('.json'))!r})")
+    fix = "choose another path or move the file away"
+    for flag, where, ours, what in (("-o", path, _our_parquet, "a dataset file"),
+                                    ("--info", info, _our_info, "a dataset description")):
+        if where is None:
+            continue
+        where = Path(where)
+        if where.is_dir():
+            raise OutputError(f"{flag} {str(where)!r} is a directory; give the file's name (e.g. "
+                              f"{str(where / ('debian-man.parquet' if flag == '-o' else 'debian-man.json'))!r})")
+        if os.path.lexists(where) and not ours(where):
+            raise OutputError(f"{flag} {str(where)!r} exists and is not {what} gpu-dedup wrote; it is not "
+                              f"overwritten: {fix}")
+
+
 def build(name: str, path, **kwargs) -> dict:
     """Build dataset ``name`` as a Parquet file at ``path``; returns a description of it."""
+    import tempfile
+
     if name not in LOADERS:
         raise InputError(f"unknown dataset {name!r}; choose one of {', '.join(LOADERS)}")
+    check_outputs(path)
     table = LOADERS[name](**kwargs)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), DATASET_MARK: name.encode()})
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")  # whole or not at all: an interrupted build leaves nothing
-    try:  # (not storage.atomic: the command line reads DATASETS before the storage layer, and Numba, may load)
+    # whole or not at all: an interrupted build leaves nothing; a name of its own, never another tool's .tmp file
+    # (not storage.atomic: the command line reads DATASETS before the storage layer, and Numba, may load)
+    fd, name_tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name_tmp)
+    try:
         pq.write_table(table, tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -246,6 +299,18 @@ def build(name: str, path, **kwargs) -> dict:
         "source_fingerprint": _fingerprint(ids),
         "installed_packages": _installed_packages(),
     }
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (mkstemp makes files 0600; the dataset is 0666 & ~umask)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 def _installed_packages() -> int | None:

@@ -112,3 +112,37 @@ def test_build_and_cli(doc_root, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(ds.LOADERS, "debian-licenses", lambda: debian_licenses(str(doc_root), min_chars=40))
     assert main(["dataset", "debian-licenses", "-o", str(tmp_path / "l.parquet")]) == 0
     assert "debian-licenses: 2 documents" in capsys.readouterr().out
+
+
+def test_dataset_overwrites_only_its_own_files_and_checks_before_reading(doc_root, tmp_path, capsys, monkeypatch):
+    """``dataset -o mine.jsonl`` replaced the user's file with the Parquet; ``--info notes.txt`` replaced that one;
+    ``--info`` equal to ``-o`` replaced the dataset with its description; ``-o DIR`` was exit 3 "cannot use
+    '.DIR.tmp'"; ``--info DIR`` failed after the dataset was written. Each is refused before anything is read or
+    written; the command's own files are rewritten by the next build."""
+    import gpu_dedup.evaluation.datasets as ds
+
+    read = []
+    monkeypatch.setitem(ds.LOADERS, "debian-copyright", lambda: read.append(1) or debian_copyright(str(doc_root)))
+    out, info = tmp_path / "c.parquet", tmp_path / "c.json"
+    assert main(["dataset", "debian-copyright", "-o", str(out), "--info", str(info)]) == 0
+    assert main(["dataset", "debian-copyright", "-o", str(out), "--info", str(info)]) == 0  # its own: rewritten
+    assert pq.read_table(out).num_rows == 3 and len(read) == 2
+    (tmp_path / "mine.jsonl").write_text('{"text": "mine"}\n')
+    (tmp_path / "notes.txt").write_text("precious\n")
+    (tmp_path / "adir").mkdir()
+    capsys.readouterr()
+    for argv, code, said in [
+        (["-o", str(tmp_path / "mine.jsonl")], 4, "is not a dataset file gpu-dedup wrote"),
+        (["-o", str(out), "--info", str(tmp_path / "notes.txt")], 4, "is not a dataset description"),
+        (["-o", str(tmp_path / "new.parquet"), "--info", str(tmp_path / "new.parquet")], 2, "both name"),
+        (["-o", str(out), "--info", str(out)], 2, "both name"),
+        (["-o", str(tmp_path / "adir")], 4, "is a directory"),
+        (["-o", str(tmp_path / "n2.parquet"), "--info", str(tmp_path / "adir")], 4, "is a directory"),
+    ]:
+        rc = main(["dataset", "debian-copyright", *argv])
+        err = capsys.readouterr().err
+        assert rc == code and said in err and len(err.strip().splitlines()) == 1, (argv, err)
+    assert len(read) == 2 and not (tmp_path / "new.parquet").exists() and not (tmp_path / "n2.parquet").exists()
+    assert (tmp_path / "mine.jsonl").read_text() == '{"text": "mine"}\n'
+    assert (tmp_path / "notes.txt").read_text() == "precious\n" and list((tmp_path / "adir").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary files left
