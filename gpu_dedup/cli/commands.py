@@ -362,6 +362,12 @@ def cmd_tune(args) -> int:
     overrides = {k: v for k, v in (("lsh.fp_weight", args.fp_weight), ("lsh.fn_weight", args.fn_weight)) if v is not None}
     if overrides:
         cfg = cfg.with_overrides(overrides)
+    if args.documents is not None and cfg.similarity != "cosine":  # options that would do nothing: said, not ignored
+        raise ConfigError(f"--documents {args.documents} derives the cosine layout's min_rows; it applies with "
+                          "--similarity cosine only (a MinHash layout does not depend on the rows): drop it")
+    if args.floor is not None and not args.sample:
+        raise ConfigError(f"--floor {args.floor} is the lowest similarity measured on a sample; give the corpus with "
+                          "--sample-corpus CORPUS, or drop --floor")
     if args.output is None:  # the default directory, in the current one: say so before anything is written
         args.output = TUNE_DIR
         if not args.quiet:

@@ -26,6 +26,7 @@ from gpu_dedup.cli.commands import (
     cmd_run,
     cmd_tune,
 )
+from gpu_dedup.cli.argtypes import non_negative_int, positive_int
 from gpu_dedup.config import ClusterConfig, preset_names
 from gpu_dedup.errors import (
     EXIT_CODES,
@@ -170,17 +171,6 @@ class _Deprecated(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def _positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (argparse names the option in its error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give e.g. 3") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
 def _chosen_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
     """The (sub)command parser ``args`` were parsed by: ``gpu-dedup bench peers``'s, not the top level's."""
     current = parser
@@ -270,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-running", dest="running", action="store_false",
                    help="skip the runs that join a cluster started before each of them (--scheduler), which leave "
                         "out a local cluster's start and close")
-    b.add_argument("--repeat", type=_positive_int, default=1,
+    b.add_argument("--repeat", type=positive_int, default=1,
                    help="runs of each configuration, one of each in turn; the table gives their median wall time")
     b.add_argument("--results", default="bench-results")
     b.add_argument("--workdir")
@@ -361,8 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.add_argument("--fp-weight", type=float, help="weight of the false-positive area (lsh.fp_weight)")
     p.add_argument("--fn-weight", type=float, help="weight of the false-negative area (lsh.fn_weight)")
-    p.add_argument("--top", type=int, default=6, help="cheapest layouts to list besides the pick's neighbours")
-    p.add_argument("--documents", type=int, help="with --similarity cosine: rows of the run (derives cosine.min_rows "
+    p.add_argument("--top", type=non_negative_int, default=6, help="cheapest layouts to list besides the pick's neighbours")
+    p.add_argument("--documents", type=positive_int, help="with --similarity cosine: rows of the run (derives cosine.min_rows "
                    "as the run does)")
     p.add_argument("-o", "--output", help=f"directory for tune.json and tune.png (default: {TUNE_DIR} in the "
                    "current directory)")
@@ -372,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=argparse.SUPPRESS)  # the old spelling; --sample is a count in evaluate
     p.add_argument("--sample-size", type=int, default=5000,
                    help="documents sampled from --sample-corpus (default 5000)")
-    p.add_argument("--confirm", type=int, default=3, help="layouts run on the sample (default 3)")
+    p.add_argument("--confirm", type=positive_int, default=3, help="layouts run on the sample (default 3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--floor", type=float, help="lowest exact similarity enumerated (default min(0.3, threshold))")
     p.add_argument("--no-plot", action="store_true", help="write no PNG")

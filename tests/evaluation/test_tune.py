@@ -91,3 +91,26 @@ def test_tune_never_overwrites_a_file_it_did_not_write(tmp_path, capsys):
     assert (tmp_path / "tune.json").read_text() == '{"mine": 1}\n'
     tune(Config(backend="cpu"), output_dir=tmp_path / "ours", plot=False)
     tune(Config(backend="cpu"), output_dir=tmp_path / "ours", plot=False)  # its own file: rewritten
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--top", "-5"], "argument --top: -5 must be >= 0"),
+    (["--confirm", "0", "--sample-corpus", "CORPUS"], "argument --confirm: 0 must be >= 1"),
+    (["--confirm", "-1", "--sample-corpus", "CORPUS"], "argument --confirm: -1 must be >= 1"),
+    (["--similarity", "cosine", "--documents", "-5"], "argument --documents: -5 must be >= 1"),
+    (["--similarity", "cosine", "--documents", "0"], "argument --documents: 0 must be >= 1"),
+    (["--documents", "1000"], "applies with --similarity cosine only"),
+    (["--floor", "2"], "give the corpus with --sample-corpus"),
+])
+def test_tune_options_that_would_be_ignored_or_are_out_of_range_are_one_line_exit_2(tmp_path, capsys, argv, said):
+    """``tune --top -5``, ``--confirm -1`` (ran one layout), ``--documents -5`` (min_rows 1) were accepted, and
+    ``--documents`` without cosine and ``--floor`` without a sample did nothing, silently; each is exit 2 naming
+    the option, nothing written."""
+    argv = [str(tmp_path / "corpus.jsonl") if a == "CORPUS" else a for a in argv]
+    (tmp_path / "corpus.jsonl").write_text('{"text": "a b c d e f"}\n')
+    with pytest.raises(SystemExit) as exit_:
+        code = main(["tune", "-o", str(tmp_path / "t"), "--no-plot", "-q", *argv])
+        raise SystemExit(code)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and said in err and "Traceback" not in err, err
+    assert not (tmp_path / "t").exists()
