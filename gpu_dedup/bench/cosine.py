@@ -56,6 +56,7 @@ from gpu_dedup.api import dedup
 from gpu_dedup.backends import get_backend
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.bench import machine, write_results
+from gpu_dedup.cli.argtypes import positive_int
 from gpu_dedup.config import NormalizeConfig
 from gpu_dedup.curves import (
     cosine_collision,
@@ -532,19 +533,19 @@ def main(argv=None) -> int:
     ap.add_argument("--results", "--output", "-o", dest="output", default="results/bench",
                     help="directory for cosine.json / cosine.md")
     ap.add_argument("--workdir", default=None, help="where the generated vectors go (default: the system temp dir)")
-    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--rows", type=positive_int, default=100_000)
     ap.add_argument("--dims", default="256,1024", help="comma-separated dimensions")
     ap.add_argument("--bits", default="256,512,1024,2048", help="comma-separated signature sizes")
-    ap.add_argument("--clusters", type=int, default=None, help="planted clusters (default rows / 20)")
+    ap.add_argument("--clusters", type=positive_int, default=None, help="planted clusters (default rows / 20)")
     ap.add_argument("--threshold", type=float, default=THRESHOLD)
     ap.add_argument("--no-faiss", action="store_true", help="skip FAISS (not installed)")
     ap.add_argument("--no-fidelity", action="store_true")
     ap.add_argument("--text", default=None, help="Parquet corpus with a text column (gpu-dedup dataset debian-man)")
     ap.add_argument("--text-threshold", type=float, default=0.8)
-    ap.add_argument("--text-bits", type=int, default=1024)
-    ap.add_argument("--text-limit", type=int, default=None)
+    ap.add_argument("--text-bits", type=positive_int, default=1024)
+    ap.add_argument("--text-limit", type=positive_int, default=None)
     ap.add_argument("--shared", action="store_true", help="note in the results that the machine was shared")
-    ap.add_argument("--repeat", type=int, default=1, help="timed runs per pipeline (the fastest is kept)")
+    ap.add_argument("--repeat", type=positive_int, default=1, help="timed runs per pipeline (the fastest is kept)")
     ap.add_argument("--note", default=None, help="how the benchmark was run (written into the results)")
     a = ap.parse_args(argv)
     faiss = not a.no_faiss

@@ -81,6 +81,7 @@ import numpy as np
 
 from gpu_dedup.bench.corpora import UNCOMPARED, VECTOR_DIM, compare_outputs, planted_dir, replicated_dir  # noqa: F401
 from gpu_dedup.bench.occupancy import parse_case
+from gpu_dedup.cli.argtypes import at_least, non_negative_int, positive_int
 
 SHINGLES = ("char:5", "char:24", "word:5")
 
@@ -984,8 +985,8 @@ def markdown_table(result: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="gpu-dedup bench gpu", description=__doc__.split("\n\n")[0])
-    p.add_argument("--docs", type=int, nargs="+", default=[100_000, 1_000_000], help="corpus sizes (documents)")
-    p.add_argument("--perms", type=int, nargs="+", default=[128, 260], help="num_perm values")
+    p.add_argument("--docs", type=at_least(6), nargs="+", default=[100_000, 1_000_000], help="corpus sizes (documents)")
+    p.add_argument("--perms", type=positive_int, nargs="+", default=[128, 260], help="num_perm values")
     p.add_argument("--shingles", nargs="+", default=list(SHINGLES), type=parse_shingle, help="e.g. char:5 word:5")
     p.add_argument("--bits", type=int, choices=(32,), default=32, help="signature bits (32 since hash family v2)")
     p.add_argument("--backends", nargs="+", default=["auto"], choices=("auto", "cpu", "gpu", "gpu-block", "cudf"),
@@ -993,13 +994,13 @@ def main(argv=None) -> int:
     p.add_argument("--cases", nargs="+", type=parse_case,
                    help="shingles:n x permutations pairs, e.g. char:24x260 word:5x128 (instead of --shingles x --perms)")
     p.add_argument("--seed", type=int, default=0, help="corpus seed")
-    p.add_argument("--words", type=int, nargs=2, default=[60, 400], metavar=("MIN", "MAX"),
+    p.add_argument("--words", type=positive_int, nargs=2, default=[60, 400], metavar=("MIN", "MAX"),
                    help="words per planted document (log-uniform; default 60 400, about 1.6 KB)")
     p.add_argument("--out", help="write the results as JSON here (and Markdown beside it)")
     p.add_argument("--suite", nargs="+", default=["signatures"],
                    choices=("signatures", "end-to-end", "dask", "smoke", "corpus", "components", "write", "all"),
                    help="what to measure (see above; all = signatures, end-to-end and dask)")
-    p.add_argument("--e2e-docs", type=int, nargs="+", default=[1_000_000], help="corpus sizes of end-to-end and dask")
+    p.add_argument("--e2e-docs", type=at_least(6), nargs="+", default=[1_000_000], help="corpus sizes of end-to-end and dask")
     p.add_argument("--e2e-backends", nargs="+", default=["cpu", "gpu"], choices=("cpu", "gpu", "gpu-pyarrow"),
                    help="gpu-pyarrow: the GPU backend with the shards read and written on the host "
                         "(gpu.reader and gpu.writer: pyarrow)")
@@ -1010,30 +1011,30 @@ def main(argv=None) -> int:
     p.add_argument("--e2e-modes", nargs="+", default=["shards"], choices=("shards", "list"),
                    help="end-to-end outputs: shards (deduplicated shards) and/or list (output.shards: false, the "
                         "removal list alone)")
-    p.add_argument("--copies", type=int, default=1,
+    p.add_argument("--copies", type=positive_int, default=1,
                    help="end-to-end on this many near-duplicate copies of the planted corpus (e.g. 10: 10^7 "
                         "documents from the planted 10^6, built in seconds)")
-    p.add_argument("--warmup-docs", type=int, default=0,
+    p.add_argument("--warmup-docs", type=non_negative_int, default=0,
                    help="run each end-to-end configuration on this many documents first, untimed (compilation)")
     p.add_argument("--profile-dir", help="profile each end-to-end GPU run (cProfile; its costliest calls written here)")
     p.add_argument("--deadline-seconds", type=float,
                    help="skip the measurements that would start later than this many seconds from now")
-    p.add_argument("--smoke-docs", type=int, default=5000, help="documents of the smoke suite (default 5000)")
-    p.add_argument("--graph-nodes", type=int, default=1_000_000,
+    p.add_argument("--smoke-docs", type=at_least(6), default=5000, help="documents of the smoke suite (default 5000)")
+    p.add_argument("--graph-nodes", type=positive_int, default=1_000_000,
                    help="nodes (and edges) of the components suite's random graph (default 1000000)")
-    p.add_argument("--dask-workers", type=int, nargs="+", default=[1, 2, 4],
+    p.add_argument("--dask-workers", type=positive_int, nargs="+", default=[1, 2, 4],
                    help="dask suite: a cluster of each size, started once (GPU workers: all on one GPU)")
     p.add_argument("--dask-shuffles", nargs="+", default=["host", "device"], choices=("host", "device"),
                    help="dask suite: the routes of the joined runs (host arrays; device frames, cluster.shuffle: device)")
     p.add_argument("--dask-backend", default="gpu", choices=("gpu", "cpu"),
                    help="dask suite: Dask-CUDA workers (gpu) or CPU workers, beside one process of the same backend")
-    p.add_argument("--dask-copies", type=int, default=0,
+    p.add_argument("--dask-copies", type=non_negative_int, default=0,
                    help="dask suite: also this many near-duplicate copies of the largest corpus (10: 10^7 from 10^6), "
                         "if the deadline allows")
     p.add_argument("--dask-no-memory-probe", action="store_true",
                    help="dask suite: skip the device-memory runs (a tiny cluster.device_memory_limit)")
     p.add_argument("--rmm-async", action="store_true", help="dask suite: GPU workers with RMM's async allocator")
-    p.add_argument("--dask-block-rows", type=int, help="dask suite: cluster.block_rows of the joined runs")
+    p.add_argument("--dask-block-rows", type=positive_int, help="dask suite: cluster.block_rows of the joined runs")
     p.add_argument("--dry-run", action="store_true", help="check the arguments and configurations, run nothing")
     args = p.parse_args(argv)
     from gpu_dedup.backends import get_backend

@@ -43,6 +43,7 @@ from numba.extending import intrinsic  # noqa: E402
 from gpu_dedup.backends import get_backend  # noqa: E402
 from gpu_dedup.backends.strings import string_buffers  # noqa: E402
 from gpu_dedup.bench import machine, scratch, write_results  # noqa: E402
+from gpu_dedup.cli.argtypes import at_least, positive_int  # noqa: E402
 from gpu_dedup.bench.peers import _read_corpus, peer_shingles  # noqa: E402
 from gpu_dedup.bench.workers import make_corpus  # noqa: E402
 from gpu_dedup.config import Config  # noqa: E402
@@ -273,9 +274,9 @@ def bench_signatures(docs: int = 100_000, repeats: int = 5, results="bench-resul
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="gpu-dedup bench signatures", description=__doc__.split("\n\n")[0])
-    p.add_argument("--docs", type=int, default=100_000, help="planted corpus size (documents)")
+    p.add_argument("--docs", type=at_least(6), default=100_000, help="planted corpus size (documents)")
     p.add_argument("--corpus", help="a Parquet corpus (id, text) instead of the planted one")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=positive_int, default=5)
     p.add_argument("--results", default="bench-results")
     args = p.parse_args(argv)
     bench_signatures(args.docs, args.repeats, args.results, args.corpus)

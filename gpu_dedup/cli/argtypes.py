@@ -27,3 +27,16 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} must be >= 0")
     return value
+
+
+def at_least(low: int):
+    """An argparse type: an integer >= ``low`` (a planted corpus needs a few documents per planted cluster)."""
+
+    def check(text: str) -> int:
+        value = _whole(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} must be >= {low}")
+        return value
+
+    check.__name__ = f"integer >= {low}"
+    return check

@@ -26,11 +26,14 @@ from gpu_dedup.cli.commands import (
     cmd_run,
     cmd_tune,
 )
-from gpu_dedup.cli.argtypes import non_negative_int, positive_int
+from gpu_dedup.cli.argtypes import at_least, non_negative_int, positive_int
 from gpu_dedup.config import ClusterConfig, preset_names
 from gpu_dedup.errors import (
     EXIT_CODES,
 )
+
+
+PLANTED = at_least(6)  # documents of a planted corpus: its first cluster takes up to 6
 
 
 def _add_no_id_column(p: argparse.ArgumentParser) -> None:
@@ -233,29 +236,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmarks (see gpu_dedup/bench)")
     bench = p.add_subparsers(dest="bench", required=True)
     b = bench.add_parser("skew", help="10%% one boilerplate text + 10%% empty documents, growth with size")
-    b.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    b.add_argument("--sizes", type=positive_int, nargs="+", default=[10_000, 100_000, 1_000_000])
     b.add_argument("--results", default="bench-results", help="directory for JSON + Markdown results")
     b.add_argument("--workdir", help="where to put generated corpora (default: system temp)")
     b.set_defaults(func=cmd_bench_skew, quiet=False, verbose=0)
 
     b = bench.add_parser("index", help="index size, open time, single-query latency, batch throughput")
-    b.add_argument("--documents", type=int, default=1_000_000)
-    b.add_argument("--queries", type=int, default=10_000)
-    b.add_argument("--single", type=int, default=200, help="queries timed one at a time")
+    b.add_argument("--documents", type=positive_int, default=1_000_000)
+    b.add_argument("--queries", type=positive_int, default=10_000)
+    b.add_argument("--single", type=positive_int, default=200, help="queries timed one at a time")
     b.add_argument("--results", default="bench-results")
     b.add_argument("--workdir")
     b.set_defaults(func=cmd_bench_index, quiet=False, verbose=0)
 
     b = bench.add_parser("workers", help="Dask workers vs one process as the corpus grows: client and worker "
                                           "memory, shuffle volume, wall time (identical outputs)")
-    b.add_argument("--documents", type=int, nargs="+", default=[100_000], help="corpus sizes, e.g. 100000 1000000")
-    b.add_argument("--workers", type=int, default=2)
+    b.add_argument("--documents", type=PLANTED, nargs="+", default=[100_000], help="corpus sizes, e.g. 100000 1000000")
+    b.add_argument("--workers", type=positive_int, default=2)
     b.add_argument("--memory-limit", help="per-worker limit, e.g. 2GiB")
-    b.add_argument("--block-rows", type=int, default=ClusterConfig.block_rows,
+    b.add_argument("--block-rows", type=positive_int, default=ClusterConfig.block_rows,
                    help="cluster.block_rows (default: the run's, %(default)s)")
     b.add_argument("--boilerplate", type=float, default=0.0,
                    help="also a variant with this share of boilerplate copies and near copies, e.g. 0.2")
-    b.add_argument("--single-up-to", type=int, default=1_000_000,
+    b.add_argument("--single-up-to", type=non_negative_int, default=1_000_000,
                    help="run one process (the reference) for corpora up to this size")
     b.add_argument("--no-running", dest="running", action="store_false",
                    help="skip the runs that join a cluster started before each of them (--scheduler), which leave "
@@ -268,9 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = bench.add_parser("peers", help="gpu_dedup vs rensa, datasketch and datatrove: end to end, signatures, quality, "
                          "scaling")
-    b.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000],
+    b.add_argument("--sizes", type=PLANTED, nargs="+", default=[10_000, 100_000, 1_000_000],
                    help="planted-corpus sizes (documents)")
-    b.add_argument("--peer-max-docs", type=int, default=100_000, help="largest corpus the peers run on")
+    b.add_argument("--peer-max-docs", type=non_negative_int, default=100_000, help="largest corpus the peers run on")
     b.add_argument("--layouts", nargs="+", default=["files"], choices=["files", "one-row-group", "many-row-groups"],
                    help="shard layouts of the planted corpora: files of 10^5 documents (one row group each), or "
                         "one file with one row group, or one file with row groups of 10^4 documents")
@@ -278,11 +281,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--tools", nargs="+", default=["gpu_dedup", "rensa", "datasketch"],
                    choices=["gpu_dedup", "rensa", "datasketch", "datatrove"],
                    help="tools to run (default: gpu_dedup rensa datasketch; datatrove runs on the planted corpora)")
-    b.add_argument("--quality-sample", type=int, default=5000, help="documents sampled for recall/precision")
-    b.add_argument("--quality-max-docs", type=int, default=200_000, help="score quality on corpora up to this size")
-    b.add_argument("--signature-docs", type=int, default=100_000,
+    b.add_argument("--quality-sample", type=positive_int, default=5000, help="documents sampled for recall/precision")
+    b.add_argument("--quality-max-docs", type=non_negative_int, default=200_000, help="score quality on corpora up to this size")
+    b.add_argument("--signature-docs", type=positive_int, default=100_000,
                    help="signature stage on the planted corpus closest to this size")
-    b.add_argument("--datasketch-signature-docs", type=int, default=20_000,
+    b.add_argument("--datasketch-signature-docs", type=positive_int, default=20_000,
                    help="datasketch's signature stage on this many of them (it is slow)")
     b.add_argument("--results", default="bench-results")
     b.add_argument("--workdir")

@@ -53,3 +53,33 @@ def test_own_parser_rejects_unknown_options_and_other_commands_still_do(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["bench", "skew", "--no-such-option"])
     assert exc.value.code == 2 and "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["skew", "--sizes", "0"], "argument --sizes: 0 must be >= 1"),
+    (["skew", "--sizes", "100", "-5"], "argument --sizes: -5 must be >= 1"),
+    (["index", "--documents", "0"], "argument --documents: 0 must be >= 1"),
+    (["index", "--documents", "10", "--queries", "-1"], "argument --queries: -1 must be >= 1"),
+    (["index", "--single", "0"], "argument --single: 0 must be >= 1"),
+    (["workers", "--workers", "0"], "argument --workers: 0 must be >= 1"),
+    (["workers", "--documents", "1"], "argument --documents: 1 must be >= 6"),
+    (["workers", "--block-rows", "0"], "argument --block-rows: 0 must be >= 1"),
+    (["peers", "--sizes", "0"], "argument --sizes: 0 must be >= 6"),
+    (["peers", "--quality-sample", "-3"], "argument --quality-sample: -3 must be >= 1"),
+    (["signatures", "--docs", "-1"], "argument --docs: -1 must be >= 6"),
+    (["signatures", "--repeats", "0"], "argument --repeats: 0 must be >= 1"),
+    (["stages", "--docs", "0"], "argument --docs: 0 must be >= 1"),
+    (["cosine", "--rows", "0"], "argument --rows: 0 must be >= 1"),
+    (["gpu", "--docs", "5"], "argument --docs: 5 must be >= 6"),
+    (["gpu", "--dask-workers", "0"], "argument --dask-workers: 0 must be >= 1"),
+    (["index", "--documents", "1e6"], "argument --documents: '1e6' is not a whole number"),
+])
+def test_bench_sizes_and_counts_out_of_range_are_one_usage_error(tmp_path, capsys, argv, said):
+    """``bench skew --sizes 0``, ``index --documents -1``, ``workers --workers 0`` (ZeroDivisionError),
+    ``peers --sizes 0``, ``signatures --docs -1``, ``index --single 0`` ... ended in tracebacks from numpy or the
+    planted-corpus generator (exit 1); each is exit 2 from the parser, naming the option, nothing written."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["bench", *argv, "--results", str(tmp_path / "res")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and said in err and "Traceback" not in err, err
+    assert not (tmp_path / "res").exists()
