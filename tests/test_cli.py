@@ -1175,3 +1175,22 @@ def test_demo_owns_only_what_it_writes(tmp_path, capsys):
     rc = main(["demo", "--docs", "60", "-o", str(tmp_path / "afile"), "--backend", "cpu", "-q"])
     assert rc == 4 and "exists and is not a directory" in capsys.readouterr().err
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_an_index_build_interrupted_before_its_run_says_no_index_was_left(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in the first half second of ``index build`` (while the inputs are looked at for an id column) said a
+    run's "completed stages are checkpointed ... rerun the same command to resume": a build keeps no checkpoints."""
+    import gpu_dedup.cli.commands as commands
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    inp = _small_corpus(tmp_path / "in")
+    monkeypatch.setattr(commands, "_with_id_column", interrupted)
+    rc = main(["index", "build", str(inp), "-o", str(tmp_path / "ix"), "--backend", "cpu", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 130 and f"no index was left in {str(tmp_path / 'ix')!r}" in err and "checkpointed" not in err, err
+    assert not (tmp_path / "ix").exists()
+    from gpu_dedup.cli import INTERRUPTED
+
+    assert "checkpointed" not in INTERRUPTED["cmd_index_build"]  # an interrupt before the command's own try

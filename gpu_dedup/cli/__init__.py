@@ -181,6 +181,9 @@ INTERRUPTED = {
     "cmd_tune": "interrupted before the comparison's results were written (any earlier ones are as they were): run "
                 "it again",
     "cmd_dataset": "interrupted before the dataset's file was written (an earlier one is as it was): run it again",
+    # a build keeps no checkpoints (its run works in a temporary directory): there is nothing to resume
+    "cmd_index_build": "interrupted; no index was left (a build writes it whole or not at all): rerun the same "
+                       "command",
 }
 
 

@@ -148,8 +148,8 @@ def cmd_index_build(args) -> int:
 
     from gpu_dedup.run.entry import run_dedup
 
-    cfg = _with_id_column(args, _config_from_args(args))
-    try:
+    try:  # from the start: an interrupt while the inputs are looked at for ids is the build's too
+        cfg = _with_id_column(args, _config_from_args(args))
         with tempfile.TemporaryDirectory() as tmp:  # the run's outputs (its report) are not kept
             result = run_dedup(args.inputs, tmp, cfg, index_out=args.output, write_shards=False)
     except KeyboardInterrupt as exc:
