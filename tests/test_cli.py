@@ -1194,3 +1194,26 @@ def test_an_index_build_interrupted_before_its_run_says_no_index_was_left(tmp_pa
     from gpu_dedup.cli import INTERRUPTED
 
     assert "checkpointed" not in INTERRUPTED["cmd_index_build"]  # an interrupt before the command's own try
+
+
+def test_query_options_that_would_do_nothing_are_refused(tmp_path, capsys, monkeypatch):
+    """``query INDEX q.jsonl --text-column body`` without ``--jsonl`` read every JSON line as a plain-text query
+    (the option ignored: matches computed on the JSON text), and ``--vector-column`` on a text index was ignored;
+    both are exit 2 naming the option and the fix, before any query is read.  ``--text-column`` had no help."""
+    import io
+
+    inp = _small_corpus(tmp_path / "in")
+    assert main(["index", "build", str(inp), "-o", str(tmp_path / "ix"), "-q"]) == 0
+    capsys.readouterr()
+    for extra, said in ((["--text-column", "body"], "add --jsonl"),
+                        (["--jsonl", "--vector-column", "emb"], "applies to a cosine index of vectors")):
+        monkeypatch.setattr(sys, "stdin", io.StringIO('{"body": "the cat sat on the mat"}\n'))
+        assert main(["query", str(tmp_path / "ix"), *extra]) == 2, extra
+        captured = capsys.readouterr()
+        assert said in captured.err and captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"body": "the cat sat on the mat"}\n'))
+    assert main(["query", str(tmp_path / "ix"), "--jsonl", "--text-column", "body", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["query"] == 0
+    with pytest.raises(SystemExit):
+        main(["query", "--help"])
+    assert "the key holding each query's text" in " ".join(capsys.readouterr().out.split())

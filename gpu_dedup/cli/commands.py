@@ -179,9 +179,19 @@ def cmd_query(args) -> int:
 
     from gpu_dedup.index.remote import open_index
 
+    if args.text_column is not None and not args.jsonl:  # plain text has no fields: the option would do nothing
+        raise ConfigError(f"--text-column {args.text_column!r} names a field of JSON Lines queries; add --jsonl (or "
+                          "drop --text-column: plain text is one query per line)")
     index = open_index(args.index)  # a directory, or a URL (a local copy)
-    lines = _query_lines(args.file, args.index)
     by_vector = index.similarity == "cosine" and index.manifest["config"].get("source") == "vectors"
+    if args.vector_column is not None and not by_vector:
+        raise ConfigError(f"--vector-column {args.vector_column!r} applies to a cosine index of vectors; the index "
+                          f"{args.index!r} is queried by text ({index.similarity}): drop --vector-column")
+    if args.text_column is not None and by_vector:
+        raise ConfigError(f"--text-column {args.text_column!r}: the index {args.index!r} holds vectors and is queried "
+                          "by them; name their key with --vector-column")
+    args.text_column = "text" if args.text_column is None else args.text_column
+    lines = _query_lines(args.file, args.index)
     if by_vector:  # a cosine index of vectors: JSONL queries with a vector column
         column = args.vector_column or index.manifest.get("vector_column") or "vector"
         if not args.jsonl:

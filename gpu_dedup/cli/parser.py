@@ -321,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text file, one document per line: a text spanning several lines is several queries "
                         "(give such texts as JSON Lines with --jsonl); default: stdin")
     p.add_argument("--jsonl", action="store_true", help="input lines are JSON objects; read --text-column")
-    p.add_argument("--text-column", default="text")
+    p.add_argument("--text-column", help="with --jsonl: the key holding each query's text (default: text)")
     p.add_argument("--vector-column", help="a cosine index of vectors: the JSONL key holding each query's vector "
                    "(default: the index's input.vector_column)")
     p.add_argument("--threshold", type=float, help="minimum similarity (default: the index's threshold; below "
