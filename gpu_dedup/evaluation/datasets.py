@@ -264,6 +264,12 @@ def check_outputs(path, info=None) -> None:
         if os.path.lexists(where) and not ours(where):
             raise OutputError(f"{flag} {str(where)!r} exists and is not {what} gpu-dedup wrote; it is not "
                               f"overwritten: {fix}")
+        parent = where.absolute().parent
+        while not parent.exists() and parent != parent.parent:  # the directory it will be made in
+            parent = parent.parent
+        if not os.access(parent, os.W_OK):  # a read-only file system, or no permission: said before the reading
+            raise OutputError(f"cannot write {flag} {str(where)!r}: {str(parent)!r} is not writable (read-only or "
+                              "without permission); choose a path in a writable directory")
 
 
 def build(name: str, path, **kwargs) -> dict:

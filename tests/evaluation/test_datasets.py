@@ -146,3 +146,26 @@ def test_dataset_overwrites_only_its_own_files_and_checks_before_reading(doc_roo
     assert (tmp_path / "mine.jsonl").read_text() == '{"text": "mine"}\n'
     assert (tmp_path / "notes.txt").read_text() == "precious\n" and list((tmp_path / "adir").iterdir()) == []
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary files left
+
+
+def test_dataset_to_an_unwritable_place_is_refused_before_reading(doc_root, tmp_path, capsys, monkeypatch):
+    """``dataset debian-man -o x.parquet`` on a read-only file system read every man page first (seconds), then
+    failed naming its temporary file ``.x.parquet.<random>.tmp``; it is refused first, naming -o / --info."""
+    import os
+
+    import gpu_dedup.evaluation.datasets as ds
+
+    read = []
+    monkeypatch.setitem(ds.LOADERS, "debian-copyright", lambda: read.append(1) or debian_copyright(str(doc_root)))
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **k: False if str(p).startswith(str(ro)) and mode & os.W_OK
+                        else real_access(p, mode, **k))
+    for argv, flag in ((["-o", str(ro / "x.parquet")], "-o"),
+                       (["-o", str(ro / "new" / "sub" / "x.parquet")], "-o"),
+                       (["-o", str(tmp_path / "ok.parquet"), "--info", str(ro / "x.json")], "--info")):
+        assert main(["dataset", "debian-copyright", *argv]) == 4
+        err = capsys.readouterr().err
+        assert f"cannot write {flag} " in err and ".tmp" not in err and "is not writable" in err, err
+    assert read == [] and not (tmp_path / "ok.parquet").exists()
