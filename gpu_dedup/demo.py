@@ -42,7 +42,8 @@ def make_sample(directory: Path, docs: int = 3000, shards: int = 4):
     (directory / "input").mkdir(parents=True, exist_ok=True)
     bounds = np.linspace(0, table.num_rows, shards + 1).astype(int)
     for i in range(shards):
-        atomic_write_parquet(directory / "input" / SHARD_NAME.format(i), table.slice(bounds[i], bounds[i + 1] - bounds[i]))
+        part = table.slice(bounds[i], bounds[i + 1] - bounds[i])
+        atomic_write_parquet(directory / "input" / SHARD_NAME.format(i), part)
     truth = sample.table.select(["id", "cluster", "variant_of"]).replace_schema_metadata(mark)
     atomic_write_parquet(directory / TRUTH_NAME, truth)
     return sample

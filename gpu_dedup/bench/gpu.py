@@ -1000,7 +1000,8 @@ def main(argv=None) -> int:
     p.add_argument("--suite", nargs="+", default=["signatures"],
                    choices=("signatures", "end-to-end", "dask", "smoke", "corpus", "components", "write", "all"),
                    help="what to measure (see above; all = signatures, end-to-end and dask)")
-    p.add_argument("--e2e-docs", type=at_least(6), nargs="+", default=[1_000_000], help="corpus sizes of end-to-end and dask")
+    p.add_argument("--e2e-docs", type=at_least(6), nargs="+", default=[1_000_000],
+                   help="corpus sizes of end-to-end and dask")
     p.add_argument("--e2e-backends", nargs="+", default=["cpu", "gpu"], choices=("cpu", "gpu", "gpu-pyarrow"),
                    help="gpu-pyarrow: the GPU backend with the shards read and written on the host "
                         "(gpu.reader and gpu.writer: pyarrow)")

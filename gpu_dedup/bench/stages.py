@@ -221,10 +221,12 @@ def _markdown(rows, mem, info) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="gpu-dedup bench stages", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--docs", type=positive_int, default=100_000, help="documents of the planted corpus (default 100000)")
+    ap.add_argument("--docs", type=positive_int, default=100_000,
+                    help="documents of the planted corpus (default 100000)")
     ap.add_argument("--no-man", action="store_true", help="skip the Debian manual pages corpus")
     ap.add_argument("--repeat", type=positive_int, default=3, help="runs per timing, best taken (default 3)")
-    ap.add_argument("--jsonl-mb", type=non_negative_int, default=0, help="also measure peak memory reading a JSONL file of this "
+    ap.add_argument("--jsonl-mb", type=non_negative_int, default=0,
+                    help="also measure peak memory reading a JSONL file of this "
                     "many MB (e.g. 700; 0: skip)")
     ap.add_argument("--results", default=None, help="write stages.json / stages.md to this directory")
     ap.add_argument("--workdir", default=None, help="directory for the temporary files (default: system temp)")

@@ -282,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["gpu_dedup", "rensa", "datasketch", "datatrove"],
                    help="tools to run (default: gpu_dedup rensa datasketch; datatrove runs on the planted corpora)")
     b.add_argument("--quality-sample", type=positive_int, default=5000, help="documents sampled for recall/precision")
-    b.add_argument("--quality-max-docs", type=non_negative_int, default=200_000, help="score quality on corpora up to this size")
+    b.add_argument("--quality-max-docs", type=non_negative_int, default=200_000,
+                   help="score quality on corpora up to this size")
     b.add_argument("--signature-docs", type=positive_int, default=100_000,
                    help="signature stage on the planted corpus closest to this size")
     b.add_argument("--datasketch-signature-docs", type=positive_int, default=20_000,
@@ -354,8 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.add_argument("--fp-weight", type=float, help="weight of the false-positive area (lsh.fp_weight)")
     p.add_argument("--fn-weight", type=float, help="weight of the false-negative area (lsh.fn_weight)")
-    p.add_argument("--top", type=non_negative_int, default=6, help="cheapest layouts to list besides the pick's neighbours")
-    p.add_argument("--documents", type=positive_int, help="with --similarity cosine: rows of the run (derives cosine.min_rows "
+    p.add_argument("--top", type=non_negative_int, default=6,
+                   help="cheapest layouts to list besides the pick's neighbours (default 6)")
+    p.add_argument("--documents", type=positive_int,
+                   help="with --similarity cosine: rows of the run (derives cosine.min_rows "
                    "as the run does)")
     p.add_argument("-o", "--output", help=f"directory for tune.json and tune.png (default: {TUNE_DIR} in the "
                    "current directory)")
