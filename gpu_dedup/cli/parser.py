@@ -41,14 +41,16 @@ def _add_no_id_column(p: argparse.ArgumentParser) -> None:
                    help=f"do not use an input column named {AUTO_ID!r} as document ids: documents are named by 'row'")
 
 
-def _add_config_args(p: argparse.ArgumentParser) -> None:
+def _add_config_args(p: argparse.ArgumentParser, columns: bool = True) -> None:
+    """The config options; ``columns``: also those naming input columns (not for the demo, whose sample it writes)."""
     p.add_argument("--config", "-c", help=f"YAML file or preset name ({', '.join(preset_names())})")
     p.add_argument("--threshold", type=float, help="Jaccard threshold, or cosine under --similarity cosine "
                    "(lsh.threshold)")
     p.add_argument("--similarity", choices=["jaccard", "cosine"],
                    help="jaccard (MinHash of shingles) or cosine (random projections of vectors) (similarity)")
-    p.add_argument("--vector-column", help="with --similarity cosine: list<float> column of embeddings "
-                   "(input.vector_column); without it, tf-idf vectors of the text (cosine.text)")
+    if columns:
+        p.add_argument("--vector-column", help="with --similarity cosine: list<float> column of embeddings "
+                       "(input.vector_column); without it, tf-idf vectors of the text (cosine.text)")
     p.add_argument("--num-perm", type=int, help="MinHash permutations (minhash.num_perm)")
     p.add_argument("--ngram", type=int, help="shingle size (minhash.ngram)")
     p.add_argument("--shingle", choices=["word", "char"], help="shingle kind (minhash.shingle)")
@@ -60,9 +62,11 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers-per-gpu", type=int, metavar="K",
                    help="with --backend gpu: K of the --workers share each GPU (cluster.workers_per_gpu)")
     p.add_argument("--scheduler", help="join a running Dask scheduler at this address (cluster.scheduler)")
-    p.add_argument("--text-column", help="text column (input.text_column)")
-    p.add_argument("--id-column", help="id column (input.id_column), kept verbatim in the outputs beside 'row' "
-                   "(every document's number); run and index build use a column named 'id' when the input has one")
+    if columns:
+        p.add_argument("--text-column", help="text column (input.text_column)")
+        p.add_argument("--id-column", help="id column (input.id_column), kept verbatim in the outputs beside 'row' "
+                       "(every document's number); run and index build use a column named 'id' when the input has "
+                       "one")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config key, dotted: --set select.keep=longest (repeatable)")
 
@@ -226,9 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("demo", help="run on the bundled planted-cluster sample and score recall")
-    p.add_argument("-o", "--output", default="gpu-dedup-demo", help="directory for the sample and results")
+    p.add_argument("-o", "--output", default="gpu-dedup-demo",
+                   help="directory for the sample and results (default: gpu-dedup-demo)")
     p.add_argument("--docs", type=int, default=3000, help="sample size (default 3000)")
-    _add_config_args(p)
+    _add_config_args(p, columns=False)  # the sample's columns are its own: id and text
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("-v", "--verbose", action="count", default=0)
     p.set_defaults(func=cmd_demo)
