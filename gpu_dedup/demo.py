@@ -15,12 +15,14 @@ import pyarrow.parquet as pq
 
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.config import Config
+from gpu_dedup.errors import ConfigError, OutputError
 from gpu_dedup.evaluation.evaluate import cluster_pairs, pair_precision, pair_recall
 from gpu_dedup.evaluation.sample import planted_corpus
 from gpu_dedup.report.build import summary
 from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.stages.normalize import normalize
 from gpu_dedup.stages.verify import exact_similarity
+from gpu_dedup.storage import atomic_write_parquet
 
 DEMO_SEED = 2026
 
@@ -33,8 +35,6 @@ TRUTH_NAME = "planted_truth.parquet"
 
 def make_sample(directory: Path, docs: int = 3000, shards: int = 4):
     """Write the demo sample (each file whole or not at all, marked as the demo's); returns the PlantedCorpus."""
-    from gpu_dedup.storage import atomic_write_parquet
-
     sample = planted_corpus(n_docs=docs, n_clusters=max(docs // 20, 1), cluster_size=(2, 6), words=(60, 400),
                             edit_rate=(0.0, 0.05), seed=DEMO_SEED)
     mark = {DEMO_MARK: str(DEMO_SEED).encode()}
@@ -63,8 +63,6 @@ def check_demo_dir(out: Path) -> None:
     reads every shard in ``input/``, and the demo rewrites its files there)."""
     import os
 
-    from gpu_dedup.errors import OutputError
-
     fix = "choose another -o (a new directory) or move it away"
     if os.path.lexists(out) and not out.is_dir():
         raise OutputError(f"demo output {str(out)!r} exists and is not a directory; -o names the demo's directory: "
@@ -83,8 +81,6 @@ def check_demo_dir(out: Path) -> None:
 
 
 def run_demo(out: Path, cfg: Config, docs: int = 3000, quiet: bool = False) -> int:
-    from gpu_dedup.errors import ConfigError
-
     if docs < MIN_DOCS:
         raise ConfigError(f"--docs {docs} is too few: the demo plants one near-duplicate cluster per {MIN_DOCS} "
                           f"documents; give --docs {MIN_DOCS} or more (default 3000)")

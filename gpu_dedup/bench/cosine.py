@@ -56,7 +56,7 @@ from gpu_dedup.api import dedup
 from gpu_dedup.backends import get_backend
 from gpu_dedup.backends.strings import string_buffers
 from gpu_dedup.bench import machine, write_results
-from gpu_dedup.cli.argtypes import positive_int
+from gpu_dedup.bench.argtypes import positive_int
 from gpu_dedup.config import NormalizeConfig
 from gpu_dedup.curves import (
     cosine_collision,

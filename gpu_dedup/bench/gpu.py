@@ -81,7 +81,7 @@ import numpy as np
 
 from gpu_dedup.bench.corpora import UNCOMPARED, VECTOR_DIM, compare_outputs, planted_dir, replicated_dir  # noqa: F401
 from gpu_dedup.bench.occupancy import parse_case
-from gpu_dedup.cli.argtypes import at_least, non_negative_int, positive_int
+from gpu_dedup.bench.argtypes import at_least, non_negative_int, positive_int
 
 SHINGLES = ("char:5", "char:24", "word:5")
 

@@ -43,7 +43,7 @@ from numba.extending import intrinsic  # noqa: E402
 from gpu_dedup.backends import get_backend  # noqa: E402
 from gpu_dedup.backends.strings import string_buffers  # noqa: E402
 from gpu_dedup.bench import machine, scratch, write_results  # noqa: E402
-from gpu_dedup.cli.argtypes import at_least, positive_int  # noqa: E402
+from gpu_dedup.bench.argtypes import at_least, positive_int  # noqa: E402
 from gpu_dedup.bench.peers import _read_corpus, peer_shingles  # noqa: E402
 from gpu_dedup.bench.workers import make_corpus  # noqa: E402
 from gpu_dedup.config import Config  # noqa: E402

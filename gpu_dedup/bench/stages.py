@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpu_dedup.bench import machine, scratch, write_results
-from gpu_dedup.cli.argtypes import non_negative_int, positive_int
+from gpu_dedup.bench.argtypes import non_negative_int, positive_int
 from gpu_dedup.config import InputConfig, NormalizeConfig
 from gpu_dedup.evaluation.sample import planted_corpus
 from gpu_dedup.kernels.text_cpu import dev as _text_dev

@@ -26,7 +26,7 @@ from gpu_dedup.cli.commands import (
     cmd_run,
     cmd_tune,
 )
-from gpu_dedup.cli.argtypes import at_least, non_negative_int, positive_int
+from gpu_dedup.bench.argtypes import at_least, non_negative_int, positive_int
 from gpu_dedup.config import ClusterConfig, preset_names
 from gpu_dedup.errors import (
     EXIT_CODES,

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpu_dedup.errors import InputError
+from gpu_dedup.errors import ConfigError, InputError, OutputError
 
 DOC_ROOT = "/usr/share/doc"
 MAN_ROOT = "/usr/share/man"
@@ -247,8 +247,6 @@ def _our_info(path: Path) -> bool:
 def check_outputs(path, info=None) -> None:
     """Refuse, before the dataset is read (seconds to minutes), an ``-o`` or ``--info`` that would overwrite a file
     ``dataset`` did not write, that is a directory, or two options naming one file (exit 4 / 2)."""
-    from gpu_dedup.errors import ConfigError, OutputError
-
     if info is not None and os.path.abspath(info) == os.path.abspath(path):
         raise ConfigError(f"-o and --info both name {str(path)!r}; give the description another name (e.g. "
                           f"{str(Path(path).with_suffix('.json'))!r})")
