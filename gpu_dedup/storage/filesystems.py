@@ -398,15 +398,20 @@ def input_size(url: str, shown: str) -> int:
     return int(got.get("size") or 0)
 
 
+def _exact_prefix(prefix: str) -> tuple:
+    """(file system, protocol, ``bucket/key`` prefix) of a URL, with the trailing slashes fsspec's path stripping
+    takes kept: the prefix the listings' keys must start with."""
+    fs, stripped = filesystem(prefix)
+    return fs, protocol(prefix), stripped + prefix[len(prefix.rstrip("/")):]
+
+
 def list_objects(prefix: str) -> dict:
     """Every object whose key starts with ``prefix`` exactly (a URL; ``s3://b/crawl/`` lists ``crawl/x`` and
     ``crawl//y``, ``s3://b/crawl//`` only ``crawl//y``): path in the file system (``bucket/key``) -> the store's
     info.  fsspec's listings drop a path's trailing and (S3) leading slashes, so a prefix holding ``//`` would
     list other keys: S3 is listed by its exact prefix, other stores from the prefix less its trailing slashes,
     and every store's answer is kept to the keys that start with ``prefix``."""
-    fs, stripped = filesystem(prefix)
-    proto = protocol(prefix)
-    exact = stripped + prefix[len(prefix.rstrip("/")):]  # the trailing slashes _strip_protocol took
+    fs, proto, exact = _exact_prefix(prefix)
     try:
         if proto in ("s3", "s3a") and "/" in exact:
             bucket, _, sub = exact.partition("/")
@@ -424,9 +429,7 @@ def list_level(prefix: str) -> tuple[dict, set]:
     where :func:`list_objects` lists the whole subtree (a one-level glob over a prefix holding a million
     deeper objects listed them all).  S3: one delimited ListObjectsV2 of the exact prefix; other stores:
     their ``ls``, or the whole subtree cut to one level where the key holds ``//`` (their listings fold it)."""
-    fs, stripped = filesystem(prefix)
-    proto = protocol(prefix)
-    exact = stripped + prefix[len(prefix.rstrip("/")):]
+    fs, proto, exact = _exact_prefix(prefix)
     files: dict = {}
     dirs: set = set()
     try:
