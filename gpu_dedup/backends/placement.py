@@ -75,7 +75,8 @@ class Readers:
             return None, None
         if self.table is None:
             return self._columns, None
-        device_table = self.table(shards) if shards else None
+        # a table reader reads files: shards given in memory (a cuDF frame to ``dedup``) have their column
+        device_table = self.table(shards) if shards and not any(s.format == "memory" for s in shards) else None
         if device_table is None:
             return [self._column(s, column, s.rows) for s in shards], None
         if device_table.num_rows != rows:
