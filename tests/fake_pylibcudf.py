@@ -56,6 +56,7 @@ from __future__ import annotations
 import copy
 import enum
 import importlib.machinery
+import io
 import os
 import types
 import warnings
@@ -519,7 +520,7 @@ class SourceInfo:
 
 
 class SinkInfo:
-    """Files to write, one per sink."""
+    """Files to write (or host buffers to fill), one per sink."""
 
     def __init__(self, sinks):
         if not sinks:
@@ -527,8 +528,11 @@ class SinkInfo:
         if not all(isinstance(s, type(sinks[0])) for s in sinks):
             raise ValueError("All sinks must be of the same type unless they are all instances of subclasses of "
                              "io.IOBase.")
+        if isinstance(sinks[0], io.BytesIO):  # host buffers, as libcudf's host sink takes them
+            self._paths = list(sinks)
+            return
         if not isinstance(sinks[0], (str, os.PathLike)):
-            raise NotImplementedError("the fake writes to paths only")
+            raise NotImplementedError("the fake writes to paths and io.BytesIO only")
         self._paths = [os.path.expanduser(os.fspath(s)) for s in sinks]
 
 

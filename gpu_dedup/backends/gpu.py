@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import io
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -947,7 +948,7 @@ class GPUBackend(Backend):
     def write_table(self, held: DeviceTable, starts, keep, targets, codec: str, streams: int = 1,
                     after=None) -> list | None:
         """The kept rows of ``held`` (shard ``k`` at rows ``starts[k]:starts[k+1]``; ``keep``: bool per row, on the
-        host) written to ``targets`` (a file per shard): filtered and compressed on the device, every file with its
+        host) written to ``targets`` (a file per shard, or an ``io.BytesIO`` per shard: the bytes in host memory): filtered and compressed on the device, every file with its
         shard's own key-value metadata (``ARROW:schema`` included, so pyarrow reads the input's Arrow types back)
         and the input's field names and nullability; timestamps written UTC-adjusted where the input's have a time
         zone, as they are where they have none.  Returns the rows written per file, or None (nothing written)
@@ -992,13 +993,14 @@ class GPUBackend(Backend):
 
         rows = [int(c) for c in counts]
         threads = max(1, min(len(targets), os.cpu_count() or 1))
+        sinks = [t if isinstance(t, io.BytesIO) else str(t) for t in targets]  # files, or host buffers (the probe)
         if streams <= 1 or len(targets) == 1:
-            plc.io.parquet.write_parquet(options([str(t) for t in targets], kv, range(len(targets))))
+            plc.io.parquet.write_parquet(options(sinks, kv, range(len(targets))))
             if after is not None:
                 with ThreadPoolExecutor(threads, thread_name_prefix="gpu-dedup-written") as pool:
                     list(pool.map(after, range(len(targets)), rows))
             return rows
-        each = [options([str(t)], [kv[k]], [k]) for k, t in enumerate(targets)]  # one partition of the kept table
+        each = [options([t], [kv[k]], [k]) for k, t in enumerate(sinks)]  # one partition of the kept table
         self.xp.cuda.Device().synchronize()  # the kept table, made on the default stream, before other streams read it
 
         def one(k: int) -> None:

@@ -147,7 +147,8 @@ class Driver:
                                    "CuPy, CPU"),
                 Step("write", f"the GPU write stage's parts, {self.p['docs']:,} documents: libcudf's write of every "
                               "shard, the files' check and digests; a write per shard on 16 streams, one KvikIO "
-                              "thread, libcudf's own sink, tmpfs, no codec"),
+                              "thread, libcudf's own sink, tmpfs, no codec, writes through the page cache, "
+                              "files encoded into host memory and digested there"),
                 Step("dask", f"Dask-CUDA clusters started once and joined by address: {self.p['dask_workers']} "
                              f"workers on one GPU, host and device routes, device memory under pressure, vs one GPU "
                              f"process, {self.p['dask_docs']:,} documents"

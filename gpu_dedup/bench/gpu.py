@@ -891,10 +891,11 @@ def markdown_report(result: dict) -> str:
 
         lines += cluster.markdown(result["dask"])
     if result.get("write"):
-        parts = ("read_table", "write_first", "write", "check", "digests", "stage")
+        parts = ("read_table", "write_first", "write", "check", "digests", "files", "stage")
         lines += ["## The GPU write stage's parts (every shard from the held device table)", "",
                   "`stage`: the write, check and digests as a run's write stage does them, one after another or "
-                  "(streams) a shard per stream and thread.", "",
+                  "(streams) a shard per stream and thread. `host-sink`: `write` encodes every file into host "
+                  "memory, `files` is each file's SHA-256 from memory, write, sync and check on a thread per file.", "",
                   "| variant | codec | " + " | ".join(parts) + " | MB written | rows ok | note |",
                   "| --- | --- |" + " ---: |" * len(parts) + " ---: | --- | --- |"]
         for r in result["write"]:

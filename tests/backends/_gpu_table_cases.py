@@ -568,3 +568,21 @@ def test_kernels_that_fail_to_load_beside_the_read_stage_fail_the_run_with_their
     with pytest.raises(RuntimeError, match="libNVVM cannot be found"):
         gpu_run(be, plc, tmp_path / "in", tmp_path / "gpu", CFG)
     assert not (tmp_path / "gpu" / "_SUCCESS").exists() and not list((tmp_path / "gpu").glob("*.parquet"))
+
+
+@pytest.mark.parametrize("streams", [1, 3])
+def test_host_buffers_take_the_bytes_the_files_would(be, tmp_path, streams):
+    """An ``io.BytesIO`` per shard (the write probe's host sink): each holds the bytes the file sink writes."""
+    import io
+
+    paths = write_mixed(tmp_path / "in", sizes=(7, 5, 9))
+    shards = shards_of(paths)
+    starts = np.cumsum([0] + [s.rows for s in shards])
+    keep = np.random.default_rng(3).random(int(starts[-1])) < 0.7
+    held = be.read_table(paths)
+    files = [str(tmp_path / f"f{k}.parquet") for k in range(3)]
+    bufs = [io.BytesIO() for _ in range(3)]
+    assert be.write_table(held, starts, keep, files, "zstd", streams) == \
+        be.write_table(held, starts, keep, bufs, "zstd", streams) == [int(keep[a:b].sum()) for a, b in zip(starts, starts[1:])]
+    for f, b in zip(files, bufs):
+        assert open(f, "rb").read() == b.getvalue()

@@ -79,3 +79,19 @@ def test_every_variant_runs_in_a_process_of_its_own(corpus, monkeypatch):
     rows = write_probe.probe(corpus, ["default", "kvikio1"], log=lambda *a: None)
     assert seen == [("default", None), ("kvikio1", "1")] and [r["seconds"]["write"] for r in rows] == [0.5, 0.5]
     assert np.all([r["process_seconds"] >= 0 for r in rows])
+
+
+def test_the_host_sink_variant_digests_from_memory_the_files_it_writes(corpus, monkeypatch):
+    """libcudf into host buffers, each file's SHA-256 taken from them: the files on disk are those bytes (their
+    digests match), with each shard's kept rows."""
+    writer = _Writer(sorted(corpus.glob("*.parquet")))
+    monkeypatch.setattr(backends, "get_backend", lambda name: writer)
+    row = write_probe.probe_once(corpus, "host-sink")
+    assert "error" not in row and row["rows_ok"] is True and row["digests_match"] is True
+    assert row["stage_published"] == 3 and row["bytes_written"] > 0
+    assert set(row["seconds"]) == {"read_table", "write_first", "write", "files", "stage"}
+    assert not list(corpus.parent.glob("write-probe-*"))
+
+
+def test_the_buffered_variant_turns_off_kvikio_direct_writes():
+    assert write_probe.VARIANTS["buffered"] == {"KVIKIO_AUTO_DIRECT_IO_WRITE": "0"}
