@@ -50,11 +50,11 @@ MAX_LOG_BYTES = 6 << 20  # a longer log keeps its first 1 MiB and its last 5 MiB
 DEVICE = {"docs": 1_000_000, "sig_docs": 1_000_000, "smoke_docs": 5000, "warmup_docs": 2000, "words": "60 400",
           "sig_perms": "128 260", "configs": " ".join(CONFIGS), "deadline": 470, "graph_nodes": 1_000_000,
           "dask_docs": 1_000_000, "dask_workers": "1 2 4", "dask_copies": 10, "dask_block_rows": 0, "profile": 0,
-          "copies": 10, "cudf_configs": " ".join(E2E_CUDF_CONFIGS)}
+          "copies": 10, "cudf_configs": " ".join(E2E_CUDF_CONFIGS), "scale_backends": "gpu cpu"}
 REHEARSAL = {"docs": 10, "sig_docs": 10, "smoke_docs": 10, "warmup_docs": 10, "words": "5 15", "sig_perms": "16",
              "configs": "default cosine-vectors", "deadline": 400, "graph_nodes": 300, "dask_docs": 12,
              "dask_workers": "1 2", "dask_copies": 0, "dask_block_rows": 5, "profile": 0, "copies": 3,
-             "cudf_configs": " ".join(E2E_CUDF_CONFIGS)}
+             "cudf_configs": " ".join(E2E_CUDF_CONFIGS), "scale_backends": "gpu cpu"}
 # step caps (seconds): a step is stopped there; the deadline caps them all
 CAPS = {"setup": 150, "env": 60, "corpus": 240, "smoke": 150, "test-gpu": 150, "signatures": 90, "e2e": 260,
         "test-backend": 400, "kit": 240, "cudf-minhash": 120, "e2e-cudf": 240, "components": 60, "dask": 150, "write": 90,
@@ -300,9 +300,11 @@ class Driver:
                          *self.p["cudf_configs"].split(),
                          "--e2e-backends", "cpu", "gpu", "--e2e-modes", "shards", "list", "--warmup-docs",
                          str(self.p["warmup_docs"]), "--workdir", str(self.work), "--deadline-seconds", soon],
-            # 10^7: the GPU first (the target), then the CPU once if the deadline allows
+            # 10^7: the GPU first (the target), then the CPU once if the deadline allows (FC_SCALE_BACKENDS: e.g.
+            # gpu-kernels-first gpu, the kernels loaded before the read in a fresh process, then a read without a load)
             "scale": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--copies", str(self.p["copies"]),
-                      "--configs", "default", "--e2e-backends", "gpu", "cpu", "--workdir", str(self.work),
+                      "--configs", "default", "--e2e-backends", *self.p["scale_backends"].split(),
+                      "--workdir", str(self.work),
                       "--deadline-seconds", soon],
             "components": ["--suite", "components", "--graph-nodes", str(self.p["graph_nodes"])],
             "write": ["--suite", "write", "--e2e-docs", str(self.p["docs"]), "--deadline-seconds", soon],

@@ -70,6 +70,7 @@ With ``--out X.json`` a Markdown summary is written beside it (``X.md``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -432,6 +433,22 @@ def _planted_shards(path, n_docs: int, seed: int, words, shards: int):
     return int(pc.sum(pc.binary_length(sample.table.column("text"))).as_py() or 0), sample.table.num_rows
 
 
+@contextlib.contextmanager
+def _kernels_first(first: bool):
+    """With ``first``: the GPU backend loads its kernels before the read stage instead of on a thread beside it
+    (``Backend.loads_beside_read``; the ``gpu-kernels-first`` arm, run first in a fresh process to compare the two)."""
+    if not first:
+        yield
+        return
+    from gpu_dedup.backends.gpu import GPUBackend
+
+    GPUBackend.loads_beside_read = False
+    try:
+        yield
+    finally:
+        GPUBackend.loads_beside_read = True
+
+
 def _timed_run(inputs, out, settings: dict, profile=None):
     """(seconds, result) of one run; with ``profile`` (a path) under cProfile, its costliest calls
     written there."""
@@ -544,6 +561,8 @@ def _end_to_end_group(name, n, payload, kind, settings, mode, backends, inputs, 
         base = {"suite": "end-to-end", "config": name, "preset": name, "docs": n, "backend": backend, "mode": mode,
                 "payload": kind, "text_gb": round(payload / 1e9, 3)}
         run_settings = {**settings, "backend": backend}
+        if backend == "gpu-kernels-first":  # the GPU backend with its kernels loaded before the read, not beside it
+            run_settings = {**settings, "backend": "gpu"}
         if backend == "gpu-pyarrow":  # the GPU backend with its shards read and written on the host
             run_settings = {**settings, "backend": "gpu",
                             "gpu": {**settings.get("gpu", {}), "reader": "pyarrow", "writer": "pyarrow"}}
@@ -560,7 +579,8 @@ def _end_to_end_group(name, n, payload, kind, settings, mode, backends, inputs, 
             warm = _timed_run(warm_in, tmp / "warm", run_settings)[0] if warm_in is not None else None
             profile = (Path(profile_dir) / f"profile-{name}-{backend}-{mode}.txt"
                        if profile_dir and backend.startswith("gpu") else None)
-            sec, res = _timed_run(inputs, out, run_settings, profile)
+            with _kernels_first(backend == "gpu-kernels-first"):
+                sec, res = _timed_run(inputs, out, run_settings, profile)
         except Exception as exc:  # one failing run must not stop the others
             add({**base, "error": f"{type(exc).__name__}: {exc}"[:2000]})
             log(f"end-to-end {name} {backend} {mode}: FAILED {type(exc).__name__}: {exc}")
@@ -1003,9 +1023,11 @@ def main(argv=None) -> int:
                    help="what to measure (see above; all = signatures, end-to-end and dask)")
     p.add_argument("--e2e-docs", type=at_least(6), nargs="+", default=[1_000_000],
                    help="corpus sizes of end-to-end and dask")
-    p.add_argument("--e2e-backends", nargs="+", default=["cpu", "gpu"], choices=("cpu", "gpu", "gpu-pyarrow"),
+    p.add_argument("--e2e-backends", nargs="+", default=["cpu", "gpu"],
+                   choices=("cpu", "gpu", "gpu-pyarrow", "gpu-kernels-first"),
                    help="gpu-pyarrow: the GPU backend with the shards read and written on the host "
-                        "(gpu.reader and gpu.writer: pyarrow)")
+                        "(gpu.reader and gpu.writer: pyarrow); gpu-kernels-first: the GPU backend with its kernels "
+                        "loaded before the read stage, not beside it (first, in a fresh process, to compare)")
     p.add_argument("--preset", help="config preset of the end-to-end runs (default, fineweb, nemo_curator)")
     p.add_argument("--configs", nargs="+", help=f"end-to-end configurations: {', '.join(CONFIGS)} or a preset name")
     p.add_argument("--workdir", help="where the end-to-end corpora are written (default: the system temp)")

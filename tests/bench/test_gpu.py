@@ -177,3 +177,18 @@ def test_bench_cases_pick_shingle_and_permutation_pairs(tmp_path):
     assert [(r["shingle"], r["num_perm"]) for r in rows] == [("char:5", 8), ("word:2", 12)]
     with pytest.raises(SystemExit):
         bench_gpu.main(["--cases", "char:5"])
+
+
+def test_the_kernels_first_arm_loads_the_kernels_before_the_read_and_puts_the_backend_back(monkeypatch):
+    """``gpu-kernels-first``: the GPU backend's kernels load before the read stage for that run only, even when the
+    run fails; the other arms keep the load beside the read."""
+    from gpu_dedup.backends.gpu import GPUBackend
+
+    seen = []
+    with bench_gpu._kernels_first(False):
+        seen.append(GPUBackend.loads_beside_read)
+    with pytest.raises(RuntimeError):
+        with bench_gpu._kernels_first(True):
+            seen.append(GPUBackend.loads_beside_read)
+            raise RuntimeError("the run failed")
+    assert seen == [True, False] and GPUBackend.loads_beside_read is True
