@@ -360,7 +360,27 @@ def chaining_line(report: dict) -> str | None:
 
 def examples_from_parts(ex, parts, first_doc: int, corpus, threshold: float = 1.0, k: int = 8, near_k: int = 4,
                         closest: int = 6, members: int = 3, chars: int = 1000) -> dict:
-    """Sample documents for the report page, three views of the clusters:
+    """:func:`examples_soon`, waited for."""
+    return examples_soon(ex, parts, first_doc, corpus, threshold, k, near_k, closest, members, chars).result()
+
+
+class _Examples:
+    """What :func:`examples_soon` hands back: ``result()`` waits for the texts and builds the report's samples."""
+
+    def __init__(self, build, *pending):
+        self._build, self._pending = build, pending
+
+    def result(self) -> dict:
+        return self._build(*(p.result() for p in self._pending))
+
+
+def examples_soon(ex, parts, first_doc: int, corpus, threshold: float = 1.0, k: int = 8, near_k: int = 4,
+                  closest: int = 6, members: int = 3, chars: int = 1000):
+    """:func:`examples_from_parts` with its texts (and ids) asked for now and waited for by ``result()``: the
+    clusters and rows are chosen here; an executor that reads the texts again from the shards
+    (``ex.take_soon``) does it beside what the caller does next.
+
+    Sample documents for the report page, three views of the clusters:
 
     - ``largest_clusters``: the ``k`` largest clusters (ties: lower survivor row), each with its survivor
       and up to ``members`` removed members (near duplicates first, least similar first, then exact
@@ -387,7 +407,7 @@ def examples_from_parts(ex, parts, first_doc: int, corpus, threshold: float = 1.
                       key=lambda c: (-c[1], -c[2], c[0]))[:near_k]
     close = sorted((c for p in cands for c in p["close"]), key=lambda c: (c[1], c[0]))[:closest]
     if not top and not near_top and not close:
-        return out
+        return _Examples(lambda: out)
     chosen = ex.collect(_example_members, parts, first_doc=first_doc, top=[c[0] for c in top],
                         near_top=[c[0] for c in near_top], close=[(c[0], c[2]) for c in close], members=members)
     info: dict = {}
@@ -396,10 +416,31 @@ def examples_from_parts(ex, parts, first_doc: int, corpus, threshold: float = 1.
         info.update(p["rows"])
         shown.update(p["shown"])
     rows = np.array(sorted(info), np.int64)
+    take_soon = getattr(ex, "take_soon", None)  # (an executor without it: taken at once)
+    pending = take_soon(rows, "text") if take_soon is not None else _Now(ex.take(rows, "text"))
+    ids = _Now(None if corpus.id_generated else ex.take(rows, "id"))
+    stats = {c[0]: c for p in cands for c in p["stats"]}
+    return _Examples(lambda got_texts, got_ids: _examples_out(out, corpus, rows, info, shown, stats, top, near_top,
+                                                              close, got_texts, got_ids, chars), pending, ids)
+
+
+class _Now:
+    """A value taken at once, handed back by ``result()``."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def _examples_out(out: dict, corpus, rows: np.ndarray, info: dict, shown: dict, stats: dict, top: list,
+                  near_top: list, close: list, got_texts, got_ids, chars: int) -> dict:
+    """The samples of :func:`examples_soon` from the rows it chose and their texts (and ids) taken."""
     starts = np.cumsum([0] + [s.rows for s in corpus.shards])
     shard = np.searchsorted(starts, rows, side="right") - 1
-    texts = _display_texts(ex.take(rows, "text"), chars)
-    ids = None if corpus.id_generated else [_json_safe(v) for v in _pylist(ex.take(rows, "id"))]
+    texts = _display_texts(got_texts, chars)
+    ids = None if got_ids is None else [_json_safe(v) for v in _pylist(got_ids)]
     names = [s.name for s in corpus.shards] or [""]
     doc = {}
     for j, row in enumerate(rows.tolist()):  # a few dozen documents at most
@@ -409,7 +450,6 @@ def examples_from_parts(ex, parts, first_doc: int, corpus, threshold: float = 1.
                     "shard_row": int(row - starts[shard[j]]),
                     "match": "kept" if kept else ("exact" if exact else "near"),
                     "similarity": round(float(sim), 4), "characters": length, "text": body, "truncated": truncated}
-    stats = {c[0]: c for p in cands for c in p["stats"]}
 
     def cluster(s: int, key: str) -> dict:
         size, copies, nears = stats[s][1:]

@@ -338,6 +338,11 @@ class Executor(Protocol):
     def take(self, rows: np.ndarray, column: str) -> pa.Array:
         """A few rows' original ``text`` or ``id`` (a host Arrow array in the order of ``rows``)."""
 
+    def take_soon(self, rows: np.ndarray, column: str) -> Any:
+        """:meth:`take`, started now and taken later with ``.result()``: one process reading the texts again from
+        the shards (host I/O and decoding, nothing on the device) does it on a thread of its own, beside the
+        write stage; otherwise at once (:class:`Ready`)."""
+
     def release_texts(self) -> None:
         """No later step scores pairs or hands texts to an index: the normalized texts may be freed (the write
         stage then streams the shards without them)."""

@@ -530,13 +530,23 @@ class LocalExecutor:
         return Ready(fn(*args, **kw))
 
     def take(self, rows, column: str) -> pa.Array:
+        return self.take_soon(rows, column, at_once=True).result()
+
+    def take_soon(self, rows, column: str, at_once: bool = False) -> Ready | Soon:
+        """:meth:`take`; texts read again from the shards (none held, none on the device: a run that writes no
+        shards) on a thread of its own, unless ``at_once``: page reads and decoding (pyarrow, the GIL mostly
+        released) beside the write stage.  Anything else at once (held batches come from memory, and the write
+        stage frees them)."""
         # device branch (tools/device_branches.py): the read stage's device table is held only until the write
         # stage, which frees it; the report's samples come from it where it still is, else from the host
         if column == "text" and self.device_table is not None:  # the report's samples, from device memory
-            return text_values(self.device_table.take(self.cfg.input.text_column, rows)).combine_chunks()
+            return Ready(text_values(self.device_table.take(self.cfg.input.text_column, rows)).combine_chunks())
         if column == "text" and "text" not in self.corpus.table.column_names:
-            return _ShardTexts(self.corpus, self.cfg, self.held).take(rows)
-        return self.corpus.table.column(column).take(arrow_array(rows, pa.int64())).combine_chunks()
+            texts = _ShardTexts(self.corpus, self.cfg, self.held)
+            if at_once or self.held is not None:
+                return Ready(texts.take(rows))
+            return Soon(texts.take, (rows,), name="gpu_dedup-sample-texts")
+        return Ready(self.corpus.table.column(column).take(arrow_array(rows, pa.int64())).combine_chunks())
 
     def release_texts(self) -> None:
         """Free the normalized texts (at 10^6 documents as large as the text itself) before the write stage

@@ -43,7 +43,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.errors import COMMITTED, ConfigError
 from gpu_dedup.report.build import (
     build_report,
-    examples_from_parts,
+    examples_soon,
     similarity_summary,
     write_report,
 )
@@ -570,17 +570,19 @@ class Sequence:
         return ex.map(survivor_id_column, dup, ids, prior=self.prior)
 
     def _report_samples(self) -> tuple:
-        """The report's sample documents (the largest clusters, with their texts; None when not asked for) and
-        the summary of removed near duplicates' similarities to their survivors."""
+        """The report's sample documents (the largest clusters, with their texts; None when not asked for: a
+        ``result()`` hands them over, the texts maybe still being read beside the write stage) and the summary
+        of removed near duplicates' similarities to their survivors."""
         cfg, ex = self.cfg, self.ex
         shown = None
         if self.job.examples:  # the largest clusters with sample texts
-            shown = examples_from_parts(ex, self.selected, self.first_doc, self.corpus, cfg.verify_threshold)
+            shown = examples_soon(ex, self.selected, self.first_doc, self.corpus, cfg.verify_threshold)
         return shown, similarity_summary(ex, self.selected, near_similarity, cfg.verify_threshold)
 
     def report(self) -> dict:
         with self.st.cost("samples"):  # what the run still waits for of them
             shown, near = (self.samples or self.ex.soon(self._report_samples)).result()
+            shown = None if shown is None else shown.result()
         with self.st.cost("report"):
             report = self._report(shown, near)
         report.update(self.st.accounts())  # brought up to date when the outputs are verified (finish_output)

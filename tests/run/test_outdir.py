@@ -480,3 +480,30 @@ def test_a_file_put_at_an_output_name_during_an_interrupted_commit_is_not_overwr
     (out / "c.jsonl").unlink()  # moved away: the next run finishes the commit
     assert main(args[3:]) == 0
     assert (out / "c.jsonl").read_text() == (tmp_path / "in" / "c.jsonl").read_text()
+
+
+def test_a_removal_list_run_reads_its_sample_texts_beside_the_write_stage(corpus, tmp_path, monkeypatch):
+    """With no shards written (nothing held), the report's sample texts are read again from the shards on a thread
+    of their own while the write stage runs; the report is the one a run taking them at once writes."""
+    import threading
+
+    where = []
+    real = local._ShardTexts.take
+
+    def take(self, rows):
+        where.append(threading.current_thread().name)
+        return real(self, rows)
+
+    monkeypatch.setattr(local._ShardTexts, "take", take)
+    cfg = CFG.with_overrides({"output.shards": False})
+    res = run_dedup(corpus / "in", tmp_path / "soon", cfg)
+    assert where == ["gpu_dedup-sample-texts"]
+    real_soon = local.LocalExecutor.take_soon
+    monkeypatch.setattr(local.LocalExecutor, "take_soon", lambda self, rows, column, at_once=False:
+                        real_soon(self, rows, column, at_once=True))
+    now = run_dedup(corpus / "in", tmp_path / "now", cfg)
+    assert where[-1] == threading.main_thread().name
+    assert res.report["largest_clusters"] and res.report["closest_to_threshold"]
+    for key in ("largest_clusters", "largest_near_duplicate_clusters", "closest_to_threshold"):
+        assert res.report[key] == now.report[key]
+    assert (tmp_path / "soon" / "duplicates.parquet").read_bytes() == (tmp_path / "now" / "duplicates.parquet").read_bytes()

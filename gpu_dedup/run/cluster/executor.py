@@ -45,7 +45,7 @@ from gpu_dedup.run.checkpoint import (
     SUFFIX, CheckpointUnreadable, load_arrays, maybe_crash, save_arrays, staged,
 )
 from gpu_dedup.run.cluster.connection import connect, quiet_teardown
-from gpu_dedup.run.contract import Soon, Step, shard_starts, take_in_order
+from gpu_dedup.run.contract import Ready, Soon, Step, shard_starts, take_in_order
 from gpu_dedup.run.prior import NoPrior
 from gpu_dedup.run.sequence import CorpusCounts
 from gpu_dedup.run.stagelog import StageLog, peak_rss_mb
@@ -520,6 +520,10 @@ class DaskExecutor:
         """In a thread of the client: the client mostly waits on futures, so the step's tasks run on the workers
         beside the stages that follow."""
         return Soon(fn, args, kw)
+
+    def take_soon(self, rows, column: str) -> Ready:
+        """At once: :meth:`soon` already runs the report's samples beside the write stage."""
+        return Ready(self.take(rows, column))
 
     def take(self, rows, column: str) -> pa.Array:
         """``column`` at ``rows`` (a report's few dozen documents): original texts read again from the shards
