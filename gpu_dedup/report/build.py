@@ -279,9 +279,14 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
+def report_bytes(report: dict) -> bytes:
+    """report.json's bytes."""
+    return (json.dumps(report, indent=2, sort_keys=False) + "\n").encode()
+
+
 def write_report(path, report: dict) -> None:
 
-    atomic_write_bytes(path, (json.dumps(report, indent=2, sort_keys=False) + "\n").encode())
+    atomic_write_bytes(path, report_bytes(report))
 
 
 def summary(report: dict) -> str:

@@ -44,12 +44,12 @@ from gpu_dedup.errors import COMMITTED, ConfigError
 from gpu_dedup.report.build import (
     build_report,
     examples_soon,
+    report_bytes,
     similarity_summary,
-    write_report,
 )
-from gpu_dedup.report.page import write_html
+from gpu_dedup.report.page import render
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
-from gpu_dedup.run.contract import Executor, Parts, Prior, Sink, Step, shard_starts
+from gpu_dedup.run.contract import Executor, Parts, Prior, Sink, Soon, Step, shard_starts
 from gpu_dedup.run.index_steps import IndexSteps
 from gpu_dedup.run.outdir import (
     DUPLICATES_NAME,
@@ -130,6 +130,7 @@ from gpu_dedup.stages.write import (
     table_rows,
 )
 from gpu_dedup.storage.filesystems import is_url
+from gpu_dedup.storage.atomic import atomic_write_recorded
 
 log = logging.getLogger("gpu_dedup")
 
@@ -695,8 +696,14 @@ def finish_output(job: Job, report: dict, ckpt, expected_rows: dict | None = Non
                 recorded[shard.name] = rec
         od.verify(expected_rows or {}, recorded)
     report.update(st.accounts())
-    write_report(od.staging / REPORT_NAME, report)
-    write_html(od.staging / REPORT_HTML_NAME, report)
+    # report.json written and synced on a thread while the page renders; both recorded with the digests of their
+    # bytes, which the commit then need not read back
+    payload = report_bytes(report)
+    json_file = Soon(atomic_write_recorded, (od.staging / REPORT_NAME, payload), name="gpu_dedup-report")
+    page = atomic_write_recorded(od.staging / REPORT_HTML_NAME, render(report).encode("utf-8"))
+    for name, rec in ((REPORT_NAME, json_file.result()), (REPORT_HTML_NAME, page)):
+        if rec is not None:
+            recorded[name] = rec
     maybe_crash("report:before-success")
     ckpt.settle()  # the commit removes the checkpoint directory: nothing may still be writing into it
     od.commit(ckpt.fingerprint or report["fingerprint"], expected_rows or {}, recorded)

@@ -130,6 +130,21 @@ def atomic_write_bytes(path: str | Path, payload: bytes | memoryview, tmp_dir=No
     atomically(Path(path), tmp_dir, write, durable)
 
 
+def atomic_write_recorded(path: str | Path, payload: bytes) -> dict | None:
+    """:func:`atomic_write_bytes` (durable) of an output whose bytes are in memory, and its :func:`written_digest`
+    taken from ``payload`` instead of reading the file back (its stamp from the file written); None for a URL
+    (an object store's commit reads its objects)."""
+    atomic_write_bytes(path, payload)
+    if is_url(path):
+        return None
+    t0 = time.perf_counter()
+    try:
+        sha = hashlib.sha256(payload).hexdigest()
+    finally:
+        _busy("digest", t0)
+    return {"size": len(payload), "sha256": sha, **file_stamp(path)}
+
+
 def table_codec(compression: str) -> str | None:
     """pyarrow's ``compression`` argument for ``output.compression`` of a table that is no copy of one input
     shard (``same``, the shards' setting, is zstd there; ``none`` is None)."""

@@ -482,6 +482,45 @@ def test_a_file_put_at_an_output_name_during_an_interrupted_commit_is_not_overwr
     assert (out / "c.jsonl").read_text() == (tmp_path / "in" / "c.jsonl").read_text()
 
 
+def test_the_commit_does_not_read_back_the_reports_it_wrote_from_memory(corpus, tmp_path, monkeypatch):
+    """report.json and report.html are recorded with the digests of their bytes: the commit reads neither, and the
+    manifest's digests are the published files'."""
+    from gpu_dedup.run import outdir
+
+    read = []
+    real = outdir.file_digest
+    monkeypatch.setattr(outdir, "file_digest", lambda p: read.append(os.path.basename(p)) or real(p))
+    out = tmp_path / "out"
+    run_dedup(corpus / "in", out, CFG.with_overrides({"output.shards": False}))
+    assert not [n for n in read if n.startswith("report")]
+    manifest = json.loads((out / MANIFEST_NAME).read_text())["files"]
+    for name in ("report.json", "report.html", "duplicates.parquet"):
+        assert {k: manifest[name][k] for k in ("size", "sha256")} == storage.file_digest(out / name)
+
+
+def test_a_staged_report_changed_after_it_was_written_is_never_published(corpus, tmp_path, monkeypatch, capsys):
+    """The reports' digests come from memory; a staged report replaced before the commit (its stamp differs) is
+    read and refused."""
+    from gpu_dedup.run import outdir
+
+    real = outdir.OutputDir.commit
+
+    def tamper(self, fingerprint, expected_rows, recorded=None):
+        staged = self.staging / "report.json"
+        data = staged.read_bytes()
+        time.sleep(0.01)
+        staged.write_bytes(data.replace(b'"', b"'", 1))
+        return real(self, fingerprint, expected_rows, recorded)
+
+    monkeypatch.setattr(outdir.OutputDir, "commit", tamper)
+    out = tmp_path / "out"
+    assert main(["run", str(corpus / "in"), "-o", str(out), "--id-column", "id", "--backend", "cpu", "--no-shards",
+                 "-q"]) == 4
+    err = capsys.readouterr().err
+    assert "report.json" in err and "changed after it was written" in err and "Traceback" not in err
+    assert not (out / "report.json").exists() and not (out / "_SUCCESS").exists()
+
+
 def test_a_removal_list_run_reads_its_sample_texts_beside_the_write_stage(corpus, tmp_path, monkeypatch):
     """With no shards written (nothing held), the report's sample texts are read again from the shards on a thread
     of their own while the write stage runs; the report is the one a run taking them at once writes."""
