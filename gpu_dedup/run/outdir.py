@@ -41,6 +41,7 @@ import logging
 import os
 import shutil
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -49,6 +50,7 @@ import pyarrow.parquet as pq
 
 from gpu_dedup.errors import COMMITTED, Interrupted, OutputError, write_error
 from gpu_dedup.run.checkpoint import CHECKPOINT_DIR, maybe_crash
+from gpu_dedup.run.checkpoint import MANIFEST as CHECKPOINT_MANIFEST
 from gpu_dedup.storage.filesystems import remove_tree
 from gpu_dedup.storage import (
     PARQUET_EXT,
@@ -374,6 +376,43 @@ class OutputDir:
 
     def _publish(self, plan: dict) -> dict:
         (self.out / SUCCESS_NAME).unlink(missing_ok=True)
+        sweep = self._drop_checkpoints()  # beside the renames and the manifest's sync
+        try:
+            return self._move(plan, sweep)
+        finally:
+            sweep.join()
+
+    def _drop_checkpoints(self) -> threading.Thread:
+        """The checkpoints deleted on a thread of their own (large files: freeing their blocks takes a while):
+        the commit's plan is in the manifest, so a run killed from here on finishes this commit and never resumes
+        from them; their manifest goes first, so that a directory left half-deleted is no checkpoint at all."""
+        work = self.work
+        try:
+            (work / CHECKPOINT_MANIFEST).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+        def drop() -> None:
+            try:
+                entries = list(os.scandir(work))
+            except OSError:
+                return
+            for entry in entries:
+                if entry.name == STAGED:
+                    continue
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                    else:
+                        os.unlink(entry.path)
+                except OSError:
+                    pass  # what is left goes with the directory (_move)
+
+        thread = threading.Thread(target=drop, name="gpu_dedup-drop-checkpoints", daemon=True)
+        thread.start()
+        return thread
+
+    def _move(self, plan: dict, sweep: threading.Thread) -> dict:
         files = plan["files"]
         for name, rec in files.items():
             staged, final = self.staging / name, self.out / name
@@ -382,6 +421,7 @@ class OutputDir:
                 os.replace(staged, final)
                 maybe_crash("commit:renamed")
             elif not (final.is_file() and file_digest(final) == {k: rec[k] for k in ("size", "sha256")}):
+                sweep.join()
                 return self._abandon(plan)
             rec["mtime_ns"] = os.stat(final).st_mtime_ns
         for name, rec in plan["previous"].items():
@@ -395,11 +435,12 @@ class OutputDir:
                 self._prune_dirs(name)
             elif os.path.lexists(self.out / name):
                 log.warning("%s was written by an earlier run but changed since; left in place", self.out / name)
-        if self.work.exists():
-            shutil.rmtree(self.work)
         self._write_manifest({"state": "complete", "fingerprint": plan["fingerprint"], "files": files})
         for folder in sorted({(self.out / name).parent for name in files} | {self.out}):
             sync_dir(folder)  # the renames above on the disk before _SUCCESS vouches for them
+        sweep.join()  # (the checkpoints' deletion, beside the manifest and the syncs)
+        if self.work.exists():
+            shutil.rmtree(self.work)
         maybe_crash("commit:before-success")
         atomic_write_bytes(self.out / SUCCESS_NAME, f"{plan['fingerprint']}\n".encode())
         return files

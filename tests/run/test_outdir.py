@@ -521,6 +521,36 @@ def test_a_staged_report_changed_after_it_was_written_is_never_published(corpus,
     assert not (out / "report.json").exists() and not (out / "_SUCCESS").exists()
 
 
+def test_the_commit_drops_the_checkpoints_and_leaves_no_work_directory(corpus, tmp_path, monkeypatch):
+    """The checkpoints are deleted beside the publication (their manifest first, so a directory left half-deleted
+    never resumes); when _SUCCESS is written nothing of the work directory is left."""
+    from gpu_dedup.run import outdir
+    from gpu_dedup.run.checkpoint import MANIFEST
+
+    seen = {}
+    real_drop = outdir.OutputDir._drop_checkpoints
+    real_write = outdir.atomic_write_bytes
+
+    def drop(self):
+        seen["units_before"] = sorted(p.name for p in self.work.glob("*.arrays"))
+        thread = real_drop(self)
+        seen["manifest_after"] = (self.work / MANIFEST).exists()
+        return thread
+
+    def write(path, payload, *a, **k):
+        if os.path.basename(path) == "_SUCCESS":
+            seen["work_at_success"] = (tmp_path / "out" / CHECKPOINT_DIR).exists()
+        return real_write(path, payload, *a, **k)
+
+    monkeypatch.setattr(outdir.OutputDir, "_drop_checkpoints", drop)
+    monkeypatch.setattr(outdir, "atomic_write_bytes", write)
+    run_dedup(corpus / "in", tmp_path / "out", CFG.with_overrides({"output.shards": False}))
+    assert seen["units_before"]  # there were checkpoints to drop
+    assert seen["manifest_after"] is False
+    assert seen["work_at_success"] is False
+    assert (tmp_path / "out" / "_SUCCESS").exists() and not (tmp_path / "out" / CHECKPOINT_DIR).exists()
+
+
 def test_a_removal_list_run_reads_its_sample_texts_beside_the_write_stage(corpus, tmp_path, monkeypatch):
     """With no shards written (nothing held), the report's sample texts are read again from the shards on a thread
     of their own while the write stage runs; the report is the one a run taking them at once writes."""
