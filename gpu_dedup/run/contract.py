@@ -356,8 +356,8 @@ class Executor(Protocol):
         parts in seconds, and ``*_thread_seconds`` summed over the threads that did them."""
 
     def write_table(self, parts: Parts, path: Any) -> int:
-        """The Arrow tables of ``parts`` (in order) as one Parquet file at ``path``, the same file one process
-        writes; its rows."""
+        """The Arrow tables of ``parts`` (in order) as one Parquet file at ``path`` (the duplicates table, with
+        :func:`~gpu_dedup.stages.write.duplicates_parquet_options`), the same file one process writes; its rows."""
 
     def append_index(self, sink: Sink, docs: Parts, keys: Parts | None, bands: Parts, centres: Parts, dup: Parts,
                      first_doc: int, layout: tuple[int, int]) -> None:

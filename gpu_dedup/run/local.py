@@ -66,6 +66,7 @@ from gpu_dedup.stages.read import held_texts, hold_inputs, read, read_texts, spi
 from gpu_dedup.storage.columns import text_values
 from gpu_dedup.storage.filesystems import is_url
 from gpu_dedup.stages.selection import ranks_from_keys, text_lengths
+from gpu_dedup.stages.write import duplicates_parquet_options
 from gpu_dedup.stages.vectors import Vectors
 
 log = logging.getLogger("gpu_dedup")
@@ -616,8 +617,10 @@ class LocalExecutor:
         return {k: round(v, 4) for k, v in self.write_seconds.items()}
 
     def write_table(self, parts: list, path: Path) -> int:
-        storage.atomic_write_parquet(path, parts[0], self.cfg.output.compression)
-        return parts[0].num_rows
+        table = parts[0]
+        storage.atomic_write_parquet(path, table, self.cfg.output.compression,
+                                     options=duplicates_parquet_options(table.schema))
+        return table.num_rows
 
     def append_index(self, sink, docs: list, keys: list | None, bands: list, centres: list, dup: list,
                      first_doc: int, layout) -> None:

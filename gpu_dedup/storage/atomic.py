@@ -178,17 +178,21 @@ def _fsync(path, flags: int = 0) -> None:
         os.close(fd)
 
 
-def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd", durable: bool = True) -> None:
-    """``table`` written to ``path`` with ``compression`` (see :func:`table_codec`); ``durable``: synced to the disk
-    before it is renamed into place (an output; not a part file that is merged and removed: :func:`atomically`)."""
+def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "zstd", durable: bool = True,
+                         options: dict | None = None) -> None:
+    """``table`` written to ``path`` with ``compression`` (see :func:`table_codec`) and pyarrow's other writer
+    ``options`` (encodings: :func:`gpu_dedup.stages.write.duplicates_parquet_options`); ``durable``: synced to the
+    disk before it is renamed into place (an output; not a part file that is merged and removed:
+    :func:`atomically`)."""
     codec = table_codec(compression)
+    more = options or {}
     if is_url(path):
-        put_bytes(path, table_bytes(lambda sink: pq.write_table(table, sink, compression=codec)))
+        put_bytes(path, table_bytes(lambda sink: pq.write_table(table, sink, compression=codec, **more)))
         return
 
     def write(fd, tmp):
         os.close(fd)
-        pq.write_table(table, tmp, compression=codec)
+        pq.write_table(table, tmp, compression=codec, **more)
 
     atomically(Path(path), None, write, durable)
 

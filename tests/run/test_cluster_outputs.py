@@ -14,6 +14,7 @@ from gpu_dedup.errors import InputError
 from gpu_dedup.run.cluster import executor, routing
 from gpu_dedup.backends.arrow_arrays import arrow_array
 from gpu_dedup.stages import frames
+from gpu_dedup.stages.write import duplicates_parquet_options
 
 
 def test_a_route_keeps_source_order_and_arrow_columns():
@@ -105,9 +106,11 @@ def test_merged_parts_are_the_file_one_process_writes(tmp_path, monkeypatch, row
     rng = np.random.default_rng(rows)
     table = pa.table({"id": pa.array([f"d{i}" for i in rng.integers(0, 50, rows)], pa.string()),
                       "row": pa.array(np.arange(rows, dtype=np.int64)),
-                      "similarity": pa.array(rng.random(rows).astype(np.float32))})
-    want = tmp_path / "one.parquet"
-    pq.write_table(table, want, compression="zstd", row_group_size=64)
+                      "cluster_id": pa.array(rng.integers(0, 50, rows)),
+                      "similarity": pa.array(rng.random(rows).astype(np.float32)),
+                      "shard": pa.array([f"s{i}" for i in rng.integers(0, 3, rows)], pa.string())})
+    want = tmp_path / "one.parquet"  # what one process writes (run/local.py), in row groups of ROW_GROUP
+    pq.write_table(table, want, compression="zstd", row_group_size=64, **duplicates_parquet_options(table.schema))
     cuts = [0, 3, 3, 70, 130, 131, rows] if rows else [0, 0]
     paths = []
     for i in range(len(cuts) - 1):

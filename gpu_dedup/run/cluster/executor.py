@@ -65,6 +65,7 @@ from gpu_dedup.stages.edges import unique_edges
 from gpu_dedup.stages.families import Family, family_for
 from gpu_dedup.stages.selection import ranks_from_keys
 from gpu_dedup.stages.vectors import Vectors
+from gpu_dedup.stages.write import duplicates_parquet_options
 from gpu_dedup.storage.atomic import atomically, table_codec
 from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes, remove_tree, source
 
@@ -996,13 +997,15 @@ ROW_GROUP = 1024 * 1024  # rows per row group of pyarrow's write_table (its defa
 
 
 def _merge_parts(paths: list, path: str, compression: str) -> None:
-    """Stream the part files into one Parquet file at ``path`` (atomically), row groups of ROW_GROUP rows; an
-    object in a store is built in a local temporary file, then uploaded."""
+    """Stream the part files into one Parquet file at ``path`` (atomically), row groups of ROW_GROUP rows with the
+    encodings one process writes (:func:`~gpu_dedup.stages.write.duplicates_parquet_options`); an object in a
+    store is built in a local temporary file, then uploaded."""
     schema: Any = pq.read_schema(source(paths[0])) if paths else None  # every part has one schema
 
     def write(fd, tmp):
         os.close(fd)
-        with pq.ParquetWriter(tmp, schema, compression=table_codec(compression)) as w:
+        with pq.ParquetWriter(tmp, schema, compression=table_codec(compression),
+                              **duplicates_parquet_options(schema)) as w:
             pending: list = []
             count = written = 0
             for p in paths:  # one part at a time
