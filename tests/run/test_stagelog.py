@@ -75,12 +75,13 @@ def test_a_fixed_cost_adds_up_over_its_calls():
 
 
 def test_the_write_stage_says_where_its_seconds_went(shards, tmp_path):
-    """The shards and the duplicates table, each within the stage; the seconds the write threads spent syncing and
-    digesting the shards (every shard is both), which a single thread's share of the shards cannot exceed."""
+    """The shards and the duplicates table (written beside them, on a thread of its own), each within the stage;
+    the seconds the write threads spent syncing and digesting the shards (every shard is both), which a single
+    thread's share of the shards cannot exceed."""
     run_dedup(shards, tmp_path / "out", Config.from_dict({"backend": "cpu"}))
     write = json.loads((tmp_path / "out" / "report.json").read_text())["stages"]["write"]
-    parts = write["shards_seconds"] + write["duplicates_table_seconds"]
-    assert 0 < parts <= write["seconds"] + 1e-3
+    assert 0 < write["shards_seconds"] <= write["seconds"] + 1e-3
+    assert 0 < write["duplicates_table_seconds"] <= write["seconds"] + 1e-3
     assert 0 < write["host_shards_seconds"] <= write["shards_seconds"] + 1e-3
     assert write["sync_thread_seconds"] > 0 and write["digest_thread_seconds"] > 0
     assert "device_write_seconds" not in write  # the device wrote nothing

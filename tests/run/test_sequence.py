@@ -1,0 +1,80 @@
+"""The write stage of the stage sequence (gpu_dedup/run/sequence.py): the duplicates table is written on a thread
+of its own while the shards are written, and the stage ends with both done or with the first error."""
+
+import threading
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from gpu_dedup.config import Config
+from gpu_dedup.errors import OutputError
+from gpu_dedup.evaluation.sample import planted_corpus, write_shards
+from gpu_dedup.run import local
+from gpu_dedup.run.entry import run_dedup
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    d = tmp_path_factory.mktemp("beside")
+    sample = planted_corpus(n_docs=600, n_clusters=30, words=(20, 60), seed=5)
+    write_shards(sample.table.select(["id", "text"]), d / "in", shards=2)
+    return d / "in"
+
+
+def _cfg():
+    return Config.from_dict({"backend": "cpu"})
+
+
+def _table_threads():
+    return [t for t in threading.enumerate() if t.name == "gpu-dedup-table"]
+
+
+def test_the_duplicates_table_is_written_while_the_shards_are(shards, tmp_path, monkeypatch):
+    started = threading.Event()
+    seen = {}
+    write_table, write_shards_ = local.LocalExecutor.write_table, local.LocalExecutor.write_shards
+
+    def table(self, parts, path):
+        started.set()
+        return write_table(self, parts, path)
+
+    def shards_(self, *args, **kw):
+        seen["table started before the shards ended"] = started.wait(timeout=30)
+        return write_shards_(self, *args, **kw)
+
+    monkeypatch.setattr(local.LocalExecutor, "write_table", table)
+    monkeypatch.setattr(local.LocalExecutor, "write_shards", shards_)
+    res = run_dedup(shards, tmp_path / "out", _cfg())
+    assert seen == {"table started before the shards ended": True}
+    assert pq.read_table(tmp_path / "out" / "duplicates.parquet").equals(res.duplicates)
+    write = res.report["stages"]["write"]
+    assert 0 < write["duplicates_table_seconds"] <= write["seconds"] and not _table_threads()
+
+
+def test_a_failed_table_write_fails_the_run_after_the_shards(shards, tmp_path, monkeypatch):
+    def table(self, parts, path):
+        raise OutputError(f"cannot write {path}: no space left on device")
+
+    monkeypatch.setattr(local.LocalExecutor, "write_table", table)
+    with pytest.raises(OutputError, match="no space left"):
+        run_dedup(shards, tmp_path / "out", _cfg())
+    assert not (tmp_path / "out" / "_SUCCESS").exists() and not _table_threads()
+
+
+def test_a_failed_shard_write_waits_for_the_table_and_raises_its_own_error(shards, tmp_path, monkeypatch):
+    done = []
+
+    def table(self, parts, path):
+        time.sleep(0.3)
+        done.append(path)
+        raise OutputError("the table failed too")
+
+    def shards_(self, *args, **kw):
+        raise RuntimeError("a shard failed")
+
+    monkeypatch.setattr(local.LocalExecutor, "write_table", table)
+    monkeypatch.setattr(local.LocalExecutor, "write_shards", shards_)
+    with pytest.raises(RuntimeError, match="a shard failed"):
+        run_dedup(shards, tmp_path / "out", _cfg())
+    assert len(done) == 1 and not _table_threads()  # joined before the error went on
