@@ -1083,6 +1083,23 @@ class GPUBackend(Backend):
             self.k.gather_segments[self._blocks(src.shape[0]), self.item_threads](src_values, src, lengths, dst,
                                                                                   dst_values)
 
+    def take_strings(self, strings: StringBuffers, rows) -> StringBuffers:
+        """The strings ``rows`` (any order, repeats allowed) of ``strings``, gathered where they are (one
+        kernel, no copy of the other strings): new buffers, offsets from 0.  A cluster's payload of a few rows
+        of a block's device texts copies those rows' bytes to the host, not the block's."""
+        xp = self.xp
+        rows = self._dev(rows, np.int64)
+        offsets = self._dev(strings.offsets, np.int64)
+        starts = offsets[rows]
+        lengths = offsets[rows + 1] - starts
+        out_offsets = xp.zeros(rows.shape[0] + 1, dtype=xp.int64)
+        out_offsets[1:] = xp.cumsum(lengths)
+        total = int(out_offsets[-1])
+        data = xp.empty(max(1, total), dtype=xp.uint8)  # no zero-size kernel arguments
+        if total:
+            self._gather(self._dev(strings.data, np.uint8), starts, lengths, out_offsets[:-1], data)
+        return StringBuffers(out_offsets, data[:total])
+
     def normalize(self, offsets, chars, cfg, valid=None) -> DeviceText:
         """Normalize device string buffers (``offsets`` int32/int64 n + 1, ``chars`` uint8, the
         layout of a cuDF / Arrow string column; ``valid``: optional bool mask, nulls read as

@@ -647,3 +647,33 @@ def test_scattered_host_documents_are_gathered_before_upload(cpu):
     got = be.shingle_sets(buf, params, "word", 2, docs=docs)
     want = cpu.shingle_sets(buf, params, "word", 2, docs=docs)
     assert same(got[0], want[0]) and same(got[1], want[1])
+
+
+def test_strings_taken_on_the_device_are_the_rows_arrow_takes(gpu, monkeypatch):
+    """``take_strings`` gathers rows (any order, repeats, empty ones) of device texts on the device; a cluster
+    block's payload of a few rows of its device texts (``BlockData.norm_rows``) is Arrow's take of those rows,
+    and only their bytes (and offsets) cross to the host, not the block's other texts."""
+    from gpu_dedup import backends as registry
+    from gpu_dedup.backends import on_device, to_device
+    from gpu_dedup.backends.strings import StringBuffers, arrow_strings
+    from gpu_dedup.run.cluster.blocks import BlockData
+    from tests.fake_cupy import fake_cupy
+
+    buf = buffers(DOCS)
+    want = arrow_strings(buf.offsets, buf.data)
+    for rows in ([13, 0, 7, 13, 2], [0, 4], [], list(range(len(DOCS)))[::-1]):
+        got = gpu.take_strings(buf, np.array(rows, np.int64))
+        assert arrow_strings(got.offsets, got.data).equals(want.take(pa.array(rows, pa.int64())))
+    xp = fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", xp)
+    monkeypatch.setitem(registry._CACHE, "gpu", type(gpu)(xp=xp, threads=4, span=8, seg_bytes=24, item_threads=4,
+                                                          max_blocks=3))
+    dev = StringBuffers(to_device(buf.offsets, xp), to_device(buf.data, xp))
+    data = BlockData(block=None, table=pa.table({}), strings=dev)
+    rows = np.array([12, 7, 12], np.int64)
+    before = dict(xp.moved)
+    got = data.norm_rows(rows)
+    assert on_device(dev.data) and got.equals(want.take(pa.array(rows)))
+    picked = sum(len(DOCS[r]) for r in rows)
+    assert xp.moved["device_to_host_bytes"] - before["device_to_host_bytes"] == picked + 8 * (len(rows) + 1)
+    assert picked < buf.data.nbytes // 2

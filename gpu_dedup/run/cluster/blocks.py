@@ -204,6 +204,18 @@ class BlockData:
         texts = self.texts()
         return arrow_strings(to_host(texts.offsets), to_host(texts.data))
 
+    def norm_rows(self, rows: np.ndarray) -> pa.Array:
+        """The normalized texts of the block's ``rows`` (positions in the block) as host Arrow: on a GPU worker
+        gathered on the device first, so only their bytes cross to the host.  (``norm.take`` copied all the
+        block's texts to the host for a few rows: twice per block in every round of verify's and select's
+        scoring, 3.9 s of verify at 10^6 documents on an H200 where texts in host memory took 0.96 s.)"""
+        texts = self.texts()
+        rows = np.asarray(rows, np.int64)
+        if on_device(texts.offsets):  # device arrays: a GPU worker, whose backend has the gather kernel
+            texts = get_backend("gpu").take_strings(texts, rows)
+            return arrow_strings(to_host(texts.offsets), to_host(texts.data))
+        return arrow_strings(texts.offsets, texts.data).take(pa.array(rows))
+
 
 def read_piece(piece: Piece, shard, cfg: Config) -> pa.Table:
     """The run's columns of one piece of a block, read from its shard (which must still hold the piece's rows)."""
@@ -605,7 +617,7 @@ def text_payload(data: BlockData, part: dict, column: str, first_doc: int, prior
     values = pa.nulls(nodes.shape[0], pa.large_binary())
     pieces, order = [], []
     if own.any():
-        pieces.append(data.norm.take(pa.array(rows[own] - data.block.row0)).cast(pa.large_binary()))
+        pieces.append(data.norm_rows(rows[own] - data.block.row0).cast(pa.large_binary()))
         order.append(np.flatnonzero(own))
     if (~own).any():
         pieces.append(prior.texts(nodes[~own]).cast(pa.large_string()).cast(pa.large_binary()))
