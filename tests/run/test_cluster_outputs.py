@@ -1,6 +1,7 @@
 """Pieces of a cluster run that need no cluster: moving rows between partitions keeps their order, and
 the duplicates table merged from per-block parts is the very file one process writes."""
 
+import os
 import subprocess
 import sys
 
@@ -362,3 +363,59 @@ def test_a_block_read_and_normalized_in_one_pass_is_the_block_loaded_then_normal
     if keep != "first":  # the first policy's rank is the row: no key
         assert B.block_rank_key(got, keep).equals(B.block_rank_key(want, keep))
     assert not B.streams_text(cfg.with_overrides({"backend": "gpu"}))
+
+
+def _many_pieces(tmp_path, shards=5):
+    """A block of several pieces: ``shards`` small shards (one of them of two row groups) read as one block."""
+    from gpu_dedup.config import Config
+    from gpu_dedup.run.cluster import blocks as B
+    from gpu_dedup.storage.discovery import discover
+
+    texts = [f"Doc {i}: Ünïcode  text {'x' * (i % 7)}" if i % 5 else None for i in range(40)]
+    paths = []
+    for s in range(shards):
+        lo, hi = s * 40 // shards, (s + 1) * 40 // shards
+        path = tmp_path / f"s{s}.parquet"
+        pq.write_table(pa.table({"id": [f"d{i}" for i in range(lo, hi)], "text": texts[lo:hi]}), path,
+                       row_group_size=max(1, (hi - lo) // 2) if s == 1 else None)
+        paths.append(path)
+    found = discover(paths)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "select": {"keep": "longest"}})
+    infos = [B.inspect_shard(s, cfg) for s in found]
+    (block,) = B.plan_blocks(infos, 1000)
+    return B, cfg, [found[i].with_rows(infos[i]["rows"]) for i in block.shard_indices], block, texts
+
+
+@pytest.mark.parametrize("step", ["load", "read"])
+def test_a_blocks_pieces_read_side_by_side_are_the_block_read_piece_after_piece(tmp_path, monkeypatch, step):
+    """A block's pieces are decoded side by side (piece_readers, up to the worker's Arrow pool): the same
+    table, nulls and normalized texts as one piece after another; a piece whose shard changed is still named."""
+    B, cfg, shards, block, texts = _many_pieces(tmp_path)
+    assert len(block.pieces) == 5
+
+    def read(readers):
+        monkeypatch.setattr(B, "piece_readers", lambda pieces: min(readers, pieces))
+        if step == "load":
+            return B.normalize_block(B.load_block(block, shards, cfg), cfg)
+        return B.read_block(block, shards, cfg)
+
+    want, got = read(1), read(3)
+    assert got.table.equals(want.table) and np.array_equal(got.null, want.null)
+    assert got.norm.equals(want.norm) and got.norm_rows(np.array([39, 0, 7])).equals(want.norm.take([39, 0, 7]))
+    assert B.block_rank_key(got, "longest").to_pylist() == [len(t) if t is not None else -1 for t in texts]
+    pq.write_table(pa.table({"id": ["x"], "text": ["changed"]}), shards[3].path)
+    with pytest.raises(InputError, match="s3.parquet.*changed during the run"):
+        read(3)
+
+
+def test_a_workers_arrow_pool_is_its_share_of_the_cores():
+    """Dask starts a worker with OMP_NUM_THREADS=1, which Arrow takes for its pool's size: a cluster gpu_dedup
+    starts gives its workers their share of the cores instead (the share Numba gets), and the block reads
+    decode that many pieces at once (capped by READERS and the pieces)."""
+    from gpu_dedup.run.cluster import blocks as B
+    from gpu_dedup.run.cluster.connection import worker_pools, worker_threads
+
+    key = "distributed.nanny.pre-spawn-environ.OMP_NUM_THREADS"
+    assert worker_pools(1)[key] == worker_threads(1) == len(os.sched_getaffinity(0))
+    assert worker_pools(1)["distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"] is None
+    assert B.piece_readers(1) == 1 and B.piece_readers(100) == min(B.READERS, pa.cpu_count())

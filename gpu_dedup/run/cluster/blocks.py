@@ -12,13 +12,16 @@ import os
 import shutil
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from gpu_dedup import storage
+from gpu_dedup.storage.ahead import ahead_each
 from gpu_dedup.backends import (
     ByArrays,
     array_module,
@@ -38,7 +41,7 @@ from gpu_dedup.stages.exact import exact_keys, stored_keys
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
 from gpu_dedup.stages.projections import NULL_ROW
-from gpu_dedup.stages.read import read_texts, text_bytes
+from gpu_dedup.stages.read import READERS, read_texts, text_bytes
 from gpu_dedup.stages.selection import text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
@@ -240,9 +243,25 @@ def concat_rows(tables: list) -> pa.Table:
     return pa.concat_tables(tables)
 
 
+def piece_readers(pieces: int) -> int:
+    """Pieces of a block read at once: up to the size of the worker's Arrow pool (the worker's share of the
+    cores on a cluster gpu_dedup starts, :func:`~gpu_dedup.run.cluster.connection.worker_pools`; 1 under Dask's
+    own OMP_NUM_THREADS=1), at most READERS, as one process reads its shards (stages/read.py).  A Parquet text
+    column decodes on one thread, so the pieces of a block (a shard each, 4 of a 10^6-document corpus's
+    250,000-row blocks) decoded one after another on the worker's one task thread where one process decodes
+    its shards side by side."""
+    return max(1, min(READERS, pieces, pa.cpu_count()))
+
+
 def load_block(block: Block, shards: list, cfg: Config, dim: int | None = None) -> BlockData:
-    """A block read from ``shards`` (the shard of each of its pieces)."""
-    tables = [read_piece(p, shard, cfg) for p, shard in zip(block.pieces, shards)]
+    """A block read from ``shards`` (the shard of each of its pieces), its pieces side by side
+    (:func:`piece_readers`)."""
+    readers = piece_readers(len(block.pieces))
+    if readers > 1:
+        with ThreadPoolExecutor(readers, thread_name_prefix="gpu-dedup-piece") as pool:
+            tables = list(pool.map(lambda ps: read_piece(ps[0], ps[1], cfg), zip(block.pieces, shards)))
+    else:
+        tables = [read_piece(p, shard, cfg) for p, shard in zip(block.pieces, shards)]
     vecs = None
     if cfg.input.vector_column:
         vecs = _block_vectors(family_for(cfg), [t.column("vector") for t in tables], block.pieces, shards, dim)
@@ -354,16 +373,20 @@ def read_block(block: Block, shards: list, cfg: Config, run: str | None = None) 
                            capacity=sum(text_bytes(shard, cfg.input.text_column, piece.row_groups)
                                         for piece, shard in zip(block.pieces, shards)))
     parts, tables = [], []
-    for piece, shard in zip(block.pieces, shards):
-        batches = storage.iter_columns(shard, cfg.input, cfg.select.score_read, row_groups=piece.row_groups) \
-            if shard.format == "parquet" else [read_piece(piece, shard, cfg)]
-        rows = 0
-        for table in batches:
-            parts.append(hook(table.column("text")))
-            tables.append(table.drop_columns(["text"]))
-            rows += table.num_rows
-        if rows != piece.rows:
-            raise _changed(shard, rows, piece.rows)
+    rows = 0
+    sources = [partial(_piece_batches, k, piece, shard, cfg)
+               for k, (piece, shard) in enumerate(zip(block.pieces, shards))]
+    # the pieces decoded side by side (piece_readers), each a couple of batches ahead; normalized here, in order
+    for k, table in ahead_each(sources, piece_readers(len(sources))):
+        if table is None:  # the piece's end
+            piece, shard = block.pieces[k], shards[k]
+            if rows != piece.rows:
+                raise _changed(shard, rows, piece.rows)
+            rows = 0
+            continue
+        parts.append(hook(table.column("text")))
+        tables.append(table.drop_columns(["text"]))
+        rows += table.num_rows
     table = concat_rows(tables)
     null = BatchNormalizer.null(parts)
     if cfg.select.keep == "longest":
@@ -371,6 +394,15 @@ def read_block(block: Block, shards: list, cfg: Config, run: str | None = None) 
     strings, invalid, _ = hook.join(parts)
     data = BlockData(block, table, strings=strings, invalid_utf8=invalid, null=null, text_bytes=int(strings.nbytes))
     return _kept(data, cfg, run)
+
+
+def _piece_batches(k: int, piece: Piece, shard, cfg: Config):
+    """(k, table) for each batch of piece ``k`` of a block (:func:`read_block`), then (k, None)."""
+    batches = storage.iter_columns(shard, cfg.input, cfg.select.score_read, row_groups=piece.row_groups) \
+        if shard.format == "parquet" else [read_piece(piece, shard, cfg)]
+    for table in batches:
+        yield k, table
+    yield k, None
 
 
 SPILL_SHARE = 0.25  # spill_texts: auto keeps a run's texts in a worker's memory up to this share of its limit

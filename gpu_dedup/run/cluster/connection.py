@@ -168,7 +168,7 @@ def local_cluster(workers: int, memory_limit, env: dict):
                                          "env": env, "silence_logs": silence, "preload": [WORKER_SETUP]}}
     scheduler = {"cls": _scheduler_process_class(),
                  "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": ":0", "config": LOCAL_SCHEDULER}}
-    with dask.config.set(KEEP_GLIBC_DEFAULTS):
+    with dask.config.set(worker_pools(workers)):
         return SpecCluster(scheduler=scheduler, workers={i: worker for i in range(workers)},
                            silence_logs=silence, name="gpu_dedup")
 
@@ -184,6 +184,16 @@ WORKER_SETUP = "gpu_dedup.run.cluster.worker_setup"
 # (with Arrow's own pool), 3.8 to 4.9 s of system time a worker against 2.0 to 2.3 s, for about 210 MiB more at
 # a worker's peak (955 against 745 MiB).
 KEEP_GLIBC_DEFAULTS = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+
+
+def worker_pools(workers: int) -> dict:
+    """The Dask config under which a local cluster of ``workers`` workers is started: glibc's defaults
+    (KEEP_GLIBC_DEFAULTS), and OMP_NUM_THREADS the worker's share of the cores (:func:`worker_threads`) instead
+    of Dask's 1.  Arrow sizes its CPU pool by OMP_NUM_THREADS: with Dask's 1 every Parquet decode of a block (a
+    worker's read stage, and the Arrow kernels after it) ran on one core of the machine's (pa.cpu_count() 1 in
+    a worker of 2 cores); the worker's one task thread runs one block at a time, its Numba kernels take
+    NUMBA_NUM_THREADS, the same share."""
+    return {**KEEP_GLIBC_DEFAULTS, "distributed.nanny.pre-spawn-environ.OMP_NUM_THREADS": worker_threads(workers)}
 
 
 def _serve_scheduler(options: dict, config: dict, address) -> None:
@@ -445,7 +455,7 @@ def gpu_cluster(workers: int, cluster_cfg):
         import dask  # noqa: PLC0415
         from dask_cuda import LocalCUDACluster  # noqa: PLC0415
 
-        with dask.config.set(LOCAL_SCHEDULER):
+        with dask.config.set({**LOCAL_SCHEDULER, **worker_pools(workers)}):
             return LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, n_workers=workers,
                                     memory_limit=cluster_cfg.memory_limit, dashboard_address=":0",
                                     device_memory_limit=memory.device_memory_limit, rmm_pool_size=memory.pool_bytes,
@@ -477,7 +487,7 @@ def shared_gpu_cluster(devices: list, per_gpu: int, memory_limit, memory: GPUWor
             workers[f"gpu{dev}-{j}"] = {"cls": Nanny, "options": options}
     scheduler = {"cls": _scheduler_process_class(),
                  "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": ":0", "config": LOCAL_SCHEDULER}}
-    with dask.config.set(KEEP_GLIBC_DEFAULTS):
+    with dask.config.set(worker_pools(n)):
         return SpecCluster(scheduler=scheduler, workers=workers, silence_logs=logging.WARNING, name="gpu_dedup-cuda")
 
 
