@@ -228,7 +228,9 @@ def _joined(path, out: Path, settings: dict, single) -> dict:
            "shuffled_rows": c.get("shuffled_rows"), "shuffle_mb": c.get("shuffle_mb"),
            "shuffle_mb_by_stage": c.get("shuffle_mb_by_stage"), "spilled_text_blocks": c.get("spilled_text_blocks"),
            "worker_peak_rss_mb": max((c.get("worker_peak_rss_mb") or {}).values(), default=None),
-           "write_threads": sorted((c.get("write_threads") or {}).values())}
+           "write_threads": sorted((c.get("write_threads") or {}).values()),
+           "arrow_threads": sorted((c.get("arrow_threads") or {}).values()),
+           "worker_transfer_mb_by_stage": c.get("worker_transfer_mb_by_stage")}
     if single is not None:
         row.update(compared(single[0], out))
         row["vs_one_process"] = round(sec / single[1], 3) if single[1] else None
@@ -359,4 +361,15 @@ def markdown(rows: list) -> list:
         lines += [f"| {r['config']} | {r['docs']:,} | {r.get('shuffle', '')} | "
                   + " | ".join(str(r["shuffle_mb_by_stage"].get(k, 0)) for k in names)
                   + f" | {r.get('shuffled_rows') or 0:,} |" for r in moved]
+    copied = [r for r in rows if r.get("worker_transfer_mb_by_stage")]
+    if copied:  # GPU workers: where a joined run's host<->device copies went (their stage seconds' suspects)
+        names = list(dict.fromkeys(k for r in copied for k in r["worker_transfer_mb_by_stage"]))
+        lines += ["", "MiB the GPU workers' tasks copied host->device / device->host, by stage:", "",
+                  "| configuration | docs | route | " + " | ".join(names) + " |",
+                  "| --- | ---: | --- | " + " | ".join("---:" for _ in names) + " |"]
+        for r in copied:
+            got = r["worker_transfer_mb_by_stage"]
+            cells = [f"{got[k].get('host_to_device', 0)} / {got[k].get('device_to_host', 0)}" if k in got else ""
+                     for k in names]
+            lines.append(f"| {r['config']} | {r['docs']:,} | {r.get('shuffle', '')} | " + " | ".join(cells) + " |")
     return lines + [""]

@@ -65,6 +65,9 @@ class StageLog:
     stream: object = None  # where terminal progress lines go (default: sys.stderr)
     fixed: dict = field(default_factory=dict)  # named fixed costs (seconds): what is not a stage's work
     started: float = field(default_factory=time.perf_counter)  # the run's start (its wall clock counts from here)
+    # callables(stage name) run as each stage ends, once its seconds are taken (an executor's look at its workers),
+    # their time booked to the fixed cost ``stage_ends``
+    ends: list = field(default_factory=list)
 
     def __post_init__(self):
         process = take_process_start()  # the CLI's own start-up, booked by the first run only
@@ -119,6 +122,11 @@ class StageLog:
         now = transfer_totals()
         moved = {k: now[k] - moved0[k] for k in STAGE_TRANSFERS if k in now and now[k] != moved0[k]}
         self.stages[name] = {"seconds": round(seconds, 4), "rss_mb": round(rss_mb(), 1), **info, **moved}
+        if self.ends:
+            t1 = time.perf_counter()
+            for end in self.ends:
+                end(name)
+            self.fixed["stage_ends"] = round(self.fixed.get("stage_ends", 0.0) + time.perf_counter() - t1, 4)
         details = " ".join(f"{k}={v}" for k, v in info.items())
         counts = f": {prog.counts()}" if prog.counts() else ""
         if prog.tty or seconds < prog.interval:

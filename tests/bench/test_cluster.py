@@ -60,6 +60,12 @@ def test_markdown_books_runs_fixed_costs_and_what_moved():
     assert "| 2 CPU workers | 1,000 | host | 3.0 | 2.0 | yes | yes | 0.5 | 0 | 0 | 0.7 | 1 2 |  |" in md
     assert "| 2 CPU workers | 2.0 | 1.0 | 3.0 | 0.5 |" in md
     assert "| 2 CPU workers | 1,000 | host | 0.4 | 0.1 | 1,200 |" in md
+    assert "copied host->device" not in md  # CPU workers copy nothing
+    rows[1].update(config="1 GPU worker", worker_transfer_mb_by_stage={
+        "read": {"host_to_device": 400.0, "device_to_host": 1.5}, "verify": {"host_to_device": 2.0,
+                                                                          "device_to_host": 3.25}})
+    md = "\n".join(cluster.markdown(rows))
+    assert "| 1 GPU worker | 1,000 | host | 400.0 / 1.5 | 2.0 / 3.25 |" in md
 
 
 def test_every_cluster_runs_the_first_corpus_before_any_runs_the_larger_one(monkeypatch, tmp_path):

@@ -103,11 +103,15 @@ def test_a_shared_gpu_worker_is_started_as_dask_cuda_starts_one(monkeypatch):
 
     class Spec:
         def __init__(self, scheduler, workers, **kw):
-            specs.update(workers)
+            import dask
+
+            specs.update(workers)  # the Nannies are made here, under the config their workers start with
+            specs["omp"] = dask.config.get("distributed.nanny.pre-spawn-environ.OMP_NUM_THREADS")
 
     monkeypatch.setattr(distributed, "SpecCluster", Spec)
     memory = connection.GPUWorkerMemory(8 * GiB, 5 * GiB, 10 * GiB, False)
     connection.shared_gpu_cluster(["0", "1"], 2, "4GiB", memory, simulated=False)
+    assert specs.pop("omp") == connection.worker_threads(4)  # Arrow's pool: the worker's share, not Dask's 1
     assert sorted(specs) == ["gpu0-0", "gpu0-1", "gpu1-0", "gpu1-1"]
     opts = {name: spec["options"] for name, spec in specs.items()}
     assert [opts[n]["env"]["CUDA_VISIBLE_DEVICES"] for n in sorted(opts)] == ["0,1", "0,1", "1,0", "1,0"]
@@ -179,6 +183,12 @@ def test_two_gpu_workers_on_one_gpu_equal_one_process_under_the_simulator(tmp_pa
     assert report["workers"] == 2 and report["blocks"] == 3
     assert report["device_routes"] >= 3  # the buckets shuffle and the edges' routes
     assert 0 < report["spilled_text_blocks"] <= 3
+    # what the bench's dask rows carry: each worker's Arrow pool (its share of the cores, not Dask's 1) and, for
+    # GPU workers, the host<->device MiB of every stage (none under the simulator: its arrays are NumPy)
+    assert list(report["arrow_threads"].values()) == [max(1, len(os.sched_getaffinity(0)) // 2)] * 2
+    stages = report["worker_transfer_mb_by_stage"]
+    assert {"read", "exact", "buckets", "verify", "select", "write"} <= set(stages)
+    assert all(set(v) == {"host_to_device", "device_to_host"} for v in stages.values())
     same = compared(tmp_path / "one", tmp_path / "two")
     assert same["identical"] and same["content_identical"] and same["files_compared"] >= 4, same
 

@@ -37,7 +37,17 @@ import pyarrow.parquet as pq
 import gpu_dedup.run.cluster.blocks as B
 import gpu_dedup.run.cluster.routing as routing
 from gpu_dedup import storage
-from gpu_dedup.backends import array_module, available_memory, distinct, get_backend, stable_order, to_host, traits
+from gpu_dedup.backends import (
+    STAGE_TRANSFERS,
+    array_module,
+    available_memory,
+    distinct,
+    get_backend,
+    stable_order,
+    to_host,
+    traits,
+    transfer_totals,
+)
 from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.backends.placement import shard_writer
 from gpu_dedup.config import Config
@@ -124,6 +134,8 @@ class DaskExecutor:
         self.write_threads: dict = {}  # worker -> how many shards it wrote at once (write_shards)
         self.writers: dict = {}  # which wrote the shards: {"cudf": shards, "pyarrow": shards} (write_shards)
         self.write_busy: dict = {}  # the workers' seconds syncing and digesting the shards (write_details)
+        self.transfers_by_stage: dict = {}  # GPU workers: stage -> host<->device bytes copied (_stage_transfers)
+        self._transfers: dict = {}
 
     # ---- setup ----------------------------------------------------------------
     def connect(self) -> None:
@@ -138,6 +150,21 @@ class DaskExecutor:
         self.client.run(_forget_saved)  # a run before this one on the same workers may have left some
         seconds = self.client.run(prepare_worker, self.cfg, own=self.cluster is not None)
         self.startup_seconds = max(seconds.values(), default=0.0)
+        if traits(self.cfg.backend).workers == "cuda":  # what each stage's tasks copied to and from the devices
+            self._transfers = self._worker_transfers()
+            st.ends.append(self._stage_transfers)
+
+    def _worker_transfers(self) -> dict:
+        """The host<->device bytes the workers' tasks have copied so far (backends.transfer_totals), summed."""
+        got = self.client.run(transfer_totals).values()
+        return {k: sum(int(t.get(k, 0)) for t in got) for k in STAGE_TRANSFERS}
+
+    def _stage_transfers(self, stage: str) -> None:
+        """GPU workers: the host<->device bytes stage ``stage`` copied on them (one round trip as it ends; tasks
+        still running then count in the next stage's)."""
+        now = self._worker_transfers()
+        self.transfers_by_stage[stage] = {k: now[k] - self._transfers.get(k, 0) for k in now}
+        self._transfers = now
 
     def kernels_loaded(self) -> None:
         """Loaded by :meth:`prepare`: each worker loads its kernels before any block is read."""
@@ -166,6 +193,7 @@ class DaskExecutor:
 
     def report_extras(self) -> dict:
         peaks = self.client.run(peak_rss_mb)
+        arrow = self.client.run(pa.cpu_count)  # each worker's Arrow pool (connection.worker_pools)
         self._settle_moved()
         moved = self.moved_totals
         return {"kernel_prepare_seconds": round(self.startup_seconds, 3), "inputs_skipped": self.skipped, "cluster": {
@@ -189,6 +217,11 @@ class DaskExecutor:
             "shuffle_mb_by_stage": {k: round(float(m[1]) / 2**20, 2) for k, m in moved.items()},
             "write_threads": self.write_threads,
             "writers": self.writers,
+            "arrow_threads": arrow,
+            # GPU workers: MiB their tasks copied host->device and device->host, by stage (None on CPU workers)
+            "worker_transfer_mb_by_stage": {
+                stage: {k.removesuffix("_bytes"): round(v / 2**20, 2) for k, v in got.items()}
+                for stage, got in self.transfers_by_stage.items()} if self._transfers else None,
         }}
 
     # ---- read / normalize -------------------------------------------------------
