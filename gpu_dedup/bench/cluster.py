@@ -234,6 +234,7 @@ def _joined(path, out: Path, settings: dict, single) -> dict:
            "worker_peak_rss_mb": max((c.get("worker_peak_rss_mb") or {}).values(), default=None),
            "write_threads": sorted((c.get("write_threads") or {}).values()),
            "arrow_threads": sorted((c.get("arrow_threads") or {}).values()),
+           "writers": c.get("writers"),  # which wrote the shards (cudf on the device, or pyarrow on the host)
            "worker_transfer_mb_by_stage": c.get("worker_transfer_mb_by_stage")}
     if single is not None:
         row.update(compared(single[0], out))
