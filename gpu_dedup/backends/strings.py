@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from gpu_dedup.backends import ByArrays, array_module, get_backend, to_host
 from gpu_dedup.backends.arrow_arrays import arrow_array, numpy_array
 
 @dataclass(frozen=True)
@@ -75,6 +76,25 @@ def arrow_strings(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
         data, offsets = data[offsets[0]:], offsets - offsets[0]
     n = offsets.shape[0] - 1
     return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def take_arrow(strings: StringBuffers, rows) -> pa.Array:
+    """The strings ``rows`` (any order, repeats allowed) of ``strings`` as host Arrow (``large_string``): device
+    strings are gathered on the device first (:meth:`~gpu_dedup.backends.gpu.GPUBackend.take_strings`), so only
+    those rows' bytes cross to the host, not all of ``strings``."""
+    return _TAKE.pick(array_module(strings.offsets))(strings, np.asarray(rows, np.int64))
+
+
+def _take_host(strings: StringBuffers, rows: np.ndarray) -> pa.Array:
+    return arrow_strings(strings.offsets, strings.data).take(pa.array(rows, pa.int64()))
+
+
+def _take_device(strings: StringBuffers, rows: np.ndarray) -> pa.Array:
+    picked = get_backend("gpu").take_strings(strings, rows)
+    return arrow_strings(to_host(picked.offsets), to_host(picked.data))
+
+
+_TAKE = ByArrays(_take_device, host=_take_host)
 
 
 def _bit_valid(xp, mask, offset: int, n: int):
@@ -239,3 +259,4 @@ def code_point_lengths(raw: RawText, xp=np, chunk: int = LENGTH_CHUNK):
     if raw.valid is not None:
         out = xp.where(raw.valid, out, -1)
     return out
+
