@@ -259,4 +259,3 @@ def code_point_lengths(raw: RawText, xp=np, chunk: int = LENGTH_CHUNK):
     if raw.valid is not None:
         out = xp.where(raw.valid, out, -1)
     return out
-
