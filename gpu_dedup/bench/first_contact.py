@@ -280,6 +280,8 @@ class Driver:
         out = self.logs / f"{name}.json"
         soon = str(max(5, int(cap) - 15))  # the benchmark's own deadline: it stops cleanly before the cap
         corpus = ["--corpus-dir", str(self.corpus), *self.words()]
+        # FC_PROFILE=1: each timed GPU run of the end-to-end steps also under cProfile, its costliest calls in the logs
+        profile = ["--profile-dir", str(self.logs)] if self.p["profile"] else []
         args = {
             "corpus": ["--suite", "corpus", "--e2e-docs", str(self.p["docs"]), "--configs",
                        *(self.p["configs"] if self.tier == 1 else self.p["cudf_configs"]).split()],
@@ -290,7 +292,7 @@ class Driver:
             "e2e": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--configs", *self.p["configs"].split(),
                     "--e2e-backends", "cpu", "gpu", "--e2e-modes", "shards", "list", "--warmup-docs",
                     str(self.p["warmup_docs"]), "--workdir", str(self.work), "--deadline-seconds", soon]
-                   + (["--profile-dir", str(self.logs)] if self.p["profile"] else []),  # FC_PROFILE=1
+                   + profile,
             # tier 2: NeMo Curator's kernel (cuDF str.minhash, MurmurHash3) on the same shingles and permutations,
             # against the warp kernel (the default) and the block kernel, both checked against the CPU's signatures
             "cudf-minhash": ["--suite", "signatures", "--docs", str(self.p["sig_docs"]), "--cases", "char:24x260",
@@ -299,7 +301,8 @@ class Driver:
             "e2e-cudf": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--configs",
                          *self.p["cudf_configs"].split(),
                          "--e2e-backends", "cpu", "gpu", "--e2e-modes", "shards", "list", "--warmup-docs",
-                         str(self.p["warmup_docs"]), "--workdir", str(self.work), "--deadline-seconds", soon],
+                         str(self.p["warmup_docs"]), "--workdir", str(self.work), "--deadline-seconds", soon]
+                        + profile,
             # 10^7: the GPU first (the target), then the CPU once if the deadline allows (FC_SCALE_BACKENDS: e.g.
             # gpu-kernels-first gpu, the kernels loaded before the read in a fresh process, then a read without a load)
             "scale": ["--suite", "end-to-end", "--e2e-docs", str(self.p["docs"]), "--copies", str(self.p["copies"]),

@@ -306,3 +306,19 @@ def test_tier2_rehearsal_runs_the_dask_step_on_simulated_gpu_workers(tmp_path):
     md = (out / "summary.md").read_text()
     assert "## dask" in md and "| cluster | start s | kernels s | warm-up run s | close s |" in md
     assert len(returned_files(out)) == 3
+
+
+def test_fc_profile_puts_the_end_to_end_steps_gpu_runs_under_cprofile(tmp_path, monkeypatch):
+    """FC_PROFILE=1: the end-to-end steps of both tiers write each timed GPU run's costliest calls into the logs
+    (the 10^7 step is left unprofiled: it times the read against the kernels' load)."""
+    fc = first_contact
+    args = fc.argparse.Namespace(rehearse=False, steps="kit", fail_step=None, cap=None, deadline=120,
+                                 out=str(tmp_path / "out"), work=str(tmp_path / "work"), python=None, tier=2,
+                                 dry_run=True)
+    monkeypatch.setenv("FC_PROFILE", "1")
+    drv = fc.Driver(args)
+    for step, profiled in (("e2e-cudf", True), ("e2e", True), ("scale", False)):
+        cmd, _ = drv.bench_args(step, 100)
+        assert ("--profile-dir" in cmd) is profiled, step
+    monkeypatch.delenv("FC_PROFILE")
+    assert "--profile-dir" not in fc.Driver(args).bench_args("e2e-cudf", 100)[0]
