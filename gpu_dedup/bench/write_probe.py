@@ -17,8 +17,9 @@ fresh process per variant, since libcudf reads its I/O settings once:
 * ``buffered``: ``KVIKIO_AUTO_DIRECT_IO_WRITE=0``, KvikIO's writes through the page cache (with its opportunistic
   ``O_DIRECT`` writes the digests read every file back from the disk: 0.49-0.53 s on disk against 0.10 s in tmpfs
   on 2026-11-30);
-* ``host-sink``: libcudf writes each file into host memory (an ``io.BytesIO``), and a thread per file takes its
-  SHA-256 from those bytes, writes them, syncs and checks the file: nothing is read back from the disk.
+* ``host-sink``: libcudf writes each file into host memory (an ``io.BytesIO``), and a thread per file writes those
+  bytes, syncs and checks the file and takes its SHA-256 from them: nothing is read back from the disk (the write
+  stage's ``host_sink``, ``gpu_dedup.run.local.DEVICE_WRITE_HOST_SINK``).
 
 Each variant reports: the one-call read of every shard (``read_table``), the write of every shard (libcudf's
 alone), twice (the first includes libcudf's first-use costs), the files' check, their digests on a thread per file,
@@ -31,7 +32,6 @@ the bytes written, and ``stage``: the write, check and digests as the write stag
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import os
@@ -46,7 +46,7 @@ import numpy as np
 
 from gpu_dedup import backends
 from gpu_dedup.run.contract import shard_starts
-from gpu_dedup.storage.atomic import written_digest
+from gpu_dedup.storage.atomic import no_busy, written_digest
 from gpu_dedup.storage.discovery import discover
 from gpu_dedup.run.local import DEVICE_WRITE_STREAMS
 from gpu_dedup.storage.filter import resolve_codec, write_shards_on_device, written_difference
@@ -118,41 +118,25 @@ def probe_once(corpus: Path, variant: str, keep_share: float = 0.94) -> dict:
 
 def _host_sink(res: dict, be, held, shards: list, starts, keep, codec: str, work: Path) -> dict:
     """The ``host-sink`` variant: every file encoded on the device into host memory in one libcudf call (``write``,
-    twice), then on a thread per file its SHA-256 from memory, its write, sync and check (``files``); ``stage``
-    is both, once more, as a write stage would run them."""
+    twice), then the write stage's own call with ``host_sink`` (``stage``; ``files``: its seconds after the
+    encoding, each file written, synced, checked and digested from memory on a thread of its own)."""
     st = res["seconds"]
-
-    def encoded() -> list:
-        bufs = [io.BytesIO() for _ in shards]
-        return [bufs, be.write_table(held, starts, keep, bufs, codec, 1)]
-
-    def one(k: int, buf, rows: int, attempt: str) -> tuple:
-        data = buf.getbuffer()
-        digest = hashlib.sha256(data).hexdigest()
-        path = work / f"{attempt}-{shards[k].name}"
-        with open(path, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        return written_difference(str(path), shards[k], rows), digest, len(data), path
-
-    def files(bufs, rows, attempt: str) -> list:
-        with ThreadPoolExecutor(max(1, min(len(shards), os.cpu_count() or 1))) as pool:
-            return list(pool.map(one, range(len(shards)), bufs, rows, [attempt] * len(shards)))
-
     for attempt in ("write_first", "write"):
-        (bufs, rows), st[attempt] = _timed(encoded)
+        rows, st[attempt] = _timed(be.write_table, held, starts, keep, [io.BytesIO() for _ in shards], codec, 1)
         if rows is None:
             res["error"] = "the device writer declined these shards"
             return res
-    done, st["files"] = _timed(files, bufs, rows, "write")
-    _, st["stage"] = _timed(lambda: files(*encoded(), "stage"))
-    res["rows_ok"] = not any(why for why, _, _, _ in done)
-    res["bytes_written"] = sum(n for _, _, n, _ in done)
-    # untimed: the digests taken from memory are the files' own (read back from the disk here)
-    res["digests_match"] = all(d == written_digest(p)["sha256"] for _, d, _, p in done)
+    times = no_busy()
+    published, st["stage"] = _timed(write_shards_on_device, shards, keep, starts, work / "stage", codec, held,
+                                    be.write_table, 1, times, host_sink=True)
+    st["files"] = times.get("device_files_seconds", 0.0)
+    res["stage_published"] = len(published)
+    res["rows_ok"] = len(published) == len(shards)
+    res["bytes_written"] = sum(r["size"] for r in published.values())
     res["input_bytes"] = sum(os.path.getsize(s.path) for s in shards)
-    res["stage_published"] = len(done)
+    # untimed: the digests taken from memory are the files' own (read back from the disk here)
+    res["digests_match"] = all(r["sha256"] == written_digest(work / "stage" / r["name"])["sha256"]
+                               for r in published.values())
     return res
 
 

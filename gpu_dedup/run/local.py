@@ -76,6 +76,11 @@ SIGNATURE_CHUNK = 65536  # documents per signature kernel call (progress granula
 # one H200, 2026-11-29: 1.21-1.35 s for 10^6 documents' 16 shards, with the files' check and digests); N, a write
 # per shard from N threads, each on a CUDA stream of its own (bench/write_probe.py's "streams" variant measures it)
 DEVICE_WRITE_STREAMS = 1
+# True: libcudf encodes every shard into host memory, and each file's thread writes, syncs and checks it and takes
+# its SHA-256 from those bytes (on 2026-11-30 the digests read the files back from the disk: 0.49-0.53 s of the
+# stage's 1.22-1.33 s on one H200's host, 0.10 s in tmpfs); False until the write probe's "host-sink" variant
+# measures faster on a device
+DEVICE_WRITE_HOST_SINK = False
 
 
 def run_local(inputs, output_dir, cfg: Config = Config(), *, restart: bool = False, prior=None, sink=None,
@@ -576,7 +581,8 @@ class LocalExecutor:
         # read stage held; only a run that writes every shard now uses it (a resumed one writes on the host)
         if table_writer is not None and len(todo) == len(shards):
             on_device = storage.write_shards_on_device(shards, kept, starts, out, self.cfg.output.compression,
-                                                       self.device_table, table_writer, DEVICE_WRITE_STREAMS, times)
+                                                       self.device_table, table_writer, DEVICE_WRITE_STREAMS, times,
+                                                       host_sink=DEVICE_WRITE_HOST_SINK)
             wrote += ["cudf"] * len(on_device) + ["pyarrow"] * (len(todo) - len(on_device))
         self.device_table = None  # its device memory goes back
 

@@ -137,12 +137,18 @@ def atomic_write_recorded(path: str | Path, payload: bytes) -> dict | None:
     atomic_write_bytes(path, payload)
     if is_url(path):
         return None
+    return memory_digest(payload, path)
+
+
+def memory_digest(payload, path) -> dict:
+    """:func:`written_digest` of the local file ``path`` just written with ``payload`` (bytes or a buffer), the
+    SHA-256 taken from ``payload`` instead of reading the file back."""
     t0 = time.perf_counter()
     try:
         sha = hashlib.sha256(payload).hexdigest()
     finally:
         _busy("digest", t0)
-    return {"size": len(payload), "sha256": sha, **file_stamp(path)}
+    return {"size": memoryview(payload).nbytes, "sha256": sha, **file_stamp(path)}
 
 
 def table_codec(compression: str) -> str | None:

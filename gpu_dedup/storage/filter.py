@@ -6,6 +6,7 @@ written."""
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import tempfile
@@ -24,6 +25,7 @@ from gpu_dedup.storage.arrow import write_arrow
 from gpu_dedup.storage.atomic import (
     atomically,
     busy_into,
+    memory_digest,
     no_busy,
     publish,
     sync_file,
@@ -79,7 +81,7 @@ def _write_parquet_on_device(shard: Shard, keep, target: Path, compression: str,
 
 
 def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, compression: str, table, writer,
-                           streams: int = 1, times: dict | None = None) -> dict:
+                           streams: int = 1, times: dict | None = None, host_sink: bool = False) -> dict:
     """Every shard's kept rows written by the device, ``writer(table, starts, keep, paths, codec, streams, after)``
     (the GPU backend's :meth:`~gpu_dedup.backends.gpu.GPUBackend.write_table`: ``table`` holds every column of all
     ``shards``, shard ``k`` at rows ``starts[k]:starts[k+1]``; ``streams`` 1: in one call, more: a file per CUDA
@@ -92,7 +94,10 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
     no_busy`), it gets ``device_write_seconds``, the seconds until the writer handed over its first file (with
     ``streams`` 1: libcudf's write of every file), ``device_files_seconds``, the seconds after that until the last
     file was checked, synced and digested, and the threads' seconds syncing and digesting them added
-    (:func:`~gpu_dedup.storage.busy_into`)."""
+    (:func:`~gpu_dedup.storage.busy_into`).  ``host_sink``: the writer encodes each file into host memory (an
+    ``io.BytesIO``), and each file's thread writes those bytes, syncs and checks the file and takes its SHA-256
+    from them: nothing is read back from the disk (where the writer's own file writes bypass the page cache, the
+    digests read every file back from the disk), for host memory as large as the files."""
     out = as_path(out_dir)
     if not shards or is_url(out) or any(s.format != "parquet" for s in shards):
         return {}
@@ -109,6 +114,7 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
         tmps.append(tmp)
     done: dict = {}
     first: list = []  # when the writer handed over its first file
+    sinks: list = [io.BytesIO() for _ in shards] if host_sink else tmps
 
     busy = times if times is not None else no_busy()
 
@@ -116,19 +122,25 @@ def write_shards_on_device(shards: list, keep: np.ndarray, starts, out_dir, comp
         if not first:
             first.append(time.perf_counter())
         shard = shards[k]
+        data = None
+        if host_sink:  # the file's bytes, in memory: on the disk now, digested from memory below
+            data, sinks[k] = sinks[k].getbuffer(), None
+            with open(tmps[k], "wb") as f:
+                f.write(data)
         why = written_difference(tmps[k], shard, rows)
         if why is None:
             with busy_into(busy):
                 sync_file(tmps[k])
                 publish(tmps[k], out / shard.name)
-                done[k] = {"name": shard.name, **written_digest(out / shard.name)}
+                record = written_digest(out / shard.name) if data is None else memory_digest(data, out / shard.name)
+                done[k] = {"name": shard.name, **record}
         else:
             _set_aside(shard, why)
 
     t0 = time.perf_counter()
     try:
         try:
-            writer(table, starts, keep, tmps, codec, streams, written)
+            writer(table, starts, keep, sinks, codec, streams, written)
             if times is not None:
                 t1 = time.perf_counter()
                 handed = first[0] if first else t1

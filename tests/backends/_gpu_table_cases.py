@@ -586,3 +586,32 @@ def test_host_buffers_take_the_bytes_the_files_would(be, tmp_path, streams):
         be.write_table(held, starts, keep, bufs, "zstd", streams) == [int(keep[a:b].sum()) for a, b in zip(starts, starts[1:])]
     for f, b in zip(files, bufs):
         assert open(f, "rb").read() == b.getvalue()
+
+
+@pytest.mark.parametrize("streams", [1, 3])
+def test_the_host_sink_publishes_the_file_sinks_files_digested_from_memory(be, tmp_path, monkeypatch, streams):
+    """``host_sink``: libcudf encodes into host buffers, each file is written, synced, checked and published from
+    them, and its record (size, SHA-256, stamp) is taken from the bytes, not by reading the file back."""
+    from gpu_dedup import storage
+    from gpu_dedup.storage import atomic
+
+    paths = write_mixed(tmp_path / "in", sizes=(7, 5, 9, 4))
+    shards = shards_of(paths)
+    starts = np.cumsum([0] + [s.rows for s in shards])
+    keep = np.random.default_rng(4).random(int(starts[-1])) < 0.7
+    held = be.read_table(paths)
+    files = storage.write_shards_on_device(shards, keep, starts, tmp_path / "files", "zstd", held, be.write_table,
+                                           streams)
+    read_back = []
+    real = atomic.file_digest
+    monkeypatch.setattr(atomic, "file_digest", lambda path: read_back.append(path) or real(path))
+    times = storage.no_busy()
+    mem = storage.write_shards_on_device(shards, keep, starts, tmp_path / "mem", "zstd", held, be.write_table,
+                                         streams, times, host_sink=True)
+    assert read_back == [] and sorted(mem) == sorted(files) == [0, 1, 2, 3]
+    for k, s in enumerate(shards):
+        assert (tmp_path / "mem" / s.name).read_bytes() == (tmp_path / "files" / s.name).read_bytes()
+        assert mem[k] == {"name": s.name, **storage.written_digest(tmp_path / "mem" / s.name)}
+    assert sorted(os.listdir(tmp_path / "mem")) == sorted(s.name for s in shards)  # no temporary file left
+    assert times["device_files_seconds"] >= 0
+    assert times["sync_thread_seconds"] > 0 and times["digest_thread_seconds"] > 0
