@@ -28,7 +28,6 @@ prior's documents below ``first_doc``, input row ``r`` as ``first_doc + r``.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,33 +253,11 @@ def execute(job: Job, ex: Executor, ckpt, st: StageLog | None = None) -> RunResu
 # ---------------------------------------------------------------------------- the sequence
 
 
-class _Beside:
-    """``fn(*args)`` on a thread of its own, started now; :meth:`wait` joins it and returns the seconds it took,
-    or raises what it raised (``quiet``: only joins it, for a caller that is raising an error of its own)."""
-
-    def __init__(self, fn, *args):
-        self.seconds = 0.0
-        self.error: BaseException | None = None
-
-        def run():
-            t0 = time.perf_counter()
-            try:
-                fn(*args)
-            except BaseException as exc:  # handed to the thread that waits
-                self.error = exc
-            finally:
-                self.seconds = time.perf_counter() - t0
-
-        self.thread = threading.Thread(target=run, name="gpu-dedup-table", daemon=True)
-        self.thread.start()
-
-    def wait(self, quiet: bool = False) -> float:
-        self.thread.join()
-        if self.error is not None and not quiet:
-            raise self.error
-        if self.error is not None:
-            log.debug("the duplicates table failed too: %s", self.error)
-        return self.seconds
+def _seconds_of(fn, *args) -> float:
+    """The seconds ``fn(*args)`` took (run on a :class:`Soon` thread: that thread's own time)."""
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
 
 
 class Sequence:
@@ -579,7 +556,7 @@ class Sequence:
             # the duplicates table is written on a thread of its own beside the shards (pyarrow's writer encodes
             # and compresses on one thread: 3 s of an H200 host's 10^7-document run, while the device wrote the
             # shards); duplicates_table_seconds are that thread's, which overlap shards_seconds
-            table = _Beside(ex.write_table, tables, target / DUPLICATES_NAME) \
+            table = Soon(_seconds_of, (ex.write_table, tables, target / DUPLICATES_NAME), name="gpu-dedup-table") \
                 if cfg.output.duplicates_table and target is not None else None
             try:  # the table's thread is done before the stage ends, whatever the shards did
                 if target is not None and self.job.write_shards:
@@ -592,11 +569,14 @@ class Sequence:
                     if written != self.counts["kept"]:  # pragma: no cover - guarded by tests
                         raise RuntimeError(f"accounting error: {written} rows written but {self.counts['kept']} kept")
             except BaseException:
-                if table is not None:
-                    table.wait(quiet=True)  # the shards' error goes on
+                if table is not None:  # joined; the shards' error goes on
+                    try:
+                        table.result()
+                    except BaseException as exc:  # noqa: BLE001 - the shards' error is the one raised
+                        log.debug("the duplicates table failed too: %s", exc)
                 raise
             if table is not None:
-                details["duplicates_table_seconds"] = round(table.wait(), 4)
+                details["duplicates_table_seconds"] = round(table.result(), 4)
             info.update(rows_written=written, duplicates_rows=rows, **details)
         self.dup, self.tables, self.duplicates_rows = dup, tables, rows
 
