@@ -543,6 +543,7 @@ class Sequence:
         with self.st.cost("samples"):  # one process takes them now; a cluster beside the write stage
             self.samples = ex.soon(self._report_samples)
         with self.st.stage("write", len(corpus.shards), "shards") as info:
+            t_stage = time.perf_counter()
             dup = self._to_blocks(self.selected, "node", self.first_doc,
                                   after=Step(block_outputs, first_doc=self.first_doc))
             names = [s.name for s in corpus.shards]
@@ -551,8 +552,11 @@ class Sequence:
                             names=names, id_column=corpus.id_column, prior=self.prior)
             written = 0  # rows in deduplicated shards: none in memory or with output.shards false
             target = self.job.target
-            details: dict = {}  # where the stage's seconds went (the frames before the shards: the rest)
+            details: dict = {}  # where the stage's seconds went: frames, then the shards beside the table's thread
             rows = ex.total(table_rows, tables)["rows"]
+            # frames_seconds: the select stage's rows routed to blocks and the duplicates table's frames made, before
+            # anything is written (on a device: kernels, and the ids' gathers and copies to the host)
+            details["frames_seconds"] = round(time.perf_counter() - t_stage, 4)
             # the duplicates table is written on a thread of its own beside the shards (pyarrow's writer encodes
             # and compresses on one thread: 3 s of an H200 host's 10^7-document run, while the device wrote the
             # shards); duplicates_table_seconds are that thread's, which overlap shards_seconds
@@ -576,7 +580,9 @@ class Sequence:
                         log.debug("the duplicates table failed too: %s", exc)
                 raise
             if table is not None:
+                t1 = time.perf_counter()
                 details["duplicates_table_seconds"] = round(table.result(), 4)
+                details["table_wait_seconds"] = round(time.perf_counter() - t1, 4)  # after the shards were done
             info.update(rows_written=written, duplicates_rows=rows, **details)
         self.dup, self.tables, self.duplicates_rows = dup, tables, rows
 

@@ -85,6 +85,10 @@ def test_the_write_stage_says_where_its_seconds_went(shards, tmp_path):
     assert 0 < write["host_shards_seconds"] <= write["shards_seconds"] + 1e-3
     assert write["sync_thread_seconds"] > 0 and write["digest_thread_seconds"] > 0
     assert "device_write_seconds" not in write  # the device wrote nothing
+    # the stage's parts in sequence: its frames, the shards, then what it still waited for of the table's thread
+    parts = write["frames_seconds"] + write["shards_seconds"] + write["table_wait_seconds"]
+    assert 0 < write["frames_seconds"] and 0 <= write["table_wait_seconds"] and parts <= write["seconds"] + 1e-3
+    assert write["seconds"] - parts < 0.05 + 0.1 * write["seconds"]  # the rest is glue
     removal_list = run_dedup(shards, tmp_path / "list", Config.from_dict({"backend": "cpu", "output": {"shards": False}}))
     listed = removal_list.report["stages"]["write"]
     assert "shards_seconds" not in listed and listed["duplicates_table_seconds"] > 0
