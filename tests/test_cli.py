@@ -829,6 +829,18 @@ def test_report_rewrites_a_runs_page_only_as_the_run_owns_it(tmp_path, capsys):
     assert main(["report", str(out / "report.json"), "-o", str(tmp_path / "new.html")]) == 0  # ours: rewritten
 
 
+def test_quiet_and_verbose_together_are_a_usage_error(tmp_path, capsys, monkeypatch):
+    """``-q -v``: -q won, silently; argparse refuses the pair (exit 2) before anything runs."""
+    monkeypatch.chdir(tmp_path)
+    for argv in (["run", "in/", "-o", "out/", "-q", "-v"], ["evaluate", "in/", "-o", "out/", "-vv", "-q"],
+                 ["tune", "--no-plot", "-v", "--quiet"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and "not allowed with argument" in err, (argv, err)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("fault,said,success", [
     ("commit:renamed:terminate", "interrupted while publishing the outputs in", False),
     ("index:before-append:terminate", "previous complete output (if any) is untouched", True),  # segments first
