@@ -375,17 +375,24 @@ def cmd_tune(args) -> int:
     if args.documents is not None and cfg.similarity != "cosine":  # options that would do nothing: said, not ignored
         raise ConfigError(f"--documents {args.documents} derives the cosine layout's min_rows; it applies with "
                           "--similarity cosine only (a MinHash layout does not depend on the rows): drop it")
-    if args.floor is not None and not args.sample:
-        raise ConfigError(f"--floor {args.floor} is the lowest similarity measured on a sample; give the corpus with "
-                          "--sample-corpus CORPUS, or drop --floor")
+    sampling = [(flag, value) for flag, value in (("--sample-size", args.sample_size), ("--confirm", args.confirm),
+                                                  ("--seed", args.seed), ("--floor", args.floor)) if value is not None]
+    if sampling and not args.sample:
+        given = [f"{flag} {value}" for flag, value in sampling]
+        flags = [flag for flag, _ in sampling]
+        raise ConfigError(f"{_and(given)} {'applies' if len(given) == 1 else 'apply'} to the sample that confirms the "
+                          f"layouts, and no --sample-corpus is given; give the corpus with --sample-corpus CORPUS, or "
+                          f"drop {_and(flags)}")
     if args.output is None:  # the default directory, in the current one: say so before anything is written
         args.output = TUNE_DIR
         if not args.quiet:
             print(f"writing tune.json and tune.png to {Path(TUNE_DIR).resolve()}/ (the default; -o DIR to choose)")
     if cfg.similarity == "cosine":
         return _tune_cosine(cfg, args)
-    result = tune(cfg, top=args.top, output_dir=args.output, sample_inputs=args.sample, sample=args.sample_size,
-                  seed=args.seed, confirm=args.confirm, floor=args.floor, plot=not args.no_plot)
+    chosen = {k: v for k, v in (("sample", args.sample_size), ("seed", args.seed), ("confirm", args.confirm))
+              if v is not None}  # the others: tune's defaults
+    result = tune(cfg, top=args.top, output_dir=args.output, sample_inputs=args.sample, floor=args.floor,
+                  plot=not args.no_plot, **chosen)
     print(f"LSH layouts for threshold {cfg.lsh.threshold}, num_perm {cfg.minhash.num_perm}, "
           f"weights FP {cfg.lsh.fp_weight} / FN {cfg.lsh.fn_weight}:")
     print(format_table(result["layouts"], cfg.lsh.threshold))
@@ -399,6 +406,11 @@ def cmd_tune(args) -> int:
 
 
 TUNE_DIR = "gpu-dedup-tune"
+
+
+def _and(words: list) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def _tune_cosine(cfg, args) -> int:

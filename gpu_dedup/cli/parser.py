@@ -376,10 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="confirm the top layouts on a sample of this corpus (files, directories or globs)")
     p.add_argument("--sample", metavar="CORPUS", nargs="+", dest="sample", action=_Deprecated, new="--sample-corpus",
                    help=argparse.SUPPRESS)  # the old spelling; --sample is a count in evaluate
-    p.add_argument("--sample-size", type=int, default=5000,
+    # no defaults here (tune's own apply): given without --sample-corpus they are refused, not ignored
+    p.add_argument("--sample-size", type=int,
                    help="documents sampled from --sample-corpus (default 5000)")
-    p.add_argument("--confirm", type=positive_int, default=3, help="layouts run on the sample (default 3)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--confirm", type=positive_int, help="layouts run on the sample (default 3)")
+    p.add_argument("--seed", type=int, help="sampling seed of --sample-corpus (default 0)")
     p.add_argument("--floor", type=float, help="lowest exact similarity enumerated (default min(0.3, threshold))")
     p.add_argument("--no-plot", action="store_true", help="write no PNG")
     _add_quiet_verbose(p)
