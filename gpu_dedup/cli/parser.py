@@ -390,13 +390,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("dataset", help="build a real evaluation corpus from installed Debian packages")
     p.add_argument("name", choices=sorted(DATASETS), help="; ".join(f"{k}: {v}" for k, v in DATASETS.items()))
-    p.add_argument("-o", "--output", required=True, help="Parquet file to write")
-    p.add_argument("--info", help="also write a JSON description (size, source fingerprint, installed packages)")
+    p.add_argument("-o", "--output", required=True, help="Parquet file to write, or - for stdout (not a terminal)")
+    p.add_argument("--info", help="also write a JSON description (size, source fingerprint, installed packages) to "
+                   "this file, or - for stdout")
     p.set_defaults(func=cmd_dataset, quiet=False, verbose=0)
 
     p = sub.add_parser("report", help="(re)write report.html from a run's report.json")
     p.add_argument("report", help="report.json, or the output directory of a run")
-    p.add_argument("-o", "--output", help="HTML file to write (default: report.html beside report.json)")
+    p.add_argument("-o", "--output", help="HTML file to write, or - for stdout (default: report.html beside "
+                   "report.json)")
     p.set_defaults(func=cmd_report, quiet=True, verbose=0)
 
     p = sub.add_parser("config", help="print the resolved configuration (with derived values)")
