@@ -829,6 +829,32 @@ def test_report_rewrites_a_runs_page_only_as_the_run_owns_it(tmp_path, capsys):
     assert main(["report", str(out / "report.json"), "-o", str(tmp_path / "new.html")]) == 0  # ours: rewritten
 
 
+def test_report_to_dash_writes_the_page_to_stdout(tmp_path, capsysbinary, monkeypatch):
+    """``report -o -`` wrote a file named ``-``; it is standard output, the page alone (no "wrote" line)."""
+    inp = _small_corpus(tmp_path / "in")
+    out = tmp_path / "out"
+    assert main(["run", str(inp), "-o", str(out), "-q", "--backend", "cpu"]) == 0
+    capsysbinary.readouterr()
+    for where in (tmp_path, out):  # in a run's output directory too: not a page of the run named '-'
+        monkeypatch.chdir(where)
+        assert main(["report", str(out / "report.json"), "-o", "-"]) == 0
+        got = capsysbinary.readouterr()
+        assert got.out == (out / "report.html").read_bytes() and got.err == b""
+        assert not (where / "-").exists()
+
+
+def test_quiet_and_verbose_together_are_a_usage_error(tmp_path, capsys, monkeypatch):
+    """``-q -v``: -q won, silently; argparse refuses the pair (exit 2) before anything runs."""
+    monkeypatch.chdir(tmp_path)
+    for argv in (["run", "in/", "-o", "out/", "-q", "-v"], ["evaluate", "in/", "-o", "out/", "-vv", "-q"],
+                 ["tune", "--no-plot", "-v", "--quiet"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and "not allowed with argument" in err, (argv, err)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("fault,said,success", [
     ("commit:renamed:terminate", "interrupted while publishing the outputs in", False),
     ("index:before-append:terminate", "previous complete output (if any) is untouched", True),  # segments first

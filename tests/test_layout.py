@@ -15,6 +15,7 @@ LAYERS = {
     "kernels": 0,
     "version": 0,
     "errors": 0,
+    "pending": 0,  # values taken later with result() (Ready, Soon): the executors' and the report's
     "curves": 1,
     "config": 2,
     "backends": 3,

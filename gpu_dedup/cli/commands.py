@@ -102,15 +102,31 @@ def _with_id_column(args, cfg: Config) -> Config:
     return cfg.with_overrides({"input.id_column": AUTO_ID})
 
 
-def stdout_error(exc: OSError, what: str, example: str) -> GpuDedupError:
+def stdout_error(exc: OSError, what: str, example: str, read: str = "the index") -> GpuDedupError:
     """One error for a failed write of ``what`` to standard output (a full disk behind ``>``, a closed terminal):
-    the command wrote nothing else, so nothing needs cleaning up."""
+    the command wrote nothing else (``read``: what it only read), so nothing needs cleaning up."""
     from gpu_dedup.errors import write_error
 
     mapped = write_error("standard output", exc)
     kind = type(mapped) if isinstance(mapped, GpuDedupError) else OutputError
-    return kind(f"cannot write {what} to standard output ({exc.strerror or exc}); nothing else was written (the "
-                f"index was only read): send them where there is room, e.g. {example}")
+    return kind(f"cannot write {what} to standard output ({exc.strerror or exc}); nothing else was written "
+                f"({read} was only read): send the output where there is room, e.g. {example}")
+
+
+STDOUT = "-"  # an output file named so is standard output (report -o -, dataset -o -)
+
+
+def _write_stdout(chunks, what: str, example: str, read: str) -> None:
+    """The bytes ``chunks`` on standard output (a page, a Parquet file); a closed pipe is left to main."""
+    try:
+        sys.stdout.flush()  # anything printed before stays before
+        for chunk in chunks:
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:  # `| head`: the shell's status, no message (see main)
+        raise
+    except OSError as exc:
+        raise stdout_error(exc, what, example, read) from None
 
 
 def cmd_run(args) -> int:
@@ -375,17 +391,24 @@ def cmd_tune(args) -> int:
     if args.documents is not None and cfg.similarity != "cosine":  # options that would do nothing: said, not ignored
         raise ConfigError(f"--documents {args.documents} derives the cosine layout's min_rows; it applies with "
                           "--similarity cosine only (a MinHash layout does not depend on the rows): drop it")
-    if args.floor is not None and not args.sample:
-        raise ConfigError(f"--floor {args.floor} is the lowest similarity measured on a sample; give the corpus with "
-                          "--sample-corpus CORPUS, or drop --floor")
+    sampling = [(flag, value) for flag, value in (("--sample-size", args.sample_size), ("--confirm", args.confirm),
+                                                  ("--seed", args.seed), ("--floor", args.floor)) if value is not None]
+    if sampling and not args.sample:
+        given = [f"{flag} {value}" for flag, value in sampling]
+        flags = [flag for flag, _ in sampling]
+        raise ConfigError(f"{_and(given)} {'applies' if len(given) == 1 else 'apply'} to the sample that confirms the "
+                          f"layouts, and no --sample-corpus is given; give the corpus with --sample-corpus CORPUS, or "
+                          f"drop {_and(flags)}")
     if args.output is None:  # the default directory, in the current one: say so before anything is written
         args.output = TUNE_DIR
         if not args.quiet:
             print(f"writing tune.json and tune.png to {Path(TUNE_DIR).resolve()}/ (the default; -o DIR to choose)")
     if cfg.similarity == "cosine":
         return _tune_cosine(cfg, args)
-    result = tune(cfg, top=args.top, output_dir=args.output, sample_inputs=args.sample, sample=args.sample_size,
-                  seed=args.seed, confirm=args.confirm, floor=args.floor, plot=not args.no_plot)
+    chosen = {k: v for k, v in (("sample", args.sample_size), ("seed", args.seed), ("confirm", args.confirm))
+              if v is not None}  # the others: tune's defaults
+    result = tune(cfg, top=args.top, output_dir=args.output, sample_inputs=args.sample, floor=args.floor,
+                  plot=not args.no_plot, **chosen)
     print(f"LSH layouts for threshold {cfg.lsh.threshold}, num_perm {cfg.minhash.num_perm}, "
           f"weights FP {cfg.lsh.fp_weight} / FN {cfg.lsh.fn_weight}:")
     print(format_table(result["layouts"], cfg.lsh.threshold))
@@ -399,6 +422,11 @@ def cmd_tune(args) -> int:
 
 
 TUNE_DIR = "gpu-dedup-tune"
+
+
+def _and(words: list) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def _tune_cosine(cfg, args) -> int:
@@ -419,12 +447,30 @@ def _tune_cosine(cfg, args) -> int:
 
 
 def cmd_dataset(args) -> int:
+    import tempfile
+
     from gpu_dedup.evaluation.datasets import build, check_outputs
 
     check_outputs(args.output, args.info)  # before the dataset is read: nothing overwritten that it did not write
-    info = build(args.name, args.output)
-    print(f"{info['dataset']}: {info['documents']:,} documents, {info['text_mb']} MB of text -> {info['path']}")
-    if args.info:
+    if args.output == STDOUT and sys.stdout.isatty():  # Parquet is binary: not for a terminal
+        raise ConfigError(f"-o - writes the dataset, a binary Parquet file, to standard output, and that is a terminal "
+                          f"here; redirect it (gpu-dedup dataset {args.name} -o - > {args.name}.parquet) or give a "
+                          f"file (-o {args.name}.parquet)")
+    if args.output == STDOUT:
+        with tempfile.TemporaryDirectory(prefix="gpu-dedup-dataset-") as tmp:  # whole, then sent: nothing half-built
+            info = build(args.name, Path(tmp) / f"{args.name}.parquet")
+            with open(info["path"], "rb") as f:
+                _write_stdout(iter(lambda: f.read(1 << 20), b""), "the dataset", f"gpu-dedup dataset {args.name} -o "
+                              f"{args.name}.parquet", "the installed packages' files")
+        info["path"] = STDOUT
+    else:
+        info = build(args.name, args.output)
+    where = "standard output" if info["path"] == STDOUT else info["path"]
+    print(f"{info['dataset']}: {info['documents']:,} documents, {info['text_mb']} MB of text -> {where}",
+          file=sys.stderr if STDOUT in (args.output, args.info) else sys.stdout)  # stdout holds a file: not this
+    if args.info == STDOUT:
+        print(json.dumps(info, indent=2))
+    elif args.info:
         from gpu_dedup.storage import atomic_write_bytes
 
         Path(args.info).parent.mkdir(parents=True, exist_ok=True)
@@ -458,8 +504,11 @@ def cmd_report(args) -> int:
     except schema.ReportShapeError as exc:
         raise InputError(f"{str(src)!r} is not a report.json gpu_dedup can draw: {exc}; give the report.json a run "
                          "wrote (rerun the run to write it again)") from None
-    out = Path(args.output) if args.output else src.with_suffix(".html")
     page = render(report).encode("utf-8")
+    if args.output == STDOUT:  # the page is text: it goes to stdout, a terminal or not, and nothing else does
+        _write_stdout([page], "the page", f"gpu-dedup report {args.report} -o report.html", str(src))
+        return 0
+    out = Path(args.output) if args.output else src.with_suffix(".html")
     if (out.parent / MANIFEST_NAME).exists():  # a run's output directory: its page, owned as the run owns it
         replace_published(out.parent, out.name, page)
     else:

@@ -71,6 +71,14 @@ def _add_config_args(p: argparse.ArgumentParser, columns: bool = True) -> None:
                    help="any config key, dotted: --set select.keep=longest (repeatable)")
 
 
+def _add_quiet_verbose(p: argparse.ArgumentParser) -> None:
+    """-q and -v, one or the other (argparse says so when both are given)."""
+    talk = p.add_mutually_exclusive_group()
+    talk.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    talk.add_argument("-v", "--verbose", action="count", default=0,
+                      help="more detail: gpu_dedup's debug lines, other libraries' info")
+
+
 QUERY_OUTPUT = """input: plain text is one query per line (a newline ends a query: an 8-line text is 8 queries);
 with --jsonl, one JSON object per non-blank line, its --text-column holding the whole text.
 output: one JSON object per query on stdout, in input order (JSONL input: its non-blank
@@ -225,8 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(output.shards: false)")
     _add_config_args(p)
     _add_no_id_column(p)
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+    _add_quiet_verbose(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("demo", help="run on the bundled planted-cluster sample and score recall")
@@ -234,8 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directory for the sample and results (default: gpu-dedup-demo)")
     p.add_argument("--docs", type=int, default=3000, help="sample size (default 3000)")
     _add_config_args(p, columns=False)  # the sample's columns are its own: id and text
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+    _add_quiet_verbose(p)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("bench", help="benchmarks (see gpu_dedup/bench)")
@@ -352,8 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-targets", action="store_true",
                    help="exit 6 when a target is missed (precision 1.0 of verified edges, recall >= 0.99 at t+0.05)")
     _add_config_args(p)
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+    _add_quiet_verbose(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("tune", help="compare LSH layouts (bands x rows) for a threshold and pick one")
@@ -371,27 +376,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="confirm the top layouts on a sample of this corpus (files, directories or globs)")
     p.add_argument("--sample", metavar="CORPUS", nargs="+", dest="sample", action=_Deprecated, new="--sample-corpus",
                    help=argparse.SUPPRESS)  # the old spelling; --sample is a count in evaluate
-    p.add_argument("--sample-size", type=int, default=5000,
+    # no defaults here (tune's own apply): given without --sample-corpus they are refused, not ignored
+    p.add_argument("--sample-size", type=int,
                    help="documents sampled from --sample-corpus (default 5000)")
-    p.add_argument("--confirm", type=positive_int, default=3, help="layouts run on the sample (default 3)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--confirm", type=positive_int, help="layouts run on the sample (default 3)")
+    p.add_argument("--seed", type=int, help="sampling seed of --sample-corpus (default 0)")
     p.add_argument("--floor", type=float, help="lowest exact similarity enumerated (default min(0.3, threshold))")
     p.add_argument("--no-plot", action="store_true", help="write no PNG")
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+    _add_quiet_verbose(p)
     p.set_defaults(func=cmd_tune)
 
     from gpu_dedup.evaluation.datasets import DATASETS
 
     p = sub.add_parser("dataset", help="build a real evaluation corpus from installed Debian packages")
     p.add_argument("name", choices=sorted(DATASETS), help="; ".join(f"{k}: {v}" for k, v in DATASETS.items()))
-    p.add_argument("-o", "--output", required=True, help="Parquet file to write")
-    p.add_argument("--info", help="also write a JSON description (size, source fingerprint, installed packages)")
+    p.add_argument("-o", "--output", required=True, help="Parquet file to write, or - for stdout (not a terminal)")
+    p.add_argument("--info", help="also write a JSON description (size, source fingerprint, installed packages) to "
+                   "this file, or - for stdout")
     p.set_defaults(func=cmd_dataset, quiet=False, verbose=0)
 
     p = sub.add_parser("report", help="(re)write report.html from a run's report.json")
     p.add_argument("report", help="report.json, or the output directory of a run")
-    p.add_argument("-o", "--output", help="HTML file to write (default: report.html beside report.json)")
+    p.add_argument("-o", "--output", help="HTML file to write, or - for stdout (default: report.html beside "
+                   "report.json)")
     p.set_defaults(func=cmd_report, quiet=True, verbose=0)
 
     p = sub.add_parser("config", help="print the resolved configuration (with derived values)")

@@ -246,14 +246,18 @@ def _our_info(path: Path) -> bool:
 
 def check_outputs(path, info=None) -> None:
     """Refuse, before the dataset is read (seconds to minutes), an ``-o`` or ``--info`` that would overwrite a file
-    ``dataset`` did not write, that is a directory, or two options naming one file (exit 4 / 2)."""
+    ``dataset`` did not write, that is a directory, or two options naming one file (exit 4 / 2).  ``-`` is
+    standard output: nothing there to check."""
+    if info == path == "-":
+        raise ConfigError("-o - and --info - both name standard output; write the description to a file (e.g. "
+                          "--info debian-man.json) or the dataset to a file (e.g. -o debian-man.parquet)")
     if info is not None and os.path.abspath(info) == os.path.abspath(path):
         raise ConfigError(f"-o and --info both name {str(path)!r}; give the description another name (e.g. "
                           f"{str(Path(path).with_suffix('.json'))!r})")
     fix = "choose another path or move the file away"
     for flag, where, ours, what in (("-o", path, _our_parquet, "a dataset file"),
                                     ("--info", info, _our_info, "a dataset description")):
-        if where is None:
+        if where is None or where == "-":
             continue
         where = Path(where)
         if where.is_dir():

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpu_dedup.backends import array_module, dense_ranks, flags_fit, sorted_in, to_host, to_module
+from gpu_dedup.pending import Ready
 from gpu_dedup.version import __version__
 from gpu_dedup.storage import atomic_write_bytes
 
@@ -422,21 +423,11 @@ def examples_soon(ex, parts, first_doc: int, corpus, threshold: float = 1.0, k: 
         shown.update(p["shown"])
     rows = np.array(sorted(info), np.int64)
     take_soon = getattr(ex, "take_soon", None)  # (an executor without it: taken at once)
-    pending = take_soon(rows, "text") if take_soon is not None else _Now(ex.take(rows, "text"))
-    ids = _Now(None if corpus.id_generated else ex.take(rows, "id"))
+    pending = take_soon(rows, "text") if take_soon is not None else Ready(ex.take(rows, "text"))
+    ids = Ready(None if corpus.id_generated else ex.take(rows, "id"))
     stats = {c[0]: c for p in cands for c in p["stats"]}
     return _Examples(lambda got_texts, got_ids: _examples_out(out, corpus, rows, info, shown, stats, top, near_top,
                                                               close, got_texts, got_ids, chars), pending, ids)
-
-
-class _Now:
-    """A value taken at once, handed back by ``result()``."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def result(self):
-        return self.value
 
 
 def _examples_out(out: dict, corpus, rows: np.ndarray, info: dict, shown: dict, stats: dict, top: list,

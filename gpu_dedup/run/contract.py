@@ -31,7 +31,6 @@ maps over parts.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, overload
 
 import numpy as np
@@ -39,6 +38,7 @@ import pyarrow as pa
 
 from gpu_dedup.backends.arrow_arrays import arrow_array, empty_array
 from gpu_dedup.errors import ConfigError
+from gpu_dedup.pending import Ready as Ready, Soon as Soon  # their old home: still importable from here
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpu_dedup.run.stagelog import StageLog
@@ -368,39 +368,6 @@ class Executor(Protocol):
 
 
 # ---------------------------------------------------------------------------- shared policy
-
-
-class Ready:
-    """What :meth:`Executor.soon` hands back when it ran the step at once: its value."""
-
-    def __init__(self, value: Any):
-        self.value = value
-
-    def result(self) -> Any:
-        return self.value
-
-
-class Soon:
-    """``fn(*args, **kw)`` on a thread of its own, beside what the caller does next.  ``result()`` waits for it
-    and hands back its value or raises its error; a caller that fails first leaves it to end alone (a daemon
-    thread: it holds no process open), its error unread."""
-
-    def __init__(self, fn: Callable, args: tuple = (), kw: dict | None = None, name: str = "gpu_dedup-soon") -> None:
-        self._box: dict = {}
-        self._thread = threading.Thread(target=self._run, args=(fn, args, kw or {}), name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self, fn: Callable, args: tuple, kw: dict) -> None:
-        try:
-            self._box["value"] = fn(*args, **kw)
-        except BaseException as exc:  # noqa: BLE001 - handed to result()
-            self._box["error"] = exc
-
-    def result(self) -> Any:
-        self._thread.join()
-        if "error" in self._box:
-            raise self._box["error"]
-        return self._box["value"]
 
 
 def shard_starts(shards: list) -> np.ndarray:

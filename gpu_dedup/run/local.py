@@ -42,6 +42,7 @@ from gpu_dedup.backends.strings import (
     string_buffers,
 )
 from gpu_dedup.config import Config
+from gpu_dedup.pending import Ready, Soon
 from gpu_dedup.run.checkpoint import (
     Checkpoints,
     NoCheckpoints,
@@ -49,7 +50,7 @@ from gpu_dedup.run.checkpoint import (
     run_fingerprint,
     staged,
 )
-from gpu_dedup.run.contract import Ready, Soon, one_process_only, shard_starts, take_in_order
+from gpu_dedup.run.contract import one_process_only, shard_starts, take_in_order
 from gpu_dedup.run.prior import NoPrior
 from gpu_dedup.run.sequence import (
     CorpusCounts,

@@ -41,6 +41,7 @@ from gpu_dedup.backends import get_backend, to_host
 from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.config import Config
 from gpu_dedup.errors import COMMITTED, ConfigError
+from gpu_dedup.pending import Soon
 from gpu_dedup.report.build import (
     build_report,
     examples_soon,
@@ -49,7 +50,7 @@ from gpu_dedup.report.build import (
 )
 from gpu_dedup.report.page import render
 from gpu_dedup.run.checkpoint import CheckpointUnreadable, maybe_crash
-from gpu_dedup.run.contract import Executor, Parts, Prior, Sink, Soon, Step, shard_starts
+from gpu_dedup.run.contract import Executor, Parts, Prior, Sink, Step, shard_starts
 from gpu_dedup.run.index_steps import IndexSteps
 from gpu_dedup.run.outdir import (
     DUPLICATES_NAME,

@@ -148,6 +148,34 @@ def test_dataset_overwrites_only_its_own_files_and_checks_before_reading(doc_roo
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary files left
 
 
+def test_dataset_to_dash_is_stdout_and_refused_on_a_terminal(doc_root, tmp_path, capsysbinary, monkeypatch):
+    """``dataset -o -`` (and ``--info -``) wrote a file named ``-``; ``-`` is standard output, the summary line then
+    on stderr.  Parquet is binary: to a terminal it is refused before anything is read."""
+    import json
+    import sys
+
+    import gpu_dedup.evaluation.datasets as ds
+
+    read = []
+    monkeypatch.setitem(ds.LOADERS, "debian-copyright", lambda: read.append(1) or debian_copyright(str(doc_root)))
+    monkeypatch.chdir(tmp_path)
+    assert main(["dataset", "debian-copyright", "-o", "-", "--info", "c.json"]) == 0
+    got = capsysbinary.readouterr()
+    assert pq.read_table(pa.BufferReader(got.out)).column("id").to_pylist() == ["bar", "foo", "foo-dev"]
+    assert got.err == b"debian-copyright: 3 documents, 0.0 MB of text -> standard output\n"
+    assert json.loads((tmp_path / "c.json").read_text())["path"] == "-"
+    assert main(["dataset", "debian-copyright", "-o", "c.parquet", "--info", "-"]) == 0
+    got = capsysbinary.readouterr()
+    assert json.loads(got.out)["documents"] == 3 and b"-> c.parquet" in got.err
+    assert main(["dataset", "debian-copyright", "-o", "-", "--info", "-"]) == 2
+    assert b"both name standard output" in capsysbinary.readouterr().err
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert main(["dataset", "debian-copyright", "-o", "-"]) == 2
+    got = capsysbinary.readouterr()
+    assert got.out == b"" and b"binary Parquet file" in got.err and b"-o - > debian-copyright.parquet" in got.err
+    assert len(read) == 2 and not (tmp_path / "-").exists()
+
+
 def test_dataset_to_an_unwritable_place_is_refused_before_reading(doc_root, tmp_path, capsys, monkeypatch):
     """``dataset debian-man -o x.parquet`` on a read-only file system read every man page first (seconds), then
     failed naming its temporary file ``.x.parquet.<random>.tmp``; it is refused first, naming -o / --info."""

@@ -101,11 +101,16 @@ def test_tune_never_overwrites_a_file_it_did_not_write(tmp_path, capsys):
     (["--similarity", "cosine", "--documents", "0"], "argument --documents: 0 must be >= 1"),
     (["--documents", "1000"], "applies with --similarity cosine only"),
     (["--floor", "2"], "give the corpus with --sample-corpus"),
+    (["--sample-size", "100"], "--sample-size 100 applies to the sample that confirms the layouts, and no "
+                               "--sample-corpus is given; give the corpus with --sample-corpus CORPUS, or drop "
+                               "--sample-size"),
+    (["--seed", "0", "--confirm", "2"], "--confirm 2 and --seed 0 apply to the sample"),
+    (["--similarity", "cosine", "--seed", "3"], "drop --seed"),
 ])
 def test_tune_options_that_would_be_ignored_or_are_out_of_range_are_one_line_exit_2(tmp_path, capsys, argv, said):
     """``tune --top -5``, ``--confirm -1`` (ran one layout), ``--documents -5`` (min_rows 1) were accepted, and
-    ``--documents`` without cosine and ``--floor`` without a sample did nothing, silently; each is exit 2 naming
-    the option, nothing written."""
+    ``--documents`` without cosine and ``--floor``, ``--sample-size``, ``--confirm`` or ``--seed`` without a sample
+    did nothing, silently; each is exit 2 naming the option, nothing written."""
     argv = [str(tmp_path / "corpus.jsonl") if a == "CORPUS" else a for a in argv]
     (tmp_path / "corpus.jsonl").write_text('{"text": "a b c d e f"}\n')
     with pytest.raises(SystemExit) as exit_:

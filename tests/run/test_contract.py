@@ -175,3 +175,11 @@ def test_a_step_started_soon_runs_at_once_and_hands_back_its_value_or_its_error_
 
     with pytest.raises(InputError, match="had more when read"):
         Soon(fails, (), {}).result()
+
+
+def test_ready_and_soon_live_below_the_report_and_keep_their_old_names_here():
+    from gpu_dedup import pending
+    from gpu_dedup.run import contract
+
+    assert contract.Ready is pending.Ready and contract.Soon is pending.Soon
+    assert pending.Ready([1, 2]).result() == [1, 2]

@@ -9,17 +9,13 @@ import pytest
 
 from gpu_dedup.config import Config
 from gpu_dedup.errors import OutputError
-from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.run import local
 from gpu_dedup.run.entry import run_dedup
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    d = tmp_path_factory.mktemp("beside")
-    sample = planted_corpus(n_docs=600, n_clusters=30, words=(20, 60), seed=5)
-    write_shards(sample.table.select(["id", "text"]), d / "in", shards=2)
-    return d / "in"
+def shards(planted_shards):
+    return planted_shards("beside", n_docs=600, n_clusters=30, words=(20, 60), seed=5)
 
 
 def _cfg():

@@ -9,7 +9,6 @@ import time
 import pytest
 
 from gpu_dedup.config import Config
-from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.run.stagelog import StageLog
 
@@ -17,11 +16,8 @@ NAMED = {"setup", "kernel_load", "checkpoints", "samples", "report", "commit"}
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    d = tmp_path_factory.mktemp("booked")
-    sample = planted_corpus(n_docs=800, n_clusters=40, words=(20, 80), seed=4)
-    write_shards(sample.table.select(["id", "text"]), d / "in", shards=2)
-    return d / "in"
+def shards(planted_shards):
+    return planted_shards("booked", n_docs=800, n_clusters=40, words=(20, 80), seed=4)
 
 
 def _books_close(report: dict) -> None:
