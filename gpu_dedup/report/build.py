@@ -57,8 +57,9 @@ def similarity_summary(ex, parts, fn, threshold: float) -> dict:
     ``np.quantile`` gives them) of the values ``fn(part)`` of every part, without bringing the values
     together: order statistics are found by narrowing a histogram (see :func:`_order_statistics`); where every
     value is in 0..1 (similarities), the first pass over the values also counts them in the first narrowing
-    bins of that range."""
-    stats = ex.collect(_value_stats, parts, values=fn, threshold=threshold)
+    bins of that range.  One part (one process) holds every value: it gives its order statistics in that pass."""
+    one = len(parts) == 1  # the part's own values are all of them: it finds the order statistics itself
+    stats = ex.collect(_value_stats, parts, values=fn, threshold=threshold, order=one)
     n = sum(st["n"] for st in stats)
     hist = np.sum([st["hist"] for st in stats], axis=0) if stats else np.zeros(40, np.int64)
     edges = SIMILARITY_BINS if not hist[:20].any() else WIDE_BINS
@@ -69,13 +70,11 @@ def similarity_summary(ex, parts, fn, threshold: float) -> dict:
         return out
     lo = min(st["min"] for st in stats if st["n"])
     hi = max(st["max"] for st in stats if st["n"])
-    ranks = {}
-    for q in QUANTILES:
-        vi = q * (n - 1)
-        k = int(np.floor(vi))
-        ranks[q] = (vi, k, min(k + 1, n - 1))
+    ranks = _ranks(n)
     ks = sorted({r for _, a, b in ranks.values() for r in (a, b)})
-    if all(st["first"] is not None for st in stats):
+    if one:
+        found = stats[0]["order"]
+    elif all(st["first"] is not None for st in stats):
         found = _order_statistics(ex, parts, fn, ks, 0.0, 1.0, first=[st["first"] for st in stats])
     else:
         found = _order_statistics(ex, parts, fn, ks, lo, hi)
@@ -87,17 +86,34 @@ def similarity_summary(ex, parts, fn, threshold: float) -> dict:
     return out
 
 
-def _value_stats(part, values, threshold: float) -> dict:
+def _ranks(n: int) -> dict:
+    """For each of QUANTILES: (its fractional rank, the ranks below and above it) among ``n`` values."""
+    ranks = {}
+    for q in QUANTILES:
+        vi = q * (n - 1)
+        k = int(np.floor(vi))
+        ranks[q] = (vi, k, min(k + 1, n - 1))
+    return ranks
+
+
+def _value_stats(part, values, threshold: float, order: bool = False) -> dict:
     """Count, how many are below ``threshold``, 20-bin histogram, min and max of one part's values; and
-    ``first``, where they are all in 0..1: what :func:`_narrow` answers for the range 0..1 (else None)."""
+    ``first``, where they are all in 0..1: what :func:`_narrow` answers for the range 0..1 (else None).
+    ``order``: the part holds every value, and gives the order statistics of the quantiles' ranks (``order``:
+    rank -> value, by one partial sort) instead of ``first``."""
     v = np.asarray(values(part), np.float64)
     if v.shape[0] == 0:
         return {"n": 0, "below": 0, "hist": np.zeros(40, np.int64), "min": 0.0, "max": 0.0,
-                "first": _narrow_one(v, 0.0, 1.0)}
+                "first": _narrow_one(v, 0.0, 1.0), "order": {}}
     lo, hi = float(v.min()), float(v.max())
-    return {"n": int(v.shape[0]), "below": int(np.count_nonzero(v < threshold)),
-            "hist": _histogram(np.clip(v, -1.0, 1.0), WIDE_BINS), "min": lo, "max": hi,
-            "first": _narrow_one(v, 0.0, 1.0) if 0.0 <= lo and hi <= 1.0 else None}
+    out = {"n": int(v.shape[0]), "below": int(np.count_nonzero(v < threshold)),
+           "hist": _histogram(np.clip(v, -1.0, 1.0), WIDE_BINS), "min": lo, "max": hi}
+    if order:
+        ks = sorted({r for _, a, b in _ranks(v.shape[0]).values() for r in (a, b)})
+        out["order"] = {k: float(x) for k, x in zip(ks, np.partition(v, ks)[ks])}
+    else:
+        out["first"] = _narrow_one(v, 0.0, 1.0) if 0.0 <= lo and hi <= 1.0 else None
+    return out
 
 
 def _histogram(v, edges) -> np.ndarray:

@@ -18,17 +18,19 @@ def values(part):
     return part
 
 
+@pytest.mark.parametrize("split", [6, 1])
 @pytest.mark.parametrize("gather", [4096, 7])
 @pytest.mark.parametrize("kind", ["uniform", "ties", "one", "cosine", "fractions"])
-def test_quantiles_over_parts_equal_numpy(monkeypatch, gather, kind):
-    """Values in 0..1 (the first narrowing pass counted with the first statistics) or not (cosine)."""
+def test_quantiles_over_parts_equal_numpy(monkeypatch, gather, kind, split):
+    """Values in 0..1 (the first narrowing pass counted with the first statistics) or not (cosine); in several
+    parts (narrowed) or one (its own order statistics)."""
     monkeypatch.setattr(build, "GATHER_AT_MOST", gather)  # 7: every quantile found by narrowing
     rng = np.random.default_rng(len(kind) * 31 + gather)
     fractions = np.array([a / b for b in range(70, 90) for a in range(56, b + 1)])  # Jaccard-like, many ties
     v = {"uniform": rng.random(20_000), "ties": np.round(rng.random(20_000), 2),
          "one": np.array([0.83]), "cosine": rng.uniform(-1, 1, 5_000),
          "fractions": np.concatenate((rng.choice(fractions, 20_000), np.ones(15_000), np.zeros(3)))}[kind]
-    parts = np.array_split(v, 6)
+    parts = np.array_split(v, split)
     got = build.similarity_summary(InProcess(), parts, values, 0.8)
     want = {f"p{int(q * 100)}": round(float(x), 4) for q, x in zip(build.QUANTILES, np.quantile(v, build.QUANTILES))}
     assert got["quantiles"] == want
@@ -65,6 +67,26 @@ def test_every_quantile_is_narrowed_in_the_same_passes(monkeypatch):
     got = build.similarity_summary(Counting(), np.array_split(v, 4), values, 0.8)
     assert got["quantiles"]["p50"] == round(float(np.quantile(v, 0.5)), 4)
     assert calls[0] == "_value_stats" and 1 < len(calls) <= 5, calls
+
+
+def test_one_part_gives_its_values_once():
+    """A one-process run's removed near duplicates are one part: their values are taken once (on a GPU, one
+    copy to the host) and the part answers the quantiles itself, with no narrowing passes."""
+    v = np.random.default_rng(9).random(30_000)
+    calls, taken = [], []
+
+    class Counting(InProcess):
+        def collect(self, fn, parts, **kw):
+            calls.append(fn.__name__)
+            return super().collect(fn, parts, **kw)
+
+    def once(part):
+        taken.append(1)
+        return part
+
+    got = build.similarity_summary(Counting(), [v], once, 0.8)
+    assert calls == ["_value_stats"] and len(taken) == 1
+    assert got["quantiles"]["p25"] == round(float(np.quantile(v, 0.25)), 4)
 
 
 def test_histogram_is_numpys():
