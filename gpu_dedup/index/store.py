@@ -503,9 +503,33 @@ class Index:
         return np.asarray(col.flatten()).reshape(len(col), -1)
 
     def vectors(self, docs) -> Vectors:
-        """The vectors of indexed documents (a cosine index built from a vector column)."""
-        col = self._column("vector", docs)
-        m = np.asarray(col.flatten(), np.float32).reshape(len(col), -1)
+        """The vectors of indexed documents (a cosine index built from a vector column).
+
+        A segment whose vectors have no direction (null vectors only) stores zeros of the width its run took (1
+        when nothing gave it a dimension): when a later segment holds real vectors, that segment's rows read as
+        zeros of the index's dimension (:meth:`_vector_dim`), what they are."""
+        docs = np.asarray(docs, np.int64)
+        widths = {s.docs.schema.field("vector").type.list_size for s in self.segments}
+        if len(widths) <= 1:
+            col = self._column("vector", docs)
+            m = np.asarray(col.flatten(), np.float32).reshape(len(col), widths.pop() if widths else 1)  # 0 docs too
+            return Vectors(m, np.zeros(m.shape[0], np.int8))
+        dim = self._vector_dim()
+        m = np.zeros((docs.shape[0], dim or 1), np.float32)
+        firsts = np.array([s.first_doc for s in self.segments], np.int64)
+        which = np.searchsorted(firsts, docs, side="right") - 1
+        for k in np.unique(which):  # one take per segment touched
+            seg, sel = self.segments[k], np.flatnonzero(which == k)
+            col = seg.docs.column("vector")
+            part = _take(list(col.chunks), np.cumsum([seg.first_doc] + [len(c) for c in col.chunks])[:-1],
+                         docs[sel])
+            values = np.asarray(part.flatten(), np.float32).reshape(sel.shape[0], -1)
+            if values.shape[1] == m.shape[1]:
+                m[sel] = values
+            elif values.any():  # two dimensions of real vectors: no write path makes this
+                raise IndexDamaged(f"the index in {str(self.path)!r} holds vectors of {values.shape[1]} and of "
+                                   f"{dim} dimensions (segment {k}); rebuild it from its corpus (gpu-dedup index "
+                                   "build CORPUS -o NEW_INDEX_DIR)", "vectors of two dimensions")
         return Vectors(m, np.zeros(m.shape[0], np.int8))
 
     def exact_matches(self, keys: np.ndarray) -> np.ndarray:
