@@ -42,7 +42,9 @@ run at another is refused whatever its layout (with ``lsh.bands`` and
 ``lsh.rows`` given, or a threshold that derives the index's layout, the
 fingerprint alone does not tell them apart); an index written before it was
 recorded stands for it by its ``threshold`` (lsh.threshold), and its first
-append records it.  A query's own threshold is a read-only lookup, not checked.
+append records it; a run against such an index that gives a verify.threshold
+with the index's lsh.threshold is taken at its word, with a warning (the index
+cannot show what its documents were verified at).  A query's own threshold is a read-only lookup, not checked.
 ``split_chains`` records ``select.split_chains``, how the index's clusters were
 decided: a run with the other value would remove by another rule than the one
 the index's documents were removed by (the combined result follows neither;
@@ -309,7 +311,7 @@ class Index:
             layout = (cfg.cosine.bands, cfg.cosine.rows)  # given explicitly: must be the index's
         unchecked: list[str] = []  # settings an index written before they were recorded cannot be checked for
         split = self._split_chains_differs(cfg, unchecked)
-        threshold = self._threshold_differs(cfg)
+        threshold = self._threshold_differs(cfg, unchecked)
         recorded = self._recorded_differ(cfg, unchecked)
         if unchecked:
             log.warning("the index in %s was written by an earlier gpu_dedup and does not record %s, so this run's "
@@ -358,18 +360,33 @@ class Index:
             f"run with the index's settings (`gpu-dedup index info {self.path}` prints them) or build a new index"
         )
 
-    def _threshold_differs(self, cfg: Config) -> tuple[str, str, str] | None:
+    def _threshold_differs(self, cfg: Config, unchecked: list) -> tuple[str, str, str] | None:
         """(what differs, why it matters, the fix) when the run would verify (remove) at another threshold than
-        the index's documents were: its ``verify_threshold`` (the runs' verify.threshold, or their lsh.threshold);
-        an index that records none (written before it was recorded) stands for it by its lsh.threshold, and its
-        next append records it.  Checked whatever the layout: with lsh.bands and lsh.rows given (or a threshold
-        that derives the index's layout), the fingerprint is the index's and only this check tells them apart."""
+        the index's documents were: its ``verify_threshold`` (the runs' verify.threshold, or their lsh.threshold).
+        Checked whatever the layout: with lsh.bands and lsh.rows given (or a threshold that derives the index's
+        layout), the fingerprint is the index's and only this check tells them apart.
+
+        An index that records none (written before it was recorded) stands for it by its lsh.threshold, and its
+        next append records the run's.  Its documents may have been verified at a verify.threshold it could not
+        record: a run that gives one, with the index's lsh.threshold (the one value it records), is taken at its
+        word (it goes to ``unchecked``: one warning), as an unrecorded split_chains is; with another lsh.threshold
+        nothing vouches for it, and the refusal names lsh.threshold."""
         m = self.manifest
         if VERIFY_THRESHOLD in m:
             theirs = m[VERIFY_THRESHOLD]
         elif "threshold" in m:
             theirs = m["threshold"]
             self._verify_threshold = cfg.verify_threshold  # what an append records once the check passed
+            given = cfg.verify.threshold
+            if given is not None and given != theirs:
+                if cfg.lsh.threshold == theirs:
+                    unchecked.append(f"verify.threshold ({given})")
+                    return None
+                return (f"lsh.threshold: index {theirs!r}, this run {cfg.lsh.threshold!r}",
+                        f"the index was written before gpu_dedup recorded the verify threshold, so only its "
+                        f"lsh.threshold ({theirs}) says how its documents were removed, and this run's "
+                        f"verify.threshold {given} can be taken for theirs only with that lsh.threshold",
+                        f"--threshold {theirs}")
         else:  # pragma: no cover - every index written since the threshold was recorded says it
             return None
         mine = cfg.verify_threshold
@@ -503,9 +520,33 @@ class Index:
         return np.asarray(col.flatten()).reshape(len(col), -1)
 
     def vectors(self, docs) -> Vectors:
-        """The vectors of indexed documents (a cosine index built from a vector column)."""
-        col = self._column("vector", docs)
-        m = np.asarray(col.flatten(), np.float32).reshape(len(col), -1)
+        """The vectors of indexed documents (a cosine index built from a vector column).
+
+        A segment whose vectors have no direction (null vectors only) stores zeros of the width its run took (1
+        when nothing gave it a dimension): when a later segment holds real vectors, that segment's rows read as
+        zeros of the index's dimension (:meth:`_vector_dim`), what they are."""
+        docs = np.asarray(docs, np.int64)
+        widths = {s.docs.schema.field("vector").type.list_size for s in self.segments}
+        if len(widths) <= 1:
+            col = self._column("vector", docs)
+            m = np.asarray(col.flatten(), np.float32).reshape(len(col), widths.pop() if widths else 1)  # 0 docs too
+            return Vectors(m, np.zeros(m.shape[0], np.int8))
+        dim = self._vector_dim()
+        m = np.zeros((docs.shape[0], dim or 1), np.float32)
+        firsts = np.array([s.first_doc for s in self.segments], np.int64)
+        which = np.searchsorted(firsts, docs, side="right") - 1
+        for k in np.unique(which):  # one take per segment touched
+            seg, sel = self.segments[k], np.flatnonzero(which == k)
+            col = seg.docs.column("vector")
+            part = _take(list(col.chunks), np.cumsum([seg.first_doc] + [len(c) for c in col.chunks])[:-1],
+                         docs[sel])
+            values = np.asarray(part.flatten(), np.float32).reshape(sel.shape[0], -1)
+            if values.shape[1] == m.shape[1]:
+                m[sel] = values
+            elif values.any():  # two dimensions of real vectors: no write path makes this
+                raise IndexDamaged(f"the index in {str(self.path)!r} holds vectors of {values.shape[1]} and of "
+                                   f"{dim} dimensions (segment {k}); rebuild it from its corpus (gpu-dedup index "
+                                   "build CORPUS -o NEW_INDEX_DIR)", "vectors of two dimensions")
         return Vectors(m, np.zeros(m.shape[0], np.int8))
 
     def exact_matches(self, keys: np.ndarray) -> np.ndarray:

@@ -15,6 +15,10 @@ state, no draw order: a GPU thread, a CPU loop and the pure-Python reference
 produce the same matrix, and the text path (SimHash) uses the very same
 entries with feature hashes as dimension indices.
 
+The signatures hold them as int8 (:func:`plane_codes`, ``d * bits`` bytes: 1 GiB at 10^6 dimensions and 1,024
+bits, 4 GiB at :data:`MAX_DIM` and 4,096 bits), made in blocks of dimensions, and multiply float32 copies of one
+block of :data:`EXACT_BLOCK` dimensions at a time: the same values, so the same exact sums.
+
 Exact bits by construction
 --------------------------
 Floating-point sums depend on the summation order, which differs between
@@ -65,8 +69,10 @@ tests check them.
 
 from __future__ import annotations
 
+import sys
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -77,8 +83,9 @@ from gpu_dedup.kernels.cosine_scalar import FM1, FM2, GAUSS8, GOLDEN, S33
 from gpu_dedup.stages.buckets import buckets
 
 EXACT_BLOCK = 1024  # dimensions per exactly-summed float32 block (1024 * 127 * 93 < 2**24)
-MAX_DIM = 1 << 20  # int64 sums of blocks are exact far beyond this; the bound is the hyperplane matrix size
+MAX_DIM = 1 << 20  # int64 sums of blocks are exact far beyond this; bounds the int8 hyperplanes (d * bits bytes)
 BATCH_ROWS = 8192  # rows quantized + projected at once (bounds the float32 projection buffer)
+BATCH_BYTES = 256 << 20  # at most this many bytes of quantized rows per batch (8,192 rows up to 8,192 dimensions)
 
 OK, ZERO_VECTOR, NON_FINITE, NULL_ROW, BAD_LENGTH, EMPTY_TEXT = 0, 1, 2, 3, 4, 5
 STATUS_NAMES = {OK: "ok", ZERO_VECTOR: "zero_vector", NON_FINITE: "non_finite", NULL_ROW: "null",
@@ -141,32 +148,78 @@ def hyperplane_words(keys, words: int, seed: int, xp=np):
 
 
 def hyperplanes(dim: int, bits: int, seed: int, xp=np):
-    """(dim, bits) float32 matrix ``R[i, j]`` (rule 3): integer entries in [-93, 93]."""
+    """(dim, bits) float32 matrix ``R[i, j]`` (rule 3): integer entries in [-93, 93].
+
+    4 bytes per entry: the signatures hold :func:`plane_codes` (1 byte per entry) instead and make float32
+    blocks of :data:`EXACT_BLOCK` dimensions where they multiply; this whole matrix is for tests and readers.
+    """
+    return plane_codes(dim, bits, seed, xp).astype(xp.float32)
+
+
+def plane_codes(dim: int, bits: int, seed: int, xp=np, fast: bool | None = None):
+    """(dim, bits) int8 matrix ``R[i, j]`` (rule 3), the values of :func:`hyperplanes` in one byte each.
+
+    Made in blocks of dimensions, so the peak is this matrix plus one block's temporaries (``dim * bits``
+    bytes; the int64 lines over the whole matrix took 21 bytes per entry, ~21 GiB at 10^6 dimensions and
+    1,024 bits).  NumPy: kept per process (read-only, :data:`CODES_CACHE_BYTES`); a device makes them each time.
+    """
     if bits % 8:
         raise ValueError(f"bits = {bits} must be a multiple of 8")
-    return _HYPERPLANES.pick(xp)(dim, bits, seed, xp)
+    return _PLANE_CODES.pick(xp, fast)(dim, bits, seed, xp)
 
 
-@lru_cache(maxsize=16)
-def _hyperplanes_cached(dim: int, bits: int, seed: int) -> np.ndarray:
-    r = _hyperplanes(dim, bits, seed, np)
+CODES_BLOCK_ENTRIES = 1 << 20  # hyperplane entries made at once (the array-module lines: ~25 bytes each)
+CODES_CACHE_BYTES = 1 << 30  # host plane codes kept per process beyond the latest (which is always kept)
+_GAUSS8_CODES = GAUSS8.astype(np.int8)
+_codes_cache: OrderedDict = OrderedDict()
+_codes_lock = threading.Lock()
+
+
+def _plane_codes_lines(dim: int, bits: int, seed: int, xp):
+    out = xp.empty((dim, bits), dtype=xp.int8)
+    table = xp.asarray(_GAUSS8_CODES)
+    shifts = xp.arange(8, dtype=xp.uint64) * _u64(xp, 8)
+    step = max(1, CODES_BLOCK_ENTRIES // bits)
+    for lo in range(0, dim, step):  # dim / step blocks of dimensions, each whole array steps
+        hi = min(lo + step, dim)
+        h = hyperplane_words(xp.arange(lo, hi, dtype=xp.uint64), bits // 8, seed, xp)  # (hi - lo, bits / 8)
+        byte = ((h[:, :, None] >> shifts[None, None, :]) & _u64(xp, 255)).astype(xp.int64)  # (hi - lo, bits/8, 8)
+        out[lo:hi] = table[byte.reshape(hi - lo, bits)]
+    return out
+
+
+def _plane_codes_make(dim: int, bits: int, seed: int) -> np.ndarray:
+    if sys.byteorder != "little":
+        return _plane_codes_lines(dim, bits, seed, np)
+    out = np.empty((dim, bits), dtype=np.int8)
+    step = max(1, CODES_BLOCK_ENTRIES // bits)
+    for lo in range(0, dim, step):  # byte b of word w (little-endian) is entry 8w + b: rule 3's shifts
+        hi = min(lo + step, dim)
+        h = hyperplane_words(np.arange(lo, hi, dtype=np.uint64), bits // 8, seed, np)
+        out[lo:hi] = _GAUSS8_CODES[h.view(np.uint8)]
+    return out
+
+
+def _plane_codes_host(dim: int, bits: int, seed: int, xp=np) -> np.ndarray:
+    """Made once per (dim, bits, seed) in this process: the latest always kept, older ones while all of them
+    take at most :data:`CODES_CACHE_BYTES`."""
+    key = (int(dim), int(bits), int(seed))
+    with _codes_lock:
+        got = _codes_cache.get(key)
+        if got is not None:
+            _codes_cache.move_to_end(key)
+            return got
+    r = _plane_codes_make(*key)
     r.setflags(write=False)
+    with _codes_lock:
+        _codes_cache[key] = r
+        _codes_cache.move_to_end(key)
+        while len(_codes_cache) > 1 and sum(a.nbytes for a in _codes_cache.values()) > CODES_CACHE_BYTES:
+            _codes_cache.popitem(last=False)
     return r
 
 
-def _hyperplanes_host(dim: int, bits: int, seed: int, xp=np) -> np.ndarray:
-    return _hyperplanes_cached(dim, bits, seed)  # made once per (dim, bits, seed) in this process
-
-
-def _hyperplanes(dim: int, bits: int, seed: int, xp):
-    h = hyperplane_words(xp.arange(dim, dtype=xp.uint64), bits // 8, seed, xp)  # (dim, bits / 8)
-    shifts = xp.arange(8, dtype=xp.uint64) * _u64(xp, 8)
-    byte = ((h[:, :, None] >> shifts[None, None, :]) & _u64(xp, 255)).astype(xp.int64)  # (dim, bits/8, 8)
-    table = xp.asarray(GAUSS8)
-    return table[byte.reshape(dim, bits)].astype(xp.float32)
-
-
-_HYPERPLANES = ByArrays(_hyperplanes, host=_hyperplanes_host)  # a device makes them each time (fast there)
+_PLANE_CODES = ByArrays(_plane_codes_lines, host=_plane_codes_host)
 
 
 # ---------------------------------------------------------------- quantize, project, pack
@@ -206,18 +259,26 @@ _QUANTIZE = ByArrays(_quantize_lines, host=_quantize_host)
 def project(q, r, xp=np):
     """Exact integer ``q @ r`` for integer-valued float32 ``q`` (|q| <= 127) and ``r`` (|r| <= 93).
 
-    One float32 product up to :data:`EXACT_BLOCK` dimensions (exact: every
-    partial sum is an integer below 2**24); beyond, blocks of that many
-    dimensions summed in int64.  Returns float32 (small d) or int64.
+    ``r``: float32, or the int8 :func:`plane_codes` (made float32 one block of dimensions at a time, the same
+    values, so the same products).  One float32 product up to :data:`EXACT_BLOCK` dimensions (exact: every
+    partial sum is an integer below 2**24); beyond, blocks of that many dimensions summed in int64.  Returns
+    float32 (small d) or int64.
     """
     d = q.shape[1]
     if d <= EXACT_BLOCK:
-        return q @ r
+        return q @ _float32(r, xp)
     out = None
     for lo in range(0, d, EXACT_BLOCK):  # d / 1024 BLAS calls, not a loop over rows
-        part = (q[:, lo:lo + EXACT_BLOCK] @ r[lo:lo + EXACT_BLOCK]).astype(xp.int64)
-        out = part if out is None else out + part
+        part = (q[:, lo:lo + EXACT_BLOCK] @ _float32(r[lo:lo + EXACT_BLOCK], xp)).astype(xp.int64)
+        if out is None:
+            out = part
+        else:
+            out += part
     return out
+
+
+def _float32(r, xp):
+    return r if r.dtype == xp.float32 else r.astype(xp.float32)
 
 
 def pack_signs(p, xp=np, fast: bool | None = None):
@@ -246,12 +307,19 @@ def _pack_signs_lines(p, xp):
 _PACK_SIGNS = ByArrays(_pack_signs_lines, host=_pack_signs_host)
 
 
+def batch_step(d: int, batch_rows: int = BATCH_ROWS) -> int:
+    """Rows per batch: ``batch_rows``, or fewer so that a batch's quantized rows (float32) take at most
+    :data:`BATCH_BYTES` (at 10^6 dimensions 8,192 rows would be 32 GiB); whole rows, so the same bits."""
+    return max(1, min(int(batch_rows), BATCH_BYTES // (4 * max(int(d), 1))))
+
+
 def signatures(x, bits: int, seed: int, xp=np, *, batch_rows: int = BATCH_ROWS, fast: bool | None = None,
                status=None) -> Signatures:
     """Packed ``bits``-bit signatures of the rows of ``x`` (an (n, d) float matrix).
 
     Work runs in batches of ``batch_rows`` rows (quantize, one matrix product,
-    pack), so memory beyond the input is ``batch_rows * bits`` floats.
+    pack; fewer rows when their quantized copy would pass :data:`BATCH_BYTES`), so memory beyond the input is
+    the int8 hyperplanes (``d * bits`` bytes), a batch's quantized rows and its ``batch_rows * bits`` sums.
     ``status`` (optional, int8 per row, e.g. from :func:`vectors.from_arrow`)
     marks rows already known to have no vector; they stay unsigned.
     """
@@ -262,11 +330,14 @@ def signatures(x, bits: int, seed: int, xp=np, *, batch_rows: int = BATCH_ROWS, 
         raise ValueError("vectors have no dimensions")
     if d > MAX_DIM:
         raise ValueError(f"vectors have {d} dimensions; at most {MAX_DIM} are supported")
-    r = hyperplanes(d, bits, seed, xp)
+    r = plane_codes(d, bits, seed, xp)  # int8: d * bits bytes
+    if d <= EXACT_BLOCK:
+        r = r.astype(xp.float32)  # one product per batch: made float32 once (at most 16 MiB)
     out = xp.zeros((n, bits // 64), dtype=xp.uint64)
     st = xp.zeros(n, dtype=xp.int8)
-    for lo in range(0, n, batch_rows):  # n / batch_rows steps, each a batch of rows
-        hi = min(lo + batch_rows, n)
+    step = batch_step(d, batch_rows)
+    for lo in range(0, n, step):  # n / step steps, each a batch of rows
+        hi = min(lo + step, n)
         q, s = quantize(x[lo:hi], xp, fast)
         out[lo:hi] = pack_signs(project(q, r, xp), xp)
         st[lo:hi] = s

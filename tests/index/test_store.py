@@ -1047,3 +1047,40 @@ def test_no_id_column_against_an_index_of_string_ids_is_refused_before_it_runs(b
     assert not (tmp_path / "o4").exists() and Index.open(ints).documents == before
     assert main(["run", str(batches / "b"), "-o", str(tmp_path / "o5"), "--against", ints,  # read only: allowed
                  "--no-id-column"] + flags) == 0
+
+
+def test_an_old_index_verified_at_its_own_threshold_is_run_against_at_it(batches, tmp_path, caplog):
+    """An index built with verify.threshold 0.7 (lsh.threshold 0.8) by a gpu_dedup that did not record the verify
+    threshold stands for it by its lsh.threshold 0.8, so a run with its real settings (lsh 0.8, verify 0.7) was
+    refused ("verify threshold: index 0.8, this run 0.7"), and the fix it named (verify.threshold 0.8) would remove
+    by another threshold than the index's documents were: no run could use the index as built.  A run whose
+    lsh.threshold is the index's (the one value it records) is now accepted with the warning that the verify
+    threshold cannot be checked; its first append records 0.7, which later runs must match.  With another
+    lsh.threshold too, nothing vouches for the verify threshold: refused, naming lsh.threshold and its fix."""
+    import logging
+
+    from gpu_dedup.index.format import sealed
+
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    real = cfg.with_overrides({"verify.threshold": 0.7})
+    run_dedup(batches / "a", tmp_path / "oa", real, index_out=tmp_path / "ix")
+    path = tmp_path / "ix" / "manifest.json"
+    m = json.loads(path.read_text())
+    assert m["threshold"] == 0.8 and m["verify_threshold"] == 0.7
+    path.write_text(json.dumps(sealed({k: v for k, v in m.items() if k not in ("verify_threshold", "manifest_sha256")})))
+    with pytest.raises(IndexMismatchError, match=r"lsh.threshold: index 0.8, this run 0.6.*--threshold 0.8"):
+        run_dedup(batches / "b", None, real.with_overrides({"lsh.threshold": 0.6, "lsh.bands": 16, "lsh.rows": 8}),
+                  against=tmp_path / "ix")
+    full = run_dedup([batches / "a", batches / "b"], None, real)
+    with caplog.at_level(logging.WARNING, logger="gpu_dedup"):
+        res = run_dedup(batches / "b", tmp_path / "ob", real, against=tmp_path / "ix", update_index=True)
+    assert "does not record verify.threshold (0.7)" in caplog.text
+    assert json.loads(path.read_text())["verify_threshold"] == 0.7
+    assert res.report["config"]["verify"]["threshold"] == 0.7
+    assert res.report["counts"]["removed"] == int((~full.kept[800:]).sum())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="gpu_dedup"):
+        run_dedup(batches / "b", None, real, against=tmp_path / "ix")  # recorded now: checked, no warning
+    assert "verify.threshold" not in caplog.text
+    with pytest.raises(IndexMismatchError, match=r"verify threshold: index 0.7, this run 0.8 \(lsh.threshold\)"):
+        run_dedup(batches / "b", None, cfg, against=tmp_path / "ix")

@@ -387,3 +387,36 @@ def test_an_index_of_null_vectors_fixes_no_dimension(tmp_path):
     res = index_run([tmp_path / "b.parquet"], tmp_path / "o2", _cfg(), against=tmp_path / "idx")
     assert res.report["counts"]["removed"] == 6 and res.report["counts"]["unsigned_bad_length"] == 0
     assert len(Index.open(tmp_path / "idx").query(vectors=x[:1])) == 0
+
+
+def test_real_vectors_appended_to_an_index_of_null_vectors(tmp_path):
+    """An index built from null vectors only, then appended real vectors (``--update-index``): the index takes
+    the appended vectors' dimension, and later runs, appends and queries read its vectors as a full run of
+    everything would (no segment of another width in the way)."""
+    x = np.random.default_rng(1).normal(size=(6, 8)).astype(np.float32)
+
+    def shard(name, rows, typ=pa.list_(pa.float32())):
+        pq.write_table(pa.table({"id": pa.array([f"{name}{i}" for i in range(len(rows))]),
+                                 "emb": pa.array(rows, typ)}), tmp_path / f"{name}.parquet")
+        return tmp_path / f"{name}.parquet"
+
+    a = shard("a", [None, None])
+    b = shard("b", x.tolist())
+    c = shard("c", (x * 2).tolist() + [[0.5] * 8])  # copies (same directions) of b's, and a new vector
+    index_run([a], tmp_path / "o1", _cfg(), index_out=tmp_path / "idx")
+    assert Index.open(tmp_path / "idx").vectors([]).matrix.shape == (0, 1)  # no document asked: no vector (was an error)
+    index_run([b], tmp_path / "o2", _cfg(), against=tmp_path / "idx", update_index=True)
+    index = Index.open(tmp_path / "idx")
+    assert index.documents == 8 and index._vector_dim() == 8
+    assert {s.docs.schema.field("vector").type.list_size for s in index.segments} == {1, 8}  # as stored
+    assert index.vectors(np.arange(8)).matrix.shape == (8, 8) and not index.vectors([0, 1]).matrix.any()
+    assert np.array_equal(index.vectors([5, 2, 0]).matrix, np.concatenate([x[[3, 0]], np.zeros((1, 8))]))
+    assert index.vectors([]).matrix.shape == (0, 8)
+    hits = index.query(vectors=x[:2]).to_pandas()
+    assert sorted(hits["query"].unique().tolist()) == [0, 1]
+    res = index_run([c], tmp_path / "o3", _cfg(), against=tmp_path / "idx", update_index=True)
+    assert res.report["counts"]["removed_against_index"] == 6 and res.kept[6] and not res.kept[:6].any()
+    index = Index.open(tmp_path / "idx")
+    assert index.documents == 15 and index.vectors(np.arange(15)).matrix.shape == (15, 8)
+    full = index_run([a, b, c], tmp_path / "o4", _cfg())
+    assert full.report["counts"]["removed"] == 6

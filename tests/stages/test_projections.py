@@ -56,12 +56,30 @@ def test_hyperplanes_of_a_prefix_of_dimensions_and_bits_are_a_prefix():
     assert not np.array_equal(pj.hyperplanes(13, 64, SEED + 1), big[:13, :64])
 
 
-def test_hyperplanes_under_the_array_module_path_equal_the_host_cache():
-    a = pj.hyperplanes(9, 128, 3)
-    b = pj._hyperplanes(9, 128, 3, np)
-    assert np.array_equal(a, b)
+def test_hyperplanes_under_the_array_module_path_equal_the_host_cache(monkeypatch):
+    a = pj.plane_codes(9, 128, 3)
+    b = pj.plane_codes(9, 128, 3, fast=False)  # the device's lines on NumPy
+    assert a.dtype == b.dtype == np.int8 and np.array_equal(a, b)
+    assert np.array_equal(pj.hyperplanes(9, 128, 3), a.astype(np.float32))
+    assert pj.plane_codes(9, 128, 3) is a  # kept
     with pytest.raises(ValueError, match="read-only|not writeable"):
         a[0, 0] = 1
+    monkeypatch.setattr(pj, "CODES_BLOCK_ENTRIES", 3 * 128 + 5)  # blocks of 3 dimensions, the last one short
+    assert np.array_equal(pj._plane_codes_make(11, 128, 5), pj.plane_codes(11, 128, 5, fast=False))
+    assert np.array_equal(pj._plane_codes_make(11, 128, 5), pj._plane_codes_lines(11, 128, 5, np))
+    assert np.array_equal(pj._plane_codes_make(11, 128, 5)[:, :72].tolist(), ref.hyperplanes(11, 72, 5))
+
+
+def test_host_plane_codes_kept_within_a_byte_budget(monkeypatch):
+    monkeypatch.setattr(pj, "_codes_cache", pj.OrderedDict())
+    monkeypatch.setattr(pj, "CODES_CACHE_BYTES", 2 * 3 * 64)  # two of (3, 64)
+    a = pj.plane_codes(3, 64, 1)
+    pj.plane_codes(3, 64, 2)
+    assert pj.plane_codes(3, 64, 1) is a  # both fit
+    pj.plane_codes(3, 64, 3)  # the least recently used (seed 2) goes
+    assert list(pj._codes_cache) == [(3, 64, 1), (3, 64, 3)]
+    big = pj.plane_codes(20, 64, 4)  # larger than the budget alone: kept as the latest, the others go
+    assert list(pj._codes_cache) == [(20, 64, 4)] and pj.plane_codes(20, 64, 4) is big
 
 
 # ---------------------------------------------------------------- quantization and exact bits
@@ -310,3 +328,43 @@ def test_pack_signs_kernel_equals_the_array_lines():
     p[0, :5] = -0.0
     for arr in (p, p.astype(np.int64)):
         assert np.array_equal(pj.pack_signs(arr), pj.pack_signs(arr, fast=False))
+
+
+# ---------------------------------------------------------------- memory at many dimensions
+
+
+def _peak_bytes(fn):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_hyperplanes_at_many_dimensions_take_about_a_byte_per_entry():
+    """Signing vectors of ``d`` dimensions holds the hyperplanes as one int8 per entry, made in blocks of
+    dimensions: no (d, bits) int64 or float32 matrix (it was 21 bytes per entry at its peak, ~21 GiB at
+    10^6 dimensions and 1,024 bits), and the same bits as the float32 matrix gives."""
+    d, bits, seed = 3 * pj.EXACT_BLOCK * 4 + 77, 1024, 977  # a (d, bits, seed) no other test caches
+    x = np.random.default_rng(2).standard_normal((5, d)).astype(np.float32)
+    entries = d * bits
+    peak = _peak_bytes(lambda: pj.signatures(x, bits, seed))
+    assert peak < 1.25 * entries + (16 << 20), f"{peak / entries:.1f} bytes per hyperplane entry"
+    q, _ = pj.quantize(x)
+    r = pj.hyperplanes(d, bits, seed)
+    assert np.array_equal(pj.signatures(x, bits, seed).bits, pj.pack_signs(q.astype(np.int64) @ r.astype(np.int64)))
+
+
+def test_batches_of_many_dimensions_hold_a_bounded_quantized_copy(monkeypatch):
+    assert pj.batch_step(1024) == pj.BATCH_ROWS and pj.batch_step(10**6) == pj.BATCH_BYTES // (4 * 10**6)
+    assert pj.batch_step(10**9) == 1 and pj.batch_step(64, 5) == 5
+    x = np.random.default_rng(4).standard_normal((9, 2 * pj.EXACT_BLOCK + 3)).astype(np.float32)
+    want = pj.signatures(x, 128, SEED)
+    monkeypatch.setattr(pj, "BATCH_BYTES", 2 * 4 * x.shape[1])  # two rows a batch
+    assert pj.batch_step(x.shape[1]) == 2
+    got = pj.signatures(x, 128, SEED)
+    assert np.array_equal(got.bits, want.bits) and np.array_equal(got.status, want.status)
+    assert np.array_equal(pj.signatures(x, 128, SEED, fast=False).bits, want.bits)
