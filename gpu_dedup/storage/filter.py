@@ -233,12 +233,35 @@ def _published(target, write) -> None:
         atomically(target, None, write, durable=True)
         return
     fd, tmp = tempfile.mkstemp(prefix=".gpu-dedup-upload.", suffix=".tmp")
+    held = _nameless(fd, tmp)
     try:
-        write(fd, tmp)
-        with pa.memory_map(tmp) as f:
+        path = tmp if held is None else f"/proc/self/fd/{held}"
+        write(fd, path)
+        with pa.memory_map(path) as f:
             put_bytes(target, f.read_buffer())
     finally:
-        unlink(tmp)
+        if held is None:
+            unlink(tmp)
+        else:
+            os.close(held)
+
+
+def _nameless(fd: int, tmp: str) -> int | None:
+    """A second descriptor of the temporary file ``tmp`` (open as ``fd``) whose name is removed at once, so that
+    nothing is left in the temporary directory even when the process is killed (the kernel frees the file with
+    its last descriptor); the file is reopened by its ``/proc/self/fd`` link.  None where there is no such link
+    (not Linux): the file keeps its name until it is uploaded."""
+    link = f"/proc/self/fd/{fd}"
+    if not os.path.exists(link):
+        return None
+    held = os.dup(fd)
+    try:
+        os.close(os.open(f"/proc/self/fd/{held}", os.O_RDONLY))  # the link reopens the file
+        os.unlink(tmp)
+    except OSError:
+        os.close(held)
+        return None
+    return held
 
 
 def _changed(shard: Shard, then: int, now: int, what: str = "rows") -> InputError:

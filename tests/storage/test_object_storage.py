@@ -150,8 +150,9 @@ def test_missing_bucket_and_denied_keys_are_one_clear_error(s3_server, bucket, c
 
 def test_an_interrupted_upload_publishes_nothing_and_the_rerun_completes(s3_server, bucket, corpus, tmp_path):
     """A run killed in the middle of a multipart upload of a staged shard: no object at any output name, no
-    _SUCCESS; the same command again takes over the dead run's lock, aborts the unfinished upload, resumes
-    from the checkpoints and publishes the outputs of a clean run."""
+    _SUCCESS, nothing in the temporary directory (the shard's staging file has no name there: a 12 MB file was
+    left per killed run); the same command again takes over the dead run's lock, aborts the unfinished upload,
+    resumes from the checkpoints and publishes the outputs of a clean run."""
     big = tmp_path / "in"
     big.mkdir()
     import numpy as np
@@ -163,9 +164,12 @@ def test_an_interrupted_upload_publishes_nothing_and_the_rerun_completes(s3_serv
             f.write(json.dumps({"id": i, "text": " ".join(words[picks[i]])}) + "\n")
     _upload(s3_server, bucket, big, "crawl")
     args = ("run", f"s3://{bucket}/crawl/", "-o", f"s3://{bucket}/out", "--backend", "cpu", "--id-column", "id")
-    env = {"GPU_DEDUP_PART_BYTES": str(5 << 20)}
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {"GPU_DEDUP_PART_BYTES": str(5 << 20), "TMPDIR": str(temp)}
     killed = _cli(*args, fault="upload:part", env=env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert [p.name for p in temp.iterdir() if p.name.startswith(".gpu-dedup-upload.")] == []
     keys = _keys(s3_server, bucket, "out/")
     assert "out/_SUCCESS" not in keys and "out/big.jsonl" not in keys and "out/.gpu_dedup_checkpoint/staged/big.jsonl" \
         not in keys
