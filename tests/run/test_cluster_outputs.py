@@ -253,14 +253,28 @@ def test_a_workers_share_of_the_shards_is_written_at_once_in_order(monkeypatch):
     assert threads == {threading.get_ident()}
 
 
-@pytest.mark.parametrize("backend", ["cpu", "gpu"])
-@pytest.mark.parametrize("ids", [
+ID_COLUMNS = [
     pa.array(["a", "b", "a", None, "", None, "ab", "b"]),
     pa.array([b"\x00", b"", None, b"\x00\x00", b""], pa.large_binary()),
     pa.array([3, -1, 3, None, 2**40, -1], pa.int64()),
     pa.array([2**64 - 1, 0, 2**64 - 1, 5], pa.uint64()),
     pa.array([1.5, float("nan"), 1.5, None, 0.0]),
-])
+]
+
+
+def _gpu_backend_or_skip():
+    from gpu_dedup.backends import get_backend
+    from gpu_dedup.errors import BackendError
+
+    try:
+        get_backend("gpu")
+    except BackendError as exc:
+        pytest.skip(f"no GPU backend here ({exc}); test_gpu_workers_hash_ids_as_cpu_workers_under_the_simulator "
+                    "runs this under the CUDA simulator")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+@pytest.mark.parametrize("ids", ID_COLUMNS)
 def test_distinct_ids_counted_from_their_hashes_as_arrow_counts_them(ids, backend):
     """The cluster's repeated-id count (two hashes per id, distinct pairs per partition) equals Arrow's count
     of distinct ids, nulls counted as one id, whichever way an id type is hashed."""
@@ -268,12 +282,38 @@ def test_distinct_ids_counted_from_their_hashes_as_arrow_counts_them(ids, backen
 
     from gpu_dedup.run.cluster import blocks as B
 
+    if backend == "gpu":
+        _gpu_backend_or_skip()
     data = B.BlockData(B.Block(0, 0, len(ids), ()), pa.table({"id": ids}))
     hashed = B.id_hashes(data, backend=backend)
     # two partitions by the first hash: every copy of an id is in one of them
     parts = [frames.take(hashed, frames.hash_dest(hashed, 2, on=("h1",)) == k) for k in range(2)]
     distinct = sum(B.distinct_pairs(p)["distinct"] for p in parts)
     assert distinct == pc.count_distinct(ids, mode="all").as_py()
+
+
+def test_gpu_workers_hash_ids_as_cpu_workers_do():
+    """A GPU worker's id hashes are a CPU worker's, bit for bit, for every id type: string and binary ids by
+    the device's exact-key kernel (the CPU's, on the device), so the repeated-id count cannot depend on the
+    workers; the warm-up a worker's prepare runs goes through the same call."""
+    from gpu_dedup.run.cluster import blocks as B
+
+    _gpu_backend_or_skip()
+    for ids in ID_COLUMNS + [pa.array(["x" * 300, "é", "x" * 300, "y"], pa.string())]:
+        data = B.BlockData(B.Block(0, 0, len(ids), ()), pa.table({"id": ids}))
+        cpu, gpu = B.id_hashes(data, backend="cpu"), B.id_hashes(data, backend="gpu")
+        assert all(isinstance(v, np.ndarray) for v in gpu.values())  # host arrays: the frame a route moves
+        for k in ("h1", "h2"):
+            np.testing.assert_array_equal(gpu[k], cpu[k])
+    B.warm_id_hashes("gpu")
+
+
+def test_gpu_workers_hash_ids_as_cpu_workers_under_the_simulator():
+    from tests.simulated import run_simulated
+
+    run_simulated(["tests/run/test_cluster_outputs.py::test_gpu_workers_hash_ids_as_cpu_workers_do",
+                   "tests/run/test_cluster_outputs.py::test_distinct_ids_counted_from_their_hashes_as_arrow_counts_them"],
+                  exactly=11, env={"GPU_DEDUP_SIMULATOR": "1"})
 
 
 def _host_normalized(B, loaded, cfg, run=None):

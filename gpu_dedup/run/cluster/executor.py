@@ -25,6 +25,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -701,7 +702,12 @@ def prepare_worker(cfg: Config, own: bool = True) -> float:
         B.register_device_blocks()
     if cfg.cluster.shuffle == "device":
         import_dataframes(cfg.backend)
-    return float(get_backend(cfg.backend).prepare(cfg) or 0.0)
+    seconds = float(get_backend(cfg.backend).prepare(cfg) or 0.0)
+    if cfg.input.id_column:  # the ids' exact-key kernel (prepare loads it only for the texts' exact keys)
+        t0 = time.perf_counter()
+        B.warm_id_hashes(cfg.backend)
+        seconds += time.perf_counter() - t0
+    return seconds
 
 
 def import_dataframes(backend: str) -> None:
