@@ -499,10 +499,11 @@ class DaskExecutor:
             progress(self.total(_rows_of_pairs, pairs)["rows"])
         return out
 
-    def components(self, edges: list) -> list:
+    def components(self, edges: list, count: int | None = None) -> list:
         """Connected components: union-find on one worker up to COMPONENTS_GATHERED_EDGES edges, else
-        large-star / small-star rounds over shuffles (stages/components.py); labels routed by node."""
-        total = self.total(_edges_of, edges)["edges"]
+        large-star / small-star rounds over shuffles (stages/components.py); labels routed by node.  ``count``:
+        the edges, when the caller knows it (counted here otherwise: a round trip before any route starts)."""
+        total = count if count is not None else self.total(_edges_of, edges)["edges"]
         limit = self.cfg.cluster.components_gathered_edges
         if total > limit and traits(self.cfg.backend).graph_components:  # Dask-CUDA: cuGraph's WCC where installed
             labels = _cugraph_components(self.client, routing.reals(edges), self.partitions)
