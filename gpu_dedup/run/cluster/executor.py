@@ -389,9 +389,9 @@ class DaskExecutor:
                      for j in range(outputs))
 
     def _map_made(self, fn, args: list, n: int, homes, priority: int, fuse: bool, kw: dict) -> list:
-        """:meth:`map`'s tasks when some of its parts are pending route destinations: each made in the task
-        that takes it (``fuse``, and not taken yet), on the worker it was to be gathered on (a task that
-        reads a block: where the block is); the others' futures."""
+        """:meth:`map`'s tasks when some of its parts are pending (route destinations, a map's outputs): each
+        made in the task that takes it (``fuse``, or an output of a map, and not taken yet), on the worker it
+        was to be gathered on (a task that reads a block: where the block is); the others' futures."""
         from dask.sizeof import sizeof
 
         kw = {k: self.client.scatter([v])[0] if sizeof(v) > 1e5 else v for k, v in kw.items()}
@@ -400,7 +400,8 @@ class DaskExecutor:
             row, made_at, where = [], [], homes[k] if homes is not None else None
             for j, col in enumerate(args):
                 a = col[k]
-                task = a.take() if fuse and isinstance(a, routing.Later) else None
+                # an output taken out of a map's tuple is made again at no cost: taken even by a count
+                task = a.take() if isinstance(a, routing.Later) and (fuse or a.fn is operator.getitem) else None
                 if task is not None:
                     made_at.append(j)
                     where = where or a.where
