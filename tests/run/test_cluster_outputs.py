@@ -368,8 +368,9 @@ def test_gpu_workers_hash_ids_as_cpu_workers_do():
 def test_gpu_workers_hash_ids_as_cpu_workers_under_the_simulator():
     from tests.simulated import run_simulated
 
-    run_simulated(["tests/run/test_cluster_outputs.py::test_gpu_workers_hash_ids_as_cpu_workers_do",
-                   "tests/run/test_cluster_outputs.py::test_distinct_ids_counted_from_their_hashes_as_arrow_counts_them"],
+    here = "tests/run/test_cluster_outputs.py::"
+    run_simulated([here + "test_gpu_workers_hash_ids_as_cpu_workers_do",
+                   here + "test_distinct_ids_counted_from_their_hashes_as_arrow_counts_them"],
                   exactly=11, env={"GPU_DEDUP_SIMULATOR": "1"})
 
 
