@@ -312,9 +312,10 @@ class Executor(Protocol):
         to the ``dst`` ends (once per receiving block), so callers put first the end that many pairs share (a
         star's centre, a cluster's survivor)."""
 
-    def components(self, edges: Parts) -> Parts:
+    def components(self, edges: Parts, count: int | None = None) -> Parts:
         """Connected components of the edges ``src``, ``dst``: frames ``node``, ``label`` (the smallest node
-        of its component) for every node of an edge, routed by ``hash_dest(node)``."""
+        of its component) for every node of an edge, routed by ``hash_dest(node)``.  ``count``: how many
+        edges there are, where the caller knows (None: the executor counts them if it needs to)."""
 
     # ---- checkpoints (a finished stage unit's parts, saved where they live)
     def save(self, ckpt: Any, unit: str, parts: dict, meta: dict) -> dict:

@@ -493,7 +493,7 @@ class LocalExecutor:
         both = string_buffers(pa.concat_arrays([texts, self.norm.cast(pa.large_string())]))
         return RowData(strings=StringBuffers(to_device(both.offsets, self.xp), to_device(both.data, self.xp)))
 
-    def components(self, edges: list) -> list:
+    def components(self, edges: list, count: int | None = None) -> list:
         """Union-find (the backend's) over the edges' nodes, labelled by their smallest node."""
         xp = self.xp
         e = edges[0]

@@ -480,7 +480,9 @@ class Sequence:
 
         def compute():
             with self.st.stage("components", self.counts.get("verified_edges", 0), "edges") as info:
-                labels = ex.components(ex.map(home_edges, self.verified, prior=prior))
+                # home_edges keeps every verified edge (an indexed end becomes its home): the count is known
+                labels = ex.components(ex.map(home_edges, self.verified, prior=prior),
+                                       count=self.counts.get("verified_edges"))
                 in_edges = self._to_blocks(labels, "node", self.first_doc)
                 local, copies = ex.map(member_rows, self.docs, in_edges, prior=prior, outputs=2)
                 sources = [local, self.lookup(copies, labels, "label"), *self.index.members(self, labels)]

@@ -69,6 +69,63 @@ def test_a_small_route_hands_each_gathering_worker_the_whole_cuts(whole_cuts):
         assert sorted(client.tasks) == ["gather_direct"] * 4 + ["getitem"] * 6 + ["step_and_split"] * 3
 
 
+class _AtOnce:
+    """A stand-in for a Dask client that runs each task as it is submitted (its value stands for its future)."""
+
+    def __init__(self):
+        self.tasks = []
+
+    def submit(self, fn, *args, pure=None, priority=None, workers=None, allow_other_workers=None, **kw):
+        self.tasks.append(fn.__name__)
+        return fn(*args, **kw)
+
+    def map(self, fn, *iterables, pure=None, priority=None, **kw):
+        return [self.submit(fn, *a, **kw) for a in zip(*iterables)]
+
+
+def _add_one(part: dict, column: str) -> dict:
+    return {**part, column: part[column] + 1}
+
+
+@pytest.mark.parametrize("whole_cuts", [True, False])
+def test_a_lazy_routes_destinations_are_made_by_the_task_that_takes_them(whole_cuts):
+    """Lazy: a route's destinations are no tasks yet; the next route's cutting tasks make them (one task, not a
+    gather then a cut), and the rows are those of the same routes run task by task.  A destination asked for
+    again is made again, as a task of its own, with the same rows; it never goes to a worker as itself."""
+    import pickle
+
+    from gpu_dedup.run.contract import Step
+
+    parts = [{"k": np.array([3, 1, 3, 0, 7], np.int64), "v": np.arange(5, dtype=np.int64)},
+             {"k": np.array([1, 3, 5], np.int64), "v": np.arange(5, 8, dtype=np.int64)}]
+    homes = ["a", "b", "a"]
+
+    def chain(lazy: bool):
+        client = _AtOnce()
+        first = routing.route(client, parts, frames.hash_dest, 3, homes=homes, whole_cuts=whole_cuts, on="k",
+                              after=Step(_add_one, column="v"), lazy=lazy)
+        before = list(client.tasks)
+        second = routing.route(client, first, frames.hash_dest, 3, homes=homes, whole_cuts=whole_cuts, on="v",
+                               lazy=lazy)
+        return client, first, before, [routing.real(p) for p in second]
+
+    eager_client, eager_first, _, eager = chain(False)
+    client, first, before, lazy = chain(True)
+    for a, b in zip(eager, lazy):
+        assert np.array_equal(a["k"], b["k"]) and np.array_equal(a["v"], b["v"])
+    assert all(isinstance(p, routing.Later) for p in first)
+    gathers = {"gather_group", "gather_direct", "gather_pieces"}
+    assert not gathers & set(before)  # the first route's destinations: no task yet
+    assert client.tasks.count("made_then") == 3  # made by the second route's cuts, one task each
+    assert len(client.tasks) == len(eager_client.tasks) - 3
+    again = routing.real(first[0])  # asked for again: a task of its own, the same rows
+    assert client.tasks[-1] in gathers
+    assert np.array_equal(again["k"], eager_first[0]["k"]) and np.array_equal(again["v"], eager_first[0]["v"])
+    assert routing.real(first[0]) is again  # submitted once
+    with pytest.raises(TypeError):
+        pickle.dumps(first[1])
+
+
 def test_sources_tally_what_they_hand_to_a_route():
     part = {"k": np.arange(10, dtype=np.int64), "id": pa.array([f"d{i}" for i in range(10)])}
     routing.split(part, 0, frames.hash_dest, 3, account=("run-a", "exact"), on="k")
@@ -253,14 +310,28 @@ def test_a_workers_share_of_the_shards_is_written_at_once_in_order(monkeypatch):
     assert threads == {threading.get_ident()}
 
 
-@pytest.mark.parametrize("backend", ["cpu", "gpu"])
-@pytest.mark.parametrize("ids", [
+ID_COLUMNS = [
     pa.array(["a", "b", "a", None, "", None, "ab", "b"]),
     pa.array([b"\x00", b"", None, b"\x00\x00", b""], pa.large_binary()),
     pa.array([3, -1, 3, None, 2**40, -1], pa.int64()),
     pa.array([2**64 - 1, 0, 2**64 - 1, 5], pa.uint64()),
     pa.array([1.5, float("nan"), 1.5, None, 0.0]),
-])
+]
+
+
+def _gpu_backend_or_skip():
+    from gpu_dedup.backends import get_backend
+    from gpu_dedup.errors import BackendError
+
+    try:
+        get_backend("gpu")
+    except BackendError as exc:
+        pytest.skip(f"no GPU backend here ({exc}); test_gpu_workers_hash_ids_as_cpu_workers_under_the_simulator "
+                    "runs this under the CUDA simulator")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+@pytest.mark.parametrize("ids", ID_COLUMNS)
 def test_distinct_ids_counted_from_their_hashes_as_arrow_counts_them(ids, backend):
     """The cluster's repeated-id count (two hashes per id, distinct pairs per partition) equals Arrow's count
     of distinct ids, nulls counted as one id, whichever way an id type is hashed."""
@@ -268,12 +339,39 @@ def test_distinct_ids_counted_from_their_hashes_as_arrow_counts_them(ids, backen
 
     from gpu_dedup.run.cluster import blocks as B
 
+    if backend == "gpu":
+        _gpu_backend_or_skip()
     data = B.BlockData(B.Block(0, 0, len(ids), ()), pa.table({"id": ids}))
     hashed = B.id_hashes(data, backend=backend)
     # two partitions by the first hash: every copy of an id is in one of them
     parts = [frames.take(hashed, frames.hash_dest(hashed, 2, on=("h1",)) == k) for k in range(2)]
     distinct = sum(B.distinct_pairs(p)["distinct"] for p in parts)
     assert distinct == pc.count_distinct(ids, mode="all").as_py()
+
+
+def test_gpu_workers_hash_ids_as_cpu_workers_do():
+    """A GPU worker's id hashes are a CPU worker's, bit for bit, for every id type: string and binary ids by
+    the device's exact-key kernel (the CPU's, on the device), so the repeated-id count cannot depend on the
+    workers; the warm-up a worker's prepare runs goes through the same call."""
+    from gpu_dedup.run.cluster import blocks as B
+
+    _gpu_backend_or_skip()
+    for ids in ID_COLUMNS + [pa.array(["x" * 300, "é", "x" * 300, "y"], pa.string())]:
+        data = B.BlockData(B.Block(0, 0, len(ids), ()), pa.table({"id": ids}))
+        cpu, gpu = B.id_hashes(data, backend="cpu"), B.id_hashes(data, backend="gpu")
+        assert all(isinstance(v, np.ndarray) for v in gpu.values())  # host arrays: the frame a route moves
+        for k in ("h1", "h2"):
+            np.testing.assert_array_equal(gpu[k], cpu[k])
+    B.warm_id_hashes("gpu")
+
+
+def test_gpu_workers_hash_ids_as_cpu_workers_under_the_simulator():
+    from tests.simulated import run_simulated
+
+    here = "tests/run/test_cluster_outputs.py::"
+    run_simulated([here + "test_gpu_workers_hash_ids_as_cpu_workers_do",
+                   here + "test_distinct_ids_counted_from_their_hashes_as_arrow_counts_them"],
+                  exactly=11, env={"GPU_DEDUP_SIMULATOR": "1"})
 
 
 def _host_normalized(B, loaded, cfg, run=None):

@@ -25,6 +25,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -331,7 +332,7 @@ class DaskExecutor:
         ranged = self.route(keys, _range_dest, self.partitions, splitters=splitters, keep=keep)
         sizes = self.collect(frames.size, ranged)
         offsets = np.concatenate(([0], np.cumsum(sizes)))[:-1]
-        ranked = self.client.map(_rank_range, ranged, [int(o) for o in offsets], keep=keep, pure=False,
+        ranked = self.client.map(_rank_range, routing.reals(ranged), [int(o) for o in offsets], keep=keep, pure=False,
                                  priority=routing.later())
         back = self.route(ranked, frames.block_dest, self.blocks_count, on="row", starts=self.block_starts)
         return self.map(_by_row, back)  # in the block's row order, as the docs frames
@@ -353,14 +354,24 @@ class DaskExecutor:
         self.bands = bands
 
     # ---- moving rows ---------------------------------------------------------------
-    def map(self, fn, *parts, outputs: int = 1, with_index: bool = False, **kw):
+    def map(self, fn, *parts, outputs: int = 1, with_index: bool = False, fuse: bool | None = None, **kw):
+        """``fn`` over the parts, one task per partition.  A route's destination still pending
+        (:class:`~gpu_dedup.run.cluster.routing.Later`) is made inside that task when ``fuse`` (unless another
+        task took it already), else submitted as a task of its own.  ``fuse`` None: once the routes are small
+        (:meth:`_small_routes`, after the buckets): a destination a map takes may be read again later (the
+        buckets, by their counts), and made again then; fused before, the buckets' own step ran twice (0.08 s
+        more of the stage at 10^5 documents)."""
+        if fuse is None:
+            fuse = self._small_routes()
         n = len(next(p for p in parts if p is not None))
         args = [p if p is not None else [None] * n for p in parts]
         first = routing.later()  # depth first: a stage's consumers run as soon as their inputs are ready
         if with_index:
             fn, args = _call_with_index, [[fn] * n, range(n), *args]
         homes = self._block_homes(parts)
-        if homes is None:
+        if any(isinstance(a, routing.Later) for col in args for a in col):
+            futures = self._map_made(fn, args, n, homes, first, fuse, kw)
+        elif homes is None:
             # Client.map puts a keyword value over 100 kB (the shard names of 2,000 shards) in the graph under the
             # keyword's own name, a task without the priority the others get: the scheduler failed on it and the
             # run waited forever.  Such a value goes to the workers once, as a future.
@@ -373,8 +384,32 @@ class DaskExecutor:
                        for a, home in zip(zip(*args), homes)]
         if outputs == 1:
             return futures
-        return tuple(self.client.map(operator.getitem, futures, [j] * n, pure=False, priority=routing.later())
+        # each output taken out of the tuple by the task that reads it (a getitem task of its own otherwise)
+        return tuple([routing.Later(self.client, operator.getitem, (f, j), routing.later(), None) for f in futures]
                      for j in range(outputs))
+
+    def _map_made(self, fn, args: list, n: int, homes, priority: int, fuse: bool, kw: dict) -> list:
+        """:meth:`map`'s tasks when some of its parts are pending (route destinations, a map's outputs): each
+        made in the task that takes it (``fuse``, or an output of a map, and not taken yet), on the worker it
+        was to be gathered on (a task that reads a block: where the block is); the others' futures."""
+        from dask.sizeof import sizeof
+
+        kw = {k: self.client.scatter([v])[0] if sizeof(v) > 1e5 else v for k, v in kw.items()}
+        futures = []
+        for k in range(n):
+            row, made_at, where = [], [], homes[k] if homes is not None else None
+            for j, col in enumerate(args):
+                a = col[k]
+                # an output taken out of a map's tuple is made again at no cost: taken even by a count
+                task = a.take() if isinstance(a, routing.Later) and (fuse or a.fn is operator.getitem) else None
+                if task is not None:
+                    made_at.append(j)
+                    where = where or a.where
+                row.append(task if task is not None else routing.real(a))
+            call = (routing.call_made, fn, tuple(made_at)) if made_at else (fn,)
+            futures.append(self.client.submit(*call, *row, pure=False, priority=priority, **routing.placed(where),
+                                              **kw))
+        return futures
 
     def _block_homes(self, parts) -> list | None:
         """The workers holding each block, when ``parts`` include the blocks (else None).  A block weighs as
@@ -401,7 +436,7 @@ class DaskExecutor:
                              account=(self.run_key, stage), homes=self._destination_homes(n), before=before,
                              after=after, device=device,
                              source_homes=self._block_homes(before.others) if before is not None else None,
-                             whole_cuts=self._small_routes(), **kw)
+                             whole_cuts=self._small_routes(), lazy=True, **kw)
 
     def _device_route(self, explode, after) -> bool:
         """Whether a route moves its rows as device frames (``cluster.shuffle: device``): the band hashes (the
@@ -431,13 +466,13 @@ class DaskExecutor:
 
     def total(self, fn, *parts, **kw) -> dict:
         out: dict = {}
-        for d in self.client.gather(self.map(fn, *parts, **kw)):
+        for d in self.client.gather(self.map(fn, *parts, fuse=False, **kw)):
             for k, v in d.items():
                 out[k] = out.get(k, 0) + v
         return out
 
     def collect(self, fn, parts: list, **kw) -> list:
-        return self.client.gather(self.map(fn, parts, **kw))
+        return self.client.gather(self.map(fn, parts, fuse=False, **kw))
 
     # ---- pairs ---------------------------------------------------------------------
     def score(self, pairs: list, progress=None) -> list:
@@ -470,13 +505,14 @@ class DaskExecutor:
             progress(self.total(_rows_of_pairs, pairs)["rows"])
         return out
 
-    def components(self, edges: list) -> list:
+    def components(self, edges: list, count: int | None = None) -> list:
         """Connected components: union-find on one worker up to COMPONENTS_GATHERED_EDGES edges, else
-        large-star / small-star rounds over shuffles (stages/components.py); labels routed by node."""
-        total = self.total(_edges_of, edges)["edges"]
+        large-star / small-star rounds over shuffles (stages/components.py); labels routed by node.  ``count``:
+        the edges, when the caller knows it (counted here otherwise: a round trip before any route starts)."""
+        total = count if count is not None else self.total(_edges_of, edges)["edges"]
         limit = self.cfg.cluster.components_gathered_edges
         if total > limit and traits(self.cfg.backend).graph_components:  # Dask-CUDA: cuGraph's WCC where installed
-            labels = _cugraph_components(self.client, edges, self.partitions)
+            labels = _cugraph_components(self.client, routing.reals(edges), self.partitions)
             if labels is not None:
                 return labels
         if total <= limit:
@@ -513,7 +549,7 @@ class DaskExecutor:
         if not ckpt.fingerprint:  # no checkpoints (a run against an index): the history stays
             return parts
         directory = ckpt.dir / unit
-        named = {name: p for name, p in parts.items() if p is not None}
+        named = {name: routing.reals(p) for name, p in parts.items() if p is not None}
         paths = {name: [str(directory / f"{name}-{k:05d}{SUFFIX}") for k in range(len(p))] for name, p in named.items()}
         everything = [f for p in named.values() for f in p]
         # every part of the unit saved at once, and where they are asked once: two round trips a unit
@@ -602,7 +638,7 @@ class DaskExecutor:
         ``cluster.writers`` in the report counts each."""
         shards = self.corpus.shards
         by_shard: dict[int, list] = {}
-        for b, fut in zip(self.blocks, removed):
+        for b, fut in zip(self.blocks, routing.reals(removed)):
             for i in b.shard_indices:
                 by_shard.setdefault(i, []).append(fut)
         starts = shard_starts(shards)
@@ -663,6 +699,8 @@ class DaskExecutor:
                                          pure=False).result()
         bands_count = int(layout[0])
 
+        keys, bands, dup, at_blocks = (routing.reals(p) for p in (keys, bands, dup, at_blocks))
+
         def write(plan, writer):
             return self.client.gather(self.client.map(
                 B.write_index_segment, data, keys, bands, dup, at_blocks, plan, writer=writer, first_doc=first_doc,
@@ -678,7 +716,7 @@ class DaskExecutor:
         path = as_path(path)
         tmp_dir = path.parent / f".{path.name}.parts"
         paths = [str(tmp_dir / f"part-{k:05d}.parquet") for k in range(len(parts))]
-        rows = self.client.gather(self.client.map(_write_part, parts, paths, pure=False))
+        rows = self.client.gather(self.client.map(_write_part, routing.reals(parts), paths, pure=False))
         self.client.submit(_merge_parts, paths, str(path), self.cfg.output.compression, pure=False).result()
         remove_tree(tmp_dir)
         return int(sum(rows))
@@ -701,7 +739,12 @@ def prepare_worker(cfg: Config, own: bool = True) -> float:
         B.register_device_blocks()
     if cfg.cluster.shuffle == "device":
         import_dataframes(cfg.backend)
-    return float(get_backend(cfg.backend).prepare(cfg) or 0.0)
+    seconds = float(get_backend(cfg.backend).prepare(cfg) or 0.0)
+    if cfg.input.id_column:  # the ids' exact-key kernel (prepare loads it only for the texts' exact keys)
+        t0 = time.perf_counter()
+        B.warm_id_hashes(cfg.backend)
+        seconds += time.perf_counter() - t0
+    return seconds
 
 
 def import_dataframes(backend: str) -> None:

@@ -16,6 +16,10 @@ partitions; cuDF ones when the columns live on a GPU), repartitions it with
 each destination restores the rows' order.  Either way a route is
 deterministic whatever the workers and the arrival order.  The client builds
 graphs and holds one future per partition; the rows go from worker to worker.
+A direct route's destinations may stay pending on the client (:class:`Later`):
+the task that takes one first (the next route's cut, a map's task) gathers it
+itself, so a chain of routes costs one task, and one scheduler round trip, per
+move of its rows.
 """
 
 from __future__ import annotations
@@ -102,6 +106,81 @@ def on_backend(frame: dict, backend: str) -> dict:
     CPU workers or under the CUDA simulator, whose GPU arrays are NumPy); Arrow columns as they are."""
     xp = get_backend(backend).xp
     return {k: v if isinstance(v, (pa.Array, pa.ChunkedArray)) else to_device(v, xp) for k, v in frame.items()}
+
+
+class Later:
+    """A route's destination task not submitted yet (its gather, then its ``after`` step): the task that takes
+    it as an input first (the next route's cutting task, a map's task) runs it inside itself, so a chain of
+    routes is one task per partition between two moves of its rows, not two, and one scheduler round trip
+    less per route on the chain's path (on 2 CPU workers each round trip was a few milliseconds, the work of
+    the task around it a fraction of one).  Anything else that asks for it, or a second consumer, gets it
+    as a task of its own (:meth:`future`; run again then: a destination's work is a gather and one step,
+    and no consumer takes a destination twice on the stages' own paths).  Never sent to a worker."""
+
+    def __init__(self, client, fn, args: tuple, priority: int, where):
+        self.client, self.fn, self.args, self.priority, self.where = client, fn, args, priority, where
+        self._future = None
+        self._taken = False
+        self._lock = threading.Lock()
+
+    def take(self):
+        """The task as ``(fn, args, kw)`` for the first consumer that runs it inside its own task (None: it
+        was taken, or submitted, already)."""
+        with self._lock:
+            if self._taken or self._future is not None:
+                return None
+            self._taken = True
+            return self.fn, self.args, {}
+
+    def future(self):
+        """The task, submitted (once)."""
+        with self._lock:
+            if self._future is None:
+                self._future = self.client.submit(self.fn, *self.args, pure=False, priority=self.priority,
+                                                  **placed(self.where))
+            return self._future
+
+    def __reduce__(self):
+        raise TypeError("a route's pending destination (routing.Later) goes to a task as its future (real())")
+
+
+def real(part):
+    """A part as Dask takes it: a :class:`Later`'s future, anything else as it is."""
+    return part.future() if isinstance(part, Later) else part
+
+
+def reals(parts):
+    """:func:`real` of each part; ``parts`` itself when none is a :class:`Later` (its identity kept: the
+    executor knows its blocks by it)."""
+    if parts is None or not any(isinstance(p, Later) for p in parts):
+        return parts
+    return [real(p) for p in parts]
+
+
+def real_step(step):
+    """``step`` with its other parts real (:func:`reals`); ``step`` itself when they are."""
+    if step is None:
+        return None
+    others = tuple(reals(o) for o in step.others)
+    if all(a is b for a, b in zip(others, step.others)):
+        return step
+    return type(step)(step.fn, *others, index=step.index, **step.kw)
+
+
+def made(task: tuple):
+    """The value of a taken :class:`Later`'s task ``(fn, args, kw)``."""
+    fn, args, kw = task
+    return fn(*args, **kw)
+
+
+def made_then(task: tuple, then, /, *args, **kw):
+    """``then(made(task), *args, **kw)``: a taken :class:`Later` and its consumer in one task."""
+    return then(made(task), *args, **kw)
+
+
+def call_made(fn, made_at: tuple, /, *args, **kw):
+    """``fn(*args, **kw)`` with the arguments at positions ``made_at`` (taken :class:`Later` tasks) made first."""
+    return fn(*[made(a) if k in made_at else a for k, a in enumerate(args)], **kw)
 
 
 _SUBMITTED = itertools.count(1)
@@ -240,7 +319,7 @@ def _home(homes, k: int):
 
 def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuffle_method=None, account=None,
           homes=None, before=None, after=None, source_homes=None, whole_cuts: bool = False, device=None,
-          **kw) -> list:
+          lazy: bool = False, **kw) -> list:
     """Rows of ``parts`` to ``n`` partitions by ``dest(frame, n, **kw)``; a list of ``n`` futures.
 
     Up to DIRECT_PIECES (source, gathering worker) pieces (and unless ``shuffle_method`` names one of Dask's),
@@ -255,6 +334,8 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
     should run on (where a block its step reads is); ``whole_cuts`` (a small route, up to HELD_FROM_SOURCES
     sources): each destination takes its group's piece out of every source's whole cut itself, one scheduler
     round trip less on the route's path for (workers) times the bytes moved (``cluster.small_route_rows``).
+    ``lazy``: the destinations come back as :class:`Later` (the moved rows' route only), each made inside the
+    task that takes it first; a source that is one is made inside the task that cuts it.
 
     ``device`` (a backend name, ``cluster.shuffle: device``): the rows go through Dask's p2p shuffle (or the
     method Dask's ``dataframe.shuffle.method`` names in this process) as frames of that backend's arrays (cuDF frames between GPU workers, pandas on CPU workers): each source's frame moves
@@ -266,32 +347,41 @@ def route(client, parts: list, dest, n: int, explode=None, explode_kw=None, shuf
         shuffle_method = dask.config.get("dataframe.shuffle.method", None) or "p2p"
     groups, place = destination_groups(list(homes) if homes is not None else [None] * n)
     m = len(parts)
+    before, after = real_step(before), real_step(after)
     steps = [before.at(i) if before is not None else None for i in range(m)]
     where = list(source_homes) if source_homes is not None else [None] * m
     ends = [after.at(k) if after is not None else None for k in range(n)]
     if shuffle_method is None and m * len(groups) <= DIRECT_PIECES:
         cutter = step_and_split if len(groups) > 1 else step_and_split_one
         src_priority = later()
-        cut = [client.submit(cutter, p, steps[i], i, dest=dest, n=n, explode=explode, explode_kw=explode_kw,
-                             groups=groups, account=account, pure=False, priority=src_priority, **placed(where[i]),
-                             **kw) for i, p in enumerate(parts)]
+
+        def cut_one(i: int, p):
+            task = p.take() if isinstance(p, Later) else None  # a route's destination: made in this task
+            fn, head = (made_then, (task, cutter)) if task is not None else (cutter, (real(p),))
+            at = where[i] if where[i] or task is None else p.where
+            return client.submit(fn, *head, steps[i], i, dest=dest, n=n, explode=explode, explode_kw=explode_kw,
+                                 groups=groups, account=account, pure=False, priority=src_priority, **placed(at),
+                                 **kw)
+
+        cut = [cut_one(i, p) for i, p in enumerate(parts)]
+
+        def end(fn, k: int, *args, priority: int):
+            if lazy:
+                return Later(client, fn, args, priority, _home(homes, k))
+            return client.submit(fn, *args, pure=False, priority=priority, **placed(_home(homes, k)))
+
         if whole_cuts and len(groups) > 1 and m <= HELD_FROM_SOURCES:
             first = later()
-            return [client.submit(gather_group, i, g, ends[k], *cut, pure=False, priority=first,
-                                  **placed(_home(homes, k)))
-                    for k, (g, i) in enumerate(place)]
+            return [end(gather_group, k, i, g, ends[k], *cut, priority=first) for k, (g, i) in enumerate(place)]
         pieces = [client.map(operator.getitem, cut, [g] * m, pure=False, priority=later())
                   for g in range(len(groups))] if len(groups) > 1 else [cut]
         first = later()
         if m <= HELD_FROM_SOURCES:
-            return [client.submit(gather_direct, i, ends[k], *pieces[g], pure=False, priority=first,
-                                  **placed(_home(homes, k)))
-                    for k, (g, i) in enumerate(place)]
+            return [end(gather_direct, k, i, ends[k], *pieces[g], priority=first) for k, (g, i) in enumerate(place)]
         held = [client.submit(collect, *pieces[g], pure=False, priority=first, **placed(_home(homes, members[0])))
                 for g, members in enumerate(groups)]
-        return [client.submit(gather_pieces, i, held[g], ends[k], pure=False, priority=first,
-                              **placed(_home(homes, k)))
-                for k, (g, i) in enumerate(place)]
+        return [end(gather_pieces, k, i, held[g], ends[k], priority=first) for k, (g, i) in enumerate(place)]
+    parts = reals(parts)
     import dask  # noqa: PLC0415  Dask's shuffle only: importing dask.dataframe takes the client about 1 s
     import dask.dataframe as dd  # noqa: PLC0415
     from dask.delayed import delayed
