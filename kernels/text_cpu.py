@@ -14,7 +14,7 @@ dev = compile_twins(numba.njit(cache=True), module=text)
 _normalize_text = dev.normalize_text
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def normalize_texts(data, doc_start, doc_end, tasks, stage1, stage2, ascii_action, need, lowercase, remove_punct, collapse_ws,
                     out, out_start, lengths, status):
     """Normalize every document k into ``out[out_start[k]:]`` (room: its input length);
@@ -39,7 +39,7 @@ def compact_left(values, src, lengths, dst):
                 values[d + i] = values[s + i]
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def gather_segments(src_values, src, lengths, dst, dst_values, tasks):
     """dst_values[dst[k]:dst[k] + lengths[k]] = src_values[src[k]:...] (parallel)."""
     for t in prange(tasks.shape[0] - 1):

@@ -552,3 +552,19 @@ def test_only_kernel_arguments_are_borrowed():
                 borrowed.append((fn.name, ast.unparse(arg), isinstance(arg, ast.Name) and arg.id in params))
     assert borrowed, "no _borrow call found: the check reads the wrong module"
     assert [b for b in borrowed if not b[2]] == []
+
+
+@pytest.mark.parametrize("preset, expected", [({}, "PASSIVE"), ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE"),
+                                              ({"GOMP_SPINCOUNT": "1000"}, None)])
+def test_openmp_wait_policy(preset, expected):
+    """Importing the kernels makes libgomp's workers sleep between parallel loops (they spun, taking the core
+    the read stage's reader threads needed), unless the user chose a wait policy or a spin count."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env.update(preset)
+    code = "import os, gpu_dedup.kernels; print(os.environ.get('OMP_WAIT_POLICY'))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(expected)
