@@ -1,7 +1,10 @@
 #!/bin/bash
-# alternate main (before) and the branch (after), 3 invocations each of 3 runs, for one block_rows setting
-BR=$1
+# alternate a checkout before the change and one after it, 3 invocations each of 3 runs, for one block_rows
+# setting: ab.sh BLOCK_ROWS BEFORE_REPO AFTER_REPO (0: the default block_rows); results in $WORK/results.jsonl
+BR=$1 BEFORE=$2 AFTER=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=${PY:-python3}
 for round in 1 2 3; do
-  PYTHONPATH=/work/main /work/main/.venv/bin/python /tmp/hb/bench.py 3 $BR before-$BR >> /tmp/hb/ab.log 2>&1
-  PYTHONPATH=/tmp/hb/snap /work/main/.venv/bin/python /tmp/hb/bench.py 3 $BR after-$BR >> /tmp/hb/ab.log 2>&1
+  PYTHONPATH=$BEFORE $PY "$HERE/bench.py" 3 "$BR" "before-$BR"
+  PYTHONPATH=$AFTER $PY "$HERE/bench.py" 3 "$BR" "after-$BR"
 done

@@ -1,5 +1,5 @@
 """Stage seconds of block-route runs joining one local CPU cluster (2 workers x 1 thread, processes)."""
-import json, logging, shutil, sys, time
+import json, logging, os, shutil, sys, time
 from pathlib import Path
 from distributed import Client
 from gpu_dedup.config import Config
@@ -7,8 +7,10 @@ from gpu_dedup.run.cluster.connection import local_cluster, worker_threads
 from gpu_dedup.run.cluster.executor import prepare_worker
 from gpu_dedup.run.entry import run_dedup
 
-CORPUS = "/work/corpora/text-100000-s0-16shards"
-WARM = "/work/corpora/text-2000-s0-2shards"
+# the planted corpora (gpu_dedup.bench builds them); WORK: outputs and results.jsonl
+CORPUS = os.environ.get("CORPUS", "/work/corpora/text-100000-s0-16shards")
+WARM = os.environ.get("WARM", "/work/corpora/text-2000-s0-2shards")
+WORK = Path(os.environ.get("WORK", "fused-routes-work"))
 runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 block_rows = (int(sys.argv[2]) or None) if len(sys.argv) > 2 else None
 tag = sys.argv[3] if len(sys.argv) > 3 else "run"
@@ -24,7 +26,7 @@ if __name__ == "__main__":
             c.run(prepare_worker, Config.from_dict(settings()))
         addr = cluster.scheduler_address
         cl = {"scheduler": addr, "whole_on_one_worker": False, **({"block_rows": block_rows} if block_rows else {})}
-        out = Path("/tmp/hb/out")
+        out = WORK / "out"
         shutil.rmtree(out, ignore_errors=True)
         run_dedup(WARM, out, Config.from_dict(settings(**cl)))
         for i in range(runs):
@@ -37,7 +39,7 @@ if __name__ == "__main__":
                    "stages": {k: v.get("seconds") for k, v in r["stages"].items()},
                    "blocks": r["cluster"]["blocks"], "routes": r["cluster"]["routes"]}
             print(json.dumps(row), flush=True)
-            with open("/tmp/hb/results.jsonl", "a") as f:
+            with open(WORK / "results.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
     finally:
         cluster.close()

@@ -1,4 +1,4 @@
-import json, logging, shutil, sys, time, collections, contextlib
+import json, logging, os, shutil, sys, time, collections, contextlib
 from pathlib import Path
 import distributed
 from distributed import Client, get_task_stream
@@ -34,7 +34,7 @@ if __name__ == "__main__":
             c.run(prepare_worker, Config.from_dict(settings()))
             addr = cluster.scheduler_address
             cl = {"scheduler": addr, "whole_on_one_worker": False, **({"block_rows": block_rows} if block_rows else {})}
-            out = Path("/tmp/hb/out")
+            out = Path(os.environ.get("WORK", "fused-routes-work")) / "out"
             shutil.rmtree(out, ignore_errors=True)
             run_dedup(WARM, out, Config.from_dict(settings(**cl)))
             shutil.rmtree(out, ignore_errors=True)
