@@ -8,8 +8,8 @@ from gpu_dedup.run.cluster.executor import prepare_worker
 from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.run.stagelog import StageLog
 
-CORPUS = "/work/corpora/text-100000-s0-16shards"
-WARM = "/work/corpora/text-2000-s0-2shards"
+CORPUS = os.environ.get("CORPUS", "/work/corpora/text-100000-s0-16shards")
+WARM = os.environ.get("WARM", "/work/corpora/text-2000-s0-2shards")
 SHOW = sys.argv[3] if len(sys.argv) > 3 else None
 block_rows = int(sys.argv[1]) if len(sys.argv) > 1 else None
 keep = sys.argv[2] if len(sys.argv) > 2 else "first"
