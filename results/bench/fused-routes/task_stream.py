@@ -3,13 +3,11 @@ from pathlib import Path
 import distributed
 from distributed import Client, get_task_stream
 from gpu_dedup.config import Config
-from gpu_dedup.run.cluster.connection import local_cluster, worker_threads
-from gpu_dedup.run.cluster.executor import prepare_worker
 from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.run.stagelog import StageLog
 
-CORPUS = os.environ.get("CORPUS", "/work/corpora/text-100000-s0-16shards")
-WARM = os.environ.get("WARM", "/work/corpora/text-2000-s0-2shards")
+from bench import CORPUS, warm_cluster  # this folder's bench.py
+
 SHOW = sys.argv[3] if len(sys.argv) > 3 else None
 block_rows = int(sys.argv[1]) if len(sys.argv) > 1 else None
 keep = sys.argv[2] if len(sys.argv) > 2 else "first"
@@ -28,37 +26,27 @@ def settings(**cl):
     return {"backend": "cpu", "input": {"id_column": "id"}, "output": {"shards": True}, "select": {"keep": keep}, "cluster": cl}
 
 if __name__ == "__main__":
-    cluster = local_cluster(2, "auto", {"NUMBA_NUM_THREADS": str(worker_threads(2))})
-    try:
-        with Client(cluster) as c:
-            c.run(prepare_worker, Config.from_dict(settings()))
-            addr = cluster.scheduler_address
-            cl = {"scheduler": addr, "whole_on_one_worker": False, **({"block_rows": block_rows} if block_rows else {})}
-            out = Path(os.environ.get("WORK", "fused-routes-work")) / "out"
-            shutil.rmtree(out, ignore_errors=True)
-            run_dedup(WARM, out, Config.from_dict(settings(**cl)))
-            shutil.rmtree(out, ignore_errors=True)
-            with get_task_stream(client=c) as ts:
-                res = run_dedup(CORPUS, out, Config.from_dict(settings(**cl)))
-            print({k: v.get("seconds") for k, v in res.report["stages"].items()}, res.report["cluster"]["routes"])
-            data = ts.data
-            for name in ("exact", "components", "select"):
-                a, b = SPANS[name]
-                tasks = []
-                for t in data:
-                    for s in t["startstops"]:
-                        if s["action"] == "compute" and a <= s["start"] <= b:
-                            tasks.append((s["start"], s["stop"], t["key"] if isinstance(t["key"], str) else str(t["key"]), t["worker"]))
-                busy = sum(e - s for s, e, _, _ in tasks)
-                print(f"{name}: span {b-a:.3f}s tasks {len(tasks)} compute {busy:.3f}s")
-                byfn = collections.defaultdict(lambda: [0, 0.0])
-                for s, e, k, w in tasks:
-                    fn = k.split("-")[0].strip("('")
-                    byfn[fn][0] += 1; byfn[fn][1] += e - s
-                for fn, (n, sec) in sorted(byfn.items(), key=lambda kv: -kv[1][1])[:12]:
-                    print(f"   {fn:30s} {n:4d} {sec:.4f}")
-                # timeline
-                for s, e, k, w in (sorted(tasks) if name == SHOW else []):
-                    print(f"   {s-a:7.4f} {e-s:7.4f} {w[-5:]} {k[:60]}") if len(sys.argv) > 3 else None
-    finally:
-        cluster.close()
+    with warm_cluster(settings, block_rows) as (c, cl, out):
+        shutil.rmtree(out, ignore_errors=True)
+        with get_task_stream(client=c) as ts:
+            res = run_dedup(CORPUS, out, Config.from_dict(settings(**cl)))
+        print({k: v.get("seconds") for k, v in res.report["stages"].items()}, res.report["cluster"]["routes"])
+        data = ts.data
+        for name in ("exact", "components", "select"):
+            a, b = SPANS[name]
+            tasks = []
+            for t in data:
+                for s in t["startstops"]:
+                    if s["action"] == "compute" and a <= s["start"] <= b:
+                        tasks.append((s["start"], s["stop"], t["key"] if isinstance(t["key"], str) else str(t["key"]), t["worker"]))
+            busy = sum(e - s for s, e, _, _ in tasks)
+            print(f"{name}: span {b-a:.3f}s tasks {len(tasks)} compute {busy:.3f}s")
+            byfn = collections.defaultdict(lambda: [0, 0.0])
+            for s, e, k, w in tasks:
+                fn = k.split("-")[0].strip("('")
+                byfn[fn][0] += 1; byfn[fn][1] += e - s
+            for fn, (n, sec) in sorted(byfn.items(), key=lambda kv: -kv[1][1])[:12]:
+                print(f"   {fn:30s} {n:4d} {sec:.4f}")
+            # timeline
+            for s, e, k, w in (sorted(tasks) if name == SHOW else []):
+                print(f"   {s-a:7.4f} {e-s:7.4f} {w[-5:]} {k[:60]}") if len(sys.argv) > 3 else None
