@@ -281,6 +281,21 @@ def test_a_worker_writes_its_shards_on_its_share_of_the_cores():
     assert write_shares(seen) == {"a": 4, "b": 4, "c": 2, "d": 3, "e": 1, "f": 1}
 
 
+def test_workers_on_one_arrow_thread_are_told_how_to_start_them():
+    """A cluster the user started with Dask's OMP_NUM_THREADS=1 decodes each block's shards on one core: the run
+    says so, naming the setting and the value; workers with their share of the cores (or one core) are fine."""
+    from gpu_dedup.run.cluster.executor import arrow_pool_advice
+
+    everything = tuple(range(8))
+    one = {"a": (1, ("h1", everything, 8)), "b": (1, ("h1", everything, 8))}
+    advice = arrow_pool_advice(one)
+    assert advice is not None and "2 of the cluster's 2 workers" in advice and "OMP_NUM_THREADS=4" in advice
+    assert arrow_pool_advice({"a": (4, ("h1", everything, 8)), "b": (4, ("h1", everything, 8))}) is None
+    assert arrow_pool_advice({"e": (1, ("h3", (0,), 1)), "f": (1, ("h3", (0,), 1))}) is None  # one core each
+    mixed = arrow_pool_advice({"a": (8, ("h1", everything, 8)), "c": (1, ("h2", (0, 1), 2))})
+    assert mixed is not None and "1 of the cluster's 2 workers" in mixed and "OMP_NUM_THREADS=2" in mixed
+
+
 def test_a_workers_share_of_the_shards_is_written_at_once_in_order(monkeypatch):
     import threading
     import types

@@ -234,6 +234,10 @@ class DaskExecutor:
     # ---- read / normalize -------------------------------------------------------
     def read(self, progress=None) -> ClusterCorpus:
         cfg, client = self.cfg, self.client
+        if self.cluster is None:  # a cluster the user started: its workers' Arrow pools are theirs (one round trip)
+            advice = arrow_pool_advice(client.run(_decode_pool))
+            if advice:
+                log.warning(advice)
         infos = client.gather(client.map(B.inspect_shard, self.shards, cfg=cfg, pure=False))
         first = None
         for shard, inf in zip(self.shards, infos):
@@ -1066,6 +1070,27 @@ def write_shares(seen: dict) -> dict:
     for where in seen.values():
         sharing[where] = sharing.get(where, 0) + 1
     return {w: max(1, min(len(where[1]), where[2]) // sharing[where]) for w, where in seen.items()}
+
+
+def arrow_pool_advice(pools: dict) -> str | None:
+    """What to tell the user whose cluster's workers decode Parquet on fewer Arrow threads than their share of
+    the cores, from ``pools`` (worker -> (:func:`pa.cpu_count`, :func:`_host_cores`)), or None.  Dask starts a
+    worker with OMP_NUM_THREADS=1, which Arrow sizes its pool by: a block's shards then decode one after another
+    on one core (a cluster a run starts gives each worker its share: ``connection.worker_pools``)."""
+    shares = write_shares({w: where for w, (_, where) in pools.items()})
+    short = {w: shares[w] for w, (arrow, _) in pools.items() if arrow < shares[w]}
+    if not short:
+        return None
+    k = min(short.values())
+    return (f"{len(short)} of the cluster's {len(pools)} workers decode Parquet on fewer Arrow threads than their "
+            f"share of the cores ({min(pools[w][0] for w in short)} against {k} or more): Dask starts a worker with "
+            f"OMP_NUM_THREADS=1, and Arrow sizes its thread pool by it; start the workers with OMP_NUM_THREADS={k} "
+            "(their share of the cores) to read a block's shards side by side")
+
+
+def _decode_pool() -> tuple:
+    """A worker's Arrow threads and where it runs (:func:`arrow_pool_advice`)."""
+    return pa.cpu_count(), _host_cores()
 
 
 def _host_cores() -> tuple:
