@@ -289,11 +289,13 @@ def test_workers_on_one_arrow_thread_are_told_how_to_start_them():
     everything = tuple(range(8))
     one = {"a": (1, ("h1", everything, 8)), "b": (1, ("h1", everything, 8))}
     advice = arrow_pool_advice(one)
-    assert advice is not None and "2 of the cluster's 2 workers" in advice and "OMP_NUM_THREADS=4" in advice
+    assert advice is not None and "the cluster's 2 workers decode" in advice and "OMP_NUM_THREADS=4" in advice
     assert arrow_pool_advice({"a": (4, ("h1", everything, 8)), "b": (4, ("h1", everything, 8))}) is None
     assert arrow_pool_advice({"e": (1, ("h3", (0,), 1)), "f": (1, ("h3", (0,), 1))}) is None  # one core each
     mixed = arrow_pool_advice({"a": (8, ("h1", everything, 8)), "c": (1, ("h2", (0, 1), 2))})
     assert mixed is not None and "1 of the cluster's 2 workers" in mixed and "OMP_NUM_THREADS=2" in mixed
+    alone = arrow_pool_advice({"a": (1, ("h1", (0, 1), 2))})
+    assert alone is not None and alone.startswith("the cluster's worker decodes")
 
 
 def test_a_workers_share_of_the_shards_is_written_at_once_in_order(monkeypatch):

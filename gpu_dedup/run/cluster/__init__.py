@@ -59,6 +59,7 @@ def run_cluster(inputs, output_dir, cfg: Config, *, restart: bool = False, prior
     try:
         with st.cost("cluster_start"):  # started, or joined; its workers' kernels load in kernel_load
             ex.connect()  # first: a cluster that cannot start leaves no output directory behind
+            ex.advise_pools()  # a joined cluster's workers decoding on one Arrow thread: how to start them
             address = whole_run_worker(ex.client, cfg, shards, job)
         if address is not None:  # one worker: the one-process sequence there, as one task (run/cluster/whole.py)
             log.info("the cluster has one worker (%s): the whole run goes to it as one task", address)

@@ -198,6 +198,14 @@ class DaskExecutor:
         except Exception:  # noqa: BLE001 - workers already gone: nothing is left on them
             pass
 
+    def advise_pools(self) -> None:
+        """On a cluster the user started (its workers' Arrow pools are theirs to set), a warning where they decode
+        Parquet on fewer threads than their share of the cores (:func:`arrow_pool_advice`); one round trip."""
+        if self.cluster is None:
+            advice = arrow_pool_advice(self.client.run(_decode_pool))
+            if advice:
+                log.warning(advice)
+
     def report_extras(self) -> dict:
         peaks = self.client.run(peak_rss_mb)
         arrow = self.client.run(pa.cpu_count)  # each worker's Arrow pool (connection.worker_pools)
@@ -234,10 +242,6 @@ class DaskExecutor:
     # ---- read / normalize -------------------------------------------------------
     def read(self, progress=None) -> ClusterCorpus:
         cfg, client = self.cfg, self.client
-        if self.cluster is None:  # a cluster the user started: its workers' Arrow pools are theirs (one round trip)
-            advice = arrow_pool_advice(client.run(_decode_pool))
-            if advice:
-                log.warning(advice)
         infos = client.gather(client.map(B.inspect_shard, self.shards, cfg=cfg, pure=False))
         first = None
         for shard, inf in zip(self.shards, infos):
@@ -1082,10 +1086,13 @@ def arrow_pool_advice(pools: dict) -> str | None:
     if not short:
         return None
     k = min(short.values())
-    return (f"{len(short)} of the cluster's {len(pools)} workers decode Parquet on fewer Arrow threads than their "
-            f"share of the cores ({min(pools[w][0] for w in short)} against {k} or more): Dask starts a worker with "
-            f"OMP_NUM_THREADS=1, and Arrow sizes its thread pool by it; start the workers with OMP_NUM_THREADS={k} "
-            "(their share of the cores) to read a block's shards side by side")
+    n = len(pools)
+    who = ("the cluster's worker decodes" if n == 1 else f"the cluster's {n} workers decode" if len(short) == n
+           else f"{len(short)} of the cluster's {n} workers decode")
+    its = "its" if n == 1 else "their"
+    return (f"{who} Parquet on fewer Arrow threads than {its} share of the cores ({min(pools[w][0] for w in short)} "
+            f"against {k} or more): Dask starts a worker with OMP_NUM_THREADS=1, and Arrow sizes its thread pool by "
+            f"it; start the workers with OMP_NUM_THREADS={k} ({its} share of the cores) to decode shards side by side")
 
 
 def _decode_pool() -> tuple:
