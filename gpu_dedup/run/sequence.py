@@ -254,6 +254,19 @@ def execute(job: Job, ex: Executor, ckpt, st: StageLog | None = None) -> RunResu
 # ---------------------------------------------------------------------------- the sequence
 
 
+class _Lap:
+    """Seconds between successive marks since ``t0``, by name (:meth:`lap`), rounded as stage details are."""
+
+    def __init__(self, t0: float):
+        self.t = t0
+        self.seconds: dict = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self.t, 4)
+        self.t = now
+
+
 def _seconds_of(fn, *args) -> float:
     """The seconds ``fn(*args)`` took (run on a :class:`Soon` thread: that thread's own time)."""
     t0 = time.perf_counter()
@@ -547,19 +560,29 @@ class Sequence:
             self.samples = ex.soon(self._report_samples)
         with self.st.stage("write", len(corpus.shards), "shards") as info:
             t_stage = time.perf_counter()
+            # frames: where the run waited before anything was written, step by step (in one process each step's
+            # own work; on a cluster the steps are submitted and the wait falls on the table's rows, the last)
+            frames = _Lap(t_stage)
             dup = self._to_blocks(self.selected, "node", self.first_doc,
                                   after=Step(block_outputs, first_doc=self.first_doc))
+            frames.lap("outputs")  # each block's members of clusters, in row order (a sort on the node)
+            ids = ex.ids(dup, "row") if not corpus.id_generated else None
+            frames.lap("ids")  # the members' user ids (gathered from the id column: on a device, rows copied first)
+            survivors = self._survivor_ids(dup)
+            frames.lap("survivor_ids")
             names = [s.name for s in corpus.shards]
-            tables = ex.map(duplicates_part, dup, ex.ids(dup, "row") if not corpus.id_generated else None,
-                            self._survivor_ids(dup), first_doc=self.first_doc, starts=shard_starts(corpus.shards),
-                            names=names, id_column=corpus.id_column, prior=self.prior)
+            tables = ex.map(duplicates_part, dup, ids, survivors, first_doc=self.first_doc,
+                            starts=shard_starts(corpus.shards), names=names, id_column=corpus.id_column,
+                            prior=self.prior)
             written = 0  # rows in deduplicated shards: none in memory or with output.shards false
             target = self.job.target
             details: dict = {}  # where the stage's seconds went: frames, then the shards beside the table's thread
             rows = ex.total(table_rows, tables)["rows"]
+            frames.lap("tables")  # the duplicates table's Arrow columns (on a device: the columns copied to the host)
             # frames_seconds: the select stage's rows routed to blocks and the duplicates table's frames made, before
-            # anything is written (on a device: kernels, and the ids' gathers and copies to the host)
+            # anything is written; frames_parts_seconds: its steps (above), which add up to it
             details["frames_seconds"] = round(time.perf_counter() - t_stage, 4)
+            details["frames_parts_seconds"] = frames.seconds
             # the duplicates table is written on a thread of its own beside the shards (pyarrow's writer encodes
             # and compresses on one thread: 3 s of an H200 host's 10^7-document run, while the device wrote the
             # shards); duplicates_table_seconds are that thread's, which overlap shards_seconds
