@@ -235,7 +235,10 @@ def _joined(path, out: Path, settings: dict, single) -> dict:
            "write_threads": sorted((c.get("write_threads") or {}).values()),
            "arrow_threads": sorted((c.get("arrow_threads") or {}).values()),
            "writers": c.get("writers"),  # which wrote the shards (cudf on the device, or pyarrow on the host)
-           "worker_transfer_mb_by_stage": c.get("worker_transfer_mb_by_stage")}
+           "worker_transfer_mb_by_stage": c.get("worker_transfer_mb_by_stage"),
+           # every stage's details (the read's and the write's parts, verify's rounds): where a joined run's seconds
+           # went against the one process's
+           "stages": res.report["stages"], "fixed_seconds": res.report.get("fixed_seconds")}
     if single is not None:
         row.update(compared(single[0], out))
         row["vs_one_process"] = round(sec / single[1], 3) if single[1] else None
