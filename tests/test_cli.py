@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpu_dedup.cli import main
+from tests.signals import interruptible
 
 
 def test_run_with_overrides(tmp_path, capsys):
@@ -495,12 +496,8 @@ def test_ctrl_c_is_one_line_exit_130_and_the_rerun_resumes(tmp_path, how):
     cmd = [sys.executable, "-m", "gpu_dedup", "run", str(tmp_path / "in"), "-o", str(tmp_path / "out"),
            "--backend", "cpu", "--id-column", "id", "-q"]
     env = {**os.environ, "GPU_DEDUP_FAULT": f"verify:{how}"}
-    import signal
 
-    # a job started in the background by a non-interactive shell inherits SIGINT ignored (and Python then
-    # keeps it ignored): give the child the default disposition, as a terminal's foreground job has
-    stopped = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    stopped = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, preexec_fn=interruptible)
     assert stopped.returncode == 130, stopped.stderr
     assert stopped.stderr.strip().splitlines() == [stopped.stderr.strip()] and "interrupted" in stopped.stderr
     env.pop("GPU_DEDUP_FAULT")
@@ -1059,7 +1056,8 @@ def test_an_interrupted_query_says_it_only_reads(tmp_path):
     assert main(["index", "build", str(inp), "-o", str(tmp_path / "ix"), "-q"]) == 0
     for sig in (signal.SIGINT, signal.SIGTERM):
         p = subprocess.Popen([sys.executable, "-m", "gpu_dedup", "query", str(tmp_path / "ix")], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                             preexec_fn=interruptible)
         try:
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:  # the index is open (mapped): next, query reads stdin

@@ -13,6 +13,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.run.entry import run_dedup
 from tests.accounting import assert_accounted
+from tests.signals import interruptible
 
 distributed = pytest.importorskip("distributed")
 
@@ -796,7 +797,8 @@ def _group_signal_run(corpus, out, moment, env_fault=None):
         env["GPU_DEDUP_FAULT"] = env_fault
     p = subprocess.Popen([sys.executable, "-m", "gpu_dedup", "run", str(corpus / "in"), "-o", str(out), "--workers",
                           "2", "--backend", "cpu", "--id-column", "id"], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+                         stderr=subprocess.PIPE, text=True, start_new_session=True, env=env,
+                         preexec_fn=interruptible)
     lines, sent = [], None
     try:
         for line in p.stderr:
