@@ -560,14 +560,15 @@ class DaskExecutor:
         named = {name: routing.reals(p) for name, p in parts.items() if p is not None}
         paths = {name: [str(directory / f"{name}-{k:05d}{SUFFIX}") for k in range(len(p))] for name, p in named.items()}
         everything = [f for p in named.values() for f in p]
-        # every part of the unit saved at once, and where they are asked once: two round trips a unit
-        self.client.gather(self.client.map(_save_part, everything, [x for n in named for x in paths[n]], pure=False))
-        holders = self.client.who_has(everything)
+        # every part of the unit saved at once, each by a worker holding it, which says who it is: one round trip a
+        # unit (asking the scheduler where the parts are took a second one)
+        savers = iter(self.client.gather(self.client.map(_save_part, everything,
+                                                         [x for n in named for x in paths[n]], pure=False)))
         fresh: dict[str, Any] = {name: None for name in parts}
         for name, p in named.items():
             fresh[name] = [self.client.submit(_reuse_or_load, path, self.part_backend, pure=False,
-                                              **routing.placed(sorted(holders.get(f.key, ()))))
-                           for f, path in zip(p, paths[name])]
+                                              **routing.placed([w] if (w := next(savers)) else []))
+                           for path in paths[name]]
         ckpt.save(unit, {}, {**meta, "parts": {name: len(p) for name, p in named.items()}})
         return fresh
 
@@ -984,15 +985,21 @@ def _rank_range(part: dict, offset: int, keep: str) -> dict:
     return {"row": rows, "rank": offset + ranks_from_keys(keep, rows.shape[0], length=key, ids=key, score=key)}
 
 
-def _save_part(part, path: str) -> int:
-    """One part of a finished stage, saved by the worker that holds it (an object in a store: one upload).  Not
-    synced to the disk, as no checkpoint is (:mod:`gpu_dedup.run.checkpoint`): one that a power loss garbles
-    fails its arrays' CRC when read, and its unit is computed again."""
+def _save_part(part, path: str) -> str | None:
+    """One part of a finished stage, saved by the worker that holds it (an object in a store: one upload), which
+    keeps it in memory for the part's new future (:func:`_reuse_or_load`) and returns its address (None outside a
+    worker).  Not synced to the disk, as no checkpoint is (:mod:`gpu_dedup.run.checkpoint`): one that a power loss
+    garbles fails its arrays' CRC when read, and its unit is computed again."""
     # a part that is None (nothing to say) is saved as one empty array
     arrays: dict[str, Any] = {k: to_host(v) for k, v in part.items()} if part is not None else {"__none__": np.zeros(0)}
     save_arrays(as_path(path), arrays)
     _SAVED[path] = part
-    return 1
+    try:
+        from distributed import get_worker  # noqa: PLC0415  the Dask executor's workers only
+
+        return get_worker().address
+    except ValueError:  # not in a worker's task
+        return None
 
 
 _SAVED: dict = {}  # worker-global: path -> the part its save wrote there, until the part's new future takes it
