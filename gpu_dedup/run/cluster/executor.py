@@ -1096,21 +1096,23 @@ def _write_shards(shards: list, starts: list, removed: list, out: str, compressi
     wrote: list = []  # the writer of each shard the device was offered (list.append is atomic: threads share it)
 
     held = held or [None] * len(shards)
+    from_held: list = []  # the shards written from held batches (list.append is atomic: threads share it)
 
     def one(k: int) -> dict:
         batches = _held_batches(held[k]) if held[k] else None
         held[k] = None
+        if batches is not None:
+            from_held.append(k)
         with storage.busy_into(busy):
-            return _write_shard(shards[k], starts[k], removed[k], out, compression, writer, wrote, batches)
+            return _write_shard(shards[k], starts[k], removed[k], out, compression, writer, wrote, held=batches)
 
     if threads <= 1:
         records = [one(k) for k in range(len(shards))]
     else:
         with ThreadPoolExecutor(threads, thread_name_prefix="gpu-dedup-write") as pool:
             records = list(pool.map(one, range(len(shards))))
-    return {"threads": max(1, threads), "records": [{k: v for k, v in r.items() if k != "from_held"} for r in records],
-            "busy": busy, "writers": {name: wrote.count(name) for name in sorted(set(wrote))},
-            "from_held": sum(r["from_held"] for r in records)}
+    return {"threads": max(1, threads), "records": records, "busy": busy,
+            "writers": {name: wrote.count(name) for name in sorted(set(wrote))}, "from_held": len(from_held)}
 
 
 def _held_batches(sources: list) -> list | None:
@@ -1190,10 +1192,8 @@ def _write_shard(shard, start: int, removed: list, out: str, compression: str, d
     for part in removed:  # the removed rows of the blocks reading this shard (of other shards too)
         rows = to_host(part["row"]) - start
         keep[rows[(rows >= 0) & (rows < shard.rows)]] = False
-    from_held = held is not None
     rows = storage.write_shard(shard, keep, out, compression, device_writer=device_writer, held=held, wrote=wrote)
-    return {"name": shard.name, "rows": rows, **storage.written_digest(as_path(out) / shard.name),
-            "from_held": from_held}
+    return {"name": shard.name, "rows": rows, **storage.written_digest(as_path(out) / shard.name)}
 
 
 def _write_part(table: pa.Table, path: str) -> int:
