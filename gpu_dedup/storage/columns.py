@@ -179,13 +179,15 @@ def iter_columns(shard: Shard, cfg: InputConfig, score_column: str | None = None
         yield _validated(shard, cfg, table, present, score_column, skip_text)
 
 
-def iter_columns_held(shard: Shard, cfg: InputConfig, score_column: str | None = None):
+def iter_columns_held(shard: Shard, cfg: InputConfig, score_column: str | None = None, row_groups=None):
     """:func:`iter_columns` of a Parquet shard that reads every column: per batch, (the run's validated
     columns, the whole batch as read), the batches :func:`~gpu_dedup.storage.parquet.iter_parquet` gives
-    the write stage, so that it can write the kept rows without reading the shard again."""
+    the write stage, so that it can write the kept rows without reading the shard again.  ``row_groups``
+    (None: all): a block's part of the shard on a cluster; the batches of consecutive row groups, in order,
+    hold the same rows and types as the whole shard's."""
     wanted, optional = _wanted(cfg, score_column)
     wanted = _parquet_wanted(shard, wanted, optional, False)
-    for table in iter_parquet(shard, None):
+    for table in iter_parquet(shard, None, row_groups=row_groups):
         yield _validated(shard, cfg, table, wanted, score_column, False), table
 
 

@@ -307,7 +307,7 @@ def test_a_workers_share_of_the_shards_is_written_at_once_in_order(monkeypatch):
     shards = [types.SimpleNamespace(name=f"s{k}", format="jsonl") for k in range(3)]  # 64 MiB each to write
     together = threading.Barrier(3, timeout=20)  # three shards written at once, or the barrier breaks
 
-    def write(shard, start, removed, out, compression, device_writer, wrote):
+    def write(shard, start, removed, out, compression, device_writer, wrote, held=None):
         together.wait()
         return {"name": shard.name, "rows": start}
 
@@ -315,9 +315,10 @@ def test_a_workers_share_of_the_shards_is_written_at_once_in_order(monkeypatch):
     monkeypatch.setattr(E, "_worker_budget", lambda: 1 << 40)
     got = E._write_shards(shards, [0, 1, 2], [[], [], []], "out", "same", threads=3)
     assert got == {"threads": 3, "records": [{"name": f"s{k}", "rows": k} for k in range(3)], "writers": {},
-                   "busy": {"sync_thread_seconds": 0.0, "digest_thread_seconds": 0.0}}
+                   "busy": {"sync_thread_seconds": 0.0, "digest_thread_seconds": 0.0}, "from_held": 0}
     threads = set()
-    monkeypatch.setattr(E, "_write_shard", lambda shard, *a: threads.add(threading.get_ident()) or {"name": shard.name})
+    monkeypatch.setattr(E, "_write_shard", lambda shard, *a, **kw: threads.add(threading.get_ident()) or
+                        {"name": shard.name})
     one = E._write_shards(shards[:2], [0, 1], [[], []], "out", "same", threads=1)  # one thread: the task's own
     assert [r["name"] for r in one["records"]] == ["s0", "s1"] and threads == {threading.get_ident()}
     monkeypatch.setattr(E, "_worker_budget", lambda: 100 << 20)  # room for one shard's write: one at a time

@@ -51,6 +51,7 @@ def run_cluster(inputs, output_dir, cfg: Config, *, restart: bool = False, prior
     cfg = replace(cfg, backend=cluster_backend(cfg.backend))  # auto: CPU workers (GPU ones only when asked for)
     job = replace(job, cfg=cfg)
     ex = DaskExecutor(shards, cfg, job.prior)
+    ex.writes_shards = job.write_shards  # its blocks hold their input batches only for a write stage
     od = None
     ckpt: Checkpoints | NoCheckpoints = NoCheckpoints()
     out = job.out

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from gpu_dedup import storage
 from gpu_dedup.storage.ahead import ahead_each
+from gpu_dedup.storage.columns import iter_columns_held
 from gpu_dedup.backends import (
     ByArrays,
     array_module,
@@ -41,7 +42,7 @@ from gpu_dedup.stages.exact import exact_keys, stored_keys
 from gpu_dedup.stages.families import RowData, family_for
 from gpu_dedup.stages.normalize import BatchNormalizer
 from gpu_dedup.stages.projections import NULL_ROW
-from gpu_dedup.stages.read import READERS, read_texts, text_bytes
+from gpu_dedup.stages.read import HOLD_SHARE, READERS, read_texts, text_bytes
 from gpu_dedup.stages.selection import text_lengths
 from gpu_dedup.stages.vectors import Vectors
 
@@ -144,11 +145,12 @@ def _same_schema(a, b) -> bool:
     return a is not None and b is not None and a.equals(b)
 
 
-def spread_blocks(rows: list, workers: list, capacity: dict | None = None) -> list:
+def spread_blocks(rows: list, workers: list, capacity: dict | None = None, load: dict | None = None) -> list:
     """The worker each block is read on: the largest blocks first, each to the worker with the fewest rows so
     far (ties: the first), so every worker holds about its share of the corpus, whatever order the workers
-    become free in.  ``capacity``: the threads of each worker (its rows so far are weighed per thread)."""
-    load = dict.fromkeys(workers, 0)
+    become free in.  ``capacity``: the threads of each worker (its rows so far are weighed per thread);
+    ``load``: the rows each worker has already (e.g. the shards it writes from held batches)."""
+    load = {w: (load or {}).get(w, 0) for w in workers}
     homes: list = [None] * len(rows)
     for k in sorted(range(len(rows)), key=lambda k: -rows[k]):  # stable: equal blocks in order
         w = min(load, key=lambda v: load[v] / (capacity[v] if capacity else 1)) if load else None
@@ -174,6 +176,9 @@ class BlockData:
     text_file: str | None = None  # the normalized texts' file (spill_texts): ``.offsets`` and ``.data``
     text_bytes: int = 0
     texts_on_host: bool = False  # a GPU worker's texts kept in host memory (spill_texts, device_memory_limit)
+    # per piece, the batches of every column of its Parquet rows as read, for the write stage (None: not held;
+    # output.hold_inputs, read_block); a shard's write takes them out of the block (take_held)
+    held: list | None = None
 
     def texts(self):
         """The normalized texts: in memory, or mapped from the block's file for as long as the caller holds
@@ -193,7 +198,7 @@ class BlockData:
         weighs it by (``dask.sizeof`` falls back to ``sys.getsizeof``) when it places a task that reads the
         block and when it spills.  Weighed as an empty object, a block was copied to whichever worker held the
         small frame a task paired it with, and one worker ended up holding every block."""
-        n = object.__sizeof__(self) + (self.table.nbytes if self.table is not None else 0)
+        n = object.__sizeof__(self) + (self.table.nbytes if self.table is not None else 0) + held_bytes(self)
         arrays = [self.null]
         if self.strings is not None:
             arrays += [self.strings.offsets, self.strings.data]
@@ -370,26 +375,32 @@ def streams_text(cfg: Config) -> bool:
     return traits(cfg.backend).host and family_for(cfg).uses_text and not cfg.input.vector_column
 
 
-def read_block(block: Block, shards: list, cfg: Config, run: str | None = None) -> BlockData:
+def read_block(block: Block, shards: list, cfg: Config, run: str | None = None, hold: bool | str = False) -> BlockData:
     """A block read and normalized in one pass, as one process reads its corpus: each batch of a Parquet piece
     normalized as soon as it is decoded and its original texts dropped, so that the worker never holds the
     block's original texts (a JSONL piece is read whole, then normalized); what :func:`load_block` then
-    :func:`normalize_block` give."""
+    :func:`normalize_block` give.  ``hold`` (``output.hold_inputs`` of a run that writes shards, else False):
+    where :func:`_holds` says so, the batches of every column of its Parquet pieces are read instead and kept
+    as read (``BlockData.held``), as one process keeps them, for the write stage to write the kept rows from."""
+    keep = _holds(block, shards, hold, run)
     hook = BatchNormalizer(cfg.normalize, text_lengths if cfg.select.keep == "longest" else None,
                            capacity=sum(text_bytes(shard, cfg.input.text_column, piece.row_groups)
                                         for piece, shard in zip(block.pieces, shards)))
     parts, tables = [], []
     rows = 0
-    sources = [partial(_piece_batches, k, piece, shard, cfg)
+    held: list = [[] if keep and shard.format == "parquet" else None for shard in shards]
+    sources = [partial(_piece_batches, k, piece, shard, cfg, held[k] is not None)
                for k, (piece, shard) in enumerate(zip(block.pieces, shards))]
     # the pieces decoded side by side (piece_readers), each a couple of batches ahead; normalized here, in order
-    for k, table in ahead_each(sources, piece_readers(len(sources))):
+    for k, table, whole in ahead_each(sources, piece_readers(len(sources))):
         if table is None:  # the piece's end
             piece, shard = block.pieces[k], shards[k]
             if rows != piece.rows:
                 raise _changed(shard, rows, piece.rows)
             rows = 0
             continue
+        if whole is not None:
+            held[k].append(whole)
         parts.append(hook(table.column("text")))
         tables.append(table.drop_columns(["text"]))
         rows += table.num_rows
@@ -398,17 +409,78 @@ def read_block(block: Block, shards: list, cfg: Config, run: str | None = None) 
     if cfg.select.keep == "longest":
         table = table.append_column(LENGTH, BatchNormalizer.lengths(parts).combine_chunks())
     strings, invalid, _ = hook.join(parts)
-    data = BlockData(block, table, strings=strings, invalid_utf8=invalid, null=null, text_bytes=int(strings.nbytes))
+    data = BlockData(block, table, strings=strings, invalid_utf8=invalid, null=null, text_bytes=int(strings.nbytes),
+                     held=held if keep else None)
     return _kept(data, cfg, run)
 
 
-def _piece_batches(k: int, piece: Piece, shard, cfg: Config):
-    """(k, table) for each batch of piece ``k`` of a block (:func:`read_block`), then (k, None)."""
-    batches = storage.iter_columns(shard, cfg.input, cfg.select.score_read, row_groups=piece.row_groups) \
-        if shard.format == "parquet" else [read_piece(piece, shard, cfg)]
-    for table in batches:
-        yield k, table
-    yield k, None
+def _piece_batches(k: int, piece: Piece, shard, cfg: Config, hold: bool = False):
+    """(k, table, the whole batch as read or None) for each batch of piece ``k`` of a block (:func:`read_block`),
+    then (k, None, None).  ``hold`` (a Parquet piece): every column read, through the reader one process holds
+    its shards with (:func:`~gpu_dedup.storage.columns.iter_columns_held`), so the bytes written are the same."""
+    if hold:
+        for table, whole in iter_columns_held(shard, cfg.input, cfg.select.score_read, row_groups=piece.row_groups):
+            yield k, table, whole
+    else:
+        batches = storage.iter_columns(shard, cfg.input, cfg.select.score_read, row_groups=piece.row_groups) \
+            if shard.format == "parquet" else [read_piece(piece, shard, cfg)]
+        for table in batches:
+            yield k, table, None
+    yield k, None, None
+
+
+_HELD_INPUTS: dict = {}  # worker-global: run -> input bytes (footers) of the batches its blocks hold in this worker
+
+
+def _holds(block: Block, shards: list, setting: bool | str, run: str | None) -> bool:
+    """Whether a block keeps its Parquet pieces' batches (``output.hold_inputs``: ``setting``): true always,
+    false never; ``auto`` while this run's blocks on this worker hold at most HOLD_SHARE of the worker's
+    memory limit (the machine's memory where it has none) in input bytes (the pieces' uncompressed size, from
+    the footers, as one process weighs its shards), this block's included.  Released at the run's end
+    (:func:`drop_texts`)."""
+    if setting is False or not any(s.format == "parquet" for s in shards):
+        return False
+    size = sum(piece_input_bytes(p, s) for p, s in zip(block.pieces, shards) if s.format == "parquet")
+    with _HELD_LOCK:
+        held = _HELD_INPUTS.get(run, 0)
+        if setting is not True and held + size > HOLD_SHARE * _worker_memory():
+            return False
+        _HELD_INPUTS[run] = held + size
+    return True
+
+
+def piece_input_bytes(piece: Piece, shard) -> int:
+    """The uncompressed size of a Parquet piece's row groups (its shard's footer only)."""
+    meta = storage.parquet_metadata(shard)
+    groups = range(meta.num_row_groups) if piece.row_groups is None else piece.row_groups
+    return sum(meta.row_group(g).total_byte_size for g in groups)
+
+
+def held_bytes(data: BlockData) -> int:
+    """Bytes of the input batches a block holds (:attr:`BlockData.held`)."""
+    return sum(t.nbytes for batches in data.held or () if batches for t in batches)
+
+
+def block_held(data: BlockData) -> list:
+    """The pieces (positions in the block) whose batches the block holds: per-block metadata for the client,
+    which sends each shard's write to a worker holding all of its pieces."""
+    return [k for k, batches in enumerate(data.held or ()) if batches is not None]
+
+
+def take_held(data: BlockData, k: int) -> list | None:
+    """The batches of piece ``k``, taken out of the block (None: not held), so that the write that empties the
+    list frees them: the block references them no more."""
+    if data.held is None or data.held[k] is None:
+        return None
+    batches, data.held[k] = data.held[k], None
+    return batches
+
+
+def drop_held(data: BlockData) -> int:
+    """Frees what input batches a block still holds (pieces of shards written without them); the batches freed."""
+    count = sum(len(b) for b in data.held or () if b)
+    data.held = None
+    return count
 
 
 SPILL_SHARE = 0.25  # spill_texts: auto keeps a run's texts in a worker's memory up to this share of its limit
@@ -556,10 +628,11 @@ def text_dir(run: str, worker=None) -> str:
 
 
 def drop_texts(run: str, dask_worker=None) -> int:
-    """Removes run ``run``'s spilled texts from a worker (``Client.run`` passes it, at the end of the run):
-    the files it removed."""
+    """Removes run ``run``'s spilled texts from a worker (``Client.run`` passes it, at the end of the run), and
+    releases what its blocks' texts and input batches counted against the worker's memory: the files it removed."""
     with _HELD_LOCK:
         _HELD.pop(run, None)
+        _HELD_INPUTS.pop(run, None)
     path = text_dir(run, dask_worker)
     if not os.path.isdir(path):
         return 0

@@ -135,6 +135,8 @@ class DaskExecutor:
         self.write_threads: dict = {}  # worker -> how many shards it wrote at once (write_shards)
         self.writers: dict = {}  # which wrote the shards: {"cudf": shards, "pyarrow": shards} (write_shards)
         self.write_busy: dict = {}  # the workers' seconds syncing and digesting the shards (write_details)
+        self.writes_shards = cfg.output.shards  # the run writes the deduplicated shards (run_cluster sets it)
+        self.shards_from_held = 0  # shards written from the input batches their blocks held (write_shards)
         self.transfers_by_stage: dict = {}  # GPU workers: stage -> host<->device bytes copied (_stage_transfers)
         self._transfers: dict = {}
 
@@ -232,6 +234,8 @@ class DaskExecutor:
             "shuffle_mb_by_stage": {k: round(float(m[1]) / 2**20, 2) for k, m in moved.items()},
             "write_threads": self.write_threads,
             "writers": self.writers,
+            # shards written from the input batches their blocks held on the writing worker (output.hold_inputs)
+            "shards_from_held": self.shards_from_held,
             "arrow_threads": arrow,
             # GPU workers: MiB their tasks copied host->device and device->host, by stage (None on CPU workers)
             "worker_transfer_mb_by_stage": {
@@ -259,8 +263,10 @@ class DaskExecutor:
         # every worker (scheduler_info() lists only 5 in some Dask releases: dask/distributed#9045)
         self.homes = B.spread_blocks([b.rows for b in self.blocks], sorted(client.nthreads()))
         streamed = B.streams_text(cfg)  # CPU workers: each block read and normalized in one pass
+        # CPU workers' blocks keep their input batches for the write stage where output.hold_inputs allows
+        hold = cfg.output.hold_inputs if self.writes_shards else False
         self.loaded = [client.submit(B.read_block if streamed else B.load_block, b, shard, cfg=cfg, pure=False,
-                                     **({"run": self.run_key} if streamed else {}),
+                                     **({"run": self.run_key, "hold": hold} if streamed else {}),
                                      **routing.placed([home] if home else None))
                        for b, shard, home in zip(self.blocks, block_shards, self.homes)]
         if cfg.input.vector_column:  # one vector length for the whole corpus: an index's, else the first block's
@@ -644,7 +650,9 @@ class DaskExecutor:
         the others idle.  Shards go to workers by rows, weighed by those threads.  With ``gpu.writer: cudf`` a
         GPU worker writes each of its shards on its device (read, filtered and written by cuDF), as one process
         does without the read stage's device table; a shard cuDF cannot write goes to pyarrow, and
-        ``cluster.writers`` in the report counts each."""
+        ``cluster.writers`` in the report counts each.  A shard whose pieces' input batches are all held by
+        blocks on one worker (CPU workers, ``output.hold_inputs``) is written there from them, without reading
+        it again (``cluster.shards_from_held``); the others are spread by rows."""
         shards = self.corpus.shards
         by_shard: dict[int, list] = {}
         for b, fut in zip(self.blocks, routing.reals(removed)):
@@ -660,17 +668,25 @@ class DaskExecutor:
             else:
                 todo.append(i)
         threads = write_shares(self.client.run(_host_cores)) if todo else {}
-        homes = B.spread_blocks([shards[i].rows for i in todo], sorted(threads), threads)
+        owners, sources = self._held_shards(todo, sorted(threads))
+        rest = [i for i in todo if i not in owners]
+        load = dict.fromkeys(threads, 0)
+        for i, w in owners.items():
+            load[w] += shards[i].rows
+        homes = dict(zip(rest, B.spread_blocks([shards[i].rows for i in rest], sorted(threads), threads, load)))
+        homes.update(owners)
         groups = []
         for w in sorted(threads):
-            mine = [i for i, home in zip(todo, homes) if home == w]
+            mine = [i for i in todo if homes[i] == w]
             if mine:
                 groups.append((w, mine, self.client.submit(
                     _write_shards, [shards[i] for i in mine], [int(starts[i]) for i in mine],
                     [by_shard.get(i, []) for i in mine], str(out), self.cfg.output.compression, threads[w],
-                    self.part_backend, self.cfg.gpu.writer, pure=False, **routing.placed([w]))))
+                    self.part_backend, self.cfg.gpu.writer, held=[sources.get(i) for i in mine], pure=False,
+                    **routing.placed([w]))))
         for w, mine, fut in groups:  # marks in shard order within each worker's share
             got = fut.result()
+            self.shards_from_held += got["from_held"]
             self.write_threads[w] = got["threads"]
             for name, count in got["writers"].items():
                 self.writers[name] = self.writers.get(name, 0) + count
@@ -684,7 +700,46 @@ class DaskExecutor:
                     progress(1)
         if progress is not None and len(todo) < len(shards):
             progress(len(shards) - len(todo))
+        self._drop_held()
         return written
+
+    def _held_shards(self, todo: list, workers: list) -> tuple:
+        """The shards of ``todo`` that one worker can write from held input batches: (shard -> that worker,
+        shard -> [[block future, piece], ...] in row order, the blocks all on that worker, so that the write
+        task's arguments are resolved where they are, never copied).  A shard qualifies when every piece of it
+        is held by its block and one worker holds all those blocks; per-block metadata only reaches the client
+        (which pieces each block holds, and Dask's record of where the blocks are: one round trip each)."""
+        self._held_blocks: list = []
+        if not todo or not B.streams_text(self.cfg) or self.cfg.output.hold_inputs is False or not self.blocks:
+            return {}, {}
+        where = self._block_homes([self.loaded]) or []
+        held = self.client.gather([self.client.submit(B.block_held, f, pure=False, **routing.placed(h))
+                                   for f, h in zip(self.loaded, where)])
+        self._held_blocks = [k for k, pieces in enumerate(held) if pieces]
+        pieces: dict[int, list] = {}  # shard -> (block, piece) of each of its pieces, in row order
+        for k, b in enumerate(self.blocks):
+            for j, p in enumerate(b.pieces):
+                pieces.setdefault(p.shard_index, []).append((k, j))
+        owners, sources = {}, {}
+        for i in todo:
+            mine = pieces.get(i, [])
+            if not mine or any(j not in held[k] for k, j in mine):
+                continue
+            common = set(workers).intersection(*(where[k] or () for k, _ in mine))
+            if common:
+                owners[i] = min(common)
+                sources[i] = [[self.loaded[k], j] for k, j in mine]
+        return owners, sources
+
+    def _drop_held(self) -> None:
+        """Frees the input batches the blocks still hold after the write (pieces of shards read again, or written
+        by an earlier run this one resumed): the blocks live on, for the report and an index's segments."""
+        blocks = [self.loaded[k] for k in getattr(self, "_held_blocks", [])]
+        if blocks:
+            homes = self._block_homes([self.loaded]) or [None] * len(self.loaded)
+            self.client.gather([self.client.submit(B.drop_held, self.loaded[k], pure=False,
+                                                   **routing.placed(homes[k])) for k in self._held_blocks])
+        self._held_blocks = []
 
     def write_details(self) -> dict:
         """The seconds the workers' threads spent syncing and digesting the shards they wrote."""
@@ -1033,21 +1088,30 @@ def _present(part) -> int:
 
 
 def _write_shards(shards: list, starts: list, removed: list, out: str, compression: str, threads: int,
-                  backend: str = "cpu", writer_setting: str = "auto") -> dict:
+                  backend: str = "cpu", writer_setting: str = "auto", held: list | None = None) -> dict:
     """A worker's share of the shards, up to ``threads`` at a time (pyarrow and hashlib release the GIL) as its
     memory allows (:func:`~gpu_dedup.storage.concurrent_writes`): ``records``, in order, the ``threads`` it
     took, ``writers``: how many of the Parquet shards offered to the device each writer wrote, and ``busy``: the
     seconds its threads spent syncing and digesting them (:func:`~gpu_dedup.storage.busy_into`).  The run's
     ``backend`` and its ``gpu.writer`` (``writer_setting``) say whether each Parquet shard goes to the worker's
-    device writer first (:func:`~gpu_dedup.backends.placement.shard_writer`: cuDF's on a GPU worker)."""
+    device writer first (:func:`~gpu_dedup.backends.placement.shard_writer`: cuDF's on a GPU worker).  ``held``:
+    per shard None, or [[block, piece], ...]: the blocks on this worker whose held batches make up the whole
+    shard, taken out of them as the shard is written (``from_held``: how many were)."""
     threads = storage.concurrent_writes([storage.write_memory(s) for s in shards], threads, _worker_budget())
     writer = shard_writer(get_backend(backend), writer_setting)
     busy = storage.no_busy()
     wrote: list = []  # the writer of each shard the device was offered (list.append is atomic: threads share it)
 
+    held = held or [None] * len(shards)
+    from_held: list = []  # the shards written from held batches (list.append is atomic: threads share it)
+
     def one(k: int) -> dict:
+        batches = _held_batches(held[k]) if held[k] else None
+        held[k] = None
+        if batches is not None:
+            from_held.append(k)
         with storage.busy_into(busy):
-            return _write_shard(shards[k], starts[k], removed[k], out, compression, writer, wrote)
+            return _write_shard(shards[k], starts[k], removed[k], out, compression, writer, wrote, held=batches)
 
     if threads <= 1:
         records = [one(k) for k in range(len(shards))]
@@ -1055,7 +1119,19 @@ def _write_shards(shards: list, starts: list, removed: list, out: str, compressi
         with ThreadPoolExecutor(threads, thread_name_prefix="gpu-dedup-write") as pool:
             records = list(pool.map(one, range(len(shards))))
     return {"threads": max(1, threads), "records": records, "busy": busy,
-            "writers": {name: wrote.count(name) for name in sorted(set(wrote))}}
+            "writers": {name: wrote.count(name) for name in sorted(set(wrote))}, "from_held": len(from_held)}
+
+
+def _held_batches(sources: list) -> list | None:
+    """One shard's batches in row order, taken out of the blocks holding its pieces (``sources``: [[block, piece],
+    ...]); None where a piece is held no more (its block computed again without them): the shard is read."""
+    got = [B.take_held(data, j) for data, j in sources]
+    whole: list = []
+    for batches in got:  # one step per piece
+        if batches is None:
+            return None
+        whole += batches
+    return whole
 
 
 def _worker_budget() -> int:
@@ -1118,12 +1194,12 @@ def _host_cores() -> tuple:
 
 
 def _write_shard(shard, start: int, removed: list, out: str, compression: str, device_writer=None,
-                 wrote: list | None = None) -> dict:
+                 wrote: list | None = None, held: list | None = None) -> dict:
     keep = np.ones(shard.rows, bool)
     for part in removed:  # the removed rows of the blocks reading this shard (of other shards too)
         rows = to_host(part["row"]) - start
         keep[rows[(rows >= 0) & (rows < shard.rows)]] = False
-    rows = storage.write_shard(shard, keep, out, compression, device_writer=device_writer, wrote=wrote)
+    rows = storage.write_shard(shard, keep, out, compression, device_writer=device_writer, held=held, wrote=wrote)
     return {"name": shard.name, "rows": rows, **storage.written_digest(as_path(out) / shard.name)}
 
 
