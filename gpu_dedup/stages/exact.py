@@ -56,17 +56,42 @@ def exact_groups(keys, ranks, eligible=None):
     shared = xp.zeros(idx.shape[0], dtype=bool)
     shared[1:] |= same
     shared[:-1] |= same
+    runs = _runs_are_groups(keys, ranks, idx[by_first[shared]])
+    if runs is not None:
+        at, heads = runs
+        rep[at] = heads
+        return rep
     idx = idx[sorted_copy(by_first[shared])]  # document order, as every document sorted would keep it
     if idx.shape[0] < 2:
         return rep
-    k = keys[idx]
+    k = xp.take(keys, idx, axis=0)
     order = stable_order(k[:, 0], k[:, 1], k[:, 2], ranks[idx])
-    sk = k[order]
+    sk = xp.take(k, order, axis=0)
     new_group = xp.ones(order.shape[0], dtype=bool)
     new_group[1:] = xp.any(sk[1:] != sk[:-1], axis=1)
     head = xp.flatnonzero(new_group)[xp.cumsum(new_group) - 1]
     rep[idx[order]] = idx[order[head]]
     return rep
+
+
+def _runs_are_groups(keys, ranks, pos):
+    """Where the runs of equal first hash in ``pos`` (the documents sharing one, ordered by it, then in document
+    order) are the groups themselves, each already in the full sort's order: (``pos``, the representative of
+    each), else None.  That holds where within every run the length and the second hash are equal too and the
+    ranks never fall, so the run's first document is its best-ranked (ties: the first in document order).  The
+    usual case (a first-hash collision between different texts comes once in about 2**64 / n pairs), and it
+    saves the sort by all four keys (three of them 64 bits wide: one radix sort each), 3 s of 10^7 documents
+    that all have copies on 2 cores."""
+    xp = array_module(keys)
+    if pos.shape[0] < 2:
+        return pos, pos
+    k, r = xp.take(keys, pos, axis=0), ranks[pos]  # take: NumPy's row gather is 3x slower by fancy indexing
+    new = xp.ones(pos.shape[0], dtype=bool)
+    xp.not_equal(k[1:, 1], k[:-1, 1], out=new[1:])
+    within = (k[1:, 0] == k[:-1, 0]) & (k[1:, 2] == k[:-1, 2]) & (r[1:] >= r[:-1])
+    if not bool(xp.all(new[1:] | within)):
+        return None
+    return pos, pos[xp.flatnonzero(new)[xp.cumsum(new) - 1]]
 
 
 # ---------------------------------------------------------------------------- partition functions

@@ -64,3 +64,30 @@ def test_groups_at_scale_are_the_references():
     keys[rng.integers(0, n, 500), 1] = keys[rng.integers(0, n, 500), 1]
     ranks = rng.integers(0, n // 2, n)
     assert list(exact_groups(keys, ranks)) == ref.exact_representatives(keys, ranks)
+
+
+def test_runs_of_one_first_hash_are_the_groups_without_the_full_sort(monkeypatch):
+    """10^5 documents, every one with copies (ten texts of each of 10^4, in the order a corpus of ten copies
+    has them), ranks in document order: the runs of equal first hash are the groups, taken without the sort
+    by all four keys; one first-hash collision between different texts, or a rank that falls inside a run,
+    takes the full sort. Every case is the reference's."""
+    import gpu_dedup.stages.exact as exact
+
+    rng = np.random.default_rng(7)
+    base = rng.integers(0, 2**63, (10_000, 3), dtype=np.uint64)
+    keys = np.tile(base, (10, 1))  # copy c of text i at row c * 10^4 + i
+    ranks = np.arange(keys.shape[0])
+    sorts = []
+    full = exact.stable_order
+    monkeypatch.setattr(exact, "stable_order", lambda *k: sorts.append(len(k)) or full(*k))
+    assert list(exact_groups(keys, ranks)) == ref.exact_representatives(keys, ranks)
+    assert sorts == [1]  # the first hash's sort alone
+    collided = keys.copy()
+    collided[5, 1] = collided[6, 1]  # text 5's copy at row 5 shares text 6's first hash, not its other lanes
+    sorts.clear()
+    assert list(exact_groups(collided, ranks)) == ref.exact_representatives(collided, ranks)
+    assert sorts == [1, 4]
+    falling = ranks[::-1].copy()  # the best-ranked copy is the last one in document order
+    sorts.clear()
+    assert list(exact_groups(keys, falling)) == ref.exact_representatives(keys, falling)
+    assert sorts == [1, 4]
