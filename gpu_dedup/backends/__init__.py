@@ -168,6 +168,9 @@ def stable_order(*keys):
         raise ValueError("stable_order needs at least one key")
     xp = array_module(*keys)
     if xp is numpy:
+        if keys[0].shape[0] >= radix.RADIX_MIN and all(k.dtype.kind in "biu" for k in keys) and _in_order(keys):
+            # the rows as they are: no sort (integer keys: a float key's NaNs compare false and sort last)
+            return numpy.arange(keys[0].shape[0], dtype=numpy.int64)
         got = radix.order(keys, available_memory)
         if got is not None:
             return got
@@ -175,6 +178,23 @@ def stable_order(*keys):
     for key in reversed(keys[:-1]):
         order = order[xp.argsort(key[order], kind="stable")]
     return order.astype(xp.int64, copy=False)
+
+
+def _in_order(keys) -> bool:
+    """Whether the host rows are in ``keys``' order already (a frame sorted by a stage before, grouped by the
+    key it was sorted on): a pass of comparisons per key, 10-30 ms for 10^7 rows where a stable sort of one
+    64-bit key takes 0.2-1 s on 2 cores (and NumPy's merge sort of sorted values still copies them twice)."""
+    tied = None  # rows equal to the next one on every key so far (None: all of them)
+    for key in keys:
+        a, b = key[:-1], key[1:]
+        down = b < a
+        if (down if tied is None else down & tied).any():
+            return False
+        same = b == a
+        tied = same if tied is None else tied & same
+        if not tied.any():
+            return True
+    return True
 
 
 def sorted_copy(a):

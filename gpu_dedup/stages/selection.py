@@ -124,7 +124,8 @@ class ChainSplit:
     takes is added to it.
     """
 
-    def __init__(self, labels, rep, ranks, src, dst, threshold: float, components, known: KnownPairs | None = None):
+    def __init__(self, labels, rep, ranks, src, dst, threshold: float, components, known: KnownPairs | None = None,
+                 survivor=None):
         xp = self.xp = array_module(labels)
         n = self.n = labels.shape[0]
         self.known = known
@@ -136,7 +137,8 @@ class ChainSplit:
         self.checked = xp.full(n, -1, dtype=xp.int64)  # survivor a member was last found similar enough to
         self.ejected = xp.zeros(n, dtype=bool)
         self.rounds = 0
-        self.survivor = survivors(self.labels, ranks)
+        # survivor: survivors(labels, ranks) where the caller has them (a copy: the rounds change it)
+        self.survivor = survivors(self.labels, ranks) if survivor is None else survivor.copy()
         self.done = False
         self._todo: tuple | None = None  # the round asked: (members, known or None, their similarities)
 
@@ -281,15 +283,17 @@ class ClusterPart:
         n = self.node.shape[0]
         by_node = stable_order(self.node)
         self._by_node, self._sorted_nodes = by_node, self.node[by_node]
-        labels = xp.unique(m["label"], return_inverse=True)[1].reshape(-1).astype(xp.int64) if n else \
-            xp.zeros(0, dtype=xp.int64)
+        # each member's label numbered 0, 1, ... in label order (np.unique's inverse): the rows are in label order
+        first = xp.ones(n, dtype=bool)
+        first[1:] = m["label"][1:] != m["label"][:-1]
+        labels = (xp.cumsum(first) - 1).astype(xp.int64)
         self.rep = self.position(self.rep_node)
         src, dst = self.position(edges["src"]), self.position(edges["dst"])
         sim = edges.get("sim")  # the verified edges' similarities, where the family's are symmetric
         self.known = KnownPairs(xp, n, src, dst, sim) if sim is not None else None
-        self.chain = ChainSplit(labels, self.rep, self.rank, src, dst, threshold, components, self.known) \
-            if split else None
         self.labels, self.survivor = labels, survivors(labels, self.rank)
+        self.chain = ChainSplit(labels, self.rep, self.rank, src, dst, threshold, components, self.known,
+                                survivor=self.survivor) if split else None
         self.ejected = xp.zeros(n, dtype=bool)
         self.rounds = 0
 

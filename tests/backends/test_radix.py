@@ -137,3 +137,25 @@ def test_a_run_with_every_sort_by_radix_equals_one_with_numpys(tmp_path, monkeyp
     assert a.report["counts"] == b.report["counts"] and a.report["counts"]["removed"] > 0
     assert np.array_equal(a.kept, b.kept)
     assert (tmp_path / "numpy" / "duplicates.parquet").read_bytes() == (tmp_path / "radix" / "duplicates.parquet").read_bytes()
+
+
+def test_rows_in_order_already_are_not_sorted_again(by_radix):
+    """Rows already in the keys' order (a frame a stage sorted before) come back as they are, with no sort;
+    one row out of order, on any key, takes the sort; float keys always do (NaN compares false)."""
+    rng = np.random.default_rng(11)
+    label = np.sort(rng.integers(0, 500, 5000))
+    rank = rng.integers(0, 10**9, 5000)
+    rank = rank[np.lexsort((rank, label))]  # ascending within each label
+    assert np.array_equal(stable_order(label, rank), np.arange(5000)) and by_radix == []
+    ties = np.repeat(np.arange(50), 100)  # every row tied with its neighbours on the first key
+    assert np.array_equal(stable_order(ties, np.zeros(5000, np.int32)), np.arange(5000)) and by_radix == []
+    for k in (0, 2499, 4998):
+        late = rank.copy()
+        j = int(np.flatnonzero(label[k + 1:] == label[k])[0]) + k + 1 if (label[k + 1:] == label[k]).any() else k + 1
+        late[k], late[j] = late[j], late[k]  # two ranks swapped: out of order where the labels tie (or on labels)
+        got = stable_order(label, late)
+        assert np.array_equal(got, np.lexsort((late, label)))
+    assert by_radix.count("order") >= 1
+    nan = np.zeros(5000)
+    nan[7] = np.nan
+    assert np.array_equal(stable_order(nan), np.argsort(nan, kind="stable"))
