@@ -13,6 +13,7 @@ from gpu_dedup.config import Config
 from gpu_dedup.evaluation.sample import planted_corpus, write_shards
 from gpu_dedup.run.entry import run_dedup
 from tests.accounting import assert_accounted
+from tests.run.clusters import scheduler_of
 from tests.signals import interruptible
 
 distributed = pytest.importorskip("distributed")
@@ -38,11 +39,8 @@ def _inputs(d):
 
 @pytest.fixture(scope="module")
 def cluster4():
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      env={"NUMBA_NUM_THREADS": "1"}) as cluster:
-        yield cluster.scheduler_address
+    with scheduler_of(4) as address:
+        yield address
 
 
 def _identical(a, b, names):
@@ -122,11 +120,8 @@ def test_jsonl_shards_on_workers(corpus, cluster4, tmp_path):
 
 @pytest.fixture(scope="module")
 def cluster2():
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      env={"NUMBA_NUM_THREADS": "1"}) as cluster:
-        yield cluster.scheduler_address
+    with scheduler_of(2) as address:
+        yield address
 
 
 @pytest.mark.parametrize("method", ["exact", "signature"])
@@ -249,11 +244,8 @@ def test_more_gpu_workers_than_gpus_is_one_clear_error_and_no_cuda_on_the_client
 
 @pytest.fixture(scope="module")
 def cluster3():
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      env={"NUMBA_NUM_THREADS": "1"}) as cluster:
-        yield cluster.scheduler_address
+    with scheduler_of(3) as address:
+        yield address
 
 
 @pytest.mark.parametrize("extra, block_rows", [

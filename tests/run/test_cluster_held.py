@@ -14,6 +14,7 @@ from gpu_dedup.evaluation.sample import planted_corpus
 from gpu_dedup.run.cluster import blocks as B
 from gpu_dedup.run.entry import run_dedup
 from gpu_dedup.storage.discovery import discover
+from tests.run.clusters import scheduler_of
 
 distributed = pytest.importorskip("distributed")
 
@@ -38,11 +39,8 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster2():
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      env={"NUMBA_NUM_THREADS": "1"}) as cluster:
-        yield cluster.scheduler_address
+    with scheduler_of(2) as address:
+        yield address
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from gpu_dedup.evaluation.sample import planted_corpus
 from gpu_dedup.index.format import SOURCES, read_ipc
 from gpu_dedup.index.store import Index
 from gpu_dedup.run.entry import run_dedup as index_run
+from tests.run.clusters import local_cluster
 
 distributed = pytest.importorskip("distributed")
 
@@ -37,16 +38,11 @@ def corpus(tmp_path_factory):
     return d
 
 
-def _local_cluster(n):
-    from distributed import LocalCluster
-
-    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
-                        env={"NUMBA_NUM_THREADS": "1"})
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["1worker", "2workers"])
 def cluster(request):
-    with _local_cluster(request.param) as c:
+    with local_cluster(request.param) as c:
         yield c.scheduler_address
 
 

@@ -13,17 +13,15 @@ import pytest
 
 from gpu_dedup.run.entry import run_dedup
 from tests.run.cluster_search import one_case
+from tests.run.clusters import scheduler_of
 
 distributed = pytest.importorskip("distributed")
 
 
 @pytest.fixture(scope="module")
 def cluster2():
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      env={"NUMBA_NUM_THREADS": "1"}) as cluster:
-        yield cluster.scheduler_address
+    with scheduler_of(2) as address:
+        yield address
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from gpu_dedup.evaluation.sample import planted_corpus
 from gpu_dedup.run.cluster import whole
 from gpu_dedup.run.entry import run_dedup
 from tests.accounting import assert_accounted
+from tests.run.clusters import scheduler_of
 
 distributed = pytest.importorskip("distributed")
 
@@ -32,11 +33,8 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def one_worker():
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      env={"NUMBA_NUM_THREADS": "1"}) as cluster:
-        yield cluster.scheduler_address
+    with scheduler_of(1) as address:
+        yield address
 
 
 def _files(d):
