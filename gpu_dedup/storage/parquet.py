@@ -210,13 +210,14 @@ def parquet_metadata(shard: Shard) -> pq.FileMetaData:
 register_footer_reader(parquet_metadata)  # the GPU backend's device readers take the same footers
 
 
-def input_bytes(shard: Shard) -> int:
-    """How many bytes ``shard``'s columns take in memory: a Parquet shard's uncompressed size (its footer only),
-    any other shard's bytes on disk."""
+def input_bytes(shard: Shard, row_groups=None) -> int:
+    """How many bytes ``shard``'s columns take in memory: a Parquet shard's uncompressed size (its footer only;
+    of ``row_groups`` alone where given: a cluster block's piece), any other shard's bytes on disk."""
     if shard.format != "parquet":
         return shard.size or 0
     meta = parquet_metadata(shard)
-    return sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+    groups = range(meta.num_row_groups) if row_groups is None else row_groups
+    return sum(meta.row_group(g).total_byte_size for g in groups)
 
 
 def open_parquet(shard: Shard, **options) -> pq.ParquetFile:

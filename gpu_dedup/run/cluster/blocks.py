@@ -23,6 +23,7 @@ import pyarrow as pa
 from gpu_dedup import storage
 from gpu_dedup.storage.ahead import ahead_each
 from gpu_dedup.storage.columns import iter_columns_held
+from gpu_dedup.storage.parquet import input_bytes
 from gpu_dedup.backends import (
     ByArrays,
     array_module,
@@ -440,20 +441,13 @@ def _holds(block: Block, shards: list, setting: bool | str, run: str | None) -> 
     (:func:`drop_texts`)."""
     if setting is False or not any(s.format == "parquet" for s in shards):
         return False
-    size = sum(piece_input_bytes(p, s) for p, s in zip(block.pieces, shards) if s.format == "parquet")
+    size = sum(input_bytes(s, p.row_groups) for p, s in zip(block.pieces, shards) if s.format == "parquet")
     with _HELD_LOCK:
         held = _HELD_INPUTS.get(run, 0)
         if setting is not True and held + size > HOLD_SHARE * _worker_memory():
             return False
         _HELD_INPUTS[run] = held + size
     return True
-
-
-def piece_input_bytes(piece: Piece, shard) -> int:
-    """The uncompressed size of a Parquet piece's row groups (its shard's footer only)."""
-    meta = storage.parquet_metadata(shard)
-    groups = range(meta.num_row_groups) if piece.row_groups is None else piece.row_groups
-    return sum(meta.row_group(g).total_byte_size for g in groups)
 
 
 def held_bytes(data: BlockData) -> int:

@@ -137,6 +137,7 @@ class DaskExecutor:
         self.write_busy: dict = {}  # the workers' seconds syncing and digesting the shards (write_details)
         self.writes_shards = cfg.output.shards  # the run writes the deduplicated shards (run_cluster sets it)
         self.shards_from_held = 0  # shards written from the input batches their blocks held (write_shards)
+        self._held_homes: dict = {}  # block -> its workers, of the blocks holding input batches (write_shards)
         self.transfers_by_stage: dict = {}  # GPU workers: stage -> host<->device bytes copied (_stage_transfers)
         self._transfers: dict = {}
 
@@ -709,13 +710,13 @@ class DaskExecutor:
         task's arguments are resolved where they are, never copied).  A shard qualifies when every piece of it
         is held by its block and one worker holds all those blocks; per-block metadata only reaches the client
         (which pieces each block holds, and Dask's record of where the blocks are: one round trip each)."""
-        self._held_blocks: list = []
+        self._held_homes = {}
         if not todo or not B.streams_text(self.cfg) or self.cfg.output.hold_inputs is False or not self.blocks:
             return {}, {}
         where = self._block_homes([self.loaded]) or []
         held = self.client.gather([self.client.submit(B.block_held, f, pure=False, **routing.placed(h))
                                    for f, h in zip(self.loaded, where)])
-        self._held_blocks = [k for k, pieces in enumerate(held) if pieces]
+        self._held_homes = {k: where[k] for k, pieces in enumerate(held) if pieces}  # freed there after the write
         pieces: dict[int, list] = {}  # shard -> (block, piece) of each of its pieces, in row order
         for k, b in enumerate(self.blocks):
             for j, p in enumerate(b.pieces):
@@ -734,12 +735,10 @@ class DaskExecutor:
     def _drop_held(self) -> None:
         """Frees the input batches the blocks still hold after the write (pieces of shards read again, or written
         by an earlier run this one resumed): the blocks live on, for the report and an index's segments."""
-        blocks = [self.loaded[k] for k in getattr(self, "_held_blocks", [])]
-        if blocks:
-            homes = self._block_homes([self.loaded]) or [None] * len(self.loaded)
-            self.client.gather([self.client.submit(B.drop_held, self.loaded[k], pure=False,
-                                                   **routing.placed(homes[k])) for k in self._held_blocks])
-        self._held_blocks = []
+        if self._held_homes:  # where _held_shards found the blocks (a lost block's task runs where it is remade)
+            self.client.gather([self.client.submit(B.drop_held, self.loaded[k], pure=False, **routing.placed(home))
+                                for k, home in self._held_homes.items()])
+        self._held_homes = {}
 
     def write_details(self) -> dict:
         """The seconds the workers' threads spent syncing and digesting the shards they wrote."""
