@@ -610,6 +610,13 @@ class ParquetReaderOptions:
         self._columns: list | None = None
         self._allow_mismatched = False
         self._ignore_missing = True
+        self._row_groups: list | None = None
+
+    def set_row_groups(self, row_groups: list) -> None:
+        """One list of row groups per source, read in the order given (libcudf neither sorts nor dedupes them)."""
+        if not isinstance(row_groups, list) or not all(isinstance(g, list) for g in row_groups):
+            raise TypeError("row_groups must be a list of lists of ints")
+        self._row_groups = [[int(g) for g in gs] for gs in row_groups]
 
     @staticmethod
     def builder(source: SourceInfo) -> ParquetReaderOptionsBuilder:
@@ -687,7 +694,15 @@ def read_parquet(options: ParquetReaderOptions, stream=None, mr=None, parquet_me
                                    "path")
         elif _leaves(f.schema) != _leaves(files[0].schema):
             raise RuntimeError("All sources must have the same schema")
-    tables = [f.read(columns=names, use_pandas_metadata=False) for f in files]
+    groups = options._row_groups
+    if groups is not None and len(groups) != len(files):
+        raise RuntimeError("Mismatch between number of sources and row groups")
+    for f, gs in zip(files, groups or ()):
+        if any(g < 0 or g >= f.metadata.num_row_groups for g in gs):
+            raise RuntimeError("Invalid row group index specified")
+    tables = [f.read(columns=names, use_pandas_metadata=False) if groups is None
+              else f.read_row_groups(groups[k], columns=names, use_pandas_metadata=False)
+              for k, f in enumerate(files)]
     columns, specs = [], []
     for j, name in enumerate(names):
         chunks = [_as_canonical(c) for t in tables for c in t.column(j).chunks]

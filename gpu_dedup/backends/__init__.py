@@ -61,6 +61,11 @@ class Backend:
         column, rows in shard order, or None where it cannot read them as one table), or None."""
         return None
 
+    def block_text_reader(self, cfg):
+        """A reader of a cluster block's text column into device memory (``reader(shards, row_groups=...)``: a
+        table of that one column, its pieces' rows in order, or None where it cannot read them as one), or None."""
+        return None
+
     write_parquet = None  # a Parquet writer of kept rows in device memory (``(shard, keep, dst, codec)``), or None
     write_table = None  # a writer of a device table's kept rows, one file per shard in one call (see the GPU's)
 

@@ -900,14 +900,15 @@ class GPUBackend(Backend):
             return self.read_table
         return functools.partial(self.read_table, columns=[cfg.input.text_column])
 
-    def read_table(self, shards, columns: list | None = None) -> DeviceTable | None:
+    def read_table(self, shards, columns: list | None = None, row_groups: list | None = None) -> DeviceTable | None:
         """Every column (or the top-level ``columns``) of the Parquet ``shards`` (discovered shards, or paths) in
         one libcudf read (its decoding spread over the whole device, not one file at a time), rows in file order: a
         :class:`DeviceTable`; None where libcudf cannot read them as one table (their schemas differ, a type it
         lacks): the caller reads each shard's text column instead.  Files that differ only in columns not read
         are one table for ``columns``; so are files whose Arrow types differ within one Parquet type (``string``
-        and ``large_string``, ...).  The files' compressed column chunks are what crosses the bus (counted once
-        libcudf has read them)."""
+        and ``large_string``, ...).  ``row_groups``: the row groups read of each file, in that order (None for a
+        file: all of them; a cluster block's pieces).  The files' compressed column chunks are what crosses the bus
+        (counted once libcudf has read them)."""
         import pylibcudf as plc
 
         paths, footers = _footers(shards)  # schema, key-values, chunks
@@ -924,8 +925,10 @@ class GPUBackend(Backend):
         leaves = [[cs[j] for j in js] for cs, js in zip(every, read)]
         if any(len(a) != len(leaves[0]) or not all(x.equals(y) for x, y in zip(a, leaves[0])) for a in leaves[1:]):
             return None
-        moved = sum(m.row_group(g).column(j).total_compressed_size for m, js in zip(footers, read)
-                    for g in range(m.num_row_groups) for j in js)
+        groups = [list(range(m.num_row_groups)) if row_groups is None or row_groups[k] is None
+                  else [int(g) for g in row_groups[k]] for k, m in enumerate(footers)]
+        moved = sum(m.row_group(g).column(j).total_compressed_size for m, gs, js in zip(footers, groups, read)
+                    for g in gs for j in js)
         try:
             build = plc.io.parquet.ParquetReaderOptions.builder(plc.io.types.SourceInfo(paths))
             if columns is not None:
@@ -933,7 +936,10 @@ class GPUBackend(Backend):
                 build = getattr(build, "column_names", build.columns)(list(columns))
                 if hasattr(build, "allow_mismatched_pq_schemas"):  # libcudf compares the files' whole schemas else
                     build = build.allow_mismatched_pq_schemas(True)
-            got = plc.io.parquet.read_parquet(build.build())
+            options = build.build()
+            if row_groups is not None:
+                options.set_row_groups(groups)
+            got = plc.io.parquet.read_parquet(options)
         except MemoryError as exc:  # RMM out of device memory
             raise ResourceError(f"out of device memory reading {len(paths)} shards into device memory ({exc}); set "
                                 "gpu.memory_limit lower (the run then goes in batches), output.hold_inputs: false or "
@@ -944,6 +950,14 @@ class GPUBackend(Backend):
             return None
         count_transfer("host_to_device_bytes", moved)
         return DeviceTable(got.tbl, list(got.column_names()), schemas, whole=columns is None)
+
+    def block_text_reader(self, cfg):
+        """The reader of a cluster block's text column into device memory (``reader(shards, row_groups=...)``:
+        the row groups of each shard its pieces cover, in one libcudf read, :meth:`read_table`), where a run with
+        ``cfg`` has a table reader; else None (pyarrow reads a block's pieces on the host)."""
+        if self.table_reader(cfg) is None:
+            return None
+        return functools.partial(self.read_table, columns=[cfg.input.text_column])
 
     def write_table(self, held: DeviceTable, starts, keep, targets, codec: str, streams: int = 1,
                     after=None) -> list | None:

@@ -235,6 +235,7 @@ def _joined(path, out: Path, settings: dict, single) -> dict:
            "write_threads": sorted((c.get("write_threads") or {}).values()),
            "arrow_threads": sorted((c.get("arrow_threads") or {}).values()),
            "writers": c.get("writers"),  # which wrote the shards (cudf on the device, or pyarrow on the host)
+           "text_readers": c.get("text_readers"),  # which read the blocks' texts (cudf into device memory, or pyarrow)
            "shards_from_held": c.get("shards_from_held"),  # CPU workers: written from the blocks' input batches
            "worker_transfer_mb_by_stage": c.get("worker_transfer_mb_by_stage"),
            # every stage's details (the read's and the write's parts, verify's rounds): where a joined run's seconds

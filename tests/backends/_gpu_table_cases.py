@@ -213,6 +213,147 @@ def test_a_failed_read_counts_no_bytes(be, plc, tmp_path, monkeypatch):
     assert got is None and nbytes == 0  # nothing crossed: the text columns are read (and counted) instead
 
 
+# ------------------------------------------------------------------ a cluster block's texts
+
+
+def block_shards(d, large=False):
+    """Shards of planted documents (texts with nulls and non-ASCII) in row groups of 4: 13, 6 and 9 rows."""
+    rng = np.random.default_rng(5)
+    words = ["alpha", "béta", "Gamma  😀", "delta", "ÉPSILON", "zeta\t"]
+    os.makedirs(d, exist_ok=True)
+    paths, row = [], 0
+    for k, n in enumerate([13, 6, 9]):
+        text = [None if (row + j) % 5 == 2 else " ".join(words[w] for w in rng.integers(0, 6, 4)) for j in range(n)]
+        t = pa.table({"id": pa.array(np.arange(row, row + n, dtype=np.int64)),
+                      "text": pa.array(text, pa.large_string() if large else pa.string()),
+                      "score": pa.array(rng.random(n))})
+        paths.append(os.path.join(d, f"part-{k}.parquet"))
+        pq.write_table(t, paths[-1], row_group_size=4)
+        row += n
+    return paths
+
+
+def blocks_of(paths, cfg, block_rows):
+    from gpu_dedup.run.cluster import blocks as B
+    from gpu_dedup.storage import discover
+
+    shards = list(discover([str(p) for p in paths]))
+    infos = [B.inspect_shard(s, cfg) for s in shards]
+    shards = [s.with_rows(i["rows"]) for s, i in zip(shards, infos)]
+    return [(b, [shards[i] for i in b.shard_indices]) for b in B.plan_blocks(infos, block_rows)]
+
+
+@pytest.mark.parametrize("large", [False, True])
+@pytest.mark.parametrize("keep", ["first", "longest", "score"])
+def test_a_blocks_text_is_read_into_device_memory_in_one_call_and_equals_pyarrows(be, plc, tmp_path, large, keep):
+    """A GPU worker's block: the text column of its pieces (row groups of one or more shards) in one libcudf read,
+    the ids and scores by pyarrow; normalized, the same columns, nulls, texts and lengths as a block pyarrow read
+    whole, and the compressed chunks of the text column's row groups read are the bytes counted."""
+    from gpu_dedup import backends as registry
+    from gpu_dedup.config import Config
+    from gpu_dedup.run.cluster import blocks as B
+
+    paths = block_shards(tmp_path / "in", large)
+    cfg = Config.from_dict({"backend": "gpu", "input": {"id_column": "id"},
+                            "select": {"keep": keep, **({"score_column": "score"} if keep == "score" else {})}})
+    host_cfg = Config.from_dict({**cfg.to_dict(), "gpu": {"reader": "pyarrow"}})
+    reads = []
+    read_table = be.read_table
+
+    def recorded(shards, columns=None, row_groups=None):
+        reads.append(([s.path for s in shards], columns, row_groups))
+        return read_table(shards, columns=columns, row_groups=row_groups)
+
+    be.text_reader = lambda cfg: (lambda shard, column: None) if cfg.gpu.reader == "cudf" else None
+    be.read_table = recorded
+    registry._CACHE["gpu"] = be
+    try:
+        planned = blocks_of(paths, cfg, block_rows=10)
+        assert len(planned) >= 3 and any(len(b.pieces) > 1 for b, _ in planned)  # pieces of several shards
+        assert any(p.row_groups not in (None, ()) and p.row_groups[0] > 0 for b, _ in planned for p in b.pieces)
+        for block, shards in planned:
+            reads.clear()
+            got, moved_bytes = moved(B.load_block, block, shards, cfg)
+            assert got.raw_text is not None and "text" not in got.table.column_names
+            assert reads == [([s.path for s in shards], ["text"], [p.row_groups for p in block.pieces])]
+            want_moved = sum(chunk_groups(s.path, "text", p.row_groups) for p, s in zip(block.pieces, shards))
+            assert moved_bytes == want_moved > 0
+            want = B.load_block(block, shards, host_cfg)
+            assert want.raw_text is None and len(reads) == 1  # pyarrow's read asked libcudf for nothing
+            assert np.array_equal(got.null, want.null) and got.null.any()
+            got, want = B.normalize_block(got, cfg), B.normalize_block(want, host_cfg)
+            assert got.raw_text is None and got.table.equals(want.table), (got.table.schema, want.table.schema)
+            assert got.invalid_utf8 == want.invalid_utf8
+            assert got.norm.equals(want.norm)
+    finally:
+        registry._CACHE.pop("gpu", None)
+
+
+def chunk_groups(path, column, groups) -> int:
+    """Compressed bytes of ``column``'s chunks in row groups ``groups`` (None: all) of ``path``."""
+    meta = pq.read_metadata(path)
+    total = 0
+    for g in range(meta.num_row_groups) if groups is None else groups:
+        for j in range(meta.num_columns):
+            c = meta.row_group(g).column(j)
+            if c.path_in_schema.split(".")[0] == column:
+                total += c.total_compressed_size
+    return total
+
+
+def test_a_block_libcudf_cannot_read_as_one_is_read_by_pyarrow(be, plc, tmp_path):
+    """Pieces whose text columns libcudf cannot read as one (another Parquet type in one shard): the block is
+    pyarrow's, as without cuDF, and the run goes on."""
+    from gpu_dedup import backends as registry
+    from gpu_dedup.config import Config
+    from gpu_dedup.run.cluster import blocks as B
+
+    d = tmp_path / "in"
+    os.makedirs(d)
+    pq.write_table(pa.table({"text": pa.array(["a b c", "d e f"], pa.string())}), d / "a.parquet")
+    pq.write_table(pa.table({"text": pa.array(["g h i"], pa.string()), "more": [1]}), d / "b.parquet")
+    pq.write_table(pa.table({"text": pa.array(["j k l", None], pa.string())}), d / "c.parquet",
+                   use_dictionary=False, data_page_version="2.0", column_encoding={"text": "DELTA_BYTE_ARRAY"})
+    cfg = Config.from_dict({"backend": "gpu"})
+    be.text_reader = lambda cfg: (lambda shard, column: None)
+    registry._CACHE["gpu"] = be
+    try:
+        (block, shards), = blocks_of(sorted(d.iterdir()), cfg, block_rows=100)
+        got = B.load_block(block, shards, cfg)
+        assert got.raw_text is not None  # other columns and encodings: still one text column
+        assert B.normalize_block(got, cfg).norm.to_pylist() == ["a b c", "d e f", "g h i", "j k l", ""]
+        be.read_table = lambda shards, columns=None, row_groups=None: None  # libcudf refuses them
+        got = B.load_block(block, shards, cfg)
+        assert got.raw_text is None and got.table.column("text").to_pylist()[-1] is None
+    finally:
+        registry._CACHE.pop("gpu", None)
+
+
+def test_a_block_whose_shards_changed_since_planning_stops_with_one_clear_error(be, plc, tmp_path):
+    from gpu_dedup import backends as registry
+    from gpu_dedup.config import Config
+    from gpu_dedup.errors import InputError
+    from gpu_dedup.run.cluster import blocks as B
+
+    paths = block_shards(tmp_path / "in")
+    cfg = Config.from_dict({"backend": "gpu"})
+    be.text_reader = lambda cfg: (lambda shard, column: None)
+    registry._CACHE["gpu"] = be
+    try:
+        (block, shards), *_ = blocks_of(paths, cfg, block_rows=100)
+        read_table = be.read_table  # libcudf finds fewer rows than the footers pyarrow planned by
+        be.read_table = lambda shards, columns=None, row_groups=None: read_table(
+            shards[:1], columns, row_groups=row_groups[:1])
+        with pytest.raises(InputError, match=r"gave 13 text rows to cuDF, expected 28; inputs must not change"):
+            B.load_block(block, shards, cfg)
+        be.read_table = read_table
+        pq.write_table(pa.table({"id": [1], "text": ["x"], "score": [0.5]}), paths[1])
+        with pytest.raises(InputError, match="changed during the run"):  # (the footer pyarrow read then differs)
+            B.load_block(block, shards, cfg)
+    finally:
+        registry._CACHE.pop("gpu", None)
+
+
 # ------------------------------------------------------------------ the report's samples
 
 
@@ -385,7 +526,7 @@ def test_the_writer_is_given_the_names_and_nullability_of_every_column_and_child
 # ------------------------------------------------------------------ whole runs
 
 
-def corpus(d, extra_column_in=None):
+def corpus(d, extra_column_in=None, row_group_size=None):
     """A planted corpus of 40 documents in shards of 15, 0 and 25 rows, with a list column and nulls; with
     ``extra_column_in`` (a shard number), that shard has one more column than the others."""
     from gpu_dedup.evaluation.sample import planted_corpus
@@ -401,7 +542,7 @@ def corpus(d, extra_column_in=None):
         part = t.slice(lo, hi - lo).replace_schema_metadata({"shard": str(k)})
         if k == extra_column_in:
             part = part.append_column("extra", pa.array([1.5] * part.num_rows))
-        pq.write_table(part, os.path.join(d, f"part-{k}.parquet"))
+        pq.write_table(part, os.path.join(d, f"part-{k}.parquet"), row_group_size=row_group_size)
 
 
 def gpu_run(be, plc, inputs, out, cfg):
@@ -419,8 +560,8 @@ def gpu_run(be, plc, inputs, out, cfg):
 
     read_table = be.read_table
 
-    def recorded(shards, columns=None):
-        got = read_table(shards, columns=columns)
+    def recorded(shards, columns=None, row_groups=None):
+        got = read_table(shards, columns=columns, row_groups=row_groups)
         table_reads.append(([s.path for s in shards], columns, got is not None))
         return got
 
@@ -536,11 +677,11 @@ def test_the_kernels_load_beside_the_read_stage_and_the_run_books_what_it_waited
         assert reading.wait(20), "the read stage did not start while the kernels loaded"
         return prepare(cfg)
 
-    def read(shards, columns=None):
+    def read(shards, columns=None, row_groups=None):
         where["read"] = threading.current_thread()
         reading.set()
         assert loading.wait(20), "the kernels did not start loading before the read stage"
-        return read_table(shards, columns=columns)
+        return read_table(shards, columns=columns, row_groups=row_groups)
 
     monkeypatch.setattr(be, "prepare", load)
     monkeypatch.setattr(be, "read_table", read)
@@ -615,3 +756,49 @@ def test_the_host_sink_publishes_the_file_sinks_files_digested_from_memory(be, t
     assert sorted(os.listdir(tmp_path / "mem")) == sorted(s.name for s in shards)  # no temporary file left
     assert times["device_files_seconds"] >= 0
     assert times["sync_thread_seconds"] > 0 and times["digest_thread_seconds"] > 0
+
+
+@pytest.mark.parametrize("keep", ["first", "longest"])
+def test_gpu_workers_read_each_blocks_text_through_libcudf_and_equal_the_cpu(be, plc, tmp_path, monkeypatch, keep):
+    """Two workers (threads of this process, so that they share the fake pylibcudf and the backend) read each
+    block's text column in one libcudf read; the run equals one CPU process's."""
+    from distributed import LocalCluster
+
+    from gpu_dedup.config import Config
+    from gpu_dedup.run.entry import run_dedup
+
+    corpus(tmp_path / "in", row_group_size=5)  # 15, 0 and 25 rows: blocks of 10 rows are two row groups each
+    cfg = {**CFG, "select": {"keep": keep}, "output": {"hold_inputs": False}}
+    c = run_dedup(tmp_path / "in", tmp_path / "cpu", Config.from_dict({**cfg, "backend": "cpu"}))
+    one_launch_at_a_time(monkeypatch)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        g, shard_reads, table_reads = gpu_run(be, plc, tmp_path / "in", tmp_path / "gpu", {
+            **cfg, "cluster": {"scheduler": cluster.scheduler_address, "block_rows": 10}})
+    # a libcudf read per block: 40 rows in blocks of 10, and one block reading the ends of two shards
+    assert shard_reads == [] and len(table_reads) == 4
+    assert all(columns == ["text"] and ok for _, columns, ok in table_reads)
+    assert sorted(len(paths) for paths, _, _ in table_reads) == [1, 1, 1, 2]
+    assert g.report["cluster"]["text_readers"] == {"cudf": 4, "pyarrow": 0}
+    same_outputs(c, g, tmp_path / "cpu", tmp_path / "gpu")
+    for s in c.shards:
+        assert file_difference(tmp_path / "cpu" / s.name, tmp_path / "gpu" / s.name) is None, s.name
+
+
+
+def one_launch_at_a_time(monkeypatch) -> None:
+    """Numba's simulator swaps each launched kernel's module globals and keeps its block and thread indices per
+    Python thread: two threads (two in-process workers) launching at once break each other, so each launch of
+    a kernel (not of a device function, which runs inside one) holds one lock here."""
+    import threading
+
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    lock, call = threading.Lock(), FakeCUDAKernel.__call__
+
+    def launch(self, *args):
+        if self._device:
+            return call(self, *args)
+        with lock:
+            return call(self, *args)
+
+    monkeypatch.setattr(FakeCUDAKernel, "__call__", launch)

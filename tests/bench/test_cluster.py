@@ -97,17 +97,19 @@ def test_every_cluster_runs_the_first_corpus_before_any_runs_the_larger_one(monk
 
 def test_a_joined_runs_row_carries_what_settles_where_its_seconds_went(monkeypatch, tmp_path):
     """A joined run's row: its stages' seconds and parts, its fixed costs, what the routes moved, each worker's Arrow pool, which writer
-    wrote the shards and (GPU workers) the host<->device MiB of each stage."""
+    wrote the shards, which read the blocks' texts and (GPU workers) the host<->device MiB of each stage."""
     import types
 
     report = {"stages": {"read": {"seconds": 1.5}, "write": {"seconds": 2.0, "shards_seconds": 1.2}},
               "fixed_seconds": {"setup": 0.1}, "cluster": {
         "blocks": 4, "routes": 52, "shuffle_mb_by_stage": {"buckets": 300.0}, "worker_peak_rss_mb": {"w": 900.0},
         "write_threads": {"w": 16}, "arrow_threads": {"w": 16}, "writers": {"cudf": 16}, "shards_from_held": 0,
+        "text_readers": {"cudf": 4, "pyarrow": 0},
         "worker_transfer_mb_by_stage": {"read": {"host_to_device": 1500.0, "device_to_host": 2.0}}}}
     monkeypatch.setattr(cluster, "_run", lambda *a: (3.0, types.SimpleNamespace(report=report)))
     row = cluster._joined("in", tmp_path / "out", {}, None)
     assert row["stage_seconds"] == {"read": 1.5, "write": 2.0} and row["arrow_threads"] == [16]
     assert row["writers"] == {"cudf": 16} and row["fixed_seconds"] == {"setup": 0.1} and row["shards_from_held"] == 0
     assert row["stages"]["write"]["shards_seconds"] == 1.2  # each stage's parts
+    assert row["text_readers"] == {"cudf": 4, "pyarrow": 0}
     assert row["worker_transfer_mb_by_stage"]["read"]["host_to_device"] == 1500.0 and row["write_threads"] == [16]

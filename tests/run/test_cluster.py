@@ -82,6 +82,7 @@ def test_cli_two_local_workers_equal_single_process(corpus, tmp_path):
 
     report = json.loads((tmp_path / "two" / "report.json").read_text())
     assert report["cluster"]["workers"] == 2 and report["cluster"]["blocks"] > 3
+    assert report["cluster"]["text_readers"] == {"cudf": 0, "pyarrow": report["cluster"]["blocks"]}  # CPU workers
     page = (tmp_path / "two" / "report.html").read_text()  # the page too, with the sample texts from the workers
     assert page.count("<svg ") >= 4 and report["largest_clusters"]
     assert report["largest_clusters"] == single.report["largest_clusters"]

@@ -35,7 +35,15 @@ from gpu_dedup.backends import (
     to_host,
     traits,
 )
-from gpu_dedup.backends.strings import StringBuffers, arrow_strings, string_buffers, take_arrow
+from gpu_dedup.backends.arrow_arrays import arrow_array
+from gpu_dedup.backends.strings import (
+    StringBuffers,
+    arrow_strings,
+    code_point_lengths,
+    raw_text,
+    string_buffers,
+    take_arrow,
+)
 from gpu_dedup.config import Config, parse_size
 from gpu_dedup.errors import InputError, ResourceError
 from gpu_dedup.stages import frames
@@ -169,7 +177,7 @@ class BlockData:
     """A block on its worker: its columns, then its normalized texts."""
 
     block: Block
-    table: pa.Table  # text[, id][, score]
+    table: pa.Table  # text[, id][, score]; no text where the device read it (``raw_text``)
     strings: Any = None  # normalized StringBuffers (device arrays on a GPU worker), unless in a file
     invalid_utf8: int = 0
     vectors: Vectors | None = None  # input.vector_column
@@ -180,6 +188,9 @@ class BlockData:
     # per piece, the batches of every column of its Parquet rows as read, for the write stage (None: not held;
     # output.hold_inputs, read_block); a shard's write takes them out of the block (take_held)
     held: list | None = None
+    # a GPU worker's original texts as libcudf read them into device memory (RawText), until normalized
+    raw_text: Any = None
+    text_reader: str = "pyarrow"  # which read the texts: cudf (raw_text) or pyarrow
 
     def texts(self):
         """The normalized texts: in memory, or mapped from the block's file for as long as the caller holds
@@ -205,6 +216,8 @@ class BlockData:
             arrays += [self.strings.offsets, self.strings.data]
         if self.vectors is not None:
             arrays += [self.vectors.matrix, self.vectors.status]
+        if self.raw_text is not None:
+            arrays += [self.raw_text.offsets, self.raw_text.chars, self.raw_text.valid]
         return n + sum(int(a.nbytes) for a in arrays if a is not None)
 
     @property
@@ -221,9 +234,10 @@ class BlockData:
         return take_arrow(self.texts(), rows)
 
 
-def read_piece(piece: Piece, shard, cfg: Config) -> pa.Table:
-    """The run's columns of one piece of a block, read from its shard (which must still hold the piece's rows)."""
-    table = storage.read_columns(shard, cfg.input, cfg.select.score_read, piece.row_groups)
+def read_piece(piece: Piece, shard, cfg: Config, skip_text: bool = False) -> pa.Table:
+    """The run's columns of one piece of a block, read from its shard (which must still hold the piece's rows);
+    ``skip_text``: all but the text column (the device reads it, :func:`device_text`)."""
+    table = storage.read_columns(shard, cfg.input, cfg.select.score_read, piece.row_groups, skip_text=skip_text)
     if table is None or table.num_rows != piece.rows:
         raise _changed(shard, 0 if table is None else table.num_rows, piece.rows)
     return table
@@ -256,13 +270,22 @@ def piece_readers(pieces: int) -> int:
 
 def load_block(block: Block, shards: list, cfg: Config, dim: int | None = None) -> BlockData:
     """A block read from ``shards`` (the shard of each of its pieces), its pieces side by side
-    (:func:`piece_readers`)."""
+    (:func:`piece_readers`).  On a GPU worker with cuDF, the pieces' text column is read into device memory
+    by one libcudf read (:func:`device_text`) and pyarrow reads the rest (ids, scores)."""
+    raw = device_text(block, shards, cfg)
     readers = piece_readers(len(block.pieces))
     if readers > 1:
         with ThreadPoolExecutor(readers, thread_name_prefix="gpu-dedup-piece") as pool:
-            tables = list(pool.map(lambda ps: read_piece(ps[0], ps[1], cfg), zip(block.pieces, shards)))
+            tables = list(pool.map(lambda ps: read_piece(ps[0], ps[1], cfg, raw is not None),
+                                   zip(block.pieces, shards)))
     else:
-        tables = [read_piece(p, shard, cfg) for p, shard in zip(block.pieces, shards)]
+        tables = [read_piece(p, shard, cfg, raw is not None) for p, shard in zip(block.pieces, shards)]
+    if raw is not None:
+        table = concat_rows(tables)
+        if cfg.select.keep == "longest":  # the policy's key, counted on the device (normalize_block drops nothing)
+            table = table.append_column(LENGTH, _raw_lengths(raw))
+        return BlockData(block, table, null=np.asarray(to_host(raw.null(array_module(raw.offsets))), bool),
+                         raw_text=raw, text_reader="cudf")
     vecs = None
     if cfg.input.vector_column:
         vecs = _block_vectors(family_for(cfg), [t.column("vector") for t in tables], block.pieces, shards, dim)
@@ -287,6 +310,29 @@ def _block_vectors(family, columns: list, pieces, shards: list, dim: int | None)
     got = [v if dim is None or v.dim == dim else family.load_vectors(col, shard.path, piece.shard_row0, dim)
            for v, col, piece, shard in zip(got, columns, pieces, shards)]  # pieces of null rows before the first
     return Vectors(np.concatenate([v.matrix for v in got]), np.concatenate([v.status for v in got]))
+
+
+def device_text(block: Block, shards: list, cfg: Config):
+    """The block's original texts in device memory (a :class:`~gpu_dedup.backends.strings.RawText` of the
+    worker's device arrays), read by the backend's block text reader (libcudf: every piece's row groups in one
+    read, decoded on the device, the compressed column chunks what crosses the bus); None where the worker's
+    backend has none (CPU workers, no cuDF, ``gpu.reader: pyarrow``), where a piece is not Parquet with a UTF-8
+    text column (:func:`~gpu_dedup.storage.device_readable`), or where libcudf cannot read the pieces as one
+    (pyarrow then reads them, as it does every block's without cuDF)."""
+    if not family_for(cfg).uses_text or not block.pieces:
+        return None
+    backend = get_backend(cfg.backend)
+    reader = backend.block_text_reader(cfg)
+    if reader is None or not storage.device_readable(shards, cfg.input, cfg.select.score_read):
+        return None
+    got = reader(shards, row_groups=[p.row_groups for p in block.pieces])
+    if got is None:
+        return None
+    if got.num_rows != block.rows:
+        raise InputError(f"the shards of block {block.index} ({', '.join(repr(str(s.path)) for s in shards)}) gave "
+                         f"{got.num_rows} text rows to cuDF, expected {block.rows}; inputs must not change during a "
+                         "run: rerun, or set gpu.reader: pyarrow")
+    return raw_text([got.column(cfg.input.text_column)], backend.xp)
 
 
 def block_dim(data: BlockData) -> int | None:
@@ -359,15 +405,23 @@ def normalize_block(data: BlockData, cfg: Config, run: str | None = None) -> Blo
     normalize a block in one step instead (:func:`read_block`); this is the GPU workers' second step."""
     if not family_for(cfg).uses_text:
         return data
-    text = data.table.column("text")
+    raw = data.raw_text
+    text = raw if raw is not None else data.table.column("text")
     strings, invalid = get_backend(cfg.backend).normalize_column(text, cfg.normalize)
-    table = data.table.drop_columns(["text"])
-    if cfg.select.keep == "longest":
+    table = data.table.drop_columns(["text"]) if raw is None else data.table
+    if cfg.select.keep == "longest" and raw is None:  # (texts the device read: their lengths came with them)
         lengths = text_lengths(text)
         table = table.append_column(LENGTH, lengths.combine_chunks() if isinstance(lengths, pa.ChunkedArray)
                                     else lengths)
-    out = replace(data, table=table, strings=strings, invalid_utf8=invalid, text_bytes=int(strings.nbytes))
+    out = replace(data, table=table, strings=strings, invalid_utf8=invalid, text_bytes=int(strings.nbytes),
+                  raw_text=None)
     return _kept(out, cfg, run)
+
+
+def _raw_lengths(raw) -> pa.Array:
+    """Code points of each of a block's texts read into device memory (-1 for nulls), counted there: what
+    :func:`text_lengths` gives of the same texts read by pyarrow (as ``large_string``, so int64)."""
+    return arrow_array(to_host(code_point_lengths(raw, array_module(raw.offsets))), pa.int64())
 
 
 def streams_text(cfg: Config) -> bool:

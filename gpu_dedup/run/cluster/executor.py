@@ -134,6 +134,7 @@ class DaskExecutor:
         self.moved_totals: dict = {}  # stage -> [rows, bytes] the routes moved (routing.take_moved)
         self.write_threads: dict = {}  # worker -> how many shards it wrote at once (write_shards)
         self.writers: dict = {}  # which wrote the shards: {"cudf": shards, "pyarrow": shards} (write_shards)
+        self.text_readers: dict = {}  # which read the blocks' texts: {"cudf": blocks, "pyarrow": blocks} (read)
         self.write_busy: dict = {}  # the workers' seconds syncing and digesting the shards (write_details)
         self.writes_shards = cfg.output.shards  # the run writes the deduplicated shards (run_cluster sets it)
         self.shards_from_held = 0  # shards written from the input batches their blocks held (write_shards)
@@ -235,6 +236,8 @@ class DaskExecutor:
             "shuffle_mb_by_stage": {k: round(float(m[1]) / 2**20, 2) for k, m in moved.items()},
             "write_threads": self.write_threads,
             "writers": self.writers,
+            # blocks whose texts libcudf read into device memory (GPU workers with cuDF), and pyarrow on the host
+            "text_readers": self.text_readers,
             # shards written from the input batches their blocks held on the writing worker (output.hold_inputs)
             "shards_from_held": self.shards_from_held,
             "arrow_threads": arrow,
@@ -287,7 +290,9 @@ class DaskExecutor:
         elif self.family.uses_text:  # GPU workers: each block normalized as soon as it is read (the next task on
             # its worker): a worker holds the original texts of the blocks being read, not of all its blocks
             self.loaded = self.normalized = self.map(B.normalize_block, self.loaded, cfg=cfg, run=self.run_key)
-        null = self.total(_null_count, self.loaded)["null"]
+        counted = self.total(_null_count, self.loaded)
+        null = counted["null"]
+        self.text_readers = {"cudf": counted["device_read"], "pyarrow": len(self.loaded) - counted["device_read"]}
         if progress is not None:
             progress(len(shards))
         dup = 0
@@ -891,7 +896,8 @@ def _empty_block(cfg: Config, id_type=None):
 
 
 def _null_count(data) -> dict:
-    return {"null": int(data.null.sum())}
+    """A block's null texts, and whether libcudf read its texts into device memory (``device_read``)."""
+    return {"null": int(data.null.sum()), "device_read": int(data.text_reader == "cudf")}
 
 
 def _rows_of(part) -> dict:
