@@ -370,18 +370,13 @@ class Sequence:
 
     # ------------------------------------------------------------------ stages
     def read(self):
-        cfg = self.cfg
         with self.st.stage("read", len(self.ex.shards), "shards") as info:
             corpus = self.corpus = self.ex.read(progress=info.progress.update)
             self.n = corpus.n
             self.family = self.ex.family  # the similarity family, sized for this run (stages/families.py)
-            info.update(documents=corpus.n, shards=len(corpus.shards), null_text=corpus.null_count,
-                        duplicate_ids=corpus.duplicate_ids)
-        if corpus.duplicate_ids:
-            log.warning("%d rows repeat an id of another row in column %r; every row is still processed and "
-                        "reported (duplicates.parquet also names shard and shard_row)", corpus.duplicate_ids,
-                        cfg.input.id_column)
-        self.counts.update(documents_read=corpus.n, null_text=corpus.null_count, duplicate_ids=corpus.duplicate_ids)
+            info.update(documents=corpus.n, shards=len(corpus.shards), null_text=corpus.null_count)
+        # duplicate_ids: one process counts them beside the stages that follow, and the report takes them (_id_count)
+        self.counts.update(documents_read=corpus.n, null_text=corpus.null_count, duplicate_ids=None)
         self.starts = self.ex.block_starts  # global row of each block's first row, and the total
         check_id_column(corpus.id_column)
 
@@ -654,9 +649,22 @@ class Sequence:
             shown = None if shown is None else shown.result()
             near = near.result()
         with self.st.cost("report"):
+            self._id_count()
             report = self._report(shown, near)
         report.update(self.st.accounts())  # brought up to date when the outputs are verified (finish_output)
         return report
+
+    def _id_count(self) -> None:
+        """The rows whose id another row has, into the counts and the read stage's details (one process counts
+        them on a thread of its own from the read stage's end; a cluster's read stage counted them), with a
+        warning where there are any."""
+        dup = self.corpus.duplicate_ids
+        self.counts["duplicate_ids"] = dup
+        if "read" in self.st.stages:
+            self.st.stages["read"]["duplicate_ids"] = dup
+        if dup:
+            log.warning("%d rows repeat an id of another row in column %r; every row is still processed and "
+                        "reported (duplicates.parquet also names shard and shard_row)", dup, self.cfg.input.id_column)
 
     def _report(self, shown, near) -> dict:
         cfg, ex = self.cfg, self.ex

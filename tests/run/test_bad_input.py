@@ -69,6 +69,33 @@ def test_duplicate_ids_are_counted_and_every_row_processed(tmp_path, caplog):
     _accounted(result, 3)
 
 
+def test_one_process_counts_repeated_ids_beside_the_stages_after_the_read(tmp_path, monkeypatch):
+    """The count of repeated ids (a hash of every id) does not hold up the read stage: here it can only end once
+    the exact stage has begun, and the report still has it, in the counts and the read stage's details."""
+    import threading
+
+    from gpu_dedup.run import local, sequence
+
+    exact_began = threading.Event()
+    count, exact = local.count_duplicate_ids, sequence.Sequence.exact
+
+    def late_count(ids):
+        assert exact_began.wait(30), "the read stage waited for the id count"
+        return count(ids)
+
+    def marked_exact(self):
+        exact_began.set()
+        return exact(self)
+
+    monkeypatch.setattr(local, "count_duplicate_ids", late_count)
+    monkeypatch.setattr(sequence.Sequence, "exact", marked_exact)
+    texts = ["one two three four five six", "one two three four five six", "seven eight nine ten eleven"]
+    pq.write_table(pa.table({"id": ["a", "b", "a"], "text": texts}), tmp_path / "d.parquet")
+    result = run_dedup(tmp_path / "d.parquet", tmp_path / "out", CFG)
+    assert result.report["counts"]["duplicate_ids"] == 1
+    assert result.report["stages"]["read"]["duplicate_ids"] == 1
+
+
 def test_shards_with_different_extra_columns_keep_their_own_schema(tmp_path):
     a = pa.table({"id": [1, 2], "text": ["alpha beta gamma delta epsilon", "zeta eta"], "url": ["u1", "u2"]})
     b = pa.table({"id": [3], "lang": ["en"], "text": ["alpha beta gamma delta epsilon"]})
