@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpu_dedup import storage
-from gpu_dedup.backends import get_backend, to_host
+from gpu_dedup.backends import get_backend, host_frame, to_host
 from gpu_dedup.backends.arrow_arrays import numpy_array
 from gpu_dedup.config import Config
 from gpu_dedup.errors import COMMITTED, ConfigError
@@ -566,30 +566,33 @@ class Sequence:
             dup = self._to_blocks(self.selected, "node", self.first_doc,
                                   after=Step(block_outputs, first_doc=self.first_doc))
             frames.lap("outputs")  # each block's members of clusters, in row order (a sort on the node)
-            ids = ex.ids(dup, "row") if not corpus.id_generated else None
-            frames.lap("ids")  # the members' user ids (gathered from the id column: on a device, rows copied first)
-            survivors = self._survivor_ids(dup)
-            frames.lap("survivor_ids")
-            names = [s.name for s in corpus.shards]
-            tables = ex.map(duplicates_part, dup, ids, survivors, first_doc=self.first_doc,
-                            starts=shard_starts(corpus.shards), names=names, id_column=corpus.id_column,
-                            prior=self.prior)
             written = 0  # rows in deduplicated shards: none in memory or with output.shards false
             target = self.job.target
+            shards = target is not None and self.job.write_shards
+            table_file = target / DUPLICATES_NAME if cfg.output.duplicates_table and target is not None else None
             details: dict = {}  # where the stage's seconds went: frames, then the shards beside the table's thread
-            rows = ex.total(table_rows, tables)["rows"]
-            frames.lap("tables")  # the duplicates table's Arrow columns (on a device: the columns copied to the host)
-            # frames_seconds: the select stage's rows routed to blocks and the duplicates table's frames made, before
-            # anything is written; frames_parts_seconds: its steps (above), which add up to it
+            # the duplicates table is written on a thread of its own beside the shards (pyarrow's writer encodes and
+            # compresses on one thread: 3 s of an H200 host's 10^7-document run, while the device wrote the shards).
+            # One process writing shards makes the table's frames on that thread too, since the shards need only
+            # the rows each block removes: the members' ids, their survivors' ids and the Arrow columns, host work
+            # that took about 3 s of the same run.  That thread works on host arrays only: on a device the blocks'
+            # columns are copied to the host first, here.  A cluster submits the frames' tasks here, and the wait
+            # falls on the table's rows.
+            beside = shards and ex.holds_corpus
+            if beside:
+                dup_host = ex.map(host_frame, dup)
+                frames.lap("to_host")
+                table: Soon | None = Soon(self._table_beside, (dup_host, table_file), name="gpu-dedup-table")
+            else:
+                tables, rows = self._table_frames(dup, frames)
+                table = Soon(_seconds_of, (ex.write_table, tables, table_file), name="gpu-dedup-table") \
+                    if table_file is not None else None
+            # frames_seconds: the select stage's rows routed to blocks (and, where the table's thread does not make
+            # them, the duplicates table's frames), before anything is written; frames_parts_seconds: its steps
             details["frames_seconds"] = round(time.perf_counter() - t_stage, 4)
             details["frames_parts_seconds"] = frames.seconds
-            # the duplicates table is written on a thread of its own beside the shards (pyarrow's writer encodes
-            # and compresses on one thread: 3 s of an H200 host's 10^7-document run, while the device wrote the
-            # shards); duplicates_table_seconds are that thread's, which overlap shards_seconds
-            table = Soon(_seconds_of, (ex.write_table, tables, target / DUPLICATES_NAME), name="gpu-dedup-table") \
-                if cfg.output.duplicates_table and target is not None else None
             try:  # the table's thread is done before the stage ends, whatever the shards did
-                if target is not None and self.job.write_shards:
+                if shards:
                     if not self.index.reads_texts:  # nothing reads the normalized texts any more
                         ex.release_texts()
                     t0 = time.perf_counter()
@@ -607,10 +610,42 @@ class Sequence:
                 raise
             if table is not None:
                 t1 = time.perf_counter()
-                details["duplicates_table_seconds"] = round(table.result(), 4)
+                got = table.result()
                 details["table_wait_seconds"] = round(time.perf_counter() - t1, 4)  # after the shards were done
+                # duplicates_table_seconds: the table thread's own, which overlap shards_seconds; where it made the
+                # frames, table_parts_seconds: its steps (the frames', then its file)
+                if beside:
+                    tables, rows, steps = got
+                    details.update(duplicates_table_seconds=round(sum(steps.values()), 4), table_parts_seconds=steps)
+                else:
+                    details["duplicates_table_seconds"] = round(got, 4)
             info.update(rows_written=written, duplicates_rows=rows, **details)
         self.dup, self.tables, self.duplicates_rows = dup, tables, rows
+
+    def _table_frames(self, dup, lap: _Lap) -> tuple:
+        """The duplicates table's parts and its rows, each step marked on ``lap``: the members' user ids (gathered
+        from the id column), their survivors' ids, the Arrow columns."""
+        ex, corpus = self.ex, self.corpus
+        ids = ex.ids(dup, "row") if not corpus.id_generated else None
+        lap.lap("ids")
+        survivors = self._survivor_ids(dup)
+        lap.lap("survivor_ids")
+        tables = ex.map(duplicates_part, dup, ids, survivors, first_doc=self.first_doc,
+                        starts=shard_starts(corpus.shards), names=[s.name for s in corpus.shards],
+                        id_column=corpus.id_column, prior=self.prior)
+        rows = ex.total(table_rows, tables)["rows"]
+        lap.lap("tables")
+        return tables, rows
+
+    def _table_beside(self, dup, path) -> tuple:
+        """On the table's thread, beside the shards: its frames from host blocks ``dup``, then its file (none
+        where ``path`` is None); the parts, the rows and the seconds of each step."""
+        lap = _Lap(time.perf_counter())
+        tables, rows = self._table_frames(dup, lap)
+        if path is not None:
+            self.ex.write_table(tables, path)
+            lap.lap("file")
+        return tables, rows, lap.seconds
 
     def _survivor_ids(self, dup):
         """Per block: the ids of each member's survivor (an indexed survivor: the index's id of its cluster

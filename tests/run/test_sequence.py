@@ -74,3 +74,68 @@ def test_a_failed_shard_write_waits_for_the_table_and_raises_its_own_error(shard
     with pytest.raises(RuntimeError, match="a shard failed"):
         run_dedup(shards, tmp_path / "out", _cfg())
     assert len(done) == 1 and not _table_threads()  # joined before the error went on
+
+
+def test_one_process_makes_the_tables_frames_beside_the_shards(shards, tmp_path, monkeypatch):
+    """The members' ids are gathered on the table's thread: here they can be gathered only once the shards'
+    write has begun, so a stage that made the table's frames before the shards would fail this test."""
+    shards_began = threading.Event()
+    seen = {}
+    ids, write_shards_ = local.LocalExecutor.ids, local.LocalExecutor.write_shards
+
+    def ids_(self, parts, column="row"):
+        if threading.current_thread().name == "gpu-dedup-table":
+            seen["ids waited for the shards"] = shards_began.wait(timeout=30)
+        return ids(self, parts, column)
+
+    def shards_(self, *args, **kw):
+        shards_began.set()
+        return write_shards_(self, *args, **kw)
+
+    monkeypatch.setattr(local.LocalExecutor, "ids", ids_)
+    monkeypatch.setattr(local.LocalExecutor, "write_shards", shards_)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    res = run_dedup(shards, tmp_path / "out", cfg)
+    assert seen == {"ids waited for the shards": True}
+    assert pq.read_table(tmp_path / "out" / "duplicates.parquet").equals(res.duplicates)
+    assert not _table_threads()
+
+
+def test_a_failed_table_frame_fails_the_run_after_the_shards(shards, tmp_path, monkeypatch):
+    def ids_(self, parts, column="row"):
+        raise OutputError("cannot gather the ids: a stand-in failure")
+
+    monkeypatch.setattr(local.LocalExecutor, "ids", ids_)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    with pytest.raises(OutputError, match="stand-in failure"):
+        run_dedup(shards, tmp_path / "out", cfg)
+    assert not (tmp_path / "out" / "_SUCCESS").exists() and not _table_threads()
+
+
+@pytest.fixture(scope="module")
+def few_shards(planted_shards):
+    return planted_shards("few", n_docs=40, n_clusters=4, words=(8, 16), seed=3)
+
+
+def test_the_tables_thread_is_handed_host_arrays(few_shards, tmp_path, monkeypatch):
+    """The table's thread copies nothing from a device: the run's thread copied the blocks' columns first.  This
+    has teeth under ``--backend gpu`` with stand-in device arrays (tests/backends/test_backend_gpu_simulated.py);
+    on the CPU it checks that the thread does make the frames."""
+    from gpu_dedup.backends import on_device
+    from gpu_dedup.stages import write as write_stage
+
+    seen = []
+
+    def spy(real):
+        def to_host_(a):
+            if threading.current_thread().name == "gpu-dedup-table":
+                seen.append(on_device(a))
+            return real(a)
+        return to_host_
+
+    monkeypatch.setattr(write_stage, "to_host", spy(write_stage.to_host))
+    monkeypatch.setattr(local, "to_host", spy(local.to_host))
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}})
+    res = run_dedup(few_shards, tmp_path / "out", cfg)
+    assert res.report["counts"]["removed"] > 0
+    assert seen and not any(seen)

@@ -86,11 +86,16 @@ def test_the_write_stage_says_where_its_seconds_went(shards, tmp_path):
     assert 0 < write["frames_seconds"] and 0 <= write["table_wait_seconds"] and parts <= write["seconds"] + 1e-3
     assert write["seconds"] - parts < 0.05 + 0.1 * write["seconds"]  # the rest is glue
     steps = write["frames_parts_seconds"]  # the frames' steps, in order, add up to them
-    assert list(steps) == ["outputs", "ids", "survivor_ids", "tables"]
+    assert list(steps) == ["outputs", "to_host"]  # the table's own frames are made on its thread, beside the shards
     assert all(v >= 0 for v in steps.values()) and abs(sum(steps.values()) - write["frames_seconds"]) < 2e-3
+    table = write["table_parts_seconds"]  # the table thread's steps add up to its seconds
+    assert list(table) == ["ids", "survivor_ids", "tables", "file"]
+    assert all(v >= 0 for v in table.values()) and abs(sum(table.values()) - write["duplicates_table_seconds"]) < 2e-3
     removal_list = run_dedup(shards, tmp_path / "list", Config.from_dict({"backend": "cpu", "output": {"shards": False}}))
     listed = removal_list.report["stages"]["write"]
     assert "shards_seconds" not in listed and listed["duplicates_table_seconds"] > 0
+    assert list(listed["frames_parts_seconds"]) == ["outputs", "ids", "survivor_ids", "tables"]  # no shards to wait
+    assert "table_parts_seconds" not in listed
 
 
 def test_one_process_summarizes_the_similarities_beside_the_write_stage(shards, tmp_path, monkeypatch):
