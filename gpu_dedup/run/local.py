@@ -22,6 +22,7 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -66,7 +67,7 @@ from gpu_dedup.stages.read import held_texts, hold_inputs, read, read_texts, spi
 from gpu_dedup.storage.columns import text_values
 from gpu_dedup.storage.filesystems import is_url
 from gpu_dedup.stages.selection import ranks_from_keys, text_lengths
-from gpu_dedup.stages.write import duplicates_parquet_options
+from gpu_dedup.stages.write import DUPLICATES_ROW_GROUP, duplicates_parquet_options
 from gpu_dedup.stages.vectors import Vectors
 
 log = logging.getLogger("gpu_dedup")
@@ -633,11 +634,12 @@ class LocalExecutor:
         (``host_shards_seconds``), and the seconds threads spent syncing and digesting the files."""
         return {k: round(v, 4) for k, v in self.write_seconds.items()}
 
-    def write_table(self, parts: list, path: Path) -> int:
-        table = parts[0]
-        storage.atomic_write_parquet(path, table, self.cfg.output.compression,
-                                     options=duplicates_parquet_options(table.schema))
-        return table.num_rows
+    def write_table(self, parts: Iterable, path: Path) -> int:
+        """The tables ``parts`` yields (the whole table, or its row groups as they are made: see
+        :meth:`gpu_dedup.run.sequence.Sequence._table_beside`) as one file, in row groups of
+        ``DUPLICATES_ROW_GROUP`` rows: the file one write of the whole table makes, byte for byte."""
+        return storage.atomic_write_parquet_groups(path, storage.row_groups(parts, DUPLICATES_ROW_GROUP),
+                                                   self.cfg.output.compression, duplicates_parquet_options)
 
     def append_index(self, sink, docs: list, keys: list | None, bands: list, centres: list, dup: list,
                      first_doc: int, layout) -> None:

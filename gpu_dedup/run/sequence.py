@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,7 @@ from gpu_dedup.stages.selection import (
     removed_rows,
 )
 from gpu_dedup.stages.write import (
+    DUPLICATES_ROW_GROUP,
     check_id_column,
     duplicates_part,
     removed_by_shard,
@@ -130,6 +132,7 @@ from gpu_dedup.stages.write import (
     survivor_rows,
     table_rows,
 )
+from gpu_dedup.storage.ahead import ahead
 from gpu_dedup.storage.filesystems import is_url
 from gpu_dedup.storage.atomic import atomic_write_recorded
 
@@ -270,6 +273,20 @@ class _Lap:
 def _values(part):
     """A part that is its own values (:meth:`Sequence._near_summary`'s host arrays)."""
     return part
+
+
+def _waits(items, waited: list):
+    """``items``, the seconds spent waiting for each one added to ``waited[0]``."""
+    it = iter(items)
+    while True:
+        t0 = time.perf_counter()
+        try:
+            item = next(it)
+        except StopIteration:
+            waited[0] += time.perf_counter() - t0
+            return
+        waited[0] += time.perf_counter() - t0
+        yield item
 
 
 def _seconds_of(fn, *args) -> float:
@@ -573,12 +590,12 @@ class Sequence:
             details: dict = {}  # where the stage's seconds went: frames, then the shards beside the table's thread
             # the duplicates table is written on a thread of its own beside the shards (pyarrow's writer encodes and
             # compresses on one thread: 3 s of an H200 host's 10^7-document run, while the device wrote the shards).
-            # One process writing shards makes the table's frames on that thread too, since the shards need only
-            # the rows each block removes: the members' ids, their survivors' ids and the Arrow columns, host work
-            # that took about 3 s of the same run.  That thread works on host arrays only: on a device the blocks'
-            # columns are copied to the host first, here.  A cluster submits the frames' tasks here, and the wait
-            # falls on the table's rows.
-            beside = shards and ex.holds_corpus
+            # One process makes the table's frames on that thread too, since the shards need only the rows each
+            # block removes (the members' ids, their survivors' ids and the Arrow columns: host work that took about
+            # 3 s of the same run), a row group at a time, each one's frames made while the one before is encoded.
+            # That thread works on host arrays only: on a device the blocks' columns are copied to the host first,
+            # here.  A cluster submits the frames' tasks here, and the wait falls on the table's rows.
+            beside = ex.holds_corpus
             if beside:
                 dup_host = ex.map(host_frame, dup)
                 frames.lap("to_host")
@@ -613,10 +630,10 @@ class Sequence:
                 got = table.result()
                 details["table_wait_seconds"] = round(time.perf_counter() - t1, 4)  # after the shards were done
                 # duplicates_table_seconds: the table thread's own, which overlap shards_seconds; where it made the
-                # frames, table_parts_seconds: its steps (the frames', then its file)
+                # frames, table_parts_seconds: its steps (the frames' and the file's, which overlap each other)
                 if beside:
-                    tables, rows, steps = got
-                    details.update(duplicates_table_seconds=round(sum(steps.values()), 4), table_parts_seconds=steps)
+                    tables, rows, steps, seconds = got
+                    details.update(duplicates_table_seconds=seconds, table_parts_seconds=steps)
                 else:
                     details["duplicates_table_seconds"] = round(got, 4)
             info.update(rows_written=written, duplicates_rows=rows, **details)
@@ -638,14 +655,38 @@ class Sequence:
         return tables, rows
 
     def _table_beside(self, dup, path) -> tuple:
-        """On the table's thread, beside the shards: its frames from host blocks ``dup``, then its file (none
-        where ``path`` is None); the parts, the rows and the seconds of each step."""
-        lap = _Lap(time.perf_counter())
-        tables, rows = self._table_frames(dup, lap)
-        if path is not None:
-            self.ex.write_table(tables, path)
-            lap.lap("file")
-        return tables, rows, lap.seconds
+        """On the table's thread (one process), from host blocks ``dup``: the duplicates table's frames a row
+        group at a time, on a thread of their own, each row group written to the file at ``path`` (none where
+        ``path`` is None) while the next one's frames are made (the writer encodes and compresses with the
+        interpreter lock released); the same file as one write of the whole table.  Returns the table (one part),
+        its rows, the seconds of each step (the frames' steps summed over the row groups, and ``file``, the
+        writer's own, its waits for frames left out: they overlap) and the seconds of the whole."""
+        t_start = time.perf_counter()
+        steps = dict.fromkeys(("ids", "survivor_ids", "tables"), 0.0)
+        made: list = []
+        block = dup[0]
+        n = len(block["row"])
+
+        def groups():
+            for lo in range(0, max(n, 1), DUPLICATES_ROW_GROUP):  # an empty table: one empty row group
+                lap = _Lap(time.perf_counter())
+                part, _ = self._table_frames([{k: v[lo:lo + DUPLICATES_ROW_GROUP] for k, v in block.items()}], lap)
+                for k, v in lap.seconds.items():
+                    steps[k] += v
+                made.append(part[0])
+                yield part[0]
+
+        if path is None:
+            for _ in groups():
+                pass
+        else:
+            waited = [0.0]
+            t0 = time.perf_counter()
+            with closing(ahead(groups(), depth=1, name="gpu-dedup-table-frames")) as tables:
+                self.ex.write_table(_waits(tables, waited), path)
+            steps["file"] = time.perf_counter() - t0 - waited[0]
+        table = pa.concat_tables(made) if len(made) > 1 else made[0]
+        return [table], n, {k: round(v, 4) for k, v in steps.items()}, round(time.perf_counter() - t_start, 4)
 
     def _survivor_ids(self, dup):
         """Per block: the ids of each member's survivor (an indexed survivor: the index's id of its cluster

@@ -113,6 +113,7 @@ def duplicates_part(dup: dict, ids: dict | None, survivor_ids, *, first_doc, sta
 # encoding of the Parquet format since 2.0; tests/stages/test_write.py reads it back).  A synthetic table of 10^7 rows: 1.1 s of the writing thread's CPU instead
 # of 1.6 s, 22 MB instead of 70 MB (docs/scale.md).
 DICTIONARY_COLUMNS = ("similarity", "match", "shard")
+DUPLICATES_ROW_GROUP = 1024 * 1024  # rows per row group: pyarrow's write_table default, whichever way the file is made
 DELTA_COLUMNS = (ROW, "cluster_id", "shard_row")
 
 

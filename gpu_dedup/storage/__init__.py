@@ -24,10 +24,12 @@ from gpu_dedup.storage.ahead import ahead
 from gpu_dedup.storage.atomic import (
     atomic_write_bytes,
     atomic_write_parquet,
+    atomic_write_parquet_groups,
     busy_into,
     file_digest,
     known_digest,
     no_busy,
+    row_groups,
     written_digest,
 )
 from gpu_dedup.storage.columns import (
@@ -66,6 +68,6 @@ __all__ = [
     "rows_only", "check_id_type", "without_views", "id_column_type", "auto_id_column", "id_kind",
     "shard_id_kind", "device_readable", "parquet_schema", "parquet_metadata", "write_shard", "write_shards_on_device",
     "write_memory", "concurrent_writes",
-    "atomic_write_bytes", "atomic_write_parquet", "file_digest", "known_digest", "written_digest", "RemotePath",
+    "atomic_write_bytes", "atomic_write_parquet", "atomic_write_parquet_groups", "row_groups", "file_digest", "known_digest", "written_digest", "RemotePath",
     "as_path", "is_url", "source",
 ]

@@ -10,13 +10,13 @@ _DONE = object()  # a reader's last entry, with the error that stopped it
 _END = object()  # the end of one source
 
 
-def ahead(items, depth: int = 2):
-    """``items``, produced on a thread ``depth`` items ahead of the consumer (reading and decoding release
-    the GIL, so the next batch is read while this one is used); an error is raised where the item was."""
-    return ahead_each([lambda: items], 1, depth)
+def ahead(items, depth: int = 2, name: str = "gpu_dedup-read"):
+    """``items``, produced on a thread (``name``) ``depth`` items ahead of the consumer (reading and decoding
+    release the GIL, so the next batch is read while this one is used); an error is raised where the item was."""
+    return ahead_each([lambda: items], 1, depth, name)
 
 
-def ahead_each(sources: list, readers: int, depth: int = 2):
+def ahead_each(sources: list, readers: int, depth: int = 2, name: str = "gpu_dedup-read"):
     """The items of every iterable made by ``sources`` (zero-argument callables, one per shard), in order,
     read by up to ``readers`` threads at once: reader ``w`` reads sources ``w``, ``w + readers``, ... each to
     its end, into its own queue of ``depth`` items, so at most ``readers x depth`` items wait beside the one
@@ -47,7 +47,7 @@ def ahead_each(sources: list, readers: int, depth: int = 2):
         except BaseException as exc:  # handed to the consumer, raised there
             put(q, (_DONE, exc))
 
-    threads = [threading.Thread(target=produce, args=(w,), name=f"gpu_dedup-read-{w}", daemon=True)
+    threads = [threading.Thread(target=produce, args=(w,), name=f"{name}-{w}", daemon=True)
                for w in range(readers)]
     for t in threads:
         t.start()

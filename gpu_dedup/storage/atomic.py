@@ -10,6 +10,7 @@ object instead, which the store publishes whole or not at all (see
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import tempfile
 import threading
@@ -201,6 +202,60 @@ def atomic_write_parquet(path: str | Path, table: pa.Table, compression: str = "
         pq.write_table(table, tmp, compression=codec, **more)
 
     atomically(Path(path), None, write, durable)
+
+
+def row_groups(tables, rows: int, schema: pa.Schema | None = None):
+    """The rows of ``tables`` (an iterable of tables of one schema, in order, taken one at a time) as tables of
+    ``rows`` rows each but the last, never holding more than one of them and one input table: the row groups
+    ``pq.write_table(..., row_group_size=rows)`` writes.  At least one: where there are no rows, one empty table
+    (of ``schema`` where there are no tables), the one empty row group ``pq.write_table`` writes."""
+    pending: list = []
+    count = written = 0
+    for t in tables:
+        pending.append(t)
+        count += t.num_rows
+        while count >= rows:
+            whole = pa.concat_tables(pending)
+            yield whole.slice(0, rows).combine_chunks()
+            written += rows
+            rest = whole.slice(rows)
+            pending, count = [rest], rest.num_rows
+    if count or not written:
+        yield (pa.concat_tables(pending) if pending else schema.empty_table()).combine_chunks()
+
+
+def atomic_write_parquet_groups(path: str | Path, groups, compression: str = "zstd", options=None,
+                                durable: bool = True) -> int:
+    """The tables ``groups`` yields (one schema; at least one, an empty table where there are no rows: see
+    :func:`row_groups`), each as one row group, into one Parquet file at ``path``, atomically (as
+    :func:`atomic_write_parquet`); ``options``: a function of the first table's schema that gives the writer's
+    other options.  Tables of ``n`` rows each but the last give the file ``pq.write_table`` writes with
+    ``row_group_size=n``, byte for byte; they are taken one at a time, so whatever makes the next one can run
+    while this one is encoded.  An object in a store is built in a local temporary file, then uploaded.
+    Returns the rows written."""
+    tables = iter(groups)
+    first = next(tables)
+    codec = table_codec(compression)
+    more = options(first.schema) if options is not None else {}
+    rows = 0
+
+    def write(fd, tmp):
+        nonlocal rows
+        os.close(fd)
+        with pq.ParquetWriter(tmp, first.schema, compression=codec, **more) as w:
+            for t in itertools.chain((first,), tables):
+                w.write_table(t, row_group_size=max(1, t.num_rows))
+                rows += t.num_rows
+
+    if not is_url(path):
+        atomically(Path(path), None, write, durable)
+        return rows
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "upload.parquet"
+        atomically(local, None, write)
+        with pa.memory_map(str(local)) as m:  # uploaded in parts, not read into memory at once
+            put_bytes(path, m.read_buffer())
+    return rows
 
 
 def file_digest(path) -> dict:

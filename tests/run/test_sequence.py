@@ -23,7 +23,7 @@ def _cfg():
 
 
 def _table_threads():
-    return [t for t in threading.enumerate() if t.name == "gpu-dedup-table"]
+    return [t for t in threading.enumerate() if t.name.startswith("gpu-dedup-table")]  # and its frames' thread
 
 
 def test_the_duplicates_table_is_written_while_the_shards_are(shards, tmp_path, monkeypatch):
@@ -84,7 +84,7 @@ def test_one_process_makes_the_tables_frames_beside_the_shards(shards, tmp_path,
     ids, write_shards_ = local.LocalExecutor.ids, local.LocalExecutor.write_shards
 
     def ids_(self, parts, column="row"):
-        if threading.current_thread().name == "gpu-dedup-table":
+        if threading.current_thread().name.startswith("gpu-dedup-table"):
             seen["ids waited for the shards"] = shards_began.wait(timeout=30)
         return ids(self, parts, column)
 
@@ -128,7 +128,7 @@ def test_the_tables_thread_is_handed_host_arrays(few_shards, tmp_path, monkeypat
 
     def spy(real):
         def to_host_(a):
-            if threading.current_thread().name == "gpu-dedup-table":
+            if threading.current_thread().name.startswith("gpu-dedup-table"):
                 seen.append(on_device(a))
             return real(a)
         return to_host_
@@ -139,3 +139,68 @@ def test_the_tables_thread_is_handed_host_arrays(few_shards, tmp_path, monkeypat
     res = run_dedup(few_shards, tmp_path / "out", cfg)
     assert res.report["counts"]["removed"] > 0
     assert seen and not any(seen)
+
+
+def _small_row_groups(monkeypatch, rows):
+    from gpu_dedup.run import sequence
+    monkeypatch.setattr(sequence, "DUPLICATES_ROW_GROUP", rows)
+    monkeypatch.setattr(local, "DUPLICATES_ROW_GROUP", rows)
+
+
+@pytest.mark.parametrize("shards_out", [True, False], ids=["shards", "removal-list"])
+def test_the_table_is_made_and_written_a_row_group_at_a_time_as_one_write_makes_it(shards, tmp_path, monkeypatch,
+                                                                                   shards_out):
+    """One process makes the table's frames a row group at a time, the next one while this one is written: the
+    writer's first row group is held until the second row group's frames have begun (a thread that made every
+    frame first, or made and wrote each row group in turn, would fail here).  The file is the one
+    ``pq.write_table`` of the whole table makes with those row groups, byte for byte."""
+    import pyarrow as pa
+
+    from gpu_dedup.stages.write import duplicates_parquet_options
+
+    _small_row_groups(monkeypatch, 16)
+    next_began = threading.Event()
+    calls, seen = [], {}
+    ids, write_group = local.LocalExecutor.ids, pq.ParquetWriter.write_table
+
+    def ids_(self, parts, column="row"):
+        if threading.current_thread().name.startswith("gpu-dedup-table"):
+            calls.append(column)
+            if len(calls) == 3:  # the second row group's member ids (each group gathers ids, then survivor ids)
+                next_began.set()
+        return ids(self, parts, column)
+
+    def write_group_(self, table, *args, **kw):
+        if not seen and threading.current_thread().name == "gpu-dedup-table":  # the table's writer, not a shard's
+            seen["the next row group's frames began while the first was written"] = next_began.wait(timeout=10)
+        return write_group(self, table, *args, **kw)
+
+    monkeypatch.setattr(local.LocalExecutor, "ids", ids_)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", write_group_)
+    cfg = Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}, "output": {"shards": shards_out}})
+    res = run_dedup(shards, tmp_path / "out", cfg)
+    assert seen == {"the next row group's frames began while the first was written": True}
+    got = tmp_path / "out" / "duplicates.parquet"
+    table = pq.read_table(got)
+    assert table.equals(res.duplicates) and table.num_rows > 2 * 16
+    assert pq.ParquetFile(got).metadata.num_row_groups == -(-table.num_rows // 16)
+    sink = pa.BufferOutputStream()
+    pq.write_table(res.duplicates, sink, row_group_size=16, compression="zstd",
+                   **duplicates_parquet_options(res.duplicates.schema))
+    assert got.read_bytes() == sink.getvalue().to_pybytes()
+    write = res.report["stages"]["write"]
+    assert write["table_parts_seconds"]["file"] > 0 and not _table_threads()
+
+
+def test_a_table_without_rows_is_the_file_one_write_makes(planted_shards, tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    from gpu_dedup.stages.write import duplicates_parquet_options
+
+    _small_row_groups(monkeypatch, 64)
+    lone = planted_shards("lone", n_docs=30, n_clusters=0, words=(20, 40), seed=9)
+    res = run_dedup(lone, tmp_path / "out", Config.from_dict({"backend": "cpu", "input": {"id_column": "id"}}))
+    assert res.duplicates.num_rows == 0
+    sink = pa.BufferOutputStream()
+    pq.write_table(res.duplicates, sink, compression="zstd", **duplicates_parquet_options(res.duplicates.schema))
+    assert (tmp_path / "out" / "duplicates.parquet").read_bytes() == sink.getvalue().to_pybytes()

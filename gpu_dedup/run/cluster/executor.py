@@ -23,7 +23,6 @@ import operator
 import os
 import socket
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -76,9 +75,8 @@ from gpu_dedup.stages.edges import unique_edges
 from gpu_dedup.stages.families import Family, family_for
 from gpu_dedup.stages.selection import ranks_from_keys
 from gpu_dedup.stages.vectors import Vectors
-from gpu_dedup.stages.write import duplicates_parquet_options
-from gpu_dedup.storage.atomic import atomically, table_codec
-from gpu_dedup.storage.filesystems import as_path, is_url, put_bytes, remove_tree, source
+from gpu_dedup.stages.write import DUPLICATES_ROW_GROUP, duplicates_parquet_options
+from gpu_dedup.storage.filesystems import as_path, is_url, remove_tree, source
 
 log = logging.getLogger("gpu_dedup")
 
@@ -1213,40 +1211,14 @@ def _write_part(table: pa.Table, path: str) -> int:
     return table.num_rows
 
 
-ROW_GROUP = 1024 * 1024  # rows per row group of pyarrow's write_table (its default)
+ROW_GROUP = DUPLICATES_ROW_GROUP  # rows per row group of duplicates.parquet (pyarrow's write_table default)
 
 
 def _merge_parts(paths: list, path: str, compression: str) -> None:
     """Stream the part files into one Parquet file at ``path`` (atomically), row groups of ROW_GROUP rows with the
-    encodings one process writes (:func:`~gpu_dedup.stages.write.duplicates_parquet_options`); an object in a
-    store is built in a local temporary file, then uploaded."""
-    schema: Any = pq.read_schema(source(paths[0])) if paths else None  # every part has one schema
-
-    def write(fd, tmp):
-        os.close(fd)
-        with pq.ParquetWriter(tmp, schema, compression=table_codec(compression),
-                              **duplicates_parquet_options(schema)) as w:
-            pending: list = []
-            count = written = 0
-            for p in paths:  # one part at a time
-                t = pq.read_table(source(p))
-                pending.append(t)
-                count += t.num_rows
-                while count >= ROW_GROUP:
-                    whole = pa.concat_tables(pending)
-                    w.write_table(whole.slice(0, ROW_GROUP).combine_chunks(), row_group_size=ROW_GROUP)
-                    written += ROW_GROUP
-                    rest = whole.slice(ROW_GROUP)
-                    pending, count = [rest], rest.num_rows
-            if count or not written:  # the rest; an empty table is one empty row group, as write_table writes
-                whole = pa.concat_tables(pending) if pending else schema.empty_table()
-                w.write_table(whole.combine_chunks(), row_group_size=ROW_GROUP)
-
-    if not is_url(path):
-        atomically(Path(path), None, write, durable=True)  # an output
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        local = Path(tmp) / "merged.parquet"
-        atomically(local, None, write)
-        with pa.memory_map(str(local)) as m:  # uploaded in parts, not read into memory at once
-            put_bytes(path, m.read_buffer())
+    encodings one process writes (:func:`~gpu_dedup.stages.write.duplicates_parquet_options`), never holding
+    more than a row group and one part; an object in a store is built in a local temporary file, then
+    uploaded."""
+    schema = pq.read_schema(source(paths[0])) if paths else None  # every part has one schema
+    groups = storage.row_groups((pq.read_table(source(p)) for p in paths), ROW_GROUP, schema)
+    storage.atomic_write_parquet_groups(path, groups, compression, duplicates_parquet_options)
