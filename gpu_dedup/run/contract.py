@@ -304,13 +304,15 @@ class Executor(Protocol):
     def collect(self, fn: Callable, parts: Parts, **kw: Any) -> list:
         """``fn(object, **kw)`` of each partition, brought to where the sequence runs: small results only."""
 
-    def score(self, pairs: Parts, progress: Callable | None = None) -> Parts:
+    def score(self, pairs: Parts, progress: Callable | None = None, clock: dict | None = None) -> Parts:
         """Similarity (the family's, by ``verify.method``) of the node pairs ``src``, ``dst`` of each frame,
         aligned with it (frames ``sim``).  Nodes are doc numbers: a prior's documents below its
         ``first_doc``, this run's row ``r`` as ``first_doc + r``; the texts, signatures or vectors are brought
         together where they live.  Similarities are symmetric; an executor may move the ``src`` ends' payloads
         to the ``dst`` ends (once per receiving block), so callers put first the end that many pairs share (a
-        star's centre, a cluster's survivor)."""
+        star's centre, a cluster's survivor).  ``clock``: a dict that one process gives the seconds of the
+        scoring's steps (exact similarity in chunks: ``sets``, ``pairs``, ``chunks``; see
+        :func:`gpu_dedup.stages.verify._by_chunks`); a cluster, whose tasks score on its workers, leaves it empty."""
 
     def components(self, edges: Parts, count: int | None = None) -> Parts:
         """Connected components of the edges ``src``, ``dst``: frames ``node``, ``label`` (the smallest node

@@ -451,13 +451,13 @@ class LocalExecutor:
         return [fn(parts[0], **kw)]
 
     # ---- pairs ---------------------------------------------------------------------
-    def score(self, pairs: list, progress=None) -> list:
+    def score(self, pairs: list, progress=None, clock: dict | None = None) -> list:
         """Similarity of node pairs: doc numbers below the prior's ``first_doc`` are its documents, the others
         this run's rows (``first_doc + row``)."""
         p = pairs[0]
-        return [{"sim": self.similarity(p["src"], p["dst"], progress=progress)}]
+        return [{"sim": self.similarity(p["src"], p["dst"], progress=progress, clock=clock)}]
 
-    def similarity(self, left, right, progress=None):
+    def similarity(self, left, right, progress=None, clock: dict | None = None):
         cfg, xp = self.cfg, self.xp
         fam = self._family()
         left, right = xp.asarray(left, dtype=xp.int64), xp.asarray(right, dtype=xp.int64)
@@ -477,7 +477,7 @@ class LocalExecutor:
                 if key not in self._combined:
                     self._combined = {key: self._with_prior(to_host(docs), data)}
                 data = self._combined[key]
-            return fam.pair_similarity(data, None, position(left), position(right), self.backend, progress)
+            return fam.pair_similarity(data, None, position(left), position(right), self.backend, progress, clock)
         bands = self._bands
         assert bands is not None  # keep_bands ran
         sig = bands["signatures"]

@@ -361,7 +361,9 @@ class Sequence:
         told each round's pairs, then their scoring.  ``times``: given, each round's pairs and seconds are
         appended to it (``propose``, ``score``, ``accept``: the round's pairs made, scored, taken in; where work
         runs asynchronously, a GPU's kernels or a cluster's tasks, a part's may still run as the next part
-        starts, and the round ends when the count of open states comes back)."""
+        starts, and the round ends when the count of open states comes back), and where one process scored
+        the pairs exactly in chunks, ``score_parts``: the seconds of the chunks' sets and of their pairs, the
+        device waited for after each, and the chunks."""
         ex = self.ex
         r = 0
         while rounds is None or r < rounds:
@@ -372,7 +374,8 @@ class Sequence:
                 n = ex.total(pair_count, pairs)["pairs"]
                 progress.expect(n)
             t1 = time.perf_counter()
-            sims = ex.score(pairs, progress=progress.update if progress is not None else None)
+            clock: dict | None = {} if times is not None else None
+            sims = ex.score(pairs, progress=progress.update if progress is not None else None, clock=clock)
             t2 = time.perf_counter()
             states = ex.map(accept, states, sims)
             r += 1
@@ -381,6 +384,9 @@ class Sequence:
                 t3 = time.perf_counter()
                 times.append({"pairs": n, "propose": round(t1 - t0, 4), "score": round(t2 - t1, 4),
                               "accept": round(t3 - t2, 4)})
+                if clock:  # one process's exact scoring, in chunks: its sets' and its pairs' seconds
+                    times[-1]["score_parts"] = {k: round(v, 4) if isinstance(v, float) else v
+                                                for k, v in clock.items()}
             if still_open == 0:
                 break
         return states

@@ -176,18 +176,19 @@ class Family(ABC):
 
     # ---- verification ---------------------------------------------------------------------------
     @abstractmethod
-    def exact_similarity(self, data: RowData, left, right, backend="cpu", progress=None):
-        """Exact similarity of row pairs of ``data``."""
+    def exact_similarity(self, data: RowData, left, right, backend="cpu", progress=None, clock=None):
+        """Exact similarity of row pairs of ``data``; ``clock``: a dict given the seconds of its steps (see
+        :func:`gpu_dedup.stages.verify._by_chunks`), where the family's pairs are scored in chunks."""
 
     @abstractmethod
     def signature_similarity(self, values, left, right, backend="cpu"):
         """The similarity estimated from signature rows ``values``."""
 
-    def pair_similarity(self, data: RowData | None, values, left, right, backend="cpu", progress=None):
+    def pair_similarity(self, data: RowData | None, values, left, right, backend="cpu", progress=None, clock=None):
         """Similarity of row pairs by ``verify.method``: exact (``data``) or from signatures (``values``)."""
         if self.cfg.verify.method == "exact":
             assert data is not None  # the rows' texts or vectors
-            return self.exact_similarity(data, left, right, backend, progress)
+            return self.exact_similarity(data, left, right, backend, progress, clock)
         if progress is not None:
             progress(len(left))
         return self.signature_similarity(values, left, right, backend)
@@ -229,8 +230,8 @@ class Jaccard(Family):
         return ({"documents": n, "permutations": self.cfg.signature_perms, "shingles": int(features.sum()),
                  "no_shingles": no}, {"minhash_documents": n, "no_shingles": no})
 
-    def exact_similarity(self, data, left, right, backend="cpu", progress=None):
-        return exact_similarity(left, right, data.strings, self.cfg.minhash, backend, progress=progress)
+    def exact_similarity(self, data, left, right, backend="cpu", progress=None, clock=None):
+        return exact_similarity(left, right, data.strings, self.cfg.minhash, backend, progress=progress, clock=clock)
 
     def signature_similarity(self, values, left, right, backend="cpu"):
         return signature_similarity(left, right, values, backend)
@@ -342,12 +343,12 @@ class Cosine(Family):
         return info, run_counts
 
     # ---- verification
-    def exact_similarity(self, data, left, right, backend="cpu", progress=None):
+    def exact_similarity(self, data, left, right, backend="cpu", progress=None, clock=None):
         if self.from_text:  # sparse dot products where the backend computes (device texts: on the device)
             t = self.cfg.cosine.text
             be = get_backend(backend)
             return text_cosine_similarity(left, right, texts_for(data.strings, be), t.shingle, t.ngram, self.idf,
-                                          progress=progress, backend=be)
+                                          progress=progress, backend=be, clock=clock)
         out = vector_cosine(data, left, right, get_backend(backend))
         if progress is not None:
             progress(len(left))

@@ -10,6 +10,8 @@ similarity is the signature estimate.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from gpu_dedup.backends import array_module, distinct, get_backend, stable_order, to_host
@@ -27,25 +29,30 @@ def pair_rows(left, right, xp=np):
 
 
 def exact_similarity(left, right, texts, cfg: MinHashConfig, backend="cpu", chunk_bytes: int = CHUNK_BYTES,
-                     progress=None):
+                     progress=None, clock: dict | None = None):
     """Exact Jaccard of shingle sets for pairs of rows of ``texts`` (StringBuffers);
-    ``progress(k)`` is called after each chunk of ``k`` pairs.  Array code of the texts'
-    module: on device buffers (GPU backend) the pairs, sets and scores stay on the device."""
+    ``progress(k)`` is called after each chunk of ``k`` pairs; ``clock``: see :func:`_by_chunks`.  Array code of
+    the texts' module: on device buffers (GPU backend) the pairs, sets and scores stay on the device."""
     be = get_backend(backend)
     params = hash_params(cfg.seed, cfg.num_perm)
 
-    def score(nodes, a, b):
-        set_offsets, set_values = be.shingle_sets(texts, params, cfg.shingle, cfg.ngram, docs=nodes)
-        return be.jaccard_pairs(set_offsets, set_values, a, b)
+    def sets(nodes):
+        return be.shingle_sets(texts, params, cfg.shingle, cfg.ngram, docs=nodes)
 
-    return _by_chunks(left, right, texts, score, chunk_bytes, progress)
+    def score(made, a, b):
+        return be.jaccard_pairs(*made, a, b)
+
+    return _by_chunks(left, right, texts, sets, score, chunk_bytes, progress, clock, be)
 
 
-def _by_chunks(left, right, texts, score, chunk_bytes: int, progress):
-    """``score(nodes, a, b)`` of the pairs ``(left[p], right[p])``, a chunk at a time: the pairs sorted by
-    ``left`` are cut where the documents they name reach about ``chunk_bytes`` of text, and each chunk's
-    ``nodes`` (the distinct rows it names; ``a``, ``b``: the pairs as positions into them) are scored at once.
-    ``progress(k)`` after each chunk of ``k`` pairs.  Array code of the texts' module."""
+def _by_chunks(left, right, texts, sets, score, chunk_bytes: int, progress, clock: dict | None = None, be=None):
+    """``score(sets(nodes), a, b)`` of the pairs ``(left[p], right[p])``, a chunk at a time: the pairs sorted
+    by ``left`` are cut where the documents they name reach about ``chunk_bytes`` of text, and each chunk's
+    ``nodes`` (the distinct rows it names; ``a``, ``b``: the pairs as positions into them) have their sets (or
+    vectors) made once and their pairs scored at once.  ``progress(k)`` after each chunk of ``k`` pairs.
+    ``clock``: a dict that is given the seconds spent making the sets (``sets``, the pairs' positions included)
+    and scoring the pairs (``pairs``), and the ``chunks``, the device (backend ``be``) waited for after each
+    step so that its kernels are counted where they ran.  Array code of the texts' module."""
     xp = array_module(texts.offsets)
     left = xp.asarray(left, dtype=xp.int64)
     right = xp.asarray(right, dtype=xp.int64)
@@ -57,9 +64,24 @@ def _by_chunks(left, right, texts, score, chunk_bytes: int, progress):
     cost = xp.cumsum(lengths[left[order]] + lengths[right[order]] + 64)
     chunk_of = cost // max(chunk_bytes, 1)
     bounds = to_host(xp.flatnonzero(xp.diff(chunk_of)) + 1)  # chunk boundaries: a few numbers
+    wait = getattr(be, "synchronize", None) if clock is not None else None
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, order.shape[0]]):  # few chunks, not per document
         sel = order[lo:hi]
-        out[sel] = score(*pair_rows(left[sel], right[sel], xp))
+        t0 = time.perf_counter()
+        nodes, a, b = pair_rows(left[sel], right[sel], xp)
+        made = sets(nodes)
+        if clock is not None:
+            if wait is not None:
+                wait()
+            t1 = time.perf_counter()
+        out[sel] = score(made, a, b)
+        if clock is not None:
+            if wait is not None:
+                wait()
+            t2 = time.perf_counter()
+            clock["sets"] = clock.get("sets", 0.0) + (t1 - t0)
+            clock["pairs"] = clock.get("pairs", 0.0) + (t2 - t1)
+            clock["chunks"] = clock.get("chunks", 0) + 1
         if progress is not None:
             progress(sel.shape[0])
     return out
@@ -148,7 +170,7 @@ def hamming_cosine(left, right, bits, nbits: int | None = None, backend="cpu"):
 
 
 def text_cosine_similarity(left, right, texts, shingle: str = "word", ngram: int = 3, idf=None,
-                           chunk_bytes: int = CHUNK_BYTES, progress=None, backend="cpu"):
+                           chunk_bytes: int = CHUNK_BYTES, progress=None, backend="cpu", clock: dict | None = None):
     """Exact cosine of the term-weight vectors (stages/vectors.py) of document pairs.
 
     Like :func:`exact_similarity`: pairs sorted by ``left`` are cut into chunks
@@ -159,8 +181,10 @@ def text_cosine_similarity(left, right, texts, shingle: str = "word", ngram: int
     """
     be = get_backend(backend)
 
-    def score(nodes, a, b):
-        tv = term_vectors(texts, shingle, ngram, idf, docs=nodes, backend=be)
+    def vectors(nodes):
+        return term_vectors(texts, shingle, ngram, idf, docs=nodes, backend=be)
+
+    def score(tv, a, b):
         return be.sparse_cosine_pairs(tv.offsets, tv.features, tv.weights, tv.norms, a, b)
 
-    return _by_chunks(left, right, texts, score, chunk_bytes, progress)
+    return _by_chunks(left, right, texts, vectors, score, chunk_bytes, progress, clock, be)

@@ -485,3 +485,10 @@ def test_the_verify_stage_says_where_its_seconds_went_round_by_round(planted_run
     assert sum(r["pairs"] for r in rounds) == verify["candidate_edges"] > 0
     assert all(r[k] >= 0 for r in rounds for k in ("propose", "score", "accept"))
     assert sum(r["propose"] + r["score"] + r["accept"] for r in rounds) <= verify["seconds"]
+    for r in rounds:  # the exact scoring's chunks: their sets made and their pairs scored, within the round's score
+        if not r["pairs"]:
+            assert "score_parts" not in r  # nothing scored
+            continue
+        parts = r["score_parts"]
+        assert sorted(parts) == ["chunks", "pairs", "sets"] and parts["chunks"] >= 1
+        assert 0 < parts["sets"] and 0 <= parts["pairs"] and parts["sets"] + parts["pairs"] <= r["score"] + 1e-3

@@ -46,3 +46,28 @@ def test_pair_rows_names_each_row_once():
     nodes, a, b = pair_rows(np.array([5, 2, 5]), np.array([2, 9, 9]))
     assert nodes.tolist() == [2, 5, 9]
     assert nodes[a].tolist() == [5, 2, 5] and nodes[b].tolist() == [2, 9, 9]
+
+
+@pytest.mark.parametrize("clocked", [True, False])
+def test_a_clock_is_given_each_chunks_sets_and_pairs_the_device_waited_for_after_each(clocked, monkeypatch):
+    """With a clock, the backend is waited for after each chunk's sets and after its pairs, so that a device's
+    kernels are counted in the step that launched them; without one it is never waited for (a run that does not
+    ask pays nothing)."""
+    from gpu_dedup.backends import get_backend
+
+    be = get_backend("cpu")
+    waits = []
+    monkeypatch.setattr(type(be), "synchronize", lambda self: waits.append(1), raising=False)
+    texts = normalize(pa.array(TEXTS, pa.large_string()))
+    left, right = np.arange(7), np.arange(1, 8)
+    clock: dict | None = {} if clocked else None
+    progress: list = []
+    got = exact_similarity(left, right, string_buffers(texts), MinHashConfig(shingle="word", ngram=2), be,
+                           chunk_bytes=40, progress=progress.append, clock=clock)
+    assert got.tolist() == exact_similarity(left, right, string_buffers(texts), MinHashConfig(shingle="word",
+                                                                                              ngram=2)).tolist()
+    if clocked:
+        assert clock["chunks"] == len(progress) > 1 and len(waits) == 2 * clock["chunks"]
+        assert clock["sets"] > 0 and clock["pairs"] > 0
+    else:
+        assert waits == []

@@ -493,7 +493,7 @@ class DaskExecutor:
         return self.client.gather(self.map(fn, parts, fuse=False, **kw))
 
     # ---- pairs ---------------------------------------------------------------------
-    def score(self, pairs: list, progress=None) -> list:
+    def score(self, pairs: list, progress=None, clock: dict | None = None) -> list:
         """The similarity of each pair, computed at the block of its second end: the pairs travel there (ids
         only); each partition asks the blocks of its pairs' first ends for their payloads (normalized text,
         signature or vector), each first end once, and they travel back once per asking partition, not once
