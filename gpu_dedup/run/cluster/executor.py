@@ -23,7 +23,6 @@ import operator
 import os
 import socket
 import sys
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
