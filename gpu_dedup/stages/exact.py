@@ -100,11 +100,15 @@ def _runs_are_groups(keys, ranks, pos):
 
 def key_frame(docs: dict, keys: dict) -> dict:
     """The rows of one block that may form exact groups, with what grouping needs: ``row``, ``rank``,
-    ``k0``..``k2``.  Rows without a key (a vector without direction: length NO_KEY) never group."""
+    ``k0``..``k2`` (where every row may, the block's own columns: the grouping only reads them).  Rows without a
+    key (a vector without direction: length NO_KEY) never group."""
     xp = array_module(docs["row"])
-    pick = xp.flatnonzero(docs["eligible"] & (keys["k0"] != xp.uint64(int(NO_KEY))))
-    return {"row": docs["row"][pick], "rank": docs["rank"][pick], "k0": keys["k0"][pick], "k1": keys["k1"][pick],
-            "k2": keys["k2"][pick]}
+    keyed = docs["eligible"] & (keys["k0"] != xp.uint64(int(NO_KEY)))
+    cols = {"row": docs["row"], "rank": docs["rank"], "k0": keys["k0"], "k1": keys["k1"], "k2": keys["k2"]}
+    if bool(keyed.all()):  # every row (a corpus without null texts or indexed copies): the columns, not copies
+        return cols
+    pick = xp.flatnonzero(keyed)
+    return {k: v[pick] for k, v in cols.items()}
 
 
 def exact_copies(part: dict) -> dict:

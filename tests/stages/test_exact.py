@@ -91,3 +91,19 @@ def test_runs_of_one_first_hash_are_the_groups_without_the_full_sort(monkeypatch
     sorts.clear()
     assert list(exact_groups(keys, falling)) == ref.exact_representatives(keys, falling)
     assert sorts == [1, 4]
+
+
+def test_the_key_frame_is_the_blocks_own_columns_where_every_row_has_a_key():
+    """Every row eligible and keyed: the columns as they are (no copy of 10^7 rows); otherwise the keyed rows."""
+    from gpu_dedup.stages.exact import NO_KEY, key_frame
+
+    n = 6
+    docs = {"row": np.arange(n), "rank": np.arange(n)[::-1].copy(), "eligible": np.ones(n, bool)}
+    keys = {k: np.arange(n, dtype=np.uint64) + i for i, k in enumerate(("k0", "k1", "k2"))}
+    whole = key_frame(docs, keys)
+    assert all(whole[k] is v for k, v in {**docs, **keys}.items() if k != "eligible")
+    docs["eligible"][1] = False
+    keys["k0"][4] = np.uint64(int(NO_KEY))
+    some = key_frame(docs, keys)
+    assert some["row"].tolist() == [0, 2, 3, 5] and some["rank"].tolist() == [5, 3, 2, 0]
+    assert some["k2"].tolist() == [2, 4, 5, 7] and some["k0"] is not keys["k0"]
