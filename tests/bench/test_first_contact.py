@@ -100,7 +100,7 @@ def test_rehearsal_runs_every_step_reports_a_failure_and_goes_on(tmp_path):
     with tarfile.open(out / "logs.tar.gz") as tar:
         logs = {Path(m.name).name for m in tar.getmembers()}
     assert {f"{name}.log" for name in STEPS} <= logs and {"e2e.json", "smoke.json", "summary.json"} <= logs
-    assert seconds < 400
+    assert seconds < first_contact.REHEARSAL["deadline"] + 15  # its budget
 
 
 def test_a_step_over_its_cap_is_stopped_with_its_children_and_reported(tmp_path, monkeypatch):
