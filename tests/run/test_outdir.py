@@ -248,7 +248,14 @@ def test_full_disk_is_one_error_and_leaves_no_partial_file(corpus, tmp_path, mon
         real(table.slice(0, 1), where, **kw)  # a partial file, then the disk is full
         raise OSError(errno.ENOSPC, "No space left on device")
 
+    real_group = pq.ParquetWriter.write_table
+
+    def full_group(self, table, *args, **kw):  # the same through a writer of row groups (the duplicates table's)
+        real_group(self, table.slice(0, 1), *args, **kw)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
     monkeypatch.setattr(pq, "write_table", full)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full_group)
     rc = main(["run", str(corpus / "in"), "-o", str(out), "--backend", "cpu", "--id-column", "id", "--threshold",
                "0.7", "-q"])
     err = capsys.readouterr().err
