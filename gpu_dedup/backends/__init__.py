@@ -169,13 +169,20 @@ def stable_order(*keys):
     int64 (``np.lexsort(keys[::-1])``); every key a 1-d array of one length and one array module.  On the host
     a radix sort (:mod:`gpu_dedup.backends.radix`) where it takes them, else one stable sort per key, the most
     significant last (CuPy's sorts are radix sorts)."""
+    order = order_or_none(*keys)
+    return numpy.arange(keys[0].shape[0], dtype=numpy.int64) if order is None else order
+
+
+def order_or_none(*keys):
+    """:func:`stable_order`, or None where the rows are in that order already (large host frames of integer
+    keys, checked in one pass: a caller keeps its rows as they are instead of gathering them in the same order)."""
     if not keys:
         raise ValueError("stable_order needs at least one key")
     xp = array_module(*keys)
     if xp is numpy:
         if keys[0].shape[0] >= radix.RADIX_MIN and all(k.dtype.kind in "biu" for k in keys) and _in_order(keys):
             # the rows as they are: no sort (integer keys: a float key's NaNs compare false and sort last)
-            return numpy.arange(keys[0].shape[0], dtype=numpy.int64)
+            return None
         got = radix.order(keys, available_memory)
         if got is not None:
             return got

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from gpu_dedup.backends import array_module, stable_order
+from gpu_dedup.backends import array_module, order_or_none, stable_order
 from gpu_dedup.backends.arrow_arrays import arrow_array
 
 _M1 = 0xBF58476D1CE4E5B9
@@ -105,11 +105,13 @@ def block_dest(frame: dict, n: int, on: str, starts, first_doc: int = 0) -> np.n
 
 
 def sort_by(frame: dict, *names) -> dict:
-    """Rows sorted by ``names`` (first name most significant), stably."""
-    xp = module_of(frame)
+    """Rows sorted by ``names`` (first name most significant), stably: a new frame, whose columns are the
+    given frame's own where its rows are in that order already (one process's rows after a lookup, which sent
+    them nowhere: 1.3 s of gathers at 10^7 rows on 2 cores)."""
     if size(frame) == 0:
         return frame
-    return take(frame, stable_order(*(frame[name] for name in names)))
+    order = order_or_none(*(frame[name] for name in names))
+    return dict(frame) if order is None else take(frame, order)
 
 
 def lookup(keys, table_keys, table_values, default):
