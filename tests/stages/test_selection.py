@@ -2,7 +2,9 @@ import numpy as np
 import pyarrow as pa
 
 from gpu_dedup.config import SelectConfig
-from gpu_dedup.stages.selection import policy_ranks, survivors
+import pytest
+
+from gpu_dedup.stages.selection import NodePositions, policy_ranks, survivors
 
 
 def _table(**cols):
@@ -163,3 +165,25 @@ def test_split_chains_properties(case):
     stays = (first != idx) & (sim[idx, first] >= 0.8)
     assert np.all(survivor[stays] == first[stays])
     assert np.array_equal(ejected, survivor != first)
+
+
+@pytest.mark.parametrize("spread", [1, 3, 10**9])  # doc numbers dense, sparse enough for a table, too far apart
+def test_node_positions_find_each_node_where_it_is_by_table_or_by_sort(spread):
+    rng = np.random.default_rng(spread)
+    nodes = rng.permutation(5000).astype(np.int64) * spread + 17
+    where = NodePositions(nodes)
+    assert (where.table is not None) == (spread < 10**9)
+    asked = rng.choice(nodes, 20000)
+    want = np.searchsorted(np.sort(nodes), asked)  # positions by sort, mapped back
+    assert np.array_equal(nodes[where(asked)], asked)
+    assert np.array_equal(where(asked), np.argsort(nodes, kind="stable")[want])
+    assert where(np.zeros(0, np.int64)).shape == (0,)
+    for missing in (nodes.max() + 1, nodes.min() - 1, 16 + spread * 7 if spread > 1 else -5):
+        with pytest.raises(RuntimeError, match="not among its members"):
+            where(np.array([nodes[0], missing]))
+
+
+def test_node_positions_of_a_node_twice_take_the_sort():
+    """A node listed twice gets no table (its position would be whichever write came last), the sort's first."""
+    where = NodePositions(np.array([5, 9, 5, 7], dtype=np.int64))
+    assert where.table is None and where(np.array([5, 7, 9])).tolist() == [0, 3, 1]
