@@ -172,3 +172,20 @@ def test_head_reads_the_first_documents_and_stops(shards, monkeypatch):
     assert head([d / "lines.jsonl"], cfg, limit=10**6).num_rows == 3000  # fewer documents than the limit
     with pytest.raises(InputError, match="at least 1"):
         head([d / "lines.jsonl"], cfg, limit=0)
+
+
+def test_the_ids_of_every_shard_are_one_chunk_where_one_holds_them(tmp_path, monkeypatch):
+    """The id column comes in one chunk (the write stage gathers ids from it), the same values; a column of 32-bit
+    string offsets larger than one chunk may hold (here a limit of 100 bytes) stays in the chunks it came in."""
+    for s in range(3):
+        pq.write_table(pa.table({"id": [f"s{s}-{i}" for i in range(50)], "text": [f"t {s} {i}" for i in range(50)]}),
+                       tmp_path / f"part-{s}.parquet")
+    ids = read(tmp_path, InputConfig(id_column="id")).table.column("id")
+    assert ids.to_pylist() == [f"s{s}-{i}" for s in range(3) for i in range(50)] and ids.num_chunks == 1
+    chunks = [pa.array([f"s{s}-{i}" for i in range(50)], pa.string()) for s in range(3)]
+    table = pa.table({"id": pa.chunked_array(chunks)})
+    assert read_module.ids_in_one_chunk(table).column("id").num_chunks == 1
+    monkeypatch.setattr(read_module, "ONE_CHUNK_BYTES", 100)
+    assert read_module.ids_in_one_chunk(table).column("id").num_chunks == 3
+    wide = pa.table({"id": pa.chunked_array([c.cast(pa.large_string()) for c in chunks])})
+    assert read_module.ids_in_one_chunk(wide).column("id").num_chunks == 1  # 64-bit offsets: no limit
