@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_dedup.backends import array_module, distinct, get_backend, sorted_find, stable_order, to_host
+from gpu_dedup.backends import (array_module, distinct, flags_fit, get_backend, sorted_find, stable_order,
+                                to_host)
 from gpu_dedup.backends.arrow_arrays import arrow_array
 from gpu_dedup.config import SelectConfig
 from gpu_dedup.stages.frames import sort_by, take
@@ -249,10 +250,8 @@ def split_chains(labels, rep, ranks, src, dst, similarity, threshold: float, com
 
 class NodePositions:
     """The position of each of a partition's nodes (distinct doc numbers, NumPy or CuPy) among them: a table
-    indexed by doc number where the nodes are dense enough (a scatter, then one gather per lookup), else a sort
-    of the nodes and a binary search per lookup."""
-
-    DENSE_FLOOR = 1 << 24  # doc numbers a table always may span (64 MiB of int32)
+    indexed by doc number where the nodes are dense enough (:func:`flags_fit`; a scatter, then one gather per
+    lookup), else a sort of the nodes and a binary search per lookup (:func:`sorted_find`)."""
 
     def __init__(self, nodes):
         xp = self.xp = array_module(nodes)
@@ -261,11 +260,10 @@ class NodePositions:
         if n:
             self.lo = int(nodes.min())
             span = int(nodes.max()) - self.lo + 1
-            if span <= max(8 * n, self.DENSE_FLOOR) and n < 2**31:
-                table = xp.full(span, -1, dtype=xp.int32)
-                at = nodes - self.lo
-                table[at] = xp.arange(n, dtype=xp.int32)
-                if bool((table[at] == xp.arange(n, dtype=xp.int32)).all()):  # each node once: no ties to break
+            if flags_fit(span, n) and n < 2**31:
+                table, at, rows = xp.full(span, -1, dtype=xp.int32), nodes - self.lo, xp.arange(n, dtype=xp.int32)
+                table[at] = rows
+                if bool((table[at] == rows).all()):  # each node once: no ties to break
                     self.table = table
         if self.table is None:
             self.by_node = stable_order(nodes)
@@ -275,20 +273,17 @@ class NodePositions:
         """Positions of ``nodes`` (every one among this partition's: an error otherwise), int64."""
         xp = self.xp
         nodes = xp.asarray(nodes, dtype=xp.int64)
-        if nodes.shape[0] == 0:
-            return xp.zeros(0, dtype=xp.int64)
         if self.table is not None:
             at = nodes - self.lo
-            inside = bool(((at >= 0) & (at < self.table.shape[0])).all())
-            pos = self.table[xp.clip(at, 0, self.table.shape[0] - 1)].astype(xp.int64)
-            if inside and bool((pos >= 0).all()):
-                return pos
+            inside = (at >= 0) & (at < self.table.shape[0])
+            pos = self.table[xp.where(inside, at, 0)].astype(xp.int64)
+            found, got = inside & (pos >= 0), pos
         else:
-            top = max(self.sorted_nodes.shape[0] - 1, 0)
-            pos = xp.clip(xp.searchsorted(self.sorted_nodes, nodes), 0, top)
-            if self.sorted_nodes.shape[0] and bool((self.sorted_nodes[pos] == nodes).all()):
-                return self.by_node[pos]
-        raise RuntimeError("a cluster's representative or edge end is not among its members")  # pragma: no cover
+            found, at = sorted_find(nodes, self.sorted_nodes)
+            got = self.by_node[at] if self.sorted_nodes.shape[0] else at
+        if not bool(found.all()):
+            raise RuntimeError("a cluster's representative or edge end is not among its members")
+        return got
 
 
 class ClusterPart:

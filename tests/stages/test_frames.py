@@ -1,7 +1,6 @@
 """Frame helpers shared by the stages (see gpu_dedup/stages/frames.py)."""
 
 import numpy as np
-
 import pyarrow as pa
 
 from gpu_dedup.backends import radix

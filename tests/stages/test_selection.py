@@ -1,9 +1,8 @@
 import numpy as np
 import pyarrow as pa
-
-from gpu_dedup.config import SelectConfig
 import pytest
 
+from gpu_dedup.config import SelectConfig
 from gpu_dedup.stages.selection import NodePositions, policy_ranks, survivors
 
 
