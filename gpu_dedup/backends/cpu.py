@@ -6,6 +6,7 @@ import numba
 import numpy as np
 
 from gpu_dedup.backends import Backend
+from gpu_dedup.backends.pages import small_pages
 from gpu_dedup.backends.prepare import prepare as prepare_kernels
 from gpu_dedup.backends.strings import RawText, StringBuffers, raw_arrow, string_buffers
 from gpu_dedup.backends.textnorm import normalize_counted
@@ -112,7 +113,7 @@ class CPUBackend(Backend):
         m = docs.shape[0]
         room = np.zeros(m + 1, np.int64)
         np.cumsum(self.k.shingle_room(strings.offsets[docs + 1] - strings.offsets[docs], word), out=room[1:])
-        raw = np.empty(int(room[-1]), np.uint64)
+        raw = small_pages(int(room[-1]), np.uint64)  # written in order, a task's share each
         counts = np.empty(m, np.int64)
         written = np.empty(tasks.shape[0] - 1, np.int64)
         kernel(strings.offsets, strings.data, docs, tasks, *args, room, raw, counts, written)

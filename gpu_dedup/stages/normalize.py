@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpu_dedup.backends.arrow_arrays import null_mask
+from gpu_dedup.backends.pages import small_pages
 from gpu_dedup.backends.strings import StringBuffers
 from gpu_dedup.backends.textnorm import (
     clean,
@@ -89,17 +90,13 @@ class BatchNormalizer:
     def _buffer(self, size: int) -> np.ndarray:
         """``size`` bytes for the normalized texts: memory, or a mapped file in ``spill_dir``.
 
-        The memory is a private anonymous mapping of the system's small pages, not ``np.empty``: NumPy asks
-        the kernel for transparent huge pages on large arrays, and where a virtual machine hands free memory
-        back to its host (free page reporting, as on Firecracker), the first touch of each fresh huge page
-        waits on the host.  On such a 2-core machine, touching 1.6 GB of fresh huge pages took 3.2-3.5 s of
-        system time against 0.5 s with small pages, and the read stage of 10^6 documents (1.59 GB of text)
-        took 2.7-2.9 s against 4.4-4.9 s.  This buffer is written once, in order, and read in order, where
-        huge pages save little; elsewhere (verify's random reads) they pay, so NumPy's setting stays."""
+        In memory, small pages (:func:`gpu_dedup.backends.pages.small_pages`): written once and read in
+        order.  On a 2-core virtual machine that hands free memory back to its host, the read stage of 10^6
+        documents (1.59 GB of text) took 2.7-2.9 s against 4.4-4.9 s with NumPy's huge pages."""
         if size == 0:
             return np.empty(0, np.uint8)
         if self.spill_dir is None:
-            return np.frombuffer(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE), np.uint8)
+            return small_pages(size)
         fd, path = tempfile.mkstemp(prefix=".gpu_dedup-texts.", suffix=".tmp", dir=self.spill_dir)
         try:
             os.unlink(path)  # the mapping keeps the file while it lives; nothing is left when it goes
