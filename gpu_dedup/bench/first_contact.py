@@ -265,7 +265,8 @@ class Driver:
         step.log = "env.log"
         info = _read_json(out)
         step.numbers = {k: info[k] for k in ("device", "compute_capability", "multiprocessors", "memory_gib",
-                                             "driver_cuda", "runtime_cuda", "gpu_mode", "tier2_numba_cuda")
+                                             "driver_cuda", "runtime_cuda", "gpu_mode", "tier2_numba_cuda",
+                                             "host_memory")
                         if k in info}
         step.numbers["versions"] = info.get("versions", {})
         if rc != 0 or not info:
@@ -683,6 +684,11 @@ try:
     info["memory_gib"] = round(p["totalGlobalMem"] / 2**30, 1)
 except Exception as exc:
     info["cupy_error"] = f"{type(exc).__name__}: {exc}"
+try:  # what fresh host memory costs here (huge pages against small ones), for the CPU runs' host work
+    from gpu_dedup.backends.pages import host_memory
+    info["host_memory"] = host_memory()
+except Exception as exc:
+    info["host_memory_error"] = f"{type(exc).__name__}: {exc}"
 try:
     from gpu_dedup.backends import get_backend
     gpu = get_backend("gpu")
@@ -965,7 +971,10 @@ def _headline(s: Step) -> str:
         return "; ".join(f"{r.get('backend', r.get('docs'))}: {r.get('seconds', r.get('dask_cuda_1_worker_seconds'))}s"
                          for r in n["rows"])
     if s.name == "env":
-        return "; ".join(str(n[k]) for k in ("device", "runtime_cuda", "tier2_numba_cuda") if n.get(k))
+        touch = n.get("host_memory", {}).get("first_touch_512mib_seconds", {})
+        return "; ".join([str(n[k]) for k in ("device", "runtime_cuda", "tier2_numba_cuda") if n.get(k)]
+                         + ([f"512 MiB first touched: {touch.get('numpy')} s NumPy, {touch.get('small_pages')} s small pages"]
+                            if touch else []))
     if s.name == "smoke" and n:
         return f"{n.get('ok')} of {n.get('checks')} checks ok; compiling {n.get('first_call_seconds')}s"
     if s.name.startswith("test-") and n:
