@@ -93,7 +93,7 @@ class CPUBackend(Backend):
         """Signatures (len(docs) x num_perm, uint32) and shingle counts of the selected documents."""
         num_perm = params.num_perm if num_perm is None else num_perm
         docs, tasks = self._select(strings, docs)
-        out = small_pages(docs.shape[0] * num_perm, np.uint32).reshape(docs.shape[0], num_perm)  # row by row, once
+        out = np.empty((docs.shape[0], num_perm), np.uint32)
         counts = np.empty(docs.shape[0], np.int64)
         kernel = self.k.minhash_word if shingle == "word" else self.k.minhash_char
         kernel(strings.offsets, strings.data, docs, tasks, *self._shingle_args(params, shingle, ngram)[1:],
