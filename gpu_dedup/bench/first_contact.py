@@ -685,7 +685,7 @@ try:
 except Exception as exc:
     info["cupy_error"] = f"{type(exc).__name__}: {exc}"
 try:  # what fresh host memory costs here (huge pages against small ones), for the CPU runs' host work
-    from gpu_dedup.backends.pages import host_memory
+    from gpu_dedup.bench import host_memory
     info["host_memory"] = host_memory()
 except Exception as exc:
     info["host_memory_error"] = f"{type(exc).__name__}: {exc}"
