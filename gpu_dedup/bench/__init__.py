@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gpu_dedup.backends.pages import small_pages
+
 
 def machine() -> dict:
     import os
@@ -39,8 +41,6 @@ def first_touch_seconds(nbytes: int = 512 << 20) -> dict:
     """Seconds to write one byte in every 4 KiB of ``nbytes`` of fresh memory, as NumPy's array (huge pages
     where the kernel gives them) and as :func:`gpu_dedup.backends.pages.small_pages`.  Both arrays stay alive
     until both are timed, so neither is handed memory the other has just freed."""
-    from gpu_dedup.backends.pages import small_pages
-
     out, held = {}, []
     for name, make in (("numpy", lambda: np.empty(nbytes, np.uint8)), ("small_pages", lambda: small_pages(nbytes))):
         a = make()
